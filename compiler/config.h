@@ -1,0 +1,66 @@
+/* config.h: the training configuration, from the train block and the command line.
+ *
+ * sema fills it from the file (defaults from dsl.md for every key not given); the
+ * command-line flags then override single keys through the same checks
+ * (sema_train_entry), so a flag and a file entry can never mean different things.
+ */
+#ifndef CGC_CONFIG_H
+#define CGC_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "diag.h"
+
+typedef enum DataKind { DATA_SYNTHETIC, DATA_IDX } DataKind;
+typedef enum OptKind { OPT_SGD, OPT_ADAM, OPT_ADAMW } OptKind;
+typedef enum SchedKind { SCHED_CONSTANT, SCHED_COSINE, SCHED_STEP } SchedKind;
+typedef enum Precision { PREC_FP32, PREC_TF32, PREC_BF16, PREC_FP16 } Precision;
+typedef enum CheckpointMode { CKPT_NONE, CKPT_ALL, CKPT_AUTO } CheckpointMode;
+
+typedef struct TrainConfig {
+    /* data */
+    DataKind data;
+    char *data_dir;             /* DATA_IDX: the directory as written */
+    double data_scale;          /* DATA_IDX: features are multiplied by this (default 1) */
+    int64_t synthetic_samples;  /* DATA_SYNTHETIC: default 4096 */
+    SrcLoc data_loc;            /* where `data` was given, for errors found while loading */
+
+    int64_t batch;              /* 64 */
+    int64_t epochs;             /* 1; 0 when only `steps` limits the run */
+    int64_t steps;              /* 0 = no limit by steps */
+    bool shuffle, drop_last;    /* true, true */
+
+    /* optimizer: torch.optim's meanings */
+    OptKind optimizer;          /* adamw */
+    double lr;                  /* sgd: required; adam/adamw: 1e-3 */
+    double momentum;            /* sgd: 0 */
+    bool nesterov;              /* sgd: false */
+    double beta1, beta2, eps;   /* 0.9, 0.999, 1e-8 */
+    double weight_decay;        /* sgd/adam: 0; adamw: 0.01 */
+
+    SchedKind schedule;         /* constant */
+    int64_t warmup;             /* cosine: 0 */
+    double min_lr;              /* cosine: 0 */
+    int64_t step_every;         /* step: K */
+    double gamma;               /* step: 0.1 */
+
+    Precision precision;        /* fp32 */
+    int64_t accumulate;         /* 1 */
+    double clip_norm;           /* 0 = off */
+    CheckpointMode checkpoint;  /* none */
+    int64_t memory;             /* bytes; 0 = the device's free memory */
+    uint64_t seed;              /* 0 */
+
+    bool has_train_block;       /* false: compile, check and run one step on synthetic data */
+} TrainConfig;
+
+/* dsl.md's defaults. */
+void config_defaults(TrainConfig *cfg);
+/* Names for messages and dumps: "adamw", "cosine", "bf16", "auto". */
+const char *config_optimizer_name(OptKind k);
+const char *config_schedule_name(SchedKind k);
+const char *config_precision_name(Precision p);
+const char *config_checkpoint_name(CheckpointMode m);
+
+#endif

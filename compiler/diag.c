@@ -1,0 +1,259 @@
+/* diag.c: source loading and the one diagnostic path (see diag.h). */
+#include "diag.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Longest stretch of a source line shown under a diagnostic; huge lines are windowed. */
+enum { SHOWN_LINE_BYTES = 200 };
+
+Source *source_from_string(const char *path, const char *text, size_t len)
+{
+    Source *src = xcalloc(1, sizeof *src);
+    src->path = xstrdup(path);
+    src->text = xmalloc(len + 1);
+    memcpy(src->text, text, len);
+    src->text[len] = '\0';
+    src->len = len;
+    return src;
+}
+
+Source *source_load(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cgc_error("cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (len < cap) break;
+        cap *= 2;
+        buf = xrealloc(buf, cap);
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        cgc_error("cannot read %s: read error", path);
+        free(buf);
+        return NULL;
+    }
+    Source *src = source_from_string(path, buf, len);
+    free(buf);
+    return src;
+}
+
+void source_free(Source *src)
+{
+    if (!src) return;
+    free((char *)src->path);
+    free(src->text);
+    free(src);
+}
+
+/* Start of line LINE (1-based), or NULL. */
+static const char *line_start(const Source *src, int line)
+{
+    const char *p = src->text, *end = src->text + src->len;
+    for (int l = 1; l < line; l++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl) return NULL;
+        p = nl + 1;
+    }
+    return p;
+}
+
+static int is_utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+/* Prints the source line and a caret under column COL. Control bytes are shown as '?'
+ * so that a malformed file cannot garble the terminal; tabs are kept so the caret lines up. */
+static void show_line(const Source *src, SrcLoc loc)
+{
+    const char *p = line_start(src, loc.line);
+    if (!p) return;
+    const char *end = src->text + src->len;
+    const char *eol = memchr(p, '\n', (size_t)(end - p));
+    if (!eol) eol = end;
+    if (eol > p && eol[-1] == '\r') eol--;
+
+    /* Byte offset of the caret's character. */
+    const char *caret = p;
+    for (int c = 1; c < loc.col && caret < eol; c++) {
+        caret++;
+        while (caret < eol && is_utf8_continuation((unsigned char)*caret)) caret++;
+    }
+    /* Window long lines around the caret. */
+    const char *from = p, *to = eol;
+    if (to - from > SHOWN_LINE_BYTES) {
+        from = caret - SHOWN_LINE_BYTES / 2 > p ? caret - SHOWN_LINE_BYTES / 2 : p;
+        while (from > p && is_utf8_continuation((unsigned char)*from)) from--;
+        to = from + SHOWN_LINE_BYTES < eol ? from + SHOWN_LINE_BYTES : eol;
+    }
+    for (const char *q = from; q < to; q++) {
+        unsigned char c = (unsigned char)*q;
+        fputc((c < 0x20 && c != '\t') || c == 0x7f ? '?' : c, stderr);
+    }
+    fputc('\n', stderr);
+    for (const char *q = from; q < caret && q < to; q++) {
+        if (is_utf8_continuation((unsigned char)*q)) continue;
+        fputc(*q == '\t' ? '\t' : ' ', stderr);
+    }
+    fputs("^\n", stderr);
+}
+
+static void report(Source *src, SrcLoc loc, const char *kind, const char *fmt, va_list ap)
+{
+    fflush(stdout);
+    if (loc.line > 0)
+        fprintf(stderr, "%s:%d:%d: %s: ", src->path, loc.line, loc.col, kind);
+    else
+        fprintf(stderr, "%s: %s: ", src->path, kind);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    if (loc.line > 0) show_line(src, loc);
+}
+
+void diag_verror(Source *src, SrcLoc loc, const char *fmt, va_list ap)
+{
+    report(src, loc, "error", fmt, ap);
+    src->nerrors++;
+}
+
+void diag_error(Source *src, SrcLoc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_verror(src, loc, fmt, ap);
+    va_end(ap);
+}
+
+void diag_note(Source *src, SrcLoc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    report(src, loc, "note", fmt, ap);
+    va_end(ap);
+}
+
+void cgc_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fputs("cgc: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void cgc_internal_error(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fprintf(stderr, "cgc: internal error at %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputs("\nThis is a bug in cgc, not in your model; please report it.\n", stderr);
+    va_end(ap);
+    abort();
+}
+
+static void out_of_memory(void)
+{
+    fputs("cgc: out of memory\n", stderr);
+    exit(1);
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) out_of_memory();
+    return p;
+}
+
+void *xcalloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) out_of_memory();
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p) out_of_memory();
+    return p;
+}
+
+char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
+
+char *xstrndup(const char *s, size_t n)
+{
+    char *d = xmalloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* Levenshtein distance, case-insensitive, giving up (returning LIMIT+1) on long names. */
+static size_t edit_distance(const char *a, const char *b, size_t limit)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return limit + 1;
+    size_t row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            int same = (a[i - 1] | 0x20) == (b[j - 1] | 0x20);
+            size_t best = diag + (same ? 0 : 1);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *diag_closest(const char *name, const char *const *candidates)
+{
+    size_t len = strlen(name);
+    /* A typo is at most a third of the name, and at least one edit is allowed. */
+    size_t limit = len / 3 > 0 ? len / 3 : 1;
+    const char *best = NULL;
+    size_t best_d = limit + 1;
+    for (const char *const *c = candidates; *c; c++) {
+        size_t d = edit_distance(name, *c, limit);
+        if (d < best_d) {
+            best_d = d;
+            best = *c;
+        }
+    }
+    return best;
+}
+
+const char *diag_quote(const char *s, size_t max)
+{
+    static char bufs[4][128];
+    static int next;
+    char *b = bufs[next++ & 3];
+    if (max > sizeof bufs[0] - 4) max = sizeof bufs[0] - 4;
+    size_t n = strlen(s);
+    if (n <= max) {
+        memcpy(b, s, n + 1);
+    } else {
+        size_t cut = max;
+        while (cut > 0 && is_utf8_continuation((unsigned char)s[cut])) cut--;
+        memcpy(b, s, cut);
+        memcpy(b + cut, "...", 4);
+    }
+    return b;
+}

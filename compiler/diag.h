@@ -1,0 +1,70 @@
+/* diag.h: source files, locations and the one diagnostic path.
+ *
+ * Every error a user can cause is reported through diag_error():
+ *     FILE:LINE:COL: error: MESSAGE
+ *     <the source line>
+ *     <spaces>^
+ * LINE and COL are 1-based; COL counts characters (UTF-8 code points), not bytes.
+ * Errors that are cgc's own bugs go through CGC_INTERNAL(), which names the C file
+ * and line instead, so the two can never be confused.
+ */
+#ifndef CGC_DIAG_H
+#define CGC_DIAG_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* A position in a .net file. line == 0 means "no location" (command line, defaults). */
+typedef struct SrcLoc {
+    int line;
+    int col;
+} SrcLoc;
+
+/* A loaded .net file: its name as given and its bytes (NUL-terminated copy). */
+typedef struct Source {
+    const char *path;   /* as the user wrote it, used in messages */
+    char *text;         /* whole file, NUL-terminated; embedded NULs are kept in len */
+    size_t len;
+    int nerrors;        /* errors reported against this file so far */
+} Source;
+
+/* Reads PATH; on failure prints "cgc: cannot read PATH: reason" and returns NULL. */
+Source *source_load(const char *path);
+/* Wraps an in-memory text (tests); the text is copied. */
+Source *source_from_string(const char *path, const char *text, size_t len);
+void source_free(Source *src);
+
+/* FILE:LINE:COL: error: MESSAGE, the line, a caret. Increments src->nerrors. */
+void diag_error(Source *src, SrcLoc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void diag_verror(Source *src, SrcLoc loc, const char *fmt, va_list ap);
+/* A follow-up line: "FILE:LINE:COL: note: MESSAGE" with its caret (e.g. "first bound here"). */
+void diag_note(Source *src, SrcLoc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* An error that is not tied to a place in the file: "cgc: error: MESSAGE". */
+void cgc_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* cgc's own bugs: "cgc: internal error at compiler/ir.c:123: MESSAGE", then abort(). */
+#define CGC_INTERNAL(...) cgc_internal_error(__FILE__, __LINE__, __VA_ARGS__)
+#define CGC_ASSERT(cond) \
+    do { if (!(cond)) CGC_INTERNAL("assertion failed: %s", #cond); } while (0)
+void cgc_internal_error(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+
+/* Allocation that never returns NULL: on failure, "cgc: out of memory" and exit(1). */
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+
+/* "did you mean": the candidate closest to NAME by edit distance, or NULL when none is
+ * close enough to be a plausible typo. Candidates are a NULL-terminated array. */
+const char *diag_closest(const char *name, const char *const *candidates);
+
+/* For quoting user text in messages: at most MAX bytes of S, with "..." when cut.
+ * Returns a pointer into one of a few rotating static buffers. */
+const char *diag_quote(const char *s, size_t max);
+
+#endif

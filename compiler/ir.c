@@ -1,0 +1,670 @@
+/* ir.c: the graph IR's tables, shape rules, builders, text form and verifier.
+ *
+ * Builders infer each node's shape and dtype from its inputs, so a pass says what it
+ * computes and never repeats the shape rules. They assert their preconditions: the
+ * front end reports user errors before it builds anything, so a failed assertion here
+ * is a bug in cgc. ir_verify re-derives every node's shape with the same rules, which
+ * keeps hand-assembled nodes (ir_add_node) honest.
+ */
+#include "ir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const IrOpInfo ir_op_info[IR_NUM_OPS] = {
+#define X(name, arity, cls, meaning, deriv) {#name, arity, IR_CLASS_##cls, meaning, deriv},
+    IR_OPS(X)
+#undef X
+};
+
+/* Lower-case op names, made once from the table's upper-case ones. */
+static char op_names[IR_NUM_OPS][24];
+
+const char *ir_op_name(IrOp op)
+{
+    if (!op_names[op][0]) {
+        const char *u = ir_op_info[op].name;
+        size_t i = 0;
+        for (; u[i] && i + 1 < sizeof op_names[op]; i++)
+            op_names[op][i] = (char)(u[i] >= 'A' && u[i] <= 'Z' ? u[i] + 32 : u[i]);
+        op_names[op][i] = '\0';
+    }
+    return op_names[op];
+}
+
+/* ---- dtypes and shapes ---- */
+
+const char *ir_dtype_name(DType t)
+{
+    static const char *const names[] = {"f32", "f16", "bf16", "i32"};
+    return names[t];
+}
+
+bool ir_dtype_is_float(DType t) { return t != DT_I32; }
+
+DType ir_promote(DType a, DType b)
+{
+    if (a == b) return a;
+    return DT_F32;
+}
+
+Shape ir_shape0(void)
+{
+    Shape s;
+    memset(&s, 0, sizeof s);
+    return s;
+}
+
+int64_t ir_numel(const Shape *s, const int64_t *symvals)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++) {
+        int64_t d = s->dim[i];
+        if (IR_DIM_IS_SYM(d)) {
+            CGC_ASSERT(symvals != NULL);
+            d = symvals[IR_DIM_SYMBOL(d)];
+        }
+        n *= d;
+    }
+    return n;
+}
+
+bool ir_shape_equal(const Shape *a, const Shape *b)
+{
+    if (a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dim[i] != b->dim[i]) return false;
+    return true;
+}
+
+bool ir_broadcast_shape(const Shape *a, const Shape *b, Shape *out)
+{
+    Shape r = ir_shape0();
+    r.rank = a->rank > b->rank ? a->rank : b->rank;
+    for (int i = 0; i < r.rank; i++) {
+        /* Align from the right. */
+        int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
+        int64_t da = ia >= 0 ? a->dim[ia] : 1, db = ib >= 0 ? b->dim[ib] : 1;
+        if (da == db || db == 1) r.dim[i] = da;
+        else if (da == 1) r.dim[i] = db;
+        else return false;
+    }
+    *out = r;
+    return true;
+}
+
+const char *ir_shape_str(const IrProgram *p, const Shape *s, char *buf, size_t n)
+{
+    size_t len = 0;
+    len += (size_t)snprintf(buf + len, n - len, "[");
+    for (int i = 0; i < s->rank && len < n; i++) {
+        int64_t d = s->dim[i];
+        const char *sep = i ? ", " : "";
+        if (IR_DIM_IS_SYM(d)) {
+            int k = IR_DIM_SYMBOL(d);
+            const char *name = p && k < p->nsyms ? p->syms[k].name : NULL;
+            if (name)
+                len += (size_t)snprintf(buf + len, n - len, "%s%s", sep, name);
+            else
+                len += (size_t)snprintf(buf + len, n - len, "%s$%d", sep, k);
+        } else {
+            len += (size_t)snprintf(buf + len, n - len, "%s%lld", sep, (long long)d);
+        }
+    }
+    if (len < n) snprintf(buf + len, n - len, "]");
+    return buf;
+}
+
+Shape ir_shape_reduce(const Shape *s, int axis)
+{
+    if (axis == IR_AXIS_ALL) return ir_shape0();
+    CGC_ASSERT(axis >= 0 && axis < s->rank);
+    Shape r = ir_shape0();
+    for (int i = 0; i < s->rank; i++)
+        if (i != axis) r.dim[r.rank++] = s->dim[i];
+    return r;
+}
+
+Shape ir_shape_keepdim(const Shape *s, int axis)
+{
+    Shape r = *s;
+    for (int i = 0; i < s->rank; i++)
+        if (axis == IR_AXIS_ALL || i == axis) r.dim[i] = 1;
+    return r;
+}
+
+/* ---- programs ---- */
+
+IrProgram *ir_program_new(void)
+{
+    IrProgram *p = xcalloc(1, sizeof *p);
+    ir_graph_init(&p->forward, "forward");
+    ir_graph_init(&p->train, "train");
+    ir_graph_init(&p->train_micro, "train_micro");
+    ir_graph_init(&p->eval, "eval");
+    p->prediction_input_labels = -1;
+    config_defaults(&p->cfg);
+    return p;
+}
+
+void ir_program_free(IrProgram *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->nsyms; i++) free((char *)p->syms[i].name);
+    for (int i = 0; i < p->ninputs; i++) free((char *)p->inputs[i].name);
+    for (int i = 0; i < p->ntensors; i++) free((char *)p->tensors[i].name);
+    free(p->syms);
+    free(p->inputs);
+    free(p->tensors);
+    ir_graph_free(&p->forward);
+    ir_graph_free(&p->train);
+    ir_graph_free(&p->train_micro);
+    ir_graph_free(&p->eval);
+    free((char *)p->model_name);
+    free(p->cfg.data_dir);
+    free(p);
+}
+
+int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
+{
+    for (int i = 0; i < p->nsyms; i++)
+        if (strcmp(p->syms[i].name, name) == 0) return i;
+    p->syms = xrealloc(p->syms, (size_t)(p->nsyms + 1) * sizeof *p->syms);
+    p->syms[p->nsyms] = (IrSymbol){xstrdup(name), loc};
+    return p->nsyms++;
+}
+
+int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc)
+{
+    p->inputs = xrealloc(p->inputs, (size_t)(p->ninputs + 1) * sizeof *p->inputs);
+    p->inputs[p->ninputs] = (IrInput){xstrdup(name), t, s, loc};
+    return p->ninputs++;
+}
+
+int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, IrInit init,
+                  double init_value, int param_of, SrcLoc loc)
+{
+    CGC_ASSERT(ir_find_tensor(p, name) < 0);
+    for (int i = 0; i < s.rank; i++) CGC_ASSERT(!IR_DIM_IS_SYM(s.dim[i]));
+    /* Parameters come first, so that indices 0..nparams-1 are the parameters. */
+    CGC_ASSERT(kind == IR_STATE || p->nparams == p->ntensors);
+    p->tensors = xrealloc(p->tensors, (size_t)(p->ntensors + 1) * sizeof *p->tensors);
+    p->tensors[p->ntensors] =
+        (IrTensor){xstrdup(name), kind, s, init, init_value, loc, param_of};
+    if (kind == IR_PARAM) p->nparams++;
+    return p->ntensors++;
+}
+
+int ir_find_tensor(const IrProgram *p, const char *name)
+{
+    for (int i = 0; i < p->ntensors; i++)
+        if (strcmp(p->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* ---- graphs ---- */
+
+void ir_graph_init(IrGraph *g, const char *name)
+{
+    memset(g, 0, sizeof *g);
+    g->name = name;
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) g->output[r] = -1;
+}
+
+void ir_graph_free(IrGraph *g)
+{
+    free(g->nodes);
+    ir_graph_init(g, g->name);
+}
+
+void ir_graph_copy(IrGraph *dst, const IrGraph *src, const char *name)
+{
+    ir_graph_free(dst);
+    *dst = *src;
+    dst->name = name;
+    dst->cap = src->nnodes;
+    dst->nodes = xmalloc((size_t)(src->nnodes ? src->nnodes : 1) * sizeof *src->nodes);
+    memcpy(dst->nodes, src->nodes, (size_t)src->nnodes * sizeof *src->nodes);
+}
+
+int ir_add_node(IrGraph *g, const IrNode *n)
+{
+    CGC_ASSERT(n->nin == ir_op_info[n->op].arity);
+    for (int i = 0; i < n->nin; i++) CGC_ASSERT(n->in[i] >= 0 && n->in[i] < g->nnodes);
+    if (g->nnodes == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 64;
+        g->nodes = xrealloc(g->nodes, (size_t)g->cap * sizeof *g->nodes);
+    }
+    g->nodes[g->nnodes] = *n;
+    return g->nnodes++;
+}
+
+static const IrNode *node(const IrGraph *g, int id)
+{
+    CGC_ASSERT(id >= 0 && id < g->nnodes);
+    return &g->nodes[id];
+}
+
+/* A node with the given op, type and inputs; the other fields zero. */
+static IrNode make(IrOp op, DType t, Shape s, SrcLoc loc, int nin, int a, int b, int c)
+{
+    IrNode n;
+    memset(&n, 0, sizeof n);
+    n.op = op, n.dtype = t, n.shape = s, n.loc = loc, n.nin = nin;
+    n.in[0] = a, n.in[1] = b, n.in[2] = c;
+    return n;
+}
+
+int ir_input(IrGraph *g, const IrProgram *p, int input, SrcLoc loc)
+{
+    CGC_ASSERT(input >= 0 && input < p->ninputs);
+    IrNode n = make(IR_INPUT, p->inputs[input].dtype, p->inputs[input].shape, loc, 0, 0, 0, 0);
+    n.index = input;
+    n.name = p->inputs[input].name;
+    return ir_add_node(g, &n);
+}
+
+int ir_read(IrGraph *g, const IrProgram *p, int tensor, SrcLoc loc)
+{
+    CGC_ASSERT(tensor >= 0 && tensor < p->ntensors);
+    IrNode n = make(IR_READ, DT_F32, p->tensors[tensor].shape, loc, 0, 0, 0, 0);
+    n.index = tensor;
+    n.name = p->tensors[tensor].name;
+    return ir_add_node(g, &n);
+}
+
+int ir_const(IrGraph *g, double value, SrcLoc loc)
+{
+    IrNode n = make(IR_CONST, DT_F32, ir_shape0(), loc, 0, 0, 0, 0);
+    n.value = value;
+    return ir_add_node(g, &n);
+}
+
+int ir_runtime(IrGraph *g, IrRuntimeScalar which, SrcLoc loc)
+{
+    IrNode n = make(IR_RUNTIME, DT_F32, ir_shape0(), loc, 0, 0, 0, 0);
+    n.index = (int)which;
+    return ir_add_node(g, &n);
+}
+
+int ir_unary(IrGraph *g, IrOp op, int x, SrcLoc loc)
+{
+    CGC_ASSERT(ir_op_info[op].cls == IR_CLASS_UNARY && op != IR_CAST);
+    const IrNode *in = node(g, x);
+    CGC_ASSERT(ir_dtype_is_float(in->dtype));
+    IrNode n = make(op, in->dtype, in->shape, loc, 1, x, 0, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_binary(IrGraph *g, IrOp op, int a, int b, SrcLoc loc)
+{
+    CGC_ASSERT(ir_op_info[op].cls == IR_CLASS_BINARY);
+    const IrNode *na = node(g, a), *nb = node(g, b);
+    CGC_ASSERT(ir_dtype_is_float(na->dtype) && ir_dtype_is_float(nb->dtype));
+    Shape s;
+    CGC_ASSERT(ir_broadcast_shape(&na->shape, &nb->shape, &s));
+    IrNode n = make(op, ir_promote(na->dtype, nb->dtype), s, loc, 2, a, b, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_select(IrGraph *g, int cond, int a, int b, SrcLoc loc)
+{
+    const IrNode *nc = node(g, cond), *na = node(g, a), *nb = node(g, b);
+    Shape s, s2;
+    CGC_ASSERT(ir_broadcast_shape(&na->shape, &nb->shape, &s));
+    CGC_ASSERT(ir_broadcast_shape(&s, &nc->shape, &s2));
+    IrNode n = make(IR_SELECT, ir_promote(na->dtype, nb->dtype), s2, loc, 3, cond, a, b);
+    return ir_add_node(g, &n);
+}
+
+int ir_cast(IrGraph *g, int x, DType t, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    if (in->dtype == t) return x;
+    CGC_ASSERT(ir_dtype_is_float(in->dtype) && ir_dtype_is_float(t));
+    IrNode n = make(IR_CAST, t, in->shape, loc, 1, x, 0, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_dropout(IrGraph *g, int x, int counter, double p, int stream, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    CGC_ASSERT(node(g, counter)->shape.rank == 0);
+    CGC_ASSERT(p >= 0 && p < 1);
+    IrNode n = make(IR_DROPOUT, in->dtype, in->shape, loc, 2, x, counter, 0);
+    n.value = p;
+    n.index = stream;
+    return ir_add_node(g, &n);
+}
+
+int ir_reduce(IrGraph *g, IrOp op, int x, int axis, SrcLoc loc)
+{
+    CGC_ASSERT(ir_op_info[op].cls == IR_CLASS_REDUCE);
+    const IrNode *in = node(g, x);
+    IrNode n = make(op, in->dtype, ir_shape_reduce(&in->shape, axis), loc, 1, x, 0, 0);
+    n.axis = axis;
+    return ir_add_node(g, &n);
+}
+
+/* Element counts agree, symbols included: the symbolic dims of both sides must be the
+ * same multiset, and the products of the numeric ones equal. */
+static bool same_numel(const Shape *a, const Shape *b)
+{
+    int64_t pa = 1, pb = 1;
+    int syms_a[IR_MAX_RANK], syms_b[IR_MAX_RANK], na = 0, nb = 0;
+    for (int i = 0; i < a->rank; i++)
+        if (IR_DIM_IS_SYM(a->dim[i])) syms_a[na++] = IR_DIM_SYMBOL(a->dim[i]);
+        else pa *= a->dim[i];
+    for (int i = 0; i < b->rank; i++)
+        if (IR_DIM_IS_SYM(b->dim[i])) syms_b[nb++] = IR_DIM_SYMBOL(b->dim[i]);
+        else pb *= b->dim[i];
+    if (pa != pb || na != nb) return false;
+    for (int i = 0; i < na; i++) {
+        bool found = false;
+        for (int j = 0; j < nb && !found; j++)
+            if (syms_b[j] == syms_a[i]) syms_b[j] = -1, found = true;
+        if (!found) return false;
+    }
+    return true;
+}
+
+int ir_reshape(IrGraph *g, int x, Shape s, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    CGC_ASSERT(same_numel(&in->shape, &s));
+    if (ir_shape_equal(&in->shape, &s)) return x;
+    IrNode n = make(IR_RESHAPE, in->dtype, s, loc, 1, x, 0, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_broadcast(IrGraph *g, int x, Shape s, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    Shape b;
+    CGC_ASSERT(ir_broadcast_shape(&in->shape, &s, &b) && ir_shape_equal(&b, &s));
+    if (ir_shape_equal(&in->shape, &s)) return x;
+    IrNode n = make(IR_BROADCAST, in->dtype, s, loc, 1, x, 0, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_reduce_to(IrGraph *g, int x, Shape s, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    Shape b;
+    CGC_ASSERT(ir_broadcast_shape(&s, &in->shape, &b) && ir_shape_equal(&b, &in->shape));
+    if (ir_shape_equal(&in->shape, &s)) return x;
+    IrNode n = make(IR_REDUCE_TO, in->dtype, s, loc, 1, x, 0, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_transpose(IrGraph *g, int x, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    CGC_ASSERT(in->shape.rank >= 2);
+    Shape s = in->shape;
+    int64_t t = s.dim[s.rank - 1];
+    s.dim[s.rank - 1] = s.dim[s.rank - 2];
+    s.dim[s.rank - 2] = t;
+    IrNode n = make(IR_TRANSPOSE, in->dtype, s, loc, 1, x, 0, 0);
+    return ir_add_node(g, &n);
+}
+
+/* The shape of a @ b with the given transposes, or false when they do not fit. */
+static bool matmul_shape(const Shape *a, const Shape *b, int flags, Shape *out)
+{
+    if (a->rank < 2 || b->rank < 2) return false;
+    int64_t m = a->dim[a->rank - ((flags & IR_MATMUL_TRANS_A) ? 1 : 2)];
+    int64_t ka = a->dim[a->rank - ((flags & IR_MATMUL_TRANS_A) ? 2 : 1)];
+    int64_t kb = b->dim[b->rank - ((flags & IR_MATMUL_TRANS_B) ? 1 : 2)];
+    int64_t nn = b->dim[b->rank - ((flags & IR_MATMUL_TRANS_B) ? 2 : 1)];
+    if (ka != kb) return false;
+    Shape la = *a, lb = *b;
+    la.rank -= 2;
+    lb.rank -= 2;
+    if (!ir_broadcast_shape(&la, &lb, out)) return false;
+    out->dim[out->rank++] = m;
+    out->dim[out->rank++] = nn;
+    return true;
+}
+
+int ir_matmul(IrGraph *g, int a, int b, int flags, SrcLoc loc)
+{
+    const IrNode *na = node(g, a), *nb = node(g, b);
+    Shape s;
+    CGC_ASSERT(matmul_shape(&na->shape, &nb->shape, flags, &s));
+    IrNode n = make(IR_MATMUL, ir_promote(na->dtype, nb->dtype), s, loc, 2, a, b, 0);
+    n.flags = flags;
+    return ir_add_node(g, &n);
+}
+
+int ir_softmax(IrGraph *g, IrOp op, int x, int axis, SrcLoc loc)
+{
+    CGC_ASSERT(op == IR_SOFTMAX || op == IR_LOG_SOFTMAX);
+    const IrNode *in = node(g, x);
+    CGC_ASSERT(axis >= 0 && axis < in->shape.rank);
+    IrNode n = make(op, in->dtype, in->shape, loc, 1, x, 0, 0);
+    n.axis = axis;
+    return ir_add_node(g, &n);
+}
+
+int ir_softmax_grad(IrGraph *g, IrOp op, int d, int y, int axis, SrcLoc loc)
+{
+    CGC_ASSERT(op == IR_SOFTMAX_GRAD || op == IR_LOG_SOFTMAX_GRAD);
+    const IrNode *nd = node(g, d), *ny = node(g, y);
+    CGC_ASSERT(ir_shape_equal(&nd->shape, &ny->shape));
+    IrNode n = make(op, ir_promote(nd->dtype, ny->dtype), ny->shape, loc, 2, d, y, 0);
+    n.axis = axis;
+    return ir_add_node(g, &n);
+}
+
+/* logits [N, C] float and labels i32 [N] with the same N. */
+static void check_logits_labels(const IrGraph *g, int logits, int labels)
+{
+    const IrNode *nl = node(g, logits), *ny = node(g, labels);
+    CGC_ASSERT(nl->shape.rank == 2 && ir_dtype_is_float(nl->dtype));
+    CGC_ASSERT(ny->shape.rank == 1 && ny->dtype == DT_I32);
+    CGC_ASSERT(ny->shape.dim[0] == nl->shape.dim[0]);
+}
+
+int ir_cross_entropy(IrGraph *g, int logits, int labels, SrcLoc loc)
+{
+    check_logits_labels(g, logits, labels);
+    IrNode n = make(IR_CROSS_ENTROPY, DT_F32, ir_shape0(), loc, 2, logits, labels, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_ce_grad(IrGraph *g, int d, int logits, int labels, SrcLoc loc)
+{
+    check_logits_labels(g, logits, labels);
+    CGC_ASSERT(node(g, d)->shape.rank == 0);
+    const IrNode *nl = node(g, logits);
+    IrNode n = make(IR_CE_GRAD, nl->dtype, nl->shape, loc, 3, d, logits, labels);
+    return ir_add_node(g, &n);
+}
+
+int ir_count_correct(IrGraph *g, int logits, int labels, SrcLoc loc)
+{
+    check_logits_labels(g, logits, labels);
+    IrNode n = make(IR_COUNT_CORRECT, DT_F32, ir_shape0(), loc, 2, logits, labels, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_assign(IrGraph *g, const IrProgram *p, int tensor, int value, SrcLoc loc)
+{
+    CGC_ASSERT(tensor >= 0 && tensor < p->ntensors);
+    const IrNode *v = node(g, value);
+    CGC_ASSERT(ir_shape_equal(&v->shape, &p->tensors[tensor].shape));
+    CGC_ASSERT(v->dtype == DT_F32);
+    IrNode n = make(IR_ASSIGN, DT_F32, ir_shape0(), loc, 1, value, 0, 0);
+    n.index = tensor;
+    n.name = p->tensors[tensor].name;
+    return ir_add_node(g, &n);
+}
+
+/* ---- text form ----
+ *
+ *   graph train of model mlp
+ *   symbols: N
+ *   input 0 x: f32[N, 784]
+ *   tensor 0 h1.weight: f32[512, 784] param uniform(0.0357142857)
+ *   %3 = matmul %0, %1 trans_b : f32[N, 512]  ; h1 @6:14
+ *   outputs: loss %40, prediction %12
+ *
+ * Numbers print with %.9g so that a dump is the same on every machine. */
+
+static const char *init_str(const IrTensor *t, char *buf, size_t n)
+{
+    switch (t->init) {
+    case IR_INIT_ZEROS: return "zeros";
+    case IR_INIT_ONES: return "ones";
+    case IR_INIT_UNIFORM: snprintf(buf, n, "uniform(%.9g)", t->init_value); return buf;
+    case IR_INIT_CONST: snprintf(buf, n, "const(%.9g)", t->init_value); return buf;
+    }
+    return "?";
+}
+
+static void print_tables(FILE *out, const IrProgram *p)
+{
+    char sb[128], ib[64];
+    fprintf(out, "symbols:");
+    for (int i = 0; i < p->nsyms; i++) fprintf(out, " %s", p->syms[i].name);
+    fputc('\n', out);
+    for (int i = 0; i < p->ninputs; i++)
+        fprintf(out, "input %d %s: %s%s\n", i, p->inputs[i].name,
+                ir_dtype_name(p->inputs[i].dtype), ir_shape_str(p, &p->inputs[i].shape, sb, sizeof sb));
+    for (int i = 0; i < p->ntensors; i++) {
+        const IrTensor *t = &p->tensors[i];
+        fprintf(out, "tensor %d %s: f32%s %s %s\n", i, t->name, ir_shape_str(p, &t->shape, sb, sizeof sb),
+                t->kind == IR_PARAM ? "param" : "state", init_str(t, ib, sizeof ib));
+    }
+}
+
+static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
+{
+    switch (n->op) {
+    case IR_INPUT: fprintf(out, " %s", p->inputs[n->index].name); break;
+    case IR_READ: fprintf(out, " %s", p->tensors[n->index].name); break;
+    case IR_ASSIGN: fprintf(out, " -> %s", p->tensors[n->index].name); break;
+    case IR_CONST: fprintf(out, " %.9g", n->value); break;
+    case IR_RUNTIME: fprintf(out, " %s", n->index == IR_RT_TOTAL_STEPS ? "total_steps" : "?"); break;
+    case IR_DROPOUT: fprintf(out, " p=%.9g stream=%d", n->value, n->index); break;
+    case IR_MATMUL:
+        if (n->flags & IR_MATMUL_TRANS_A) fputs(" trans_a", out);
+        if (n->flags & IR_MATMUL_TRANS_B) fputs(" trans_b", out);
+        if (n->flags & IR_MATMUL_TF32) fputs(" tf32", out);
+        break;
+    default: break;
+    }
+    if (ir_op_info[n->op].cls == IR_CLASS_REDUCE || n->op == IR_SOFTMAX ||
+        n->op == IR_LOG_SOFTMAX || n->op == IR_SOFTMAX_GRAD || n->op == IR_LOG_SOFTMAX_GRAD) {
+        if (n->axis == IR_AXIS_ALL) fputs(" axis=all", out);
+        else fprintf(out, " axis=%d", n->axis);
+    }
+}
+
+static const char *const role_names[IR_NUM_OUTPUT_ROLES] = {
+    "loss", "prediction", "correct", "skipped", "grad_norm",
+};
+
+void ir_print(FILE *out, const IrProgram *p, const IrGraph *g)
+{
+    char sb[128];
+    fprintf(out, "graph %s of model %s\n", g->name, p->model_name ? p->model_name : "?");
+    print_tables(out, p);
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = &g->nodes[i];
+        fprintf(out, "%%%d = %s", i, ir_op_name(n->op));
+        for (int k = 0; k < n->nin; k++) fprintf(out, "%s %%%d", k ? "," : "", n->in[k]);
+        print_attrs(out, p, n);
+        fprintf(out, " : %s%s", ir_dtype_name(n->dtype), ir_shape_str(p, &n->shape, sb, sizeof sb));
+        /* Leaves and assignments already show their table name. */
+        bool show_name = n->name && n->op != IR_INPUT && n->op != IR_READ && n->op != IR_ASSIGN;
+        if (show_name || n->loc.line) fputs("  ;", out);
+        if (show_name) fprintf(out, " %s", n->name);
+        if (n->loc.line) fprintf(out, " @%d:%d", n->loc.line, n->loc.col);
+        fputc('\n', out);
+    }
+    fputs("outputs:", out);
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] >= 0) fprintf(out, " %s %%%d", role_names[r], g->output[r]);
+    fputc('\n', out);
+}
+
+/* ---- verification ---- */
+
+static void verify_fail(const IrGraph *g, int id, const char *what)
+{
+    cgc_internal_error(__FILE__, __LINE__, "graph %s, node %%%d (%s): %s", g->name, id,
+                       ir_op_name(g->nodes[id].op), what);
+}
+
+static Shape in_shape(const IrGraph *g, const IrNode *n, int k) { return g->nodes[n->in[k]].shape; }
+
+/* The shape N's op produces from its inputs, by the builders' rules; false where the
+ * op's shape is its own attribute (RESHAPE, BROADCAST, REDUCE_TO, leaves). */
+static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n, Shape *s)
+{
+    Shape a, b;
+    switch (ir_op_info[n->op].cls) {
+    case IR_CLASS_UNARY: *s = in_shape(g, n, 0); return true;
+    case IR_CLASS_BINARY:
+        a = in_shape(g, n, 0), b = in_shape(g, n, 1);
+        return ir_broadcast_shape(&a, &b, s) || (s->rank = -1, true);
+    case IR_CLASS_TERNARY: {
+        Shape c = in_shape(g, n, 0), t;
+        a = in_shape(g, n, 1), b = in_shape(g, n, 2);
+        if (!ir_broadcast_shape(&a, &b, &t) || !ir_broadcast_shape(&t, &c, s)) s->rank = -1;
+        return true;
+    }
+    case IR_CLASS_REDUCE:
+        a = in_shape(g, n, 0);
+        if (n->axis != IR_AXIS_ALL && (n->axis < 0 || n->axis >= a.rank)) s->rank = -1;
+        else *s = ir_shape_reduce(&a, n->axis);
+        return true;
+    case IR_CLASS_MATMUL:
+        a = in_shape(g, n, 0), b = in_shape(g, n, 1);
+        if (!matmul_shape(&a, &b, n->flags, s)) s->rank = -1;
+        return true;
+    case IR_CLASS_EFFECT:
+        *s = ir_shape0();
+        a = in_shape(g, n, 0);
+        if (n->index < 0 || n->index >= p->ntensors || !ir_shape_equal(&a, &p->tensors[n->index].shape))
+            s->rank = -1;
+        return true;
+    default: break;
+    }
+    switch (n->op) {
+    case IR_TRANSPOSE:
+        *s = in_shape(g, n, 0);
+        if (s->rank < 2) { s->rank = -1; return true; }
+        int64_t t = s->dim[s->rank - 1];
+        s->dim[s->rank - 1] = s->dim[s->rank - 2], s->dim[s->rank - 2] = t;
+        return true;
+    case IR_SOFTMAX: case IR_LOG_SOFTMAX: case IR_DROPOUT:
+    case IR_SOFTMAX_GRAD: case IR_LOG_SOFTMAX_GRAD:
+        *s = in_shape(g, n, n->op == IR_SOFTMAX_GRAD || n->op == IR_LOG_SOFTMAX_GRAD ? 1 : 0);
+        return true;
+    case IR_CE_GRAD: *s = in_shape(g, n, 1); return true;
+    case IR_CROSS_ENTROPY: case IR_COUNT_CORRECT: *s = ir_shape0(); return true;
+    default: return false;
+    }
+}
+
+void ir_verify(const IrProgram *p, const IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = &g->nodes[i];
+        if ((unsigned)n->op >= IR_NUM_OPS) verify_fail(g, i, "unknown op");
+        if (n->nin != ir_op_info[n->op].arity) verify_fail(g, i, "wrong number of inputs");
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] < 0 || n->in[k] >= i) verify_fail(g, i, "input is not an earlier node");
+        if (n->op == IR_INPUT && (n->index < 0 || n->index >= p->ninputs)) verify_fail(g, i, "bad input index");
+        if (n->op == IR_READ && (n->index < 0 || n->index >= p->ntensors)) verify_fail(g, i, "bad tensor index");
+        Shape want;
+        if (expected_shape(p, g, n, &want) && (want.rank < 0 || !ir_shape_equal(&want, &n->shape)))
+            verify_fail(g, i, "shape does not follow from the inputs");
+    }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] >= g->nnodes) cgc_internal_error(__FILE__, __LINE__, "graph %s: output out of range", g->name);
+}

@@ -1,0 +1,292 @@
+/* ir.h: the graph IR, the centre of cgc.
+ *
+ * A program is a few graphs (training step, evaluation, ...) over shared tables:
+ * symbols (symbolic dimensions; symbol 0 is the batch), inputs (fed by the data), and
+ * persistent tensors (parameters and optimizer state, which outlive a step). A graph is
+ * an array of nodes in topological order; a node is an op, its inputs (earlier node
+ * ids), the shape and dtype of the one tensor it produces, a few attributes, and the
+ * .net location it came from. Every pass reads and writes this; ir_print() gives the one
+ * stable text form that --dump-ir shows and the golden tests compare.
+ *
+ * Semantics a backend must keep:
+ *  - Elementwise binary ops broadcast as NumPy does (trailing dimensions align, size 1
+ *    stretches); the node's shape is the broadcast shape.
+ *  - IR_READ sees a persistent tensor's value from before the step; every IR_ASSIGN of
+ *    the graph takes effect after the whole graph has run (so reads and writes of one
+ *    step never race).
+ *  - Storage of a node's value is rounded to its dtype (round to nearest even for f16 and
+ *    bf16); f32 math otherwise (or f64 when a reference executor runs in f64 for checks).
+ *  - IR_DROPOUT draws its mask from rng_dropout_keep() (runtime/rng.h) keyed by
+ *    (seed, attribute `stream`, the value of its counter input, element index), so any
+ *    backend, and the backward pass, reproduce the same mask without storing it.
+ */
+#ifndef CGC_IR_H
+#define CGC_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "diag.h"
+
+enum { IR_MAX_RANK = 8, IR_MAX_IN = 3 };
+
+typedef enum DType { DT_F32, DT_F16, DT_BF16, DT_I32 } DType;
+
+/* A dimension: >= 0 is a size; < 0 is symbol number -(dim + 1), i.e. -1 is symbol 0
+ * (the batch). IR_SYM(k) makes one. */
+#define IR_SYM(k) ((int64_t)(-(k)-1))
+#define IR_DIM_IS_SYM(d) ((d) < 0)
+#define IR_DIM_SYMBOL(d) ((int)(-(d)-1))
+
+typedef struct Shape {
+    int rank;                 /* 0 for a scalar */
+    int64_t dim[IR_MAX_RANK];
+} Shape;
+
+/* Reductions over every axis (to a scalar) use this axis. */
+#define IR_AXIS_ALL (-1000)
+
+/* The op table. Columns: name, number of inputs, class, meaning, derivative (d = the
+ * incoming gradient; implemented in compiler/autodiff.c, which must stay in step with
+ * this table, as must ir.c's shape rules, the CPU executor and the CUDA renderer).
+ * Attributes: axis (a), value (v), index (i), flags (f). */
+#define IR_OPS(X)                                                                          \
+    /* leaves */                                                                           \
+    X(INPUT,      0, LEAF,   "data input number i of the program",         "none")         \
+    X(READ,       0, LEAF,   "value of persistent tensor i before the step", "accumulated into that tensor's gradient") \
+    X(CONST,      0, LEAF,   "scalar v (shape [])",                        "none")         \
+    X(RUNTIME,    0, LEAF,   "scalar the runtime supplies: i = IrRuntimeScalar", "none")   \
+    /* elementwise, one input */                                                           \
+    X(NEG,        1, UNARY,  "-x",                                         "-d")           \
+    X(EXP,        1, UNARY,  "e^x",                                        "d*y")          \
+    X(LOG,        1, UNARY,  "ln x",                                       "d/x")          \
+    X(SQRT,       1, UNARY,  "sqrt x",                                     "d/(2y)")       \
+    X(RSQRT,      1, UNARY,  "1/sqrt x",                                   "-d*y^3/2")     \
+    X(ABS,        1, UNARY,  "|x|",                                        "d*sign(x)")    \
+    X(SIGN,       1, UNARY,  "-1, 0 or 1",                                 "0")            \
+    X(RELU,       1, UNARY,  "max(x, 0)",                                  "relu_grad(d, x)") \
+    X(GELU,       1, UNARY,  "x*Phi(x) (erf form)",                        "gelu_grad(d, x)") \
+    X(GELU_TANH,  1, UNARY,  "gelu, tanh approximation",                   "gelu_tanh_grad(d, x)") \
+    X(TANH,       1, UNARY,  "tanh x",                                     "tanh_grad(d, y)") \
+    X(SIGMOID,    1, UNARY,  "1/(1+e^-x)",                                 "sigmoid_grad(d, y)") \
+    X(SILU,       1, UNARY,  "x*sigmoid(x)",                               "silu_grad(d, x)") \
+    X(COS,        1, UNARY,  "cos x (learning-rate schedules)",            "-d*sin x (not needed)") \
+    X(FLOOR,      1, UNARY,  "floor x (step schedule)",                    "0")            \
+    X(NONFINITE,  1, UNARY,  "1 where x is inf or nan, else 0",            "0")            \
+    X(CAST,       1, UNARY,  "x rounded to the node's dtype",              "cast(d) to the input's dtype") \
+    /* elementwise, two inputs, broadcasting */                                            \
+    X(ADD,        2, BINARY, "a + b",                                      "d, d (summed to each shape)") \
+    X(SUB,        2, BINARY, "a - b",                                      "d, -d")        \
+    X(MUL,        2, BINARY, "a * b",                                      "d*b, d*a")     \
+    X(DIV,        2, BINARY, "a / b",                                      "d/b, -d*a/b^2") \
+    X(MAXIMUM,    2, BINARY, "max(a, b)",                                  "to the larger (a on ties)") \
+    X(MINIMUM,    2, BINARY, "min(a, b)",                                  "to the smaller (a on ties)") \
+    X(POW,        2, BINARY, "a^b (bias corrections)",                     "not needed")   \
+    X(LESS,       2, BINARY, "1 if a < b else 0",                          "0")            \
+    X(EQUAL,      2, BINARY, "1 if a == b else 0",                         "0")            \
+    /* gradients of elementwise ops: (d, x or y), shape of the inputs */                   \
+    X(RELU_GRAD,      2, BINARY, "d * (x > 0)",                            "not needed")   \
+    X(GELU_GRAD,      2, BINARY, "d * gelu'(x)",                           "not needed")   \
+    X(GELU_TANH_GRAD, 2, BINARY, "d * gelu_tanh'(x)",                      "not needed")   \
+    X(TANH_GRAD,      2, BINARY, "d * (1 - y^2), y = tanh x",              "not needed")   \
+    X(SIGMOID_GRAD,   2, BINARY, "d * y * (1 - y), y = sigmoid x",         "not needed")   \
+    X(SILU_GRAD,      2, BINARY, "d * silu'(x)",                           "not needed")   \
+    /* three inputs */                                                                     \
+    X(SELECT,     3, TERNARY, "c != 0 ? a : b (broadcasting)",             "0, select(c, d, 0), select(c, 0, d)") \
+    /* random */                                                                           \
+    X(DROPOUT,    2, OTHER,  "(x, counter): x * keep / (1 - v), keep drawn with p = v, stream i", "dropout(d, counter), same mask") \
+    /* reductions: axis a (>= 0) removed, or IR_AXIS_ALL to a scalar */                    \
+    X(SUM,        1, REDUCE, "sum over axis a",                            "broadcast d back") \
+    X(MEAN,       1, REDUCE, "mean over axis a",                           "broadcast d back / count") \
+    X(MAX,        1, REDUCE, "max over axis a",                            "d split evenly over the maxima (torch.amax)") \
+    /* shape */                                                                            \
+    X(RESHAPE,    1, SHAPE,  "same elements, the node's shape",            "reshape d back") \
+    X(BROADCAST,  1, SHAPE,  "x stretched (NumPy rules) to the node's shape", "reduce_to(d, x's shape)") \
+    X(REDUCE_TO,  1, SHAPE,  "sum x down to the node's shape (undoes broadcasting)", "broadcast d") \
+    X(TRANSPOSE,  1, SHAPE,  "swap the last two dimensions",               "transpose d")  \
+    /* matrix product: f bit 0 transposes a, bit 1 transposes b, bit 2 rounds inputs to tf32 */ \
+    X(MATMUL,     2, MATMUL, "batched a @ b over the last two dims, leading dims broadcast", "d @ b^T, a^T @ d (reduced to shapes)") \
+    /* along axis a (>= 0) */                                                              \
+    X(SOFTMAX,        1, OTHER, "softmax along axis a",                    "softmax_grad(d, y)") \
+    X(LOG_SOFTMAX,    1, OTHER, "log softmax along axis a",                "log_softmax_grad(d, y)") \
+    X(SOFTMAX_GRAD,   2, OTHER, "(d, y): y * (d - sum(d*y))",              "not needed")   \
+    X(LOG_SOFTMAX_GRAD, 2, OTHER, "(d, y): d - e^y * sum(d)",              "not needed")   \
+    /* losses and metrics: logits [N, C] (fp32), labels i32 [N] */                         \
+    X(CROSS_ENTROPY, 2, OTHER, "(logits, labels): mean of -log_softmax(logits)[label]", "ce_grad(d, logits, labels)") \
+    X(CE_GRAD,       3, OTHER, "(d, logits, labels): d * (softmax - onehot) / N", "not needed") \
+    X(COUNT_CORRECT, 2, OTHER, "(logits, labels): number of rows whose argmax is the label", "none") \
+    /* effects */                                                                          \
+    X(ASSIGN,     1, EFFECT, "persistent tensor i := x after the step (shape [] result)", "none")
+
+typedef enum IrOp {
+#define X(name, arity, cls, meaning, deriv) IR_##name,
+    IR_OPS(X)
+#undef X
+    IR_NUM_OPS
+} IrOp;
+
+typedef enum IrOpClass {
+    IR_CLASS_LEAF, IR_CLASS_UNARY, IR_CLASS_BINARY, IR_CLASS_TERNARY, IR_CLASS_REDUCE,
+    IR_CLASS_SHAPE, IR_CLASS_MATMUL, IR_CLASS_OTHER, IR_CLASS_EFFECT,
+} IrOpClass;
+
+typedef struct IrOpInfo {
+    const char *name;       /* as in the table: "RELU_GRAD"; ir_op_name() prints "relu_grad" */
+    int arity;
+    IrOpClass cls;
+    const char *meaning;
+    const char *derivative;
+} IrOpInfo;
+
+extern const IrOpInfo ir_op_info[IR_NUM_OPS];
+const char *ir_op_name(IrOp op);          /* lower case, as dumps print it */
+
+enum { IR_MATMUL_TRANS_A = 1, IR_MATMUL_TRANS_B = 2, IR_MATMUL_TF32 = 4 };
+
+/* Scalars the runtime supplies to IR_RUNTIME nodes. */
+typedef enum IrRuntimeScalar {
+    IR_RT_TOTAL_STEPS,      /* optimizer steps the whole run will take (schedules) */
+    IR_NUM_RUNTIME,
+} IrRuntimeScalar;
+
+typedef struct IrNode {
+    IrOp op;
+    DType dtype;
+    Shape shape;
+    int nin;
+    int in[IR_MAX_IN];      /* ids of earlier nodes of the same graph */
+    int axis;               /* reductions, softmax: >= 0, or IR_AXIS_ALL */
+    double value;           /* CONST: the value; DROPOUT: p */
+    int index;              /* INPUT, READ, ASSIGN: table index; DROPOUT: stream; RUNTIME: which */
+    int flags;              /* MATMUL: IR_MATMUL_* */
+    SrcLoc loc;             /* the .net token this node came from; {0,0} for none */
+    const char *name;       /* optional: the binding it computes ("h1"), for dumps */
+} IrNode;
+
+/* What the runtime reads back from a graph after it runs. */
+typedef enum IrOutputRole {
+    IR_OUT_LOSS,        /* scalar loss of the batch (unscaled) */
+    IR_OUT_PREDICTION,  /* the model's output */
+    IR_OUT_CORRECT,     /* scalar: rows predicted right (eval graph, integer labels) */
+    IR_OUT_SKIPPED,     /* scalar: 1 when an fp16 step was skipped for inf/nan */
+    IR_OUT_GRAD_NORM,   /* scalar: global gradient L2 norm before clipping */
+    IR_NUM_OUTPUT_ROLES,
+} IrOutputRole;
+
+typedef struct IrGraph {
+    const char *name;       /* "forward", "train", "train_micro", "eval" */
+    IrNode *nodes;
+    int nnodes, cap;
+    int output[IR_NUM_OUTPUT_ROLES];   /* node id per role, -1 when absent */
+} IrGraph;
+
+typedef struct IrSymbol {
+    const char *name;       /* as written in the .net file ("N") */
+    SrcLoc loc;             /* first use */
+} IrSymbol;
+
+typedef struct IrInput {
+    const char *name;
+    DType dtype;
+    Shape shape;            /* first dimension is symbol 0, the batch */
+    SrcLoc loc;
+} IrInput;
+
+typedef enum IrTensorKind { IR_PARAM, IR_STATE } IrTensorKind;
+typedef enum IrInit {
+    IR_INIT_ZEROS,
+    IR_INIT_ONES,
+    IR_INIT_UNIFORM,        /* uniform in [-init_value, init_value] from the seed */
+    IR_INIT_CONST,          /* every element init_value */
+} IrInit;
+
+/* A tensor that lives across steps: a parameter, or optimizer/training state. Always
+ * f32 and of fixed (non-symbolic) shape. Saved by --save under `name`. */
+typedef struct IrTensor {
+    const char *name;       /* params: "h1.weight"; state: "cgc.adam.exp_avg.h1.weight" */
+    IrTensorKind kind;
+    Shape shape;
+    IrInit init;
+    double init_value;
+    SrcLoc loc;
+    int param_of;           /* state tensors: the parameter they belong to, or -1 */
+} IrTensor;
+
+typedef struct IrProgram {
+    const char *model_name;
+    IrSymbol *syms;      int nsyms;      /* syms[0] is the batch */
+    IrInput *inputs;     int ninputs;
+    IrTensor *tensors;   int ntensors;   /* parameters first, in source order */
+    int nparams;
+    int num_classes;     /* C when the loss is cross_entropy over [N, C] logits, else 0 */
+    int prediction_input_labels; /* input index of the labels the loss compares to, or -1 */
+    IrGraph forward;     /* sema: training-mode forward pass and loss */
+    IrGraph train;       /* training.c: one optimizer step (forward, backward, update) */
+    IrGraph train_micro; /* training.c: accumulate > 1 only: forward, backward, += grads */
+    IrGraph eval;        /* training.c: dropout off, loss, prediction, correct count */
+    TrainConfig cfg;
+} IrProgram;
+
+/* --- tables and shapes (ir.c) --- */
+const char *ir_dtype_name(DType t);      /* "f32" ... */
+bool ir_dtype_is_float(DType t);
+DType ir_promote(DType a, DType b);      /* f32 wins; two different halves give f32 */
+int64_t ir_numel(const Shape *s, const int64_t *symvals);  /* symvals[k] binds symbol k */
+bool ir_shape_equal(const Shape *a, const Shape *b);
+/* NumPy broadcast of A and B into OUT; false when they do not broadcast (a symbol only
+ * matches itself or 1). */
+bool ir_broadcast_shape(const Shape *a, const Shape *b, Shape *out);
+/* "[N, 784]" into BUF (which it returns), symbols by name. */
+const char *ir_shape_str(const IrProgram *p, const Shape *s, char *buf, size_t n);
+Shape ir_shape0(void);                   /* the scalar shape [] */
+Shape ir_shape_reduce(const Shape *s, int axis);     /* axis removed, or [] for ALL */
+Shape ir_shape_keepdim(const Shape *s, int axis);    /* axis set to 1, or all 1s for ALL */
+
+/* --- program and graph building (ir.c). Builders check their preconditions with
+ * CGC_ASSERT: callers (sema) report user errors before building. --- */
+IrProgram *ir_program_new(void);
+void ir_program_free(IrProgram *p);
+int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc);
+int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc);
+int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, IrInit init,
+                  double init_value, int param_of, SrcLoc loc);
+int ir_find_tensor(const IrProgram *p, const char *name);   /* -1 when absent */
+
+void ir_graph_init(IrGraph *g, const char *name);
+void ir_graph_free(IrGraph *g);
+void ir_graph_copy(IrGraph *dst, const IrGraph *src, const char *name);
+/* Appends a fully described node and returns its id. */
+int ir_add_node(IrGraph *g, const IrNode *n);
+
+int ir_input(IrGraph *g, const IrProgram *p, int input, SrcLoc loc);
+int ir_read(IrGraph *g, const IrProgram *p, int tensor, SrcLoc loc);
+int ir_const(IrGraph *g, double value, SrcLoc loc);
+int ir_runtime(IrGraph *g, IrRuntimeScalar which, SrcLoc loc);
+int ir_unary(IrGraph *g, IrOp op, int x, SrcLoc loc);
+int ir_binary(IrGraph *g, IrOp op, int a, int b, SrcLoc loc);  /* broadcasting */
+int ir_select(IrGraph *g, int cond, int a, int b, SrcLoc loc);
+int ir_cast(IrGraph *g, int x, DType t, SrcLoc loc);           /* x itself when same */
+int ir_dropout(IrGraph *g, int x, int counter, double p, int stream, SrcLoc loc);
+int ir_reduce(IrGraph *g, IrOp op, int x, int axis, SrcLoc loc);
+int ir_reshape(IrGraph *g, int x, Shape s, SrcLoc loc);
+int ir_broadcast(IrGraph *g, int x, Shape s, SrcLoc loc);
+int ir_reduce_to(IrGraph *g, int x, Shape s, SrcLoc loc);     /* x itself when same */
+int ir_transpose(IrGraph *g, int x, SrcLoc loc);
+int ir_matmul(IrGraph *g, int a, int b, int flags, SrcLoc loc);
+int ir_softmax(IrGraph *g, IrOp op, int x, int axis, SrcLoc loc);   /* SOFTMAX, LOG_SOFTMAX */
+int ir_softmax_grad(IrGraph *g, IrOp op, int d, int y, int axis, SrcLoc loc);
+int ir_cross_entropy(IrGraph *g, int logits, int labels, SrcLoc loc);
+int ir_ce_grad(IrGraph *g, int d, int logits, int labels, SrcLoc loc);
+int ir_count_correct(IrGraph *g, int logits, int labels, SrcLoc loc);
+int ir_assign(IrGraph *g, const IrProgram *p, int tensor, int value, SrcLoc loc);
+
+/* --- text form (ir.c) --- */
+/* The stable text form of one graph, with the program's tables first. */
+void ir_print(FILE *out, const IrProgram *p, const IrGraph *g);
+/* Structural check (ids in range and earlier, arities, shapes agree with the op's rule);
+ * on a violation reports CGC_INTERNAL naming the node. Passes call it in debug builds. */
+void ir_verify(const IrProgram *p, const IrGraph *g);
+
+#endif

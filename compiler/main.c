@@ -1,0 +1,285 @@
+/* main.c: the cgc command line.
+ *
+ *   parse -> sema -> command-line overrides -> precision -> training lowering -> run
+ *
+ * Every train key has a flag that overrides the file; its value is parsed as a .net
+ * expression and checked by the same code as the train block (sema_train_entry), with
+ * the flag's name as the "file" in messages, so `--batch 0` is reported exactly like
+ * `batch = 0`. Exit status: 0 success, 1 an error in the model, data or run, 2 a
+ * malformed command line.
+ */
+#include <dlfcn.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "passes.h"
+#include "../runtime/train.h"
+
+static const char usage_text[] =
+    "usage: cgc FILE.net [options]\n"
+    "\n"
+    "Compiles a .net model and trains it (see README.md and the language in dsl.md).\n"
+    "\n"
+    "What to do:\n"
+    "  --check                 parse, check and build the IR; run nothing\n"
+    "  --dump-ir[=GRAPH]       print the IR after all passes and exit; GRAPH is forward,\n"
+    "                          train, train_micro or eval (default: all of them)\n"
+    "  --device DEV            auto (default), cpu, or cuda[:N]\n"
+    "  --save FILE             save parameters and training state (safetensors) after\n"
+    "                          every epoch and at the end\n"
+    "  --resume FILE           continue the run saved in FILE\n"
+    "  --stop-after K          stop after global step K as if interrupted (saving when\n"
+    "                          --save is given); schedules still span the whole run\n"
+    "  --metrics FILE          append one JSON object per epoch to FILE\n"
+    "  -q, --quiet             print only errors\n"
+    "  --version, --help\n"
+    "\n"
+    "Train keys (override the file's train block; values are .net expressions):\n"
+    "  --data SPEC             idx(\"DIR\", scale = S) or synthetic(samples = K)\n"
+    "  --batch N  --epochs N  --steps N  --accumulate N  --seed N\n"
+    "  --shuffle true|false  --drop-last true|false\n"
+    "  --optimizer SPEC        sgd(lr, momentum, nesterov, weight_decay), adam(...), adamw(...)\n"
+    "  --lr X                  the optimizer's learning rate\n"
+    "  --schedule SPEC         constant, cosine(warmup, min_lr), step(every, gamma)\n"
+    "  --precision P           fp32, tf32, bf16 or fp16\n"
+    "  --clip-norm X           max global gradient norm, 0 = off\n"
+    "  --checkpoint M          none, all or auto (activation checkpointing)\n"
+    "  --memory SIZE           activation memory budget, e.g. 512MB\n";
+
+enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
+       OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR };
+
+/* Flags that are train keys: the flag name, then the key it sets. */
+static const char *const train_flags[][2] = {
+    {"data", "data"},           {"batch", "batch"},       {"epochs", "epochs"},
+    {"steps", "steps"},         {"shuffle", "shuffle"},   {"drop-last", "drop_last"},
+    {"optimizer", "optimizer"}, {"schedule", "schedule"}, {"precision", "precision"},
+    {"accumulate", "accumulate"}, {"clip-norm", "clip_norm"}, {"checkpoint", "checkpoint"},
+    {"memory", "memory"},       {"seed", "seed"},
+};
+enum { NUM_TRAIN_FLAGS = sizeof train_flags / sizeof train_flags[0] };
+
+typedef struct Override {
+    const char *key;    /* train key */
+    const char *flag;   /* "batch": the flag without its dashes */
+    const char *value;
+} Override;
+
+typedef struct Cli {
+    const char *path;
+    bool check, quiet;
+    const char *dump_ir;        /* NULL: no dump; "" all graphs */
+    const char *device;
+    const char *lr;
+    RunOptions run;
+    Override overrides[NUM_TRAIN_FLAGS * 4];
+    int noverrides;
+} Cli;
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "cgc: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'cgc --help'.\n");
+    return 2;
+}
+
+/* Parses a non-negative integer flag value; false when it is not one. */
+static bool parse_count(const char *s, int64_t *out)
+{
+    char *end;
+    if (!*s || *s == '-') return false;
+    long long v = strtoll(s, &end, 10);
+    if (*end || v < 0) return false;
+    *out = v;
+    return true;
+}
+
+/* Returns 0 when the command line is well formed, else the exit status. */
+static int parse_args(int argc, char **argv, Cli *cli)
+{
+    static struct option opts[NUM_TRAIN_FLAGS + 16];
+    int n = 0;
+    for (int i = 0; i < NUM_TRAIN_FLAGS; i++)
+        opts[n++] = (struct option){train_flags[i][0], required_argument, NULL, OPT_TRAIN_KEY + 100 + i};
+    opts[n++] = (struct option){"lr", required_argument, NULL, OPT_LR};
+    opts[n++] = (struct option){"dump-ir", optional_argument, NULL, OPT_DUMP_IR};
+    opts[n++] = (struct option){"device", required_argument, NULL, OPT_DEVICE};
+    opts[n++] = (struct option){"save", required_argument, NULL, OPT_SAVE};
+    opts[n++] = (struct option){"resume", required_argument, NULL, OPT_RESUME};
+    opts[n++] = (struct option){"stop-after", required_argument, NULL, OPT_STOP_AFTER};
+    opts[n++] = (struct option){"metrics", required_argument, NULL, OPT_METRICS};
+    opts[n++] = (struct option){"check", no_argument, NULL, OPT_CHECK};
+    opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
+    opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
+    opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
+    opts[n] = (struct option){0, 0, 0, 0};
+
+    cli->device = "auto";
+    opterr = 0;
+    int c, idx = 0;
+    while ((c = getopt_long(argc, argv, ":qh", opts, &idx)) != -1) {
+        switch (c) {
+        case 'q': cli->quiet = true; break;
+        case 'h': case OPT_HELP: fputs(usage_text, stdout); exit(0);
+        case OPT_VERSION:
+            printf("cgc %s (%s)\n", CGC_VERSION,
+                   CGC_CUDA_TOOLKIT_VERSION[0] ? "built with CUDA Toolkit " CGC_CUDA_TOOLKIT_VERSION
+                                               : "built without the CUDA Toolkit: CPU only");
+            exit(0);
+        case OPT_CHECK: cli->check = true; break;
+        case OPT_DUMP_IR: cli->dump_ir = optarg ? optarg : ""; break;
+        case OPT_DEVICE: cli->device = optarg; break;
+        case OPT_SAVE: cli->run.save_path = optarg; break;
+        case OPT_RESUME: cli->run.resume_path = optarg; break;
+        case OPT_METRICS: cli->run.metrics_path = optarg; break;
+        case OPT_LR: cli->lr = optarg; break;
+        case OPT_STOP_AFTER:
+            if (!parse_count(optarg, &cli->run.stop_after) || cli->run.stop_after == 0)
+                return usage_error("--stop-after takes a positive step number, not '%s'", optarg);
+            break;
+        case ':': return usage_error("%s needs a value", argv[optind - 1]);
+        case '?':
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        default: {
+            int k = c - OPT_TRAIN_KEY - 100;
+            CGC_ASSERT(k >= 0 && k < NUM_TRAIN_FLAGS);
+            if (cli->noverrides < (int)(sizeof cli->overrides / sizeof cli->overrides[0]))
+                cli->overrides[cli->noverrides++] =
+                    (Override){train_flags[k][1], train_flags[k][0], optarg};
+            break;
+        }
+        }
+    }
+    if (optind == argc) return usage_error("%s", "no model file given (usage: cgc FILE.net [options])");
+    if (optind + 1 < argc) return usage_error("unexpected argument '%s' (one model file at a time)", argv[optind + 1]);
+    cli->path = argv[optind];
+    return 0;
+}
+
+/* Applies one --KEY VALUE: the value is parsed and checked as the train block would. */
+static int apply_override(IrProgram *p, const Override *o)
+{
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", o->flag);
+    Source *src = source_from_string(flag, o->value, strlen(o->value));
+    AstExpr *e = parse_value(src);
+    int rc = e ? sema_train_entry(src, p, o->key, (SrcLoc){1, 1}, e) : -1;
+    ast_expr_free(e);
+    source_free(src);
+    return rc;
+}
+
+static int apply_lr(IrProgram *p, const char *value)
+{
+    char *end;
+    double lr = strtod(value, &end);
+    if (!*value || *end || !(lr > 0) || lr > 1e6) {
+        cgc_error("--lr: expected a positive learning rate such as 3e-4, not '%s'", diag_quote(value, 40));
+        return -1;
+    }
+    p->cfg.lr = lr;
+    return 0;
+}
+
+/* --device: says which device runs; the CUDA backend is not part of this build. */
+static int choose_device(const char *device, bool quiet)
+{
+    if (strcmp(device, "cpu") == 0) return 0;
+    if (strncmp(device, "cuda", 4) == 0 && (device[4] == '\0' || device[4] == ':')) {
+        cgc_error("--device %s: this build of cgc has no CUDA backend yet; use --device cpu or auto", device);
+        return -1;
+    }
+    if (strcmp(device, "auto") != 0) {
+        cgc_error("--device: unknown device '%s' (auto, cpu or cuda[:N])", diag_quote(device, 40));
+        return -1;
+    }
+    /* The driver is loaded at run time so that cgc runs where there is none. */
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!quiet)
+        fprintf(stderr, "cgc: %s; running on the CPU\n",
+                cuda ? "a CUDA driver is present but this build has no CUDA backend yet"
+                     : "no usable CUDA device (no driver: libcuda.so.1 not found)");
+    if (cuda) dlclose(cuda);
+    return 0;
+}
+
+static int dump_ir(const IrProgram *p, const char *which)
+{
+    const IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval};
+    bool any = false;
+    for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
+        const IrGraph *g = graphs[i];
+        if (*which && strcmp(which, g->name) != 0) continue;
+        any = true;
+        if (g->nnodes == 0 && *which == '\0') continue;
+        ir_print(stdout, p, g);
+    }
+    if (!any) {
+        cgc_error("--dump-ir: unknown graph '%s' (forward, train, train_micro or eval)", diag_quote(which, 40));
+        return 1;
+    }
+    return 0;
+}
+
+/* parse, check, override, lower: the program, or NULL after diagnostics. */
+static IrProgram *compile(Source *src, const Cli *cli)
+{
+    AstFile *ast = parse_file(src);
+    if (!ast) return NULL;
+    IrProgram *p = sema_check(src, ast);
+    ast_free(ast);
+    if (!p) return NULL;
+    int failed = 0;
+    for (int i = 0; i < cli->noverrides; i++) failed |= apply_override(p, &cli->overrides[i]) != 0;
+    if (cli->lr) failed |= apply_lr(p, cli->lr) != 0;
+    if (failed) {
+        ir_program_free(p);
+        return NULL;
+    }
+    if (!p->cfg.has_train_block) {
+        /* dsl.md: without a train block, compile, check and run one step. */
+        p->cfg.steps = p->cfg.steps ? p->cfg.steps : 1;
+    }
+    precision_assign(p);
+    training_lower(p);
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    Cli cli;
+    memset(&cli, 0, sizeof cli);
+    int rc = parse_args(argc, argv, &cli);
+    if (rc) return rc;
+
+    Source *src = source_load(cli.path);
+    if (!src) return 1;
+    IrProgram *p = compile(src, &cli);
+    if (!p) {
+        if (src->nerrors == 0) fprintf(stderr, "cgc: %s: compilation failed\n", cli.path);
+        source_free(src);
+        return 1;
+    }
+    if (cli.dump_ir) rc = dump_ir(p, cli.dump_ir);
+    else if (cli.check) {
+        int64_t nparams = 0;
+        for (int i = 0; i < p->nparams; i++) nparams += ir_numel(&p->tensors[i].shape, NULL);
+        if (!cli.quiet)
+            printf("%s: ok: model %s, %lld parameters in %d tensors\n", cli.path, p->model_name,
+                   (long long)nparams, p->nparams);
+    } else if (choose_device(cli.device, cli.quiet) != 0) {
+        rc = 1;
+    } else {
+        cli.run.net_path = cli.path;
+        cli.run.src = src;
+        cli.run.quiet = cli.quiet;
+        rc = train_run(p, &cli.run);
+    }
+    ir_program_free(p);
+    source_free(src);
+    return rc;
+}

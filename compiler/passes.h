@@ -1,0 +1,41 @@
+/* passes.h: the entry point of each compiler stage, in pipeline order. Each lives in a
+ * file of its own (named below) that opens with what it does and why. */
+#ifndef CGC_PASSES_H
+#define CGC_PASSES_H
+
+#include "ast.h"
+#include "ir.h"
+
+/* sema.c: checks names, types, shapes and train entries of FILE and builds the program:
+ * its tables, its `forward` graph (training mode: dropout active; outputs LOSS and
+ * PREDICTION) and its TrainConfig. Reports every error it finds (continuing past the
+ * first where it safely can) and returns NULL when there was any. */
+IrProgram *sema_check(Source *src, const AstFile *file);
+
+/* sema.c: checks one train entry KEY = VALUE and stores it in P->cfg; the same code path
+ * the train block uses, so command-line overrides (--batch 128, --optimizer "sgd(lr =
+ * 0.1)") are checked and mean exactly what the file would. Errors are reported against
+ * SRC at VALUE's locations. Returns 0, or -1 after a diagnostic. */
+int sema_train_entry(Source *src, IrProgram *p, const char *key, SrcLoc key_loc,
+                     const AstExpr *value);
+
+/* precision.c: autocast by P->cfg.precision on P->forward, before autodiff: for bf16 and
+ * fp16, MATMUL operands are cast to the half type and the product stored in it, ops that
+ * follow stay in it, and softmax, losses, reductions and normalisation statistics are
+ * computed in f32; for tf32, MATMULs get IR_MATMUL_TF32. fp32 leaves the graph as is. */
+void precision_assign(IrProgram *p);
+
+/* autodiff.c: reverse mode. Appends to G the nodes computing the gradient of scalar node
+ * LOSS, seeded with node DLOSS (d loss / d loss, e.g. the fp16 loss scale, or CONST 1),
+ * with respect to every persistent tensor of P read in G. GRADS[i] receives the node id
+ * of tensor i's gradient, f32 and of the tensor's shape, or -1 when the loss does not
+ * depend on it. */
+void autodiff(IrGraph *g, const IrProgram *p, int loss, int dloss, int *grads);
+
+/* training.c: from P->forward, builds P->train (loss scaling, autodiff, accumulation,
+ * unscale and the inf/nan check, clipping, schedule, optimizer update, state updates),
+ * P->train_micro when accumulate > 1, and P->eval; registers the optimizer state
+ * tensors it needs. */
+void training_lower(IrProgram *p);
+
+#endif

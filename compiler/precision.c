@@ -1,0 +1,193 @@
+/* compiler/precision.c: precision assignment (autocast) on the forward graph.
+ *
+ * Mixed precision is decided here once, before autodiff, so that the backward pass
+ * simply follows the forward's dtypes (autodiff keeps each gradient in its tensor's
+ * dtype and casts it back across every CAST). The rules are torch.autocast's, so a
+ * `precision = bf16` model computes what the same PyTorch model under
+ * torch.autocast(dtype=torch.bfloat16) would. With H the half type (bf16 or fp16):
+ *
+ *   op                                  fp32   tf32               bf16 / fp16
+ *   MATMUL                              as is  IR_MATMUL_TF32 set  operands cast to H, result H
+ *   ADD(MATMUL, READ of rank-1 param)   as is  as is               bias cast to H too (F.linear
+ *                                                                  autocasts x, W and b)
+ *   EXP LOG RSQRT POW SOFTMAX           as is  as is               float inputs cast to f32
+ *   LOG_SOFTMAX SUM MEAN MAX                                       (autocast's fp32 list:
+ *   CROSS_ENTROPY COUNT_CORRECT                                    reductions, norms, losses)
+ *   other elementwise, shape, dropout   as is  as is               ir_promote of the inputs:
+ *                                                                  H stays H, H with f32 is f32
+ *   the loss output                     f32    f32                 f32
+ *
+ * Parameters stay f32 (master weights); only their uses are cast. The graph is rebuilt
+ * rather than edited, because casts are new nodes and ids must stay topological.
+ */
+#include <stdlib.h>
+
+#include "passes.h"
+
+typedef struct Autocast {
+    const IrProgram *p;
+    const IrGraph *src;    /* the forward graph as sema built it */
+    IrGraph *dst;          /* its rebuilt form */
+    DType half;            /* DT_BF16 / DT_F16, or DT_F32 for tf32 */
+    bool tf32;
+    int *map;              /* src id -> dst id */
+    int *as_half, *as_f32; /* src id -> dst id of its cast, made once; -1 until needed */
+} Autocast;
+
+/* autocast's fp32 list, as far as the IR has those ops. */
+static bool op_runs_in_f32(IrOp op)
+{
+    switch (op) {
+    case IR_EXP: case IR_LOG: case IR_RSQRT: case IR_POW:
+    case IR_SOFTMAX: case IR_LOG_SOFTMAX: case IR_SUM: case IR_MEAN: case IR_MAX:
+    case IR_CROSS_ENTROPY: case IR_COUNT_CORRECT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Source node X as dtype T in the new graph; integers are left alone. */
+static int cast_to(Autocast *ac, int x, DType t, SrcLoc loc)
+{
+    int y = ac->map[x];
+    DType have = ac->dst->nodes[y].dtype;
+    if (have == t || !ir_dtype_is_float(have))
+        return y;
+    int *cache = t == DT_F32 ? ac->as_f32 : ac->as_half;
+    CGC_ASSERT(t == DT_F32 || t == ac->half);
+    if (cache[x] < 0)
+        cache[x] = ir_cast(ac->dst, y, t, loc);
+    return cache[x];
+}
+
+static bool is_rank1_param_read(const Autocast *ac, int x)
+{
+    const IrNode *n = &ac->src->nodes[x];
+    return n->op == IR_READ && ac->p->tensors[n->index].kind == IR_PARAM &&
+           ac->p->tensors[n->index].shape.rank == 1;
+}
+
+/* The linear layer's bias add: matmul output plus a rank-1 parameter, either order. */
+static bool is_bias_add(const Autocast *ac, const IrNode *n)
+{
+    if (n->op != IR_ADD)
+        return false;
+    const IrNode *a = &ac->src->nodes[n->in[0]], *b = &ac->src->nodes[n->in[1]];
+    return (a->op == IR_MATMUL && is_rank1_param_read(ac, n->in[1])) ||
+           (b->op == IR_MATMUL && is_rank1_param_read(ac, n->in[0]));
+}
+
+/* The new graph's inputs of source node N (with casts where the table says so); may set
+ * the tf32 bit on N. */
+static void autocast_inputs(Autocast *ac, IrNode *n, int *in)
+{
+    bool half = ac->half != DT_F32;
+    bool to_half = half && (n->op == IR_MATMUL || is_bias_add(ac, n));
+    bool to_f32 = half && op_runs_in_f32(n->op);
+    for (int k = 0; k < n->nin; k++) {
+        if (to_half)
+            in[k] = cast_to(ac, n->in[k], ac->half, n->loc);
+        else if (to_f32)
+            in[k] = cast_to(ac, n->in[k], DT_F32, n->loc);
+        else
+            in[k] = ac->map[n->in[k]];
+    }
+    if (ac->tf32 && n->op == IR_MATMUL)
+        n->flags |= IR_MATMUL_TF32;
+}
+
+static int clone_shape_op(IrGraph *g, const IrNode *n, int x)
+{
+    switch (n->op) {
+    case IR_RESHAPE: return ir_reshape(g, x, n->shape, n->loc);
+    case IR_BROADCAST: return ir_broadcast(g, x, n->shape, n->loc);
+    case IR_REDUCE_TO: return ir_reduce_to(g, x, n->shape, n->loc);
+    case IR_TRANSPOSE: return ir_transpose(g, x, n->loc);
+    default: CGC_INTERNAL("precision: %s is not a shape op", ir_op_info[n->op].name);
+    }
+}
+
+static int clone_other_op(IrGraph *g, const IrNode *n, const int *in)
+{
+    switch (n->op) {
+    case IR_DROPOUT: return ir_dropout(g, in[0], in[1], n->value, n->index, n->loc);
+    case IR_SOFTMAX: case IR_LOG_SOFTMAX: return ir_softmax(g, n->op, in[0], n->axis, n->loc);
+    case IR_SOFTMAX_GRAD: case IR_LOG_SOFTMAX_GRAD:
+        return ir_softmax_grad(g, n->op, in[0], in[1], n->axis, n->loc);
+    case IR_CROSS_ENTROPY: return ir_cross_entropy(g, in[0], in[1], n->loc);
+    case IR_CE_GRAD: return ir_ce_grad(g, in[0], in[1], in[2], n->loc);
+    case IR_COUNT_CORRECT: return ir_count_correct(g, in[0], in[1], n->loc);
+    default: CGC_INTERNAL("precision: unexpected op %s", ir_op_info[n->op].name);
+    }
+}
+
+/* N rebuilt in G over inputs IN by the builders, which derive its dtype from theirs. */
+static int clone_node(IrGraph *g, const IrProgram *p, const IrNode *n, const int *in)
+{
+    switch (ir_op_info[n->op].cls) {
+    case IR_CLASS_LEAF: return ir_add_node(g, n);
+    case IR_CLASS_UNARY:
+        return n->op == IR_CAST ? ir_cast(g, in[0], n->dtype, n->loc)
+                                : ir_unary(g, n->op, in[0], n->loc);
+    case IR_CLASS_BINARY: return ir_binary(g, n->op, in[0], in[1], n->loc);
+    case IR_CLASS_TERNARY: return ir_select(g, in[0], in[1], in[2], n->loc);
+    case IR_CLASS_REDUCE: return ir_reduce(g, n->op, in[0], n->axis, n->loc);
+    case IR_CLASS_SHAPE: return clone_shape_op(g, n, in[0]);
+    case IR_CLASS_MATMUL: return ir_matmul(g, in[0], in[1], n->flags, n->loc);
+    case IR_CLASS_OTHER: return clone_other_op(g, n, in);
+    case IR_CLASS_EFFECT: return ir_assign(g, p, n->index, ir_cast(g, in[0], DT_F32, n->loc), n->loc);
+    }
+    CGC_INTERNAL("precision: unknown op class");
+}
+
+static void rebuild(Autocast *ac)
+{
+    const IrGraph *src = ac->src;
+    for (int i = 0; i < src->nnodes; i++) {
+        IrNode n = src->nodes[i];
+        int in[IR_MAX_IN] = {0};
+        autocast_inputs(ac, &n, in);
+        int before = ac->dst->nnodes;
+        int id = clone_node(ac->dst, ac->p, &n, in);
+        if (id >= before)   /* a new node, not an input handed back unchanged */
+            ac->dst->nodes[id].name = n.name;
+        ac->map[i] = id;
+    }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        ac->dst->output[r] = src->output[r] < 0 ? -1 : ac->map[src->output[r]];
+    int loss = ac->dst->output[IR_OUT_LOSS];
+    if (loss >= 0)
+        ac->dst->output[IR_OUT_LOSS] = ir_cast(ac->dst, loss, DT_F32, ac->dst->nodes[loss].loc);
+}
+
+static int *filled(int n, int value)
+{
+    int *a = xmalloc((size_t)(n ? n : 1) * sizeof *a);
+    for (int i = 0; i < n; i++)
+        a[i] = value;
+    return a;
+}
+
+void precision_assign(IrProgram *p)
+{
+    Precision prec = p->cfg.precision;
+    if (prec == PREC_FP32)
+        return;
+    int n = p->forward.nnodes;
+    IrGraph dst;
+    ir_graph_init(&dst, p->forward.name);
+    Autocast ac = {
+        .p = p, .src = &p->forward, .dst = &dst,
+        .half = prec == PREC_BF16 ? DT_BF16 : prec == PREC_FP16 ? DT_F16 : DT_F32,
+        .tf32 = prec == PREC_TF32,
+        .map = filled(n, -1), .as_half = filled(n, -1), .as_f32 = filled(n, -1),
+    };
+    rebuild(&ac);
+    ir_graph_free(&p->forward);
+    p->forward = dst;
+    free(ac.map);
+    free(ac.as_half);
+    free(ac.as_f32);
+    ir_verify(p, &p->forward);
+}

@@ -1,0 +1,169 @@
+/* checkpoint.c: --save and --resume.
+ *
+ * A checkpoint is one safetensors file. Parameters are stored under the names dsl.md
+ * gives them (`h1.weight`, F32, PyTorch's shapes), so `safetensors.torch.load_file`
+ * reads a model that PyTorch can use directly. Everything else a resumed run needs is in
+ * the same file: optimizer and training state as F32 tensors named `cgc.*` (Adam's
+ * moments, step counters, the fp16 loss scale), and the position in the data as
+ * metadata strings (epoch, batch within it, global step). Random numbers are counter-
+ * based, so there is no generator state to store. Doubles are written in C's hex-float
+ * form so that they read back to the same bits.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+#include "train.h"
+
+enum { FORMAT_VERSION = 1 };
+
+typedef struct MetaBuf {
+    StMeta meta[16];
+    char text[16][64];
+    int n;
+} MetaBuf;
+
+static void meta_add(MetaBuf *m, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void meta_add(MetaBuf *m, const char *key, const char *fmt, ...)
+{
+    CGC_ASSERT(m->n < 16);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->text[m->n], sizeof m->text[m->n], fmt, ap);
+    va_end(ap);
+    m->meta[m->n] = (StMeta){key, m->text[m->n]};
+    m->n++;
+}
+
+int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr)
+{
+    StTensor *t = xcalloc((size_t)p->ntensors, sizeof *t);
+    for (int i = 0; i < p->ntensors; i++) {
+        const IrTensor *d = &p->tensors[i];
+        t[i].name = d->name;
+        t[i].dtype = "F32";
+        t[i].rank = d->shape.rank;
+        memcpy(t[i].shape, d->shape.dim, sizeof(int64_t) * (size_t)d->shape.rank);
+        t[i].data = cpu_exec_tensor(e, i);
+    }
+    MetaBuf m = {0};
+    meta_add(&m, "format", "cgc-checkpoint-%d", FORMAT_VERSION);
+    meta_add(&m, "cgc.model", "%s", p->model_name);
+    meta_add(&m, "cgc.seed", "%llu", (unsigned long long)p->cfg.seed);
+    meta_add(&m, "cgc.batch", "%lld", (long long)p->cfg.batch);
+    meta_add(&m, "cgc.accumulate", "%lld", (long long)p->cfg.accumulate);
+    meta_add(&m, "cgc.epoch", "%lld", (long long)pr->epoch);
+    meta_add(&m, "cgc.batch_in_epoch", "%lld", (long long)pr->batch_in_epoch);
+    meta_add(&m, "cgc.step", "%lld", (long long)pr->step);
+    meta_add(&m, "cgc.skipped", "%lld", (long long)pr->skipped);
+    meta_add(&m, "cgc.loss_sum", "%a", pr->loss_sum);
+    meta_add(&m, "cgc.loss_count", "%lld", (long long)pr->loss_count);
+    int rc = st_save(path, t, p->ntensors, m.meta, m.n);
+    free(t);
+    return rc;
+}
+
+/* Metadata KEY as an integer within [lo, hi], or -1 after an error. */
+static int meta_int(const StFile *f, const char *path, const char *key, long long lo,
+                    long long hi, long long *out)
+{
+    const char *s = st_meta(f, key);
+    char *end;
+    if (!s) {
+        cgc_error("%s: not a cgc checkpoint: no '%s' in its metadata", path, key);
+        return -1;
+    }
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) {
+        cgc_error("%s: metadata '%s' is '%s', not a number in [%lld, %lld]", path, key,
+                  diag_quote(s, 40), lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The run must be continued with the same data order and step size it was saved with. */
+static int check_same(const char *path, const char *key, long long saved, long long now,
+                      const char *flag)
+{
+    if (saved == now) return 0;
+    cgc_error("%s was saved with %s %lld, this run has %lld; resume with %s %lld", path, key,
+              saved, now, flag, saved);
+    return -1;
+}
+
+static int load_tensors(const StFile *f, const char *path, const IrProgram *p, CpuExec *e)
+{
+    char want[128], got[128];
+    for (int i = 0; i < st_count(f); i++)
+        if (ir_find_tensor(p, st_get(f, i)->name) < 0) {
+            cgc_error("%s: tensor '%s' is not part of this model and optimizer (was it saved "
+                      "from another model, or with another optimizer?)", path,
+                      diag_quote(st_get(f, i)->name, 60));
+            return -1;
+        }
+    for (int i = 0; i < p->ntensors; i++) {
+        const IrTensor *d = &p->tensors[i];
+        const StTensor *t = st_find(f, d->name);
+        if (!t) {
+            cgc_error("%s: no tensor '%s' (was it saved from another model, or with another "
+                      "optimizer?)", path, d->name);
+            return -1;
+        }
+        Shape s = ir_shape0();
+        s.rank = t->rank;
+        for (int k = 0; k < t->rank && k < IR_MAX_RANK; k++) s.dim[k] = t->shape[k];
+        if (strcmp(t->dtype, "F32") != 0 || t->rank > IR_MAX_RANK || !ir_shape_equal(&s, &d->shape)) {
+            cgc_error("%s: tensor '%s' is %s%s, the model's is F32%s", path, d->name, t->dtype,
+                      t->rank > IR_MAX_RANK ? "[...]" : ir_shape_str(p, &s, got, sizeof got),
+                      ir_shape_str(p, &d->shape, want, sizeof want));
+            return -1;
+        }
+        memcpy(cpu_exec_tensor(e, i), t->data, (size_t)ir_numel(&d->shape, NULL) * sizeof(float));
+    }
+    return 0;
+}
+
+int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgress *pr)
+{
+    StFile *f = st_load(path);
+    if (!f) return -1;
+    int rc = -1;
+    long long seed, batch, accumulate, epoch, bie, step, skipped, count;
+    const long long big = 1ll << 50;
+    const char *format = st_meta(f, "format"), *loss_sum = st_meta(f, "cgc.loss_sum");
+    if (!format || strcmp(format, "cgc-checkpoint-1") != 0) {
+        cgc_error("%s: not a cgc checkpoint (metadata 'format' is %s%s%s); --resume takes a file "
+                  "written by cgc --save", path, format ? "'" : "", format ? diag_quote(format, 40) : "missing",
+                  format ? "'" : "");
+        goto out;
+    }
+    if (meta_int(f, path, "cgc.seed", 0, big, &seed) || meta_int(f, path, "cgc.batch", 1, big, &batch) ||
+        meta_int(f, path, "cgc.accumulate", 1, big, &accumulate) ||
+        meta_int(f, path, "cgc.epoch", 0, big, &epoch) ||
+        meta_int(f, path, "cgc.batch_in_epoch", 0, big, &bie) ||
+        meta_int(f, path, "cgc.step", 0, big, &step) || meta_int(f, path, "cgc.skipped", 0, big, &skipped) ||
+        meta_int(f, path, "cgc.loss_count", 0, big, &count))
+        goto out;
+    if (check_same(path, "seed", seed, (long long)p->cfg.seed, "--seed") ||
+        check_same(path, "batch", batch, (long long)p->cfg.batch, "--batch") ||
+        check_same(path, "accumulate", accumulate, (long long)p->cfg.accumulate, "--accumulate"))
+        goto out;
+    char *end;
+    double sum = loss_sum ? strtod(loss_sum, &end) : 0;
+    if (!loss_sum || !*loss_sum || *end) {
+        cgc_error("%s: metadata 'cgc.loss_sum' is missing or not a number", path);
+        goto out;
+    }
+    if (load_tensors(f, path, p, e) != 0) goto out;
+    *pr = (TrainProgress){epoch, bie, step, skipped, sum, count, 0};
+    rc = 0;
+out:
+    st_free(f);
+    return rc;
+}

@@ -1,0 +1,603 @@
+/* exec.c: the CPU reference executor (see exec.h).
+ *
+ * A run walks the graph's nodes in order and computes each into a buffer of its own.
+ * Buffers are kept from run to run and only grow, because training calls this ten
+ * thousand times with the same few shapes. READ and same-type RESHAPE nodes alias
+ * storage instead of copying it. ASSIGNs are applied after the last node, so every
+ * read of a step sees the values from before it; they copy into the tensors (rather
+ * than swap buffers) so that cpu_exec_tensor's pointers stay put. One consequence:
+ * after a run, a READ node's value shows what the ASSIGNs left there.
+ *
+ * The kernels exist twice, for float and for double, compiled from exec_impl.h
+ * included once per element type, so that the f64 oracle of the gradient checks and
+ * the f32 executor that trains cannot drift apart. This file holds what does not
+ * depend on the element type: buffers, binding symbols, planning broadcasting walks
+ * and axis reductions, rounding to the emulated formats, errors and timing.
+ *
+ * Parallel loops split work into tasks of a fixed size and combine partial sums in
+ * task order, so a result never depends on how many threads ran it. GEMMs are split
+ * the same way over single-threaded BLAS calls, so one thread pool serves everything.
+ */
+#include "exec.h"
+
+#include "../rng.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum {
+    PAR_MIN = 32768,    /* elements below which a loop stays serial */
+    CHUNK = 4096,       /* elements per parallel task of elementwise work */
+    COL_CHUNK = 256,    /* columns per task when reducing over a non-last axis */
+};
+
+/* ---- buffers and slots ---- */
+
+typedef struct Buf {
+    void *p;
+    size_t cap;         /* bytes */
+} Buf;
+
+/* What the executor keeps per node id of the graph being run. */
+typedef struct Slot {
+    Buf own;            /* the node's storage: REAL, or int32 for i32 nodes */
+    Buf conv;           /* an i32 node's values as REAL, for ops that read numbers */
+    void *val;          /* the value: own.p, or an alias (READ, RESHAPE) */
+    int64_t n;          /* elements */
+    uint64_t conv_run;  /* the run that filled conv (0: never) */
+} Slot;
+
+struct CpuExec {
+    const IrProgram *p;
+    CpuReal real;
+    size_t esize;           /* sizeof(float) or sizeof(double) */
+    void **tensors;         /* persistent tensors, fixed shapes, REAL */
+    Slot *slots;
+    int nslots;
+    const IrGraph *graph;   /* the graph of the last run */
+    const CpuFeed *feed;    /* during a run */
+    int64_t symvals[8];
+    uint64_t run;           /* runs started so far */
+    Buf scratch[3];         /* tf32 copies of GEMM operands; REDUCE_TO passes; partials */
+    double gemm_seconds;
+};
+
+/* Makes B hold at least BYTES. The old contents are not kept: callers overwrite. */
+static void *buf_reserve(Buf *b, size_t bytes)
+{
+    if (bytes == 0) bytes = sizeof(double);
+    if (b->cap < bytes) {
+        free(b->p);
+        b->p = xmalloc(bytes);
+        b->cap = bytes;
+    }
+    return b->p;
+}
+
+static void buf_free(Buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
+
+static void slots_reserve(CpuExec *e, int n)
+{
+    if (n <= e->nslots) return;
+    e->slots = xrealloc(e->slots, (size_t)n * sizeof *e->slots);
+    memset(e->slots + e->nslots, 0, (size_t)(n - e->nslots) * sizeof *e->slots);
+    e->nslots = n;
+}
+
+/* ---- shapes with symbols bound ---- */
+
+typedef struct Dims {
+    int rank;
+    int64_t d[IR_MAX_RANK];
+} Dims;
+
+static Dims bind_shape(const Shape *s, const int64_t *symvals)
+{
+    Dims r = { .rank = s->rank };
+    for (int i = 0; i < s->rank; i++) {
+        int64_t d = s->dim[i];
+        r.d[i] = IR_DIM_IS_SYM(d) ? symvals[IR_DIM_SYMBOL(d)] : d;
+    }
+    return r;
+}
+
+static int64_t dims_numel(const Dims *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->rank; i++) n *= d->d[i];
+    return n;
+}
+
+/* Dense row-major strides of D. */
+static void dims_strides(const Dims *d, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int i = d->rank - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= d->d[i];
+    }
+}
+
+/* The first RANK - DROP dimensions of D (matrix batch dims). */
+static Dims dims_prefix(const Dims *d, int drop)
+{
+    Dims r = *d;
+    r.rank = d->rank - drop;
+    return r;
+}
+
+/* ---- broadcasting walks ----
+ *
+ * A walk visits the elements of an output in order and, for each of up to three
+ * operands, the offset of the element that broadcasting pairs with it. Dimensions of
+ * size 1 are dropped and neighbours merged wherever every operand allows, so the
+ * common cases (same shapes, a scalar operand, a [C] bias on [N, C]) become one or a
+ * few long spans with unit or zero strides, which the kernels vectorize. */
+
+typedef struct Walk {
+    int rank, nops;
+    int64_t dim[IR_MAX_RANK];
+    int64_t stride[IR_MAX_IN][IR_MAX_RANK];  /* 0 where the operand is broadcast */
+    int64_t n;
+} Walk;
+
+/* The strides of operand OP, a shape broadcast to OUT (trailing dimensions aligned). */
+static void walk_operand_strides(const Dims *out, const Dims *op, int64_t *stride)
+{
+    int64_t dense[IR_MAX_RANK];
+    dims_strides(op, dense);
+    int lead = out->rank - op->rank;
+    CGC_ASSERT(lead >= 0);
+    for (int i = 0; i < out->rank; i++) {
+        int j = i - lead;
+        stride[i] = (j < 0 || op->d[j] == 1) ? 0 : dense[j];
+        CGC_ASSERT(j < 0 || op->d[j] == 1 || op->d[j] == out->d[i]);
+    }
+}
+
+static void walk_plan(Walk *w, const Dims *out, int nops, const Dims *ops)
+{
+    int64_t st[IR_MAX_IN][IR_MAX_RANK];
+    for (int k = 0; k < nops; k++) walk_operand_strides(out, &ops[k], st[k]);
+    memset(w, 0, sizeof *w);
+    w->nops = nops;
+    w->n = dims_numel(out);
+    for (int i = 0; i < out->rank; i++) {
+        if (out->d[i] == 1) continue;
+        bool merge = w->rank > 0;
+        for (int k = 0; k < nops && merge; k++)
+            merge = st[k][i] * out->d[i] == w->stride[k][w->rank - 1];
+        if (merge) {
+            w->dim[w->rank - 1] *= out->d[i];
+            for (int k = 0; k < nops; k++) w->stride[k][w->rank - 1] = st[k][i];
+            continue;
+        }
+        w->dim[w->rank] = out->d[i];
+        for (int k = 0; k < nops; k++) w->stride[k][w->rank] = st[k][i];
+        w->rank++;
+    }
+    if (w->rank == 0) w->dim[w->rank++] = 1;   /* a single element */
+}
+
+/* Offsets of each operand's element paired with output element INDEX. */
+static void walk_offsets(const Walk *w, int64_t index, int64_t *off)
+{
+    for (int k = 0; k < w->nops; k++) off[k] = 0;
+    for (int i = w->rank - 1; i >= 0 && index > 0; i--) {
+        int64_t j = index % w->dim[i];
+        index /= w->dim[i];
+        for (int k = 0; k < w->nops; k++) off[k] += j * w->stride[k][i];
+    }
+}
+
+/* Computes output elements [OUT, OUT+LEN) from operand elements OFF[k] + i*STEP[k]. */
+typedef void (*SpanFn)(void *ctx, int64_t out, const int64_t *off, const int64_t *step,
+                       int64_t len);
+
+/* Runs FN over the walk in spans of at most CHUNK elements, in parallel when large.
+ * One call per span, not per element, so the function pointer costs nothing. */
+static void walk_run(const Walk *w, SpanFn fn, void *ctx)
+{
+    if (w->n == 0) return;
+    int64_t inner = w->dim[w->rank - 1];
+    int64_t per_row = (inner + CHUNK - 1) / CHUNK;
+    int64_t tasks = (w->n / inner) * per_row;
+    int64_t step[IR_MAX_IN];
+    for (int k = 0; k < w->nops; k++) step[k] = w->stride[k][w->rank - 1];
+
+#pragma omp parallel for schedule(static) if (w->n >= PAR_MIN)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t row = t / per_row, lo = (t % per_row) * CHUNK;
+        int64_t len = inner - lo < CHUNK ? inner - lo : CHUNK;
+        int64_t off[IR_MAX_IN];
+        walk_offsets(w, row * inner, off);
+        for (int k = 0; k < w->nops; k++) off[k] += lo * step[k];
+        fn(ctx, row * inner + lo, off, step, len);
+    }
+}
+
+/* ---- axis plans: a tensor seen as [outer, len, inner] around one axis ---- */
+
+typedef struct AxisPlan {
+    int64_t outer, len, inner;
+} AxisPlan;
+
+static AxisPlan axis_plan(const Dims *d, int axis)
+{
+    AxisPlan a = { 1, 1, 1 };
+    if (axis == IR_AXIS_ALL) {
+        a.len = dims_numel(d);
+        return a;
+    }
+    CGC_ASSERT(axis >= 0 && axis < d->rank);
+    for (int i = 0; i < axis; i++) a.outer *= d->d[i];
+    a.len = d->d[axis];
+    for (int i = axis + 1; i < d->rank; i++) a.inner *= d->d[i];
+    return a;
+}
+
+/* REDUCE_TO as a sequence of single-axis sums: each maximal run of dimensions that
+ * the output keeps as 1 (and the input does not) is summed away in one pass, the
+ * innermost run first. Returns the number of passes written to PASS. */
+static int reduce_to_plan(const Dims *x, const Dims *out, AxisPlan *pass)
+{
+    int lead = x->rank - out->rank, npass = 0;
+    CGC_ASSERT(lead >= 0);
+    Dims cur = *x;
+    int i = x->rank - 1;
+    while (i >= 0) {
+        bool reduced = cur.d[i] != 1 && (i < lead || out->d[i - lead] == 1);
+        if (!reduced) {
+            i--;
+            continue;
+        }
+        int hi = i;   /* the run is [lo, hi]; size-1 dims inside it do not break it */
+        while (i >= 0 && (i < lead || out->d[i - lead] == 1)) i--;
+        int lo = i + 1;
+        AxisPlan a = { 1, 1, 1 };
+        for (int j = 0; j < lo; j++) a.outer *= cur.d[j];
+        for (int j = lo; j <= hi; j++) a.len *= cur.d[j], cur.d[j] = 1;
+        for (int j = hi + 1; j < cur.rank; j++) a.inner *= cur.d[j];
+        pass[npass++] = a;
+    }
+    return npass;
+}
+
+/* ---- rounding to the emulated formats ----
+ *
+ * Bit arithmetic on the binary32 (or binary64) encoding: adding half a unit of the
+ * kept precision minus one, plus the lowest kept bit, then truncating, is round to
+ * nearest with ties to even, and a carry out of the mantissa correctly bumps the
+ * exponent. Below the format's smallest normal number the unit is fixed; adding and
+ * subtracting a power of two whose ulp is that unit lets the FPU round (the default
+ * rounding mode is nearest even). Both results are computed and one selected, without
+ * branches, so that loops over whole tensors vectorize. */
+
+typedef struct HalfFormat {
+    int mant;               /* mantissa bits kept */
+    double min_normal;      /* below it the format is subnormal */
+    double subnormal_magic; /* a power of two whose float ulp is the subnormal unit */
+    double overflow_at;     /* the smallest magnitude that rounds to infinity */
+} HalfFormat;
+
+/* f16: 10 mantissa bits, exponents down to -14, largest 65504 (65520 rounds up). */
+static const HalfFormat FMT_F16 = { 10, 0x1p-14, 0x1p-1, 65520.0 };
+/* bf16 and tf32 share f32's exponent range. */
+static const HalfFormat FMT_BF16 = { 7, 0x1p-126, 0x1p-110, 0x1.fep127 };
+static const HalfFormat FMT_TF32 = { 10, 0x1p-126, 0x1p-113, 0x1.ffep127 };
+
+static inline uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float f32_from(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static inline uint64_t f64_bits(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline double f64_from(uint64_t u)
+{
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* C ? A : B by masks: GCC keeps a conditional FP result as a branch, which stops
+ * vectorization; integer masks it does not. */
+static inline uint32_t select32(bool c, uint32_t a, uint32_t b)
+{
+    uint32_t m = -(uint32_t)c;
+    return (a & m) | (b & ~m);
+}
+
+static inline uint64_t select64(bool c, uint64_t a, uint64_t b)
+{
+    uint64_t m = -(uint64_t)c;
+    return (a & m) | (b & ~m);
+}
+
+static inline float round_float(float x, const HalfFormat *f)
+{
+    uint32_t u = f32_bits(x), sign = u & 0x80000000u, a = u ^ sign;
+    uint32_t shift = (uint32_t)(23 - f->mant);
+    uint32_t normal = (a + ((1u << (shift - 1)) - 1) + ((a >> shift) & 1)) & ~((1u << shift) - 1);
+    float magic = (float)f->subnormal_magic;
+    uint32_t sub = f32_bits((f32_from(a) + magic) - magic);
+    uint32_t r = select32(a < f32_bits((float)f->min_normal), sub, normal);
+    r = select32(a >= f32_bits((float)f->overflow_at), 0x7f800000u, r);
+    r = select32(a > 0x7f800000u, a, r);   /* NaN stays NaN */
+    return f32_from(r | sign);
+}
+
+/* The same rounding straight from binary64, so that the f64 executor does not round
+ * twice (to float, then to the half format). */
+static inline double round_double(double x, const HalfFormat *f)
+{
+    const uint64_t inf = 0x7ff0000000000000ull;
+    uint64_t u = f64_bits(x), sign = u & 0x8000000000000000ull, a = u ^ sign;
+    uint64_t shift = (uint64_t)(52 - f->mant), one = 1;
+    uint64_t normal = (a + ((one << (shift - 1)) - 1) + ((a >> shift) & 1)) & ~((one << shift) - 1);
+    double magic = f->subnormal_magic * 0x1p29;   /* 52 - 23 more mantissa bits */
+    uint64_t sub = f64_bits((f64_from(a) + magic) - magic);
+    uint64_t r = select64(a < f64_bits(f->min_normal), sub, normal);
+    r = select64(a >= f64_bits(f->overflow_at), inf, r);
+    r = select64(a > inf, a, r);
+    return f64_from(r | sign);
+}
+
+float cpu_round_f16(float x) { return round_float(x, &FMT_F16); }
+float cpu_round_bf16(float x) { return round_float(x, &FMT_BF16); }
+float cpu_round_tf32(float x) { return round_float(x, &FMT_TF32); }
+
+/* The format a node's storage is rounded to, or NULL for f32 (and i32). */
+static const HalfFormat *storage_format(DType t)
+{
+    if (t == DT_F16) return &FMT_F16;
+    if (t == DT_BF16) return &FMT_BF16;
+    return NULL;
+}
+
+/* ---- splitting GEMMs ---- */
+
+enum {
+    GEMM_MIN_PART = 64,         /* rows or columns per part, at least */
+    GEMM_MAX_PARTS = 8,
+    GEMM_MIN_SPLIT = 1 << 20,   /* multiply-adds below which one call does it all */
+};
+
+/* How a product of [m, k] by [k, n] is cut: along rows (m) or columns (n) of C, into
+ * PARTS blocks of SIZE out of TOTAL. */
+typedef struct GemmSplit {
+    bool rows;
+    int parts;
+    int64_t size, total;
+} GemmSplit;
+
+static GemmSplit gemm_split(int64_t m, int64_t n, int64_t k)
+{
+    GemmSplit s = { .rows = m >= n, .parts = 1 };
+    s.total = s.rows ? m : n;
+    s.size = s.total;
+    if (m * n * k < GEMM_MIN_SPLIT) return s;
+    int64_t parts = s.total / GEMM_MIN_PART;
+    s.parts = (int)(parts < 1 ? 1 : parts > GEMM_MAX_PARTS ? GEMM_MAX_PARTS : parts);
+    /* multiples of 16 keep the parts aligned to the BLAS kernels' register blocks */
+    s.size = ((s.total + s.parts - 1) / s.parts + 15) / 16 * 16;
+    s.parts = (int)((s.total + s.size - 1) / s.size);
+    return s;
+}
+
+/* ---- errors, time, scalars ---- */
+
+static int report_bad_label(const IrNode *node, int32_t label, int64_t classes)
+{
+    const char *what = node->name ? node->name : ir_op_info[node->op].name;
+    if (node->loc.line > 0)
+        cgc_error("label %d out of range for %lld classes at line %d of the .net file (%s)",
+                  (int)label, (long long)classes, node->loc.line, what);
+    else
+        cgc_error("label %d out of range for %lld classes (%s)", (int)label,
+                  (long long)classes, what);
+    return -1;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A float value as the int32 an i32 node stores: truncated like a C cast, NaN as 0,
+ * saturated instead of undefined behaviour. */
+static int32_t to_int32(double x)
+{
+    if (isnan(x)) return 0;
+    if (x >= 2147483647.0) return INT32_MAX;
+    if (x <= -2147483648.0) return INT32_MIN;
+    return (int32_t)x;
+}
+
+/* The counter input of DROPOUT as the unsigned count rng.h expects. */
+static uint64_t to_counter(double x)
+{
+    if (!(x >= 0)) return 0;
+    if (x >= 18446744073709551615.0) return UINT64_MAX;
+    return (uint64_t)x;
+}
+
+/* Ops that only move elements: their output needs no rounding when the input already
+ * has the node's dtype. */
+static bool moves_elements(IrOp op)
+{
+    return op == IR_RESHAPE || op == IR_BROADCAST || op == IR_TRANSPOSE;
+}
+
+/* ---- the kernels, once per element type ---- */
+
+#define REAL float
+#define SFX(name) name##_f32
+#define MATH(fn) fn##f
+#define GEMM cblas_sgemm
+#define ROUND(x, fmt) round_float((x), (fmt))
+#include "exec_impl.h"
+
+#define REAL double
+#define SFX(name) name##_f64
+#define MATH(fn) fn
+#define GEMM cblas_dgemm
+#define ROUND(x, fmt) round_double((x), (fmt))
+#include "exec_impl.h"
+
+/* ---- the public interface ---- */
+
+CpuExec *cpu_exec_new(const IrProgram *p, CpuReal real)
+{
+    /* GEMMs run on our OpenMP threads (see SFX(gemm)); BLAS itself stays serial. */
+    openblas_set_num_threads(1);
+    CpuExec *e = xcalloc(1, sizeof *e);
+    e->p = p;
+    e->real = real;
+    e->esize = real == CPU_F64 ? sizeof(double) : sizeof(float);
+    e->tensors = xcalloc((size_t)(p->ntensors ? p->ntensors : 1), sizeof *e->tensors);
+    for (int i = 0; i < p->ntensors; i++) {
+        int64_t n = ir_numel(&p->tensors[i].shape, NULL);
+        CGC_ASSERT(n >= 0);
+        e->tensors[i] = xcalloc((size_t)(n ? n : 1), e->esize);
+    }
+    return e;
+}
+
+void cpu_exec_free(CpuExec *e)
+{
+    if (!e) return;
+    for (int i = 0; i < e->p->ntensors; i++) free(e->tensors[i]);
+    free(e->tensors);
+    for (int i = 0; i < e->nslots; i++) {
+        buf_free(&e->slots[i].own);
+        buf_free(&e->slots[i].conv);
+    }
+    free(e->slots);
+    for (int i = 0; i < 3; i++) buf_free(&e->scratch[i]);
+    free(e);
+}
+
+/* The initial value of element EL of tensor I. */
+static double init_value(const IrTensor *t, int i, uint64_t seed, int64_t el)
+{
+    switch (t->init) {
+    case IR_INIT_ZEROS: return 0;
+    case IR_INIT_ONES: return 1;
+    case IR_INIT_CONST: return t->init_value;
+    case IR_INIT_UNIFORM: {
+        float u = rng_uniform(seed, RNG_INIT, ((uint64_t)i << 40) + (uint64_t)el);
+        return (2.0 * u - 1.0) * t->init_value;
+    }
+    }
+    CGC_INTERNAL("tensor %s has an unknown init %d", t->name, (int)t->init);
+}
+
+void cpu_exec_init_tensors(CpuExec *e, uint64_t seed)
+{
+    for (int i = 0; i < e->p->ntensors; i++) {
+        const IrTensor *t = &e->p->tensors[i];
+        int64_t n = ir_numel(&t->shape, NULL);
+        for (int64_t el = 0; el < n; el++) {
+            double v = init_value(t, i, seed, el);
+            if (e->real == CPU_F64) ((double *)e->tensors[i])[el] = v;
+            else ((float *)e->tensors[i])[el] = (float)v;
+        }
+    }
+}
+
+void *cpu_exec_tensor(CpuExec *e, int i)
+{
+    CGC_ASSERT(i >= 0 && i < e->p->ntensors);
+    return e->tensors[i];
+}
+
+/* Copies the value of ASSIGN node A into its tensor. */
+static void apply_assign(CpuExec *e, const IrGraph *g, const IrNode *a)
+{
+    const Slot *s = &e->slots[a->in[0]];
+    int64_t n = ir_numel(&e->p->tensors[a->index].shape, NULL);
+    CGC_ASSERT(s->n == n && g->nodes[a->in[0]].dtype != DT_I32);
+    if (s->val != e->tensors[a->index])
+        memcpy(e->tensors[a->index], s->val, (size_t)n * e->esize);
+}
+
+/* Applies every ASSIGN of G. A value that aliases storage (a READ of some tensor) is
+ * first copied into its own buffer, so that an earlier ASSIGN to that tensor cannot
+ * change what a later one copies: all of them see the step's values. */
+static void apply_assigns(CpuExec *e, const IrGraph *g)
+{
+    for (int id = 0; id < g->nnodes; id++) {
+        if (g->nodes[id].op != IR_ASSIGN) continue;
+        Slot *s = &e->slots[g->nodes[id].in[0]];
+        if (s->val == s->own.p) continue;
+        size_t bytes = (size_t)s->n * e->esize;
+        memcpy(buf_reserve(&s->own, bytes), s->val, bytes);
+        s->val = s->own.p;
+    }
+    for (int id = 0; id < g->nnodes; id++)
+        if (g->nodes[id].op == IR_ASSIGN) apply_assign(e, g, &g->nodes[id]);
+}
+
+int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
+{
+    CGC_ASSERT(e->p->nsyms <= 8 && e->p->ninputs <= 16);
+    for (int k = 0; k < 8; k++) {
+        e->symvals[k] = k < e->p->nsyms ? feed->symvals[k] : 0;
+        CGC_ASSERT(e->symvals[k] >= 0);
+    }
+    e->graph = g;
+    e->feed = feed;
+    e->run++;
+    slots_reserve(e, g->nnodes);
+    int rc = 0;
+    for (int id = 0; id < g->nnodes && rc == 0; id++)
+        rc = e->real == CPU_F64 ? exec_node_f64(e, g, id) : exec_node_f32(e, g, id);
+    if (rc == 0) apply_assigns(e, g);
+    e->feed = NULL;
+    return rc;
+}
+
+const void *cpu_exec_value(CpuExec *e, int id, int64_t *numel)
+{
+    CGC_ASSERT(e->graph && id >= 0 && id < e->graph->nnodes);
+    if (numel) *numel = e->slots[id].n;
+    return e->slots[id].val;
+}
+
+double cpu_exec_scalar(CpuExec *e, int id)
+{
+    int64_t n;
+    const void *v = cpu_exec_value(e, id, &n);
+    CGC_ASSERT(n >= 1);
+    if (e->graph->nodes[id].dtype == DT_I32) return *(const int32_t *)v;
+    return e->real == CPU_F64 ? *(const double *)v : *(const float *)v;
+}
+
+double cpu_exec_gemm_seconds(const CpuExec *e) { return e->gemm_seconds; }

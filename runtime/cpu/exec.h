@@ -1,0 +1,64 @@
+/* exec.h: the CPU reference executor.
+ *
+ * Runs a graph of an IrProgram op by op on the CPU: the oracle every other backend is
+ * checked against, and the fallback when no GPU is usable. It holds the persistent
+ * tensors (parameters and state) of one program, in f32, or in f64 for gradient checks.
+ * GEMMs go through OpenBLAS's cblas; the other ops are plain loops, parallel over both
+ * cores where large, with fixed partitioning so every run gives the same bits.
+ *
+ * Mixed precision is emulated: a node whose dtype is f16 or bf16 has every element
+ * rounded to that format (nearest even) when stored; MATMUL with IR_MATMUL_TF32 rounds
+ * its inputs to tf32 first. Math is f32 (or f64) throughout.
+ */
+#ifndef CGC_CPU_EXEC_H
+#define CGC_CPU_EXEC_H
+
+#include <stdint.h>
+
+#include "../../compiler/ir.h"
+
+typedef enum CpuReal { CPU_F32, CPU_F64 } CpuReal;
+
+typedef struct CpuExec CpuExec;
+
+/* What one run of a graph is fed. */
+typedef struct CpuFeed {
+    int64_t symvals[8];              /* value of each symbol (symvals[0]: the batch) */
+    /* Per program input: float inputs point at f32 values, i32 inputs at int32_t, laid
+     * out densely in the input's shape with the symbols bound. */
+    const void *inputs[16];
+    double runtime[IR_NUM_RUNTIME];  /* IR_RUNTIME scalars */
+} CpuFeed;
+
+CpuExec *cpu_exec_new(const IrProgram *p, CpuReal real);
+void cpu_exec_free(CpuExec *e);
+
+/* Sets every persistent tensor to its IrTensor init (uniform draws from rng.h's
+ * RNG_INIT stream with SEED; counter = (tensor index << 40) + element). */
+void cpu_exec_init_tensors(CpuExec *e, uint64_t seed);
+
+/* The storage of persistent tensor I: float * for CPU_F32, double * for CPU_F64;
+ * ir_numel(&p->tensors[i].shape, NULL) elements. Writable (checkpoints, tests). */
+void *cpu_exec_tensor(CpuExec *e, int i);
+
+/* Runs graph G once: computes every node, then applies the ASSIGNs. Returns 0, or -1
+ * after printing an error (a label out of range, say). */
+int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed);
+
+/* After a run: the value of node ID of the graph last run (float * or double *, in the
+ * node's shape with symbols bound by the feed), and its element count. Valid until the
+ * next run. i32 nodes (labels) are given as int32_t *. */
+const void *cpu_exec_value(CpuExec *e, int id, int64_t *numel);
+/* Scalar node value as a double (loss, correct count, skipped flag). */
+double cpu_exec_scalar(CpuExec *e, int id);
+
+/* Seconds spent in GEMM calls since creation (for the benchmark's GEMM share). */
+double cpu_exec_gemm_seconds(const CpuExec *e);
+
+/* Rounding used for emulation, exposed for tests: value to nearest-even f16 / bf16 /
+ * tf32 (f16 overflows to inf as hardware does). */
+float cpu_round_f16(float x);
+float cpu_round_bf16(float x);
+float cpu_round_tf32(float x);
+
+#endif

@@ -1,0 +1,731 @@
+/* exec_impl.h: the executor's kernels for one element type.
+ *
+ * exec.c includes this file twice: with REAL float and with REAL double. SFX(name)
+ * gives each function its type suffix (_f32, _f64), MATH(fn) names the libm function
+ * of that type (expf or exp), GEMM the cblas routine and ROUND the rounding to a half
+ * format. Everything here is static; the macros are undefined at the end, ready for
+ * the next inclusion. Sums accumulate in double in both instances: the reference
+ * should be the accurate one.
+ *
+ * No include guard, on purpose.
+ */
+
+/* ---- node values ---- */
+
+/* The value of node ID as REAL; an i32 node is converted once per run. */
+static const REAL *SFX(value)(CpuExec *e, const IrGraph *g, int id)
+{
+    Slot *s = &e->slots[id];
+    if (g->nodes[id].dtype != DT_I32) return s->val;
+    if (s->conv_run != e->run) {
+        REAL *c = buf_reserve(&s->conv, (size_t)s->n * sizeof(REAL));
+        const int32_t *v = s->val;
+        for (int64_t i = 0; i < s->n; i++) c[i] = (REAL)v[i];
+        s->conv_run = e->run;
+    }
+    return s->conv.p;
+}
+
+/* Where a node's REAL result is computed: its own buffer, or for an i32 node the
+ * conversion buffer, from which SFX(finish) stores the integers. */
+static REAL *SFX(result)(CpuExec *e, const IrNode *node, Slot *s)
+{
+    if (node->dtype == DT_I32) {
+        s->val = buf_reserve(&s->own, (size_t)s->n * sizeof(int32_t));
+        s->conv_run = e->run;
+        return buf_reserve(&s->conv, (size_t)s->n * sizeof(REAL));
+    }
+    s->val = buf_reserve(&s->own, (size_t)s->n * sizeof(REAL));
+    return s->val;
+}
+
+/* Rounds V[0..N) to format F; called with a constant F so that the rounding's
+ * constants fold and the loop vectorizes. */
+static inline __attribute__((always_inline)) void SFX(round_span)(REAL *restrict v, int64_t n,
+                                                                  const HalfFormat *f)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) v[i] = ROUND(v[i], f);
+}
+
+/* V[0..N) rounded to F (NULL: left as is), serially. */
+static void SFX(round_to)(REAL *v, int64_t n, const HalfFormat *f)
+{
+    if (f == &FMT_F16) SFX(round_span)(v, n, &FMT_F16);
+    else if (f == &FMT_BF16) SFX(round_span)(v, n, &FMT_BF16);
+    else CGC_ASSERT(f == NULL);
+}
+
+static void SFX(round_all)(REAL *v, int64_t n, const HalfFormat *f)
+{
+    int64_t tasks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t t = 0; t < tasks; t++)
+        SFX(round_to)(v + t * CHUNK, n - t * CHUNK < CHUNK ? n - t * CHUNK : CHUNK, f);
+}
+
+/* Elementwise kernels round each span as they write it, while it is in cache. */
+static bool SFX(rounds_in_span)(const IrNode *node)
+{
+    IrOpClass cls = ir_op_info[node->op].cls;
+    return cls == IR_CLASS_UNARY || cls == IR_CLASS_BINARY || cls == IR_CLASS_TERNARY;
+}
+
+/* Stores a computed value in the node's dtype: integers for i32, rounded to the
+ * format for f16 and bf16. */
+static void SFX(finish)(CpuExec *e, const IrGraph *g, const IrNode *node, Slot *s)
+{
+    int64_t n = s->n;
+    if (node->dtype == DT_I32) {
+        const REAL *c = s->conv.p;
+        int32_t *v = s->val;
+        for (int64_t i = 0; i < n; i++) v[i] = to_int32(c[i]);
+        return;
+    }
+    const HalfFormat *f = storage_format(node->dtype);
+    if (!f) return;
+    if (moves_elements(node->op) && g->nodes[node->in[0]].dtype == node->dtype) return;
+    if (SFX(rounds_in_span)(node)) return;
+    SFX(round_all)(s->val, n, f);
+}
+
+/* ---- scalar functions ---- */
+
+static inline REAL SFX(sigmoid)(REAL x)
+{
+    /* Two forms, so that exp never overflows. */
+    if (x >= 0) return 1 / (1 + MATH(exp)(-x));
+    REAL z = MATH(exp)(x);
+    return z / (1 + z);
+}
+
+static inline REAL SFX(gelu)(REAL x)
+{
+    return (REAL)0.5 * x * (1 + MATH(erf)(x * (REAL)0.70710678118654752));
+}
+
+/* d/dx x*Phi(x) = Phi(x) + x*phi(x). */
+static inline REAL SFX(gelu_grad)(REAL x)
+{
+    REAL cdf = (REAL)0.5 * (1 + MATH(erf)(x * (REAL)0.70710678118654752));
+    REAL pdf = MATH(exp)((REAL)-0.5 * x * x) * (REAL)0.39894228040143268;
+    return cdf + x * pdf;
+}
+
+/* 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). */
+static inline REAL SFX(gelu_tanh)(REAL x)
+{
+    REAL u = (REAL)0.79788456080286536 * (x + (REAL)0.044715 * x * x * x);
+    return (REAL)0.5 * x * (1 + MATH(tanh)(u));
+}
+
+static inline REAL SFX(gelu_tanh_grad)(REAL x)
+{
+    REAL k = (REAL)0.79788456080286536;
+    REAL t = MATH(tanh)(k * (x + (REAL)0.044715 * x * x * x));
+    REAL du = k * (1 + 3 * (REAL)0.044715 * x * x);
+    return (REAL)0.5 * (1 + t) + (REAL)0.5 * x * (1 - t * t) * du;
+}
+
+/* d/dx x s(x) = s (1 + x (1 - s)). */
+static inline REAL SFX(silu_grad)(REAL x)
+{
+    REAL s = SFX(sigmoid)(x);
+    return s * (1 + x * (1 - s));
+}
+
+/* ---- elementwise spans (called by walk_run) ---- */
+
+typedef struct SFX(Elementwise) {
+    IrOp op;
+    REAL *out;
+    const REAL *in[IR_MAX_IN];
+    const HalfFormat *round;    /* the output's storage format, or NULL */
+} SFX(Elementwise);
+
+/* A unary op's operand has the output's shape, so it is read contiguously. */
+static void SFX(unary_span)(void *ctx, int64_t o, const int64_t *off, const int64_t *step,
+                            int64_t n)
+{
+    const SFX(Elementwise) *c = ctx;
+    REAL *restrict out = c->out + o;
+    const REAL *in = c->in[0] + off[0];
+#define EACH(expr)                                  \
+    _Pragma("omp simd")                             \
+    for (int64_t i = 0; i < n; i++) {               \
+        REAL x = in[i];                             \
+        out[i] = (expr);                            \
+    }                                               \
+    break
+    switch (c->op) {
+    case IR_NEG: EACH(-x);
+    case IR_EXP: EACH(MATH(exp)(x));
+    case IR_LOG: EACH(MATH(log)(x));
+    case IR_SQRT: EACH(MATH(sqrt)(x));
+    case IR_RSQRT: EACH(1 / MATH(sqrt)(x));
+    case IR_ABS: EACH(MATH(fabs)(x));
+    case IR_SIGN: EACH(x > 0 ? 1 : x < 0 ? -1 : x);
+    case IR_RELU: EACH(x < 0 ? 0 : x);
+    case IR_GELU: EACH(SFX(gelu)(x));
+    case IR_GELU_TANH: EACH(SFX(gelu_tanh)(x));
+    case IR_TANH: EACH(MATH(tanh)(x));
+    case IR_SIGMOID: EACH(SFX(sigmoid)(x));
+    case IR_SILU: EACH(x * SFX(sigmoid)(x));
+    case IR_COS: EACH(MATH(cos)(x));
+    case IR_FLOOR: EACH(MATH(floor)(x));
+    case IR_NONFINITE: EACH(isfinite(x) ? 0 : 1);
+    case IR_CAST: EACH(x);   /* the rounding below is the cast */
+    default: CGC_INTERNAL("%s is not a unary op", ir_op_info[c->op].name);
+    }
+#undef EACH
+    SFX(round_to)(out, n, c->round);
+}
+
+/* One binary op over a span; inlined with constant strides at each call site below,
+ * so that the same-shape, scalar and row-vector cases vectorize. MAXIMUM and MINIMUM
+ * propagate NaN and prefer a on ties, as torch.maximum does. */
+static inline __attribute__((always_inline)) void
+SFX(binary_loop)(IrOp op, REAL *restrict out, const REAL *pa, int64_t sa, const REAL *pb,
+                 int64_t sb, int64_t n)
+{
+#define EACH(expr)                                  \
+    _Pragma("omp simd")                             \
+    for (int64_t i = 0; i < n; i++) {               \
+        REAL a = pa[i * sa], b = pb[i * sb];        \
+        out[i] = (expr);                            \
+    }                                               \
+    return
+    switch (op) {
+    case IR_ADD: EACH(a + b);
+    case IR_SUB: EACH(a - b);
+    case IR_MUL: EACH(a * b);
+    case IR_DIV: EACH(a / b);
+    case IR_MAXIMUM: EACH((a >= b || a != a) ? a : b);
+    case IR_MINIMUM: EACH((a <= b || a != a) ? a : b);
+    case IR_POW: EACH(MATH(pow)(a, b));
+    case IR_LESS: EACH(a < b ? 1 : 0);
+    case IR_EQUAL: EACH(a == b ? 1 : 0);
+    /* gradients: a is the incoming gradient d, b the forward input x or output y */
+    case IR_RELU_GRAD: EACH(b > 0 ? a : 0);
+    case IR_GELU_GRAD: EACH(a * SFX(gelu_grad)(b));
+    case IR_GELU_TANH_GRAD: EACH(a * SFX(gelu_tanh_grad)(b));
+    case IR_TANH_GRAD: EACH(a * (1 - b * b));
+    case IR_SIGMOID_GRAD: EACH(a * b * (1 - b));
+    case IR_SILU_GRAD: EACH(a * SFX(silu_grad)(b));
+    default: CGC_INTERNAL("%s is not a binary op", ir_op_info[op].name);
+    }
+#undef EACH
+}
+
+static void SFX(binary_span)(void *ctx, int64_t o, const int64_t *off, const int64_t *step,
+                             int64_t n)
+{
+    const SFX(Elementwise) *c = ctx;
+    REAL *out = c->out + o;
+    const REAL *a = c->in[0] + off[0], *b = c->in[1] + off[1];
+    if (step[0] == 1 && step[1] == 1) SFX(binary_loop)(c->op, out, a, 1, b, 1, n);
+    else if (step[0] == 1 && step[1] == 0) SFX(binary_loop)(c->op, out, a, 1, b, 0, n);
+    else if (step[0] == 0 && step[1] == 1) SFX(binary_loop)(c->op, out, a, 0, b, 1, n);
+    else SFX(binary_loop)(c->op, out, a, step[0], b, step[1], n);
+    SFX(round_to)(out, n, c->round);
+}
+
+static void SFX(select_span)(void *ctx, int64_t o, const int64_t *off, const int64_t *step,
+                             int64_t n)
+{
+    const SFX(Elementwise) *c = ctx;
+    REAL *out = c->out + o;
+    const REAL *cond = c->in[0] + off[0], *a = c->in[1] + off[1], *b = c->in[2] + off[2];
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        out[i] = cond[i * step[0]] != 0 ? a[i * step[1]] : b[i * step[2]];
+    SFX(round_to)(out, n, c->round);
+}
+
+static void SFX(broadcast_span)(void *ctx, int64_t o, const int64_t *off, const int64_t *step,
+                                int64_t n)
+{
+    const SFX(Elementwise) *c = ctx;
+    REAL *out = c->out + o;
+    const REAL *x = c->in[0] + off[0];
+    if (step[0] == 0)
+        for (int64_t i = 0; i < n; i++) out[i] = x[0];
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = x[i * step[0]];
+}
+
+/* Runs SPAN over NODE's output, its inputs broadcast to the output's shape. */
+static void SFX(elementwise)(CpuExec *e, const IrGraph *g, const IrNode *node, const Dims *od,
+                             REAL *out, SpanFn span)
+{
+    SFX(Elementwise) c = { .op = node->op, .out = out };
+    if (SFX(rounds_in_span)(node)) c.round = storage_format(node->dtype);
+    Dims in[IR_MAX_IN];
+    for (int k = 0; k < node->nin; k++) {
+        in[k] = bind_shape(&g->nodes[node->in[k]].shape, e->symvals);
+        c.in[k] = SFX(value)(e, g, node->in[k]);
+    }
+    Walk w;
+    walk_plan(&w, od, node->nin, in);
+    walk_run(&w, span, &c);
+}
+
+/* ---- reductions ---- */
+
+static double SFX(span_sum)(const REAL *x, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+/* NaN wins, as in torch.amax: once m is NaN no comparison replaces it. */
+static double SFX(span_max)(const REAL *x, int64_t n)
+{
+    double m = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > m || x[i] != x[i]) m = x[i];
+    return m;
+}
+
+/* Rows of LEN contiguous elements: each row is cut into CHUNK-sized pieces reduced in
+ * parallel, whose partials are then combined in order. */
+static void SFX(reduce_rows)(CpuExec *e, IrOp op, REAL *out, const REAL *x, int64_t rows,
+                             int64_t len)
+{
+    int64_t per_row = (len + CHUNK - 1) / CHUNK, tasks = rows * per_row;
+    double *part = buf_reserve(&e->scratch[2], (size_t)tasks * sizeof(double));
+#pragma omp parallel for schedule(static) if (rows * len >= PAR_MIN)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t lo = (t % per_row) * CHUNK, n = len - lo < CHUNK ? len - lo : CHUNK;
+        const REAL *span = x + (t / per_row) * len + lo;
+        part[t] = op == IR_MAX ? SFX(span_max)(span, n) : SFX(span_sum)(span, n);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const double *p = part + r * per_row;
+        double acc = p[0];
+        for (int64_t i = 1; i < per_row; i++)
+            acc = op == IR_MAX ? ((p[i] > acc || p[i] != p[i]) ? p[i] : acc) : acc + p[i];
+        out[r] = (REAL)(op == IR_MEAN ? acc / (double)len : acc);
+    }
+}
+
+/* A non-last axis: each task owns up to COL_CHUNK columns of one outer block and adds
+ * the LEN rows into them in order. */
+static void SFX(reduce_cols)(IrOp op, REAL *out, const REAL *x, AxisPlan a)
+{
+    int64_t per = (a.inner + COL_CHUNK - 1) / COL_CHUNK, tasks = a.outer * per;
+#pragma omp parallel for schedule(static) if (a.outer * a.len * a.inner >= PAR_MIN)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t o = t / per, lo = (t % per) * COL_CHUNK;
+        int64_t w = a.inner - lo < COL_CHUNK ? a.inner - lo : COL_CHUNK;
+        const REAL *base = x + o * a.len * a.inner + lo;
+        double acc[COL_CHUNK];
+        for (int64_t j = 0; j < w; j++) acc[j] = base[j];
+        for (int64_t k = 1; k < a.len; k++) {
+            const REAL *row = base + k * a.inner;
+            if (op == IR_MAX) {
+                for (int64_t j = 0; j < w; j++)
+                    if (row[j] > acc[j] || row[j] != row[j]) acc[j] = row[j];
+            } else {
+                for (int64_t j = 0; j < w; j++) acc[j] += row[j];
+            }
+        }
+        REAL *dst = out + o * a.inner + lo;
+        for (int64_t j = 0; j < w; j++)
+            dst[j] = (REAL)(op == IR_MEAN ? acc[j] / (double)a.len : acc[j]);
+    }
+}
+
+/* SUM, MEAN or MAX of X, seen as [outer, len, inner], over len into OUT [outer, inner]. */
+static void SFX(reduce)(CpuExec *e, IrOp op, REAL *out, const REAL *x, AxisPlan a)
+{
+    if (a.outer * a.inner == 0) return;
+    if (a.len == 0) {   /* an empty sum is 0; mean and max of nothing are NaN */
+        for (int64_t i = 0; i < a.outer * a.inner; i++) out[i] = op == IR_SUM ? 0 : NAN;
+        return;
+    }
+    if (a.inner == 1) SFX(reduce_rows)(e, op, out, x, a.outer, a.len);
+    else SFX(reduce_cols)(op, out, x, a);
+}
+
+/* Sums X down to OD by the passes of reduce_to_plan, through two scratch buffers. */
+static void SFX(reduce_to)(CpuExec *e, REAL *out, const REAL *x, const Dims *xd,
+                           const Dims *od)
+{
+    AxisPlan pass[IR_MAX_RANK];
+    int npass = reduce_to_plan(xd, od, pass);
+    if (npass == 0) {   /* only size-1 dimensions differ */
+        memcpy(out, x, (size_t)dims_numel(od) * sizeof(REAL));
+        return;
+    }
+    const REAL *src = x;
+    for (int i = 0; i < npass; i++) {
+        size_t bytes = (size_t)(pass[i].outer * pass[i].inner) * sizeof(REAL);
+        REAL *dst = i == npass - 1 ? out : buf_reserve(&e->scratch[i % 2], bytes);
+        SFX(reduce)(e, IR_SUM, dst, src, pass[i]);
+        src = dst;
+    }
+}
+
+/* ---- softmax along an axis: rows of LEN elements STRIDE apart ---- */
+
+static void SFX(softmax_row)(IrOp op, REAL *y, const REAL *x, int64_t len, int64_t stride)
+{
+    REAL m = x[0];
+    for (int64_t k = 1; k < len; k++)
+        if (x[k * stride] > m) m = x[k * stride];
+    double s = 0;
+    for (int64_t k = 0; k < len; k++) {
+        REAL z = MATH(exp)(x[k * stride] - m);
+        s += z;
+        if (op == IR_SOFTMAX) y[k * stride] = z;
+    }
+    if (op == IR_SOFTMAX) {
+        for (int64_t k = 0; k < len; k++) y[k * stride] = (REAL)(y[k * stride] / s);
+    } else {
+        REAL lse = m + (REAL)log(s);
+        for (int64_t k = 0; k < len; k++) y[k * stride] = x[k * stride] - lse;
+    }
+}
+
+/* SOFTMAX_GRAD: y (d - sum(d y)); LOG_SOFTMAX_GRAD: d - e^y sum(d). */
+static void SFX(softmax_grad_row)(IrOp op, REAL *out, const REAL *d, const REAL *y,
+                                  int64_t len, int64_t stride)
+{
+    double s = 0;
+    for (int64_t k = 0; k < len; k++)
+        s += op == IR_SOFTMAX_GRAD ? (double)d[k * stride] * y[k * stride] : d[k * stride];
+    REAL sr = (REAL)s;
+    for (int64_t k = 0; k < len; k++) {
+        int64_t i = k * stride;
+        out[i] = op == IR_SOFTMAX_GRAD ? y[i] * (d[i] - sr) : d[i] - MATH(exp)(y[i]) * sr;
+    }
+}
+
+/* Row r of [outer, len, inner] along the middle axis starts at this offset. */
+static int64_t SFX(row_start)(AxisPlan a, int64_t r)
+{
+    return (r / a.inner) * a.len * a.inner + r % a.inner;
+}
+
+static void SFX(softmax)(IrOp op, REAL *y, const REAL *x, AxisPlan a)
+{
+    int64_t rows = a.outer * a.inner;
+    if (a.len == 0) return;
+#pragma omp parallel for schedule(static) if (rows * a.len >= PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t at = SFX(row_start)(a, r);
+        SFX(softmax_row)(op, y + at, x + at, a.len, a.inner);
+    }
+}
+
+static void SFX(softmax_grad)(IrOp op, REAL *out, const REAL *d, const REAL *y, AxisPlan a)
+{
+    int64_t rows = a.outer * a.inner;
+#pragma omp parallel for schedule(static) if (rows * a.len >= PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t at = SFX(row_start)(a, r);
+        SFX(softmax_grad_row)(op, out + at, d + at, y + at, a.len, a.inner);
+    }
+}
+
+/* ---- losses and metrics over logits [N, C] and labels [N] ---- */
+
+static double SFX(logsumexp)(const REAL *x, int64_t c)
+{
+    REAL m = x[0];
+    for (int64_t k = 1; k < c; k++)
+        if (x[k] > m) m = x[k];
+    double s = 0;
+    for (int64_t k = 0; k < c; k++) s += MATH(exp)(x[k] - m);
+    return m + log(s);
+}
+
+static int SFX(check_labels)(const IrNode *node, const int32_t *labels, int64_t n, int64_t c)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= c) return report_bad_label(node, labels[i], c);
+    return 0;
+}
+
+static void SFX(cross_entropy)(REAL *out, const REAL *x, const int32_t *labels, int64_t n,
+                               int64_t c)
+{
+    double total = 0;
+    for (int64_t i = 0; i < n; i++)
+        total += SFX(logsumexp)(x + i * c, c) - x[i * c + labels[i]];
+    out[0] = (REAL)(total / (double)n);
+}
+
+/* d (softmax(x) - onehot(label)) / N. */
+static void SFX(ce_grad)(REAL *out, REAL d, const REAL *x, const int32_t *labels, int64_t n,
+                         int64_t c)
+{
+    double scale = (double)d / (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        const REAL *row = x + i * c;
+        double lse = SFX(logsumexp)(row, c);
+        for (int64_t k = 0; k < c; k++) {
+            double p = exp((double)row[k] - lse) - (k == labels[i] ? 1.0 : 0.0);
+            out[i * c + k] = (REAL)(scale * p);
+        }
+    }
+}
+
+/* Rows whose first maximal logit is at the label. */
+static void SFX(count_correct)(REAL *out, const REAL *x, const int32_t *labels, int64_t n,
+                               int64_t c)
+{
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const REAL *row = x + i * c;
+        int64_t best = 0;
+        for (int64_t k = 1; k < c; k++)
+            if (row[k] > row[best]) best = k;
+        correct += best == labels[i];
+    }
+    out[0] = (REAL)correct;
+}
+
+static int SFX(loss_op)(CpuExec *e, const IrGraph *g, const IrNode *node, REAL *out)
+{
+    int logits = node->op == IR_CE_GRAD ? node->in[1] : node->in[0];
+    int labels = node->op == IR_CE_GRAD ? node->in[2] : node->in[1];
+    Dims ld = bind_shape(&g->nodes[logits].shape, e->symvals);
+    CGC_ASSERT(ld.rank == 2 && g->nodes[labels].dtype == DT_I32);
+    int64_t n = ld.d[0], c = ld.d[1];
+    const REAL *x = SFX(value)(e, g, logits);
+    const int32_t *y = e->slots[labels].val;
+    if (SFX(check_labels)(node, y, n, c) != 0) return -1;
+    if (node->op == IR_CROSS_ENTROPY) SFX(cross_entropy)(out, x, y, n, c);
+    else if (node->op == IR_CE_GRAD) SFX(ce_grad)(out, SFX(value)(e, g, node->in[0])[0], x, y, n, c);
+    else SFX(count_correct)(out, x, y, n, c);
+    return 0;
+}
+
+/* ---- shape ops ---- */
+
+/* The last two dimensions swapped, by tiles so that both sides stay in cache. */
+static void SFX(transpose)(REAL *out, const REAL *x, int64_t batch, int64_t rows, int64_t cols)
+{
+    enum { TILE = 32 };
+    int64_t tiles = (rows + TILE - 1) / TILE;
+#pragma omp parallel for schedule(static) if (batch * rows * cols >= PAR_MIN)
+    for (int64_t t = 0; t < batch * tiles; t++) {
+        int64_t b = t / tiles, i0 = (t % tiles) * TILE;
+        const REAL *src = x + b * rows * cols;
+        REAL *dst = out + b * rows * cols;
+        int64_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
+        for (int64_t j0 = 0; j0 < cols; j0 += TILE) {
+            int64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) dst[j * rows + i] = src[i * cols + j];
+        }
+    }
+}
+
+/* ---- matrix products ---- */
+
+/* C[m, n] = op(A) op(B) through cblas, timed. The larger of m and n is cut into parts
+ * that a parallel loop hands to single-threaded BLAS calls: one thread pool (ours)
+ * instead of OpenBLAS's and OpenMP's fighting over the cores. The parts depend on the
+ * shape only, so the bits do not depend on the thread count. */
+static int SFX(gemm)(CpuExec *e, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                     const REAL *a, const REAL *b, REAL *c)
+{
+    if (m == 0 || n == 0) return 0;
+    if (k == 0) {
+        memset(c, 0, (size_t)(m * n) * sizeof(REAL));
+        return 0;
+    }
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+        cgc_error("matrix product of %lld x %lld by %lld x %lld is too large for BLAS",
+                  (long long)m, (long long)k, (long long)k, (long long)n);
+        return -1;
+    }
+    GemmSplit sp = gemm_split(m, n, k);
+    int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
+    double t0 = now_seconds();
+#pragma omp parallel for schedule(static) if (sp.parts > 1)
+    for (int part = 0; part < sp.parts; part++) {
+        int64_t lo = part * sp.size, hi = lo + sp.size < sp.total ? lo + sp.size : sp.total;
+        /* a row block of C takes rows of op(A); a column block takes columns of op(B) */
+        const REAL *pa = sp.rows ? a + (ta ? lo : lo * k) : a;
+        const REAL *pb = sp.rows ? b : b + (tb ? lo * k : lo);
+        REAL *pc = c + (sp.rows ? lo * n : lo);
+        GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+             (int)(sp.rows ? hi - lo : m), (int)(sp.rows ? n : hi - lo), (int)k, 1, pa, lda, pb,
+             ldb, 0, pc, (int)n);
+    }
+    e->gemm_seconds += now_seconds() - t0;
+    return 0;
+}
+
+/* A copy of X rounded to tf32, as tensor cores read their inputs. */
+static const REAL *SFX(tf32_copy)(Buf *buf, const REAL *x, int64_t n)
+{
+    REAL *c = buf_reserve(buf, (size_t)n * sizeof(REAL));
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (int64_t i = 0; i < n; i++) c[i] = ROUND(x[i], &FMT_TF32);
+    return c;
+}
+
+/* Batched a @ b over the last two dimensions, leading dimensions broadcast. When b is
+ * one matrix and a is not transposed, a's batches are consecutive rows and the whole
+ * product is a single GEMM (the usual [N, in] @ W^T of a linear layer). */
+static int SFX(matmul)(CpuExec *e, const IrGraph *g, const IrNode *node, const Dims *od,
+                       REAL *out)
+{
+    Dims ad = bind_shape(&g->nodes[node->in[0]].shape, e->symvals);
+    Dims bd = bind_shape(&g->nodes[node->in[1]].shape, e->symvals);
+    const REAL *a = SFX(value)(e, g, node->in[0]), *b = SFX(value)(e, g, node->in[1]);
+    bool ta = node->flags & IR_MATMUL_TRANS_A, tb = node->flags & IR_MATMUL_TRANS_B;
+    int64_t m = od->d[od->rank - 2], n = od->d[od->rank - 1];
+    int64_t k = ad.d[ad.rank - (ta ? 2 : 1)];
+    if (node->flags & IR_MATMUL_TF32) {
+        a = SFX(tf32_copy)(&e->scratch[0], a, dims_numel(&ad));
+        b = SFX(tf32_copy)(&e->scratch[1], b, dims_numel(&bd));
+    }
+    Dims ob = dims_prefix(od, 2), batch_dims[2] = { dims_prefix(&ad, 2), dims_prefix(&bd, 2) };
+    int64_t batches = dims_numel(&ob);
+    if (batches == 0) return 0;
+    if (dims_numel(&batch_dims[1]) == 1 && !ta && dims_numel(&batch_dims[0]) == batches)
+        return SFX(gemm)(e, ta, tb, batches * m, n, k, a, b, out);
+    Walk w;
+    walk_plan(&w, &ob, 2, batch_dims);
+    for (int64_t i = 0; i < batches; i++) {
+        int64_t off[IR_MAX_IN];
+        walk_offsets(&w, i, off);
+        if (SFX(gemm)(e, ta, tb, m, n, k, a + off[0] * m * k, b + off[1] * k * n,
+                      out + i * m * n) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- dropout ---- */
+
+/* Keeps each element with probability 1 - p, scaled by 1/(1 - p); the mask is a pure
+ * function of (seed, stream, counter, element), so the backward pass redraws it. */
+static void SFX(dropout)(const CpuExec *e, const IrNode *node, REAL *out, const REAL *x,
+                         double counter_value, int64_t n)
+{
+    double p = node->value;
+    uint64_t seed = e->p->cfg.seed, counter = to_counter(counter_value);
+    REAL scale = (REAL)(1.0 / (1.0 - p));
+    /* Each element costs a Philox block: worth threads well below PAR_MIN. */
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN / 16)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = rng_dropout_keep(seed, node->index, counter, (uint64_t)i, p) ? x[i] * scale : 0;
+}
+
+/* ---- one node ---- */
+
+/* Leaves and aliases, whose value is placed rather than computed. True when done. */
+static bool SFX(place)(CpuExec *e, const IrGraph *g, const IrNode *node, Slot *s)
+{
+    if (node->op == IR_READ) {
+        CGC_ASSERT(node->index >= 0 && node->index < e->p->ntensors);
+        s->val = e->tensors[node->index];
+        return true;
+    }
+    if (node->op == IR_INPUT && node->dtype == DT_I32) {
+        const void *src = e->feed->inputs[node->index];
+        size_t bytes = (size_t)s->n * sizeof(int32_t);
+        CGC_ASSERT(src || bytes == 0);
+        s->val = buf_reserve(&s->own, bytes);
+        if (bytes) memcpy(s->val, src, bytes);
+        return true;
+    }
+    if (node->op == IR_RESHAPE && g->nodes[node->in[0]].dtype == node->dtype) {
+        s->val = e->slots[node->in[0]].val;
+        return true;
+    }
+    return false;
+}
+
+static void SFX(input)(CpuExec *e, const IrNode *node, REAL *out, int64_t n)
+{
+    CGC_ASSERT(node->index >= 0 && node->index < e->p->ninputs);
+    const float *src = e->feed->inputs[node->index];
+    CGC_ASSERT(src || n == 0);
+    for (int64_t i = 0; i < n; i++) out[i] = src[i];
+}
+
+/* The ops that are neither elementwise, reductions nor matrix products. */
+static int SFX(compute_other)(CpuExec *e, const IrGraph *g, const IrNode *node,
+                              const Dims *od, REAL *out)
+{
+    int64_t n = dims_numel(od);
+    Dims xd = node->nin > 0 ? bind_shape(&g->nodes[node->in[0]].shape, e->symvals) : *od;
+    const REAL *x = node->nin > 0 ? SFX(value)(e, g, node->in[0]) : NULL;
+    switch (node->op) {
+    case IR_INPUT: SFX(input)(e, node, out, n); return 0;
+    case IR_CONST: out[0] = (REAL)node->value; return 0;
+    case IR_RUNTIME:
+        CGC_ASSERT(node->index >= 0 && node->index < IR_NUM_RUNTIME);
+        out[0] = (REAL)e->feed->runtime[node->index];
+        return 0;
+    case IR_RESHAPE: memcpy(out, x, (size_t)n * sizeof(REAL)); return 0;
+    case IR_BROADCAST: SFX(elementwise)(e, g, node, od, out, SFX(broadcast_span)); return 0;
+    case IR_REDUCE_TO: SFX(reduce_to)(e, out, x, &xd, od); return 0;
+    case IR_TRANSPOSE: {
+        Dims batch = dims_prefix(&xd, 2);
+        SFX(transpose)(out, x, dims_numel(&batch), xd.d[xd.rank - 2], xd.d[xd.rank - 1]);
+        return 0;
+    }
+    case IR_DROPOUT:
+        SFX(dropout)(e, node, out, x, SFX(value)(e, g, node->in[1])[0], n);
+        return 0;
+    case IR_SOFTMAX:
+    case IR_LOG_SOFTMAX: SFX(softmax)(node->op, out, x, axis_plan(&xd, node->axis)); return 0;
+    case IR_SOFTMAX_GRAD:
+    case IR_LOG_SOFTMAX_GRAD:
+        SFX(softmax_grad)(node->op, out, x, SFX(value)(e, g, node->in[1]),
+                          axis_plan(&xd, node->axis));
+        return 0;
+    case IR_CROSS_ENTROPY:
+    case IR_CE_GRAD:
+    case IR_COUNT_CORRECT: return SFX(loss_op)(e, g, node, out);
+    case IR_ASSIGN: out[0] = 0; return 0;   /* the copy happens after the graph */
+    default: CGC_INTERNAL("the CPU executor has no kernel for %s", ir_op_info[node->op].name);
+    }
+}
+
+static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const Dims *od,
+                        REAL *out)
+{
+    switch (ir_op_info[node->op].cls) {
+    case IR_CLASS_UNARY: SFX(elementwise)(e, g, node, od, out, SFX(unary_span)); return 0;
+    case IR_CLASS_BINARY: SFX(elementwise)(e, g, node, od, out, SFX(binary_span)); return 0;
+    case IR_CLASS_TERNARY: SFX(elementwise)(e, g, node, od, out, SFX(select_span)); return 0;
+    case IR_CLASS_REDUCE: {
+        Dims xd = bind_shape(&g->nodes[node->in[0]].shape, e->symvals);
+        SFX(reduce)(e, node->op, out, SFX(value)(e, g, node->in[0]), axis_plan(&xd, node->axis));
+        return 0;
+    }
+    case IR_CLASS_MATMUL: return SFX(matmul)(e, g, node, od, out);
+    default: return SFX(compute_other)(e, g, node, od, out);
+    }
+}
+
+/* Computes node ID of G into its slot. Returns 0, or -1 after an error. */
+static int SFX(exec_node)(CpuExec *e, const IrGraph *g, int id)
+{
+    const IrNode *node = &g->nodes[id];
+    Slot *s = &e->slots[id];
+    Dims od = bind_shape(&node->shape, e->symvals);
+    s->n = dims_numel(&od);
+    if (SFX(place)(e, g, node, s)) return 0;
+    REAL *out = SFX(result)(e, node, s);
+    if (SFX(compute)(e, g, node, &od, out) != 0) return -1;
+    SFX(finish)(e, g, node, s);
+    return 0;
+}
+
+#undef REAL
+#undef SFX
+#undef MATH
+#undef GEMM
+#undef ROUND

@@ -1,0 +1,733 @@
+/* data.c: training data for the CPU runtime (see data.h).
+ *
+ * Two sources. IDX files (the MNIST family's format: two zero bytes, a type byte, a rank
+ * byte, big-endian u32 dimensions, then the values) are read through zlib, which takes
+ * gzip and plain files alike, and validated before anything trusts them: a header may
+ * claim gigabytes in a file of a hundred bytes, so the payload is read in chunks into a
+ * buffer that only grows as far as the file really goes. Synthetic data is drawn from the
+ * seed: normal features and labels from a fixed random "teacher", so that a model trained
+ * on it has something to learn.
+ *
+ * Either way the result is a Dataset of f32 rows shaped for the model's inputs (input 0
+ * the features, input 1 the labels), plus the epoch order (a seeded Fisher-Yates shuffle)
+ * and row gathering for batches.
+ */
+#include "data.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "rng.h"
+
+/* IDX payloads are at most 4 GiB (the format's u32 dimensions could claim more; no real
+ * dataset does, and refusing early keeps every size below in range). */
+#define IDX_MAX_BYTES ((uint64_t)1 << 32)
+enum {
+    IDX_TYPE_UBYTE = 0x08,
+    IDX_MAX_RANK = 4,
+    IDX_FIRST_CHUNK = 16 << 20,     /* the payload buffer starts here and doubles */
+    IDX_READ_CHUNK = 64 << 20,      /* bytes per gzread call (its length is an unsigned) */
+};
+
+/* Synthetic data is held in memory whole; beyond this many floats it is surely a typo. */
+#define SYNTHETIC_MAX_VALUES ((int64_t)1 << 31)
+
+/* Counter ranges of the RNG_SYNTHETIC stream, far apart so they never overlap. */
+#define SYNTH_FEATURES ((uint64_t)0)
+#define SYNTH_TEACHER ((uint64_t)1 << 60)
+
+/* ------------------------------------------------------------------------------------ */
+/* IDX files                                                                            */
+/* ------------------------------------------------------------------------------------ */
+
+/* How an IDX payload is named in messages: MNIST-style files hold labels (rank 1) or
+ * images (rank 3); anything else is just data. */
+static const char *idx_payload_name(int rank)
+{
+    if (rank == 1) return "label data";
+    if (rank >= 3) return "image data";
+    return "data";
+}
+
+/* zlib's account of why a read failed: the OS error, or what was wrong with the gzip
+ * stream ("invalid block type", "unexpected end of file"). */
+static const char *idx_read_error(gzFile f)
+{
+    int code;
+    const char *msg = gzerror(f, &code);
+    if (code == Z_ERRNO) return strerror(errno);
+    return msg && *msg ? msg : "read error";
+}
+
+/* Reads up to N bytes (N may exceed what one gzread takes). Returns the count read, or -1
+ * on a read error (reported). A short count means the end of the data. */
+static int64_t idx_read_bytes(gzFile f, const char *path, uint8_t *buf, uint64_t n)
+{
+    uint64_t have = 0;
+    while (have < n) {
+        uint64_t want = n - have < IDX_READ_CHUNK ? n - have : IDX_READ_CHUNK;
+        int got = gzread(f, buf + have, (unsigned)want);
+        if (got < 0) {
+            cgc_error("%s: cannot read: %s", path, idx_read_error(f));
+            return -1;
+        }
+        if (got == 0) break;
+        have += (uint64_t)got;
+    }
+    return (int64_t)have;
+}
+
+/* The 4-byte magic: 0x00 0x00, the type byte, the rank. */
+static int idx_check_magic(const char *path, const uint8_t magic[4], int64_t got)
+{
+    if (got < 4) {
+        cgc_error("%s: not an IDX file: only %lld bytes long, shorter than the 4-byte header",
+                  path, (long long)got);
+        return -1;
+    }
+    if (magic[0] != 0 || magic[1] != 0) {
+        cgc_error("%s: not an IDX file: it starts with 0x%02X 0x%02X, not 0x00 0x00", path,
+                  magic[0], magic[1]);
+        return -1;
+    }
+    if (magic[2] != IDX_TYPE_UBYTE) {
+        cgc_error("%s: unsupported IDX data type 0x%02X (only unsigned bytes, 0x08)", path,
+                  magic[2]);
+        return -1;
+    }
+    if (magic[3] < 1 || magic[3] > IDX_MAX_RANK) {
+        cgc_error("%s: IDX rank %d is not supported (1 to %d dimensions)", path, magic[3],
+                  IDX_MAX_RANK);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads the RANK big-endian u32 dimensions and returns their product (the payload size),
+ * or -1 after an error: a truncated header, a zero dimension, or more than 4 GiB. */
+static int64_t idx_read_dims(gzFile f, const char *path, int rank, int64_t dims[8])
+{
+    uint8_t raw[4 * IDX_MAX_RANK];
+    int64_t got = idx_read_bytes(f, path, raw, 4 * (uint64_t)rank);
+    if (got < 0) return -1;
+    if (got < 4 * rank) {
+        cgc_error("%s: truncated: the IDX header needs %d bytes of dimensions, found %lld",
+                  path, 4 * rank, (long long)got);
+        return -1;
+    }
+    uint64_t total = 1;
+    for (int i = 0; i < rank; i++) {
+        const uint8_t *b = raw + 4 * i;
+        uint64_t d = (uint64_t)b[0] << 24 | (uint64_t)b[1] << 16 | (uint64_t)b[2] << 8 | b[3];
+        if (d == 0) {
+            cgc_error("%s: IDX dimension %d is 0", path, i + 1);
+            return -1;
+        }
+        /* Each factor is below 2^32 and the running product at most 2^32, so checking
+         * before multiplying keeps everything within 64 bits. */
+        if (total > IDX_MAX_BYTES / d) {
+            cgc_error("%s: IDX dimensions claim more than 4 GiB of data", path);
+            return -1;
+        }
+        total *= d;
+        dims[i] = (int64_t)d;
+    }
+    return (int64_t)total;
+}
+
+/* Reads exactly TOTAL payload bytes, growing the buffer only as the data really arrives,
+ * then makes sure nothing follows. Returns the buffer, or NULL after an error. */
+static uint8_t *idx_read_payload(gzFile f, const char *path, int rank, uint64_t total)
+{
+    uint64_t cap = total < IDX_FIRST_CHUNK ? total : IDX_FIRST_CHUNK;
+    uint8_t *buf = xmalloc(cap);
+    uint64_t have = 0;
+    for (;;) {
+        int64_t got = idx_read_bytes(f, path, buf + have, cap - have);
+        if (got < 0) goto fail;
+        have += (uint64_t)got;
+        if (have < cap || cap == total) break;
+        cap = cap * 2 < total ? cap * 2 : total;
+        buf = xrealloc(buf, cap);
+    }
+    if (have < total) {
+        cgc_error("%s: truncated: expected %llu bytes of %s, found %llu", path,
+                  (unsigned long long)total, idx_payload_name(rank), (unsigned long long)have);
+        goto fail;
+    }
+    uint8_t extra[4096];
+    int64_t more = idx_read_bytes(f, path, extra, sizeof extra);
+    if (more < 0) goto fail;
+    if (more > 0) {
+        cgc_error("%s: unexpected bytes after the %llu bytes of %s its header describes",
+                  path, (unsigned long long)total, idx_payload_name(rank));
+        goto fail;
+    }
+    return buf;
+fail:
+    free(buf);
+    return NULL;
+}
+
+int idx_read(const char *path, int *rank, int64_t dims[8], uint8_t **bytes)
+{
+    *bytes = NULL;
+    errno = 0;
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        cgc_error("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
+        return -1;
+    }
+    gzbuffer(f, 1 << 20);
+    uint8_t magic[4];
+    int64_t got = idx_read_bytes(f, path, magic, 4);
+    int64_t total = -1;
+    if (got >= 0 && idx_check_magic(path, magic, got) == 0) {
+        *rank = magic[3];
+        total = idx_read_dims(f, path, *rank, dims);
+    }
+    if (total >= 0) *bytes = idx_read_payload(f, path, *rank, (uint64_t)total);
+    gzclose(f);
+    return *bytes ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Errors about the model's inputs                                                      */
+/* ------------------------------------------------------------------------------------ */
+
+/* An error about the model itself: at LOC in the .net file when we have it, else plain. */
+static void input_error(Source *src, SrcLoc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void input_error(Source *src, SrcLoc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (src) {
+        diag_verror(src, loc, fmt, ap);
+    } else {
+        char msg[512];
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        cgc_error("%s", msg);
+    }
+    va_end(ap);
+}
+
+/* Values per sample of input I: the product of its dimensions after the batch. Every one
+ * must be a number, since the data is laid out before any batch is bound. Returns -1
+ * after an error. */
+static int64_t input_row(const IrProgram *p, Source *src, int i)
+{
+    const IrInput *in = &p->inputs[i];
+    int64_t row = 1;
+    for (int k = 1; k < in->shape.rank; k++) {
+        int64_t d = in->shape.dim[k];
+        if (IR_DIM_IS_SYM(d)) {
+            input_error(src, in->loc,
+                        "input '%s': dimension %d is the symbol '%s'; data needs every "
+                        "dimension after the batch to be a number",
+                        in->name, k + 1, p->syms[IR_DIM_SYMBOL(d)].name);
+            return -1;
+        }
+        if (d > 0 && row > SYNTHETIC_MAX_VALUES / d) {
+            input_error(src, in->loc,
+                        "input '%s': more than 2^31 values per sample is too many to load",
+                        in->name);
+            return -1;
+        }
+        row *= d;
+    }
+    return row;
+}
+
+/* What the data must produce for the model's inputs. */
+typedef struct InputPlan {
+    int64_t x_row;
+    int64_t y_row;      /* 0: no labels (one input) */
+    bool y_int;
+} InputPlan;
+
+/* Checks the inputs fit what data can provide: float features, and optionally either i32
+ * class ids [N] or float targets. */
+static int plan_inputs(const IrProgram *p, Source *src, InputPlan *plan)
+{
+    SrcLoc data_loc = p->cfg.data_loc;
+    if (p->ninputs < 1 || p->ninputs > 2) {
+        input_error(src, data_loc,
+                    "data provides two inputs (features, labels); the model declares %d",
+                    p->ninputs);
+        return -1;
+    }
+    const IrInput *x = &p->inputs[0];
+    if (!ir_dtype_is_float(x->dtype)) {
+        input_error(src, x->loc, "input '%s' is %s, but data features are floating point",
+                    x->name, ir_dtype_name(x->dtype));
+        return -1;
+    }
+    plan->x_row = input_row(p, src, 0);
+    if (plan->x_row < 0) return -1;
+    plan->y_row = 0;
+    plan->y_int = false;
+    if (p->ninputs == 1) return 0;
+
+    const IrInput *y = &p->inputs[1];
+    plan->y_int = y->dtype == DT_I32;
+    if (plan->y_int && y->shape.rank != 1) {
+        char buf[128];
+        input_error(src, y->loc,
+                    "input '%s' is i32%s; integer labels are one class id per sample, i32[%s]",
+                    y->name, ir_shape_str(p, &y->shape, buf, sizeof buf),
+                    p->nsyms > 0 ? p->syms[0].name : "N");
+        return -1;
+    }
+    plan->y_row = input_row(p, src, 1);
+    return plan->y_row < 0 ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* IDX datasets                                                                         */
+/* ------------------------------------------------------------------------------------ */
+
+static const char *const IDX_NAMES[4] = {
+    "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+};
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t ld = strlen(dir), ln = strlen(name);
+    char *s = xmalloc(ld + ln + 2);
+    memcpy(s, dir, ld);
+    size_t at = ld;
+    if (ld > 0 && dir[ld - 1] != '/') s[at++] = '/';
+    memcpy(s + at, name, ln + 1);
+    return s;
+}
+
+/* DIR/NAME, or DIR/NAME.gz when only that exists; NULL when neither does. */
+static char *idx_file(const char *dir, const char *name)
+{
+    char *plain = path_join(dir, name);
+    if (file_exists(plain)) return plain;
+    size_t n = strlen(plain);
+    char *gz = xrealloc(plain, n + 4);
+    memcpy(gz + n, ".gz", 4);
+    if (file_exists(gz)) return gz;
+    free(gz);
+    return NULL;
+}
+
+static bool is_data_dir(const char *dir)
+{
+    char *f = idx_file(dir, IDX_NAMES[0]);
+    free(f);
+    return f != NULL;
+}
+
+/* The directory the .net file lives in ("." for a bare file name). */
+static char *net_dir(const char *net_path)
+{
+    const char *slash = net_path ? strrchr(net_path, '/') : NULL;
+    if (!slash) return xstrdup(".");
+    if (slash == net_path) return xstrdup("/");
+    return xstrndup(net_path, (size_t)(slash - net_path));
+}
+
+/* The places a relative data directory is looked for, in order: beside the .net file,
+ * each directory of $CGC_DATA_PATH, /usr/share/datasets. An absolute one is just itself. */
+static int data_candidates(const char *dir, const char *net_path, char ***out)
+{
+    int n = 0, cap = 4;
+    char **c = xmalloc(cap * sizeof *c);
+    if (dir[0] == '/') {
+        c[n++] = xstrdup(dir);
+        *out = c;
+        return n;
+    }
+    char *base = net_dir(net_path);
+    c[n++] = path_join(base, dir);
+    free(base);
+    const char *env = getenv("CGC_DATA_PATH");
+    for (const char *s = env; s && *s;) {
+        const char *colon = strchr(s, ':');
+        size_t len = colon ? (size_t)(colon - s) : strlen(s);
+        if (len > 0) {
+            if (n + 1 >= cap) c = xrealloc(c, (cap *= 2) * sizeof *c);
+            char *d = xstrndup(s, len);
+            c[n++] = path_join(d, dir);
+            free(d);
+        }
+        s += len + (colon ? 1 : 0);
+    }
+    if (n + 1 >= cap) c = xrealloc(c, (cap *= 2) * sizeof *c);
+    c[n++] = path_join("/usr/share/datasets", dir);
+    *out = c;
+    return n;
+}
+
+static void free_strings(char **s, int n)
+{
+    for (int i = 0; i < n; i++) free(s[i]);
+    free(s);
+}
+
+/* Reports that DIR is nowhere: at the `data` entry, with every place looked in. */
+static void report_missing_dir(const IrProgram *p, Source *src, char **places, int n)
+{
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(places[i]) + 2;
+    char *list = xcalloc(1, len);
+    for (int i = 0; i < n; i++) {
+        if (i) strcat(list, ", ");
+        strcat(list, places[i]);
+    }
+    const char *dir = p->cfg.data_dir;
+    const char *hint = "on Debian: apt-get install dataset-fashion-mnist";
+    if (src) {
+        diag_error(src, p->cfg.data_loc,
+                   "data directory \"%s\" not found (no %s[.gz] in %s)", dir, IDX_NAMES[0],
+                   list);
+        diag_note(src, (SrcLoc){0, 0}, "%s", hint);
+    } else {
+        cgc_error("data directory \"%s\" not found (no %s[.gz] in %s)", dir, IDX_NAMES[0],
+                  list);
+        fprintf(stderr, "cgc: note: %s\n", hint);
+    }
+    free(list);
+}
+
+/* The first candidate directory holding the training images, or NULL after an error. */
+static char *find_data_dir(const IrProgram *p, Source *src, const char *net_path)
+{
+    char **places;
+    int n = data_candidates(p->cfg.data_dir, net_path, &places);
+    char *found = NULL;
+    for (int i = 0; i < n && !found; i++)
+        if (is_data_dir(places[i])) found = xstrdup(places[i]);
+    if (!found) report_missing_dir(p, src, places, n);
+    free_strings(places, n);
+    return found;
+}
+
+/* "60000 x 28 x 28" */
+static const char *dims_str(const int64_t *dims, int rank, char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < rank && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? " x " : "", (long long)dims[i]);
+    return buf;
+}
+
+/* Images: rank 2 or more, each image's values matching input 0's row. Fills d->x. */
+static int load_images(const char *path, const InputPlan *plan, double scale, Dataset *d)
+{
+    int rank;
+    int64_t dims[8];
+    uint8_t *bytes;
+    if (idx_read(path, &rank, dims, &bytes) < 0) return -1;
+    int64_t per = 1;
+    for (int i = 1; i < rank; i++) per *= dims[i];
+    if (rank < 2 || per != plan->x_row) {
+        char buf[96];
+        cgc_error("%s: images of %lld values each (%s), but the model's first input takes "
+                  "%lld values per sample",
+                  path, (long long)per, dims_str(dims, rank, buf, sizeof buf),
+                  (long long)plan->x_row);
+        free(bytes);
+        return -1;
+    }
+    /* One table lookup per byte: the value is byte * scale rounded once from double. */
+    float table[256];
+    for (int v = 0; v < 256; v++) table[v] = (float)(v * scale);
+    d->n = dims[0];
+    d->x_row = per;
+    size_t count = (size_t)(d->n * per);
+    d->x = xmalloc(count * sizeof *d->x);
+    for (size_t i = 0; i < count; i++) d->x[i] = table[bytes[i]];
+    free(bytes);
+    return 0;
+}
+
+/* Labels: rank 1, one per image, below the model's class count when it has one. */
+static int load_labels(const char *path, const char *images, const IrProgram *p,
+                       const InputPlan *plan, Dataset *d)
+{
+    int rank;
+    int64_t dims[8];
+    uint8_t *bytes;
+    if (idx_read(path, &rank, dims, &bytes) < 0) return -1;
+    int status = -1;
+    if (rank != 1) {
+        char buf[96];
+        cgc_error("%s: labels must be one byte per sample (rank 1), found %s", path,
+                  dims_str(dims, rank, buf, sizeof buf));
+    } else if (dims[0] != d->n) {
+        cgc_error("%s: %lld labels, but %s has %lld images", path, (long long)dims[0], images,
+                  (long long)d->n);
+    } else {
+        status = 0;
+    }
+    for (int64_t i = 0; status == 0 && plan->y_int && p->num_classes > 0 && i < d->n; i++) {
+        if (bytes[i] >= p->num_classes) {
+            cgc_error("%s: label %d at index %lld is out of range for the model's %d classes",
+                      path, bytes[i], (long long)i, p->num_classes);
+            status = -1;
+        }
+    }
+    if (status == 0) {
+        d->y_row = 1;
+        d->y_int = plan->y_int;
+        if (plan->y_int) {
+            d->y_i32 = xmalloc((size_t)d->n * sizeof *d->y_i32);
+            for (int64_t i = 0; i < d->n; i++) d->y_i32[i] = bytes[i];
+        } else {
+            d->y_f32 = xmalloc((size_t)d->n * sizeof *d->y_f32);
+            for (int64_t i = 0; i < d->n; i++) d->y_f32[i] = bytes[i];
+        }
+    }
+    free(bytes);
+    return status;
+}
+
+/* One split from its images and labels files. */
+static int load_split(const IrProgram *p, const InputPlan *plan, const char *images,
+                      const char *labels, Dataset *d)
+{
+    if (load_images(images, plan, p->cfg.data_scale, d) < 0) return -1;
+    if (plan->y_row == 0) return 0;
+    return load_labels(labels, images, p, plan, d);
+}
+
+/* Idx labels are one byte per sample: input 1, when declared, must take one value each. */
+static int check_idx_labels(const IrProgram *p, Source *src, const InputPlan *plan)
+{
+    if (plan->y_row == 0 || plan->y_row == 1) return 0;
+    const IrInput *y = &p->inputs[1];
+    char buf[128];
+    input_error(src, y->loc,
+                "input '%s' is %s%s, but idx data gives one label per sample "
+                "(i32[N] class ids, or a float per sample)",
+                y->name, ir_dtype_name(y->dtype), ir_shape_str(p, &y->shape, buf, sizeof buf));
+    return -1;
+}
+
+/* The four files in DIR (labels only when the model takes them). The test split is
+ * optional, but half of it is an error. */
+static int load_idx_dir(const IrProgram *p, const InputPlan *plan, const char *dir,
+                        DataSplits *out)
+{
+    char *f[4];
+    for (int i = 0; i < 4; i++) f[i] = idx_file(dir, IDX_NAMES[i]);
+    int status = -1;
+    if (plan->y_row > 0 && !f[1]) {
+        cgc_error("%s: no %s[.gz] beside %s", dir, IDX_NAMES[1], f[0]);
+    } else if ((f[2] != NULL) != (f[3] != NULL) && plan->y_row > 0) {
+        cgc_error("%s: %s found without %s[.gz]", dir, f[2] ? f[2] : f[3],
+                  IDX_NAMES[f[2] ? 3 : 2]);
+    } else if (load_split(p, plan, f[0], f[1], &out->train) == 0) {
+        out->has_test = f[2] != NULL;
+        status = out->has_test ? load_split(p, plan, f[2], f[3], &out->test) : 0;
+    }
+    for (int i = 0; i < 4; i++) free(f[i]);
+    return status;
+}
+
+static char *describe(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *describe(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return xstrdup(buf);
+}
+
+static int load_idx(const IrProgram *p, Source *src, const char *net_path,
+                    const InputPlan *plan, DataSplits *out)
+{
+    CGC_ASSERT(p->cfg.data_dir != NULL);
+    if (check_idx_labels(p, src, plan) < 0) return -1;
+    char *dir = find_data_dir(p, src, net_path);
+    if (!dir) return -1;
+    int status = load_idx_dir(p, plan, dir, out);
+    if (status == 0) {
+        if (out->has_test)
+            out->description = describe("%s: %lld train, %lld test, from %s", p->cfg.data_dir,
+                                        (long long)out->train.n, (long long)out->test.n, dir);
+        else
+            out->description = describe("%s: %lld train, no test split, from %s",
+                                        p->cfg.data_dir, (long long)out->train.n, dir);
+    }
+    free(dir);
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Synthetic data                                                                       */
+/* ------------------------------------------------------------------------------------ */
+
+/* A fixed random linear map (the teacher) of ROWS x COLS, scaled by 1/sqrt(COLS) so its
+ * outputs have about unit variance for standard normal inputs. */
+static float *teacher_weights(uint64_t seed, int64_t rows, int64_t cols)
+{
+    float *w = xmalloc((size_t)(rows * cols) * sizeof *w);
+    double scale = 1.0 / sqrt((double)cols);
+    for (int64_t i = 0; i < rows * cols; i++)
+        w[i] = (float)(rng_normal(seed, RNG_SYNTHETIC, SYNTH_TEACHER + (uint64_t)i) * scale);
+    return w;
+}
+
+/* OUT[r] = W[r, :] . X for the ROWS outputs of one sample. */
+static void teacher_apply(const float *w, const float *x, int64_t rows, int64_t cols,
+                          float *out)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *wr = w + r * cols;
+        float acc = 0;
+        for (int64_t c = 0; c < cols; c++) acc += wr[c] * x[c];
+        out[r] = acc;
+    }
+}
+
+static int32_t argmax(const float *v, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (int32_t)best;
+}
+
+/* dsl.md asks for "random features and labels of the inputs' shapes". Labels drawn
+ * independently of the features would give a model nothing to learn, so both come from a
+ * random teacher instead: features are standard normal; class ids are the argmax of a
+ * fixed random linear map of the features (over num_classes classes, 2 when the loss
+ * does not say); float targets are that map itself, shaped as input 1's sample. All of it
+ * is a pure function of the seed. */
+static int load_synthetic(const IrProgram *p, Source *src, const InputPlan *plan,
+                          DataSplits *out)
+{
+    int64_t n = p->cfg.synthetic_samples;
+    int64_t wide = plan->x_row > plan->y_row ? plan->x_row : plan->y_row;
+    if (wide < 1) wide = 1;
+    if (n <= 0) {
+        input_error(src, p->cfg.data_loc, "synthetic data needs at least one sample, not %lld",
+                    (long long)n);
+        return -1;
+    }
+    if (n > SYNTHETIC_MAX_VALUES / wide) {
+        input_error(src, p->cfg.data_loc,
+                    "synthetic data of %lld samples x %lld values is too large to hold",
+                    (long long)n, (long long)wide);
+        return -1;
+    }
+    uint64_t seed = p->cfg.seed;
+    Dataset *d = &out->train;
+    d->n = n;
+    d->x_row = plan->x_row;
+    d->x = xmalloc((size_t)(n * plan->x_row) * sizeof *d->x);
+    for (int64_t i = 0; i < n * plan->x_row; i++)
+        d->x[i] = (float)rng_normal(seed, RNG_SYNTHETIC, SYNTH_FEATURES + (uint64_t)i);
+
+    d->y_row = plan->y_row;
+    d->y_int = plan->y_int;
+    if (plan->y_row > 0) {
+        int64_t outs = plan->y_int ? (p->num_classes > 0 ? p->num_classes : 2) : plan->y_row;
+        float *w = teacher_weights(seed, outs, plan->x_row);
+        float *scores = xmalloc((size_t)outs * sizeof *scores);
+        if (plan->y_int) d->y_i32 = xmalloc((size_t)n * sizeof *d->y_i32);
+        else d->y_f32 = xmalloc((size_t)(n * plan->y_row) * sizeof *d->y_f32);
+        for (int64_t i = 0; i < n; i++) {
+            const float *x = d->x + i * plan->x_row;
+            if (plan->y_int) {
+                teacher_apply(w, x, outs, plan->x_row, scores);
+                d->y_i32[i] = argmax(scores, outs);
+            } else {
+                teacher_apply(w, x, outs, plan->x_row, d->y_f32 + i * plan->y_row);
+            }
+        }
+        free(scores);
+        free(w);
+    }
+    out->has_test = false;
+    out->description = describe("synthetic: %lld samples, no test split (seed %llu)",
+                                (long long)n, (unsigned long long)seed);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Entry points                                                                         */
+/* ------------------------------------------------------------------------------------ */
+
+int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits *out)
+{
+    memset(out, 0, sizeof *out);
+    InputPlan plan;
+    if (plan_inputs(p, src, &plan) < 0) return -1;
+    int status = p->cfg.data == DATA_IDX ? load_idx(p, src, net_path, &plan, out)
+                                         : load_synthetic(p, src, &plan, out);
+    if (status < 0) data_free(out);
+    return status;
+}
+
+static void dataset_free(Dataset *d)
+{
+    free(d->x);
+    free(d->y_i32);
+    free(d->y_f32);
+    memset(d, 0, sizeof *d);
+}
+
+void data_free(DataSplits *d)
+{
+    dataset_free(&d->train);
+    dataset_free(&d->test);
+    free(d->description);
+    memset(d, 0, sizeof *d);
+}
+
+/* Fisher-Yates from the back: draw k (k = 0, 1, ...) picks the element for position
+ * i = n-1-k among 0..i, with counter (epoch << 40) + k, so the order of an epoch depends
+ * on nothing but the seed and the epoch number. */
+void data_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order)
+{
+    for (int64_t i = 0; i < n; i++) order[i] = i;
+    if (!shuffle) return;
+    uint64_t base = (uint64_t)epoch << 40;
+    for (int64_t i = n - 1, k = 0; i > 0; i--, k++) {
+        int64_t j = (int64_t)rng_below(seed, RNG_SHUFFLE, base + (uint64_t)k, (uint64_t)i + 1);
+        int64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t count,
+                 float *x, void *y)
+{
+    for (int64_t r = 0; r < count; r++) {
+        int64_t row = order[start + r];
+        CGC_ASSERT(row >= 0 && row < d->n);
+        memcpy(x + r * d->x_row, d->x + row * d->x_row, (size_t)d->x_row * sizeof *x);
+        if (d->y_row == 0 || !y) continue;
+        if (d->y_int)
+            memcpy((int32_t *)y + r * d->y_row, d->y_i32 + row * d->y_row,
+                   (size_t)d->y_row * sizeof(int32_t));
+        else
+            memcpy((float *)y + r * d->y_row, d->y_f32 + row * d->y_row,
+                   (size_t)d->y_row * sizeof(float));
+    }
+}

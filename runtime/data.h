@@ -1,0 +1,57 @@
+/* data.h: training data: IDX files (plain or gzip), synthetic data, order and batches.
+ *
+ * A dataset is held whole in memory as f32 features (already scaled) and labels (i32
+ * class ids, or f32 targets), one row per sample. Batches are gathered from a seeded
+ * order; the order of epoch E is a pure function of (seed, E), so a resumed run only
+ * needs the epoch and its position in it.
+ */
+#ifndef CGC_DATA_H
+#define CGC_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../compiler/ir.h"
+
+typedef struct Dataset {
+    int64_t n;                  /* samples */
+    int64_t x_row;              /* features per sample */
+    float *x;                   /* n * x_row */
+    int64_t y_row;              /* labels per sample: 0 when the model has one input */
+    bool y_int;                 /* labels are class ids (int32) rather than f32 */
+    int32_t *y_i32;             /* n * y_row when y_int */
+    float *y_f32;               /* n * y_row otherwise */
+} Dataset;
+
+typedef struct DataSplits {
+    Dataset train;
+    Dataset test;
+    bool has_test;
+    char *description;          /* "fashion-mnist: 60000 train, 10000 test (/usr/share/...)" */
+} DataSplits;
+
+/* Loads the data P->cfg asks for, shaped for P's inputs (input 0: features, input 1:
+ * labels). NET_PATH is the .net file (relative IDX directories are looked up beside it,
+ * then in each directory of $CGC_DATA_PATH, then in /usr/share/datasets). Every problem
+ * is reported as "cgc: error: FILE: what is wrong" (or at the `data` entry of the .net
+ * file when the directory is not found); returns 0, or -1 after reporting. SRC may be
+ * NULL in tests. */
+int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits *out);
+void data_free(DataSplits *d);
+
+/* Reads one IDX file (gzip or plain: zlib decides). Validates magic, type byte (only
+ * unsigned byte data, 0x08), rank, that the dimensions' product fits and that the file
+ * holds exactly that many bytes. On success DIMS and RANK describe it and BYTES (malloc'd)
+ * the values. Returns 0, or -1 after "cgc: error: PATH: what is wrong". */
+int idx_read(const char *path, int *rank, int64_t dims[8], uint8_t **bytes);
+
+/* The order of epoch EPOCH: a permutation of 0..n-1 (Fisher-Yates on rng.h's
+ * RNG_SHUFFLE stream), or the identity when !shuffle. */
+void data_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order);
+
+/* Copies rows ORDER[start .. start+count) into X (count * x_row floats) and Y
+ * (count * y_row int32 or floats; may be NULL when y_row == 0). */
+void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t count,
+                 float *x, void *y);
+
+#endif

@@ -1,0 +1,47 @@
+/* safetensors.h: reading and writing the safetensors format (what PyTorch's
+ * safetensors.torch.load_file reads): an 8-byte little-endian header length, a JSON
+ * header mapping names to {dtype, shape, data_offsets} plus an optional "__metadata__"
+ * object of string values, then the raw little-endian tensor bytes.
+ *
+ * Writing is atomic: a temporary file in the same directory, fsync, rename over the
+ * target, fsync of the directory. Reading validates everything before use (header length
+ * within the file, JSON well formed, dtypes known, offsets in order, in bounds, matching
+ * shape * dtype size, covering the data exactly) and never reads past the end.
+ */
+#ifndef CGC_SAFETENSORS_H
+#define CGC_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct StTensor {
+    const char *name;
+    const char *dtype;          /* "F32", "F64", "I32", "I64", "F16", "BF16", "U8" */
+    int rank;
+    int64_t shape[8];
+    const void *data;           /* shape * dtype size bytes, little-endian */
+} StTensor;
+
+typedef struct StMeta {
+    const char *key;
+    const char *value;
+} StMeta;
+
+/* Writes the tensors (in the given order; the header lists them sorted by name, as the
+ * reference implementation does) and metadata to PATH atomically. Returns 0, or -1 after
+ * "cgc: error: cannot write PATH: reason". */
+int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
+            int nmeta);
+
+typedef struct StFile StFile;
+
+/* Reads and validates PATH. Returns NULL after "cgc: error: PATH: what is wrong". */
+StFile *st_load(const char *path);
+void st_free(StFile *f);
+int st_count(const StFile *f);
+const StTensor *st_get(const StFile *f, int i);
+const StTensor *st_find(const StFile *f, const char *name);   /* NULL when absent */
+const char *st_meta(const StFile *f, const char *key);        /* NULL when absent */
+size_t st_dtype_size(const char *dtype);                       /* 0 for unknown */
+
+#endif

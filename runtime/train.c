@@ -1,0 +1,328 @@
+/* train.c: the training loop on the CPU reference executor.
+ *
+ * One epoch walks a seeded order of the training set in micro-batches of `batch`
+ * samples; `accumulate` micro-batches make one optimizer step (the last one runs the
+ * `train` graph, the others `train_micro`). Micro-batches left over at the end of an
+ * epoch that cannot fill a whole step are skipped, as are the last samples that do not
+ * fill a micro-batch when drop_last is set. After every epoch the model is evaluated on
+ * the test split (dropout off, every sample, larger batches) and the state is saved.
+ *
+ * The run is a pure function of the program, the data and the seed: the data order of
+ * an epoch depends on (seed, epoch), dropout on the micro-step counter, so a run resumed
+ * from a checkpoint continues bit for bit.
+ */
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data.h"
+
+enum { EVAL_BATCH = 1000 };
+
+typedef struct Trainer {
+    IrProgram *p;
+    const RunOptions *o;
+    CpuExec *e;
+    DataSplits data;
+    int64_t micro_per_epoch;    /* micro-batches walked per epoch */
+    int64_t steps_per_epoch;    /* optimizer steps per epoch */
+    int64_t total_steps;        /* optimizer steps of the whole run */
+    int64_t epochs;             /* epochs the run spans */
+    int64_t *order;             /* data order of the current epoch */
+    float *x;                   /* one batch of features */
+    void *y;                    /* one batch of labels */
+    FILE *metrics;
+    bool live;                  /* stdout is a terminal: draw a progress bar */
+    double last_draw;
+} Trainer;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the plan: how many micro-batches, steps and epochs ---- */
+
+static int plan(Trainer *t)
+{
+    const TrainConfig *c = &t->p->cfg;
+    int64_t n = t->data.train.n;
+    t->micro_per_epoch = c->drop_last ? n / c->batch : (n + c->batch - 1) / c->batch;
+    t->steps_per_epoch = t->micro_per_epoch / c->accumulate;
+    if (t->steps_per_epoch == 0) {
+        cgc_error("%lld training samples do not make one step of batch %lld x accumulate %lld%s",
+                  (long long)n, (long long)c->batch, (long long)c->accumulate,
+                  c->drop_last ? " (drop_last is on)" : "");
+        return -1;
+    }
+    if (c->epochs > 0) {
+        t->epochs = c->epochs;
+        t->total_steps = c->epochs * t->steps_per_epoch;
+        if (c->steps > 0 && c->steps < t->total_steps) t->total_steps = c->steps;
+    } else {
+        t->total_steps = c->steps;
+    }
+    t->epochs = (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch;
+    return 0;
+}
+
+/* ---- one batch ---- */
+
+/* Runs graph G on rows order[start .. start+count) of dataset D. */
+static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64_t *order,
+                     int64_t start, int64_t count)
+{
+    data_gather(d, order, start, count, t->x, t->y);
+    CpuFeed feed;
+    memset(&feed, 0, sizeof feed);
+    feed.symvals[0] = count;
+    feed.inputs[0] = t->x;
+    feed.inputs[1] = t->y;
+    feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
+    return cpu_exec_run(t->e, g, &feed);
+}
+
+static double output_scalar(Trainer *t, const IrGraph *g, IrOutputRole role)
+{
+    return g->output[role] >= 0 ? cpu_exec_scalar(t->e, g->output[role]) : 0.0;
+}
+
+/* ---- evaluation ---- */
+
+typedef struct EvalResult {
+    double loss, accuracy;
+    bool has_accuracy;
+} EvalResult;
+
+static int evaluate(Trainer *t, EvalResult *r)
+{
+    const Dataset *d = &t->data.test;
+    const IrGraph *g = &t->p->eval;
+    static int64_t *identity;
+    identity = xrealloc(identity, (size_t)d->n * sizeof *identity);
+    data_order(0, 0, false, d->n, identity);
+    double loss = 0, correct = 0;
+    for (int64_t start = 0; start < d->n; start += EVAL_BATCH) {
+        int64_t count = d->n - start < EVAL_BATCH ? d->n - start : EVAL_BATCH;
+        if (run_batch(t, g, d, identity, start, count) != 0) return -1;
+        loss += output_scalar(t, g, IR_OUT_LOSS) * (double)count;
+        correct += output_scalar(t, g, IR_OUT_CORRECT);
+    }
+    r->loss = loss / (double)d->n;
+    r->has_accuracy = g->output[IR_OUT_CORRECT] >= 0;
+    r->accuracy = correct / (double)d->n;
+    return 0;
+}
+
+/* ---- reporting ---- */
+
+static void draw_progress(Trainer *t, const TrainProgress *pr, double seconds, bool force)
+{
+    double at = now();
+    if (!t->live || t->o->quiet || (!force && at - t->last_draw < 0.1)) return;
+    t->last_draw = at;
+    int64_t done = pr->batch_in_epoch, total = t->steps_per_epoch * t->p->cfg.accumulate;
+    int width = 30, filled = total ? (int)(width * done / total) : width;
+    double rate = seconds > 0 ? (double)(done * t->p->cfg.batch) / seconds : 0;
+    double eta = done ? seconds * (double)(total - done) / (double)done : 0;
+    printf("\repoch %lld/%lld [%.*s%*s] %lld/%lld loss %.4f %.0f samples/s ETA %d:%02d \033[K",
+           (long long)pr->epoch + 1, (long long)t->epochs, filled,
+           "==============================", width - filled, "", (long long)done,
+           (long long)total, pr->loss_count ? pr->loss_sum / (double)pr->loss_count : 0.0,
+           rate, (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+}
+
+static void json_number(FILE *f, const char *key, double v)
+{
+    if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+static void report_epoch(Trainer *t, const TrainProgress *pr, int64_t micro_done,
+                         double seconds, const EvalResult *ev)
+{
+    double train_loss = pr->loss_count ? pr->loss_sum / (double)pr->loss_count : NAN;
+    double rate = seconds > 0 ? (double)(micro_done * t->p->cfg.batch) / seconds : 0;
+    if (!t->o->quiet) {
+        if (t->live) printf("\r\033[K");
+        printf("epoch %lld/%lld  step %lld  train_loss %.4f", (long long)pr->epoch + 1,
+               (long long)t->epochs, (long long)pr->step, train_loss);
+        if (ev) printf("  test_loss %.4f", ev->loss);
+        if (ev && ev->has_accuracy) printf("  test_accuracy %.4f", ev->accuracy);
+        printf("  %.0f samples/s  %.1f s", rate, seconds);
+        if (pr->skipped) printf("  (%lld fp16 steps skipped so far)", (long long)pr->skipped);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"epoch\":%lld,\"step\":%lld", (long long)pr->epoch + 1, (long long)pr->step);
+        json_number(t->metrics, "train_loss", train_loss);
+        if (ev) json_number(t->metrics, "test_loss", ev->loss);
+        if (ev && ev->has_accuracy) json_number(t->metrics, "test_accuracy", ev->accuracy);
+        json_number(t->metrics, "samples_per_s", rate);
+        json_number(t->metrics, "seconds", seconds);
+        fputs("}\n", t->metrics);
+        fflush(t->metrics);
+    }
+}
+
+/* ---- the loop ---- */
+
+static int loss_not_finite(Trainer *t, const TrainProgress *pr, double loss)
+{
+    const IrNode *n = &t->p->train.nodes[t->p->train.output[IR_OUT_LOSS]];
+    cgc_error("the loss became %s at step %lld (the loss at %s:%d); try a lower learning rate, "
+              "clip_norm, or fp32", isnan(loss) ? "NaN" : "infinite", (long long)pr->step + 1,
+              t->o->net_path, n->loc.line);
+    return -1;
+}
+
+/* One optimizer step: ACCUMULATE micro-batches. */
+static int train_step(Trainer *t, TrainProgress *pr)
+{
+    const TrainConfig *c = &t->p->cfg;
+    for (int64_t k = 0; k < c->accumulate; k++) {
+        bool last = k == c->accumulate - 1;
+        const IrGraph *g = last ? &t->p->train : &t->p->train_micro;
+        int64_t start = pr->batch_in_epoch * c->batch;
+        int64_t count = t->data.train.n - start < c->batch ? t->data.train.n - start : c->batch;
+        if (run_batch(t, g, &t->data.train, t->order, start, count) != 0) return -1;
+        double loss = output_scalar(t, g, IR_OUT_LOSS);
+        if (!isfinite(loss) && c->precision != PREC_FP16) return loss_not_finite(t, pr, loss);
+        pr->loss_sum += loss;
+        pr->loss_count++;
+        pr->batch_in_epoch++;
+    }
+    pr->skipped += output_scalar(t, &t->p->train, IR_OUT_SKIPPED) != 0;
+    pr->step++;
+    return 0;
+}
+
+static int save(Trainer *t, const TrainProgress *pr)
+{
+    return t->o->save_path ? checkpoint_save(t->o->save_path, t->p, t->e, pr) : 0;
+}
+
+typedef enum { RUN_ON, RUN_DONE, RUN_INTERRUPTED, RUN_FAILED } RunState;
+
+/* Trains the rest of epoch PR->epoch. */
+static RunState train_epoch(Trainer *t, TrainProgress *pr)
+{
+    const TrainConfig *c = &t->p->cfg;
+    data_order(c->seed, pr->epoch, c->shuffle, t->data.train.n, t->order);
+    int64_t first_micro = pr->batch_in_epoch;
+    double started = now() - pr->train_seconds;
+    int64_t end = t->steps_per_epoch * c->accumulate;
+    RunState state = RUN_ON;
+    while (pr->batch_in_epoch < end) {
+        if (train_step(t, pr) != 0) return RUN_FAILED;
+        draw_progress(t, pr, now() - started, false);
+        if (pr->step >= t->total_steps) { state = RUN_DONE; break; }
+        if (t->o->stop_after && pr->step >= t->o->stop_after) { state = RUN_INTERRUPTED; break; }
+    }
+    pr->train_seconds = now() - started;
+    bool epoch_complete = pr->batch_in_epoch >= end;
+    EvalResult ev, *evp = NULL;
+    if (state != RUN_INTERRUPTED && t->data.has_test) {
+        if (evaluate(t, &ev) != 0) return RUN_FAILED;
+        evp = &ev;
+    }
+    draw_progress(t, pr, pr->train_seconds, true);
+    report_epoch(t, pr, pr->batch_in_epoch - first_micro, pr->train_seconds, evp);
+    if (epoch_complete) {
+        pr->epoch++;
+        pr->batch_in_epoch = 0;
+        pr->loss_sum = 0;
+        pr->loss_count = 0;
+        pr->train_seconds = 0;
+        if (state == RUN_ON && pr->epoch >= t->epochs) state = RUN_DONE;
+    }
+    if (save(t, pr) != 0) return RUN_FAILED;
+    return state;
+}
+
+static void print_plan(const Trainer *t, const TrainProgress *pr)
+{
+    const TrainConfig *c = &t->p->cfg;
+    if (t->o->quiet) return;
+    printf("cgc: training %s on %s\n", t->p->model_name, t->data.description);
+    printf("cgc: %lld steps (%lld per epoch, %lld epochs) of batch %lld%s, %s, %s, %s on the CPU\n",
+           (long long)t->total_steps, (long long)t->steps_per_epoch, (long long)t->epochs,
+           (long long)c->batch, c->accumulate > 1 ? " with accumulation" : "",
+           config_optimizer_name(c->optimizer), config_schedule_name(c->schedule),
+           c->precision == PREC_FP32 ? "fp32" : c->precision == PREC_TF32 ? "tf32 (emulated)"
+           : c->precision == PREC_BF16 ? "bf16 (emulated)" : "fp16 (emulated)");
+    if (pr->step > 0)
+        printf("cgc: resuming at step %lld (epoch %lld, batch %lld)\n", (long long)pr->step,
+               (long long)pr->epoch + 1, (long long)pr->batch_in_epoch);
+    fflush(stdout);
+}
+
+static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *pr)
+{
+    memset(t, 0, sizeof *t);
+    memset(pr, 0, sizeof *pr);
+    t->p = p;
+    t->o = o;
+    if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
+    if (plan(t) != 0) return -1;
+    t->e = cpu_exec_new(p, CPU_F32);
+    cpu_exec_init_tensors(t->e, p->cfg.seed);
+    if (o->resume_path && checkpoint_load(o->resume_path, p, t->e, pr) != 0) return -1;
+    if (o->metrics_path && !(t->metrics = fopen(o->metrics_path, "a"))) {
+        cgc_error("cannot open %s for the metrics: %m", o->metrics_path);
+        return -1;
+    }
+    int64_t rows = p->cfg.batch > EVAL_BATCH ? p->cfg.batch : EVAL_BATCH;
+    t->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
+    t->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
+    t->order = xmalloc((size_t)t->data.train.n * sizeof *t->order);
+    t->live = isatty(STDOUT_FILENO);
+    return 0;
+}
+
+static void teardown(Trainer *t)
+{
+    if (t->e) cpu_exec_free(t->e);
+    if (t->metrics) fclose(t->metrics);
+    free(t->x);
+    free(t->y);
+    free(t->order);
+    data_free(&t->data);
+}
+
+int train_run(IrProgram *p, const RunOptions *o)
+{
+    Trainer t;
+    TrainProgress pr;
+    int rc = 1;
+    if (setup(&t, p, o, &pr) != 0) goto out;
+    print_plan(&t, &pr);
+    if (pr.step >= t.total_steps) {
+        if (!o->quiet) printf("cgc: nothing to do: the run already took its %lld steps\n", (long long)t.total_steps);
+        rc = 0;
+        goto out;
+    }
+    double started = now();
+    RunState state = RUN_ON;
+    while (state == RUN_ON) state = train_epoch(&t, &pr);
+    if (state == RUN_FAILED) goto out;
+    if (!o->quiet) {
+        double total = now() - started, gemm = cpu_exec_gemm_seconds(t.e);
+        printf("cgc: %s at step %lld in %.1f s (%.0f%% of it in GEMMs)%s%s\n",
+               state == RUN_INTERRUPTED ? "stopped" : "done", (long long)pr.step, total,
+               total > 0 ? 100.0 * gemm / total : 0.0, o->save_path ? "; saved to " : "",
+               o->save_path ? o->save_path : "");
+    }
+    rc = 0;
+out:
+    teardown(&t);
+    return rc;
+}

@@ -1,0 +1,44 @@
+/* train.h: the training loop on the CPU reference executor, and checkpoints.
+ *
+ * train_run drives a lowered program: data order and batches, micro-batches for
+ * accumulation, evaluation on the test split after every epoch, progress and metrics,
+ * saving after every epoch and at the end, resuming. */
+#ifndef CGC_TRAIN_H
+#define CGC_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../compiler/ir.h"
+#include "cpu/exec.h"
+
+typedef struct RunOptions {
+    const char *net_path;
+    Source *src;                /* for errors found while loading data */
+    const char *save_path;      /* NULL: no saving */
+    const char *resume_path;    /* NULL: start afresh */
+    const char *metrics_path;   /* NULL: no metrics file */
+    int64_t stop_after;         /* stop after this global step as if interrupted; 0 = never */
+    bool quiet;
+} RunOptions;
+
+/* Where a run is: everything besides tensors that a resumed run needs to continue
+ * exactly (the data order of an epoch is a function of seed and epoch). */
+typedef struct TrainProgress {
+    int64_t epoch;              /* 0-based epoch in progress */
+    int64_t batch_in_epoch;     /* micro-batches of this epoch already consumed */
+    int64_t step;               /* optimizer steps taken (global step) */
+    int64_t skipped;            /* fp16 steps skipped for inf/nan */
+    double loss_sum;            /* sum of micro-batch losses this epoch */
+    int64_t loss_count;
+    double train_seconds;       /* training time this epoch, before an interruption */
+} TrainProgress;
+
+/* Trains P (already lowered) as P->cfg says. Returns the process exit status. */
+int train_run(IrProgram *p, const RunOptions *o);
+
+/* checkpoint.c: --save / --resume files (safetensors; see README). */
+int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr);
+int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgress *pr);
+
+#endif

@@ -1,0 +1,18 @@
+# End-to-end: the cgc binary on the models of models/ and on Fashion-MNIST.
+function(cgc_e2e name script)
+  add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/e2e/${script} ${CGC_BIN} ${CMAKE_SOURCE_DIR} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS "cpu;e2e" TIMEOUT 600
+                       ENVIRONMENT "OPENBLAS_NUM_THREADS=2;OMP_NUM_THREADS=2")
+endfunction()
+
+cgc_e2e(e2e_train_mlp_epoch train_mlp_epoch.sh)
+cgc_e2e(e2e_resume_bitexact resume_bitexact.sh)
+cgc_e2e(e2e_train_models train_models.sh)
+cgc_e2e(e2e_cli cli.sh)
+
+# Whole-binary mutation test: every byte-level mutation of each model ends in exit 0
+# or exit 1 with a diagnostic, within seconds.
+add_executable(mutate_cli mutate_cli.c)
+add_test(NAME e2e_mutate COMMAND mutate_cli ${CGC_BIN} ${CMAKE_SOURCE_DIR}/models/mlp.net
+         ${CMAKE_SOURCE_DIR}/models/resmlp.net ${CMAKE_SOURCE_DIR}/models/regression.net)
+set_tests_properties(e2e_mutate PROPERTIES LABELS "cpu;e2e" TIMEOUT 600)

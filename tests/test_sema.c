@@ -1,0 +1,167 @@
+/* test_sema.c: what sema builds, beyond what the golden files show: the TrainConfig each
+ * train-key form produces (defaults, folding, units, optimizer resets, steps without
+ * epochs), sema_train_entry on a command-line value, and the program tables (classes,
+ * labels input, the dropout counter registered after the parameters). */
+#include <stdlib.h>
+
+#include "../compiler/passes.h"
+#include "check.h"
+
+static const char model_text[] =
+    "model m {\n"
+    "    input x: f32[N, 784]\n"
+    "    input y: i32[N]\n"
+    "    h = dropout(relu(linear(x, 32)), 0.5)\n"
+    "    logits = linear(h, 10)\n"
+    "    output logits\n"
+    "    loss cross_entropy(logits, y)\n"
+    "}\n";
+
+/* Checks MODEL_TEXT followed by TRAIN; NULL when sema (or the parser) reported errors. */
+static IrProgram *check_text(const char *train)
+{
+    char text[4096];
+    snprintf(text, sizeof text, "%s%s", model_text, train);
+    Source *src = source_from_string("test.net", text, strlen(text));
+    AstFile *file = parse_file(src);
+    IrProgram *p = file ? sema_check(src, file) : NULL;
+    ast_free(file);
+    source_free(src);
+    return p;
+}
+
+/* Applies KEY = VALUE as the CLI does (the value is its own source). */
+static int apply(IrProgram *p, const char *key, const char *value)
+{
+    Source *src = source_from_string("--flag", value, strlen(value));
+    AstExpr *e = parse_value(src);
+    int rc = e ? sema_train_entry(src, p, key, (SrcLoc){1, 1}, e) : -1;
+    ast_expr_free(e);
+    source_free(src);
+    return rc;
+}
+
+static void test_defaults_and_tables(void)
+{
+    IrProgram *p = check_text("");
+    CHECK(p != NULL);
+    if (!p) return;
+    CHECK(!p->cfg.has_train_block);
+    CHECK_EQ_INT(p->cfg.batch, 64);
+    CHECK_EQ_INT(p->cfg.epochs, 1);
+    CHECK_EQ_INT(p->cfg.optimizer, OPT_ADAMW);
+    CHECK_EQ_INT(p->num_classes, 10);
+    CHECK_EQ_INT(p->prediction_input_labels, 1);
+    CHECK_EQ_INT(p->nparams, 4);
+    CHECK_EQ_INT(p->ntensors, 5);
+    CHECK_STR(p->tensors[0].name, "h.weight");
+    CHECK_STR(p->tensors[3].name, "logits.bias");
+    CHECK_STR(p->tensors[4].name, "cgc.train.micro_step");
+    CHECK_EQ_INT(p->tensors[4].kind, IR_STATE);
+    CHECK_CLOSE(p->tensors[0].init_value, 1 / 28.0, 0, 1e-12);
+    CHECK(p->forward.output[IR_OUT_LOSS] >= 0);
+    CHECK(p->forward.output[IR_OUT_PREDICTION] >= 0);
+    CHECK_STR(p->model_name, "m");
+    ir_program_free(p);
+}
+
+static void test_train_block(void)
+{
+    IrProgram *p = check_text("train {\n"
+                              "    data = idx(\"fashion-mnist\", scale = 1/255)\n"
+                              "    batch = 2 * 64\n"
+                              "    steps = 100\n"
+                              "    shuffle = false\n"
+                              "    optimizer = sgd(0.1, momentum = 0.9, nesterov = true)\n"
+                              "    schedule = step(every = 10)\n"
+                              "    precision = bf16\n"
+                              "    accumulate = 4\n"
+                              "    clip_norm = 0.5\n"
+                              "    checkpoint = auto\n"
+                              "    memory = 1.5GB\n"
+                              "    seed = 7\n"
+                              "}\n");
+    CHECK(p != NULL);
+    if (!p) return;
+    TrainConfig *c = &p->cfg;
+    CHECK(c->has_train_block);
+    CHECK_EQ_INT(c->data, DATA_IDX);
+    CHECK_STR(c->data_dir, "fashion-mnist");
+    CHECK_CLOSE(c->data_scale, 1 / 255.0, 0, 1e-15);
+    CHECK_EQ_INT(c->data_loc.line, 10);
+    CHECK_EQ_INT(c->batch, 128);
+    CHECK_EQ_INT(c->steps, 100);
+    CHECK_EQ_INT(c->epochs, 0);          /* steps alone limits the run */
+    CHECK(!c->shuffle);
+    CHECK(c->drop_last);
+    CHECK_EQ_INT(c->optimizer, OPT_SGD);
+    CHECK_CLOSE(c->lr, 0.1, 0, 0);
+    CHECK_CLOSE(c->momentum, 0.9, 0, 0);
+    CHECK(c->nesterov);
+    CHECK_CLOSE(c->weight_decay, 0, 0, 0);
+    CHECK_EQ_INT(c->schedule, SCHED_STEP);
+    CHECK_EQ_INT(c->step_every, 10);
+    CHECK_CLOSE(c->gamma, 0.1, 0, 0);
+    CHECK_EQ_INT(c->precision, PREC_BF16);
+    CHECK_EQ_INT(c->accumulate, 4);
+    CHECK_CLOSE(c->clip_norm, 0.5, 0, 0);
+    CHECK_EQ_INT(c->checkpoint, CKPT_AUTO);
+    CHECK_EQ_INT(c->memory, 1610612736);
+    CHECK_EQ_INT(c->seed, 7);
+
+    /* Command-line overrides: a new optimizer replaces every optimizer setting. */
+    CHECK_EQ_INT(apply(p, "optimizer", "adam"), 0);
+    CHECK_EQ_INT(c->optimizer, OPT_ADAM);
+    CHECK_CLOSE(c->lr, 1e-3, 0, 0);
+    CHECK_CLOSE(c->momentum, 0, 0, 0);
+    CHECK(!c->nesterov);
+    CHECK_CLOSE(c->beta2, 0.999, 0, 0);
+    CHECK_EQ_INT(apply(p, "optimizer", "adamw(lr = 3e-4)"), 0);
+    CHECK_CLOSE(c->weight_decay, 0.01, 0, 0);
+    CHECK_CLOSE(c->lr, 3e-4, 0, 0);
+    CHECK_EQ_INT(apply(p, "memory", "512MB"), 0);
+    CHECK_EQ_INT(c->memory, 512 * 1024 * 1024);
+    CHECK_EQ_INT(apply(p, "memory", "64KB"), 0);
+    CHECK_EQ_INT(c->memory, 65536);
+    CHECK_EQ_INT(apply(p, "schedule", "cosine(warmup = 5, min_lr = 1e-5)"), 0);
+    CHECK_EQ_INT(c->schedule, SCHED_COSINE);
+    CHECK_EQ_INT(c->warmup, 5);
+    CHECK_EQ_INT(apply(p, "data", "synthetic(samples = 100)"), 0);
+    CHECK_EQ_INT(c->data, DATA_SYNTHETIC);
+    CHECK_EQ_INT(c->synthetic_samples, 100);
+    CHECK_EQ_INT(apply(p, "drop_last", "false"), 0);
+    CHECK(!c->drop_last);
+
+    /* A rejected value reports and leaves the setting alone. */
+    fprintf(stderr, "(two expected diagnostics follow)\n");
+    CHECK_EQ_INT(apply(p, "batch", "0"), -1);
+    CHECK_EQ_INT(c->batch, 128);
+    CHECK_EQ_INT(apply(p, "optimizer", "sgd(momentum = 0.5)"), -1);
+    CHECK_EQ_INT(c->optimizer, OPT_ADAMW);
+    ir_program_free(p);
+}
+
+static void test_epochs_and_steps(void)
+{
+    IrProgram *p = check_text("train {\n    epochs = 3\n    steps = 10\n}\n");
+    CHECK(p != NULL);
+    if (!p) return;
+    CHECK_EQ_INT(p->cfg.epochs, 3);
+    CHECK_EQ_INT(p->cfg.steps, 10);
+    ir_program_free(p);
+}
+
+static void test_errors_return_null(void)
+{
+    fprintf(stderr, "(one expected diagnostic follows)\n");
+    CHECK(check_text("train {\n    batch = -1\n}\n") == NULL);
+}
+
+int main(void)
+{
+    test_defaults_and_tables();
+    test_train_block();
+    test_epochs_and_steps();
+    test_errors_return_null();
+    return check_result();
+}
