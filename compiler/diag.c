@@ -56,8 +56,7 @@ void source_free(Source *src)
     free(src);
 }
 
-/* Start of line LINE (1-based), or NULL. */
-static const char *line_start(const Source *src, int line)
+const char *source_line_start(const Source *src, int line)
 {
     const char *p = src->text, *end = src->text + src->len;
     for (int l = 1; l < line; l++) {
@@ -74,7 +73,7 @@ static int is_utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
  * so that a malformed file cannot garble the terminal; tabs are kept so the caret lines up. */
 static void show_line(const Source *src, SrcLoc loc)
 {
-    const char *p = line_start(src, loc.line);
+    const char *p = source_line_start(src, loc.line);
     if (!p) return;
     const char *end = src->text + src->len;
     const char *eol = memchr(p, '\n', (size_t)(end - p));
@@ -200,27 +199,34 @@ char *xstrndup(const char *s, size_t n)
     return d;
 }
 
-/* Levenshtein distance, case-insensitive, giving up (returning LIMIT+1) on long names. */
+static int same_letter(char a, char b) { return (a | 0x20) == (b | 0x20); }
+
+/* Optimal string alignment distance, case-insensitive: insertions, deletions,
+ * substitutions and swaps of two adjacent letters ("bacth" for "batch") cost 1 each, a
+ * swapped pair is not edited again. Gives up (returning LIMIT+1) on long names. */
 static size_t edit_distance(const char *a, const char *b, size_t limit)
 {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 64 || lb > 64) return limit + 1;
-    size_t row[65];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    /* Rows i-2, i-1 and i of the distance matrix between prefixes. */
+    size_t rows[3][65];
+    size_t *before = rows[0], *prev = rows[1], *cur = rows[2];
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
     for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+        cur[0] = i;
         for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            int same = (a[i - 1] | 0x20) == (b[j - 1] | 0x20);
-            size_t best = diag + (same ? 0 : 1);
-            if (row[j] + 1 < best) best = row[j] + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
+            size_t best = prev[j - 1] + !same_letter(a[i - 1], b[j - 1]);
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && same_letter(a[i - 1], b[j - 2]) &&
+                same_letter(a[i - 2], b[j - 1]) && before[j - 2] + 1 < best)
+                best = before[j - 2] + 1;
+            cur[j] = best;
         }
+        size_t *t = before;
+        before = prev, prev = cur, cur = t;
     }
-    return row[lb];
+    return prev[lb];
 }
 
 const char *diag_closest(const char *name, const char *const *candidates)

@@ -33,6 +33,8 @@ Source *source_load(const char *path);
 /* Wraps an in-memory text (tests); the text is copied. */
 Source *source_from_string(const char *path, const char *text, size_t len);
 void source_free(Source *src);
+/* Start of line LINE (1-based) of SRC's text, or NULL when the file has fewer lines. */
+const char *source_line_start(const Source *src, int line);
 
 /* FILE:LINE:COL: error: MESSAGE, the line, a caret. Increments src->nerrors. */
 void diag_error(Source *src, SrcLoc loc, const char *fmt, ...)
@@ -59,8 +61,10 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 
-/* "did you mean": the candidate closest to NAME by edit distance, or NULL when none is
- * close enough to be a plausible typo. Candidates are a NULL-terminated array. */
+/* "did you mean": the candidate closest to NAME by edit distance (case-insensitive; an
+ * insertion, deletion, substitution or swap of two adjacent letters is one edit), or
+ * NULL when none is close enough to be a plausible typo: at most a third of NAME's
+ * length, and at least one edit. Candidates are a NULL-terminated array. */
 const char *diag_closest(const char *name, const char *const *candidates);
 
 /* For quoting user text in messages: at most MAX bytes of S, with "..." when cut.

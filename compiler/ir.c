@@ -151,9 +151,8 @@ IrProgram *ir_program_new(void)
 void ir_program_free(IrProgram *p)
 {
     if (!p) return;
-    for (int i = 0; i < p->nsyms; i++) free((char *)p->syms[i].name);
-    for (int i = 0; i < p->ninputs; i++) free((char *)p->inputs[i].name);
-    for (int i = 0; i < p->ntensors; i++) free((char *)p->tensors[i].name);
+    for (int i = 0; i < p->nstrings; i++) free(p->strings[i]);
+    free(p->strings);
     free(p->syms);
     free(p->inputs);
     free(p->tensors);
@@ -166,19 +165,32 @@ void ir_program_free(IrProgram *p)
     free(p);
 }
 
+/* A linear search: a program holds a few names per parameter, and ir_find_tensor is
+ * linear too. */
+const char *ir_intern(IrProgram *p, const char *s)
+{
+    for (int i = 0; i < p->nstrings; i++)
+        if (strcmp(p->strings[i], s) == 0) return p->strings[i];
+    if (p->nstrings == p->capstrings) {
+        p->capstrings = p->capstrings ? 2 * p->capstrings : 32;
+        p->strings = xrealloc(p->strings, (size_t)p->capstrings * sizeof *p->strings);
+    }
+    return p->strings[p->nstrings++] = xstrdup(s);
+}
+
 int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
 {
     for (int i = 0; i < p->nsyms; i++)
         if (strcmp(p->syms[i].name, name) == 0) return i;
     p->syms = xrealloc(p->syms, (size_t)(p->nsyms + 1) * sizeof *p->syms);
-    p->syms[p->nsyms] = (IrSymbol){xstrdup(name), loc};
+    p->syms[p->nsyms] = (IrSymbol){ir_intern(p, name), loc};
     return p->nsyms++;
 }
 
 int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc)
 {
     p->inputs = xrealloc(p->inputs, (size_t)(p->ninputs + 1) * sizeof *p->inputs);
-    p->inputs[p->ninputs] = (IrInput){xstrdup(name), t, s, loc};
+    p->inputs[p->ninputs] = (IrInput){ir_intern(p, name), t, s, loc};
     return p->ninputs++;
 }
 
@@ -191,7 +203,7 @@ int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, Ir
     CGC_ASSERT(kind == IR_STATE || p->nparams == p->ntensors);
     p->tensors = xrealloc(p->tensors, (size_t)(p->ntensors + 1) * sizeof *p->tensors);
     p->tensors[p->ntensors] =
-        (IrTensor){xstrdup(name), kind, s, init, init_value, loc, param_of};
+        (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of};
     if (kind == IR_PARAM) p->nparams++;
     return p->ntensors++;
 }
@@ -283,6 +295,7 @@ int ir_const(IrGraph *g, double value, SrcLoc loc)
 
 int ir_runtime(IrGraph *g, IrRuntimeScalar which, SrcLoc loc)
 {
+    CGC_ASSERT((unsigned)which < IR_NUM_RUNTIME);
     IrNode n = make(IR_RUNTIME, DT_F32, ir_shape0(), loc, 0, 0, 0, 0);
     n.index = (int)which;
     return ir_add_node(g, &n);
@@ -540,6 +553,15 @@ static void print_tables(FILE *out, const IrProgram *p)
     }
 }
 
+static const char *runtime_name(int which)
+{
+    switch (which) {
+    case IR_RT_TOTAL_STEPS: return "total_steps";
+    case IR_RT_MICRO_STEP: return "micro_step";
+    }
+    return "?";
+}
+
 static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
 {
     switch (n->op) {
@@ -547,7 +569,7 @@ static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
     case IR_READ: fprintf(out, " %s", p->tensors[n->index].name); break;
     case IR_ASSIGN: fprintf(out, " -> %s", p->tensors[n->index].name); break;
     case IR_CONST: fprintf(out, " %.9g", n->value); break;
-    case IR_RUNTIME: fprintf(out, " %s", n->index == IR_RT_TOTAL_STEPS ? "total_steps" : "?"); break;
+    case IR_RUNTIME: fprintf(out, " %s", runtime_name(n->index)); break;
     case IR_DROPOUT: fprintf(out, " p=%.9g stream=%d", n->value, n->index); break;
     case IR_MATMUL:
         if (n->flags & IR_MATMUL_TRANS_A) fputs(" trans_a", out);
@@ -661,6 +683,7 @@ void ir_verify(const IrProgram *p, const IrGraph *g)
             if (n->in[k] < 0 || n->in[k] >= i) verify_fail(g, i, "input is not an earlier node");
         if (n->op == IR_INPUT && (n->index < 0 || n->index >= p->ninputs)) verify_fail(g, i, "bad input index");
         if (n->op == IR_READ && (n->index < 0 || n->index >= p->ntensors)) verify_fail(g, i, "bad tensor index");
+        if (n->op == IR_RUNTIME && (n->index < 0 || n->index >= IR_NUM_RUNTIME)) verify_fail(g, i, "bad runtime scalar");
         Shape want;
         if (expected_shape(p, g, n, &want) && (want.rank < 0 || !ir_shape_equal(&want, &n->shape)))
             verify_fail(g, i, "shape does not follow from the inputs");

@@ -148,6 +148,9 @@ enum { IR_MATMUL_TRANS_A = 1, IR_MATMUL_TRANS_B = 2, IR_MATMUL_TF32 = 4 };
 /* Scalars the runtime supplies to IR_RUNTIME nodes. */
 typedef enum IrRuntimeScalar {
     IR_RT_TOTAL_STEPS,      /* optimizer steps the whole run will take (schedules) */
+    IR_RT_MICRO_STEP,       /* global index of the micro-batch being run: optimizer step *
+                             * accumulate + micro-batch within the step (dropout's counter;
+                             * a resumed run recomputes it, so no state tensor holds it) */
     IR_NUM_RUNTIME,
 } IrRuntimeScalar;
 
@@ -162,7 +165,8 @@ typedef struct IrNode {
     int index;              /* INPUT, READ, ASSIGN: table index; DROPOUT: stream; RUNTIME: which */
     int flags;              /* MATMUL: IR_MATMUL_* */
     SrcLoc loc;             /* the .net token this node came from; {0,0} for none */
-    const char *name;       /* optional: the binding it computes ("h1"), for dumps */
+    const char *name;       /* optional: the binding it computes ("h1"), for dumps; a
+                             * table's name or ir_intern'ed, so it outlives the AST */
 } IrNode;
 
 /* What the runtime reads back from a graph after it runs. */
@@ -215,7 +219,7 @@ typedef struct IrTensor {
 } IrTensor;
 
 typedef struct IrProgram {
-    const char *model_name;
+    const char *model_name;  /* owned (malloc'd); freed by ir_program_free */
     IrSymbol *syms;      int nsyms;      /* syms[0] is the batch */
     IrInput *inputs;     int ninputs;
     IrTensor *tensors;   int ntensors;   /* parameters first, in source order */
@@ -227,6 +231,7 @@ typedef struct IrProgram {
     IrGraph train_micro; /* training.c: accumulate > 1 only: forward, backward, += grads */
     IrGraph eval;        /* training.c: dropout off, loss, prediction, correct count */
     TrainConfig cfg;
+    char **strings;      int nstrings, capstrings;   /* ir_intern's pool */
 } IrProgram;
 
 /* --- tables and shapes (ir.c) --- */
@@ -248,6 +253,9 @@ Shape ir_shape_keepdim(const Shape *s, int axis);    /* axis set to 1, or all 1s
  * CGC_ASSERT: callers (sema) report user errors before building. --- */
 IrProgram *ir_program_new(void);
 void ir_program_free(IrProgram *p);
+/* A copy of S owned by P (freed with it), for names that must outlive their source: the
+ * tables' names and IrNode.name. Equal strings give the same pointer. */
+const char *ir_intern(IrProgram *p, const char *s);
 int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc);
 int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc);
 int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, IrInit init,

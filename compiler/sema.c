@@ -145,23 +145,11 @@ static const char *join_or(const char *const *names, char *buf, size_t n)
     return buf;
 }
 
-/* True when A becomes B by swapping two adjacent characters ("bacth", "batch"). */
-static bool one_swap_apart(const char *a, const char *b)
-{
-    size_t n = strlen(a), i = 0;
-    if (n != strlen(b)) return false;
-    while (i < n && a[i] == b[i]) i++;
-    return i + 1 < n && a[i] == b[i + 1] && a[i + 1] == b[i] && strcmp(a + i + 2, b + i + 2) == 0;
-}
-
-/* "; did you mean 'x'?" when a candidate is close to NAME, else "". diag_closest counts
- * a swap of two letters as two edits, too many for a short name, so swaps are tried too. */
+/* "; did you mean 'x'?" when a candidate is close to NAME, else "". */
 static const char *did_you_mean(const char *name, const char *const *candidates)
 {
     static char buf[200];
     const char *best = diag_closest(name, candidates);
-    for (int i = 0; !best && candidates[i]; i++)
-        if (one_swap_apart(name, candidates[i])) best = candidates[i];
     if (!best) return "";
     snprintf(buf, sizeof buf, "; did you mean '%s'?", best);
     return buf;
@@ -391,7 +379,7 @@ typedef struct Sema {
     int depth;                     /* expression nesting while lowering */
 
     int ndropout;                  /* dropout nodes so far: each one's stream */
-    int counter_node;              /* READ of cgc.train.micro_step, or -1 */
+    int counter_node;              /* the RUNTIME micro_step node dropout keys on, or -1 */
 
     const AstStmt *output_stmt, *loss_stmt;
 } Sema;
@@ -399,22 +387,6 @@ typedef struct Sema {
 static const char *const reserved_names[] = {
     "model", "train", "input", "output", "loss", "true", "false", "cgc", NULL,
 };
-
-/* Node names must outlive the syntax tree (it is freed after sema) and every graph the
- * passes copy from `forward`; ir.h has no string table, so binding names are interned
- * here for the life of the process. The pool is reachable from a static, not leaked. */
-static const char *intern(const char *s)
-{
-    static char **pool;
-    static int npool, cap;
-    for (int i = 0; i < npool; i++)
-        if (strcmp(pool[i], s) == 0) return pool[i];
-    if (npool == cap) {
-        cap = cap ? 2 * cap : 32;
-        pool = xrealloc(pool, (size_t)cap * sizeof *pool);
-    }
-    return pool[npool++] = xstrdup(s);
-}
 
 static const IrNode *node_of(const Sema *S, int id) { return &S->g->nodes[id]; }
 
@@ -441,18 +413,6 @@ static const char *shape_str(const Sema *S, const Shape *s)
 
 static bool is_continuation_byte(unsigned char c) { return (c & 0xC0) == 0x80; }
 
-/* Start of line LINE of the source, or NULL. */
-static const char *source_line(const Source *src, int line)
-{
-    const char *p = src->text, *end = src->text + src->len;
-    for (int l = 1; l < line; l++) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (!nl) return NULL;
-        p = nl + 1;
-    }
-    return p;
-}
-
 /* Copies the statement's first line (from its first token to a comment or the end of the
  * line) into S->stmt_text, cut to a readable length, with "..." when anything is left. */
 static void capture_stmt_text(Sema *S, const AstStmt *st)
@@ -460,7 +420,7 @@ static void capture_stmt_text(Sema *S, const AstStmt *st)
     char *out = S->stmt_text;
     size_t cap = sizeof S->stmt_text - 4, n = 0;
     out[0] = '\0';
-    const char *p = source_line(S->src, st->loc.line);
+    const char *p = source_line_start(S->src, st->loc.line);
     if (!p) return;
     const char *end = S->src->text + S->src->len;
     for (int c = 1; c < st->loc.col && p < end && *p != '\n'; c++) {
@@ -749,20 +709,13 @@ static int lower_gelu(Sema *S, const Builtin *b, const AstExpr *call, const AstE
     return x == POISON ? POISON : ir_unary(S->g, op, x, call->loc);
 }
 
-/* The READ of the step counter that keys dropout masks. The state tensor it reads is
- * registered after the model's parameters (ir.c keeps parameters first), so the node is
- * made here with a placeholder index that check_model fills in at the end. */
+/* The counter that keys dropout masks: the global micro-batch index, which the runtime
+ * supplies (so a resumed run draws the masks the uninterrupted one would). One node
+ * serves every dropout of the model. */
 static int dropout_counter(Sema *S, SrcLoc loc)
 {
-    if (S->counter_node >= 0) return S->counter_node;
-    IrNode n;
-    memset(&n, 0, sizeof n);
-    n.op = IR_READ;
-    n.dtype = DT_F32;
-    n.shape = ir_shape0();
-    n.index = -1;
-    n.loc = loc;
-    return S->counter_node = ir_add_node(S->g, &n);
+    if (S->counter_node < 0) S->counter_node = ir_runtime(S->g, IR_RT_MICRO_STEP, loc);
+    return S->counter_node;
 }
 
 static int lower_dropout(Sema *S, const Builtin *b, const AstExpr *call, const AstExpr **args)
@@ -1298,9 +1251,10 @@ static void check_bind(Sema *S, const AstStmt *st)
     bool fresh = check_new_name(S, st->name, st->name_loc);
     int v = lower_expr(S, st->expr);
     if (!fresh) return;
-    /* The node that computes the binding carries its name in dumps and kernels; a
-     * binding that merely renames an earlier value creates no node of its own. */
-    if (v != POISON && v >= S->stmt_first_node) S->g->nodes[v].name = intern(st->name);
+    /* The node that computes the binding carries its name in dumps and kernels (the
+     * program keeps the string: the syntax tree is freed after sema); a binding that
+     * merely renames an earlier value creates no node of its own. */
+    if (v != POISON && v >= S->stmt_first_node) S->g->nodes[v].name = ir_intern(S->p, st->name);
     bind(S, st->name, st->name_loc, v, -1);
 }
 
@@ -1353,17 +1307,6 @@ static void check_stmt(Sema *S, const AstStmt *st)
     }
 }
 
-/* Registers the dropout step counter, now that every parameter has its index. */
-static void finish_dropout_counter(Sema *S)
-{
-    if (S->counter_node < 0) return;
-    IrNode *n = &S->g->nodes[S->counter_node];
-    int t = ir_add_tensor(S->p, "cgc.train.micro_step", IR_STATE, ir_shape0(), IR_INIT_ZEROS, 0,
-                          -1, n->loc);
-    n->index = t;
-    n->name = S->p->tensors[t].name;
-}
-
 static void check_model(Source *src, IrProgram *p, const AstBlock *model)
 {
     Sema S;
@@ -1380,7 +1323,6 @@ static void check_model(Source *src, IrProgram *p, const AstBlock *model)
         diag_error(src, model->loc, "model '%s' has no output statement (add 'output NAME')", mname);
     if (!S.loss_stmt)
         diag_error(src, model->loc, "model '%s' has no loss statement (add 'loss EXPR')", mname);
-    finish_dropout_counter(&S);
     free(S.binds);
 }
 

@@ -36,7 +36,7 @@ typedef struct Lower {
     IrGraph *g;            /* the graph being built */
     SrcLoc loc;            /* given to the nodes being built */
     /* state tensors, -1 when this configuration has none */
-    int step, micro_step, optim_step, scale, growth_tracker;
+    int step, optim_step, scale, growth_tracker;
     int *momentum, *exp_avg, *exp_avg_sq, *accum;   /* per parameter */
     /* per graph */
     int *grads;            /* per tensor: its gradient node, or -1 */
@@ -119,7 +119,6 @@ static void register_state(Lower *L)
     const TrainConfig *c = &p->cfg;
     bool adam = c->optimizer == OPT_ADAM || c->optimizer == OPT_ADAMW;
     L->step = scalar_state(p, "cgc.train.step", IR_INIT_ZEROS, 0);
-    L->micro_step = scalar_state(p, "cgc.train.micro_step", IR_INIT_ZEROS, 0);
     L->optim_step = scalar_state(p, "cgc.optim.step", IR_INIT_ZEROS, 0);
     L->scale = L->growth_tracker = -1;
     if (c->precision == PREC_FP16) {
@@ -365,7 +364,6 @@ static void advance_counters(Lower *L)
 {
     L->loc = NO_LOC;
     increment(L, L->step);
-    increment(L, L->micro_step);
     int old = rd(L, L->optim_step);
     assign_unless_skipped(L, L->optim_step, old, add(L, old, cst(L, 1)));
 }
@@ -401,8 +399,6 @@ static void build_train_micro(Lower *L)
         L->loc = p->tensors[i].loc;
         assign(L, L->accum[i], add(L, rd(L, L->accum[i]), L->grads[i]));
     }
-    L->loc = NO_LOC;
-    increment(L, L->micro_step);
     ir_verify(p, &p->train_micro);
 }
 
@@ -416,7 +412,7 @@ static int find_input(IrGraph *g, const IrProgram *p, int input)
 }
 
 /* Forward with every dropout replaced by its input (evaluation mode), keeping only the
- * nodes the outputs need (the dropout counter's READ goes with the dropouts). */
+ * nodes the outputs need (the dropout counter goes with the dropouts). */
 static void copy_without_dropout(IrGraph *dst, const IrGraph *src, const char *name)
 {
     int n = src->nnodes;

@@ -74,9 +74,11 @@ static int plan(Trainer *t)
 
 /* ---- one batch ---- */
 
-/* Runs graph G on rows order[start .. start+count) of dataset D. */
+/* Runs graph G on rows order[start .. start+count) of dataset D as micro-batch number
+ * MICRO_STEP of the run (optimizer step * accumulate + micro-batch within the step),
+ * the counter dropout masks are keyed by. */
 static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64_t *order,
-                     int64_t start, int64_t count)
+                     int64_t start, int64_t count, int64_t micro_step)
 {
     data_gather(d, order, start, count, t->x, t->y);
     CpuFeed feed;
@@ -85,6 +87,7 @@ static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64
     feed.inputs[0] = t->x;
     feed.inputs[1] = t->y;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
+    feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
     return cpu_exec_run(t->e, g, &feed);
 }
 
@@ -110,7 +113,7 @@ static int evaluate(Trainer *t, EvalResult *r)
     double loss = 0, correct = 0;
     for (int64_t start = 0; start < d->n; start += EVAL_BATCH) {
         int64_t count = d->n - start < EVAL_BATCH ? d->n - start : EVAL_BATCH;
-        if (run_batch(t, g, d, identity, start, count) != 0) return -1;
+        if (run_batch(t, g, d, identity, start, count, 0) != 0) return -1;   /* no dropout */
         loss += output_scalar(t, g, IR_OUT_LOSS) * (double)count;
         correct += output_scalar(t, g, IR_OUT_CORRECT);
     }
@@ -193,7 +196,8 @@ static int train_step(Trainer *t, TrainProgress *pr)
         const IrGraph *g = last ? &t->p->train : &t->p->train_micro;
         int64_t start = pr->batch_in_epoch * c->batch;
         int64_t count = t->data.train.n - start < c->batch ? t->data.train.n - start : c->batch;
-        if (run_batch(t, g, &t->data.train, t->order, start, count) != 0) return -1;
+        int64_t micro_step = pr->step * c->accumulate + k;
+        if (run_batch(t, g, &t->data.train, t->order, start, count, micro_step) != 0) return -1;
         double loss = output_scalar(t, g, IR_OUT_LOSS);
         if (!isfinite(loss) && c->precision != PREC_FP16) return loss_not_finite(t, pr, loss);
         pr->loss_sum += loss;

@@ -386,13 +386,11 @@ static void accumulation(void)
         for (int j = 0; j < NW; j++)
             half[j] = g0[j] / 2, mean[j] = (g0[j] + g1[j]) / 2;
         check_state(&r, "cgc.accum", half, "after the micro-step");
-        CHECK_CLOSE(scalar_state(&r, "cgc.train.micro_step"), 2 * step + 1, 0, 0);
         train_step(&r, step_batch[step]);
         sgd_ref(&c, &r.ref, mean, c.lr);
         check_all_state(&r, "accumulate 2");
         double zeros[NW] = {0};
         check_state(&r, "cgc.accum", zeros, "after the step");
-        CHECK_CLOSE(scalar_state(&r, "cgc.train.micro_step"), 2 * step + 2, 0, 0);
         CHECK_CLOSE(scalar_state(&r, "cgc.train.step"), step + 1, 0, 0);
     }
     run_free(&r);

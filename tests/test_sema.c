@@ -1,7 +1,7 @@
 /* test_sema.c: what sema builds, beyond what the golden files show: the TrainConfig each
  * train-key form produces (defaults, folding, units, optimizer resets, steps without
  * epochs), sema_train_entry on a command-line value, and the program tables (classes,
- * labels input, the dropout counter registered after the parameters). */
+ * labels input, dropout keyed by the runtime's micro-step). */
 #include <stdlib.h>
 
 #include "../compiler/passes.h"
@@ -53,11 +53,19 @@ static void test_defaults_and_tables(void)
     CHECK_EQ_INT(p->num_classes, 10);
     CHECK_EQ_INT(p->prediction_input_labels, 1);
     CHECK_EQ_INT(p->nparams, 4);
-    CHECK_EQ_INT(p->ntensors, 5);
+    CHECK_EQ_INT(p->ntensors, 4);
     CHECK_STR(p->tensors[0].name, "h.weight");
     CHECK_STR(p->tensors[3].name, "logits.bias");
-    CHECK_STR(p->tensors[4].name, "cgc.train.micro_step");
-    CHECK_EQ_INT(p->tensors[4].kind, IR_STATE);
+    int dropouts = 0;
+    for (int i = 0; i < p->forward.nnodes; i++) {
+        const IrNode *n = &p->forward.nodes[i];
+        if (n->op != IR_DROPOUT) continue;
+        const IrNode *counter = &p->forward.nodes[n->in[1]];
+        CHECK_EQ_INT(counter->op, IR_RUNTIME);
+        CHECK_EQ_INT(counter->index, IR_RT_MICRO_STEP);
+        dropouts++;
+    }
+    CHECK_EQ_INT(dropouts, 1);
     CHECK_CLOSE(p->tensors[0].init_value, 1 / 28.0, 0, 1e-12);
     CHECK(p->forward.output[IR_OUT_LOSS] >= 0);
     CHECK(p->forward.output[IR_OUT_PREDICTION] >= 0);
@@ -157,8 +165,25 @@ static void test_errors_return_null(void)
     CHECK(check_text("train {\n    batch = -1\n}\n") == NULL);
 }
 
+/* Every did-you-mean in cgc goes through diag_closest: a swap of two adjacent letters is
+ * one edit, like a wrong, missing or extra letter; a third of the name is the most a
+ * typo may change. */
+static void test_closest(void)
+{
+    static const char *const keys[] = {"batch", "epochs", "steps", "seed", "lr", NULL};
+    CHECK_STR(diag_closest("bacth", keys), "batch");
+    CHECK_STR(diag_closest("BATCH", keys), "batch");
+    CHECK_STR(diag_closest("epohcs", keys), "epochs");
+    CHECK_STR(diag_closest("sede", keys), "seed");
+    CHECK_STR(diag_closest("rl", keys), "lr");
+    CHECK_STR(diag_closest("step", keys), "steps");
+    CHECK(diag_closest("abthc", keys) == NULL);    /* two swaps in five letters */
+    CHECK(diag_closest("momentum", keys) == NULL);
+}
+
 int main(void)
 {
+    test_closest();
     test_defaults_and_tables();
     test_train_block();
     test_epochs_and_steps();
