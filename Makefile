@@ -1,24 +1,33 @@
 # A thin wrapper over CMake: `make run` and `make test` each work alone on a fresh clone.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
+MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build run test clean
+.PHONY: all deps configure build run test bench clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
-build: deps
+configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Trains models/mlp.net as written (Fashion-MNIST, 10 epochs).
-run: build
+# Trains models/mlp.net as written (Fashion-MNIST, 10 epochs); builds only cgc itself.
+run: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target cgc
 	$(BUILD)/cgc models/mlp.net
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# CPU benchmark of README.md (not a test).
+bench: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target cgc
+	scripts/bench_cpu.sh
 
 clean:
 	rm -rf $(BUILD)

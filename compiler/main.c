@@ -47,7 +47,9 @@ static const char usage_text[] =
     "  --precision P           fp32, tf32, bf16 or fp16\n"
     "  --clip-norm X           max global gradient norm, 0 = off\n"
     "  --checkpoint M          none, all or auto (activation checkpointing)\n"
-    "  --memory SIZE           activation memory budget, e.g. 512MB\n";
+    "  --memory SIZE           activation memory budget, e.g. 512MB\n"
+    "                          (both are checked now and take effect with the GPU passes;\n"
+    "                          on the CPU they cannot change results)\n";
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR };

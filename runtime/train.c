@@ -33,6 +33,7 @@ typedef struct Trainer {
     int64_t total_steps;        /* optimizer steps of the whole run */
     int64_t epochs;             /* epochs the run spans */
     int64_t *order;             /* data order of the current epoch */
+    int64_t *eval_order;        /* the test split in file order */
     float *x;                   /* one batch of features */
     void *y;                    /* one batch of labels */
     FILE *metrics;
@@ -107,13 +108,10 @@ static int evaluate(Trainer *t, EvalResult *r)
 {
     const Dataset *d = &t->data.test;
     const IrGraph *g = &t->p->eval;
-    static int64_t *identity;
-    identity = xrealloc(identity, (size_t)d->n * sizeof *identity);
-    data_order(0, 0, false, d->n, identity);
     double loss = 0, correct = 0;
     for (int64_t start = 0; start < d->n; start += EVAL_BATCH) {
         int64_t count = d->n - start < EVAL_BATCH ? d->n - start : EVAL_BATCH;
-        if (run_batch(t, g, d, identity, start, count, 0) != 0) return -1;   /* no dropout */
+        if (run_batch(t, g, d, t->eval_order, start, count, 0) != 0) return -1;   /* no dropout */
         loss += output_scalar(t, g, IR_OUT_LOSS) * (double)count;
         correct += output_scalar(t, g, IR_OUT_CORRECT);
     }
@@ -269,12 +267,25 @@ static void print_plan(const Trainer *t, const TrainProgress *pr)
     fflush(stdout);
 }
 
+/* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
+static int check_save_dir(const char *path)
+{
+    char *dir = xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
+    int ok = access(d, W_OK | X_OK) == 0;
+    if (!ok) cgc_error("cannot save to %s: directory %s is missing or not writable", path, d);
+    free(dir);
+    return ok ? 0 : -1;
+}
+
 static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *pr)
 {
     memset(t, 0, sizeof *t);
     memset(pr, 0, sizeof *pr);
     t->p = p;
     t->o = o;
+    if (o->save_path && check_save_dir(o->save_path) != 0) return -1;
     if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
     if (plan(t) != 0) return -1;
     t->e = cpu_exec_new(p, CPU_F32);
@@ -288,6 +299,10 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     t->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
     t->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
     t->order = xmalloc((size_t)t->data.train.n * sizeof *t->order);
+    if (t->data.has_test) {
+        t->eval_order = xmalloc((size_t)t->data.test.n * sizeof *t->eval_order);
+        data_order(0, 0, false, t->data.test.n, t->eval_order);
+    }
     t->live = isatty(STDOUT_FILENO);
     return 0;
 }
@@ -299,6 +314,7 @@ static void teardown(Trainer *t)
     free(t->x);
     free(t->y);
     free(t->order);
+    free(t->eval_order);
     data_free(&t->data);
 }
 

@@ -36,6 +36,7 @@ expect "bad device" 1 "unknown device 'tpu'" -- "$root/models/regression.net" --
 expect "auto device" 0 "running on the CPU" -- "$root/models/regression.net" --device auto --steps 2
 expect "unknown graph" 1 "unknown graph 'nope'" -- "$root/models/mlp.net" --dump-ir=nope
 expect "resume garbage" 1 "error: .*cli.sh" -- "$root/models/regression.net" --resume "$0" --steps 2
+expect "save dir missing" 1 "cannot save to /nonexistent/m.st: directory /nonexistent is missing" -- "$root/models/regression.net" --steps 2 --save /nonexistent/m.st
 expect "stop-after zero" 2 "--stop-after takes a positive step number" -- "$root/models/mlp.net" --stop-after 0
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
