@@ -55,7 +55,7 @@ static const char *mutate(unsigned char *buf, size_t *len)
         if (from + span > n) span = n - from;
         if (n + span > MAX_LEN) return "none";
         memmove(buf + at + span, buf + at, n - at);
-        memcpy(buf + at, buf + (from < at ? from : from + span), span);
+        memmove(buf + at, buf + (from < at ? from : from + span), span);  /* may overlap */
         *len = n + span;
         return "duplicated span";
     }

@@ -228,7 +228,7 @@ static const char *one_tensor(const char *dtype, const char *shape, const char *
 static void test_refusals(void)
 {
     const char *p = tmp_path("bad.safetensors");
-    static const uint8_t zeros[64];
+    static const uint8_t zeros[90];
 
     write_raw(p, "{}", 1234, zeros, 90);
     expect_load_error(p, "truncated: header says 1234 bytes but the file has 100");
