@@ -1,6 +1,7 @@
 /* config.c: dsl.md's defaults for the train block, and names for its enums. */
 #include "config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void config_defaults(TrainConfig *cfg)
@@ -48,4 +49,37 @@ const char *config_checkpoint_name(CheckpointMode m)
 {
     static const char *const names[] = {"none", "all", "auto"};
     return names[m];
+}
+
+void config_optimizer_str(const TrainConfig *cfg, char *buf, size_t n)
+{
+    if (cfg->optimizer == OPT_SGD)
+        snprintf(buf, n, "sgd(lr = %.9g, momentum = %.9g, nesterov = %s, weight_decay = %.9g)",
+                 cfg->lr, cfg->momentum, cfg->nesterov ? "true" : "false", cfg->weight_decay);
+    else
+        snprintf(buf, n, "%s(lr = %.9g, beta1 = %.9g, beta2 = %.9g, eps = %.9g, weight_decay = %.9g)",
+                 config_optimizer_name(cfg->optimizer), cfg->lr, cfg->beta1, cfg->beta2, cfg->eps,
+                 cfg->weight_decay);
+}
+
+void config_schedule_str(const TrainConfig *cfg, char *buf, size_t n)
+{
+    switch (cfg->schedule) {
+    case SCHED_CONSTANT: snprintf(buf, n, "constant"); break;
+    case SCHED_COSINE:
+        snprintf(buf, n, "cosine(warmup = %lld, min_lr = %.9g)", (long long)cfg->warmup, cfg->min_lr);
+        break;
+    case SCHED_STEP:
+        snprintf(buf, n, "step(every = %lld, gamma = %.9g)", (long long)cfg->step_every, cfg->gamma);
+        break;
+    }
+}
+
+/* The directory is as written (a relative one is found by the same search again). */
+void config_data_str(const TrainConfig *cfg, char *buf, size_t n)
+{
+    if (cfg->data == DATA_IDX)
+        snprintf(buf, n, "idx(\"%s\", scale = %.9g)", cfg->data_dir, cfg->data_scale);
+    else
+        snprintf(buf, n, "synthetic(samples = %lld)", (long long)cfg->synthetic_samples);
 }

@@ -1,13 +1,15 @@
 /* config.h: the training configuration, from the train block and the command line.
  *
- * sema fills it from the file (defaults from dsl.md for every key not given); the
- * command-line flags then override single keys through the same checks
- * (sema_train_entry), so a flag and a file entry can never mean different things.
+ * train_config.c fills it from the file (defaults from dsl.md for every key not given);
+ * the command-line flags then override single keys through the same checks
+ * (sema_train_entry), so a flag and a file entry can never mean different things; last,
+ * sema_train_finish applies the rules that relate keys to each other.
  */
 #ifndef CGC_CONFIG_H
 #define CGC_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "diag.h"
@@ -28,6 +30,7 @@ typedef struct TrainConfig {
 
     int64_t batch;              /* 64 */
     int64_t epochs;             /* 1; 0 when only `steps` limits the run */
+    bool epochs_given;          /* set by the file or --epochs: `steps` alone means 0 epochs */
     int64_t steps;              /* 0 = no limit by steps */
     bool shuffle, drop_last;    /* true, true */
 
@@ -62,5 +65,11 @@ const char *config_optimizer_name(OptKind k);
 const char *config_schedule_name(SchedKind k);
 const char *config_precision_name(Precision p);
 const char *config_checkpoint_name(CheckpointMode m);
+/* Canonical descriptions, written as .net values with every argument spelled out
+ * ("adamw(lr = 0.001, beta1 = 0.9, ...)"): shown to users and stored in checkpoints, so
+ * that a resumed run can tell whether it continues the same training. */
+void config_optimizer_str(const TrainConfig *cfg, char *buf, size_t n);
+void config_schedule_str(const TrainConfig *cfg, char *buf, size_t n);
+void config_data_str(const TrainConfig *cfg, char *buf, size_t n);
 
 #endif

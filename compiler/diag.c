@@ -2,12 +2,21 @@
 #include "diag.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Longest stretch of a source line shown under a diagnostic; huge lines are windowed. */
 enum { SHOWN_LINE_BYTES = 200 };
+
+/* Every error reported, in any source: see diag_error_count. */
+static int error_count;
+
+int diag_error_count(void) { return error_count; }
 
 Source *source_from_string(const char *path, const char *text, size_t len)
 {
@@ -20,26 +29,72 @@ Source *source_from_string(const char *path, const char *text, size_t len)
     return src;
 }
 
-Source *source_load(const char *path)
+/* Reads all of FD (a regular file of SIZE bytes when it was opened) into a new buffer;
+ * *LEN gets its length. A file that grew past SOURCE_MAX_BYTES since is cut there, and
+ * *LEN says so by exceeding it. NULL, with errno set, on a read error. */
+static char *read_all(int fd, size_t size, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cgc_error("cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
+    size_t cap = size + 1, n = 0;
     char *buf = xmalloc(cap);
     for (;;) {
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (len < cap) break;
-        cap *= 2;
-        buf = xrealloc(buf, cap);
+        if (n == cap) {
+            if (cap > SOURCE_MAX_BYTES) break;
+            cap = 2 * cap < SOURCE_MAX_BYTES + 1 ? 2 * cap : SOURCE_MAX_BYTES + 1;
+            buf = xrealloc(buf, cap);
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int saved = errno;
+            free(buf);
+            errno = saved;
+            return NULL;
+        }
+        if (got == 0) break;
+        n += (size_t)got;
     }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        cgc_error("cannot read %s: read error", path);
+    *len = n;
+    return buf;
+}
+
+static void too_large(const char *path, long long bytes)
+{
+    cgc_error("%s is %lld bytes; a .net file may be at most %zu MiB", path, bytes,
+              SOURCE_MAX_BYTES >> 20);
+}
+
+Source *source_load(const char *path)
+{
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        cgc_error("cannot read %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    /* Checked before reading: /dev/zero or a huge file would otherwise be read until
+     * memory runs out. */
+    if (!S_ISREG(st.st_mode)) {
+        cgc_error("%s: not a regular file", path);
+        close(fd);
+        return NULL;
+    }
+    if ((uintmax_t)st.st_size > SOURCE_MAX_BYTES) {
+        too_large(path, (long long)st.st_size);
+        close(fd);
+        return NULL;
+    }
+    size_t len = 0;
+    char *buf = read_all(fd, (size_t)st.st_size, &len);
+    int saved = errno;
+    close(fd);
+    if (!buf) {
+        cgc_error("cannot read %s: %s", path, strerror(saved));
+        return NULL;
+    }
+    if (len > SOURCE_MAX_BYTES) {
+        too_large(path, (long long)len);
         free(buf);
         return NULL;
     }
@@ -53,25 +108,35 @@ void source_free(Source *src)
     if (!src) return;
     free((char *)src->path);
     free(src->text);
+    free(src->line_starts);
     free(src);
 }
 
-const char *source_line_start(const Source *src, int line)
+static void index_lines(Source *src)
 {
     const char *p = src->text, *end = src->text + src->len;
-    for (int l = 1; l < line; l++) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (!nl) return NULL;
-        p = nl + 1;
-    }
-    return p;
+    int n = 1;
+    for (const char *nl; (nl = memchr(p, '\n', (size_t)(end - p))); p = nl + 1) n++;
+    src->line_starts = xmalloc((size_t)n * sizeof *src->line_starts);
+    src->nlines = 0;
+    src->line_starts[src->nlines++] = 0;
+    p = src->text;
+    for (const char *nl; (nl = memchr(p, '\n', (size_t)(end - p))); p = nl + 1)
+        src->line_starts[src->nlines++] = (size_t)(nl + 1 - src->text);
+}
+
+const char *source_line_start(Source *src, int line)
+{
+    if (!src->line_starts) index_lines(src);
+    if (line < 1 || line > src->nlines) return NULL;
+    return src->text + src->line_starts[line - 1];
 }
 
 static int is_utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
 /* Prints the source line and a caret under column COL. Control bytes are shown as '?'
  * so that a malformed file cannot garble the terminal; tabs are kept so the caret lines up. */
-static void show_line(const Source *src, SrcLoc loc)
+static void show_line(Source *src, SrcLoc loc)
 {
     const char *p = source_line_start(src, loc.line);
     if (!p) return;
@@ -121,6 +186,7 @@ void diag_verror(Source *src, SrcLoc loc, const char *fmt, va_list ap)
 {
     report(src, loc, "error", fmt, ap);
     src->nerrors++;
+    error_count++;
 }
 
 void diag_error(Source *src, SrcLoc loc, const char *fmt, ...)
@@ -148,6 +214,7 @@ void cgc_error(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    error_count++;
 }
 
 void cgc_internal_error(const char *file, int line, const char *fmt, ...)

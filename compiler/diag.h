@@ -26,15 +26,24 @@ typedef struct Source {
     char *text;         /* whole file, NUL-terminated; embedded NULs are kept in len */
     size_t len;
     int nerrors;        /* errors reported against this file so far */
+    /* Byte offset of the start of each line, built on the first source_line_start so that
+     * finding a line costs the same at the end of a long file as at its start. */
+    size_t *line_starts;
+    int nlines;
 } Source;
 
-/* Reads PATH; on failure prints "cgc: cannot read PATH: reason" and returns NULL. */
+/* The largest .net file source_load accepts: far beyond any real model, small enough
+ * that reading it cannot exhaust memory. */
+#define SOURCE_MAX_BYTES ((size_t)16 << 20)
+
+/* Reads PATH, which must be a regular file of at most SOURCE_MAX_BYTES; otherwise prints
+ * "cgc: error: ..." (cannot read it, not a regular file, too large) and returns NULL. */
 Source *source_load(const char *path);
 /* Wraps an in-memory text (tests); the text is copied. */
 Source *source_from_string(const char *path, const char *text, size_t len);
 void source_free(Source *src);
-/* Start of line LINE (1-based) of SRC's text, or NULL when the file has fewer lines. */
-const char *source_line_start(const Source *src, int line);
+/* Start of line LINE (1-based) of SRC's text, or NULL when there is no such line. */
+const char *source_line_start(Source *src, int line);
 
 /* FILE:LINE:COL: error: MESSAGE, the line, a caret. Increments src->nerrors. */
 void diag_error(Source *src, SrcLoc loc, const char *fmt, ...)
@@ -46,6 +55,10 @@ void diag_note(Source *src, SrcLoc loc, const char *fmt, ...)
 
 /* An error that is not tied to a place in the file: "cgc: error: MESSAGE". */
 void cgc_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Errors reported so far through diag_error and cgc_error, whatever their source (a
+ * command-line value is a Source of its own): 0 means nothing has been said yet. */
+int diag_error_count(void);
 
 /* cgc's own bugs: "cgc: internal error at compiler/ir.c:123: MESSAGE", then abort(). */
 #define CGC_INTERNAL(...) cgc_internal_error(__FILE__, __LINE__, __VA_ARGS__)

@@ -153,6 +153,7 @@ void ir_program_free(IrProgram *p)
     if (!p) return;
     for (int i = 0; i < p->nstrings; i++) free(p->strings[i]);
     free(p->strings);
+    free(p->string_slots);
     free(p->syms);
     free(p->inputs);
     free(p->tensors);
@@ -167,15 +168,46 @@ void ir_program_free(IrProgram *p)
 
 /* A linear search: a program holds a few names per parameter, and ir_find_tensor is
  * linear too. */
+static uint64_t hash_string(const char *s)   /* FNV-1a */
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* Puts pool entry I into the open-addressing table of P (which has a free slot). */
+static void intern_slot(IrProgram *p, int i)
+{
+    size_t mask = (size_t)p->capslots - 1, at = (size_t)hash_string(p->strings[i]) & mask;
+    while (p->string_slots[at] >= 0) at = (at + 1) & mask;
+    p->string_slots[at] = i;
+}
+
+/* Keeps the table at most half full, so that probes stay short. */
+static void intern_grow(IrProgram *p)
+{
+    if (2 * (p->nstrings + 1) <= p->capslots) return;
+    p->capslots = p->capslots ? 2 * p->capslots : 64;
+    p->string_slots = xrealloc(p->string_slots, (size_t)p->capslots * sizeof *p->string_slots);
+    for (int k = 0; k < p->capslots; k++) p->string_slots[k] = -1;
+    for (int i = 0; i < p->nstrings; i++) intern_slot(p, i);
+}
+
 const char *ir_intern(IrProgram *p, const char *s)
 {
-    for (int i = 0; i < p->nstrings; i++)
-        if (strcmp(p->strings[i], s) == 0) return p->strings[i];
+    if (p->capslots) {
+        size_t mask = (size_t)p->capslots - 1, at = (size_t)hash_string(s) & mask;
+        for (; p->string_slots[at] >= 0; at = (at + 1) & mask)
+            if (strcmp(p->strings[p->string_slots[at]], s) == 0) return p->strings[p->string_slots[at]];
+    }
+    intern_grow(p);
     if (p->nstrings == p->capstrings) {
         p->capstrings = p->capstrings ? 2 * p->capstrings : 32;
         p->strings = xrealloc(p->strings, (size_t)p->capstrings * sizeof *p->strings);
     }
-    return p->strings[p->nstrings++] = xstrdup(s);
+    p->strings[p->nstrings] = xstrdup(s);
+    intern_slot(p, p->nstrings);
+    return p->strings[p->nstrings++];
 }
 
 int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
@@ -310,6 +342,16 @@ int ir_unary(IrGraph *g, IrOp op, int x, SrcLoc loc)
     return ir_add_node(g, &n);
 }
 
+/* The dtype of an elementwise result, as torch's type promotion decides it: a
+ * zero-dimensional operand (a constant, a loss scale) does not promote a dimensioned one,
+ * so a bf16 tensor times 0.5 stays bf16; otherwise ir_promote. */
+static DType elementwise_dtype(const IrNode *a, const IrNode *b)
+{
+    if (a->shape.rank == 0 && b->shape.rank > 0) return b->dtype;
+    if (b->shape.rank == 0 && a->shape.rank > 0) return a->dtype;
+    return ir_promote(a->dtype, b->dtype);
+}
+
 int ir_binary(IrGraph *g, IrOp op, int a, int b, SrcLoc loc)
 {
     CGC_ASSERT(ir_op_info[op].cls == IR_CLASS_BINARY);
@@ -317,7 +359,7 @@ int ir_binary(IrGraph *g, IrOp op, int a, int b, SrcLoc loc)
     CGC_ASSERT(ir_dtype_is_float(na->dtype) && ir_dtype_is_float(nb->dtype));
     Shape s;
     CGC_ASSERT(ir_broadcast_shape(&na->shape, &nb->shape, &s));
-    IrNode n = make(op, ir_promote(na->dtype, nb->dtype), s, loc, 2, a, b, 0);
+    IrNode n = make(op, elementwise_dtype(na, nb), s, loc, 2, a, b, 0);
     return ir_add_node(g, &n);
 }
 
@@ -327,7 +369,7 @@ int ir_select(IrGraph *g, int cond, int a, int b, SrcLoc loc)
     Shape s, s2;
     CGC_ASSERT(ir_broadcast_shape(&na->shape, &nb->shape, &s));
     CGC_ASSERT(ir_broadcast_shape(&s, &nc->shape, &s2));
-    IrNode n = make(IR_SELECT, ir_promote(na->dtype, nb->dtype), s2, loc, 3, cond, a, b);
+    IrNode n = make(IR_SELECT, elementwise_dtype(na, nb), s2, loc, 3, cond, a, b);
     return ir_add_node(g, &n);
 }
 

@@ -232,6 +232,7 @@ typedef struct IrProgram {
     IrGraph eval;        /* training.c: dropout off, loss, prediction, correct count */
     TrainConfig cfg;
     char **strings;      int nstrings, capstrings;   /* ir_intern's pool */
+    int *string_slots;   int capslots;               /* its hash table: indices, -1 free */
 } IrProgram;
 
 /* --- tables and shapes (ir.c) --- */

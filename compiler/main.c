@@ -3,10 +3,11 @@
  *   parse -> sema -> command-line overrides -> precision -> training lowering -> run
  *
  * Every train key has a flag that overrides the file; its value is parsed as a .net
- * expression and checked by the same code as the train block (sema_train_entry), with
- * the flag's name as the "file" in messages, so `--batch 0` is reported exactly like
- * `batch = 0`. Exit status: 0 success, 1 an error in the model, data or run, 2 a
- * malformed command line.
+ * expression and checked by the same code as the train block (sema_train_entry; --lr,
+ * sema_train_lr), with the flag's name as the "file" in messages, so `--batch 0` is
+ * reported exactly like `batch = 0`. The rules that relate keys (sema_train_finish) are
+ * applied after the last override. Exit status: 0 success, 1 an error in the model, data
+ * or run, 2 a malformed command line.
  */
 #include <dlfcn.h>
 #include <getopt.h>
@@ -162,29 +163,20 @@ static int parse_args(int argc, char **argv, Cli *cli)
     return 0;
 }
 
-/* Applies one --KEY VALUE: the value is parsed and checked as the train block would. */
-static int apply_override(IrProgram *p, const Override *o)
+/* Applies one --KEY VALUE (KEY NULL: --lr): the value is parsed and checked as the train
+ * block would, with "--FLAG" as its file name in messages. */
+static int apply_override(IrProgram *p, const char *flag_name, const char *key, const char *value)
 {
     char flag[64];
-    snprintf(flag, sizeof flag, "--%s", o->flag);
-    Source *src = source_from_string(flag, o->value, strlen(o->value));
+    snprintf(flag, sizeof flag, "--%s", flag_name);
+    Source *src = source_from_string(flag, value, strlen(value));
     AstExpr *e = parse_value(src);
-    int rc = e ? sema_train_entry(src, p, o->key, (SrcLoc){1, 1}, e) : -1;
+    int rc = -1;
+    if (e && key) rc = sema_train_entry(src, p, key, (SrcLoc){1, 1}, e);
+    else if (e) rc = sema_train_lr(src, p, e);
     ast_expr_free(e);
     source_free(src);
     return rc;
-}
-
-static int apply_lr(IrProgram *p, const char *value)
-{
-    char *end;
-    double lr = strtod(value, &end);
-    if (!*value || *end || !(lr > 0) || lr > 1e6) {
-        cgc_error("--lr: expected a positive learning rate such as 3e-4, not '%s'", diag_quote(value, 40));
-        return -1;
-    }
-    p->cfg.lr = lr;
-    return 0;
 }
 
 /* --device: says which device runs; the CUDA backend is not part of this build. */
@@ -236,16 +228,17 @@ static IrProgram *compile(Source *src, const Cli *cli)
     ast_free(ast);
     if (!p) return NULL;
     int failed = 0;
-    for (int i = 0; i < cli->noverrides; i++) failed |= apply_override(p, &cli->overrides[i]) != 0;
-    if (cli->lr) failed |= apply_lr(p, cli->lr) != 0;
+    for (int i = 0; i < cli->noverrides; i++) {
+        const Override *o = &cli->overrides[i];
+        failed |= apply_override(p, o->flag, o->key, o->value) != 0;
+    }
+    /* After --optimizer, which resets the learning rate to the new optimizer's default. */
+    if (cli->lr) failed |= apply_override(p, "lr", NULL, cli->lr) != 0;
     if (failed) {
         ir_program_free(p);
         return NULL;
     }
-    if (!p->cfg.has_train_block) {
-        /* dsl.md: without a train block, compile, check and run one step. */
-        p->cfg.steps = p->cfg.steps ? p->cfg.steps : 1;
-    }
+    sema_train_finish(&p->cfg);
     precision_assign(p);
     training_lower(p);
     return p;
@@ -262,7 +255,8 @@ int main(int argc, char **argv)
     if (!src) return 1;
     IrProgram *p = compile(src, &cli);
     if (!p) {
-        if (src->nerrors == 0) fprintf(stderr, "cgc: %s: compilation failed\n", cli.path);
+        /* Every failure should have said why; this is the net for one that did not. */
+        if (diag_error_count() == 0) fprintf(stderr, "cgc: %s: compilation failed\n", cli.path);
         source_free(src);
         return 1;
     }

@@ -12,12 +12,23 @@
  * first where it safely can) and returns NULL when there was any. */
 IrProgram *sema_check(Source *src, const AstFile *file);
 
-/* sema.c: checks one train entry KEY = VALUE and stores it in P->cfg; the same code path
- * the train block uses, so command-line overrides (--batch 128, --optimizer "sgd(lr =
- * 0.1)") are checked and mean exactly what the file would. Errors are reported against
- * SRC at VALUE's locations. Returns 0, or -1 after a diagnostic. */
+/* train_config.c: checks one train entry KEY = VALUE and stores it in P->cfg; the same
+ * code path the train block uses, so command-line overrides (--batch 128, --optimizer
+ * "sgd(lr = 0.1)") are checked and mean exactly what the file would. Errors are reported
+ * against SRC at VALUE's locations. Returns 0, or -1 after a diagnostic. */
 int sema_train_entry(Source *src, IrProgram *p, const char *key, SrcLoc key_loc,
                      const AstExpr *value);
+
+/* train_config.c: --lr: checks VALUE as the `lr` argument of P's optimizer (`adamw(lr =
+ * VALUE)`: a constant expression, > 0) and stores it in P->cfg.lr. Returns 0, or -1 after
+ * a diagnostic, as sema_train_entry. */
+int sema_train_lr(Source *src, IrProgram *p, const AstExpr *value);
+
+/* train_config.c: the rules that relate one key to another, which depend on what the
+ * file and the command line gave together, so they are applied once, after the last
+ * override (sema_check leaves them to its caller): `steps` without `epochs` (from either
+ * place) means steps alone limit the run (epochs = 0); without a train block, one step. */
+void sema_train_finish(TrainConfig *cfg);
 
 /* precision.c: autocast by P->cfg.precision on P->forward, before autodiff: for bf16 and
  * fp16, MATMUL operands are cast to the half type and the product stored in it, ops that

@@ -4,9 +4,9 @@
  * through ir.c's builders: names are resolved (visible after their line, bound once),
  * every expression gets a dtype and a shape, built-in calls are checked (arity, keyword
  * names, argument kinds) and lowered to IR primitives, and parameters are registered as
- * `binding.weight` / `binding.bias`. The train block's entries go through
- * sema_train_entry, the same function the command-line flags use, so a flag and a file
- * entry can never mean different things.
+ * `binding.weight` / `binding.bias`. The train block is train_config.c's; the helpers
+ * both use (constant folding, checked constants, argument matching) are here, declared
+ * in sema_util.h.
  *
  * Every user mistake is reported here, at the token at fault, before anything is built
  * from it: ir.c's builders assert their preconditions, so a shape they would reject must
@@ -14,12 +14,12 @@
  * later uses of it stay silent, so one mistake gives one message.
  */
 #include "passes.h"
+#include "sema_util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 enum {
     POISON = -1,           /* the value of an expression that already had an error */
@@ -30,14 +30,15 @@ enum {
 /* Tensors larger than this (elements, not counting symbolic dimensions) are refused, so
  * that nothing later tries to allocate absurd amounts of memory. */
 #define MAX_ELEMENTS ((int64_t)1 << 31)
+/* Errors reported before sema stops checking the model. */
+#define SEMA_MAX_ERRORS 50
 
 /* ====================================================================================
  * Numbers: folding constant expressions, describing values in messages.
- * Shared by the model block and the train entries.
+ * This and the next two sections are shared with train_config.c (see sema_util.h).
  * ==================================================================================== */
 
-/* A number as a user would write it: 64, 0.001, 2.5e+30. Rotating static buffers. */
-static const char *fmt_num(double v)
+const char *sema_fmt_num(double v)
 {
     static char bufs[4][40];
     static int next;
@@ -49,14 +50,13 @@ static const char *fmt_num(double v)
     return b;
 }
 
-/* What E is, for "X must be ..., not <describe(E)>" messages. */
-static const char *describe(const AstExpr *e)
+const char *sema_describe(const AstExpr *e)
 {
     static char bufs[2][200];
     static int next;
     char *b = bufs[next++ & 1];
     switch (e->kind) {
-    case AST_NUM: snprintf(b, sizeof bufs[0], "%s%s", fmt_num(e->num), e->unit); break;
+    case AST_NUM: snprintf(b, sizeof bufs[0], "%s%s", sema_fmt_num(e->num), e->unit); break;
     case AST_STR: snprintf(b, sizeof bufs[0], "the string \"%s\"", diag_quote(e->str, 60)); break;
     case AST_NAME: snprintf(b, sizeof bufs[0], "'%s'", diag_quote(e->name, 60)); break;
     case AST_CALL: snprintf(b, sizeof bufs[0], "%s(...)", diag_quote(e->name, 60)); break;
@@ -67,17 +67,16 @@ static const char *describe(const AstExpr *e)
     return b;
 }
 
-/* The first token of E: where an error about E as a whole (a wrong value) points. */
-static SrcLoc expr_start(const AstExpr *e)
+SrcLoc sema_expr_start(const AstExpr *e)
 {
     while (e->kind == AST_BINOP) e = e->lhs;
     return e->loc;
 }
 
-/* Folds a constant expression of numbers (`1/255`, `2*64`). Returns 1 with *OUT set,
- * 0 when E is not a constant (nothing reported), or -1 after reporting an error in it.
- * Both operands are always visited, so an error on either side is reported once, here,
- * and a caller that gets 0 may lower the operands without meeting it again. */
+/* Folds E as sema_fold_const does, at nesting DEPTH (lowering calls it part-way down an
+ * expression, and the limit counts from the statement's top). Both operands are always
+ * visited, so an error on either side is reported once, here, and a caller that gets 0
+ * may lower the operands without meeting it again. */
 static int fold_const_at(Source *src, const AstExpr *e, double *out, int depth)
 {
     if (depth > MAX_EXPR_DEPTH) {
@@ -128,7 +127,7 @@ static int fold_const_at(Source *src, const AstExpr *e, double *out, int depth)
     return 1;
 }
 
-static int fold_const(Source *src, const AstExpr *e, double *out)
+int sema_fold_const(Source *src, const AstExpr *e, double *out)
 {
     return fold_const_at(src, e, out, 0);
 }
@@ -145,8 +144,7 @@ static const char *join_or(const char *const *names, char *buf, size_t n)
     return buf;
 }
 
-/* "; did you mean 'x'?" when a candidate is close to NAME, else "". */
-static const char *did_you_mean(const char *name, const char *const *candidates)
+const char *sema_did_you_mean(const char *name, const char *const *candidates)
 {
     static char buf[200];
     const char *best = diag_closest(name, candidates);
@@ -158,16 +156,6 @@ static const char *did_you_mean(const char *name, const char *const *candidates)
 /* ====================================================================================
  * Arguments of calls: positional and keyword arguments matched to a signature.
  * ==================================================================================== */
-
-enum { MAX_PARAMS = 6 };
-
-/* A call's signature: parameter names (NULL-terminated), the first NREQUIRED of which
- * must be given. */
-typedef struct Signature {
-    const char *name;
-    const char *params[MAX_PARAMS + 1];
-    int nrequired;
-} Signature;
 
 static int sig_nparams(const Signature *sig)
 {
@@ -186,7 +174,7 @@ static int sig_find(const Signature *sig, const char *key)
 static void report_unknown_keyword(Source *src, const Signature *sig, const AstArg *a)
 {
     char list[200];
-    const char *hint = did_you_mean(a->key, sig->params);
+    const char *hint = sema_did_you_mean(a->key, sig->params);
     if (hint[0])
         diag_error(src, a->key_loc, "%s has no argument '%s'%s", sig->name,
                    diag_quote(a->key, 60), hint);
@@ -205,10 +193,8 @@ static void report_too_many(Source *src, const Signature *sig, const AstExpr *ca
                call->nargs, call->nargs == 1 ? "was" : "were");
 }
 
-/* Matches CALL's arguments to SIG: OUT[i] is the expression given for parameter i, or
- * NULL. CALL may be a bare name (no arguments). False after reporting a mistake. */
-static bool bind_args(Source *src, const Signature *sig, const AstExpr *call,
-                      const AstExpr **out)
+bool sema_bind_args(Source *src, const Signature *sig, const AstExpr *call,
+                    const AstExpr **out)
 {
     int nparams = sig_nparams(sig), pos = 0;
     bool ok = true, seen_key = false;
@@ -256,33 +242,30 @@ static bool bind_args(Source *src, const Signature *sig, const AstExpr *call,
  * WHAT names the value in messages ("batch", "adam: beta1").
  * ==================================================================================== */
 
-static int const_int(Source *src, const AstExpr *e, const char *what, int64_t lo, int64_t hi,
-                     int64_t *out)
+int sema_const_int(Source *src, const AstExpr *e, const char *what, int64_t lo, int64_t hi,
+                   int64_t *out)
 {
     const char *kind = lo == 1 ? "a positive integer" : lo == 0 ? "a non-negative integer"
                                                                  : "an integer";
     double v = 0;
-    int r = fold_const(src, e, &v);
+    int r = sema_fold_const(src, e, &v);
     if (r < 0) return -1;
     if (r == 0) {
-        diag_error(src, expr_start(e), "%s must be %s, not %s", what, kind, describe(e));
+        diag_error(src, sema_expr_start(e), "%s must be %s, not %s", what, kind, sema_describe(e));
         return -1;
     }
     if (v != floor(v) || v < (double)lo) {
-        diag_error(src, expr_start(e), "%s must be %s, not %s", what, kind, fmt_num(v));
+        diag_error(src, sema_expr_start(e), "%s must be %s, not %s", what, kind, sema_fmt_num(v));
         return -1;
     }
     if (v > (double)hi) {
-        diag_error(src, expr_start(e), "%s must be at most %lld, not %s", what, (long long)hi,
-                   fmt_num(v));
+        diag_error(src, sema_expr_start(e), "%s must be at most %lld, not %s", what, (long long)hi,
+                   sema_fmt_num(v));
         return -1;
     }
     *out = (int64_t)v;
     return 0;
 }
-
-/* Ranges a real-valued setting may have. */
-typedef enum RealRange { REAL_ANY, REAL_GE0, REAL_GT0, REAL_UNIT } RealRange;
 
 static bool in_range(double v, RealRange r)
 {
@@ -306,43 +289,42 @@ static const char *range_text(RealRange r)
     return "a number";
 }
 
-static int const_real(Source *src, const AstExpr *e, const char *what, RealRange range,
-                      double *out)
+int sema_const_real(Source *src, const AstExpr *e, const char *what, RealRange range,
+                    double *out)
 {
     double v = 0;
-    int r = fold_const(src, e, &v);
+    int r = sema_fold_const(src, e, &v);
     if (r < 0) return -1;
     if (r == 0 || !in_range(v, range)) {
-        diag_error(src, expr_start(e), "%s must be %s, not %s", what, range_text(range),
-                   r ? fmt_num(v) : describe(e));
+        diag_error(src, sema_expr_start(e), "%s must be %s, not %s", what, range_text(range),
+                   r ? sema_fmt_num(v) : sema_describe(e));
         return -1;
     }
     *out = v;
     return 0;
 }
 
-static int const_bool(Source *src, const AstExpr *e, const char *what, bool *out)
+int sema_const_bool(Source *src, const AstExpr *e, const char *what, bool *out)
 {
     if (e->kind == AST_NAME && strcmp(e->name, "true") == 0) return *out = true, 0;
     if (e->kind == AST_NAME && strcmp(e->name, "false") == 0) return *out = false, 0;
-    diag_error(src, expr_start(e), "%s must be true or false, not %s", what, describe(e));
+    diag_error(src, sema_expr_start(e), "%s must be true or false, not %s", what, sema_describe(e));
     return -1;
 }
 
-/* One of NAMES (a NULL-terminated list), given as a bare name; its index in *OUT. */
-static int const_choice(Source *src, const AstExpr *e, const char *what,
-                        const char *const *names, int *out)
+int sema_const_choice(Source *src, const AstExpr *e, const char *what,
+                      const char *const *names, int *out)
 {
     char list[200];
     join_or(names, list, sizeof list);
     if (e->kind != AST_NAME) {
-        diag_error(src, expr_start(e), "%s must be %s, not %s", what, list, describe(e));
+        diag_error(src, sema_expr_start(e), "%s must be %s, not %s", what, list, sema_describe(e));
         return -1;
     }
     for (int i = 0; names[i]; i++)
         if (strcmp(e->name, names[i]) == 0) return *out = i, 0;
-    diag_error(src, expr_start(e), "unknown %s '%s'%s (expected %s)", what, diag_quote(e->name, 60),
-               did_you_mean(e->name, names), list);
+    diag_error(src, sema_expr_start(e), "unknown %s '%s'%s (expected %s)", what,
+               diag_quote(e->name, 60), sema_did_you_mean(e->name, names), list);
     return -1;
 }
 
@@ -368,6 +350,11 @@ typedef struct Sema {
 
     Binding *binds;
     int nbinds, capbinds;
+    /* Names to bindings: an open-addressing table of indices into BINDS (-1: empty),
+     * NSLOTS a power of two, at most half full, so a lookup costs the same in a model of
+     * ten statements as in one of a hundred thousand. */
+    int *slots;
+    size_t nslots;
 
     BatchState batch;              /* the first input's first dimension */
     const AstStmt *batch_input;    /* the input that set it */
@@ -452,13 +439,43 @@ static void capture_stmt_text(Sema *S, const AstStmt *st)
 
 /* ---- names ---- */
 
-static Binding *find_binding(Sema *S, const char *name)
+/* FNV-1a. */
+static size_t hash_name(const char *name)
 {
-    for (int i = 0; i < S->nbinds; i++)
-        if (strcmp(S->binds[i].name, name) == 0) return &S->binds[i];
-    return NULL;
+    uint64_t h = 14695981039346656037u;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        h = (h ^ *c) * 1099511628211u;
+    return (size_t)h;
 }
 
+/* The slot holding NAME's binding, or the empty slot where it would go. */
+static int *binding_slot(const Sema *S, const char *name)
+{
+    size_t mask = S->nslots - 1;
+    for (size_t i = hash_name(name) & mask;; i = (i + 1) & mask) {
+        int *slot = &S->slots[i];
+        if (*slot < 0 || strcmp(S->binds[*slot].name, name) == 0) return slot;
+    }
+}
+
+static Binding *find_binding(Sema *S, const char *name)
+{
+    if (S->nslots == 0) return NULL;
+    int b = *binding_slot(S, name);
+    return b < 0 ? NULL : &S->binds[b];
+}
+
+/* Doubles the table (or makes the first one) and puts every binding back in it. */
+static void grow_slots(Sema *S)
+{
+    free(S->slots);
+    S->nslots = S->nslots ? 2 * S->nslots : 64;
+    S->slots = xmalloc(S->nslots * sizeof *S->slots);
+    for (size_t i = 0; i < S->nslots; i++) S->slots[i] = -1;
+    for (int b = 0; b < S->nbinds; b++) *binding_slot(S, S->binds[b].name) = b;
+}
+
+/* Binds NAME, which check_new_name has found unbound. */
 static void bind(Sema *S, const char *name, SrcLoc loc, int node, int input)
 {
     if (S->nbinds == S->capbinds) {
@@ -466,6 +483,13 @@ static void bind(Sema *S, const char *name, SrcLoc loc, int node, int input)
         S->binds = xrealloc(S->binds, (size_t)S->capbinds * sizeof *S->binds);
     }
     S->binds[S->nbinds++] = (Binding){name, loc, node, input};
+    if (2 * (size_t)S->nbinds > S->nslots) {
+        grow_slots(S);
+        return;
+    }
+    int *slot = binding_slot(S, name);
+    CGC_ASSERT(*slot < 0);
+    *slot = S->nbinds - 1;
 }
 
 /* Checks that NAME may be bound here; reports why not. A name bound twice poisons the
@@ -512,7 +536,7 @@ static void report_unknown_name(Sema *S, const char *name, SrcLoc loc)
     for (int i = 0; i < S->nbinds; i++) cands[i] = S->binds[i].name;
     cands[S->nbinds] = NULL;
     diag_error(S->src, loc, "unknown name '%s'%s", diag_quote(name, 60),
-               did_you_mean(name, cands));
+               sema_did_you_mean(name, cands));
     free(cands);
 }
 
@@ -607,7 +631,7 @@ static int lower_expr_inner(Sema *S, const AstExpr *e)
     double v = 0;
     int r = fold_const_at(S->src, e, &v, S->depth);
     if (r < 0) return POISON;
-    if (r == 1) return ir_const(S->g, v, expr_start(e));
+    if (r == 1) return ir_const(S->g, v, sema_expr_start(e));
     switch (e->kind) {
     case AST_NAME: return lower_name(S, e, false);
     case AST_BINOP: return lower_binop(S, e);
@@ -675,7 +699,7 @@ static int axis_arg(Sema *S, const Builtin *b, const AstExpr *e, int x, int *axi
     char what[64];
     snprintf(what, sizeof what, "%s: axis", FN(b));
     int64_t a;
-    if (const_int(S->src, e, what, -IR_MAX_RANK - 100, IR_MAX_RANK + 100, &a) < 0) return -1;
+    if (sema_const_int(S->src, e, what, -IR_MAX_RANK - 100, IR_MAX_RANK + 100, &a) < 0) return -1;
     int rank = node_of(S, x)->shape.rank;
     if (a < -rank || a >= rank) {
         diag_error(S->src, e->loc, "%s: axis %lld is out of range for %s (rank %d) in '%s'",
@@ -702,7 +726,7 @@ static int lower_gelu(Sema *S, const Builtin *b, const AstExpr *call, const AstE
             op = IR_GELU_TANH;
         } else if (!(approx->kind == AST_STR && strcmp(approx->str, "none") == 0)) {
             diag_error(S->src, approx->loc, "gelu: approximate must be \"none\" or \"tanh\", not %s",
-                       describe(approx));
+                       sema_describe(approx));
             return POISON;
         }
     }
@@ -722,7 +746,7 @@ static int lower_dropout(Sema *S, const Builtin *b, const AstExpr *call, const A
 {
     int x = tensor_arg(S, b, args[0], 0);
     double p;
-    if (const_real(S->src, args[1], "dropout: p", REAL_UNIT, &p) < 0 || x == POISON)
+    if (sema_const_real(S->src, args[1], "dropout: p", REAL_UNIT, &p) < 0 || x == POISON)
         return POISON;
     if (p == 0) return x;
     int counter = dropout_counter(S, call->loc);
@@ -814,7 +838,7 @@ static bool reshape_target(Sema *S, const AstExpr *list, Shape *t, int *hole)
     *t = ir_shape0();
     if (list->kind != AST_LIST) {
         diag_error(S->src, list->loc, "reshape: the shape must be a list such as [-1, 28, 28], not %s",
-                   describe(list));
+                   sema_describe(list));
         return false;
     }
     if (list->nargs > IR_MAX_RANK) {
@@ -838,7 +862,7 @@ static bool reshape_target(Sema *S, const AstExpr *list, Shape *t, int *hole)
         }
         int64_t v;
         double num;
-        int r = fold_const(S->src, d, &num);
+        int r = sema_fold_const(S->src, d, &num);
         if (r < 0) return false;
         if (r == 1 && num == -1) {
             if (*hole >= 0) {
@@ -849,7 +873,8 @@ static bool reshape_target(Sema *S, const AstExpr *list, Shape *t, int *hole)
             t->dim[t->rank++] = 1;
             continue;
         }
-        if (const_int(S->src, d, "reshape: a dimension", 1, MAX_ELEMENTS, &v) < 0) return false;
+        if (sema_const_int(S->src, d, "reshape: a dimension", 1, MAX_ELEMENTS, &v) < 0)
+            return false;
         t->dim[t->rank++] = v;
     }
     return true;
@@ -959,8 +984,8 @@ static int lower_linear(Sema *S, const Builtin *b, const AstExpr *call, const As
     int x = tensor_arg(S, b, args[0], 2);
     int64_t out, in = 0;
     bool bias = true, ok = x != POISON;
-    ok &= const_int(S->src, args[1], "linear: out", 1, MAX_ELEMENTS, &out) == 0;
-    if (args[2]) ok &= const_bool(S->src, args[2], "linear: bias", &bias) == 0;
+    ok &= sema_const_int(S->src, args[1], "linear: out", 1, MAX_ELEMENTS, &out) == 0;
+    if (args[2]) ok &= sema_const_bool(S->src, args[2], "linear: bias", &bias) == 0;
     if (!ok || !fixed_last_dim(S, b, args[0], x, &in)) return POISON;
     if (out * in > MAX_ELEMENTS) {
         diag_error(S->src, args[1]->loc, "linear: the weight %s.weight [%lld, %lld] would have "
@@ -993,7 +1018,7 @@ static int lower_layernorm(Sema *S, const Builtin *b, const AstExpr *call, const
     double eps = 1e-5;
     int64_t d = 0;
     bool ok = x != POISON;
-    if (args[1]) ok &= const_real(S->src, args[1], "layernorm: eps", REAL_GT0, &eps) == 0;
+    if (args[1]) ok &= sema_const_real(S->src, args[1], "layernorm: eps", REAL_GT0, &eps) == 0;
     if (!ok || !fixed_last_dim(S, b, args[0], x, &d)) return POISON;
     SrcLoc loc = call->loc;
     int w = add_param(S, "weight", (Shape){1, {d}}, IR_INIT_ONES, 0, loc);
@@ -1105,7 +1130,7 @@ static void report_unknown_function(Sema *S, const AstExpr *call)
     for (int i = 0; i < NUM_BUILTINS; i++) names[i] = builtins[i].sig.name;
     names[NUM_BUILTINS] = NULL;
     diag_error(S->src, call->loc, "unknown function '%s'%s", diag_quote(call->name, 60),
-               did_you_mean(call->name, names));
+               sema_did_you_mean(call->name, names));
 }
 
 /* Parameters are named after the statement's binding, so a parameter-creating call needs
@@ -1137,7 +1162,7 @@ static int lower_call(Sema *S, const AstExpr *call)
     }
     if (b->creates_params && !check_param_call(S, b, call)) return POISON;
     const AstExpr *args[MAX_PARAMS];
-    if (!bind_args(S->src, &b->sig, call, args)) return POISON;
+    if (!sema_bind_args(S->src, &b->sig, call, args)) return POISON;
     return b->lower(S, b, call, args);
 }
 
@@ -1152,14 +1177,14 @@ static bool input_dtype(Sema *S, const AstType *t, DType *out)
         if (strcmp(t->dtype, dtype_names[i]) == 0) return *out = dtype_values[i], true;
     char list[64];
     diag_error(S->src, t->dtype_loc, "unknown type '%s'%s (types are %s)", diag_quote(t->dtype, 60),
-               did_you_mean(t->dtype, dtype_names), join_or(dtype_names, list, sizeof list));
+               sema_did_you_mean(t->dtype, dtype_names), join_or(dtype_names, list, sizeof list));
     return false;
 }
 
 /* The first dimension of every input is the batch symbol, set by the first input. */
 static bool check_batch_dim(Sema *S, const AstStmt *st, const AstDim *d)
 {
-    const char *what = d->sym ? d->sym : fmt_num(d->value);
+    const char *what = d->sym ? d->sym : sema_fmt_num(d->value);
     if (S->batch == BATCH_UNSET) {
         S->batch = d->sym ? BATCH_SET : BATCH_BAD;
         S->batch_input = st;
@@ -1186,7 +1211,7 @@ static bool input_dim(Sema *S, const AstStmt *st, int i, int64_t *out, int64_t *
     }
     if (d->value != floor(d->value) || d->value < 1) {
         diag_error(S->src, d->loc, "a dimension must be a positive integer or a name, not %s",
-                   fmt_num(d->value));
+                   sema_fmt_num(d->value));
         return false;
     }
     if (d->value > (double)MAX_ELEMENTS || *numel * (int64_t)d->value > MAX_ELEMENTS) {
@@ -1317,332 +1342,24 @@ static void check_model(Source *src, IrProgram *p, const AstBlock *model)
     S.model = model;
     S.counter_node = -1;
     p->model_name = xstrdup(model->name ? model->name : "model");
-    for (int i = 0; i < model->nstmts; i++) check_stmt(&S, &model->stmts[i]);
+    bool stopped = false;
+    for (int i = 0; i < model->nstmts && !stopped; i++) {
+        check_stmt(&S, &model->stmts[i]);
+        /* Past this many, more messages help nobody, and each one searches the names
+         * bound so far for a suggestion: a file of errors would take quadratic time. */
+        stopped = src->nerrors >= SEMA_MAX_ERRORS;
+    }
     const char *mname = diag_quote(p->model_name, 60);
-    if (!S.output_stmt)
-        diag_error(src, model->loc, "model '%s' has no output statement (add 'output NAME')", mname);
-    if (!S.loss_stmt)
-        diag_error(src, model->loc, "model '%s' has no loss statement (add 'loss EXPR')", mname);
-    free(S.binds);
-}
-
-/* ====================================================================================
- * The train block: one function per key, all reached through sema_train_entry.
- * ==================================================================================== */
-
-typedef int (*EntryFn)(Source *src, TrainConfig *cfg, const AstExpr *v);
-
-enum {
-    MAX_BATCH = 1 << 20,
-    MAX_COUNT = 1000000000,       /* epochs, steps, schedule lengths */
-    MAX_SAMPLES = 1 << 24,
-};
-#define MAX_SEED ((int64_t)1 << 53)            /* integers a double holds exactly */
-#define MAX_MEMORY ((int64_t)1 << 50)          /* 1 PB */
-
-/* The name of a call or bare name (`adam`, `adam(lr = 1)`), or NULL. */
-static const char *callee(const AstExpr *v)
-{
-    return v->kind == AST_CALL || v->kind == AST_NAME ? v->name : NULL;
-}
-
-/* Which of NAMES V calls; reports a wrong kind or an unknown name. -1 after an error. */
-static int entry_form(Source *src, const AstExpr *v, const char *key, const char *const *names,
-                      const char *forms)
-{
-    const char *name = callee(v);
-    if (!name) {
-        diag_error(src, expr_start(v), "%s must be %s, not %s", key, forms, describe(v));
-        return -1;
-    }
-    for (int i = 0; names[i]; i++)
-        if (strcmp(name, names[i]) == 0) return i;
-    diag_error(src, expr_start(v), "unknown %s '%s'%s (expected %s)", key, diag_quote(name, 60),
-               did_you_mean(name, names), forms);
-    return -1;
-}
-
-/* "adam: lr" into BUF, the WHAT of a call's argument. */
-static const char *arg_what(const Signature *sig, int i, char *buf, size_t n)
-{
-    snprintf(buf, n, "%s: %s", sig->name, sig->params[i]);
-    return buf;
-}
-
-static int entry_data(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    static const char *const forms[] = {"idx", "synthetic", NULL};
-    static const Signature idx = {"idx", {"dir", "scale"}, 1};
-    static const Signature synthetic = {"synthetic", {"samples"}, 0};
-    int form = entry_form(src, v, "data", forms, "idx(\"DIR\", scale = S) or synthetic(samples = K)");
-    if (form < 0) return -1;
-    const AstExpr *args[MAX_PARAMS];
-    char what[64];
-    if (form == 1) {
-        int64_t samples = 4096;
-        if (!bind_args(src, &synthetic, v, args)) return -1;
-        if (args[0] && const_int(src, args[0], arg_what(&synthetic, 0, what, sizeof what), 1,
-                                 MAX_SAMPLES, &samples) < 0)
-            return -1;
-        cfg->data = DATA_SYNTHETIC;
-        cfg->synthetic_samples = samples;
-        cfg->data_loc = v->loc;
-        return 0;
-    }
-    if (!bind_args(src, &idx, v, args)) return -1;
-    double scale = 1;
-    int rc = 0;
-    if (args[0]->kind != AST_STR || !args[0]->str[0]) {
-        diag_error(src, args[0]->loc, "idx: the data directory must be a non-empty string such "
-                   "as \"fashion-mnist\", not %s", describe(args[0]));
-        rc = -1;
-    }
-    if (args[1] && const_real(src, args[1], "idx: scale", REAL_GT0, &scale) < 0) rc = -1;
-    if (rc < 0) return -1;
-    cfg->data = DATA_IDX;
-    free(cfg->data_dir);
-    cfg->data_dir = xstrdup(args[0]->str);
-    cfg->data_scale = scale;
-    cfg->data_loc = v->loc;
-    return 0;
-}
-
-static int entry_batch(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    return const_int(src, v, "batch", 1, MAX_BATCH, &cfg->batch);
-}
-
-static int entry_epochs(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    return const_int(src, v, "epochs", 1, MAX_COUNT, &cfg->epochs);
-}
-
-static int entry_steps(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    return const_int(src, v, "steps", 1, MAX_COUNT, &cfg->steps);
-}
-
-static int entry_shuffle(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    return const_bool(src, v, "shuffle", &cfg->shuffle);
-}
-
-static int entry_drop_last(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    return const_bool(src, v, "drop_last", &cfg->drop_last);
-}
-
-/* Optimizer arguments, by parameter name, into C. */
-static int optimizer_arg(Source *src, const Signature *sig, int i, const AstExpr *e,
-                         TrainConfig *c)
-{
-    char what[64];
-    const char *key = sig->params[i];
-    arg_what(sig, i, what, sizeof what);
-    if (strcmp(key, "lr") == 0) return const_real(src, e, what, REAL_GT0, &c->lr);
-    if (strcmp(key, "momentum") == 0) return const_real(src, e, what, REAL_GE0, &c->momentum);
-    if (strcmp(key, "nesterov") == 0) return const_bool(src, e, what, &c->nesterov);
-    if (strcmp(key, "weight_decay") == 0) return const_real(src, e, what, REAL_GE0, &c->weight_decay);
-    if (strcmp(key, "beta1") == 0) return const_real(src, e, what, REAL_UNIT, &c->beta1);
-    if (strcmp(key, "beta2") == 0) return const_real(src, e, what, REAL_UNIT, &c->beta2);
-    if (strcmp(key, "eps") == 0) return const_real(src, e, what, REAL_GE0, &c->eps);
-    CGC_INTERNAL("optimizer argument %s has no check", key);
-}
-
-/* Every optimizer setting takes the chosen optimizer's default unless given, so that
- * `--optimizer adam` replaces a file's adamw(weight_decay = 0.1) entirely. */
-static int entry_optimizer(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    static const char *const names[] = {"sgd", "adam", "adamw", NULL};
-    static const Signature sigs[] = {
-        {"sgd", {"lr", "momentum", "nesterov", "weight_decay"}, 1},
-        {"adam", {"lr", "beta1", "beta2", "eps", "weight_decay"}, 0},
-        {"adamw", {"lr", "beta1", "beta2", "eps", "weight_decay"}, 0},
-    };
-    int form = entry_form(src, v, "optimizer", names,
-                          "sgd(lr, ...), adam(...) or adamw(...)");
-    if (form < 0) return -1;
-    const Signature *sig = &sigs[form];
-    const AstExpr *args[MAX_PARAMS];
-    if (!bind_args(src, sig, v, args)) return -1;
-    TrainConfig c = *cfg;
-    c.optimizer = form == 0 ? OPT_SGD : form == 1 ? OPT_ADAM : OPT_ADAMW;
-    c.lr = 1e-3, c.momentum = 0, c.nesterov = false;
-    c.beta1 = 0.9, c.beta2 = 0.999, c.eps = 1e-8;
-    c.weight_decay = c.optimizer == OPT_ADAMW ? 0.01 : 0;
-    int rc = 0;
-    for (int i = 0; sig->params[i]; i++)
-        if (args[i] && optimizer_arg(src, sig, i, args[i], &c) < 0) rc = -1;
-    if (rc == 0 && c.nesterov && c.momentum == 0) {
-        diag_error(src, args[2]->loc, "sgd: nesterov needs a momentum > 0");
-        rc = -1;
-    }
-    if (rc == 0) {
-        cfg->optimizer = c.optimizer, cfg->lr = c.lr, cfg->momentum = c.momentum;
-        cfg->nesterov = c.nesterov, cfg->beta1 = c.beta1, cfg->beta2 = c.beta2;
-        cfg->eps = c.eps, cfg->weight_decay = c.weight_decay;
-    }
-    return rc;
-}
-
-static int entry_schedule(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    static const char *const names[] = {"constant", "cosine", "step", NULL};
-    static const Signature sigs[] = {
-        {"constant", {NULL}, 0},
-        {"cosine", {"warmup", "min_lr"}, 0},
-        {"step", {"every", "gamma"}, 1},
-    };
-    int form = entry_form(src, v, "schedule", names,
-                          "constant, cosine(warmup, min_lr) or step(every, gamma)");
-    if (form < 0) return -1;
-    const AstExpr *args[MAX_PARAMS];
-    if (!bind_args(src, &sigs[form], v, args)) return -1;
-    int64_t warmup = 0, every = 0;
-    double min_lr = 0, gamma = 0.1;
-    int rc = 0;
-    if (form == 1) {
-        if (args[0] && const_int(src, args[0], "cosine: warmup", 0, MAX_COUNT, &warmup) < 0) rc = -1;
-        if (args[1] && const_real(src, args[1], "cosine: min_lr", REAL_GE0, &min_lr) < 0) rc = -1;
-    } else if (form == 2) {
-        if (const_int(src, args[0], "step: every", 1, MAX_COUNT, &every) < 0) rc = -1;
-        if (args[1] && const_real(src, args[1], "step: gamma", REAL_GT0, &gamma) < 0) rc = -1;
-    }
-    if (rc < 0) return -1;
-    cfg->schedule = form == 0 ? SCHED_CONSTANT : form == 1 ? SCHED_COSINE : SCHED_STEP;
-    cfg->warmup = warmup, cfg->min_lr = min_lr, cfg->step_every = every, cfg->gamma = gamma;
-    return 0;
-}
-
-static int entry_precision(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    static const char *const names[] = {"fp32", "tf32", "bf16", "fp16", NULL};
-    int k;
-    if (const_choice(src, v, "precision", names, &k) < 0) return -1;
-    cfg->precision = (Precision)k;
-    return 0;
-}
-
-static int entry_accumulate(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    return const_int(src, v, "accumulate", 1, MAX_BATCH, &cfg->accumulate);
-}
-
-static int entry_clip_norm(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    return const_real(src, v, "clip_norm", REAL_GE0, &cfg->clip_norm);
-}
-
-static int entry_checkpoint(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    static const char *const names[] = {"none", "all", "auto", NULL};
-    int k;
-    if (const_choice(src, v, "checkpoint", names, &k) < 0) return -1;
-    cfg->checkpoint = (CheckpointMode)k;
-    return 0;
-}
-
-/* Bytes, or a number glued to KB, MB or GB (powers of 1024): 512MB, 1.5GB. */
-static int entry_memory(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    static const char *const units[] = {"KB", "MB", "GB", NULL};
-    double scale = 1, bytes;
-    if (v->kind == AST_NEG && v->lhs->kind == AST_NUM && v->lhs->unit[0]) {
-        diag_error(src, v->loc, "memory must be between 1 byte and 1024 TB, not -%s%s",
-                   fmt_num(v->lhs->num), v->lhs->unit);
-        return -1;
-    }
-    if (v->kind == AST_NUM && v->unit[0]) {
-        int k = 0;
-        while (units[k] && strcmp(units[k], v->unit) != 0) k++;
-        if (!units[k]) {
-            bool other_case = strcasecmp(v->unit, "kb") == 0 || strcasecmp(v->unit, "mb") == 0 ||
-                              strcasecmp(v->unit, "gb") == 0;
-            diag_error(src, v->loc, "unknown memory unit '%s'%s (units are KB, MB and GB, powers "
-                       "of 1024; a plain number is bytes)", diag_quote(v->unit, 20),
-                       other_case ? did_you_mean(v->unit, units) : "");
-            return -1;
-        }
-        scale = pow(1024, k + 1);
-        bytes = v->num * scale;
+    if (stopped) {
+        diag_note(src, (SrcLoc){0, 0}, "too many errors; stopped after %d", SEMA_MAX_ERRORS);
     } else {
-        int r = fold_const(src, v, &bytes);
-        if (r < 0) return -1;
-        if (r == 0) {
-            diag_error(src, expr_start(v), "memory must be a number of bytes or a size such as 512MB, "
-                       "not %s", describe(v));
-            return -1;
-        }
+        if (!S.output_stmt)
+            diag_error(src, model->loc, "model '%s' has no output statement (add 'output NAME')", mname);
+        if (!S.loss_stmt)
+            diag_error(src, model->loc, "model '%s' has no loss statement (add 'loss EXPR')", mname);
     }
-    if (!(bytes >= 1) || bytes > (double)MAX_MEMORY) {
-        diag_error(src, expr_start(v), "memory must be between 1 byte and 1024 TB, not %s", describe(v));
-        return -1;
-    }
-    cfg->memory = (int64_t)llround(bytes);
-    return 0;
-}
-
-static int entry_seed(Source *src, TrainConfig *cfg, const AstExpr *v)
-{
-    int64_t seed;
-    if (const_int(src, v, "seed", 0, MAX_SEED, &seed) < 0) return -1;
-    cfg->seed = (uint64_t)seed;
-    return 0;
-}
-
-static const struct {
-    const char *key;
-    EntryFn fn;
-} train_keys[] = {
-    {"data", entry_data},           {"batch", entry_batch},
-    {"epochs", entry_epochs},       {"steps", entry_steps},
-    {"shuffle", entry_shuffle},     {"drop_last", entry_drop_last},
-    {"optimizer", entry_optimizer}, {"schedule", entry_schedule},
-    {"precision", entry_precision}, {"accumulate", entry_accumulate},
-    {"clip_norm", entry_clip_norm}, {"checkpoint", entry_checkpoint},
-    {"memory", entry_memory},       {"seed", entry_seed},
-};
-enum { NUM_TRAIN_KEYS = sizeof train_keys / sizeof train_keys[0] };
-
-static int train_key_index(const char *key)
-{
-    for (int i = 0; i < NUM_TRAIN_KEYS; i++)
-        if (strcmp(train_keys[i].key, key) == 0) return i;
-    return -1;
-}
-
-int sema_train_entry(Source *src, IrProgram *p, const char *key, SrcLoc key_loc,
-                     const AstExpr *value)
-{
-    int k = train_key_index(key);
-    if (k < 0) {
-        const char *names[NUM_TRAIN_KEYS + 1];
-        for (int i = 0; i < NUM_TRAIN_KEYS; i++) names[i] = train_keys[i].key;
-        names[NUM_TRAIN_KEYS] = NULL;
-        diag_error(src, key_loc, "unknown train key '%s'%s", diag_quote(key, 60),
-                   did_you_mean(key, names));
-        return -1;
-    }
-    return train_keys[k].fn(src, &p->cfg, value);
-}
-
-static void check_train(Source *src, IrProgram *p, const AstBlock *train)
-{
-    const AstEntry *seen[NUM_TRAIN_KEYS] = {0};
-    p->cfg.has_train_block = true;
-    for (int i = 0; i < train->nentries; i++) {
-        const AstEntry *e = &train->entries[i];
-        int k = train_key_index(e->key);
-        if (k >= 0 && seen[k]) {
-            diag_error(src, e->key_loc, "'%s' is set twice in the train block", e->key);
-            diag_note(src, seen[k]->key_loc, "'%s' is first set here", e->key);
-            continue;
-        }
-        if (k >= 0) seen[k] = e;
-        sema_train_entry(src, p, e->key, e->key_loc, e->value);
-    }
-    /* `steps` alone limits the run; with `epochs` too, whichever ends first. */
-    if (seen[train_key_index("steps")] && !seen[train_key_index("epochs")]) p->cfg.epochs = 0;
+    free(S.binds);
+    free(S.slots);
 }
 
 /* ====================================================================================
@@ -1675,7 +1392,7 @@ IrProgram *sema_check(Source *src, const AstFile *file)
     if (!model) diag_error(src, (SrcLoc){1, 1}, "no model block in %s", src->path);
     IrProgram *p = ir_program_new();   /* cfg starts from config_defaults */
     if (model) check_model(src, p, model);
-    if (train) check_train(src, p, train);
+    if (train) sema_train_block(src, p, train);
     if (src->nerrors > errors) {
         ir_program_free(p);
         return NULL;

@@ -8,6 +8,11 @@
  * metadata strings (epoch, batch within it, global step). Random numbers are counter-
  * based, so there is no generator state to store. Doubles are written in C's hex-float
  * form so that they read back to the same bits.
+ *
+ * A resumed run continues the same training: the checkpoint records the configuration
+ * (data, order, optimizer, schedule, precision, clipping) and --resume refuses a run
+ * that differs in any of it. Only the run's length (epochs, steps) may change; when it
+ * does, cgc says so, since a cosine schedule then follows the new length.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,9 +24,11 @@
 
 enum { FORMAT_VERSION = 1 };
 
+enum { MAX_META = 24, META_TEXT = 1024 };
+
 typedef struct MetaBuf {
-    StMeta meta[16];
-    char text[16][64];
+    StMeta meta[MAX_META];
+    char text[MAX_META][META_TEXT];
     int n;
 } MetaBuf;
 
@@ -30,16 +37,44 @@ static void meta_add(MetaBuf *m, const char *key, const char *fmt, ...)
 
 static void meta_add(MetaBuf *m, const char *key, const char *fmt, ...)
 {
-    CGC_ASSERT(m->n < 16);
+    CGC_ASSERT(m->n < MAX_META);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(m->text[m->n], sizeof m->text[m->n], fmt, ap);
+    vsnprintf(m->text[m->n], META_TEXT, fmt, ap);
     va_end(ap);
     m->meta[m->n] = (StMeta){key, m->text[m->n]};
     m->n++;
 }
 
-int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr)
+/* The configuration a resumed run must share with the saved one: metadata key, the
+ * flag that sets it (for the hint), and its canonical text. */
+typedef struct Setting {
+    const char *key, *flag;
+    char value[META_TEXT];
+} Setting;
+
+enum { NUM_SETTINGS = 7 };
+
+static void describe_config(const TrainConfig *c, Setting s[NUM_SETTINGS])
+{
+    s[0] = (Setting){"cgc.data", "--data", ""};
+    config_data_str(c, s[0].value, META_TEXT);
+    s[1] = (Setting){"cgc.shuffle", "--shuffle", ""};
+    snprintf(s[1].value, META_TEXT, "%s", c->shuffle ? "true" : "false");
+    s[2] = (Setting){"cgc.drop_last", "--drop-last", ""};
+    snprintf(s[2].value, META_TEXT, "%s", c->drop_last ? "true" : "false");
+    s[3] = (Setting){"cgc.optimizer", "--optimizer", ""};
+    config_optimizer_str(c, s[3].value, META_TEXT);
+    s[4] = (Setting){"cgc.schedule", "--schedule", ""};
+    config_schedule_str(c, s[4].value, META_TEXT);
+    s[5] = (Setting){"cgc.precision", "--precision", ""};
+    snprintf(s[5].value, META_TEXT, "%s", config_precision_name(c->precision));
+    s[6] = (Setting){"cgc.clip_norm", "--clip-norm", ""};
+    snprintf(s[6].value, META_TEXT, "%.9g", c->clip_norm);
+}
+
+int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr,
+                    int64_t total_steps)
 {
     StTensor *t = xcalloc((size_t)p->ntensors, sizeof *t);
     for (int i = 0; i < p->ntensors; i++) {
@@ -51,11 +86,15 @@ int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const Trai
         t[i].data = cpu_exec_tensor(e, i);
     }
     MetaBuf m = {0};
+    Setting config[NUM_SETTINGS];
+    describe_config(&p->cfg, config);
     meta_add(&m, "format", "cgc-checkpoint-%d", FORMAT_VERSION);
     meta_add(&m, "cgc.model", "%s", p->model_name);
     meta_add(&m, "cgc.seed", "%llu", (unsigned long long)p->cfg.seed);
     meta_add(&m, "cgc.batch", "%lld", (long long)p->cfg.batch);
     meta_add(&m, "cgc.accumulate", "%lld", (long long)p->cfg.accumulate);
+    for (int i = 0; i < NUM_SETTINGS; i++) meta_add(&m, config[i].key, "%s", config[i].value);
+    meta_add(&m, "cgc.total_steps", "%lld", (long long)total_steps);
     meta_add(&m, "cgc.epoch", "%lld", (long long)pr->epoch);
     meta_add(&m, "cgc.batch_in_epoch", "%lld", (long long)pr->batch_in_epoch);
     meta_add(&m, "cgc.step", "%lld", (long long)pr->step);
@@ -97,6 +136,27 @@ static int check_same(const char *path, const char *key, long long saved, long l
     return -1;
 }
 
+/* Every setting of the saved run must be this run's too. */
+static int check_settings(const StFile *f, const char *path, const TrainConfig *c)
+{
+    Setting now[NUM_SETTINGS];
+    describe_config(c, now);
+    for (int i = 0; i < NUM_SETTINGS; i++) {
+        const char *saved = st_meta(f, now[i].key);
+        if (!saved) {
+            cgc_error("%s: not a cgc checkpoint: no '%s' in its metadata", path, now[i].key);
+            return -1;
+        }
+        if (strcmp(saved, now[i].value) == 0) continue;
+        cgc_error("%s was saved with %s %s, this run has %s; a resumed run continues the same "
+                  "training, so give %s '%s' (only epochs and steps may change)", path,
+                  now[i].key + 4, diag_quote(saved, 100), diag_quote(now[i].value, 100),
+                  now[i].flag, diag_quote(saved, 100));
+        return -1;
+    }
+    return 0;
+}
+
 static int load_tensors(const StFile *f, const char *path, const IrProgram *p, CpuExec *e)
 {
     char want[128], got[128];
@@ -129,12 +189,13 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p, C
     return 0;
 }
 
-int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgress *pr)
+int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgress *pr,
+                    int64_t total_steps)
 {
     StFile *f = st_load(path);
     if (!f) return -1;
     int rc = -1;
-    long long seed, batch, accumulate, epoch, bie, step, skipped, count;
+    long long seed, batch, accumulate, epoch, bie, step, skipped, count, saved_total;
     const long long big = 1ll << 50;
     const char *format = st_meta(f, "format"), *loss_sum = st_meta(f, "cgc.loss_sum");
     if (!format || strcmp(format, "cgc-checkpoint-1") != 0) {
@@ -148,11 +209,13 @@ int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgr
         meta_int(f, path, "cgc.epoch", 0, big, &epoch) ||
         meta_int(f, path, "cgc.batch_in_epoch", 0, big, &bie) ||
         meta_int(f, path, "cgc.step", 0, big, &step) || meta_int(f, path, "cgc.skipped", 0, big, &skipped) ||
-        meta_int(f, path, "cgc.loss_count", 0, big, &count))
+        meta_int(f, path, "cgc.loss_count", 0, big, &count) ||
+        meta_int(f, path, "cgc.total_steps", 1, big, &saved_total))
         goto out;
     if (check_same(path, "seed", seed, (long long)p->cfg.seed, "--seed") ||
         check_same(path, "batch", batch, (long long)p->cfg.batch, "--batch") ||
-        check_same(path, "accumulate", accumulate, (long long)p->cfg.accumulate, "--accumulate"))
+        check_same(path, "accumulate", accumulate, (long long)p->cfg.accumulate, "--accumulate") ||
+        check_settings(f, path, &p->cfg))
         goto out;
     char *end;
     double sum = loss_sum ? strtod(loss_sum, &end) : 0;
@@ -162,6 +225,10 @@ int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgr
     }
     if (load_tensors(f, path, p, e) != 0) goto out;
     *pr = (TrainProgress){epoch, bie, step, skipped, sum, count, 0};
+    if (saved_total != total_steps)
+        fprintf(stderr, "cgc: note: %s was saved from a run of %lld steps; this run spans %lld, "
+                "and the learning-rate schedule follows the new length\n", path, saved_total,
+                (long long)total_steps);
     rc = 0;
 out:
     st_free(f);

@@ -191,11 +191,25 @@ static bool write_file(FILE *f, const StTensor *tensors, const int *order, int n
 }
 
 /* The rename is only durable once the directory entry is on disk too. */
-static bool sync_parent_dir(const char *path)
+/* The directory PATH is in ("." for a bare name), malloc'd. */
+static char *parent_dir(const char *path)
 {
     const char *slash = strrchr(path, '/');
-    char *dir = slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path))
-                      : xstrdup(".");
+    return slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
+}
+
+int st_check_writable(const char *path)
+{
+    char *dir = parent_dir(path);
+    int ok = access(dir, W_OK | X_OK) == 0;
+    if (!ok) cgc_error("cannot save to %s: directory %s is missing or not writable", path, dir);
+    free(dir);
+    return ok ? 0 : -1;
+}
+
+static bool sync_parent_dir(const char *path)
+{
+    char *dir = parent_dir(path);
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     free(dir);
     if (fd < 0) return false;

@@ -33,6 +33,10 @@ typedef struct StMeta {
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta);
 
+/* 0 when st_save could write PATH (its directory exists and is writable), else -1 after
+ * "cgc: error: cannot save to PATH: ...". For checking before hours of work, not after. */
+int st_check_writable(const char *path);
+
 typedef struct StFile StFile;
 
 /* Reads and validates PATH. Returns NULL after "cgc: error: PATH: what is wrong". */

@@ -19,7 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "data.h"
+#include "safetensors.h"
 
 enum { EVAL_BATCH = 1000 };
 
@@ -40,13 +42,6 @@ typedef struct Trainer {
     bool live;                  /* stdout is a terminal: draw a progress bar */
     double last_draw;
 } Trainer;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- the plan: how many micro-batches, steps and epochs ---- */
 
@@ -125,7 +120,7 @@ static int evaluate(Trainer *t, EvalResult *r)
 
 static void draw_progress(Trainer *t, const TrainProgress *pr, double seconds, bool force)
 {
-    double at = now();
+    double at = clock_seconds();
     if (!t->live || t->o->quiet || (!force && at - t->last_draw < 0.1)) return;
     t->last_draw = at;
     int64_t done = pr->batch_in_epoch, total = t->steps_per_epoch * t->p->cfg.accumulate;
@@ -209,7 +204,7 @@ static int train_step(Trainer *t, TrainProgress *pr)
 
 static int save(Trainer *t, const TrainProgress *pr)
 {
-    return t->o->save_path ? checkpoint_save(t->o->save_path, t->p, t->e, pr) : 0;
+    return t->o->save_path ? checkpoint_save(t->o->save_path, t->p, t->e, pr, t->total_steps) : 0;
 }
 
 typedef enum { RUN_ON, RUN_DONE, RUN_INTERRUPTED, RUN_FAILED } RunState;
@@ -220,19 +215,21 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
     const TrainConfig *c = &t->p->cfg;
     data_order(c->seed, pr->epoch, c->shuffle, t->data.train.n, t->order);
     int64_t first_micro = pr->batch_in_epoch;
-    double started = now() - pr->train_seconds;
+    double started = clock_seconds() - pr->train_seconds;
     int64_t end = t->steps_per_epoch * c->accumulate;
     RunState state = RUN_ON;
     while (pr->batch_in_epoch < end) {
         if (train_step(t, pr) != 0) return RUN_FAILED;
-        draw_progress(t, pr, now() - started, false);
+        draw_progress(t, pr, clock_seconds() - started, false);
         if (pr->step >= t->total_steps) { state = RUN_DONE; break; }
         if (t->o->stop_after && pr->step >= t->o->stop_after) { state = RUN_INTERRUPTED; break; }
     }
-    pr->train_seconds = now() - started;
+    pr->train_seconds = clock_seconds() - started;
     bool epoch_complete = pr->batch_in_epoch >= end;
     EvalResult ev, *evp = NULL;
-    if (state != RUN_INTERRUPTED && t->data.has_test) {
+    /* An interruption mid-epoch is not evaluated; one that falls on the epoch's last step
+     * is, as the uninterrupted run would be there (a resumed run starts the next epoch). */
+    if ((state != RUN_INTERRUPTED || epoch_complete) && t->data.has_test) {
         if (evaluate(t, &ev) != 0) return RUN_FAILED;
         evp = &ev;
     }
@@ -267,30 +264,19 @@ static void print_plan(const Trainer *t, const TrainProgress *pr)
     fflush(stdout);
 }
 
-/* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
-static int check_save_dir(const char *path)
-{
-    char *dir = xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
-    int ok = access(d, W_OK | X_OK) == 0;
-    if (!ok) cgc_error("cannot save to %s: directory %s is missing or not writable", path, d);
-    free(dir);
-    return ok ? 0 : -1;
-}
-
 static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *pr)
 {
     memset(t, 0, sizeof *t);
     memset(pr, 0, sizeof *pr);
     t->p = p;
     t->o = o;
-    if (o->save_path && check_save_dir(o->save_path) != 0) return -1;
+    /* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
+    if (o->save_path && st_check_writable(o->save_path) != 0) return -1;
     if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
     if (plan(t) != 0) return -1;
     t->e = cpu_exec_new(p, CPU_F32);
     cpu_exec_init_tensors(t->e, p->cfg.seed);
-    if (o->resume_path && checkpoint_load(o->resume_path, p, t->e, pr) != 0) return -1;
+    if (o->resume_path && checkpoint_load(o->resume_path, p, t->e, pr, t->total_steps) != 0) return -1;
     if (o->metrics_path && !(t->metrics = fopen(o->metrics_path, "a"))) {
         cgc_error("cannot open %s for the metrics: %m", o->metrics_path);
         return -1;
@@ -330,12 +316,19 @@ int train_run(IrProgram *p, const RunOptions *o)
         rc = 0;
         goto out;
     }
-    double started = now();
+    if (o->stop_after && pr.step >= o->stop_after) {
+        if (!o->quiet)
+            printf("cgc: nothing to do: the run is at step %lld already (--stop-after %lld)\n",
+                   (long long)pr.step, (long long)o->stop_after);
+        rc = 0;
+        goto out;
+    }
+    double started = clock_seconds();
     RunState state = RUN_ON;
     while (state == RUN_ON) state = train_epoch(&t, &pr);
     if (state == RUN_FAILED) goto out;
     if (!o->quiet) {
-        double total = now() - started, gemm = cpu_exec_gemm_seconds(t.e);
+        double total = clock_seconds() - started, gemm = cpu_exec_gemm_seconds(t.e);
         printf("cgc: %s at step %lld in %.1f s (%.0f%% of it in GEMMs)%s%s\n",
                state == RUN_INTERRUPTED ? "stopped" : "done", (long long)pr.step, total,
                total > 0 ? 100.0 * gemm / total : 0.0, o->save_path ? "; saved to " : "",

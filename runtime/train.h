@@ -38,7 +38,10 @@ typedef struct TrainProgress {
 int train_run(IrProgram *p, const RunOptions *o);
 
 /* checkpoint.c: --save / --resume files (safetensors; see README). */
-int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr);
-int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgress *pr);
+/* TOTAL_STEPS: the optimizer steps the run spans (saved, and compared on resume). */
+int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr,
+                    int64_t total_steps);
+int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgress *pr,
+                    int64_t total_steps);
 
 #endif

@@ -4,9 +4,11 @@
  *
  * For every model, a few hundred seeded mutations (bit flips, random bytes, deleted,
  * duplicated and inserted spans, deep bracket nesting, truncation) are written to a
- * temporary file and run through `cgc --check` or `cgc --dump-ir`. Each run must end
- * within 10 seconds, by exit 0, or by exit 1 with an "error:" on standard error. A
- * failing input is kept and its path printed, so it can be replayed.
+ * temporary file and run through `cgc --check` or `cgc --dump-ir`; the first few that
+ * pass are also trained for two steps, so that data loading, the executor and the
+ * training loop see mutated models too. Each run must end within 10 seconds, by exit 0,
+ * or by exit 1 with an "error:" on standard error. A failing input is kept and its path
+ * printed, so it can be replayed.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -18,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MUTATIONS_PER_MODEL = 250, TIME_LIMIT_S = 10, MAX_LEN = 1 << 20 };
+enum { MUTATIONS_PER_MODEL = 250, TRAINED_PER_MODEL = 10, TIME_LIMIT_S = 10, MAX_LEN = 1 << 20 };
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -86,8 +88,9 @@ static const char *mutate(unsigned char *buf, size_t *len)
     }
 }
 
-/* Runs CGC on PATH with FLAG; 0 when the outcome is acceptable. */
-static int run_one(const char *cgc, const char *path, const char *flag, char *why, size_t whylen)
+/* Runs ARGV (ARGV[0] is cgc); 0 when the outcome is acceptable, with its exit status in
+ * *CODE. */
+static int run_one(char *const argv[], int *code, char *why, size_t whylen)
 {
     char errpath[] = "/tmp/cgc-mutate-err-XXXXXX";
     int errfd = mkstemp(errpath);
@@ -97,7 +100,7 @@ static int run_one(const char *cgc, const char *path, const char *flag, char *wh
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 1);
         dup2(errfd, 2);
-        execl(cgc, cgc, path, flag, (char *)NULL);
+        execv(argv[0], argv);
         _exit(127);
     }
     int status = 0;
@@ -119,9 +122,9 @@ static int run_one(const char *cgc, const char *path, const char *flag, char *wh
     if (got < 0) got = 0;
     err[got] = '\0';
     if (WIFSIGNALED(status)) { snprintf(why, whylen, "killed by signal %d", WTERMSIG(status)); return -1; }
-    int code = WEXITSTATUS(status);
-    if (code == 0) return 0;
-    if (code != 1) { snprintf(why, whylen, "exit status %d", code); return -1; }
+    *code = WEXITSTATUS(status);
+    if (*code == 0) return 0;
+    if (*code != 1) { snprintf(why, whylen, "exit status %d", *code); return -1; }
     if (!strstr(err, "error:")) { snprintf(why, whylen, "exit 1 without a diagnostic: '%.200s'", err); return -1; }
     return 0;
 }
@@ -136,6 +139,7 @@ int main(int argc, char **argv)
         if (!f) { perror(argv[m]); return 1; }
         size_t olen = fread(orig, 1, sizeof orig, f);
         fclose(f);
+        int trained = 0;
         for (int i = 0; i < MUTATIONS_PER_MODEL; i++) {
             memcpy(buf, orig, olen);
             size_t len = olen;
@@ -146,8 +150,16 @@ int main(int argc, char **argv)
             if (fd < 0 || write(fd, buf, len) != (ssize_t)len) { perror("mutant"); return 1; }
             close(fd);
             char why[512];
+            char *check[] = {argv[1], path, i % 2 ? "--dump-ir" : "--check", NULL};
+            char *train[] = {argv[1], path, "--steps", "2", "-q", NULL};
+            int code = 1, ok = run_one(check, &code, why, sizeof why) == 0;
             runs++;
-            if (run_one(argv[1], path, i % 2 ? "--dump-ir" : "--check", why, sizeof why) != 0) {
+            if (ok && code == 0 && trained < TRAINED_PER_MODEL) {
+                trained++;
+                runs++;
+                ok = run_one(train, &code, why, sizeof why) == 0;
+            }
+            if (!ok) {
                 failures++;
                 fprintf(stderr, "FAIL %s mutation %d (%s): %s; input kept in %s\n", argv[m], i, what, why, path);
             } else {

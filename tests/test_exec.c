@@ -690,8 +690,10 @@ static void test_rounding(void)
     CHECK_ROUND(cpu_round_bf16, 1.0f + 0x1p-8f, 1.0f);
     CHECK_ROUND(cpu_round_bf16, 1.0f + 0x1.8p-7f, 1.0f + 0x1p-6f);
     CHECK_ROUND(cpu_round_bf16, 65504.0f, 65536.0f);
-    CHECK_ROUND(cpu_round_bf16, 0x1.fcp127f, 0x1.fcp127f);     /* largest finite */
-    CHECK_ROUND(cpu_round_bf16, 0x1.fep127f, INFINITY);        /* tie above it: to even */
+    CHECK_ROUND(cpu_round_bf16, 0x1.fcp127f, 0x1.fcp127f);
+    CHECK_ROUND(cpu_round_bf16, 0x1.fep127f, 0x1.fep127f);     /* largest finite: (2 - 2^-7) 2^127 */
+    CHECK_ROUND(cpu_round_bf16, 0x1.fe8p127f, 0x1.fep127f);    /* below the halfway point */
+    CHECK_ROUND(cpu_round_bf16, 0x1.ffp127f, INFINITY);        /* halfway to 2^128: ties to even */
     CHECK_ROUND(cpu_round_bf16, 0x1p-133f, 0x1p-133f);         /* smallest subnormal */
     CHECK_ROUND(cpu_round_bf16, 0x1p-134f, 0.0f);
     CHECK_ROUND(cpu_round_bf16, 0x1.8p-133f, 0x1p-132f);

@@ -1,7 +1,8 @@
 /* test_sema.c: what sema builds, beyond what the golden files show: the TrainConfig each
  * train-key form produces (defaults, folding, units, optimizer resets, steps without
- * epochs), sema_train_entry on a command-line value, and the program tables (classes,
- * labels input, dropout keyed by the runtime's micro-step). */
+ * epochs, from the file or a flag), sema_train_entry and sema_train_lr on a command-line
+ * value, the program tables (classes, labels input, dropout keyed by the runtime's
+ * micro-step), name lookup in a model of many bindings, and Source's line index. */
 #include <stdlib.h>
 
 #include "../compiler/passes.h"
@@ -30,12 +31,14 @@ static IrProgram *check_text(const char *train)
     return p;
 }
 
-/* Applies KEY = VALUE as the CLI does (the value is its own source). */
+/* Applies KEY = VALUE as the CLI does (the value is its own source); KEY "lr" is --lr. */
 static int apply(IrProgram *p, const char *key, const char *value)
 {
     Source *src = source_from_string("--flag", value, strlen(value));
     AstExpr *e = parse_value(src);
-    int rc = e ? sema_train_entry(src, p, key, (SrcLoc){1, 1}, e) : -1;
+    int rc = -1;
+    if (e && strcmp(key, "lr") == 0) rc = sema_train_lr(src, p, e);
+    else if (e) rc = sema_train_entry(src, p, key, (SrcLoc){1, 1}, e);
     ast_expr_free(e);
     source_free(src);
     return rc;
@@ -92,6 +95,7 @@ static void test_train_block(void)
     CHECK(p != NULL);
     if (!p) return;
     TrainConfig *c = &p->cfg;
+    sema_train_finish(c);
     CHECK(c->has_train_block);
     CHECK_EQ_INT(c->data, DATA_IDX);
     CHECK_STR(c->data_dir, "fashion-mnist");
@@ -140,23 +144,133 @@ static void test_train_block(void)
     CHECK_EQ_INT(apply(p, "drop_last", "false"), 0);
     CHECK(!c->drop_last);
 
-    /* A rejected value reports and leaves the setting alone. */
+    /* A rejected value reports (counted, whatever its source) and leaves the setting alone. */
     fprintf(stderr, "(two expected diagnostics follow)\n");
+    int errors = diag_error_count();
     CHECK_EQ_INT(apply(p, "batch", "0"), -1);
     CHECK_EQ_INT(c->batch, 128);
     CHECK_EQ_INT(apply(p, "optimizer", "sgd(momentum = 0.5)"), -1);
     CHECK_EQ_INT(c->optimizer, OPT_ADAMW);
+    CHECK_EQ_INT(diag_error_count(), errors + 2);
     ir_program_free(p);
 }
 
+/* TRAIN checked, the flags (KEY, VALUE pairs, NULL-terminated) applied, then the rules
+ * that relate keys: what the command line does. NULL when anything was refused. */
+static IrProgram *check_with_flags(const char *train, const char *const *flags)
+{
+    IrProgram *p = check_text(train);
+    if (!p) return NULL;
+    for (int i = 0; flags[i]; i += 2) {
+        if (apply(p, flags[i], flags[i + 1]) != 0) {
+            ir_program_free(p);
+            return NULL;
+        }
+    }
+    sema_train_finish(&p->cfg);
+    return p;
+}
+
+/* epochs and steps: `steps` without `epochs` means steps alone limit the run (epochs 0),
+ * whether each came from the file or from a flag; with both, whichever ends first. */
 static void test_epochs_and_steps(void)
 {
-    IrProgram *p = check_text("train {\n    epochs = 3\n    steps = 10\n}\n");
+    static const struct {
+        const char *train;
+        const char *flags[5];
+        int64_t epochs, steps;
+    } cases[] = {
+        {"train {\n    epochs = 3\n    steps = 10\n}\n", {NULL}, 3, 10},
+        {"train {\n    steps = 10\n}\n", {NULL}, 0, 10},
+        {"train {\n    batch = 64\n}\n", {"steps", "10", NULL}, 0, 10},
+        {"train {\n    epochs = 3\n}\n", {"steps", "10", NULL}, 3, 10},
+        {"train {\n    steps = 10\n}\n", {"epochs", "2", NULL}, 2, 10},
+        {"train {\n    batch = 64\n}\n", {NULL}, 1, 0},
+        /* Without a train block: one step, unless a flag says otherwise. */
+        {"", {NULL}, 0, 1},
+        {"", {"steps", "5", NULL}, 0, 5},
+        {"", {"epochs", "2", NULL}, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        IrProgram *p = check_with_flags(cases[i].train, cases[i].flags);
+        CHECK(p != NULL);
+        if (!p) continue;
+        if (p->cfg.epochs != cases[i].epochs || p->cfg.steps != cases[i].steps)
+            fprintf(stderr, "case %zu:\n", i);
+        CHECK_EQ_INT(p->cfg.epochs, cases[i].epochs);
+        CHECK_EQ_INT(p->cfg.steps, cases[i].steps);
+        ir_program_free(p);
+    }
+}
+
+/* --lr is the optimizer's lr argument: a folded constant > 0, no other number forms. */
+static void test_lr_flag(void)
+{
+    IrProgram *p = check_text("train {\n    optimizer = sgd(0.5)\n}\n");
     CHECK(p != NULL);
     if (!p) return;
-    CHECK_EQ_INT(p->cfg.epochs, 3);
-    CHECK_EQ_INT(p->cfg.steps, 10);
+    CHECK_EQ_INT(apply(p, "lr", "1/1000"), 0);
+    CHECK_CLOSE(p->cfg.lr, 1e-3, 0, 0);
+    CHECK_EQ_INT(apply(p, "lr", "2 * 0.05"), 0);
+    CHECK_CLOSE(p->cfg.lr, 0.1, 0, 0);
+    CHECK_EQ_INT(p->cfg.optimizer, OPT_SGD);
+    fprintf(stderr, "(three expected diagnostics follow)\n");
+    CHECK_EQ_INT(apply(p, "lr", "0x10"), -1);
+    CHECK_EQ_INT(apply(p, "lr", "-1"), -1);
+    CHECK_EQ_INT(apply(p, "lr", "adam"), -1);
+    CHECK_CLOSE(p->cfg.lr, 0.1, 0, 0);
     ir_program_free(p);
+}
+
+/* Names resolve the same however many there are: a chain of 300 bindings (the table grows
+ * several times), then one bound twice. */
+static void test_many_bindings(void)
+{
+    enum { N = 300 };
+    size_t cap = 64 * N, len = 0;
+    char *text = malloc(cap);
+    len += (size_t)snprintf(text + len, cap - len, "model m {\n    input x: f32[N, 4]\n"
+                                                   "    h0 = x * 1\n");
+    for (int i = 1; i < N; i++)
+        len += (size_t)snprintf(text + len, cap - len, "    h%d = h%d * 1\n", i, i - 1);
+    size_t body = len;
+    const char *const endings[] = {
+        "    output h299\n    loss mean(h0 + h150 + h299)\n}\n",
+        "    h7 = x\n    output h299\n    loss mean(h299)\n}\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        snprintf(text + body, cap - body, "%s", endings[k]);
+        Source *src = source_from_string("many.net", text, strlen(text));
+        AstFile *file = parse_file(src);
+        CHECK(file != NULL);
+        if (k == 1) fprintf(stderr, "(one expected diagnostic and its note follow)\n");
+        IrProgram *p = file ? sema_check(src, file) : NULL;
+        CHECK_EQ_INT(p != NULL, k == 0);
+        CHECK_EQ_INT(src->nerrors, k);
+        ir_program_free(p);
+        ast_free(file);
+        source_free(src);
+    }
+    free(text);
+}
+
+/* source_line_start finds every line, the empty ones and the one after a final newline
+ * included, and no line that is not there. */
+static void test_source_lines(void)
+{
+    Source *src = source_from_string("lines.net", "a\nbb\n\nccc\n", 10);
+    CHECK(source_line_start(src, 0) == NULL);
+    CHECK(source_line_start(src, 1) == src->text);
+    CHECK(source_line_start(src, 2) == src->text + 2);
+    CHECK(source_line_start(src, 3) == src->text + 5);
+    CHECK(source_line_start(src, 4) == src->text + 6);
+    CHECK(source_line_start(src, 5) == src->text + 10);
+    CHECK(source_line_start(src, 6) == NULL);
+    source_free(src);
+    src = source_from_string("empty.net", "", 0);
+    CHECK(source_line_start(src, 1) == src->text);
+    CHECK(source_line_start(src, 2) == NULL);
+    source_free(src);
 }
 
 static void test_errors_return_null(void)
@@ -187,6 +301,9 @@ int main(void)
     test_defaults_and_tables();
     test_train_block();
     test_epochs_and_steps();
+    test_lr_flag();
+    test_many_bindings();
+    test_source_lines();
     test_errors_return_null();
     return check_result();
 }

@@ -19,6 +19,7 @@
  * the same way over single-threaded BLAS calls, so one thread pool serves everything.
  */
 #include "exec.h"
+#include "../clock.h"
 
 #include "../rng.h"
 
@@ -293,7 +294,7 @@ typedef struct HalfFormat {
 /* f16: 10 mantissa bits, exponents down to -14, largest 65504 (65520 rounds up). */
 static const HalfFormat FMT_F16 = { 10, 0x1p-14, 0x1p-1, 65520.0 };
 /* bf16 and tf32 share f32's exponent range. */
-static const HalfFormat FMT_BF16 = { 7, 0x1p-126, 0x1p-110, 0x1.fep127 };
+static const HalfFormat FMT_BF16 = { 7, 0x1p-126, 0x1p-110, 0x1.ffp127 };
 static const HalfFormat FMT_TF32 = { 10, 0x1p-126, 0x1p-113, 0x1.ffep127 };
 
 static inline uint32_t f32_bits(float x)
@@ -423,12 +424,6 @@ static int report_bad_label(const IrNode *node, int32_t label, int64_t classes)
     return -1;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* A float value as the int32 an i32 node stores: truncated like a C cast, NaN as 0,
  * saturated instead of undefined behaviour. */

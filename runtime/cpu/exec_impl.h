@@ -546,7 +546,7 @@ static int SFX(gemm)(CpuExec *e, bool ta, bool tb, int64_t m, int64_t n, int64_t
     }
     GemmSplit sp = gemm_split(m, n, k);
     int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
-    double t0 = now_seconds();
+    double t0 = clock_seconds();
 #pragma omp parallel for schedule(static) if (sp.parts > 1)
     for (int part = 0; part < sp.parts; part++) {
         int64_t lo = part * sp.size, hi = lo + sp.size < sp.total ? lo + sp.size : sp.total;
@@ -558,7 +558,7 @@ static int SFX(gemm)(CpuExec *e, bool ta, bool tb, int64_t m, int64_t n, int64_t
              (int)(sp.rows ? hi - lo : m), (int)(sp.rows ? n : hi - lo), (int)k, 1, pa, lda, pb,
              ldb, 0, pc, (int)n);
     }
-    e->gemm_seconds += now_seconds() - t0;
+    e->gemm_seconds += clock_seconds() - t0;
     return 0;
 }
 

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # The command line: --help lists every flag it accepts, usage errors exit 2, file errors
-# exit 1 with a message, --device says where it runs.
+# exit 1 with a message, --device says where it runs, a train flag means what its key
+# means in the file, and a failed flag is reported once, at the flag.
 set -uo pipefail
 cgc=$1 root=$2
 fails=0 passes=0
+tmp=$(mktemp -d)
+trap 'rm -rf -- "$tmp"' EXIT
+fail() {  # fail DESCRIPTION OUTPUT
+  echo "FAIL: $1, output:"; echo "$2" | head -20
+  fails=$((fails + 1))
+}
 expect() {  # expect DESCRIPTION STATUS PATTERN -- ARGS...   (pattern searched in stdout+stderr)
   local what=$1 want=$2 pattern=$3; shift 4
   local out status
-  out=$("$cgc" "$@" 2>&1); status=$?
+  out=$(timeout "${limit:-300}" "$cgc" "$@" 2>&1); status=$?
   if [ "$status" -ne "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
     echo "FAIL: $what: status $status (want $want), output:"; echo "$out" | head -20
     fails=$((fails + 1))
@@ -30,7 +37,11 @@ expect "missing file" 1 "cannot read /nonexistent.net" -- /nonexistent.net
 expect "check ok" 0 "ok: model mlp, 468874 parameters" -- "$root/models/mlp.net" --check
 expect "bad batch flag" 1 "^--batch:1:1: error: " -- "$root/models/mlp.net" --check --batch 0
 expect "bad precision flag" 1 "^--precision:1:1: error: " -- "$root/models/mlp.net" --check --precision fp8
-expect "bad lr" 1 "--lr: expected a positive learning rate" -- "$root/models/mlp.net" --check --lr -1
+expect "bad lr" 1 "^--lr:1:1: error: adamw: lr must be a number > 0, not -1" -- "$root/models/mlp.net" --check --lr -1
+# --lr is a .net expression like every other flag's value: folded, and no C-only forms.
+expect "lr folded" 0 "ok: model mlp" -- "$root/models/mlp.net" --check --lr 1/1000
+expect "lr hex refused" 1 "^--lr:1:1: error: unexpected unit 'x10'" -- "$root/models/mlp.net" --check --lr 0x10
+expect "lr caret" 1 "^--lr:1:2: error: division by zero" -- "$root/models/mlp.net" --check --lr 1/0
 expect "cuda device" 1 "no CUDA backend" -- "$root/models/regression.net" --device cuda
 expect "bad device" 1 "unknown device 'tpu'" -- "$root/models/regression.net" --device tpu
 expect "auto device" 0 "running on the CPU" -- "$root/models/regression.net" --device auto --steps 2
@@ -38,5 +49,53 @@ expect "unknown graph" 1 "unknown graph 'nope'" -- "$root/models/mlp.net" --dump
 expect "resume garbage" 1 "error: .*cli.sh" -- "$root/models/regression.net" --resume "$0" --steps 2
 expect "save dir missing" 1 "cannot save to /nonexistent/m.st: directory /nonexistent is missing" -- "$root/models/regression.net" --steps 2 --save /nonexistent/m.st
 expect "stop-after zero" 2 "--stop-after takes a positive step number" -- "$root/models/mlp.net" --stop-after 0
+
+# A failed flag is one error, at the flag, and no "compilation failed" besides.
+out=$("$cgc" "$root/models/mlp.net" --check --batch 0 2>&1)
+if [ "$(grep -c "error:" <<<"$out")" -ne 1 ] || grep -q "compilation failed" <<<"$out"; then
+  fail "--batch 0 reported once" "$out"
+else
+  passes=$((passes + 1))
+fi
+
+# Only regular files of at most 16 MiB are read, so that cgc never reads until memory
+# runs out (/dev/zero) or waits forever (a FIFO). A few seconds bound how much a cgc that
+# does read them may take before it counts as a failure.
+limit=5 expect "dev zero" 1 "^cgc: error: /dev/zero: not a regular file" -- /dev/zero
+expect "directory" 1 "^cgc: error: $tmp: not a regular file" -- "$tmp"
+mkfifo "$tmp/fifo"
+limit=5 expect "fifo" 1 "^cgc: error: $tmp/fifo: not a regular file" -- "$tmp/fifo"
+truncate -s $((16 * 1024 * 1024 + 1)) "$tmp/huge.net"
+expect "too large" 1 "^cgc: error: $tmp/huge.net is 16777217 bytes; a .net file may be at most 16 MiB" -- "$tmp/huge.net"
+
+# `--steps N` means what `steps = N` means: without epochs, steps alone limit the run
+# (here 10 steps, 4 per epoch: the run must not stop at the end of the first epoch).
+cat > "$tmp/steps.net" <<'EOF'
+model m {
+    input x: f32[N, 8]
+    input y: i32[N]
+    logits = linear(x, 4)
+    output logits
+    loss cross_entropy(logits, y)
+}
+train {
+    data  = synthetic(samples = 256)
+    batch = 64
+}
+EOF
+sed 's/^    batch = 64$/    batch = 64\n    steps = 10/' "$tmp/steps.net" > "$tmp/steps_in_file.net"
+for run in "steps.net --steps 10" "steps_in_file.net"; do
+  read -r -a args <<<"$run"
+  rm -f "$tmp/metrics"
+  out=$("$cgc" "$tmp/${args[0]}" "${args[@]:1}" -q --metrics "$tmp/metrics" 2>&1)
+  status=$?
+  last=$(tail -n 1 "$tmp/metrics" 2>/dev/null)
+  if [ "$status" -ne 0 ] || ! grep -q '"step":10,' <<<"$last"; then
+    fail "$run: status $status, must end at step 10; last metrics line: $last" "$out"
+  else
+    passes=$((passes + 1))
+  fi
+done
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
