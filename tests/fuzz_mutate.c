@@ -31,31 +31,6 @@ enum {
     RUN_SECONDS_LIMIT = 120,   /* far above the few seconds a run takes */
 };
 
-static const char mlp_net[] =
-    "# models/mlp.net: a 784-512-128-10 perceptron for Fashion-MNIST\n"
-    "model mlp {\n"
-    "    input x: f32[N, 784]        # N is the batch dimension, bound by train.batch\n"
-    "    input y: i32[N]\n"
-    "\n"
-    "    h1     = relu(linear(x, 512))\n"
-    "    h2     = relu(linear(h1, 128))\n"
-    "    logits = linear(h2, 10)\n"
-    "\n"
-    "    output logits\n"
-    "    loss   cross_entropy(logits, y)\n"
-    "}\n"
-    "\n"
-    "train {\n"
-    "    data      = idx(\"fashion-mnist\", scale = 1/255)\n"
-    "    batch     = 64\n"
-    "    epochs    = 10\n"
-    "    optimizer = adamw(lr = 1e-3, weight_decay = 1e-4)\n"
-    "    schedule  = cosine(warmup = 200)\n"
-    "    precision = fp16\n"
-    "    clip_norm = 1.0\n"
-    "    seed      = 42\n"
-    "}\n";
-
 /* Every lexical form: tabs, UTF-8 in strings and comments, escapes, units, lists,
  * unary minus, calls over several lines, CRLF. */
 static const char forms_net[] =
@@ -323,7 +298,14 @@ int main(int argc, char **argv)
         fuzz_text(text, len, 0, only, &stats);
         free(text);
     } else {
-        fuzz_text(mlp_net, sizeof mlp_net - 1, 0, only, &stats);
+        size_t mlp_len;
+        char *mlp = read_file(CGC_MODELS_DIR "/mlp.net", &mlp_len);   /* dsl.md's example */
+        if (!mlp) {
+            fprintf(stderr, "fuzz_mutate: cannot read %s\n", CGC_MODELS_DIR "/mlp.net");
+            return 1;
+        }
+        fuzz_text(mlp, mlp_len, 0, only, &stats);
+        free(mlp);
         fuzz_text(forms_net, sizeof forms_net - 1, 100000, only, &stats);
         if (only < 0) fuzz_extremes(&stats);
     }

@@ -15,39 +15,8 @@
 #include <zlib.h>
 
 #include "tests/check.h"
+#include "tests/testfiles.h"
 
-static char tmpdir[64];
-
-/* ---- capturing stderr ---- */
-
-static int saved_stderr = -1;
-static char captured[8192];
-
-static void capture_start(void)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
-    fflush(stderr);
-    saved_stderr = dup(2);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
-}
-
-/* Restores stderr and returns what was written to it. */
-static const char *capture_end(void)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(captured, 1, sizeof captured - 1, f) : 0;
-    if (f) fclose(f);
-    captured[n] = '\0';
-    return captured;
-}
 
 #define CHECK_CONTAINS(text, part)                                                     \
     do {                                                                               \
@@ -61,14 +30,6 @@ static const char *capture_end(void)
 
 /* ---- writing IDX files ---- */
 
-static char *tmp_path(const char *name)
-{
-    static char bufs[4][256];
-    static int next;
-    char *b = bufs[next++ & 3];
-    snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
-    return b;
-}
 
 /* An IDX file: magic (0, 0, TYPE, RANK), dimensions, then NPAYLOAD bytes of PAYLOAD
  * (which need not match the dimensions: that is what the bad cases are for). */

@@ -17,48 +17,9 @@
 #include <unistd.h>
 
 #include "tests/check.h"
+#include "tests/testfiles.h"
 
-static char tmpdir[64];
 
-/* ---- capturing stderr ---- */
-
-static int saved_stderr = -1;
-static char captured[8192];
-
-static void capture_start(void)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
-    fflush(stderr);
-    saved_stderr = dup(2);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
-}
-
-static const char *capture_end(void)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(captured, 1, sizeof captured - 1, f) : 0;
-    if (f) fclose(f);
-    captured[n] = '\0';
-    unlink(path);
-    return captured;
-}
-
-static char *tmp_path(const char *name)
-{
-    static char bufs[4][256];
-    static int next;
-    char *b = bufs[next++ & 3];
-    snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
-    return b;
-}
 
 static void write_bytes(const char *path, const void *p, size_t n)
 {
