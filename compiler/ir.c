@@ -166,8 +166,6 @@ void ir_program_free(IrProgram *p)
     free(p);
 }
 
-/* A linear search: a program holds a few names per parameter, and ir_find_tensor is
- * linear too. */
 static uint64_t hash_string(const char *s)   /* FNV-1a */
 {
     uint64_t h = 0xcbf29ce484222325ull;

@@ -10,9 +10,10 @@
  * form so that they read back to the same bits.
  *
  * A resumed run continues the same training: the checkpoint records the configuration
- * (data, order, optimizer, schedule, precision, clipping) and --resume refuses a run
- * that differs in any of it. Only the run's length (epochs, steps) may change; when it
- * does, cgc says so, since a cosine schedule then follows the new length.
+ * (data, seed, batch, accumulation, order, optimizer, schedule, precision, clipping) and
+ * --resume refuses a run that differs in any of it. Only the run's length (epochs,
+ * steps) may change; when it does, cgc says so, since a cosine schedule then follows the
+ * new length.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -53,24 +54,36 @@ typedef struct Setting {
     char value[META_TEXT];
 } Setting;
 
-enum { NUM_SETTINGS = 7 };
+enum { NUM_SETTINGS = 10 };
+
+static void setting(Setting *s, const char *key, const char *flag, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void setting(Setting *s, const char *key, const char *flag, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s->key = key, s->flag = flag;
+    vsnprintf(s->value, META_TEXT, fmt, ap);
+    va_end(ap);
+}
 
 static void describe_config(const TrainConfig *c, Setting s[NUM_SETTINGS])
 {
-    s[0] = (Setting){"cgc.data", "--data", ""};
-    config_data_str(c, s[0].value, META_TEXT);
-    s[1] = (Setting){"cgc.shuffle", "--shuffle", ""};
-    snprintf(s[1].value, META_TEXT, "%s", c->shuffle ? "true" : "false");
-    s[2] = (Setting){"cgc.drop_last", "--drop-last", ""};
-    snprintf(s[2].value, META_TEXT, "%s", c->drop_last ? "true" : "false");
-    s[3] = (Setting){"cgc.optimizer", "--optimizer", ""};
-    config_optimizer_str(c, s[3].value, META_TEXT);
-    s[4] = (Setting){"cgc.schedule", "--schedule", ""};
-    config_schedule_str(c, s[4].value, META_TEXT);
-    s[5] = (Setting){"cgc.precision", "--precision", ""};
-    snprintf(s[5].value, META_TEXT, "%s", config_precision_name(c->precision));
-    s[6] = (Setting){"cgc.clip_norm", "--clip-norm", ""};
-    snprintf(s[6].value, META_TEXT, "%.9g", c->clip_norm);
+    char optimizer[META_TEXT], schedule[META_TEXT], data[META_TEXT];
+    config_optimizer_str(c, optimizer, sizeof optimizer);
+    config_schedule_str(c, schedule, sizeof schedule);
+    config_data_str(c, data, sizeof data);
+    setting(&s[0], "cgc.data", "--data", "%s", data);
+    setting(&s[1], "cgc.seed", "--seed", "%llu", (unsigned long long)c->seed);
+    setting(&s[2], "cgc.batch", "--batch", "%lld", (long long)c->batch);
+    setting(&s[3], "cgc.accumulate", "--accumulate", "%lld", (long long)c->accumulate);
+    setting(&s[4], "cgc.shuffle", "--shuffle", "%s", c->shuffle ? "true" : "false");
+    setting(&s[5], "cgc.drop_last", "--drop-last", "%s", c->drop_last ? "true" : "false");
+    setting(&s[6], "cgc.optimizer", "--optimizer", "%s", optimizer);
+    setting(&s[7], "cgc.schedule", "--schedule", "%s", schedule);
+    setting(&s[8], "cgc.precision", "--precision", "%s", config_precision_name(c->precision));
+    setting(&s[9], "cgc.clip_norm", "--clip-norm", "%.9g", c->clip_norm);
 }
 
 int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr,
@@ -90,9 +103,6 @@ int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const Trai
     describe_config(&p->cfg, config);
     meta_add(&m, "format", "cgc-checkpoint-%d", FORMAT_VERSION);
     meta_add(&m, "cgc.model", "%s", p->model_name);
-    meta_add(&m, "cgc.seed", "%llu", (unsigned long long)p->cfg.seed);
-    meta_add(&m, "cgc.batch", "%lld", (long long)p->cfg.batch);
-    meta_add(&m, "cgc.accumulate", "%lld", (long long)p->cfg.accumulate);
     for (int i = 0; i < NUM_SETTINGS; i++) meta_add(&m, config[i].key, "%s", config[i].value);
     meta_add(&m, "cgc.total_steps", "%lld", (long long)total_steps);
     meta_add(&m, "cgc.epoch", "%lld", (long long)pr->epoch);
@@ -124,16 +134,6 @@ static int meta_int(const StFile *f, const char *path, const char *key, long lon
     }
     *out = v;
     return 0;
-}
-
-/* The run must be continued with the same data order and step size it was saved with. */
-static int check_same(const char *path, const char *key, long long saved, long long now,
-                      const char *flag)
-{
-    if (saved == now) return 0;
-    cgc_error("%s was saved with %s %lld, this run has %lld; resume with %s %lld", path, key,
-              saved, now, flag, saved);
-    return -1;
 }
 
 /* Every setting of the saved run must be this run's too. */
@@ -195,7 +195,7 @@ int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgr
     StFile *f = st_load(path);
     if (!f) return -1;
     int rc = -1;
-    long long seed, batch, accumulate, epoch, bie, step, skipped, count, saved_total;
+    long long epoch, bie, step, skipped, count, saved_total;
     const long long big = 1ll << 50;
     const char *format = st_meta(f, "format"), *loss_sum = st_meta(f, "cgc.loss_sum");
     if (!format || strcmp(format, "cgc-checkpoint-1") != 0) {
@@ -204,19 +204,13 @@ int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgr
                   format ? "'" : "");
         goto out;
     }
-    if (meta_int(f, path, "cgc.seed", 0, big, &seed) || meta_int(f, path, "cgc.batch", 1, big, &batch) ||
-        meta_int(f, path, "cgc.accumulate", 1, big, &accumulate) ||
-        meta_int(f, path, "cgc.epoch", 0, big, &epoch) ||
+    if (meta_int(f, path, "cgc.epoch", 0, big, &epoch) ||
         meta_int(f, path, "cgc.batch_in_epoch", 0, big, &bie) ||
         meta_int(f, path, "cgc.step", 0, big, &step) || meta_int(f, path, "cgc.skipped", 0, big, &skipped) ||
         meta_int(f, path, "cgc.loss_count", 0, big, &count) ||
         meta_int(f, path, "cgc.total_steps", 1, big, &saved_total))
         goto out;
-    if (check_same(path, "seed", seed, (long long)p->cfg.seed, "--seed") ||
-        check_same(path, "batch", batch, (long long)p->cfg.batch, "--batch") ||
-        check_same(path, "accumulate", accumulate, (long long)p->cfg.accumulate, "--accumulate") ||
-        check_settings(f, path, &p->cfg))
-        goto out;
+    if (check_settings(f, path, &p->cfg)) goto out;
     char *end;
     double sum = loss_sum ? strtod(loss_sum, &end) : 0;
     if (!loss_sum || !*loss_sum || *end) {

@@ -719,7 +719,7 @@ void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t 
                  float *x, void *y)
 {
     for (int64_t r = 0; r < count; r++) {
-        int64_t row = order[start + r];
+        int64_t row = order ? order[start + r] : start + r;
         CGC_ASSERT(row >= 0 && row < d->n);
         memcpy(x + r * d->x_row, d->x + row * d->x_row, (size_t)d->x_row * sizeof *x);
         if (d->y_row == 0 || !y) continue;

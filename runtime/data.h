@@ -50,7 +50,8 @@ int idx_read(const char *path, int *rank, int64_t dims[8], uint8_t **bytes);
 void data_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order);
 
 /* Copies rows ORDER[start .. start+count) into X (count * x_row floats) and Y
- * (count * y_row int32 or floats; may be NULL when y_row == 0). */
+ * (count * y_row int32 or floats; may be NULL when y_row == 0). ORDER NULL: rows
+ * start .. start+count in file order (evaluation). */
 void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t count,
                  float *x, void *y);
 

@@ -190,7 +190,6 @@ static bool write_file(FILE *f, const StTensor *tensors, const int *order, int n
     return fflush(f) == 0 && fsync(fileno(f)) == 0;
 }
 
-/* The rename is only durable once the directory entry is on disk too. */
 /* The directory PATH is in ("." for a bare name), malloc'd. */
 static char *parent_dir(const char *path)
 {
@@ -207,6 +206,7 @@ int st_check_writable(const char *path)
     return ok ? 0 : -1;
 }
 
+/* The rename is only durable once the directory entry is on disk too. */
 static bool sync_parent_dir(const char *path)
 {
     char *dir = parent_dir(path);

@@ -16,7 +16,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -35,7 +34,6 @@ typedef struct Trainer {
     int64_t total_steps;        /* optimizer steps of the whole run */
     int64_t epochs;             /* epochs the run spans */
     int64_t *order;             /* data order of the current epoch */
-    int64_t *eval_order;        /* the test split in file order */
     float *x;                   /* one batch of features */
     void *y;                    /* one batch of labels */
     FILE *metrics;
@@ -70,7 +68,8 @@ static int plan(Trainer *t)
 
 /* ---- one batch ---- */
 
-/* Runs graph G on rows order[start .. start+count) of dataset D as micro-batch number
+/* Runs graph G on rows order[start .. start+count) of dataset D (file order when ORDER is
+ * NULL) as micro-batch number
  * MICRO_STEP of the run (optimizer step * accumulate + micro-batch within the step),
  * the counter dropout masks are keyed by. */
 static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64_t *order,
@@ -106,7 +105,7 @@ static int evaluate(Trainer *t, EvalResult *r)
     double loss = 0, correct = 0;
     for (int64_t start = 0; start < d->n; start += EVAL_BATCH) {
         int64_t count = d->n - start < EVAL_BATCH ? d->n - start : EVAL_BATCH;
-        if (run_batch(t, g, d, t->eval_order, start, count, 0) != 0) return -1;   /* no dropout */
+        if (run_batch(t, g, d, NULL, start, count, 0) != 0) return -1;   /* no dropout */
         loss += output_scalar(t, g, IR_OUT_LOSS) * (double)count;
         correct += output_scalar(t, g, IR_OUT_CORRECT);
     }
@@ -285,10 +284,6 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     t->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
     t->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
     t->order = xmalloc((size_t)t->data.train.n * sizeof *t->order);
-    if (t->data.has_test) {
-        t->eval_order = xmalloc((size_t)t->data.test.n * sizeof *t->eval_order);
-        data_order(0, 0, false, t->data.test.n, t->eval_order);
-    }
     t->live = isatty(STDOUT_FILENO);
     return 0;
 }
@@ -300,7 +295,6 @@ static void teardown(Trainer *t)
     free(t->x);
     free(t->y);
     free(t->order);
-    free(t->eval_order);
     data_free(&t->data);
 }
 

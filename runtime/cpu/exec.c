@@ -19,8 +19,8 @@
  * the same way over single-threaded BLAS calls, so one thread pool serves everything.
  */
 #include "exec.h"
-#include "../clock.h"
 
+#include "../clock.h"
 #include "../rng.h"
 
 #include <cblas.h>
@@ -29,7 +29,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum {
     PAR_MIN = 32768,    /* elements below which a loop stays serial */
@@ -423,7 +422,6 @@ static int report_bad_label(const IrNode *node, int32_t label, int64_t classes)
                   (long long)classes, what);
     return -1;
 }
-
 
 /* A float value as the int32 an i32 node stores: truncated like a C cast, NaN as 0,
  * saturated instead of undefined behaviour. */
