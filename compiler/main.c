@@ -2,11 +2,7 @@
  *
  *   parse -> sema -> command-line overrides -> precision -> training lowering -> run
  *
- * Every train key has a flag that overrides the file; its value is parsed as a .net
- * expression and checked by the same code as the train block (sema_train_entry; --lr,
- * sema_train_lr), with the flag's name as the "file" in messages, so `--batch 0` is
- * reported exactly like `batch = 0`. The rules that relate keys (sema_train_finish) are
- * applied after the last override. Exit status: 0 success, 1 an error in the model, data
+ * (compiler/pipeline.c does everything up to the run). Exit status: 0 success, 1 an error in the model, data
  * or run, 2 a malformed command line.
  */
 #include <dlfcn.h>
@@ -17,6 +13,7 @@
 
 #include "build_config.h"
 #include "passes.h"
+#include "pipeline.h"
 #include "../runtime/train.h"
 
 static const char usage_text[] =
@@ -65,12 +62,6 @@ static const char *const train_flags[][2] = {
 };
 enum { NUM_TRAIN_FLAGS = sizeof train_flags / sizeof train_flags[0] };
 
-typedef struct Override {
-    const char *key;    /* train key */
-    const char *flag;   /* "batch": the flag without its dashes */
-    const char *value;
-} Override;
-
 typedef struct Cli {
     const char *path;
     bool check, quiet;
@@ -78,7 +69,7 @@ typedef struct Cli {
     const char *device;
     const char *lr;
     RunOptions run;
-    Override overrides[NUM_TRAIN_FLAGS * 4];
+    Override overrides[NUM_TRAIN_FLAGS * 4 + 1];   /* + 1: --lr goes last */
     int noverrides;
 } Cli;
 
@@ -150,7 +141,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
         default: {
             int k = c - OPT_TRAIN_KEY - 100;
             CGC_ASSERT(k >= 0 && k < NUM_TRAIN_FLAGS);
-            if (cli->noverrides < (int)(sizeof cli->overrides / sizeof cli->overrides[0]))
+            if (cli->noverrides < (int)(sizeof cli->overrides / sizeof cli->overrides[0]) - 1)
                 cli->overrides[cli->noverrides++] =
                     (Override){train_flags[k][1], train_flags[k][0], optarg};
             break;
@@ -161,22 +152,6 @@ static int parse_args(int argc, char **argv, Cli *cli)
     if (optind + 1 < argc) return usage_error("unexpected argument '%s' (one model file at a time)", argv[optind + 1]);
     cli->path = argv[optind];
     return 0;
-}
-
-/* Applies one --KEY VALUE (KEY NULL: --lr): the value is parsed and checked as the train
- * block would, with "--FLAG" as its file name in messages. */
-static int apply_override(IrProgram *p, const char *flag_name, const char *key, const char *value)
-{
-    char flag[64];
-    snprintf(flag, sizeof flag, "--%s", flag_name);
-    Source *src = source_from_string(flag, value, strlen(value));
-    AstExpr *e = parse_value(src);
-    int rc = -1;
-    if (e && key) rc = sema_train_entry(src, p, key, (SrcLoc){1, 1}, e);
-    else if (e) rc = sema_train_lr(src, p, e);
-    ast_expr_free(e);
-    source_free(src);
-    return rc;
 }
 
 /* --device: says which device runs; the CUDA backend is not part of this build. */
@@ -219,31 +194,6 @@ static int dump_ir(const IrProgram *p, const char *which)
     return 0;
 }
 
-/* parse, check, override, lower: the program, or NULL after diagnostics. */
-static IrProgram *compile(Source *src, const Cli *cli)
-{
-    AstFile *ast = parse_file(src);
-    if (!ast) return NULL;
-    IrProgram *p = sema_check(src, ast);
-    ast_free(ast);
-    if (!p) return NULL;
-    int failed = 0;
-    for (int i = 0; i < cli->noverrides; i++) {
-        const Override *o = &cli->overrides[i];
-        failed |= apply_override(p, o->flag, o->key, o->value) != 0;
-    }
-    /* After --optimizer, which resets the learning rate to the new optimizer's default. */
-    if (cli->lr) failed |= apply_override(p, "lr", NULL, cli->lr) != 0;
-    if (failed) {
-        ir_program_free(p);
-        return NULL;
-    }
-    sema_train_finish(&p->cfg);
-    precision_assign(p);
-    training_lower(p);
-    return p;
-}
-
 int main(int argc, char **argv)
 {
     Cli cli;
@@ -253,7 +203,9 @@ int main(int argc, char **argv)
 
     Source *src = source_load(cli.path);
     if (!src) return 1;
-    IrProgram *p = compile(src, &cli);
+    if (cli.lr)
+        cli.overrides[cli.noverrides++] = (Override){NULL, "lr", cli.lr};
+    IrProgram *p = pipeline_compile(src, cli.overrides, cli.noverrides);
     if (!p) {
         /* Every failure should have said why; this is the net for one that did not. */
         if (diag_error_count() == 0) fprintf(stderr, "cgc: %s: compilation failed\n", cli.path);

@@ -1,0 +1,2 @@
+/* plan.c: placeholder until the eager plan lands. */
+#include "plan.h"

@@ -1,0 +1,220 @@
+/* plan.h: the kernel plan: what a device runs for each graph of a program.
+ *
+ * codegen turns the graphs of a lowered IrProgram into
+ *   - kernels: CUDA C source, one `extern "C" __global__` function each, readable and
+ *     stable (golden-tested), compiled together into one module by NVRTC;
+ *   - buffers: every value a step reads or writes (node results, persistent tensors,
+ *     program inputs, constants), each with a dtype and a shape that may contain symbols
+ *     (the batch); a runtime places them all in one device arena;
+ *   - for each graph, the host plan: the ordered list of kernel launches and GEMM calls
+ *     with the buffers and sizes they take.
+ * In the eager mode (the only one so far) every IR node that computes something becomes
+ * one launch or one GEMM; RESHAPE and READ are views (no copy); the ASSIGNs of a graph
+ * are copies launched after everything else (IR semantics: writes land after the step).
+ *
+ * The kernel ABI, which codegen, the runtimes (runtime/device.h) and the CPU emulation of
+ * CUDA (tests/emu) all keep:
+ *   - 1-D grid and 1-D block; no dynamic shared memory; static __shared__ only.
+ *   - Parameters are, in order, those of PlanKernel.param: device pointers (8 bytes),
+ *     int64_t, uint64_t or float; a launch passes one PlanArg per parameter.
+ *   - Kernels loop (grid-stride) over their work, so any grid size >= 1 is correct; the
+ *     launch's grid is only a performance choice.
+ *   - Storage: f32 as float, f16 and bf16 as 16-bit patterns (cgc_half, cgc_bf16 in the
+ *     device prelude; math in f32, stores round to nearest even), i32 as int32_t.
+ *   - Deterministic: no atomics in reductions, fixed reduction order, so a run repeats bit
+ *     for bit on the same device.
+ */
+#ifndef CGC_PLAN_H
+#define CGC_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../compiler/ir.h"
+
+enum { PLAN_MAX_PARAMS = 24 };
+
+typedef enum PlanMode { PLAN_EAGER } PlanMode;
+
+/* ---- buffers ---- */
+
+typedef enum PlanBufferKind {
+    PB_NODE,     /* the value of one node of one graph */
+    PB_TENSOR,   /* persistent tensor `index` (parameter or state), always f32 */
+    PB_INPUT,    /* program input `index`, sized for the largest batch */
+    PB_CONST,    /* a scalar constant `value`, written once when the arena is set up */
+    PB_DATA,     /* a runtime buffer of the data pipeline (order, loss totals); see below */
+} PlanBufferKind;
+
+typedef struct PlanBuffer {
+    PlanBufferKind kind;
+    DType dtype;
+    Shape shape;            /* symbols allowed; bytes = numel with the symbols' maxima */
+    int alias_of;           /* -1, or the buffer whose memory this one is (views) */
+    int index;              /* PB_TENSOR, PB_INPUT: table index; PB_NODE: node id */
+    int graph;              /* PB_NODE: PlanGraphId of the node */
+    double value;           /* PB_CONST */
+    const char *what;       /* for the host plan and errors: "h1", "h1.weight", "%12" */
+} PlanBuffer;
+
+/* ---- kernels ---- */
+
+typedef enum PlanParamType { PP_PTR, PP_I64, PP_U64, PP_F32 } PlanParamType;
+
+typedef struct PlanKernel {
+    char *name;             /* C identifier, unique in the plan, stable across runs */
+    char *source;           /* the kernel's definition, without the prelude: a .cu file of
+                             * its own is `#include "cgc_device.h"` then this text */
+    int nparams;
+    PlanParamType param[PLAN_MAX_PARAMS];
+    const char *param_ctype[PLAN_MAX_PARAMS];   /* "float *", "const cgc_half *", "int64_t" */
+    int block;              /* threads per block; the kernel's __launch_bounds__ */
+} PlanKernel;
+
+/* ---- steps ---- */
+
+typedef enum PlanArgKind {
+    ARG_BUFFER,             /* device address of buffer `index` */
+    ARG_SYMBOL,             /* int64: value of symbol `index` in this run */
+    ARG_SEED,               /* uint64: the run's seed (cfg.seed) */
+    ARG_I64,                /* int64: `value` */
+    ARG_F32,                /* float: `value` */
+    ARG_RUNTIME,            /* float: runtime scalar `index` (IrRuntimeScalar) of this run */
+} PlanArgKind;
+
+typedef struct PlanArg {
+    PlanArgKind kind;
+    int index;
+    double value;
+} PlanArg;
+
+/* Launch geometry: blocks = ceil(numel(work) / items_per_block), clamped to
+ * [1, max_blocks]; threads per block = the kernel's block. */
+typedef struct PlanLaunch {
+    int kernel;             /* index into Plan.kernels */
+    Shape work;             /* symbols allowed */
+    int64_t items_per_block;
+    int64_t max_blocks;
+    int nargs;              /* == the kernel's nparams */
+    PlanArg arg[PLAN_MAX_PARAMS];
+} PlanLaunch;
+
+typedef enum GemmCompute {
+    GEMM_F32,               /* fp32 inputs, fp32 math */
+    GEMM_TF32,              /* fp32 inputs rounded to tf32 (CUBLAS_COMPUTE_32F_FAST_TF32) */
+    GEMM_F32_ACCUM,         /* f16 or bf16 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F) */
+} GemmCompute;
+
+/* C[b] = op(A[b]) @ op(B[b]), row-major, for b < batch (numel of `batch`, symbols
+ * allowed). op(A) is [m, k]: A is stored [m, k], or [k, m] when trans_a. op(B) is [k, n]:
+ * B is stored [k, n], or [n, k] when trans_b. Strides are in elements between batches;
+ * 0 broadcasts an operand over the batch. m, n, k are dims (IR encoding: < 0 is a
+ * symbol). beta is 0: C is overwritten. */
+typedef struct PlanGemm {
+    int a, b, c;            /* buffers */
+    bool trans_a, trans_b;
+    int64_t m, n, k;
+    Shape batch;            /* leading dims of C; rank 0 for a plain GEMM */
+    bool a_batched, b_batched;  /* false: the operand is shared by every batch (stride 0) */
+    DType a_type, b_type, c_type;
+    GemmCompute compute;
+} PlanGemm;
+
+typedef enum PlanStepKind { STEP_LAUNCH, STEP_GEMM } PlanStepKind;
+
+typedef struct PlanStep {
+    PlanStepKind kind;
+    PlanLaunch launch;
+    PlanGemm gemm;
+    int node;               /* the IR node it computes (of this graph), or -1 */
+    SrcLoc loc;             /* its .net location, for errors ({0,0}: none) */
+    const char *what;       /* "relu h1", "assign h1.weight", for the host plan/errors */
+} PlanStep;
+
+typedef enum PlanGraphId { PG_TRAIN, PG_TRAIN_MICRO, PG_EVAL, PG_FORWARD, PG_NUM } PlanGraphId;
+
+typedef struct PlanGraph {
+    const IrGraph *ir;      /* NULL when the program has no such graph (train_micro) */
+    PlanStep *steps;
+    int nsteps;
+    int *node_buffer;       /* per IR node: the buffer holding its value, or -1 (ASSIGN) */
+} PlanGraph;
+
+/* ---- the data pipeline (runtime kernels that are not IR ops) ----
+ * The dataset lives on the device for the whole run; these kernels are part of every
+ * plan's module, named as below, with these parameters:
+ *   cgc_order_draws(int32_t *draws, int64_t n, uint64_t seed, int64_t epoch)
+ *       draws[k] = rng_below(seed, RNG_SHUFFLE, (epoch << 40) + k, n - k) for k < n - 1
+ *   cgc_order_shuffle(int32_t *order, const int32_t *draws, int64_t n, int64_t shuffle)
+ *       order = identity, then (when shuffle) Fisher-Yates swaps order[n-1-k] with
+ *       order[draws[k]] for k = 0.. n-2 (one thread: data_order()'s exact sequence)
+ *   cgc_gather_f32(float *out, const float *data, const int32_t *order, int64_t start,
+ *                  int64_t count, int64_t row)      out[r, :] = data[order[start + r], :]
+ *   cgc_gather_i32(int32_t *out, const int32_t *data, const int32_t *order, ...)  same
+ *       (order NULL (0): rows start + r in file order)
+ *   cgc_track_loss(double *totals, const float *loss, const float *skipped, int64_t step,
+ *                  int64_t check_finite)
+ *       totals[0] += loss; totals[1] += 1; totals[2] += skipped (skipped may be NULL);
+ *       when check_finite and loss is not finite and totals[3] < 0: totals[3] = step
+ *   cgc_track_eval(double *totals, const float *loss, const float *correct, int64_t count)
+ *       totals[0] += loss * count; totals[1] += correct (correct may be NULL)
+ * Each is launched with grid 1 and its kernel's block unless PlanKernel says otherwise;
+ * Plan.data_kernel[] gives their indices. */
+typedef enum PlanDataKernel {
+    PDK_ORDER_DRAWS, PDK_ORDER_SHUFFLE, PDK_GATHER_F32, PDK_GATHER_I32, PDK_TRACK_LOSS,
+    PDK_TRACK_EVAL, PDK_NUM,
+} PlanDataKernel;
+
+typedef struct Plan {
+    const IrProgram *p;
+    PlanMode mode;
+    const char *source_name;    /* the .net file's base name, sanitised, for comments */
+    PlanBuffer *buffers;   int nbuffers;
+    PlanKernel *kernels;   int nkernels;
+    PlanGraph graph[PG_NUM];
+    int data_kernel[PDK_NUM];
+    int input_buffer[16];       /* per program input: its PB_INPUT buffer */
+    int tensor_buffer_base;     /* buffers [base, base + ntensors) are the tensors */
+} Plan;
+
+/* ---- building (codegen/plan.c, codegen/cuda.c) ---- */
+
+/* The plan of P (lowered by training_lower) in MODE. NET_PATH names the source in the
+ * kernels' comments (only its base name, with anything but [A-Za-z0-9._-] replaced).
+ * Never fails for a program that passed ir_verify (internal errors abort). */
+Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path);
+void plan_free(Plan *plan);
+
+const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g);   /* NULL if none */
+
+/* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
+size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);
+size_t dtype_size(DType t);
+
+/* The prelude every kernel includes: cgc_device.h (types, f16/bf16 conversions, Philox,
+ * block reductions). Compiled as CUDA by NVRTC and nvcc, and as C++ by the emulation
+ * (which defines CGC_EMULATE first). */
+extern const char plan_device_prelude[];
+
+/* The whole module for NVRTC: the prelude, then every kernel. malloc'd. */
+char *plan_module_source(const Plan *plan);
+
+/* ---- inspection (codegen/emit.c) ---- */
+
+/* The host plan as text: buffers with dtype, shape and bytes, then per graph the ordered
+ * launches (kernel, grid rule, arguments) and GEMM calls. Stable. */
+void plan_print(FILE *out, const Plan *plan);
+
+/* --emit DIR: creates DIR if needed and writes cgc_device.h, one NAME.cu per kernel
+ * (each compiles alone: `nvcc -cubin -arch=sm_90 NAME.cu`), and host_plan.txt. Returns 0,
+ * or -1 after "cgc: error: DIR/FILE: ..." . */
+int plan_emit(const Plan *plan, const char *dir);
+
+/* For the CPU emulation of CUDA: C++ source with one
+ *   extern "C" void cgc_emu_thunk_NAME(void **args)
+ * per kernel, which calls NAME with its arguments unpacked from ARGS (as cuLaunchKernel's
+ * kernelParams: args[i] points at parameter i's value). */
+void plan_emit_emu_thunks(FILE *out, const Plan *plan);
+
+#endif

@@ -1,0 +1,51 @@
+/* pipeline.c: parse, check, apply overrides, lower (see pipeline.h).
+ *
+ * Every train key has a flag that overrides the file; its value is parsed as a .net
+ * expression and checked by the same code as the train block (sema_train_entry; --lr,
+ * sema_train_lr), with the flag's name as the "file" in messages, so `--batch 0` is
+ * reported exactly like `batch = 0`. The rules that relate keys (sema_train_finish) are
+ * applied after the last override. */
+#include "pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "passes.h"
+
+/* Applies one override: the value is parsed and checked as the train block would. */
+static int apply_override(IrProgram *p, const Override *o)
+{
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", o->flag);
+    Source *src = source_from_string(flag, o->value, strlen(o->value));
+    AstExpr *e = parse_value(src);
+    int rc = -1;
+    if (e && o->key) rc = sema_train_entry(src, p, o->key, (SrcLoc){1, 1}, e);
+    else if (e) rc = sema_train_lr(src, p, e);
+    ast_expr_free(e);
+    source_free(src);
+    return rc;
+}
+
+IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrides)
+{
+    AstFile *ast = parse_file(src);
+    if (!ast) return NULL;
+    IrProgram *p = sema_check(src, ast);
+    ast_free(ast);
+    if (!p) return NULL;
+    int failed = 0;
+    for (int i = 0; i < noverrides; i++)
+        if (overrides[i].key) failed |= apply_override(p, &overrides[i]) != 0;
+    /* After --optimizer, which resets the learning rate to the new optimizer's default. */
+    for (int i = 0; i < noverrides; i++)
+        if (!overrides[i].key) failed |= apply_override(p, &overrides[i]) != 0;
+    if (failed) {
+        ir_program_free(p);
+        return NULL;
+    }
+    sema_train_finish(&p->cfg);
+    precision_assign(p);
+    training_lower(p);
+    return p;
+}

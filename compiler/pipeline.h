@@ -1,0 +1,22 @@
+/* pipeline.h: the whole front of the compiler in one call, for the command line and for
+ * tests: parse -> sema -> train-key overrides -> precision -> training lowering. */
+#ifndef CGC_PIPELINE_H
+#define CGC_PIPELINE_H
+
+#include "diag.h"
+#include "ir.h"
+
+/* One command-line override of a train key: KEY NULL means --lr. FLAG is the flag
+ * without its dashes ("batch"), used as the file name in messages ("--batch:1:1: ..."). */
+typedef struct Override {
+    const char *key;
+    const char *flag;
+    const char *value;
+} Override;
+
+/* Compiles SRC with the overrides applied in order (an --lr override last, after any
+ * --optimizer, which resets the learning rate). Returns the lowered program, or NULL
+ * after diagnostics. */
+IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrides);
+
+#endif

@@ -1,0 +1,1 @@
+# The CUDA device: driver API (dlopen'ed), NVRTC with the kernel cache, cuBLAS.

@@ -1,0 +1,2 @@
+/* devexec.c: placeholder until the plan runner lands. */
+#include "devexec.h"

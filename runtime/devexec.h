@@ -1,0 +1,60 @@
+/* devexec.h: runs a Plan (codegen/plan.h) on a Device (runtime/device.h).
+ *
+ * The device-side counterpart of the CPU reference executor (runtime/cpu/exec.h), with
+ * the same shape of API so that the training loop and the tests treat both alike:
+ *   - one arena: every buffer of the plan at a fixed offset (256-byte aligned, with
+ *     padding marked unused between buffers), sized for the symbols' maxima;
+ *   - persistent tensors initialised on the host exactly as the CPU executor does
+ *     (tensor_init_values) and uploaded;
+ *   - a graph run: bind the symbols and runtime scalars, then issue the graph's steps in
+ *     order (launches and GEMMs), without waiting for the device;
+ *   - reading back any node's value or any tensor (waits), converted to f32.
+ */
+#ifndef CGC_DEVEXEC_H
+#define CGC_DEVEXEC_H
+
+#include <stdint.h>
+
+#include "../codegen/plan.h"
+#include "device.h"
+
+typedef struct DevExec DevExec;
+
+typedef struct DevFeed {
+    int64_t symvals[8];             /* symvals[0]: the batch of this run */
+    /* Per program input: host data to upload before the run (f32 or int32, dense in the
+     * input's shape), or NULL when the input buffer already holds it (gathered on the
+     * device by the data kernels). */
+    const void *inputs[16];
+    double runtime[IR_NUM_RUNTIME];
+} DevFeed;
+
+/* Lays out the arena of PLAN for symbols up to SYMMAX on D, and looks up every kernel.
+ * NET_PATH names the .net file in errors. Returns NULL after reporting. */
+DevExec *devexec_new(const Plan *plan, Device *d, const int64_t *symmax, const char *net_path);
+void devexec_free(DevExec *e);
+
+size_t devexec_arena_bytes(const DevExec *e);
+Device *devexec_device(DevExec *e);
+
+/* Initialises every persistent tensor as cpu_exec_init_tensors does, and uploads. */
+int devexec_init_tensors(DevExec *e, uint64_t seed);
+
+/* Issues graph G (one of the program's) once. Does not wait. */
+int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed);
+
+/* The device address of buffer B (for the data kernels and tests). */
+DevPtr devexec_buffer(const DevExec *e, int b);
+
+/* Launches kernel K of the plan with grid GRID and ARGS (kernelParams form); the data
+ * pipeline's way to run its kernels. */
+int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *what);
+
+/* After a run of G (waits): node ID's value as f32 (i32 values converted), numel in
+ * *NUMEL. OUT has room for the node's elements at the symbols' maxima. */
+int devexec_value(DevExec *e, const IrGraph *g, int id, float *out, int64_t *numel);
+/* Persistent tensor I to/from host f32 (waits). */
+int devexec_tensor_get(DevExec *e, int i, float *out);
+int devexec_tensor_set(DevExec *e, int i, const float *in);
+
+#endif

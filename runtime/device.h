@@ -1,0 +1,129 @@
+/* device.h: what the plan runner needs from a device, and the devices that provide it.
+ *
+ * Two implementations keep this contract:
+ *   - cuda (runtime/cuda/driver.c): the driver API loaded at run time with
+ *     dlopen("libcuda.so.1"), so cgc starts on machines with no driver; kernels from an
+ *     NVRTC-compiled module (runtime/cuda/nvrtc.c, with its on-disk cache); GEMMs through
+ *     cuBLAS; everything ordered on one stream.
+ *   - emu (tests/emu): the generated .cu compiled by the host C++ compiler against a header
+ *     that emulates the CUDA execution model; "device" memory is host memory; GEMMs go to
+ *     the reference (OpenBLAS) GEMM; every call completes before it returns.
+ *
+ * Every call returns 0, or -1 after printing one error that names the call, the error,
+ * and (for launches and GEMMs) the kernel and its .net line from the DeviceSite.
+ */
+#ifndef CGC_DEVICE_H
+#define CGC_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../compiler/ir.h"
+
+typedef uint64_t DevPtr;            /* a device address; 0 is none */
+
+/* Where a launch or GEMM came from, for error messages. */
+typedef struct DeviceSite {
+    const char *kernel;             /* kernel name, or "cublasGemmEx" */
+    const char *what;               /* the step: "relu h1" */
+    const char *net_path;           /* may be NULL */
+    int line;                       /* .net line, 0 for none */
+} DeviceSite;
+
+/* A GEMM with every size resolved; see PlanGemm for the meaning (row-major). */
+typedef struct GemmCall {
+    bool trans_a, trans_b;
+    int64_t m, n, k, batch;
+    DevPtr a, b, c;
+    int64_t stride_a, stride_b, stride_c;   /* elements; 0 = shared by every batch */
+    DType a_type, b_type, c_type;
+    int compute;                            /* GemmCompute (codegen/plan.h) */
+} GemmCall;
+
+typedef struct Device Device;
+typedef struct DeviceFence DeviceFence;     /* a point in the device's stream */
+
+typedef struct DeviceOps {
+    /* Memory. alloc gives zeroed memory aligned to 256 bytes. */
+    int (*alloc)(Device *d, size_t bytes, DevPtr *out);
+    void (*free)(Device *d, DevPtr p);
+    /* Marks [p, p + bytes) as not to be touched by kernels (arena padding); the emulation
+     * poisons it for AddressSanitizer, the GPU ignores it. May be NULL. */
+    void (*mark_unused)(Device *d, DevPtr p, size_t bytes);
+    /* Ordered after earlier work; SRC may be reused as soon as upload returns. */
+    int (*upload)(Device *d, DevPtr dst, const void *src, size_t bytes);
+    /* Waits for earlier work, then copies. */
+    int (*download)(Device *d, void *dst, DevPtr src, size_t bytes);
+    /* Ordered after earlier work, does not wait: DST (from host_alloc) holds the bytes once
+     * the fence F recorded after it has passed. */
+    int (*download_async)(Device *d, void *dst, DevPtr src, size_t bytes);
+    void *(*host_alloc)(Device *d, size_t bytes);      /* pinned on the GPU; NULL on failure */
+    void (*host_free)(Device *d, void *p);
+
+    /* Kernels of the loaded module, by name; the handle stays valid while D lives. */
+    int (*kernel)(Device *d, const char *name, void **handle);
+    /* ARGS as cuLaunchKernel's kernelParams: args[i] points at parameter i's value. */
+    int (*launch)(Device *d, void *kernel, unsigned grid, unsigned block, void **args,
+                  const DeviceSite *site);
+    int (*gemm)(Device *d, const GemmCall *g, const DeviceSite *site);
+
+    /* Ordering and time. */
+    int (*sync)(Device *d);
+    int (*fence_new)(Device *d, DeviceFence **f);
+    void (*fence_free)(Device *d, DeviceFence *f);
+    int (*fence_record)(Device *d, DeviceFence *f);
+    /* DONE: whether everything before the last record has finished; WAIT blocks until so. */
+    int (*fence_done)(Device *d, DeviceFence *f, bool wait, bool *done);
+    /* Milliseconds of device time between two recorded (and passed) fences. */
+    int (*fence_elapsed_ms)(Device *d, DeviceFence *from, DeviceFence *to, float *ms);
+
+    void (*close)(Device *d);
+} DeviceOps;
+
+struct Device {
+    const DeviceOps *ops;
+    void *impl;
+    char name[128];                 /* "NVIDIA H100 80GB HBM3 (cuda:0)", "CUDA emulation" */
+    size_t free_bytes;              /* device memory free when opened (0: unknown) */
+};
+
+/* ---- the CUDA device (runtime/cuda/) ---- */
+
+/* What `cgc --devices` prints and `--device auto` decides from. */
+typedef struct CudaDeviceInfo {
+    char name[128];
+    size_t total_bytes;
+    int cc_major, cc_minor;
+    int sm_count;
+} CudaDeviceInfo;
+
+/* Loads the driver and counts devices. Returns the count (0 when none is usable) and, in
+ * WHY, a sentence saying why none is ("libcuda.so.1 not found: no NVIDIA driver"). */
+int cuda_probe(CudaDeviceInfo *infos, int max, char *why, size_t why_len);
+
+/* Compile options for cuda_open and `--check` (runtime/cuda/nvrtc.c). */
+typedef struct CudaCompileOptions {
+    int arch;                       /* compute capability as 90 for sm_90 */
+    bool verbose;                   /* -v: report cold/warm compile times */
+    const char *emit_dir;           /* where the module source was emitted, for errors */
+} CudaCompileOptions;
+
+typedef struct CudaCompileResult {
+    void *cubin;                    /* malloc'd */
+    size_t cubin_size;
+    double seconds;                 /* wall time of this compile (or cache load) */
+    bool from_cache;
+} CudaCompileResult;
+
+/* Compiles SOURCE (a whole module) for O->arch, through the kernel cache
+ * (runtime/cuda/kcache.h). On failure prints the NVRTC log whole and where the source
+ * is, and returns -1. */
+int cuda_compile(const char *source, const char *module_name, const CudaCompileOptions *o,
+                 CudaCompileResult *out);
+
+/* Opens device ORDINAL: primary context, one stream, cuBLAS on that stream, and loads
+ * CUBIN as the module that `kernel` looks names up in. */
+int cuda_open(int ordinal, const void *cubin, size_t cubin_size, Device **out);
+
+#endif
