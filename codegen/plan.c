@@ -1,2 +1,622 @@
-/* plan.c: placeholder until the eager plan lands. */
-#include "plan.h"
+/* plan.c: the eager plan: a buffer per value, a launch or GEMM per computing node.
+ *
+ * For each graph of the program (train, train_micro, eval, forward) the nodes are
+ * visited in order. READ, INPUT and same-dtype RESHAPE nodes are views of the buffer
+ * they read (the persistent tensor, the input, the reshaped value), CONST nodes get a
+ * PB_CONST buffer the runtime fills once, and every other node gets a buffer of its own
+ * and one step: a GEMM for MATMUL, else a kernel that cuda.c renders. The ASSIGNs come
+ * last, as copies, because IR semantics put every write after the whole step.
+ *
+ * Kernels whose text is identical (same parameters, same body) are shared across nodes
+ * and graphs: the first use names the kernel, and its comment lists every use with the
+ * .net line it came from, so a reader can go from any kernel back to the model.
+ */
+#include "codegen_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The Plan and what it owns besides its arrays; plan_build hands out &owner->plan. */
+typedef struct PlanOwner {
+    Plan plan;
+    char **strings;
+    int nstrings, capstrings;
+} PlanOwner;
+
+/* Per kernel, while building: what makes two kernels the same, and who uses it. */
+typedef struct KernelInfo {
+    char *key;          /* block, parameters and body: everything but name and comment */
+    char *signature;    /* the parameter list */
+    char *body;
+    StrBuf uses;        /* comment lines */
+    int nuses;
+} KernelInfo;
+
+typedef struct Builder {
+    PlanOwner *owner;
+    Plan *plan;
+    KernelInfo *info;
+    int capbuffers, capkernels, capsteps;
+    PlanGraph *graph;   /* the graph being built */
+    PlanGraphId gid;
+} Builder;
+
+enum { MAX_LISTED_USES = 6 };
+
+static const char *const graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
+
+/* ---- owned strings ---- */
+
+static const char *own(Builder *b, char *s)
+{
+    PlanOwner *o = b->owner;
+    if (o->nstrings == o->capstrings) {
+        o->capstrings = o->capstrings ? o->capstrings * 2 : 64;
+        o->strings = xrealloc(o->strings, (size_t)o->capstrings * sizeof *o->strings);
+    }
+    o->strings[o->nstrings++] = s;
+    return s;
+}
+
+static const char *ownf(Builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static const char *ownf(Builder *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char buf[256];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return own(b, xstrdup(buf));
+}
+
+/* A table or binding name for the host plan: only [A-Za-z0-9_.] kept. */
+static const char *plan_name(Builder *b, const char *s)
+{
+    char buf[80];
+    size_t n = 0;
+    for (; *s && n + 1 < sizeof buf; s++) {
+        char c = *s;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.';
+        buf[n++] = ok ? c : '_';
+    }
+    buf[n] = '\0';
+    return own(b, xstrdup(buf));
+}
+
+/* The .net file's base name with anything but [A-Za-z0-9._-] replaced. */
+static const char *source_base_name(Builder *b, const char *path)
+{
+    const char *base = path ? strrchr(path, '/') : NULL;
+    base = base ? base + 1 : path ? path : "model.net";
+    char buf[80];
+    size_t n = 0;
+    for (; *base && n + 1 < sizeof buf; base++) {
+        char c = *base;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        buf[n++] = ok ? c : '_';
+    }
+    buf[n] = '\0';
+    return own(b, xstrdup(n ? buf : "model.net"));
+}
+
+/* ---- buffers ---- */
+
+static int add_buffer(Builder *b, PlanBuffer buf)
+{
+    Plan *pl = b->plan;
+    if (pl->nbuffers == b->capbuffers) {
+        b->capbuffers = b->capbuffers ? b->capbuffers * 2 : 64;
+        pl->buffers = xrealloc(pl->buffers, (size_t)b->capbuffers * sizeof *pl->buffers);
+    }
+    pl->buffers[pl->nbuffers] = buf;
+    return pl->nbuffers++;
+}
+
+/* The buffer that owns B's memory. */
+static int root_of(const Plan *pl, int b)
+{
+    while (pl->buffers[b].alias_of >= 0) b = pl->buffers[b].alias_of;
+    return b;
+}
+
+static const char *node_what(Builder *b, const IrNode *n, int id)
+{
+    return n->name ? plan_name(b, n->name) : ownf(b, "%%%d", id);
+}
+
+/* The buffer of node ID of G: a view, a constant, or storage of its own. */
+static int node_buffer(Builder *b, const IrGraph *g, int id)
+{
+    const IrNode *n = &g->nodes[id];
+    const Plan *pl = b->plan;
+    PlanBuffer buf = { .kind = PB_NODE, .dtype = n->dtype, .shape = n->shape, .alias_of = -1,
+                       .index = id, .graph = b->gid, .what = node_what(b, n, id) };
+    switch (n->op) {
+    case IR_ASSIGN: return -1;
+    case IR_READ: buf.alias_of = pl->tensor_buffer_base + n->index; break;
+    case IR_INPUT: buf.alias_of = pl->input_buffer[n->index]; break;
+    case IR_CONST:
+        buf.kind = PB_CONST;
+        buf.value = n->value;
+        break;
+    case IR_RESHAPE:
+        if (g->nodes[n->in[0]].dtype == n->dtype)
+            buf.alias_of = root_of(pl, b->graph->node_buffer[n->in[0]]);
+        break;
+    default: break;
+    }
+    return add_buffer(b, buf);
+}
+
+/* Whether node ID is computed by a step (rather than placed). */
+static bool computes(const IrGraph *g, int id)
+{
+    const IrNode *n = &g->nodes[id];
+    switch (n->op) {
+    case IR_INPUT: case IR_READ: case IR_CONST: case IR_ASSIGN: return false;
+    case IR_RESHAPE: return g->nodes[n->in[0]].dtype != n->dtype;
+    default: return true;
+    }
+}
+
+/* ---- kernels ---- */
+
+static bool name_taken(const Plan *pl, const char *name)
+{
+    for (int k = 0; k < pl->nkernels; k++)
+        if (strcmp(pl->kernels[k].name, name) == 0) return true;
+    return false;
+}
+
+static char *draft_signature(const KernelDraft *d)
+{
+    StrBuf s = { 0 };
+    for (int i = 0; i < d->nparams; i++) {
+        const DraftParam *p = &d->param[i];
+        bool ptr = p->type == PP_PTR;
+        sb_printf(&s, "%s%s%s%s", i ? ", " : "", p->ctype, ptr ? "__restrict__ " : " ", p->name);
+    }
+    return s.s ? s.s : xstrdup("");
+}
+
+static int add_kernel(Builder *b, const KernelDraft *d)
+{
+    Plan *pl = b->plan;
+    char *sig = draft_signature(d);
+    StrBuf key = { 0 };
+    sb_printf(&key, "%d(%s){%s}", d->block, sig, d->body.s ? d->body.s : "");
+    for (int k = 0; k < pl->nkernels; k++) {
+        if (b->info[k].key && strcmp(b->info[k].key, key.s) == 0) {
+            free(sig);
+            sb_free(&key);
+            return k;
+        }
+    }
+    if (pl->nkernels == b->capkernels) {
+        b->capkernels = b->capkernels ? b->capkernels * 2 : 32;
+        pl->kernels = xrealloc(pl->kernels, (size_t)b->capkernels * sizeof *pl->kernels);
+        b->info = xrealloc(b->info, (size_t)b->capkernels * sizeof *b->info);
+    }
+    PlanKernel *k = &pl->kernels[pl->nkernels];
+    KernelInfo *info = &b->info[pl->nkernels];
+    memset(k, 0, sizeof *k);
+    memset(info, 0, sizeof *info);
+    char name[DRAFT_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s", d->name);
+    for (int suffix = 2; name_taken(pl, name); suffix++)
+        snprintf(name, sizeof name, "%s_%d", d->name, suffix);
+    k->name = xstrdup(name);
+    k->block = d->block;
+    k->nparams = d->nparams;
+    for (int i = 0; i < d->nparams; i++) {
+        k->param[i] = d->param[i].type;
+        k->param_ctype[i] = d->param[i].ctype;
+    }
+    info->key = key.s;
+    info->signature = sig;
+    info->body = xstrdup(d->body.s ? d->body.s : "");
+    return pl->nkernels++;
+}
+
+/* Adds one line to the comment of kernel K: where this use of it comes from. */
+static void note_use(Builder *b, int k, const IrNode *n, int id, const char *what)
+{
+    KernelInfo *info = &b->info[k];
+    if (++info->nuses > MAX_LISTED_USES) return;
+    char who[64] = "";
+    if (n->name) {
+        char m[40];
+        codegen_mangle(m, sizeof m, n->name);
+        snprintf(who, sizeof who, ", computes %s", m);
+    }
+    const char *src = b->plan->source_name;
+    if (n->loc.line > 0)
+        sb_printf(&info->uses, "%s line %d: %s%s (%s graph, node %%%d)", src, n->loc.line, what,
+                  who, graph_label[b->gid], id);
+    else
+        sb_printf(&info->uses, "%s: %s%s (%s graph, node %%%d, no source line)", src, what, who,
+                  graph_label[b->gid], id);
+    sb_puts(&info->uses, "\n");
+}
+
+/* The kernel's final text: the comment of uses, the signature, the body. */
+static char *kernel_source(const PlanKernel *k, const KernelInfo *info)
+{
+    StrBuf s = { 0 };
+    const char *line = info->uses.s ? info->uses.s : "";
+    bool first = true;
+    while (*line) {
+        const char *end = strchr(line, '\n');
+        sb_printf(&s, "%s%.*s", first ? "/* " : "\n * ", (int)(end - line), line);
+        first = false;
+        line = end + 1;
+    }
+    if (info->nuses > MAX_LISTED_USES)
+        sb_printf(&s, "\n * and %d more uses", info->nuses - MAX_LISTED_USES);
+    if (!first) sb_puts(&s, " */\n");
+    sb_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(", k->block, k->name);
+    if (strlen(info->signature) + strlen(k->name) < 96) {
+        sb_puts(&s, info->signature);
+    } else {   /* one parameter per line */
+        const char *p = info->signature;
+        sb_puts(&s, "\n    ");
+        for (; *p; p++) {
+            if (p[0] == ',' && p[1] == ' ') {
+                sb_puts(&s, ",\n    ");
+                p++;
+            } else {
+                sb_printf(&s, "%c", *p);
+            }
+        }
+    }
+    sb_printf(&s, ")\n{\n%s}\n", info->body);
+    return s.s;
+}
+
+/* ---- steps ---- */
+
+static PlanStep *add_step(Builder *b, PlanStepKind kind, const IrNode *n, int id,
+                          const char *what)
+{
+    PlanGraph *pg = b->graph;
+    if (pg->nsteps == b->capsteps) {
+        b->capsteps = b->capsteps ? b->capsteps * 2 : 64;
+        pg->steps = xrealloc(pg->steps, (size_t)b->capsteps * sizeof *pg->steps);
+    }
+    PlanStep *s = &pg->steps[pg->nsteps++];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->node = id;
+    s->loc = n ? n->loc : (SrcLoc){ 0, 0 };
+    s->what = what;
+    return s;
+}
+
+/* A launch of draft D for node ID (N), described as WHAT in the host plan and as
+ * OP_WORDS in the kernel's comment. Frees D's body. */
+static void launch_draft(Builder *b, KernelDraft *d, const IrNode *n, int id, const char *what,
+                         const char *op_words)
+{
+    int k = add_kernel(b, d);
+    note_use(b, k, n, id, op_words);
+    PlanStep *s = add_step(b, STEP_LAUNCH, n, id, what);
+    s->launch.kernel = k;
+    s->launch.work = d->work;
+    s->launch.items_per_block = d->items_per_block;
+    s->launch.max_blocks = d->max_blocks;
+    s->launch.nargs = d->nparams;
+    for (int i = 0; i < d->nparams; i++) s->launch.arg[i] = d->param[i].arg;
+    sb_free(&d->body);
+}
+
+static RenderCtx render_ctx(const Builder *b)
+{
+    return (RenderCtx){ .p = b->plan->p, .g = b->graph->ir, .node_buffer = b->graph->node_buffer,
+                        .plan = b->plan };
+}
+
+/* Resolves every node buffer in kernel arguments to the buffer owning the memory. */
+static void root_args(const Plan *pl, KernelDraft *d)
+{
+    for (int i = 0; i < d->nparams; i++)
+        if (d->param[i].arg.kind == ARG_BUFFER)
+            d->param[i].arg.index = root_of(pl, d->param[i].arg.index);
+}
+
+static void launch_node(Builder *b, int id)
+{
+    const IrNode *n = &b->graph->ir->nodes[id];
+    RenderCtx ctx = render_ctx(b);
+    KernelDraft d;
+    memset(&d, 0, sizeof d);
+    cuda_render_node(&ctx, id, &d);
+    root_args(b->plan, &d);
+    const char *what = ownf(b, "%s %s", ir_op_name(n->op), node_what(b, n, id));
+    launch_draft(b, &d, n, id, what, ir_op_name(n->op));
+}
+
+/* A copy of buffer SRC into a new buffer of SHAPE and TYPE (broadcast, converted), for
+ * a GEMM operand cuBLAS cannot take as it is. Returns the new buffer. */
+static int materialise(Builder *b, int id, int src, DType src_type, const Shape *src_shape,
+                       DType type, const Shape *shape, const char *role)
+{
+    const IrNode *n = &b->graph->ir->nodes[id];
+    int buf = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = type, .shape = *shape,
+                                          .alias_of = -1, .index = id, .graph = b->gid,
+                                          .what = ownf(b, "%s.%s", node_what(b, n, id), role) });
+    RenderCtx ctx = render_ctx(b);
+    KernelDraft d;
+    memset(&d, 0, sizeof d);
+    char name[DRAFT_NAME_MAX];
+    snprintf(name, sizeof name, "matmul_%s_%s_%d", role, graph_label[b->gid], id);
+    cuda_render_copy(&ctx, name, buf, type, shape, src, src_type, src_shape, &d);
+    launch_draft(b, &d, n, id, ownf(b, "prepare %s of matmul %s", role, node_what(b, n, id)),
+                 "matmul operand copy");
+    return buf;
+}
+
+/* Leading (batch) dims of S, without the last two. */
+static Shape lead_dims(const Shape *s)
+{
+    Shape r = *s;
+    r.rank = s->rank - 2;
+    return r;
+}
+
+static bool all_ones(const Shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (s->dim[i] != 1) return false;
+    return true;
+}
+
+/* One GEMM operand: buffer and whether it is batched, materialised when its batch
+ * dims neither match C's nor are absent, or its type is not TYPE. */
+static int gemm_operand(Builder *b, int id, int which, const Shape *c_lead, DType type,
+                        bool *batched)
+{
+    const IrGraph *g = b->graph->ir;
+    const IrNode *x = &g->nodes[g->nodes[id].in[which]];
+    int buf = root_of(b->plan, b->graph->node_buffer[g->nodes[id].in[which]]);
+    Shape lead = lead_dims(&x->shape);
+    *batched = !all_ones(&lead);
+    if (x->dtype == type && (!*batched || ir_shape_equal(&lead, c_lead))) return buf;
+    Shape full = *c_lead;
+    full.dim[full.rank++] = x->shape.dim[x->shape.rank - 2];
+    full.dim[full.rank++] = x->shape.dim[x->shape.rank - 1];
+    if (!*batched) full = (Shape){ .rank = 2, .dim = { full.dim[full.rank - 2], full.dim[full.rank - 1] } };
+    return materialise(b, id, buf, x->dtype, &x->shape, type, &full, which ? "b" : "a");
+}
+
+static void gemm_node(Builder *b, int id)
+{
+    const IrGraph *g = b->graph->ir;
+    const IrNode *n = &g->nodes[id];
+    const IrNode *a = &g->nodes[n->in[0]], *bn = &g->nodes[n->in[1]];
+    /* cuBLAS takes f32, or two halves of one kind; anything else meets in f32 */
+    DType type = a->dtype == bn->dtype && a->dtype != DT_I32 ? a->dtype : DT_F32;
+    Shape c_lead = lead_dims(&n->shape);
+    PlanGemm gm = { .trans_a = n->flags & IR_MATMUL_TRANS_A, .trans_b = n->flags & IR_MATMUL_TRANS_B };
+    gm.a = gemm_operand(b, id, 0, &c_lead, type, &gm.a_batched);
+    gm.b = gemm_operand(b, id, 1, &c_lead, type, &gm.b_batched);
+    gm.c = b->graph->node_buffer[id];
+    gm.m = n->shape.dim[n->shape.rank - 2];
+    gm.n = n->shape.dim[n->shape.rank - 1];
+    gm.k = a->shape.dim[a->shape.rank - (gm.trans_a ? 2 : 1)];
+    gm.batch = c_lead;
+    gm.a_type = gm.b_type = type;
+    gm.c_type = n->dtype;
+    gm.compute = type != DT_F32 ? GEMM_F32_ACCUM
+                 : (n->flags & IR_MATMUL_TF32) ? GEMM_TF32 : GEMM_F32;
+    PlanStep *s = add_step(b, STEP_GEMM, n, id, ownf(b, "matmul %s", node_what(b, n, id)));
+    s->gemm = gm;
+}
+
+/* ---- assignments ---- */
+
+static bool assigned_in_graph(const IrGraph *g, int tensor)
+{
+    for (int id = 0; id < g->nnodes; id++)
+        if (g->nodes[id].op == IR_ASSIGN && g->nodes[id].index == tensor) return true;
+    return false;
+}
+
+/* A copy kernel's name says what it copies, since tensors of one shape share it:
+ * "assign_f32_from_f16_512x784", "assign_f32_scalar". */
+static void copy_name(char *name, size_t n, const char *verb, DType src_type, const Shape *shape)
+{
+    int at = snprintf(name, n, "%s_f32", verb);
+    if (src_type != DT_F32) at += snprintf(name + at, n - (size_t)at, "_from_%s", ir_dtype_name(src_type));
+    if (shape->rank == 0) snprintf(name + at, n - (size_t)at, "_scalar");
+    for (int i = 0; i < shape->rank && at < (int)n; i++)
+        at += snprintf(name + at, n - (size_t)at, "%s%lld", i ? "x" : "_", (long long)shape->dim[i]);
+}
+
+static void copy_step(Builder *b, int id, const char *verb, int dst, int src, DType src_type,
+                      const Shape *shape, const char *what, const char *op_words)
+{
+    char name[DRAFT_NAME_MAX];
+    copy_name(name, sizeof name, verb, src_type, shape);
+    RenderCtx ctx = render_ctx(b);
+    KernelDraft d;
+    memset(&d, 0, sizeof d);
+    cuda_render_copy(&ctx, name, dst, DT_F32, shape, src, src_type, shape, &d);
+    launch_draft(b, &d, &b->graph->ir->nodes[id], id, what, op_words);
+}
+
+/* The ASSIGN copies, after every other step. A value that is a view of a tensor which
+ * this graph also assigns is first saved in a buffer of its own, so that every copy
+ * reads the step's values whatever the order (apply_assigns in runtime/cpu/exec.c). A
+ * tensor assigned its own value needs no copy. */
+static void assign_steps(Builder *b)
+{
+    const IrGraph *g = b->graph->ir;
+    const Plan *pl = b->plan;
+    int *src = xcalloc((size_t)g->nnodes, sizeof *src);
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (n->op != IR_ASSIGN) continue;
+        const IrTensor *t = &pl->p->tensors[n->index];
+        int dst = pl->tensor_buffer_base + n->index;
+        src[id] = root_of(pl, b->graph->node_buffer[n->in[0]]);
+        int tensor = src[id] - pl->tensor_buffer_base;
+        bool is_tensor = pl->buffers[src[id]].kind == PB_TENSOR;
+        if (src[id] == dst) src[id] = -1;
+        else if (is_tensor && assigned_in_graph(g, tensor)) {
+            int saved = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = DT_F32,
+                                                    .shape = t->shape, .alias_of = -1, .index = id,
+                                                    .graph = b->gid,
+                                                    .what = ownf(b, "%%%d.saved", id) });
+            copy_step(b, id, "save", saved, src[id], DT_F32, &t->shape,
+                      ownf(b, "save %s", plan_name(b, pl->p->tensors[tensor].name)),
+                      "save before the assignments");
+            src[id] = saved;
+        }
+    }
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (n->op != IR_ASSIGN || src[id] < 0) continue;
+        const IrTensor *t = &pl->p->tensors[n->index];
+        copy_step(b, id, "assign", pl->tensor_buffer_base + n->index, src[id],
+                  pl->buffers[src[id]].dtype, &t->shape, ownf(b, "assign %s", plan_name(b, t->name)),
+                  "assign");
+    }
+    free(src);
+}
+
+/* ---- graphs and the plan ---- */
+
+static const IrGraph *program_graph(const IrProgram *p, PlanGraphId gid)
+{
+    const IrGraph *g[PG_NUM] = { &p->train, &p->train_micro, &p->eval, &p->forward };
+    return g[gid]->nnodes > 0 ? g[gid] : NULL;
+}
+
+static void build_graph(Builder *b, PlanGraphId gid)
+{
+    const IrGraph *g = program_graph(b->plan->p, gid);
+    PlanGraph *pg = &b->plan->graph[gid];
+    pg->ir = g;
+    if (!g) return;
+    b->graph = pg;
+    b->gid = gid;
+    b->capsteps = 0;
+    pg->node_buffer = xmalloc((size_t)g->nnodes * sizeof *pg->node_buffer);
+    for (int id = 0; id < g->nnodes; id++) pg->node_buffer[id] = node_buffer(b, g, id);
+    for (int id = 0; id < g->nnodes; id++) {
+        if (!computes(g, id)) continue;
+        if (g->nodes[id].op == IR_MATMUL) gemm_node(b, id);
+        else launch_node(b, id);
+    }
+    assign_steps(b);
+}
+
+static void add_tables(Builder *b)
+{
+    Plan *pl = b->plan;
+    const IrProgram *p = pl->p;
+    CGC_ASSERT(p->ninputs <= 16 && p->nsyms <= 8);
+    pl->tensor_buffer_base = pl->nbuffers;
+    for (int i = 0; i < p->ntensors; i++)
+        add_buffer(b, (PlanBuffer){ .kind = PB_TENSOR, .dtype = DT_F32, .shape = p->tensors[i].shape,
+                                    .alias_of = -1, .index = i, .graph = -1,
+                                    .what = plan_name(b, p->tensors[i].name) });
+    for (int i = 0; i < p->ninputs; i++)
+        pl->input_buffer[i] = add_buffer(
+            b, (PlanBuffer){ .kind = PB_INPUT, .dtype = p->inputs[i].dtype, .shape = p->inputs[i].shape,
+                             .alias_of = -1, .index = i, .graph = -1,
+                             .what = plan_name(b, p->inputs[i].name) });
+}
+
+static void add_data_kernels(Builder *b)
+{
+    Plan *pl = b->plan;
+    PlanKernel dk[PDK_NUM];
+    cuda_data_kernels(dk);
+    pl->kernels = xrealloc(pl->kernels, (size_t)(pl->nkernels + PDK_NUM) * sizeof *pl->kernels);
+    for (int i = 0; i < PDK_NUM; i++) {
+        pl->data_kernel[i] = pl->nkernels;
+        pl->kernels[pl->nkernels++] = dk[i];
+    }
+}
+
+Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
+{
+    CGC_ASSERT(mode == PLAN_EAGER);
+    PlanOwner *owner = xcalloc(1, sizeof *owner);
+    Builder b = { .owner = owner, .plan = &owner->plan };
+    Plan *pl = b.plan;
+    pl->p = p;
+    pl->mode = mode;
+    pl->source_name = source_base_name(&b, net_path);
+    add_tables(&b);
+    for (int gid = 0; gid < PG_NUM; gid++) build_graph(&b, (PlanGraphId)gid);
+    for (int k = 0; k < pl->nkernels; k++) {
+        pl->kernels[k].source = kernel_source(&pl->kernels[k], &b.info[k]);
+        free(b.info[k].key);
+        free(b.info[k].signature);
+        free(b.info[k].body);
+        sb_free(&b.info[k].uses);
+    }
+    free(b.info);
+    add_data_kernels(&b);
+    return pl;
+}
+
+void plan_free(Plan *plan)
+{
+    if (!plan) return;
+    PlanOwner *owner = (PlanOwner *)plan;
+    for (int k = 0; k < plan->nkernels; k++) {
+        free(plan->kernels[k].name);
+        free(plan->kernels[k].source);
+    }
+    free(plan->kernels);
+    free(plan->buffers);
+    for (int g = 0; g < PG_NUM; g++) {
+        free(plan->graph[g].steps);
+        free(plan->graph[g].node_buffer);
+    }
+    for (int i = 0; i < owner->nstrings; i++) free(owner->strings[i]);
+    free(owner->strings);
+    free(owner);
+}
+
+const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g)
+{
+    for (int i = 0; i < PG_NUM; i++)
+        if (plan->graph[i].ir && plan->graph[i].ir == g) return &plan->graph[i];
+    return NULL;
+}
+
+size_t dtype_size(DType t)
+{
+    switch (t) {
+    case DT_F32: case DT_I32: return 4;
+    case DT_F16: case DT_BF16: return 2;
+    }
+    CGC_INTERNAL("unknown dtype %d", (int)t);
+}
+
+size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax)
+{
+    CGC_ASSERT(b >= 0 && b < plan->nbuffers);
+    const PlanBuffer *buf = &plan->buffers[b];
+    if (buf->alias_of >= 0) return 0;
+    int64_t n = ir_numel(&buf->shape, symmax);
+    CGC_ASSERT(n >= 0);
+    return (size_t)n * dtype_size(buf->dtype);
+}
+
+char *plan_module_source(const Plan *plan)
+{
+    StrBuf s = { 0 };
+    sb_puts(&s, plan_device_prelude);
+    for (int k = 0; k < plan->nkernels; k++) {
+        sb_puts(&s, "\n");
+        sb_puts(&s, plan->kernels[k].source);
+    }
+    return s.s;
+}

@@ -5,7 +5,6 @@
  * (compiler/pipeline.c does everything up to the run). Exit status: 0 success, 1 an error in the model, data
  * or run, 2 a malformed command line.
  */
-#include <dlfcn.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,8 @@
 #include "build_config.h"
 #include "passes.h"
 #include "pipeline.h"
+#include "../codegen/plan.h"
+#include "../runtime/backend.h"
 #include "../runtime/train.h"
 
 static const char usage_text[] =
@@ -22,10 +23,19 @@ static const char usage_text[] =
     "Compiles a .net model and trains it (see README.md and the language in dsl.md).\n"
     "\n"
     "What to do:\n"
-    "  --check                 parse, check and build the IR; run nothing\n"
+    "  --check                 compile everything (front end, IR, kernels, NVRTC for\n"
+    "                          --arch) and run nothing; needs no GPU\n"
+    "  --arch sm_XX|none       with --check: the GPU architecture to compile for (default:\n"
+    "                          the first GPU's, else sm_90); none stops before NVRTC\n"
     "  --dump-ir[=GRAPH]       print the IR after all passes and exit; GRAPH is forward,\n"
     "                          train, train_micro or eval (default: all of them)\n"
-    "  --device DEV            auto (default), cpu, or cuda[:N]\n"
+    "  --device DEV            auto (default: the first usable GPU, else the CPU), cpu,\n"
+    "                          or cuda[:N]\n"
+    "  --devices               list the CUDA devices cgc can use, and exit\n"
+    "  --emit DIR              write the generated CUDA kernels (one .cu each, module.cu),\n"
+    "                          the device prelude and the host plan to DIR\n"
+    "  --mode MODE             how kernels are generated; this build has eager (the\n"
+    "                          default: one kernel or GEMM per IR op)\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
     "                          every epoch and at the end\n"
     "  --resume FILE           continue the run saved in FILE\n"
@@ -33,6 +43,8 @@ static const char usage_text[] =
     "                          --save is given); schedules still span the whole run\n"
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
     "  -q, --quiet             print only errors\n"
+    "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
+    "                          cache) and, on a GPU, the median step time\n"
     "  --version, --help\n"
     "\n"
     "Train keys (override the file's train block; values are .net expressions):\n"
@@ -50,7 +62,8 @@ static const char usage_text[] =
     "                          on the CPU they cannot change results)\n";
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
-       OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR };
+       OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
+       OPT_ARCH, OPT_DEVICES };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -64,10 +77,13 @@ enum { NUM_TRAIN_FLAGS = sizeof train_flags / sizeof train_flags[0] };
 
 typedef struct Cli {
     const char *path;
-    bool check, quiet;
+    bool check, quiet, verbose, devices;
+    const char *arch;           /* --arch: NULL for the default */
     const char *dump_ir;        /* NULL: no dump; "" all graphs */
     const char *device;
     const char *lr;
+    const char *emit_dir;       /* --emit: NULL for none */
+    PlanMode mode;
     RunOptions run;
     Override overrides[NUM_TRAIN_FLAGS * 4 + 1];   /* + 1: --lr goes last */
     int noverrides;
@@ -92,10 +108,37 @@ static bool parse_count(const char *s, int64_t *out)
     return true;
 }
 
+/* --mode: torch.compile's names; only eager is built so far. Returns 0, or -1 after
+ * saying what this build has. */
+static int parse_mode(const char *s, PlanMode *mode)
+{
+    if (strcmp(s, "eager") == 0) {
+        *mode = PLAN_EAGER;
+        return 0;
+    }
+    bool later = strcmp(s, "default") == 0 || strcmp(s, "reduce-overhead") == 0 ||
+                 strcmp(s, "max-autotune") == 0;
+    fprintf(stderr, "cgc: --mode %s: %s; this build has only --mode eager\nTry 'cgc --help'.\n",
+            diag_quote(s, 40), later ? "not available yet" : "unknown mode");
+    return -1;
+}
+
+/* --emit DIR: the plan of the chosen mode written out. Returns 0 or -1 (reported). */
+static int emit_plan(const IrProgram *p, const Cli *cli)
+{
+    Plan *plan = plan_build(p, cli->mode, cli->path);
+    int rc = plan_emit(plan, cli->emit_dir);
+    if (rc == 0 && !cli->quiet)
+        fprintf(stderr, "cgc: wrote %d kernels and the host plan to %s\n", plan->nkernels,
+                cli->emit_dir);
+    plan_free(plan);
+    return rc;
+}
+
 /* Returns 0 when the command line is well formed, else the exit status. */
 static int parse_args(int argc, char **argv, Cli *cli)
 {
-    static struct option opts[NUM_TRAIN_FLAGS + 16];
+    static struct option opts[NUM_TRAIN_FLAGS + 24];
     int n = 0;
     for (int i = 0; i < NUM_TRAIN_FLAGS; i++)
         opts[n++] = (struct option){train_flags[i][0], required_argument, NULL, OPT_TRAIN_KEY + 100 + i};
@@ -107,6 +150,11 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"stop-after", required_argument, NULL, OPT_STOP_AFTER};
     opts[n++] = (struct option){"metrics", required_argument, NULL, OPT_METRICS};
     opts[n++] = (struct option){"check", no_argument, NULL, OPT_CHECK};
+    opts[n++] = (struct option){"emit", required_argument, NULL, OPT_EMIT};
+    opts[n++] = (struct option){"mode", required_argument, NULL, OPT_MODE};
+    opts[n++] = (struct option){"arch", required_argument, NULL, OPT_ARCH};
+    opts[n++] = (struct option){"devices", no_argument, NULL, OPT_DEVICES};
+    opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
     opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
     opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
     opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
@@ -115,9 +163,16 @@ static int parse_args(int argc, char **argv, Cli *cli)
     cli->device = "auto";
     opterr = 0;
     int c, idx = 0;
-    while ((c = getopt_long(argc, argv, ":qh", opts, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, ":qvh", opts, &idx)) != -1) {
         switch (c) {
         case 'q': cli->quiet = true; break;
+        case 'v': cli->verbose = true; break;
+        case OPT_DEVICES: cli->devices = true; break;
+        case OPT_ARCH:
+            if (backend_parse_arch(optarg) == 0)
+                return usage_error("--arch takes sm_XX (sm_80, sm_90, ...) or none, not '%s'", optarg);
+            cli->arch = optarg;
+            break;
         case 'h': case OPT_HELP: fputs(usage_text, stdout); exit(0);
         case OPT_VERSION:
             printf("cgc %s (%s)\n", CGC_VERSION,
@@ -125,6 +180,10 @@ static int parse_args(int argc, char **argv, Cli *cli)
                                                : "built without the CUDA Toolkit: CPU only");
             exit(0);
         case OPT_CHECK: cli->check = true; break;
+        case OPT_EMIT: cli->emit_dir = optarg; break;
+        case OPT_MODE:
+            if (parse_mode(optarg, &cli->mode) != 0) return 2;
+            break;
         case OPT_DUMP_IR: cli->dump_ir = optarg ? optarg : ""; break;
         case OPT_DEVICE: cli->device = optarg; break;
         case OPT_SAVE: cli->run.save_path = optarg; break;
@@ -148,31 +207,12 @@ static int parse_args(int argc, char **argv, Cli *cli)
         }
         }
     }
+    if (cli->devices && optind == argc) return 0;
+    if (cli->arch && !cli->check)
+        return usage_error("%s", "--arch goes with --check (a run compiles for its own GPU)");
     if (optind == argc) return usage_error("%s", "no model file given (usage: cgc FILE.net [options])");
     if (optind + 1 < argc) return usage_error("unexpected argument '%s' (one model file at a time)", argv[optind + 1]);
     cli->path = argv[optind];
-    return 0;
-}
-
-/* --device: says which device runs; the CUDA backend is not part of this build. */
-static int choose_device(const char *device, bool quiet)
-{
-    if (strcmp(device, "cpu") == 0) return 0;
-    if (strncmp(device, "cuda", 4) == 0 && (device[4] == '\0' || device[4] == ':')) {
-        cgc_error("--device %s: this build of cgc has no CUDA backend yet; use --device cpu or auto", device);
-        return -1;
-    }
-    if (strcmp(device, "auto") != 0) {
-        cgc_error("--device: unknown device '%s' (auto, cpu or cuda[:N])", diag_quote(device, 40));
-        return -1;
-    }
-    /* The driver is loaded at run time so that cgc runs where there is none. */
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!quiet)
-        fprintf(stderr, "cgc: %s; running on the CPU\n",
-                cuda ? "a CUDA driver is present but this build has no CUDA backend yet"
-                     : "no usable CUDA device (no driver: libcuda.so.1 not found)");
-    if (cuda) dlclose(cuda);
     return 0;
 }
 
@@ -194,12 +234,37 @@ static int dump_ir(const IrProgram *p, const char *which)
     return 0;
 }
 
+static BackendOptions backend_options(const Cli *cli)
+{
+    return (BackendOptions){.device = cli->device, .mode = cli->mode, .net_path = cli->path,
+                            .emit_dir = cli->emit_dir, .verbose = cli->verbose,
+                            .quiet = cli->quiet};
+}
+
+/* Trains P on the device --device chooses. */
+static int run(IrProgram *p, Source *src, Cli *cli)
+{
+    BackendOptions bo = backend_options(cli);
+    Backend b;
+    if (backend_open(p, &bo, &b) != 0) return 1;
+    cli->run.net_path = cli->path;
+    cli->run.src = src;
+    cli->run.quiet = cli->quiet;
+    cli->run.verbose = cli->verbose;
+    cli->run.device = b.device;
+    cli->run.plan = b.plan;
+    int rc = train_run(p, &cli->run);
+    backend_close(&b);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     Cli cli;
     memset(&cli, 0, sizeof cli);
     int rc = parse_args(argc, argv, &cli);
     if (rc) return rc;
+    if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;
 
     Source *src = source_load(cli.path);
     if (!src) return 1;
@@ -212,20 +277,18 @@ int main(int argc, char **argv)
         source_free(src);
         return 1;
     }
-    if (cli.dump_ir) rc = dump_ir(p, cli.dump_ir);
+    if (cli.emit_dir && !cli.dump_ir && emit_plan(p, &cli) != 0) rc = 1;
+    else if (cli.dump_ir) rc = dump_ir(p, cli.dump_ir);
     else if (cli.check) {
         int64_t nparams = 0;
         for (int i = 0; i < p->nparams; i++) nparams += ir_numel(&p->tensors[i].shape, NULL);
         if (!cli.quiet)
             printf("%s: ok: model %s, %lld parameters in %d tensors\n", cli.path, p->model_name,
                    (long long)nparams, p->nparams);
-    } else if (choose_device(cli.device, cli.quiet) != 0) {
-        rc = 1;
+        BackendOptions bo = backend_options(&cli);
+        if (backend_check_compile(p, &bo, cli.arch ? backend_parse_arch(cli.arch) : 0) != 0) rc = 1;
     } else {
-        cli.run.net_path = cli.path;
-        cli.run.src = src;
-        cli.run.quiet = cli.quiet;
-        rc = train_run(p, &cli.run);
+        rc = run(p, src, &cli);
     }
     ir_program_free(p);
     source_free(src);

@@ -86,8 +86,8 @@ static void describe_config(const TrainConfig *c, Setting s[NUM_SETTINGS])
     setting(&s[9], "cgc.clip_norm", "--clip-norm", "%.9g", c->clip_norm);
 }
 
-int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr,
-                    int64_t total_steps)
+int checkpoint_save(const char *path, const IrProgram *p, float *const *tensors,
+                    const TrainProgress *pr, int64_t total_steps)
 {
     StTensor *t = xcalloc((size_t)p->ntensors, sizeof *t);
     for (int i = 0; i < p->ntensors; i++) {
@@ -96,7 +96,7 @@ int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const Trai
         t[i].dtype = "F32";
         t[i].rank = d->shape.rank;
         memcpy(t[i].shape, d->shape.dim, sizeof(int64_t) * (size_t)d->shape.rank);
-        t[i].data = cpu_exec_tensor(e, i);
+        t[i].data = tensors[i];
     }
     MetaBuf m = {0};
     Setting config[NUM_SETTINGS];
@@ -157,7 +157,8 @@ static int check_settings(const StFile *f, const char *path, const TrainConfig *
     return 0;
 }
 
-static int load_tensors(const StFile *f, const char *path, const IrProgram *p, CpuExec *e)
+static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
+                        float *const *tensors)
 {
     char want[128], got[128];
     for (int i = 0; i < st_count(f); i++)
@@ -184,13 +185,13 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p, C
                       ir_shape_str(p, &d->shape, want, sizeof want));
             return -1;
         }
-        memcpy(cpu_exec_tensor(e, i), t->data, (size_t)ir_numel(&d->shape, NULL) * sizeof(float));
+        memcpy(tensors[i], t->data, (size_t)ir_numel(&d->shape, NULL) * sizeof(float));
     }
     return 0;
 }
 
-int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgress *pr,
-                    int64_t total_steps)
+int checkpoint_load(const char *path, const IrProgram *p, float *const *tensors,
+                    TrainProgress *pr, int64_t total_steps)
 {
     StFile *f = st_load(path);
     if (!f) return -1;
@@ -217,7 +218,7 @@ int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgr
         cgc_error("%s: metadata 'cgc.loss_sum' is missing or not a number", path);
         goto out;
     }
-    if (load_tensors(f, path, p, e) != 0) goto out;
+    if (load_tensors(f, path, p, tensors) != 0) goto out;
     *pr = (TrainProgress){epoch, bie, step, skipped, sum, count, 0};
     if (saved_total != total_steps)
         fprintf(stderr, "cgc: note: %s was saved from a run of %lld steps; this run spans %lld, "

@@ -1,2 +1,464 @@
-/* devexec.c: placeholder until the plan runner lands. */
+/* devexec.c: the plan runner: a Plan (codegen/plan.h) issued on a Device (device.h).
+ *
+ * Everything a step touches lives in one arena allocated once: each buffer that is not a
+ * view gets a 256-byte-aligned offset sized for the symbols' maxima, views resolve to
+ * the address of the buffer they alias, and the padding between buffers is handed to
+ * mark_unused so that the emulation's AddressSanitizer catches a kernel that strays.
+ * Kernels are looked up once, when the runner is made; a graph run then only resolves
+ * sizes and arguments and issues the steps, in order, without waiting. Reading a value
+ * back is the one thing that waits, and it converts f16/bf16 bit patterns and i32 to f32
+ * on the host so that callers compare everything as f32.
+ */
 #include "devexec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/exec.h"
+
+enum { ARENA_ALIGN = 256 };
+
+struct DevExec {
+    const Plan *plan;
+    const IrProgram *p;
+    Device *d;
+    const char *net_path;
+    int64_t symmax[8];
+    int64_t symvals[8];         /* of the last run, for devexec_value */
+    const IrGraph *last;        /* the graph last run */
+    DevPtr arena;
+    size_t arena_bytes;
+    size_t *offset;             /* per buffer, into the arena (views: their root's) */
+    void **kernel;              /* per plan kernel: the device's handle */
+};
+
+/* One kernel parameter's value; args[i] points at one of these. */
+typedef union ArgValue {
+    DevPtr ptr;
+    int64_t i64;
+    uint64_t u64;
+    float f32;
+} ArgValue;
+
+/* ---- host conversions of 16-bit storage ---- */
+
+static uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float f32_from(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) return f32_from(sign | 0x7f800000u | (man << 13));   /* inf, nan */
+    if (exp != 0) return f32_from(sign | ((exp + 112) << 23) | (man << 13));
+    float sub = (float)man * 0x1p-24f;                                     /* subnormal, 0 */
+    return sign ? -sub : sub;
+}
+
+static float bf16_to_f32(uint16_t b) { return f32_from((uint32_t)b << 16); }
+
+/* X is already representable (cpu_round_f16 rounded it); this only repacks the bits. */
+static uint16_t f32_to_f16(float x)
+{
+    x = cpu_round_f16(x);
+    uint32_t u = f32_bits(x), sign = (u >> 16) & 0x8000;
+    int exp = (int)((u >> 23) & 0xff) - 127;
+    uint32_t man = u & 0x7fffff;
+    if (exp == 128) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    if (exp >= -14) return (uint16_t)(sign | (uint32_t)(exp + 15) << 10 | man >> 13);
+    float mag = x < 0 ? -x : x;                    /* subnormal: a multiple of 2^-24 */
+    return (uint16_t)(sign | (uint32_t)(mag * 0x1p24f));
+}
+
+static uint16_t f32_to_bf16(float x) { return (uint16_t)(f32_bits(cpu_round_bf16(x)) >> 16); }
+
+/* N values of type T at SRC into f32 OUT. */
+static void to_f32(DType t, const void *src, int64_t n, float *out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (t) {
+        case DT_F32: out[i] = ((const float *)src)[i]; break;
+        case DT_F16: out[i] = f16_to_f32(((const uint16_t *)src)[i]); break;
+        case DT_BF16: out[i] = bf16_to_f32(((const uint16_t *)src)[i]); break;
+        case DT_I32: out[i] = (float)((const int32_t *)src)[i]; break;
+        }
+    }
+}
+
+/* N f32 values into type T at OUT (i32 truncates, as a label would be given). */
+static void from_f32(DType t, const float *src, int64_t n, void *out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (t) {
+        case DT_F32: ((float *)out)[i] = src[i]; break;
+        case DT_F16: ((uint16_t *)out)[i] = f32_to_f16(src[i]); break;
+        case DT_BF16: ((uint16_t *)out)[i] = f32_to_bf16(src[i]); break;
+        case DT_I32: ((int32_t *)out)[i] = (int32_t)src[i]; break;
+        }
+    }
+}
+
+/* ---- the arena ---- */
+
+static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+static int root_of(const Plan *plan, int b)
+{
+    for (int hops = 0; plan->buffers[b].alias_of >= 0; hops++) {
+        CGC_ASSERT(hops < plan->nbuffers);
+        b = plan->buffers[b].alias_of;
+    }
+    return b;
+}
+
+/* Offsets of every buffer; the arena's size. */
+static size_t layout(DevExec *e)
+{
+    const Plan *plan = e->plan;
+    size_t end = 0;
+    for (int b = 0; b < plan->nbuffers; b++) {
+        if (plan->buffers[b].alias_of >= 0) continue;
+        e->offset[b] = align_up(end);
+        end = e->offset[b] + plan_buffer_bytes(plan, b, e->symmax);
+    }
+    for (int b = 0; b < plan->nbuffers; b++)
+        if (plan->buffers[b].alias_of >= 0) e->offset[b] = e->offset[root_of(plan, b)];
+    return align_up(end);
+}
+
+/* Hands every gap between buffers (and the tail) to mark_unused. */
+static void mark_padding(DevExec *e)
+{
+    const Plan *plan = e->plan;
+    if (!e->d->ops->mark_unused) return;
+    size_t end = 0;
+    for (int b = 0; b < plan->nbuffers; b++) {
+        if (plan->buffers[b].alias_of >= 0) continue;
+        if (e->offset[b] > end) e->d->ops->mark_unused(e->d, e->arena + end, e->offset[b] - end);
+        end = e->offset[b] + plan_buffer_bytes(plan, b, e->symmax);
+    }
+    if (e->arena_bytes > end) e->d->ops->mark_unused(e->d, e->arena + end, e->arena_bytes - end);
+}
+
+DevPtr devexec_buffer(const DevExec *e, int b)
+{
+    CGC_ASSERT(b >= 0 && b < e->plan->nbuffers);
+    return e->arena + e->offset[b];
+}
+
+/* Writes the PB_CONST buffers (every element the constant, in the buffer's dtype). */
+static int write_constants(DevExec *e)
+{
+    for (int b = 0; b < e->plan->nbuffers; b++) {
+        const PlanBuffer *pb = &e->plan->buffers[b];
+        if (pb->kind != PB_CONST || pb->alias_of >= 0) continue;
+        int64_t n = ir_numel(&pb->shape, e->symmax);
+        float *v = xmalloc((size_t)(n ? n : 1) * sizeof *v);
+        void *raw = xmalloc((size_t)(n ? n : 1) * sizeof(float));
+        for (int64_t i = 0; i < n; i++) v[i] = (float)pb->value;
+        from_f32(pb->dtype, v, n, raw);
+        int rc = e->d->ops->upload(e->d, devexec_buffer(e, b), raw, (size_t)n * dtype_size(pb->dtype));
+        free(v);
+        free(raw);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---- checking the plan once (its mistakes are cgc's bugs) ---- */
+
+static bool arg_fits(PlanParamType t, PlanArgKind k)
+{
+    switch (t) {
+    case PP_PTR: return k == ARG_BUFFER;
+    case PP_I64: return k == ARG_SYMBOL || k == ARG_I64;
+    case PP_U64: return k == ARG_SEED || k == ARG_I64;
+    case PP_F32: return k == ARG_F32 || k == ARG_RUNTIME;
+    }
+    return false;
+}
+
+static void check_launch(const Plan *plan, const PlanStep *s)
+{
+    const PlanLaunch *l = &s->launch;
+    if (l->kernel < 0 || l->kernel >= plan->nkernels)
+        CGC_INTERNAL("plan step '%s' launches kernel %d of %d", s->what, l->kernel, plan->nkernels);
+    const PlanKernel *k = &plan->kernels[l->kernel];
+    if (l->nargs != k->nparams)
+        CGC_INTERNAL("plan step '%s' passes %d arguments to %s, which takes %d", s->what,
+                     l->nargs, k->name, k->nparams);
+    for (int i = 0; i < l->nargs; i++) {
+        const PlanArg *a = &l->arg[i];
+        bool in_range = a->kind != ARG_BUFFER || (a->index >= 0 && a->index < plan->nbuffers);
+        in_range = in_range && (a->kind != ARG_SYMBOL || (a->index >= 0 && a->index < 8));
+        in_range = in_range && (a->kind != ARG_RUNTIME || (a->index >= 0 && a->index < IR_NUM_RUNTIME));
+        if (!arg_fits(k->param[i], a->kind) || !in_range)
+            CGC_INTERNAL("plan step '%s': argument %d (kind %d, index %d) does not fit parameter "
+                         "%d of %s", s->what, i, (int)a->kind, a->index, i, k->name);
+    }
+}
+
+static void check_plan(const Plan *plan)
+{
+    for (int g = 0; g < PG_NUM; g++)
+        for (int i = 0; i < plan->graph[g].nsteps; i++) {
+            const PlanStep *s = &plan->graph[g].steps[i];
+            if (s->kind == STEP_LAUNCH) check_launch(plan, s);
+            else CGC_ASSERT(s->gemm.a >= 0 && s->gemm.b >= 0 && s->gemm.c >= 0 &&
+                            s->gemm.a < plan->nbuffers && s->gemm.b < plan->nbuffers &&
+                            s->gemm.c < plan->nbuffers);
+        }
+}
+
+/* ---- making and freeing ---- */
+
+static int find_kernels(DevExec *e)
+{
+    for (int k = 0; k < e->plan->nkernels; k++)
+        if (e->d->ops->kernel(e->d, e->plan->kernels[k].name, &e->kernel[k]) != 0) {
+            cgc_error("%s: kernel %s of the plan is not in the loaded module; was the device "
+                      "opened with this plan's module?", e->net_path, e->plan->kernels[k].name);
+            return -1;
+        }
+    return 0;
+}
+
+DevExec *devexec_new(const Plan *plan, Device *d, const int64_t *symmax, const char *net_path)
+{
+    check_plan(plan);
+    DevExec *e = xcalloc(1, sizeof *e);
+    e->plan = plan;
+    e->p = plan->p;
+    e->d = d;
+    e->net_path = net_path ? net_path : "(model)";
+    CGC_ASSERT(e->p->nsyms <= 8 && e->p->ninputs <= 16);
+    for (int k = 0; k < 8 && k < e->p->nsyms; k++) e->symmax[k] = symmax[k];
+    e->offset = xcalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1), sizeof *e->offset);
+    e->kernel = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->kernel);
+    e->arena_bytes = layout(e);
+    size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
+    if (d->ops->alloc(d, bytes, &e->arena) != 0) {
+        cgc_error("%s: cannot allocate the %zu-byte arena of the model on %s (%zu bytes free "
+                  "when opened); try a smaller batch", e->net_path, bytes, d->name, d->free_bytes);
+        e->arena = 0;
+        devexec_free(e);
+        return NULL;
+    }
+    mark_padding(e);
+    if (write_constants(e) != 0 || find_kernels(e) != 0) {
+        devexec_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void devexec_free(DevExec *e)
+{
+    if (!e) return;
+    if (e->arena) e->d->ops->free(e->d, e->arena);
+    free(e->offset);
+    free(e->kernel);
+    free(e);
+}
+
+size_t devexec_arena_bytes(const DevExec *e) { return e->arena_bytes; }
+Device *devexec_device(DevExec *e) { return e->d; }
+
+/* ---- persistent tensors ---- */
+
+static int tensor_buffer(const DevExec *e, int i)
+{
+    CGC_ASSERT(i >= 0 && i < e->p->ntensors);
+    int b = e->plan->tensor_buffer_base + i;
+    CGC_ASSERT(b < e->plan->nbuffers && e->plan->buffers[b].kind == PB_TENSOR &&
+               e->plan->buffers[b].dtype == DT_F32);
+    return b;
+}
+
+static size_t tensor_bytes(const DevExec *e, int i)
+{
+    return (size_t)ir_numel(&e->p->tensors[i].shape, NULL) * sizeof(float);
+}
+
+int devexec_tensor_get(DevExec *e, int i, float *out)
+{
+    return e->d->ops->download(e->d, out, devexec_buffer(e, tensor_buffer(e, i)), tensor_bytes(e, i));
+}
+
+int devexec_tensor_set(DevExec *e, int i, const float *in)
+{
+    return e->d->ops->upload(e->d, devexec_buffer(e, tensor_buffer(e, i)), in, tensor_bytes(e, i));
+}
+
+int devexec_init_tensors(DevExec *e, uint64_t seed)
+{
+    for (int i = 0; i < e->p->ntensors; i++) {
+        size_t bytes = tensor_bytes(e, i);
+        float *v = xmalloc(bytes ? bytes : 1);
+        cpu_tensor_init_values(e->p, i, seed, v);
+        int rc = devexec_tensor_set(e, i, v);
+        free(v);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---- a graph run ---- */
+
+static int64_t bind_dim(const DevExec *e, int64_t dim)
+{
+    return IR_DIM_IS_SYM(dim) ? e->symvals[IR_DIM_SYMBOL(dim)] : dim;
+}
+
+static DeviceSite site_of(const DevExec *e, const PlanStep *s, const char *kernel)
+{
+    return (DeviceSite){kernel, s->what, e->net_path, s->loc.line};
+}
+
+/* Blocks for a launch: ceil(work / items_per_block) clamped to [1, max_blocks]. */
+static unsigned grid_of(const DevExec *e, const PlanLaunch *l)
+{
+    int64_t work = ir_numel(&l->work, e->symvals), per = l->items_per_block > 0 ? l->items_per_block : 1;
+    int64_t blocks = (work + per - 1) / per;
+    if (l->max_blocks > 0 && blocks > l->max_blocks) blocks = l->max_blocks;
+    if (blocks > 0x7fffffff) blocks = 0x7fffffff;
+    return blocks < 1 ? 1u : (unsigned)blocks;
+}
+
+static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, ArgValue *v)
+{
+    switch (a->kind) {
+    case ARG_BUFFER: v->ptr = devexec_buffer(e, a->index); break;
+    case ARG_SYMBOL: v->i64 = e->symvals[a->index]; break;
+    case ARG_SEED: v->u64 = e->p->cfg.seed; break;
+    case ARG_I64: v->i64 = (int64_t)a->value; break;
+    case ARG_F32: v->f32 = (float)a->value; break;
+    case ARG_RUNTIME: v->f32 = (float)feed->runtime[a->index]; break;
+    }
+}
+
+static int run_launch(DevExec *e, const PlanStep *s, const DevFeed *feed)
+{
+    const PlanLaunch *l = &s->launch;
+    const PlanKernel *k = &e->plan->kernels[l->kernel];
+    ArgValue vals[PLAN_MAX_PARAMS];
+    void *args[PLAN_MAX_PARAMS];
+    for (int i = 0; i < l->nargs; i++) {
+        memset(&vals[i], 0, sizeof vals[i]);
+        arg_value(e, &l->arg[i], feed, &vals[i]);
+        args[i] = &vals[i];
+    }
+    DeviceSite site = site_of(e, s, k->name);
+    return e->d->ops->launch(e->d, e->kernel[l->kernel], grid_of(e, l), (unsigned)k->block, args, &site);
+}
+
+static int run_gemm(DevExec *e, const PlanStep *s)
+{
+    const PlanGemm *g = &s->gemm;
+    GemmCall c = {
+        .trans_a = g->trans_a, .trans_b = g->trans_b,
+        .m = bind_dim(e, g->m), .n = bind_dim(e, g->n), .k = bind_dim(e, g->k),
+        .batch = g->batch.rank ? ir_numel(&g->batch, e->symvals) : 1,
+        .a = devexec_buffer(e, g->a), .b = devexec_buffer(e, g->b), .c = devexec_buffer(e, g->c),
+        .a_type = g->a_type, .b_type = g->b_type, .c_type = g->c_type, .compute = (int)g->compute,
+    };
+    if (g->batch.rank) {
+        c.stride_a = g->a_batched ? c.m * c.k : 0;
+        c.stride_b = g->b_batched ? c.k * c.n : 0;
+        c.stride_c = c.m * c.n;
+    }
+    if (c.m == 0 || c.n == 0 || c.batch == 0) return 0;   /* nothing to write */
+    DeviceSite site = site_of(e, s, "cublasGemmEx");
+    return e->d->ops->gemm(e->d, &c, &site);
+}
+
+/* Uploads the host inputs of FEED into their PB_INPUT buffers. */
+static int upload_inputs(DevExec *e, const DevFeed *feed)
+{
+    for (int i = 0; i < e->p->ninputs; i++) {
+        if (!feed->inputs[i]) continue;
+        const IrInput *in = &e->p->inputs[i];
+        int b = e->plan->input_buffer[i];
+        DType t = e->plan->buffers[b].dtype;
+        int64_t n = ir_numel(&in->shape, e->symvals);
+        size_t bytes = (size_t)n * dtype_size(t);
+        int rc;
+        if (t == DT_F32 || t == DT_I32) {     /* the host's own layout */
+            rc = e->d->ops->upload(e->d, devexec_buffer(e, b), feed->inputs[i], bytes);
+        } else {    /* an f32 input stored as f16 or bf16 on the device */
+            void *raw = xmalloc(bytes ? bytes : 1);
+            from_f32(t, feed->inputs[i], n, raw);
+            rc = e->d->ops->upload(e->d, devexec_buffer(e, b), raw, bytes);
+            free(raw);
+        }
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+static int bind_symbols(DevExec *e, const DevFeed *feed)
+{
+    for (int k = 0; k < 8; k++) {
+        e->symvals[k] = k < e->p->nsyms ? feed->symvals[k] : 0;
+        if (e->symvals[k] < 0 || e->symvals[k] > e->symmax[k]) {
+            cgc_error("%s: symbol %s is %lld in this run, but the device arena was laid out for "
+                      "at most %lld (a cgc bug: the runner was made for a smaller batch)",
+                      e->net_path, k < e->p->nsyms ? e->p->syms[k].name : "?",
+                      (long long)e->symvals[k], (long long)e->symmax[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
+{
+    const PlanGraph *pg = plan_graph_of(e->plan, g);
+    if (!pg) CGC_INTERNAL("graph %s has no plan", g->name);
+    if (bind_symbols(e, feed) != 0 || upload_inputs(e, feed) != 0) return -1;
+    e->last = g;
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanStep *s = &pg->steps[i];
+        int rc = s->kind == STEP_LAUNCH ? run_launch(e, s, feed) : run_gemm(e, s);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *what)
+{
+    CGC_ASSERT(k >= 0 && k < e->plan->nkernels);
+    const PlanKernel *pk = &e->plan->kernels[k];
+    DeviceSite site = {pk->name, what, e->net_path, 0};
+    return e->d->ops->launch(e->d, e->kernel[k], grid < 1 ? 1 : grid, (unsigned)pk->block, args, &site);
+}
+
+/* ---- reading values back ---- */
+
+int devexec_value(DevExec *e, const IrGraph *g, int id, float *out, int64_t *numel)
+{
+    const PlanGraph *pg = plan_graph_of(e->plan, g);
+    CGC_ASSERT(pg && id >= 0 && id < g->nnodes);
+    CGC_ASSERT(e->last == g);
+    int b = pg->node_buffer[id];
+    if (b < 0) CGC_INTERNAL("node %%%d of graph %s has no buffer (an assign?)", id, g->name);
+    DType t = e->plan->buffers[b].dtype;
+    int64_t n = ir_numel(&g->nodes[id].shape, e->symvals);
+    size_t bytes = (size_t)n * dtype_size(t);
+    void *raw = xmalloc(bytes ? bytes : 1);
+    int rc = e->d->ops->download(e->d, raw, devexec_buffer(e, b), bytes);
+    if (rc == 0) to_f32(t, raw, n, out);
+    free(raw);
+    if (numel) *numel = n;
+    return rc;
+}

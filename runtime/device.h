@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../compiler/ir.h"
 
@@ -101,6 +102,11 @@ typedef struct CudaDeviceInfo {
 /* Loads the driver and counts devices. Returns the count (0 when none is usable) and, in
  * WHY, a sentence saying why none is ("libcuda.so.1 not found: no NVIDIA driver"). */
 int cuda_probe(CudaDeviceInfo *infos, int max, char *why, size_t why_len);
+
+/* Prints the device list as `cgc --devices` does, one line per device:
+ *     cuda:0  NVIDIA H100 80GB HBM3  79.1 GiB  sm_90  132 SMs
+ * or one line "no CUDA device: WHY". Returns the number of devices. */
+int cuda_print_devices(FILE *out);
 
 /* Compile options for cuda_open and `--check` (runtime/cuda/nvrtc.c). */
 typedef struct CudaCompileOptions {

@@ -1,4 +1,4 @@
-/* train.c: the training loop on the CPU reference executor.
+/* train.c: the training loop, and its CPU backend (the reference executor).
  *
  * One epoch walks a seeded order of the training set in micro-batches of `batch`
  * samples; `accumulate` micro-batches make one optimizer step (the last one runs the
@@ -10,8 +10,13 @@
  * The run is a pure function of the program, the data and the seed: the data order of
  * an epoch depends on (seed, epoch), dropout on the micro-step counter, so a run resumed
  * from a checkpoint continues bit for bit.
+ *
+ * Where the steps run is a backend (train_internal.h): the CPU reference executor here,
+ * or a device through the plan runner (train_device.c), which keeps the data, the
+ * order and the loss totals on the device so that no step waits on the host.
  */
 #include "train.h"
+#include "train_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -19,27 +24,9 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "cpu/exec.h"
 #include "data.h"
 #include "safetensors.h"
-
-enum { EVAL_BATCH = 1000 };
-
-typedef struct Trainer {
-    IrProgram *p;
-    const RunOptions *o;
-    CpuExec *e;
-    DataSplits data;
-    int64_t micro_per_epoch;    /* micro-batches walked per epoch */
-    int64_t steps_per_epoch;    /* optimizer steps per epoch */
-    int64_t total_steps;        /* optimizer steps of the whole run */
-    int64_t epochs;             /* epochs the run spans */
-    int64_t *order;             /* data order of the current epoch */
-    float *x;                   /* one batch of features */
-    void *y;                    /* one batch of labels */
-    FILE *metrics;
-    bool live;                  /* stdout is a terminal: draw a progress bar */
-    double last_draw;
-} Trainer;
 
 /* ---- the plan: how many micro-batches, steps and epochs ---- */
 
@@ -66,39 +53,100 @@ static int plan(Trainer *t)
     return 0;
 }
 
-/* ---- one batch ---- */
+/* ---- the CPU backend: the reference executor, data gathered on the host ---- */
+
+typedef struct CpuBackend {
+    CpuExec *e;
+    int64_t *order;             /* data order of the current epoch */
+    float *x;                   /* one batch of features */
+    void *y;                    /* one batch of labels */
+} CpuBackend;
+
+static int cpu_open(Trainer *t)
+{
+    CpuBackend *b = t->backend = xcalloc(1, sizeof *b);
+    b->e = cpu_exec_new(t->p, CPU_F32);
+    t->tensors = xcalloc((size_t)(t->p->ntensors ? t->p->ntensors : 1), sizeof *t->tensors);
+    for (int i = 0; i < t->p->ntensors; i++) t->tensors[i] = cpu_exec_tensor(b->e, i);
+    int64_t rows = t->p->cfg.batch > EVAL_BATCH ? t->p->cfg.batch : EVAL_BATCH;
+    b->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
+    b->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
+    b->order = xmalloc((size_t)t->data.train.n * sizeof *b->order);
+    return 0;
+}
+
+static void cpu_close(Trainer *t)
+{
+    CpuBackend *b = t->backend;
+    if (!b) return;
+    cpu_exec_free(b->e);
+    free(b->x);
+    free(b->y);
+    free(b->order);
+    free(b);
+    free(t->tensors);
+}
+
+static const char *cpu_where(const Trainer *t) { return "the CPU"; }
+
+static int cpu_init_tensors(Trainer *t)
+{
+    cpu_exec_init_tensors(((CpuBackend *)t->backend)->e, t->p->cfg.seed);
+    return 0;
+}
+
+/* t->tensors are the executor's own arrays: nothing to copy either way. */
+static int cpu_tensors_in_place(Trainer *t) { return 0; }
+
+static int cpu_epoch_begin(Trainer *t, const TrainProgress *pr)
+{
+    const TrainConfig *c = &t->p->cfg;
+    data_order(c->seed, pr->epoch, c->shuffle, t->data.train.n, ((CpuBackend *)t->backend)->order);
+    return 0;
+}
 
 /* Runs graph G on rows order[start .. start+count) of dataset D (file order when ORDER is
- * NULL) as micro-batch number
- * MICRO_STEP of the run (optimizer step * accumulate + micro-batch within the step),
- * the counter dropout masks are keyed by. */
+ * NULL) as micro-batch number MICRO_STEP of the run (optimizer step * accumulate +
+ * micro-batch within the step), the counter dropout masks are keyed by. */
 static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64_t *order,
                      int64_t start, int64_t count, int64_t micro_step)
 {
-    data_gather(d, order, start, count, t->x, t->y);
+    CpuBackend *b = t->backend;
+    data_gather(d, order, start, count, b->x, b->y);
     CpuFeed feed;
     memset(&feed, 0, sizeof feed);
     feed.symvals[0] = count;
-    feed.inputs[0] = t->x;
-    feed.inputs[1] = t->y;
+    feed.inputs[0] = b->x;
+    feed.inputs[1] = b->y;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
-    return cpu_exec_run(t->e, g, &feed);
+    return cpu_exec_run(b->e, g, &feed);
 }
 
 static double output_scalar(Trainer *t, const IrGraph *g, IrOutputRole role)
 {
-    return g->output[role] >= 0 ? cpu_exec_scalar(t->e, g->output[role]) : 0.0;
+    CpuBackend *b = t->backend;
+    return g->output[role] >= 0 ? cpu_exec_scalar(b->e, g->output[role]) : 0.0;
 }
 
-/* ---- evaluation ---- */
+/* The totals live in PR itself; a non-finite loss stops the run at once. */
+static int cpu_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int64_t start,
+                           int64_t count, int64_t micro_step)
+{
+    CpuBackend *b = t->backend;
+    if (run_batch(t, g, &t->data.train, b->order, start, count, micro_step) != 0) return -1;
+    double loss = output_scalar(t, g, IR_OUT_LOSS);
+    if (!isfinite(loss) && t->p->cfg.precision != PREC_FP16)
+        return train_loss_not_finite(t, pr->step, isnan(loss) ? "NaN" : "infinite");
+    pr->loss_sum += loss;
+    pr->loss_count++;
+    if (g == &t->p->train) pr->skipped += output_scalar(t, g, IR_OUT_SKIPPED) != 0;
+    return 0;
+}
 
-typedef struct EvalResult {
-    double loss, accuracy;
-    bool has_accuracy;
-} EvalResult;
+static int cpu_read_totals(Trainer *t, TrainProgress *pr, bool wait) { return 0; }
 
-static int evaluate(Trainer *t, EvalResult *r)
+static int cpu_evaluate(Trainer *t, EvalResult *r)
 {
     const Dataset *d = &t->data.test;
     const IrGraph *g = &t->p->eval;
@@ -114,6 +162,26 @@ static int evaluate(Trainer *t, EvalResult *r)
     r->accuracy = correct / (double)d->n;
     return 0;
 }
+
+static double cpu_gemm_seconds(const Trainer *t)
+{
+    return cpu_exec_gemm_seconds(((const CpuBackend *)t->backend)->e);
+}
+
+static const TrainBackendOps cpu_backend = {
+    .open = cpu_open,
+    .close = cpu_close,
+    .where = cpu_where,
+    .emulated = true,
+    .init_tensors = cpu_init_tensors,
+    .pull_tensors = cpu_tensors_in_place,
+    .push_tensors = cpu_tensors_in_place,
+    .epoch_begin = cpu_epoch_begin,
+    .micro_batch = cpu_micro_batch,
+    .read_totals = cpu_read_totals,
+    .evaluate = cpu_evaluate,
+    .gemm_seconds = cpu_gemm_seconds,
+};
 
 /* ---- reporting ---- */
 
@@ -170,12 +238,11 @@ static void report_epoch(Trainer *t, const TrainProgress *pr, int64_t micro_done
 
 /* ---- the loop ---- */
 
-static int loss_not_finite(Trainer *t, const TrainProgress *pr, double loss)
+int train_loss_not_finite(const Trainer *t, int64_t step, const char *what)
 {
     const IrNode *n = &t->p->train.nodes[t->p->train.output[IR_OUT_LOSS]];
     cgc_error("the loss became %s at step %lld (the loss at %s:%d); try a lower learning rate, "
-              "clip_norm, or fp32", isnan(loss) ? "NaN" : "infinite", (long long)pr->step + 1,
-              t->o->net_path, n->loc.line);
+              "clip_norm, or fp32", what, (long long)step + 1, t->o->net_path, n->loc.line);
     return -1;
 }
 
@@ -189,47 +256,52 @@ static int train_step(Trainer *t, TrainProgress *pr)
         int64_t start = pr->batch_in_epoch * c->batch;
         int64_t count = t->data.train.n - start < c->batch ? t->data.train.n - start : c->batch;
         int64_t micro_step = pr->step * c->accumulate + k;
-        if (run_batch(t, g, &t->data.train, t->order, start, count, micro_step) != 0) return -1;
-        double loss = output_scalar(t, g, IR_OUT_LOSS);
-        if (!isfinite(loss) && c->precision != PREC_FP16) return loss_not_finite(t, pr, loss);
-        pr->loss_sum += loss;
-        pr->loss_count++;
+        if (t->ops->micro_batch(t, g, pr, start, count, micro_step) != 0) return -1;
         pr->batch_in_epoch++;
     }
-    pr->skipped += output_scalar(t, &t->p->train, IR_OUT_SKIPPED) != 0;
     pr->step++;
     return 0;
 }
 
 static int save(Trainer *t, const TrainProgress *pr)
 {
-    return t->o->save_path ? checkpoint_save(t->o->save_path, t->p, t->e, pr, t->total_steps) : 0;
+    if (!t->o->save_path) return 0;
+    if (t->ops->pull_tensors(t) != 0) return -1;
+    return checkpoint_save(t->o->save_path, t->p, t->tensors, pr, t->total_steps);
 }
 
 typedef enum { RUN_ON, RUN_DONE, RUN_INTERRUPTED, RUN_FAILED } RunState;
+
+/* The progress bar, with the loss totals as far as they are known without waiting. */
+static int progress(Trainer *t, TrainProgress *pr, double started)
+{
+    if (t->live && !t->o->quiet && t->ops->read_totals(t, pr, false) != 0) return -1;
+    draw_progress(t, pr, clock_seconds() - started, false);
+    return 0;
+}
 
 /* Trains the rest of epoch PR->epoch. */
 static RunState train_epoch(Trainer *t, TrainProgress *pr)
 {
     const TrainConfig *c = &t->p->cfg;
-    data_order(c->seed, pr->epoch, c->shuffle, t->data.train.n, t->order);
+    if (t->ops->epoch_begin(t, pr) != 0) return RUN_FAILED;
     int64_t first_micro = pr->batch_in_epoch;
     double started = clock_seconds() - pr->train_seconds;
     int64_t end = t->steps_per_epoch * c->accumulate;
     RunState state = RUN_ON;
     while (pr->batch_in_epoch < end) {
-        if (train_step(t, pr) != 0) return RUN_FAILED;
-        draw_progress(t, pr, clock_seconds() - started, false);
+        if (train_step(t, pr) != 0 || progress(t, pr, started) != 0) return RUN_FAILED;
         if (pr->step >= t->total_steps) { state = RUN_DONE; break; }
         if (t->o->stop_after && pr->step >= t->o->stop_after) { state = RUN_INTERRUPTED; break; }
     }
+    if (t->ops->read_totals(t, pr, true) != 0) return RUN_FAILED;
     pr->train_seconds = clock_seconds() - started;
     bool epoch_complete = pr->batch_in_epoch >= end;
     EvalResult ev, *evp = NULL;
     /* An interruption mid-epoch is not evaluated; one that falls on the epoch's last step
      * is, as the uninterrupted run would be there (a resumed run starts the next epoch). */
     if ((state != RUN_INTERRUPTED || epoch_complete) && t->data.has_test) {
-        if (evaluate(t, &ev) != 0) return RUN_FAILED;
+        if (t->ops->evaluate(t, &ev) != 0) return RUN_FAILED;
         evp = &ev;
     }
     draw_progress(t, pr, pr->train_seconds, true);
@@ -246,21 +318,41 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
     return state;
 }
 
+static const char *precision_text(const Trainer *t)
+{
+    switch (t->p->cfg.precision) {
+    case PREC_FP32: return "fp32";
+    case PREC_TF32: return t->ops->emulated ? "tf32 (emulated)" : "tf32";
+    case PREC_BF16: return t->ops->emulated ? "bf16 (emulated)" : "bf16";
+    case PREC_FP16: return t->ops->emulated ? "fp16 (emulated)" : "fp16";
+    }
+    return "?";
+}
+
 static void print_plan(const Trainer *t, const TrainProgress *pr)
 {
     const TrainConfig *c = &t->p->cfg;
     if (t->o->quiet) return;
     printf("cgc: training %s on %s\n", t->p->model_name, t->data.description);
-    printf("cgc: %lld steps (%lld per epoch, %lld epochs) of batch %lld%s, %s, %s, %s on the CPU\n",
+    printf("cgc: %lld steps (%lld per epoch, %lld epochs) of batch %lld%s, %s, %s, %s on %s\n",
            (long long)t->total_steps, (long long)t->steps_per_epoch, (long long)t->epochs,
            (long long)c->batch, c->accumulate > 1 ? " with accumulation" : "",
            config_optimizer_name(c->optimizer), config_schedule_name(c->schedule),
-           c->precision == PREC_FP32 ? "fp32" : c->precision == PREC_TF32 ? "tf32 (emulated)"
-           : c->precision == PREC_BF16 ? "bf16 (emulated)" : "fp16 (emulated)");
+           precision_text(t), t->ops->where(t));
     if (pr->step > 0)
         printf("cgc: resuming at step %lld (epoch %lld, batch %lld)\n", (long long)pr->step,
                (long long)pr->epoch + 1, (long long)pr->batch_in_epoch);
     fflush(stdout);
+}
+
+/* The persistent tensors: from the seed, then from the checkpoint when resuming. */
+static int init_state(Trainer *t, TrainProgress *pr)
+{
+    if (t->ops->init_tensors(t) != 0) return -1;
+    if (!t->o->resume_path) return 0;
+    if (t->ops->pull_tensors(t) != 0) return -1;
+    if (checkpoint_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0) return -1;
+    return t->ops->push_tensors(t);
 }
 
 static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *pr)
@@ -269,33 +361,38 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     memset(pr, 0, sizeof *pr);
     t->p = p;
     t->o = o;
+    t->ops = o->device ? &train_device_backend : &cpu_backend;
     /* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
     if (o->save_path && st_check_writable(o->save_path) != 0) return -1;
     if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
     if (plan(t) != 0) return -1;
-    t->e = cpu_exec_new(p, CPU_F32);
-    cpu_exec_init_tensors(t->e, p->cfg.seed);
-    if (o->resume_path && checkpoint_load(o->resume_path, p, t->e, pr, t->total_steps) != 0) return -1;
+    if (t->ops->open(t) != 0) return -1;
+    if (init_state(t, pr) != 0) return -1;
     if (o->metrics_path && !(t->metrics = fopen(o->metrics_path, "a"))) {
         cgc_error("cannot open %s for the metrics: %m", o->metrics_path);
         return -1;
     }
-    int64_t rows = p->cfg.batch > EVAL_BATCH ? p->cfg.batch : EVAL_BATCH;
-    t->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
-    t->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
-    t->order = xmalloc((size_t)t->data.train.n * sizeof *t->order);
     t->live = isatty(STDOUT_FILENO);
     return 0;
 }
 
 static void teardown(Trainer *t)
 {
-    if (t->e) cpu_exec_free(t->e);
+    if (t->ops) t->ops->close(t);
     if (t->metrics) fclose(t->metrics);
-    free(t->x);
-    free(t->y);
-    free(t->order);
     data_free(&t->data);
+}
+
+static void print_done(const Trainer *t, RunState state, int64_t step, double seconds)
+{
+    const RunOptions *o = t->o;
+    double gemm = t->ops->gemm_seconds(t);
+    char share[64] = "";
+    if (gemm >= 0)
+        snprintf(share, sizeof share, " (%.0f%% of it in GEMMs)", seconds > 0 ? 100.0 * gemm / seconds : 0.0);
+    printf("cgc: %s at step %lld in %.1f s%s%s%s\n", state == RUN_INTERRUPTED ? "stopped" : "done",
+           (long long)step, seconds, share, o->save_path ? "; saved to " : "",
+           o->save_path ? o->save_path : "");
 }
 
 int train_run(IrProgram *p, const RunOptions *o)
@@ -321,13 +418,7 @@ int train_run(IrProgram *p, const RunOptions *o)
     RunState state = RUN_ON;
     while (state == RUN_ON) state = train_epoch(&t, &pr);
     if (state == RUN_FAILED) goto out;
-    if (!o->quiet) {
-        double total = clock_seconds() - started, gemm = cpu_exec_gemm_seconds(t.e);
-        printf("cgc: %s at step %lld in %.1f s (%.0f%% of it in GEMMs)%s%s\n",
-               state == RUN_INTERRUPTED ? "stopped" : "done", (long long)pr.step, total,
-               total > 0 ? 100.0 * gemm / total : 0.0, o->save_path ? "; saved to " : "",
-               o->save_path ? o->save_path : "");
-    }
+    if (!o->quiet) print_done(&t, state, pr.step, clock_seconds() - started);
     rc = 0;
 out:
     teardown(&t);

@@ -1,8 +1,10 @@
-/* train.h: the training loop on the CPU reference executor, and checkpoints.
+/* train.h: the training loop, on the CPU reference executor or on a device, and
+ * checkpoints.
  *
  * train_run drives a lowered program: data order and batches, micro-batches for
  * accumulation, evaluation on the test split after every epoch, progress and metrics,
- * saving after every epoch and at the end, resuming. */
+ * saving after every epoch and at the end, resuming. A checkpoint holds the tensors as
+ * f32 whatever ran them, so it moves between the CPU and devices. */
 #ifndef CGC_TRAIN_H
 #define CGC_TRAIN_H
 
@@ -10,7 +12,8 @@
 #include <stdint.h>
 
 #include "../compiler/ir.h"
-#include "cpu/exec.h"
+#include "../codegen/plan.h"
+#include "device.h"
 
 typedef struct RunOptions {
     const char *net_path;
@@ -20,6 +23,12 @@ typedef struct RunOptions {
     const char *metrics_path;   /* NULL: no metrics file */
     int64_t stop_after;         /* stop after this global step as if interrupted; 0 = never */
     bool quiet;
+    bool verbose;               /* -v: on a device, also the median step time */
+    /* Where to run: NULL is the CPU reference executor. A device runs PLAN (the plan whose
+     * module it loaded), or, when PLAN is NULL, the eager plan built here; the kernels'
+     * names are stable, so that plan matches a module built from an eager plan of P. */
+    Device *device;
+    const Plan *plan;
 } RunOptions;
 
 /* Where a run is: everything besides tensors that a resumed run needs to continue
@@ -37,11 +46,12 @@ typedef struct TrainProgress {
 /* Trains P (already lowered) as P->cfg says. Returns the process exit status. */
 int train_run(IrProgram *p, const RunOptions *o);
 
-/* checkpoint.c: --save / --resume files (safetensors; see README). */
-/* TOTAL_STEPS: the optimizer steps the run spans (saved, and compared on resume). */
-int checkpoint_save(const char *path, const IrProgram *p, CpuExec *e, const TrainProgress *pr,
-                    int64_t total_steps);
-int checkpoint_load(const char *path, const IrProgram *p, CpuExec *e, TrainProgress *pr,
-                    int64_t total_steps);
+/* checkpoint.c: --save / --resume files (safetensors; see README). TENSORS[i] holds
+ * persistent tensor i of P as f32 (ir_numel of its shape): read by save, written by load.
+ * TOTAL_STEPS: the optimizer steps the run spans (saved, and compared on resume). */
+int checkpoint_save(const char *path, const IrProgram *p, float *const *tensors,
+                    const TrainProgress *pr, int64_t total_steps);
+int checkpoint_load(const char *path, const IrProgram *p, float *const *tensors,
+                    TrainProgress *pr, int64_t total_steps);
 
 #endif

@@ -1,1 +1,14 @@
-# (filled by the CUDA backend work)
+# Generated kernels: the plan's structure, golden text, and every kernel compiled by nvcc.
+# Regenerate the goldens after an intended change to the generated code:
+#   CGC_UPDATE_GOLDEN=1 tests/codegen/golden.sh BUILD/cgc .   (then review the diff)
+cgc_c_test(test_codegen cgc_codegen cgc_passes)
+
+add_test(NAME codegen_golden_mlp
+         COMMAND sh ${TESTS_DIR}/codegen/golden.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
+set_tests_properties(codegen_golden_mlp PROPERTIES LABELS cpu TIMEOUT 120)
+
+# The Done-when check: every kernel of mlp.net compiled alone by nvcc for sm_90, the
+# whole modules of all three models for sm_80 and sm_90. Skipped (77) without nvcc.
+add_test(NAME codegen_nvcc_compile
+         COMMAND sh ${TESTS_DIR}/codegen/nvcc_compile.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
+set_tests_properties(codegen_nvcc_compile PROPERTIES LABELS cpu TIMEOUT 420 SKIP_RETURN_CODE 77)

@@ -150,7 +150,10 @@ int main(int argc, char **argv)
             if (fd < 0 || write(fd, buf, len) != (ssize_t)len) { perror("mutant"); return 1; }
             close(fd);
             char why[512];
-            char *check[] = {argv[1], path, i % 2 ? "--dump-ir" : "--check", NULL};
+            /* --arch none: the front end and the plan, not NVRTC (test_nvrtc_models
+             * compiles every model; here a compile per mutant would dominate) */
+            char *check[] = {argv[1], path, i % 2 ? "--dump-ir" : "--check", "--arch", "none", NULL};
+            if (i % 2) check[3] = NULL;
             char *train[] = {argv[1], path, "--steps", "2", "-q", NULL};
             int code = 1, ok = run_one(check, &code, why, sizeof why) == 0;
             runs++;

@@ -512,16 +512,25 @@ static double init_value(const IrTensor *t, int i, uint64_t seed, int64_t el)
     CGC_INTERNAL("tensor %s has an unknown init %d", t->name, (int)t->init);
 }
 
+void cpu_tensor_init_values(const IrProgram *p, int i, uint64_t seed, float *out)
+{
+    CGC_ASSERT(i >= 0 && i < p->ntensors);
+    const IrTensor *t = &p->tensors[i];
+    int64_t n = ir_numel(&t->shape, NULL);
+    for (int64_t el = 0; el < n; el++) out[el] = (float)init_value(t, i, seed, el);
+}
+
 void cpu_exec_init_tensors(CpuExec *e, uint64_t seed)
 {
     for (int i = 0; i < e->p->ntensors; i++) {
+        if (e->real == CPU_F32) {
+            cpu_tensor_init_values(e->p, i, seed, e->tensors[i]);
+            continue;
+        }
+        /* f64 (gradient checks) keeps the draws' double precision. */
         const IrTensor *t = &e->p->tensors[i];
         int64_t n = ir_numel(&t->shape, NULL);
-        for (int64_t el = 0; el < n; el++) {
-            double v = init_value(t, i, seed, el);
-            if (e->real == CPU_F64) ((double *)e->tensors[i])[el] = v;
-            else ((float *)e->tensors[i])[el] = (float)v;
-        }
+        for (int64_t el = 0; el < n; el++) ((double *)e->tensors[i])[el] = init_value(t, i, seed, el);
     }
 }
 

@@ -36,6 +36,9 @@ void cpu_exec_free(CpuExec *e);
 /* Sets every persistent tensor to its IrTensor init (uniform draws from rng.h's
  * RNG_INIT stream with SEED; counter = (tensor index << 40) + element). */
 void cpu_exec_init_tensors(CpuExec *e, uint64_t seed);
+/* The f32 initial values of persistent tensor I (as cpu_exec_init_tensors sets them in
+ * CPU_F32) into OUT (ir_numel of its shape floats): the same bits for every backend. */
+void cpu_tensor_init_values(const IrProgram *p, int i, uint64_t seed, float *out);
 
 /* The storage of persistent tensor I: float * for CPU_F32, double * for CPU_F64;
  * ir_numel(&p->tensors[i].shape, NULL) elements. Writable (checkpoints, tests). */

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The command line: --help lists every flag it accepts, usage errors exit 2, file errors
 # exit 1 with a message, --device says where it runs, a train flag means what its key
-# means in the file, and a failed flag is reported once, at the flag.
+# means in the file, and a failed flag is reported once, at the flag. Checks use
+# --arch none (no NVRTC: every change of a constant is a new module) except where the
+# compile itself is the point.
 set -uo pipefail
 cgc=$1 root=$2
 fails=0 passes=0
@@ -25,7 +27,8 @@ expect() {  # expect DESCRIPTION STATUS PATTERN -- ARGS...   (pattern searched i
 expect "help" 0 "usage: cgc FILE.net" -- --help
 for flag in --check --dump-ir --device --save --resume --stop-after --metrics --quiet --version \
             --data --batch --epochs --steps --shuffle --drop-last --optimizer --lr --schedule \
-            --precision --accumulate --clip-norm --checkpoint --memory --seed; do
+            --precision --accumulate --clip-norm --checkpoint --memory --seed \
+            --arch --devices --emit --mode --verbose; do
   expect "help mentions $flag" 0 "$flag" -- --help
 done
 expect "version" 0 "^cgc [0-9]+\.[0-9]+\.[0-9]+" -- --version
@@ -35,14 +38,25 @@ expect "missing value" 2 "needs a value" -- "$root/models/mlp.net" --batch
 expect "two files" 2 "unexpected argument" -- "$root/models/mlp.net" "$root/models/mlp.net"
 expect "missing file" 1 "cannot read /nonexistent.net" -- /nonexistent.net
 expect "check ok" 0 "ok: model mlp, 468874 parameters" -- "$root/models/mlp.net" --check
-expect "bad batch flag" 1 "^--batch:1:1: error: " -- "$root/models/mlp.net" --check --batch 0
-expect "bad precision flag" 1 "^--precision:1:1: error: " -- "$root/models/mlp.net" --check --precision fp8
-expect "bad lr" 1 "^--lr:1:1: error: adamw: lr must be a number > 0, not -1" -- "$root/models/mlp.net" --check --lr -1
+expect "bad batch flag" 1 "^--batch:1:1: error: " -- "$root/models/mlp.net" --check --arch none --batch 0
+expect "bad precision flag" 1 "^--precision:1:1: error: " -- "$root/models/mlp.net" --check --arch none --precision fp8
+expect "bad lr" 1 "^--lr:1:1: error: adamw: lr must be a number > 0, not -1" -- "$root/models/mlp.net" --check --arch none --lr -1
 # --lr is a .net expression like every other flag's value: folded, and no C-only forms.
-expect "lr folded" 0 "ok: model mlp" -- "$root/models/mlp.net" --check --lr 1/1000
-expect "lr hex refused" 1 "^--lr:1:1: error: unexpected unit 'x10'" -- "$root/models/mlp.net" --check --lr 0x10
-expect "lr caret" 1 "^--lr:1:2: error: division by zero" -- "$root/models/mlp.net" --check --lr 1/0
-expect "cuda device" 1 "no CUDA backend" -- "$root/models/regression.net" --device cuda
+expect "lr folded" 0 "ok: model mlp" -- "$root/models/mlp.net" --check --arch none --lr 1/1000
+expect "lr hex refused" 1 "^--lr:1:1: error: unexpected unit 'x10'" -- "$root/models/mlp.net" --check --arch none --lr 0x10
+expect "lr caret" 1 "^--lr:1:2: error: division by zero" -- "$root/models/mlp.net" --check --arch none --lr 1/0
+# The GPU side of the command line; a machine with a GPU runs the gpu-labelled tests instead.
+expect "devices" 0 "^(no CUDA device: |cuda:0 )" -- --devices
+if ! "$cgc" --devices | grep -q '^cuda:0'; then
+    expect "cuda device" 1 "--device cuda: no usable CUDA device: .*; use --device cpu" -- \
+        "$root/models/regression.net" --device cuda
+    expect "cuda device number" 1 "--device cuda:x: expected cuda or cuda:N" -- \
+        "$root/models/regression.net" --device cuda:x
+fi
+expect "arch needs check" 2 "--arch goes with --check" -- "$root/models/mlp.net" --arch sm_90
+expect "bad arch" 2 "--arch takes sm_XX" -- "$root/models/mlp.net" --check --arch 90
+expect "check sm_80" 0 "164 kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80
+expect "check no nvrtc" 0 "ok: model regression" -- "$root/models/regression.net" --check --arch none
 expect "bad device" 1 "unknown device 'tpu'" -- "$root/models/regression.net" --device tpu
 expect "auto device" 0 "running on the CPU" -- "$root/models/regression.net" --device auto --steps 2
 expect "unknown graph" 1 "unknown graph 'nope'" -- "$root/models/mlp.net" --dump-ir=nope

@@ -1,1 +1,49 @@
-# (filled by the CUDA backend work)
+# tests of the emu group: the CUDA emulation (tests/emu/cuda_emu.*) and generated kernels
+# run on it, compared with the CPU reference executor. The kernels are compiled at test
+# time with the C++ compiler found here; the *_asan variants build the test and the
+# kernels with AddressSanitizer.
+enable_language(CXX)
+set(EMU_DIR ${CMAKE_CURRENT_SOURCE_DIR}/emu)
+
+# The emulator compiled once at build time too, so that warnings fail the build.
+add_library(cgc_emu_warnings OBJECT emu/cuda_emu.cpp)
+set_target_properties(cgc_emu_warnings PROPERTIES CXX_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
+
+function(cgc_emu_device_lib name)   # cgc_emu_device_lib(NAME [COMPILE/LINK FLAGS...])
+  add_library(${name} STATIC emu/emu_device.c)
+  target_compile_definitions(${name} PUBLIC CGC_EMU_CXX="${CMAKE_CXX_COMPILER}"
+                             CGC_EMU_DIR="${EMU_DIR}")
+  target_include_directories(${name} PRIVATE ${CBLAS_INCLUDE_DIR})
+  target_link_libraries(${name} PUBLIC cgc_codegen cgc_cpu ${OPENBLAS_LIBRARY} ${CMAKE_DL_LIBS})
+  if(ARGN)
+    target_compile_options(${name} PUBLIC ${ARGN})
+    target_link_options(${name} PUBLIC ${ARGN})
+  endif()
+endfunction()
+cgc_emu_device_lib(cgc_emu_device)
+cgc_emu_device_lib(cgc_emu_device_asan -fsanitize=address -fno-omit-frame-pointer)
+# CUDA::cublas brings the driver stub (libcuda.so) into the link line; the runtime loads
+# the driver with dlopen, so drop what is unused, as the default link does without ASan.
+target_link_options(cgc_emu_device_asan PUBLIC -Wl,--as-needed)
+
+function(cgc_emu_test name src device labels)   # one test binary and its ctest entry
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE ${device} cgc_passes cgc_device cgc_codegen cgc_cpu)
+  add_test(NAME ${name} COMMAND ${name} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT 1500
+                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+endfunction()
+
+cgc_emu_test(test_emu_runtime emu/test_emu_runtime.c cgc_emu_device emu)
+cgc_emu_test(test_emu_runtime_asan emu/test_emu_runtime.c cgc_emu_device_asan "emu;asan" --asan)
+
+cgc_emu_test(test_emu_models emu/test_emu_models.c cgc_emu_device emu)
+cgc_emu_test(test_emu_models_asan emu/test_emu_models.c cgc_emu_device_asan "emu;asan"
+             --asan mlp:fp32 mlp:fp16 mlp:fp16:2 regression:fp32 resmlp:bf16)
+foreach(t test_emu_models test_emu_models_asan)
+  target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
+endforeach()
+
+# The same comparisons on a real GPU: label gpu, skipped (77) where none is usable.
+add_test(NAME test_gpu_models COMMAND test_emu_models --cuda)
+set_tests_properties(test_gpu_models PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)

@@ -1,0 +1,43 @@
+#!/bin/bash
+# gpu_session.sh: everything a lent GPU machine is for, in one call (see ../shared/gpu.md
+# and bench/README.md). Run from the repository root on the GPU machine, with the
+# Release build carried in build-gpu/ (scripts/pack_gpu.sh) and Fashion-MNIST in
+# data/fashion-mnist/. Logs go to $OUT (default ./gpu-out); a summary is printed last.
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+[ -f build-gpu/libs.tar.xz ] && [ ! -d build-gpu/lib ] && tar -xJf build-gpu/libs.tar.xz -C build-gpu
+export LD_LIBRARY_PATH="$PWD/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CGC_DATA_PATH="$PWD/data"
+export XDG_CACHE_HOME="$OUT/cache"
+CGC=$PWD/build-gpu/cgc
+step() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+run() {   # run NAME CMD...: logs to $OUT/NAME.log, records the exit status
+    local name=$1; shift
+    local t0=$(date +%s)
+    "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "$name: exit $rc ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/summary.txt"
+    return $rc
+}
+step "machine"
+nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1; head -15 "$OUT/nvidia-smi.txt"
+ldd "$CGC" | grep -i "not found" && echo "missing libraries: see above"
+run devices "$CGC" --devices; cat "$OUT/devices.log"
+step "compile times (cold, then warm from the cache)"
+run compile_cold "$CGC" models/mlp.net --check -v
+run compile_warm "$CGC" models/mlp.net --check -v
+grep -h "compile" "$OUT/compile_cold.log" "$OUT/compile_warm.log" | tee -a "$OUT/summary.txt"
+step "gpu tests"
+run test_cuda_device build-gpu/tests/test_cuda_device
+run test_gpu_models build-gpu/tests/test_emu_models --cuda
+tail -2 "$OUT/test_cuda_device.log" "$OUT/test_gpu_models.log" | tee -a "$OUT/summary.txt"
+run gpu_train_mlp tests/gpu/train_mlp.sh "$CGC" models
+tail -3 "$OUT/gpu_train_mlp.log" | tee -a "$OUT/summary.txt"
+run gpu_sanitizer tests/gpu/sanitizer.sh "$CGC" models
+cat "$OUT/gpu_sanitizer.log" | grep -E "memcheck|racecheck" | tee -a "$OUT/summary.txt"
+step "benchmark against PyTorch"
+run bench_eager python3 bench/bench_eager.py --cgc "$CGC" --data data/fashion-mnist --out "$OUT"
+cat "$OUT/bench_eager.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+step "done"
+cat "$OUT/summary.txt"

@@ -1,0 +1,323 @@
+/* cgc_device.h: the prelude every generated kernel includes.
+ *
+ * One text, three compilers: NVRTC (no system headers at all), nvcc -cubin (each emitted
+ * .cu on its own), and the host C++ compiler of the CUDA emulation (tests/emu), which
+ * defines CGC_EMULATE and force-includes its own header first. Whatever the emulation
+ * does not provide is written here, with a host version under CGC_EMULATE.
+ *
+ * What it holds, each kept bit for bit in step with the CPU reference executor:
+ *   - cgc_half and cgc_bf16: 16-bit storage; cgc_load gives the f32 value, cgc_store
+ *     rounds to nearest even (f16 overflows to inf), as cpu_round_f16/bf16 do
+ *     (runtime/cpu/exec.c); i32 stores truncate, NaN as 0, saturated (to_int32);
+ *   - Philox-4x32-10, rng_uniform, rng_below and rng_dropout_keep exactly as
+ *     runtime/rng.c, so a mask or a shuffle is the same on every backend;
+ *   - the scalar functions of exec_impl.h (sigmoid, gelu, their gradients);
+ *   - deterministic warp and block reductions: a fixed shuffle tree, then the warps'
+ *     partials combined in warp order by warp 0. No atomics.
+ * Reductions need blockDim.x to be a multiple of 32 (every reducing kernel uses 256).
+ */
+#ifndef CGC_DEVICE_PRELUDE_H
+#define CGC_DEVICE_PRELUDE_H
+
+/* ---- integer types ---- */
+
+#if defined(__CUDACC_RTC__)
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#elif !defined(CGC_EMULATE)
+#include <stdint.h>
+#endif
+
+#define CGC_INF __int_as_float(0x7f800000)
+#define CGC_NAN __int_as_float(0x7fffffff)
+
+/* Grid-stride loops: for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) */
+__device__ __forceinline__ int64_t cgc_thread_index()
+{
+    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t cgc_thread_count() { return (int64_t)gridDim.x * blockDim.x; }
+
+/* ---- 16-bit storage types ---- */
+
+typedef struct cgc_half { unsigned short bits; } cgc_half;
+typedef struct cgc_bf16 { unsigned short bits; } cgc_bf16;
+
+#ifdef CGC_EMULATE
+/* Host versions of the conversions: round_float of runtime/cpu/exec.c (add half a unit
+ * minus one plus the lowest kept bit, truncate; subnormals rounded by the FPU through
+ * a magic power of two), then the exact value's bits. */
+__device__ __forceinline__ float cgc_round_float(float x, int mant, float min_normal,
+                                                 float magic, float overflow_at)
+{
+    uint32_t u = __float_as_uint(x), sign = u & 0x80000000u, a = u ^ sign;
+    uint32_t shift = (uint32_t)(23 - mant);
+    uint32_t r = (a + ((1u << (shift - 1)) - 1) + ((a >> shift) & 1)) & ~((1u << shift) - 1);
+    if (a < __float_as_uint(min_normal))
+        r = __float_as_uint((__uint_as_float(a) + magic) - magic);
+    if (a >= __float_as_uint(overflow_at)) r = 0x7f800000u;
+    if (a > 0x7f800000u) r = a;   /* NaN stays NaN */
+    return __uint_as_float(r | sign);
+}
+
+__device__ __forceinline__ unsigned short cgc_f16_bits(float x)
+{
+    float y = cgc_round_float(x, 10, 0x1p-14f, 0x1p-1f, 65520.0f);
+    uint32_t u = __float_as_uint(y), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+    if (a == 0x7f800000u) return (unsigned short)(sign | 0x7c00u);
+    if (a < 0x38800000u)   /* below 2^-14: a multiple of 2^-24, exactly */
+        return (unsigned short)(sign | (uint32_t)(__uint_as_float(a) * 0x1p24f));
+    uint32_t e = (a >> 23) - 127 + 15;
+    return (unsigned short)(sign | (e << 10) | ((a >> 13) & 0x3ffu));
+}
+
+__device__ __forceinline__ float cgc_f16_value(unsigned short h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    return __uint_as_float(sign | ((e - 15 + 127) << 23) | (m << 13));
+}
+
+__device__ __forceinline__ unsigned short cgc_bf16_bits(float x)
+{
+    float y = cgc_round_float(x, 7, 0x1p-126f, 0x1p-110f, 0x1.ffp127f);
+    uint32_t u = __float_as_uint(y);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x7fc0u);
+    return (unsigned short)(u >> 16);
+}
+#else
+__device__ __forceinline__ unsigned short cgc_f16_bits(float x)
+{
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+}
+
+__device__ __forceinline__ float cgc_f16_value(unsigned short h)
+{
+    float x;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
+    return x;
+}
+
+__device__ __forceinline__ unsigned short cgc_bf16_bits(float x)
+{
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+}
+#endif
+
+/* ---- loads (to f32) and stores (rounded to the storage type) ---- */
+
+__device__ __forceinline__ float cgc_load(float x) { return x; }
+__device__ __forceinline__ float cgc_load(cgc_half x) { return cgc_f16_value(x.bits); }
+__device__ __forceinline__ float cgc_load(cgc_bf16 x)
+{
+    return __uint_as_float((uint32_t)x.bits << 16);
+}
+__device__ __forceinline__ float cgc_load(int32_t x) { return (float)x; }
+
+__device__ __forceinline__ void cgc_store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void cgc_store(cgc_half *p, float v) { p->bits = cgc_f16_bits(v); }
+__device__ __forceinline__ void cgc_store(cgc_bf16 *p, float v) { p->bits = cgc_bf16_bits(v); }
+/* As the CPU executor's to_int32: truncated, NaN as 0, saturated. */
+__device__ __forceinline__ void cgc_store(int32_t *p, float v)
+{
+    if (v != v) *p = 0;
+    else if (v >= 2147483647.0f) *p = 2147483647;
+    else if (v <= -2147483648.0f) *p = -2147483647 - 1;
+    else *p = (int32_t)v;
+}
+
+/* ---- scalar functions (exec_impl.h) ---- */
+
+__device__ __forceinline__ bool cgc_isfinite(float x)
+{
+    return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+/* max that lets NaN win, as torch.amax and the executor's MAX reduction. */
+__device__ __forceinline__ float cgc_max_nan(float m, float x)
+{
+    return (x > m || x != x) ? x : m;
+}
+
+__device__ __forceinline__ float cgc_sigmoid(float x)
+{
+    /* Two forms, so that exp never overflows. */
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float z = expf(x);
+    return z / (1.0f + z);
+}
+
+__device__ __forceinline__ float cgc_gelu(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+__device__ __forceinline__ float cgc_gelu_grad(float x)
+{
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;
+    return cdf + x * pdf;
+}
+
+__device__ __forceinline__ float cgc_gelu_tanh(float x)
+{
+    float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+__device__ __forceinline__ float cgc_gelu_tanh_grad(float x)
+{
+    float k = 0.79788456080286536f;
+    float t = tanhf(k * (x + 0.044715f * x * x * x));
+    float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+__device__ __forceinline__ float cgc_silu_grad(float x)
+{
+    float s = cgc_sigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* DROPOUT's counter input as the unsigned count rng.h expects (exec.c's to_counter). */
+__device__ __forceinline__ uint64_t cgc_to_counter(float x)
+{
+    if (!(x >= 0.0f)) return 0;
+    if (x >= 18446744073709551615.0f) return 0xffffffffffffffffull;
+    return (uint64_t)x;
+}
+
+/* ---- Philox-4x32-10 (runtime/rng.c) ---- */
+
+enum { CGC_RNG_SHUFFLE = 2, CGC_RNG_DROPOUT = 16 };
+
+__device__ __forceinline__ void cgc_philox(uint64_t seed, uint64_t stream, uint64_t counter,
+                                           uint32_t out[4])
+{
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32);
+    uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+__device__ __forceinline__ float cgc_rng_uniform(uint64_t seed, uint64_t stream, uint64_t counter)
+{
+    uint32_t r[4];
+    cgc_philox(seed, stream, counter, r);
+    return (float)(r[0] >> 8) * (1.0f / 16777216.0f);
+}
+
+/* The high 64 bits of a * b (rng.c uses unsigned __int128). */
+__device__ __forceinline__ uint64_t cgc_mulhi64(uint64_t a, uint64_t b)
+{
+#ifdef CGC_EMULATE
+    uint64_t a_lo = (uint32_t)a, a_hi = a >> 32, b_lo = (uint32_t)b, b_hi = b >> 32;
+    uint64_t p0 = a_lo * b_lo, p1 = a_lo * b_hi, p2 = a_hi * b_lo, p3 = a_hi * b_hi;
+    uint64_t mid = (p0 >> 32) + (uint32_t)p1 + (uint32_t)p2;
+    return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+#else
+    return __umul64hi(a, b);
+#endif
+}
+
+__device__ __forceinline__ uint64_t cgc_rng_below(uint64_t seed, uint64_t stream, uint64_t counter,
+                                                  uint64_t n)
+{
+    uint32_t r[4];
+    cgc_philox(seed, stream, counter, r);
+    uint64_t x = ((uint64_t)r[0] << 32) | r[1];
+    return cgc_mulhi64(x, n);
+}
+
+/* rng_dropout_keep: element ELEMENT of dropout stream S at micro-step COUNTER survives. */
+__device__ __forceinline__ bool cgc_dropout_keep(uint64_t seed, int s, uint64_t counter,
+                                                 uint64_t element, float p)
+{
+    uint64_t stream = ((uint64_t)(CGC_RNG_DROPOUT + s) << 40) | (counter & ((1ull << 40) - 1));
+    return cgc_rng_uniform(seed, stream, element) >= p;
+}
+
+/* ---- deterministic reductions ----
+ * Each block function returns the block's result to every thread, and ends with a
+ * barrier so that the next call may reuse its shared memory. */
+
+__device__ __forceinline__ double cgc_warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float cgc_warp_max_nan(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = cgc_max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Plain max (a NaN is skipped unless it comes first), as softmax's row maximum. */
+__device__ __forceinline__ float cgc_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+__device__ double cgc_block_sum(double v)
+{
+    __shared__ double part[32];
+    __shared__ double total;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    v = cgc_warp_sum(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = cgc_warp_sum(lane < nwarps ? part[lane] : 0.0);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    v = total;
+    __syncthreads();
+    return v;
+}
+
+/* NAN_WINS: torch.amax's rule (MAX); otherwise softmax's plain maximum. */
+__device__ float cgc_block_max(float v, bool nan_wins)
+{
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    v = nan_wins ? cgc_warp_max_nan(v) : cgc_warp_max(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < nwarps ? part[lane] : -CGC_INF;
+        v = nan_wins ? cgc_warp_max_nan(v) : cgc_warp_max(v);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    v = total;
+    __syncthreads();
+    return v;
+}
+
+#endif

@@ -1,0 +1,862 @@
+/* cuda.c: the CUDA renderer: one kernel per IR node (the eager mode).
+ *
+ * Each function renders one op family into a KernelDraft: the parameters (outputs
+ * first, then inputs, then seeds and runtime values, then the symbols the body uses)
+ * and the body, with every static dimension written as a literal and each symbol as an
+ * int64_t parameter sym<k>. Values are loaded as f32 (cgc_load) and stored rounded to
+ * the output's dtype (cgc_store), so the math is the CPU executor's (exec_impl.h):
+ * f32 arithmetic, sums accumulated in double, the same NaN rules. plan.c names the
+ * drafts, shares identical ones and adds the comments naming the .net lines.
+ *
+ * Only identifiers of our own making reach the text: parameter names, sym<k>, literals.
+ */
+#include "codegen_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BLOCK = 256, ITEMS_PER_THREAD = 4, MAX_BLOCKS = 65535 };
+
+/* ---- strings ---- */
+
+void sb_puts(StrBuf *b, const char *s) { sb_printf(b, "%s", s); }
+
+void sb_printf(StrBuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    CGC_ASSERT(n >= 0);
+    if (b->len + (size_t)n + 1 > b->cap) {
+        b->cap = (b->len + (size_t)n + 1) * 2;
+        b->s = xrealloc(b->s, b->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void sb_free(StrBuf *b)
+{
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}
+
+void codegen_mangle(char *dst, size_t max, const char *s)
+{
+    size_t n = 0;
+    for (; *s && n + 1 < max; s++) {
+        char c = *s;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        dst[n++] = ok ? c : '_';
+    }
+    dst[n] = '\0';
+}
+
+/* ---- types and parameters ---- */
+
+static const char *storage_ctype(DType t, bool is_const)
+{
+    static const char *const out[] = { "float *", "cgc_half *", "cgc_bf16 *", "int32_t *" };
+    static const char *const in[] = { "const float *", "const cgc_half *", "const cgc_bf16 *",
+                                      "const int32_t *" };
+    CGC_ASSERT(t >= DT_F32 && t <= DT_I32);
+    return is_const ? in[t] : out[t];
+}
+
+static DraftParam *add_param(KernelDraft *d, PlanParamType type, const char *ctype,
+                             const char *name, PlanArg arg)
+{
+    CGC_ASSERT(d->nparams < PLAN_MAX_PARAMS);
+    DraftParam *p = &d->param[d->nparams++];
+    p->type = type;
+    p->ctype = ctype;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->arg = arg;
+    return p;
+}
+
+static void add_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const)
+{
+    add_param(d, PP_PTR, storage_ctype(t, is_const), name,
+              (PlanArg){ .kind = ARG_BUFFER, .index = buffer });
+}
+
+/* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
+static void finish_symbols(KernelDraft *d)
+{
+    for (int k = 0; k < 8; k++) {
+        if (!(d->symbols & (1u << k))) continue;
+        char name[16];
+        snprintf(name, sizeof name, "sym%d", k);
+        add_param(d, PP_I64, "int64_t", name, (PlanArg){ .kind = ARG_SYMBOL, .index = k });
+    }
+}
+
+/* ---- dimensions as C expressions ---- */
+
+/* The product of dims [from, to) of S: literals multiplied out, symbols by name. */
+static void dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf, size_t n)
+{
+    int64_t lit = 1;
+    char syms[96] = "";
+    for (int i = from; i < to; i++) {
+        int64_t v = s->dim[i];
+        if (!IR_DIM_IS_SYM(v)) {
+            lit *= v;
+            continue;
+        }
+        int k = IR_DIM_SYMBOL(v);
+        CGC_ASSERT(k >= 0 && k < 8);
+        d->symbols |= 1u << k;
+        size_t used = strlen(syms);
+        snprintf(syms + used, sizeof syms - used, "%ssym%d", used ? " * " : "", k);
+    }
+    if (!syms[0]) snprintf(buf, n, "%lld", (long long)lit);
+    else if (lit == 1) snprintf(buf, n, "%s", syms);
+    else snprintf(buf, n, "%s * %lld", syms, (long long)lit);
+}
+
+static void numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n)
+{
+    dims_expr(d, s, 0, s->rank, buf, n);
+}
+
+static bool shape_is_one(const Shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (s->dim[i] != 1) return false;
+    return true;
+}
+
+/* ---- literals ---- */
+
+/* V as a float literal that reads back as exactly (float)V: the shortest of %.6g..%.9g
+ * that round-trips, always with a point or exponent; inf and nan through the prelude. */
+static void float_literal(double v, char *buf, size_t n)
+{
+    float f = (float)v;
+    if (isnan(f)) {
+        snprintf(buf, n, "CGC_NAN");
+        return;
+    }
+    if (isinf(f)) {
+        snprintf(buf, n, f > 0 ? "CGC_INF" : "(-CGC_INF)");
+        return;
+    }
+    char num[48];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(num, sizeof num, "%.*g", prec, (double)f);
+        if (strtof(num, NULL) == f) break;
+    }
+    if (!strpbrk(num, ".eEn")) strcat(num, ".0");
+    snprintf(buf, n, f < 0 || (f == 0 && signbit(f)) ? "(%sf)" : "%sf", num);
+}
+
+/* ---- launch geometry ---- */
+
+static void launch_elementwise(KernelDraft *d, const Shape *work)
+{
+    d->block = BLOCK;
+    d->work = *work;
+    d->items_per_block = BLOCK * ITEMS_PER_THREAD;
+    d->max_blocks = MAX_BLOCKS;
+}
+
+/* One block per row (reductions, softmax): WORK is the shape of the rows. */
+static void launch_rows(KernelDraft *d, Shape work)
+{
+    d->block = BLOCK;
+    d->work = work;
+    d->items_per_block = 1;
+    d->max_blocks = MAX_BLOCKS;
+}
+
+static void launch_single_block(KernelDraft *d, int block)
+{
+    d->block = block;
+    d->work = ir_shape0();
+    d->items_per_block = 1;
+    d->max_blocks = 1;
+}
+
+/* ---- elementwise ops ---- */
+
+/* The f32 expression of an elementwise op over locals x (unary), a, b (binary) and c, a,
+ * b (select): exec_impl.h's unary_span, binary_loop and select_span. */
+static const char *elementwise_expr(IrOp op)
+{
+    switch (op) {
+    case IR_NEG: return "-x";
+    case IR_EXP: return "expf(x)";
+    case IR_LOG: return "logf(x)";
+    case IR_SQRT: return "sqrtf(x)";
+    case IR_RSQRT: return "1.0f / sqrtf(x)";
+    case IR_ABS: return "fabsf(x)";
+    case IR_SIGN: return "x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x";
+    case IR_RELU: return "x < 0.0f ? 0.0f : x";
+    case IR_GELU: return "cgc_gelu(x)";
+    case IR_GELU_TANH: return "cgc_gelu_tanh(x)";
+    case IR_TANH: return "tanhf(x)";
+    case IR_SIGMOID: return "cgc_sigmoid(x)";
+    case IR_SILU: return "x * cgc_sigmoid(x)";
+    case IR_COS: return "cosf(x)";
+    case IR_FLOOR: return "floorf(x)";
+    case IR_NONFINITE: return "cgc_isfinite(x) ? 0.0f : 1.0f";
+    case IR_CAST: return "x";   /* the store rounds */
+    case IR_BROADCAST: return "x";
+    case IR_ADD: return "a + b";
+    case IR_SUB: return "a - b";
+    case IR_MUL: return "a * b";
+    case IR_DIV: return "a / b";
+    case IR_MAXIMUM: return "(a >= b || a != a) ? a : b";   /* NaN wins, a on ties */
+    case IR_MINIMUM: return "(a <= b || a != a) ? a : b";
+    case IR_POW: return "powf(a, b)";
+    case IR_LESS: return "a < b ? 1.0f : 0.0f";
+    case IR_EQUAL: return "a == b ? 1.0f : 0.0f";
+    case IR_RELU_GRAD: return "b > 0.0f ? a : 0.0f";
+    case IR_GELU_GRAD: return "a * cgc_gelu_grad(b)";
+    case IR_GELU_TANH_GRAD: return "a * cgc_gelu_tanh_grad(b)";
+    case IR_TANH_GRAD: return "a * (1.0f - b * b)";
+    case IR_SIGMOID_GRAD: return "a * b * (1.0f - b)";
+    case IR_SILU_GRAD: return "a * cgc_silu_grad(b)";
+    case IR_SELECT: return "c != 0.0f ? a : b";
+    default: CGC_INTERNAL("%s is not an elementwise op", ir_op_info[op].name);
+    }
+}
+
+/* One operand of an elementwise kernel: a buffer, or a constant inlined as a literal. */
+typedef struct Operand {
+    const char *local;      /* "x", "a", "b", "c" */
+    bool literal;
+    char text[48];          /* the literal, or the parameter's name */
+    Shape shape;
+} Operand;
+
+/* "i" when the operand has the output's shape, "0" when it is one element, else the
+ * sum of the coordinates it does not broadcast times its strides. Sets bit j of *COORDS
+ * for each coordinate i<j> it uses. */
+static void operand_offset(KernelDraft *d, const Shape *out, const Shape *in, char *buf,
+                           size_t n, unsigned *coords)
+{
+    if (ir_shape_equal(out, in)) {
+        snprintf(buf, n, "i");
+        return;
+    }
+    if (shape_is_one(in)) {
+        snprintf(buf, n, "0");
+        return;
+    }
+    int lead = out->rank - in->rank;
+    buf[0] = '\0';
+    for (int j = 0; j < in->rank; j++) {
+        if (in->dim[j] == 1) continue;
+        char stride[64];
+        dims_expr(d, in, j + 1, in->rank, stride, sizeof stride);
+        size_t used = strlen(buf);
+        *coords |= 1u << (j + lead);
+        if (strcmp(stride, "1") == 0)
+            snprintf(buf + used, n - used, "%si%d", used ? " + " : "", j + lead);
+        else
+            snprintf(buf + used, n - used, "%si%d * %s", used ? " + " : "", j + lead, stride);
+    }
+    if (!buf[0]) snprintf(buf, n, "0");
+}
+
+/* The coordinates i<j> of output element i that COORDS asks for. */
+static void render_coords(KernelDraft *d, const Shape *out, unsigned coords)
+{
+    int lo = 0;
+    while (!(coords & (1u << lo))) lo++;
+    if (out->rank == 1 || (lo == 0 && out->rank == 1)) {
+        sb_puts(&d->body, "        const int64_t i0 = i;\n");
+        return;
+    }
+    sb_puts(&d->body, "        int64_t rest = i;\n");
+    for (int j = out->rank - 1; j > lo; j--) {
+        char dim[32];
+        dims_expr(d, out, j, j + 1, dim, sizeof dim);
+        if (coords & (1u << j)) sb_printf(&d->body, "        const int64_t i%d = rest %% %s;\n", j, dim);
+        sb_printf(&d->body, "        rest /= %s;\n", dim);
+    }
+    if (lo == 0) {
+        sb_puts(&d->body, "        const int64_t i0 = rest;\n");
+    } else {
+        char dim[32];
+        dims_expr(d, out, lo, lo + 1, dim, sizeof dim);
+        sb_printf(&d->body, "        const int64_t i%d = rest %% %s;\n", lo, dim);
+    }
+}
+
+/* out[i] = EXPR(operands) over OUT_SHAPE, each operand broadcast to it. */
+static void render_map(KernelDraft *d, const Shape *out_shape, const Operand *ops, int nops,
+                       const char *expr)
+{
+    char n[96], off[IR_MAX_IN][160];
+    unsigned coords = 0;
+    numel_expr(d, out_shape, n, sizeof n);
+    for (int k = 0; k < nops; k++)
+        if (!ops[k].literal)
+            operand_offset(d, out_shape, &ops[k].shape, off[k], sizeof off[k], &coords);
+    sb_printf(&d->body, "    const int64_t n = %s;\n", n);
+    sb_puts(&d->body, "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n");
+    if (coords) render_coords(d, out_shape, coords);
+    for (int k = 0; k < nops; k++) {
+        if (ops[k].literal)
+            sb_printf(&d->body, "        const float %s = %s;\n", ops[k].local, ops[k].text);
+        else
+            sb_printf(&d->body, "        const float %s = cgc_load(%s[%s]);\n", ops[k].local,
+                      ops[k].text, off[k]);
+    }
+    sb_printf(&d->body, "        cgc_store(&out[i], %s);\n", expr);
+    sb_puts(&d->body, "    }\n");
+}
+
+/* An f32 CONST operand of an elementwise op is written into the kernel. */
+static bool inlinable(const IrNode *in)
+{
+    return in->op == IR_CONST && in->dtype == DT_F32;
+}
+
+static void render_elementwise(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    static const char *const locals[][3] = { { "x" }, { "a", "b" }, { "c", "a", "b" } };
+    static const char *const params[][3] = { { "in_x" }, { "in_a", "in_b" },
+                                             { "in_cond", "in_a", "in_b" } };
+    const IrNode *node = &ctx->g->nodes[id];
+    int which = node->nin - 1;
+    Operand ops[IR_MAX_IN];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    for (int k = 0; k < node->nin; k++) {
+        const IrNode *in = &ctx->g->nodes[node->in[k]];
+        ops[k] = (Operand){ .local = locals[which][k], .shape = in->shape };
+        if (inlinable(in)) {
+            ops[k].literal = true;
+            float_literal(in->value, ops[k].text, sizeof ops[k].text);
+            continue;
+        }
+        snprintf(ops[k].text, sizeof ops[k].text, "%s", params[which][k]);
+        add_buffer(d, params[which][k], ctx->node_buffer[node->in[k]], in->dtype, true);
+    }
+    render_map(d, &node->shape, ops, node->nin, elementwise_expr(node->op));
+    launch_elementwise(d, &node->shape);
+}
+
+void cuda_render_copy(const RenderCtx *ctx, const char *name, int out, DType out_type,
+                      const Shape *out_shape, int src, DType src_type, const Shape *src_shape,
+                      KernelDraft *d)
+{
+    (void)ctx;
+    snprintf(d->name, sizeof d->name, "%s", name);
+    add_buffer(d, "out", out, out_type, false);
+    add_buffer(d, "in_x", src, src_type, true);
+    Operand op = { .local = "x", .shape = *src_shape };
+    snprintf(op.text, sizeof op.text, "in_x");
+    render_map(d, out_shape, &op, 1, "x");
+    launch_elementwise(d, out_shape);
+    finish_symbols(d);
+}
+
+/* ---- shape ops ---- */
+
+static void render_transpose(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    char n[96], rows[32], cols[32];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    numel_expr(d, &node->shape, n, sizeof n);
+    dims_expr(d, &x->shape, x->shape.rank - 2, x->shape.rank - 1, rows, sizeof rows);
+    dims_expr(d, &x->shape, x->shape.rank - 1, x->shape.rank, cols, sizeof cols);
+    sb_printf(&d->body, "    const int64_t n = %s, rows = %s, cols = %s;   /* of the input */\n",
+              n, rows, cols);
+    sb_puts(&d->body,
+            "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n"
+            "        const int64_t r = i % rows, q = i / rows, col = q % cols, b = q / cols;\n"
+            "        cgc_store(&out[i], cgc_load(in_x[(b * rows + r) * cols + col]));\n"
+            "    }\n");
+    launch_elementwise(d, &node->shape);
+}
+
+/* REDUCE_TO: output element o sums, in double, every input element that broadcasting
+ * pairs with it; a block per output element. */
+static void render_reduce_to(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const Shape *xs = &ctx->g->nodes[node->in[0]].shape, *os = &node->shape;
+    int lead = xs->rank - os->rank;
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], ctx->g->nodes[node->in[0]].dtype, true);
+    StrBuf kept = { 0 }, red = { 0 }, base = { 0 }, off = { 0 };
+    Shape rs = { 0 };   /* the reduced dimensions, outermost first */
+    int red_dim[IR_MAX_RANK];
+    for (int j = 0; j < xs->rank; j++) {
+        bool reduced = j < lead || (os->dim[j - lead] == 1 && xs->dim[j] != 1);
+        if (reduced) red_dim[rs.rank] = j, rs.dim[rs.rank++] = xs->dim[j];
+    }
+    char stride[64], dim[32], nout[96], nred[96];
+    /* kept coordinates from o, innermost first */
+    sb_puts(&kept, "        int64_t rest = o;\n");
+    for (int j = xs->rank - 1; j >= lead; j--) {
+        if (os->dim[j - lead] == 1) continue;
+        dims_expr(d, os, j - lead, j - lead + 1, dim, sizeof dim);
+        dims_expr(d, xs, j + 1, xs->rank, stride, sizeof stride);
+        sb_printf(&kept, "        const int64_t k%d = rest %% %s;\n        rest /= %s;\n", j, dim, dim);
+        sb_printf(&base, "%sk%d * %s", base.len ? " + " : "", j, stride);
+    }
+    sb_puts(&red, "            int64_t left = r;\n");
+    for (int t = rs.rank - 1; t >= 0; t--) {
+        int j = red_dim[t];
+        dims_expr(d, xs, j, j + 1, dim, sizeof dim);
+        dims_expr(d, xs, j + 1, xs->rank, stride, sizeof stride);
+        sb_printf(&red, "            const int64_t r%d = left %% %s;\n            left /= %s;\n", j, dim, dim);
+        sb_printf(&off, " + r%d * %s", j, stride);
+    }
+    numel_expr(d, os, nout, sizeof nout);
+    numel_expr(d, &rs, nred, sizeof nred);
+    sb_printf(&d->body, "    const int64_t nout = %s, nred = %s;\n", nout, nred);
+    sb_puts(&d->body, "    for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {\n");
+    sb_puts(&d->body, kept.s);
+    sb_printf(&d->body, "        const int64_t base = %s;\n", base.len ? base.s : "0");
+    sb_puts(&d->body, "        double acc = 0.0;\n"
+                      "        for (int64_t r = threadIdx.x; r < nred; r += blockDim.x) {\n");
+    if (rs.rank) sb_puts(&d->body, red.s);
+    sb_printf(&d->body, "            acc += (double)cgc_load(in_x[base%s]);\n        }\n",
+              off.len ? off.s : "");
+    sb_puts(&d->body, "        acc = cgc_block_sum(acc);\n"
+                      "        if (threadIdx.x == 0) cgc_store(&out[o], (float)acc);\n"
+                      "    }\n");
+    launch_rows(d, *os);
+    sb_free(&kept), sb_free(&red), sb_free(&base), sb_free(&off);
+}
+
+/* ---- along an axis: X seen as [outer, len, inner] ---- */
+
+typedef struct AxisExpr {
+    char rows_n[96], len[96], inner[96];
+    Shape rows;     /* the shape of the rows: X without the axis */
+} AxisExpr;
+
+static AxisExpr axis_expr(KernelDraft *d, const Shape *x, int axis)
+{
+    AxisExpr a;
+    if (axis == IR_AXIS_ALL) {
+        snprintf(a.rows_n, sizeof a.rows_n, "1");
+        numel_expr(d, x, a.len, sizeof a.len);
+        snprintf(a.inner, sizeof a.inner, "1");
+        a.rows = ir_shape0();
+        return a;
+    }
+    CGC_ASSERT(axis >= 0 && axis < x->rank);
+    dims_expr(d, x, axis, axis + 1, a.len, sizeof a.len);
+    dims_expr(d, x, axis + 1, x->rank, a.inner, sizeof a.inner);
+    a.rows = ir_shape_reduce(x, axis);
+    numel_expr(d, &a.rows, a.rows_n, sizeof a.rows_n);
+    return a;
+}
+
+/* The loop over rows r (one block each) and `base`, the offset of the row's element 0;
+ * its elements are `inner` apart. */
+static void render_row_loop(KernelDraft *d, const AxisExpr *a)
+{
+    sb_printf(&d->body, "    const int64_t rows = %s, len = %s, inner = %s;\n", a->rows_n,
+              a->len, a->inner);
+    sb_puts(&d->body, "    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {\n"
+                      "        const int64_t base = (r / inner) * len * inner + r % inner;\n");
+}
+
+static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    AxisExpr a = axis_expr(d, &x->shape, node->axis);
+    render_row_loop(d, &a);
+    if (node->op == IR_MAX) {
+        /* NaN wins (torch.amax); the max of nothing is NaN, as on the CPU */
+        sb_puts(&d->body,
+                "        float m = -CGC_INF;\n"
+                "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x)\n"
+                "            m = cgc_max_nan(m, cgc_load(in_x[base + k * inner]));\n"
+                "        m = cgc_block_max(m, true);\n"
+                "        if (threadIdx.x == 0) cgc_store(&out[r], len == 0 ? CGC_NAN : m);\n"
+                "    }\n");
+    } else {
+        sb_puts(&d->body,
+                "        double acc = 0.0;\n"
+                "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x)\n"
+                "            acc += (double)cgc_load(in_x[base + k * inner]);\n"
+                "        acc = cgc_block_sum(acc);\n");
+        sb_printf(&d->body, "        if (threadIdx.x == 0) cgc_store(&out[r], (float)%s);\n    }\n",
+                  node->op == IR_MEAN ? "(acc / (double)len)" : "acc");
+    }
+    launch_rows(d, a.rows);
+}
+
+/* SOFTMAX and LOG_SOFTMAX: the row's maximum, the sum of exp(x - max) in double, then
+ * the values (exec_impl.h's softmax_row). */
+static void render_softmax(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    AxisExpr a = axis_expr(d, &x->shape, node->axis);
+    render_row_loop(d, &a);
+    sb_puts(&d->body,
+            "        float m = -CGC_INF;\n"
+            "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
+            "            const float v = cgc_load(in_x[base + k * inner]);\n"
+            "            m = v > m ? v : m;\n"
+            "        }\n"
+            "        m = cgc_block_max(m, false);\n"
+            "        double s = 0.0;\n"
+            "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x)\n"
+            "            s += (double)expf(cgc_load(in_x[base + k * inner]) - m);\n"
+            "        s = cgc_block_sum(s);\n");
+    if (node->op == IR_SOFTMAX)
+        sb_puts(&d->body,
+                "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
+                "            const float z = expf(cgc_load(in_x[base + k * inner]) - m);\n"
+                "            cgc_store(&out[base + k * inner], (float)((double)z / s));\n"
+                "        }\n    }\n");
+    else
+        sb_puts(&d->body,
+                "        const float lse = m + (float)log(s);\n"
+                "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x)\n"
+                "            cgc_store(&out[base + k * inner], cgc_load(in_x[base + k * inner]) - lse);\n"
+                "    }\n");
+    launch_rows(d, a.rows);
+}
+
+/* SOFTMAX_GRAD: y (d - sum(d y)); LOG_SOFTMAX_GRAD: d - e^y sum(d). */
+static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *dn = &ctx->g->nodes[node->in[0]], *yn = &ctx->g->nodes[node->in[1]];
+    bool soft = node->op == IR_SOFTMAX_GRAD;
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
+    add_buffer(d, "in_y", ctx->node_buffer[node->in[1]], yn->dtype, true);
+    AxisExpr a = axis_expr(d, &dn->shape, node->axis);
+    render_row_loop(d, &a);
+    sb_printf(&d->body,
+              "        double s = 0.0;\n"
+              "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
+              "            const int64_t at = base + k * inner;\n"
+              "            s += %s;\n"
+              "        }\n"
+              "        const float sum = (float)cgc_block_sum(s);\n"
+              "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
+              "            const int64_t at = base + k * inner;\n"
+              "            const float dv = cgc_load(in_d[at]), y = cgc_load(in_y[at]);\n"
+              "            cgc_store(&out[at], %s);\n"
+              "        }\n    }\n",
+              soft ? "(double)cgc_load(in_d[at]) * (double)cgc_load(in_y[at])"
+                   : "(double)cgc_load(in_d[at])",
+              soft ? "y * (dv - sum)" : "dv - expf(y) * sum");
+    launch_rows(d, a.rows);
+}
+
+/* ---- losses and metrics: logits [N, C], labels i32 [N] ---- */
+
+/* Declares n and c, and the loop's row lse (in double) for thread-owned row r. */
+static void render_loss_head(KernelDraft *d, const Shape *logits, bool block_stride)
+{
+    char n[32], c[32];
+    dims_expr(d, logits, 0, 1, n, sizeof n);
+    dims_expr(d, logits, 1, 2, c, sizeof c);
+    sb_printf(&d->body, "    const int64_t n = %s, c = %s;\n", n, c);
+    sb_puts(&d->body, block_stride
+                          ? "    for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {\n"
+                          : "    for (int64_t r = cgc_thread_index(); r < n; r += cgc_thread_count()) {\n");
+}
+
+static void render_lse(KernelDraft *d)
+{
+    sb_puts(&d->body,
+            "        float m = cgc_load(logits[r * c]);\n"
+            "        for (int64_t k = 1; k < c; k++) {\n"
+            "            const float v = cgc_load(logits[r * c + k]);\n"
+            "            m = v > m ? v : m;\n"
+            "        }\n"
+            "        double s = 0.0;\n"
+            "        for (int64_t k = 0; k < c; k++) s += (double)expf(cgc_load(logits[r * c + k]) - m);\n"
+            "        const double lse = (double)m + log(s);\n"
+            "        const int32_t label = labels[r];\n");
+}
+
+static void add_loss_inputs(const RenderCtx *ctx, const IrNode *node, KernelDraft *d, int first)
+{
+    const IrNode *lg = &ctx->g->nodes[node->in[first]], *lb = &ctx->g->nodes[node->in[first + 1]];
+    CGC_ASSERT(lg->shape.rank == 2 && lb->dtype == DT_I32);
+    add_buffer(d, "logits", ctx->node_buffer[node->in[first]], lg->dtype, true);
+    add_buffer(d, "labels", ctx->node_buffer[node->in[first + 1]], DT_I32, true);
+}
+
+/* Mean over the rows of logsumexp - logit[label], in double, by one block. A label out
+ * of range makes the loss NaN (the CPU executor reports it as an error). */
+static void render_cross_entropy(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_loss_inputs(ctx, node, d, 0);
+    sb_puts(&d->body, "    if (blockIdx.x != 0) return;\n    double part = 0.0;\n");
+    render_loss_head(d, &ctx->g->nodes[node->in[0]].shape, true);
+    render_lse(d);
+    sb_puts(&d->body,
+            "        part += (label < 0 || label >= c) ? (double)CGC_NAN\n"
+            "                                           : lse - (double)cgc_load(logits[r * c + label]);\n"
+            "    }\n"
+            "    const double total = cgc_block_sum(part);\n"
+            "    if (threadIdx.x == 0) cgc_store(&out[0], (float)(total / (double)n));\n");
+    launch_single_block(d, BLOCK);
+}
+
+/* d (softmax(x) - onehot(label)) / N, a thread per row. */
+static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *dn = &ctx->g->nodes[node->in[0]];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
+    add_loss_inputs(ctx, node, d, 1);
+    const Shape *ls = &ctx->g->nodes[node->in[1]].shape;
+    char n[32];
+    dims_expr(d, ls, 0, 1, n, sizeof n);
+    sb_printf(&d->body, "    const double scale = (double)cgc_load(in_d[0]) / (double)%s;\n", n);
+    render_loss_head(d, ls, false);
+    render_lse(d);
+    sb_puts(&d->body,
+            "        const bool bad = label < 0 || label >= c;\n"
+            "        for (int64_t k = 0; k < c; k++) {\n"
+            "            const double p = exp((double)cgc_load(logits[r * c + k]) - lse) - (k == label ? 1.0 : 0.0);\n"
+            "            cgc_store(&out[r * c + k], bad ? CGC_NAN : (float)(scale * p));\n"
+            "        }\n"
+            "    }\n");
+    Shape rows = { .rank = 1, .dim = { ls->dim[0] } };
+    launch_elementwise(d, &rows);
+}
+
+/* Rows whose first maximal logit is at the label, counted by one block. */
+static void render_count_correct(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_loss_inputs(ctx, node, d, 0);
+    sb_puts(&d->body, "    if (blockIdx.x != 0) return;\n    double part = 0.0;\n");
+    render_loss_head(d, &ctx->g->nodes[node->in[0]].shape, true);
+    sb_puts(&d->body,
+            "        int64_t best = 0;\n"
+            "        for (int64_t k = 1; k < c; k++)\n"
+            "            if (cgc_load(logits[r * c + k]) > cgc_load(logits[r * c + best])) best = k;\n"
+            "        part += best == labels[r] ? 1.0 : 0.0;\n"
+            "    }\n"
+            "    const double total = cgc_block_sum(part);\n"
+            "    if (threadIdx.x == 0) cgc_store(&out[0], (float)total);\n");
+    launch_single_block(d, BLOCK);
+}
+
+/* ---- the rest ---- */
+
+static void render_dropout(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]], *ctr = &ctx->g->nodes[node->in[1]];
+    char n[96], p[48], scale[48];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    add_buffer(d, "counter", ctx->node_buffer[node->in[1]], ctr->dtype, true);
+    add_param(d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
+    numel_expr(d, &node->shape, n, sizeof n);
+    float_literal(node->value, p, sizeof p);
+    float_literal(1.0 / (1.0 - node->value), scale, sizeof scale);
+    sb_printf(&d->body,
+              "    const int64_t n = %s;\n"
+              "    const uint64_t step = cgc_to_counter(cgc_load(counter[0]));\n"
+              "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n"
+              "        const bool keep = cgc_dropout_keep(seed, %d, step, (uint64_t)i, %s);\n"
+              "        cgc_store(&out[i], keep ? cgc_load(in_x[i]) * %s : 0.0f);\n"
+              "    }\n",
+              n, node->index, p, scale);
+    launch_elementwise(d, &node->shape);
+}
+
+static void render_runtime(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_param(d, PP_F32, "float", "value", (PlanArg){ .kind = ARG_RUNTIME, .index = node->index });
+    sb_puts(&d->body, "    if (blockIdx.x == 0 && threadIdx.x == 0) cgc_store(&out[0], value);\n");
+    launch_single_block(d, 32);
+}
+
+/* A RESHAPE that changes the dtype (a same-dtype one is a view): the elements in order. */
+static void render_reshape(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    Operand op = { .local = "x", .shape = node->shape };
+    snprintf(op.text, sizeof op.text, "in_x");
+    render_map(d, &node->shape, &op, 1, "x");
+    launch_elementwise(d, &node->shape);
+}
+
+static void base_name(const RenderCtx *ctx, int id, const char *what, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    char who[40];
+    if (node->name) codegen_mangle(who, sizeof who, node->name);
+    else snprintf(who, sizeof who, "%s_%d", ctx->g->name, id);
+    char tag[32];
+    codegen_mangle(tag, sizeof tag, what);
+    snprintf(d->name, sizeof d->name, "%s_%s", tag, who);
+}
+
+void cuda_render_node(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    char what[48];
+    snprintf(what, sizeof what, "%s", ir_op_name(node->op));
+    switch (ir_op_info[node->op].cls) {
+    case IR_CLASS_UNARY: case IR_CLASS_BINARY: case IR_CLASS_TERNARY:
+        render_elementwise(ctx, id, d);
+        break;
+    case IR_CLASS_REDUCE:
+        if (node->axis == IR_AXIS_ALL) snprintf(what, sizeof what, "%s_all", ir_op_name(node->op));
+        else snprintf(what, sizeof what, "%s_axis%d", ir_op_name(node->op), node->axis);
+        render_reduce(ctx, id, d);
+        break;
+    default:
+        switch (node->op) {
+        case IR_BROADCAST: render_elementwise(ctx, id, d); break;
+        case IR_RESHAPE: render_reshape(ctx, id, d); break;
+        case IR_REDUCE_TO: render_reduce_to(ctx, id, d); break;
+        case IR_TRANSPOSE: render_transpose(ctx, id, d); break;
+        case IR_SOFTMAX: case IR_LOG_SOFTMAX:
+            snprintf(what, sizeof what, "%s_axis%d", ir_op_name(node->op), node->axis);
+            render_softmax(ctx, id, d);
+            break;
+        case IR_SOFTMAX_GRAD: case IR_LOG_SOFTMAX_GRAD:
+            snprintf(what, sizeof what, "%s_axis%d", ir_op_name(node->op), node->axis);
+            render_softmax_grad(ctx, id, d);
+            break;
+        case IR_CROSS_ENTROPY: render_cross_entropy(ctx, id, d); break;
+        case IR_CE_GRAD: render_ce_grad(ctx, id, d); break;
+        case IR_COUNT_CORRECT: render_count_correct(ctx, id, d); break;
+        case IR_DROPOUT: render_dropout(ctx, id, d); break;
+        case IR_RUNTIME: render_runtime(ctx, id, d); break;
+        default: CGC_INTERNAL("no CUDA kernel for %s (node %%%d)", ir_op_info[node->op].name, id);
+        }
+    }
+    base_name(ctx, id, what, d);
+    finish_symbols(d);
+}
+
+/* ---- the data pipeline (plan.h lists what each computes) ---- */
+
+typedef struct DataKernelSpec {
+    const char *name;
+    int block;
+    const char *params;         /* "TYPE NAME" pairs separated by ", " */
+    const char *body;
+} DataKernelSpec;
+
+static const DataKernelSpec data_kernels[PDK_NUM] = {
+    [PDK_ORDER_DRAWS] = {
+        "cgc_order_draws", 256, "int32_t *draws, int64_t n, uint64_t seed, int64_t epoch",
+        "    /* draw k bounds the swap of position n - 1 - k: data_order()'s sequence */\n"
+        "    for (int64_t k = cgc_thread_index(); k < n - 1; k += cgc_thread_count())\n"
+        "        draws[k] = (int32_t)cgc_rng_below(seed, CGC_RNG_SHUFFLE,\n"
+        "                                          ((uint64_t)epoch << 40) + (uint64_t)k,\n"
+        "                                          (uint64_t)(n - k));\n" },
+    [PDK_ORDER_SHUFFLE] = {
+        "cgc_order_shuffle", 1, "int32_t *order, const int32_t *draws, int64_t n, int64_t shuffle",
+        "    /* one thread: Fisher-Yates is sequential */\n"
+        "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
+        "    for (int64_t i = 0; i < n; i++) order[i] = (int32_t)i;\n"
+        "    if (!shuffle) return;\n"
+        "    for (int64_t k = 0; k < n - 1; k++) {\n"
+        "        const int64_t i = n - 1 - k, j = draws[k];\n"
+        "        const int32_t t = order[i];\n"
+        "        order[i] = order[j];\n"
+        "        order[j] = t;\n"
+        "    }\n" },
+    [PDK_GATHER_F32] = {
+        "cgc_gather_f32", 256,
+        "float *out, const float *data, const int32_t *order, int64_t start, int64_t count, int64_t row",
+        "    for (int64_t i = cgc_thread_index(); i < count * row; i += cgc_thread_count()) {\n"
+        "        const int64_t r = i / row, col = i % row;\n"
+        "        const int64_t src = order ? (int64_t)order[start + r] : start + r;\n"
+        "        out[i] = data[src * row + col];\n"
+        "    }\n" },
+    [PDK_GATHER_I32] = {
+        "cgc_gather_i32", 256,
+        "int32_t *out, const int32_t *data, const int32_t *order, int64_t start, int64_t count, int64_t row",
+        "    for (int64_t i = cgc_thread_index(); i < count * row; i += cgc_thread_count()) {\n"
+        "        const int64_t r = i / row, col = i % row;\n"
+        "        const int64_t src = order ? (int64_t)order[start + r] : start + r;\n"
+        "        out[i] = data[src * row + col];\n"
+        "    }\n" },
+    [PDK_TRACK_LOSS] = {
+        "cgc_track_loss", 1,
+        "double *totals, const float *loss, const float *skipped, int64_t step, int64_t check_finite",
+        "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
+        "    totals[0] += (double)loss[0];\n"
+        "    totals[1] += 1.0;\n"
+        "    if (skipped) totals[2] += (double)skipped[0];\n"
+        "    if (check_finite && !cgc_isfinite(loss[0]) && totals[3] < 0.0) totals[3] = (double)step;\n" },
+    [PDK_TRACK_EVAL] = {
+        "cgc_track_eval", 1, "double *totals, const float *loss, const float *correct, int64_t count",
+        "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
+        "    totals[0] += (double)loss[0] * (double)count;\n"
+        "    if (correct) totals[1] += (double)correct[0];\n" },
+};
+
+/* Splits "TYPE NAME, TYPE NAME" into the kernel's parameter table. */
+static void data_kernel_params(const char *params, PlanKernel *k)
+{
+    static const char *const ctypes[] = { "int32_t *", "const int32_t *", "float *",
+                                          "const float *", "double *", "int64_t", "uint64_t" };
+    const char *s = params;
+    while (*s) {
+        size_t best = 0;
+        const char *ctype = NULL;
+        for (size_t i = 0; i < sizeof ctypes / sizeof ctypes[0]; i++) {
+            size_t n = strlen(ctypes[i]);
+            bool pointer = ctypes[i][n - 1] == '*';
+            if (strncmp(s, ctypes[i], n) == 0 && (pointer || s[n] == ' ') && n > best)
+                best = n, ctype = ctypes[i];
+        }
+        CGC_ASSERT(ctype && k->nparams < PLAN_MAX_PARAMS);
+        k->param_ctype[k->nparams] = ctype;
+        k->param[k->nparams++] = strchr(ctype, '*') ? PP_PTR
+                                 : strcmp(ctype, "uint64_t") == 0 ? PP_U64 : PP_I64;
+        const char *comma = strchr(s, ',');
+        s = comma ? comma + 2 : s + strlen(s);
+    }
+}
+
+void cuda_data_kernels(PlanKernel out[PDK_NUM])
+{
+    for (int i = 0; i < PDK_NUM; i++) {
+        const DataKernelSpec *spec = &data_kernels[i];
+        PlanKernel *k = &out[i];
+        memset(k, 0, sizeof *k);
+        k->name = xstrdup(spec->name);
+        k->block = spec->block;
+        data_kernel_params(spec->params, k);
+        StrBuf src = { 0 };
+        sb_printf(&src, "/* data pipeline: %s (see codegen/plan.h) */\n", spec->name);
+        sb_printf(&src, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)\n{\n%s}\n",
+                  spec->block, spec->name, spec->params, spec->body);
+        k->source = src.s;
+    }
+}

@@ -1,0 +1,14 @@
+# embed.cmake: cmake -DIN=codegen/cgc_device.h -DOUT=.../prelude.c -DNAME=plan_device_prelude -P embed.cmake
+# Writes OUT, a C file defining `const char NAME[]` with IN's text, one string literal per
+# line, so that the prelude is a real header in the tree and a string in the library.
+file(READ "${IN}" text)
+string(REPLACE "\\" "\\\\" text "${text}")
+string(REPLACE "\"" "\\\"" text "${text}")
+string(REPLACE "\t" "\\t" text "${text}")
+string(REGEX REPLACE "\n" "\\\\n\"\n    \"" text "${text}")
+file(WRITE "${OUT}.tmp"
+     "/* Generated from ${IN} by codegen/embed.cmake: edit that file, not this one. */\n"
+     "const char ${NAME}[] =\n    \"${text}\";\n")
+# Only touch OUT when the text changed, so that an unchanged header rebuilds nothing.
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")
+file(REMOVE "${OUT}.tmp")

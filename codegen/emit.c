@@ -1,0 +1,246 @@
+/* emit.c: the plan made readable: the host plan as text, --emit's files, and the
+ * thunks through which the CUDA emulation calls kernels.
+ *
+ * Everything printed here is stable (no addresses, no times), so that golden tests can
+ * compare it and a person can diff two compilations.
+ */
+#include "codegen_impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *const graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
+
+/* ---- the host plan ---- */
+
+/* "1605632" for a static shape, "3136 * N" with symbols. */
+static void bytes_str(const Plan *pl, const PlanBuffer *buf, char *out, size_t n)
+{
+    int64_t lit = (int64_t)dtype_size(buf->dtype);
+    char syms[96] = "";
+    for (int i = 0; i < buf->shape.rank; i++) {
+        int64_t d = buf->shape.dim[i];
+        if (!IR_DIM_IS_SYM(d)) {
+            lit *= d;
+            continue;
+        }
+        size_t used = strlen(syms);
+        snprintf(syms + used, sizeof syms - used, " * %s", pl->p->syms[IR_DIM_SYMBOL(d)].name);
+    }
+    snprintf(out, n, "%lld%s", (long long)lit, syms);
+}
+
+static void print_buffer(FILE *out, const Plan *pl, int i)
+{
+    const PlanBuffer *buf = &pl->buffers[i];
+    char shape[128], bytes[128], where[48];
+    ir_shape_str(pl->p, &buf->shape, shape, sizeof shape);
+    switch (buf->kind) {
+    case PB_TENSOR: snprintf(where, sizeof where, "tensor %d", buf->index); break;
+    case PB_INPUT: snprintf(where, sizeof where, "input %d", buf->index); break;
+    case PB_DATA: snprintf(where, sizeof where, "data"); break;
+    case PB_CONST: snprintf(where, sizeof where, "const %s %%%d", graph_label[buf->graph], buf->index); break;
+    case PB_NODE: snprintf(where, sizeof where, "%s %%%d", graph_label[buf->graph], buf->index); break;
+    }
+    fprintf(out, "  b%-4d %-18s %s%s  %s", i, where, ir_dtype_name(buf->dtype), shape, buf->what);
+    if (buf->alias_of >= 0) {
+        fprintf(out, "  (view of b%d)\n", buf->alias_of);
+        return;
+    }
+    bytes_str(pl, buf, bytes, sizeof bytes);
+    fprintf(out, "  %s bytes", bytes);
+    if (buf->kind == PB_CONST) fprintf(out, ", value %.9g", buf->value);
+    fputc('\n', out);
+}
+
+static void print_arg(FILE *out, const Plan *pl, const PlanArg *a)
+{
+    switch (a->kind) {
+    case ARG_BUFFER: fprintf(out, "b%d", a->index); break;
+    case ARG_SYMBOL: fprintf(out, "%s", pl->p->syms[a->index].name); break;
+    case ARG_SEED: fprintf(out, "seed"); break;
+    case ARG_I64: fprintf(out, "%lld", (long long)a->value); break;
+    case ARG_F32: fprintf(out, "%.9g", a->value); break;
+    case ARG_RUNTIME: fprintf(out, "runtime %d", a->index); break;
+    }
+}
+
+/* The kernel's parameter names, read back from its signature. */
+static void param_name(const PlanKernel *k, int i, char *out, size_t n)
+{
+    const char *s = strchr(k->source, '(');
+    const char *sig = strstr(k->source, "__launch_bounds__");
+    if (sig) s = strchr(strchr(sig, ')') + 1, '(');
+    for (int at = 0; s && at < i; at++) s = strchr(s + 1, ',');
+    out[0] = '\0';
+    if (!s) return;
+    const char *end = s + 1;
+    while (*end && *end != ',' && *end != ')') end++;
+    const char *start = end;
+    while (start > s && (start[-1] == '_' || (start[-1] >= 'a' && start[-1] <= 'z') ||
+                         (start[-1] >= 'A' && start[-1] <= 'Z') || (start[-1] >= '0' && start[-1] <= '9')))
+        start--;
+    snprintf(out, n, "%.*s", (int)(end - start), start);
+}
+
+static void print_launch(FILE *out, const Plan *pl, const PlanLaunch *l)
+{
+    const PlanKernel *k = &pl->kernels[l->kernel];
+    char work[128];
+    ir_shape_str(pl->p, &l->work, work, sizeof work);
+    fprintf(out, "launch %s: blocks = ceil(numel %s / %lld) in [1, %lld], %d threads\n", k->name,
+            work, (long long)l->items_per_block, (long long)l->max_blocks, k->block);
+    fprintf(out, "        (");
+    for (int i = 0; i < l->nargs; i++) {
+        char name[32];
+        param_name(k, i, name, sizeof name);
+        fprintf(out, "%s%s = ", i ? ", " : "", name);
+        print_arg(out, pl, &l->arg[i]);
+    }
+    fprintf(out, ")\n");
+}
+
+static void print_dim(FILE *out, const Plan *pl, int64_t d)
+{
+    if (IR_DIM_IS_SYM(d)) fprintf(out, "%s", pl->p->syms[IR_DIM_SYMBOL(d)].name);
+    else fprintf(out, "%lld", (long long)d);
+}
+
+static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
+{
+    static const char *const compute[] = { "f32", "tf32", "f32 accumulate" };
+    char batch[128];
+    ir_shape_str(pl->p, &g->batch, batch, sizeof batch);
+    fprintf(out, "gemm b%d %s = b%d %s%s @ b%d %s%s: m = ", g->c, ir_dtype_name(g->c_type), g->a,
+            ir_dtype_name(g->a_type), g->trans_a ? "^T" : "", g->b, ir_dtype_name(g->b_type),
+            g->trans_b ? "^T" : "");
+    print_dim(out, pl, g->m);
+    fprintf(out, ", n = ");
+    print_dim(out, pl, g->n);
+    fprintf(out, ", k = ");
+    print_dim(out, pl, g->k);
+    fprintf(out, ", compute %s", compute[g->compute]);
+    if (g->batch.rank)
+        fprintf(out, ", batch %s (a %s, b %s)", batch, g->a_batched ? "batched" : "shared",
+                g->b_batched ? "batched" : "shared");
+    fputc('\n', out);
+}
+
+void plan_print(FILE *out, const Plan *pl)
+{
+    fprintf(out, "host plan of %s: model %s, mode eager\n", pl->source_name, pl->p->model_name);
+    fprintf(out, "%d kernels, %d buffers\n\nbuffers (bytes with the symbols at their maxima; views take none):\n",
+            pl->nkernels, pl->nbuffers);
+    for (int i = 0; i < pl->nbuffers; i++) print_buffer(out, pl, i);
+    for (int g = 0; g < PG_NUM; g++) {
+        const PlanGraph *pg = &pl->graph[g];
+        if (!pg->ir) continue;
+        fprintf(out, "\ngraph %s: %d steps\n", graph_label[g], pg->nsteps);
+        for (int s = 0; s < pg->nsteps; s++) {
+            const PlanStep *st = &pg->steps[s];
+            fprintf(out, "  %3d  %s", s + 1, st->what);
+            if (st->loc.line > 0) fprintf(out, "  (line %d)", st->loc.line);
+            fprintf(out, "\n       ");
+            if (st->kind == STEP_GEMM) print_gemm(out, pl, &st->gemm);
+            else print_launch(out, pl, &st->launch);
+        }
+    }
+    fprintf(out, "\ndata pipeline kernels:");
+    for (int i = 0; i < PDK_NUM; i++) fprintf(out, " %s", pl->kernels[pl->data_kernel[i]].name);
+    fputc('\n', out);
+}
+
+/* ---- --emit DIR ---- */
+
+/* mkdir -p DIR. Returns 0, or -1 after an error naming the directory. */
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        cgc_error("%s: the --emit directory's name is too long", diag_quote(dir, 60));
+        return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            cgc_error("%s: cannot create the directory: %s (check the --emit path)", path, strerror(errno));
+            return -1;
+        }
+        *p = c;
+        if (c == '\0') break;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        cgc_error("%s: exists and is not a directory; give --emit a directory", dir);
+        return -1;
+    }
+    return 0;
+}
+
+static FILE *open_in(const char *dir, const char *name, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) cgc_error("%s: cannot write it: %s", path, strerror(errno));
+    return f;
+}
+
+static int close_checked(FILE *f, const char *path)
+{
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
+        cgc_error("%s: write failed (disk full?): %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int write_text(const char *dir, const char *name, const char *a, const char *b)
+{
+    char path[4352];
+    FILE *f = open_in(dir, name, path, sizeof path);
+    if (!f) return -1;
+    fputs(a, f);
+    if (b) fputs(b, f);
+    return close_checked(f, path);
+}
+
+int plan_emit(const Plan *plan, const char *dir)
+{
+    if (make_dirs(dir) != 0) return -1;
+    if (write_text(dir, "cgc_device.h", plan_device_prelude, NULL) != 0) return -1;
+    for (int k = 0; k < plan->nkernels; k++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s.cu", plan->kernels[k].name);
+        if (write_text(dir, name, "#include \"cgc_device.h\"\n\n", plan->kernels[k].source) != 0)
+            return -1;
+    }
+    char *module = plan_module_source(plan);
+    int rc = write_text(dir, "module.cu", module, NULL);
+    free(module);
+    if (rc != 0) return -1;
+    char path[4352];
+    FILE *f = open_in(dir, "host_plan.txt", path, sizeof path);
+    if (!f) return -1;
+    plan_print(f, plan);
+    return close_checked(f, path);
+}
+
+/* ---- the emulation's thunks ---- */
+
+void plan_emit_emu_thunks(FILE *out, const Plan *plan)
+{
+    fprintf(out, "/* thunks: the CUDA emulation calls kernel NAME as cgc_emu_thunk_NAME(args),\n"
+                 " * args[i] pointing at parameter i's value (cuLaunchKernel's kernelParams) */\n");
+    for (int k = 0; k < plan->nkernels; k++) {
+        const PlanKernel *kn = &plan->kernels[k];
+        fprintf(out, "extern \"C\" void cgc_emu_thunk_%s(void **args)\n{\n    %s(", kn->name, kn->name);
+        for (int i = 0; i < kn->nparams; i++)
+            fprintf(out, "%s*(%s *)args[%d]", i ? ", " : "", kn->param_ctype[i], i);
+        fprintf(out, ");\n}\n");
+    }
+}

@@ -1,0 +1,38 @@
+/* backend.h: from the command line's --device, --mode and --arch to something that runs:
+ * the CPU reference executor, or a CUDA device with the plan's module compiled (NVRTC,
+ * through the kernel cache) and loaded. */
+#ifndef CGC_BACKEND_H
+#define CGC_BACKEND_H
+
+#include <stdbool.h>
+
+#include "../codegen/plan.h"
+#include "device.h"
+
+typedef struct Backend {
+    Device *device;         /* NULL: the CPU reference executor */
+    Plan *plan;             /* the plan the device's module was built from */
+    int ordinal;
+} Backend;
+
+typedef struct BackendOptions {
+    const char *device;     /* "auto", "cpu", "cuda", "cuda:N" */
+    PlanMode mode;
+    const char *net_path;
+    const char *emit_dir;   /* where --emit wrote the kernels (for compile errors), or NULL */
+    bool verbose, quiet;
+} BackendOptions;
+
+/* Opens what O->device asks for. `auto` takes the first usable GPU and says so on one
+ * line, or says why there is none and takes the CPU. Returns 0, or -1 after reporting. */
+int backend_open(const IrProgram *p, const BackendOptions *o, Backend *out);
+void backend_close(Backend *b);
+
+/* --check: compiles the plan's module with NVRTC for ARCH (sm_XX as 90; 0: the first
+ * device's, or sm_90 without one) and reports what was compiled. Returns 0 or -1. */
+int backend_check_compile(const IrProgram *p, const BackendOptions *o, int arch);
+
+/* "sm_90" -> 90; "none" -> -1 (no NVRTC compile); 0 when malformed. */
+int backend_parse_arch(const char *s);
+
+#endif

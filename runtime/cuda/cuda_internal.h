@@ -1,0 +1,82 @@
+/* cuda_internal.h: what the files of runtime/cuda/ share: the driver API table (the
+ * driver is loaded at run time, never linked), error reporting, and the device's state.
+ * Not for use outside runtime/cuda/. */
+#ifndef CGC_CUDA_INTERNAL_H
+#define CGC_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <stdbool.h>
+
+#include "../device.h"
+
+/* Every driver entry point cgc uses, by the exact symbol libcuda.so.1 exports (the
+ * versioned _v2 names where cuda.h maps the plain name to one). The table's types come
+ * from cuda.h's prototypes, so a wrong signature does not compile. */
+#define CUDA_DRIVER_FUNCS(X)                                                              \
+    X(cuGetErrorName) X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion)                 \
+    X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem_v2)          \
+    X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2)   \
+    X(cuCtxSetCurrent) X(cuMemGetInfo_v2) X(cuModuleLoadData) X(cuModuleUnload)           \
+    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2)      \
+    X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)         \
+    X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuMemAlloc_v2)       \
+    X(cuMemFree_v2) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)    \
+    X(cuMemHostAlloc) X(cuMemFreeHost)
+
+#define CUDA_DRIVER_FIELD(sym) __typeof__(sym) *sym;
+typedef struct CudaDriver {
+    CUDA_DRIVER_FUNCS(CUDA_DRIVER_FIELD)
+} CudaDriver;
+#undef CUDA_DRIVER_FIELD
+
+extern CudaDriver cu;
+
+/* Loads libcuda.so.1 and calls cuInit once per process; false with WHY (a sentence) when
+ * there is no usable driver. Later calls give the first answer. */
+bool cuda_driver_load(char *why, size_t why_len);
+
+/* Reports a failed driver call R of CALL ("cuMemAlloc_v2") and returns -1; 0 for
+ * CUDA_SUCCESS. SITE (may be NULL) names the kernel and the .net line. */
+int cuda_check(CUresult r, const char *call, const DeviceSite *site);
+/* Calls driver function F with the arguments and checks it, naming F. */
+#define CU(site, f, ...) cuda_check(cu.f(__VA_ARGS__), #f, (site))
+
+/* "NAME (description)" of R, into BUF. */
+void cuda_result_text(CUresult r, char *buf, size_t len);
+
+/* "models/mlp.net:12: kernel relu_h1 (relu h1)" or "cuda", into BUF. */
+void cuda_site_text(const DeviceSite *site, char *buf, size_t len);
+
+/* A pinned host block from host_alloc: uploads from it must wait (see device.c). */
+typedef struct PinnedBlock {
+    char *p;
+    size_t bytes;
+} PinnedBlock;
+
+typedef struct CudaDevice {
+    Device base;                /* first: a Device * is a CudaDevice * */
+    int ordinal;
+    CUdevice dev;
+    CUcontext ctx;              /* the primary context, shared with cuBLAS (runtime API) */
+    CUstream stream;            /* non-blocking: every copy, launch and GEMM goes here */
+    CUmodule module;
+    cublasHandle_t blas;
+    PinnedBlock *pinned;
+    int npinned, pinned_cap;
+    /* The last launch, for errors that surface later (at a sync). */
+    char last_kernel[128], last_what[128], last_net[256];
+    int last_line;
+} CudaDevice;
+
+struct DeviceFence {
+    CUevent event;
+    bool recorded;
+};
+
+/* cuBLAS on the device's stream (runtime/cuda/gemm.c). */
+int cuda_gemm_init(CudaDevice *cd);
+void cuda_gemm_close(CudaDevice *cd);
+int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site);
+
+#endif

@@ -1,0 +1,335 @@
+/* device.c: the cuda Device (runtime/device.h) on the driver API.
+ *
+ * One primary context (so that cuBLAS, which goes through the runtime API, uses the same
+ * one), one non-blocking stream that carries every copy, memset, launch and GEMM in
+ * order, and the module compiled by NVRTC. Nothing waits for the device except download,
+ * sync and a waiting fence query. Errors of a kernel that fail while it runs surface at
+ * the next wait: those messages name the last kernel launched. */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static CudaDevice *impl(Device *d) { return (CudaDevice *)d; }
+
+/* A failure seen at a wait: the error may belong to any kernel issued before it. */
+static int check_wait(CudaDevice *cd, CUresult r, const char *call)
+{
+    if (r == CUDA_SUCCESS) return 0;
+    cuda_check(r, call, NULL);
+    if (cd->last_kernel[0])
+        fprintf(stderr,
+                "cgc: note: the error may come from a kernel that ran before this wait; the "
+                "last launched was %s (%s) from %s:%d; run under compute-sanitizer to find "
+                "the one at fault\n",
+                cd->last_kernel, cd->last_what, cd->last_net[0] ? cd->last_net : "?",
+                cd->last_line);
+    return -1;
+}
+
+/* ---- memory ---- */
+
+static int dev_alloc(Device *d, size_t bytes, DevPtr *out)
+{
+    CudaDevice *cd = impl(d);
+    CUdeviceptr p = 0;
+    *out = 0;
+    if (bytes == 0) bytes = 1;     /* a real, distinct address even for empty buffers */
+    if (CU(NULL, cuMemAlloc_v2, &p, bytes)) {
+        fprintf(stderr, "cgc: note: the allocation was %zu bytes on %s\n", bytes, d->name);
+        return -1;
+    }
+    /* Zeroed on the stream, so that it is ordered before any use of the memory. */
+    if (CU(NULL, cuMemsetD8Async, p, 0, bytes, cd->stream)) {
+        cu.cuMemFree_v2(p);
+        return -1;
+    }
+    *out = (DevPtr)p;
+    return 0;
+}
+
+static void dev_free(Device *d, DevPtr p)
+{
+    if (!p) return;
+    /* Work still queued may use P: let it finish before the memory goes back. */
+    check_wait(impl(d), cu.cuStreamSynchronize(impl(d)->stream), "cuStreamSynchronize");
+    CU(NULL, cuMemFree_v2, (CUdeviceptr)p);
+}
+
+static bool is_pinned(CudaDevice *cd, const void *src, size_t bytes)
+{
+    const char *s = src;
+    for (int i = 0; i < cd->npinned; i++) {
+        const PinnedBlock *b = &cd->pinned[i];
+        if (s >= b->p && s < b->p + b->bytes) return true;
+        if (s < b->p && s + bytes > b->p) return true;
+    }
+    return false;
+}
+
+/* An async copy from pageable memory returns once the bytes are staged, so SRC is free
+ * at once; from pinned memory the DMA reads SRC later, so wait for it to keep the
+ * contract that SRC may be reused when upload returns. */
+static int dev_upload(Device *d, DevPtr dst, const void *src, size_t bytes)
+{
+    CudaDevice *cd = impl(d);
+    if (bytes == 0) return 0;
+    if (CU(NULL, cuMemcpyHtoDAsync_v2, (CUdeviceptr)dst, src, bytes, cd->stream)) return -1;
+    if (is_pinned(cd, src, bytes))
+        return check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+    return 0;
+}
+
+static int dev_download(Device *d, void *dst, DevPtr src, size_t bytes)
+{
+    CudaDevice *cd = impl(d);
+    if (bytes == 0) return check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+    if (CU(NULL, cuMemcpyDtoHAsync_v2, dst, (CUdeviceptr)src, bytes, cd->stream)) return -1;
+    return check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+}
+
+static int dev_download_async(Device *d, void *dst, DevPtr src, size_t bytes)
+{
+    if (bytes == 0) return 0;
+    return CU(NULL, cuMemcpyDtoHAsync_v2, dst, (CUdeviceptr)src, bytes, impl(d)->stream);
+}
+
+static void *dev_host_alloc(Device *d, size_t bytes)
+{
+    CudaDevice *cd = impl(d);
+    void *p = NULL;
+    if (CU(NULL, cuMemHostAlloc, &p, bytes ? bytes : 1, 0)) return NULL;
+    if (cd->npinned == cd->pinned_cap) {
+        int cap = cd->pinned_cap ? 2 * cd->pinned_cap : 8;
+        PinnedBlock *grown = realloc(cd->pinned, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            cu.cuMemFreeHost(p);
+            fprintf(stderr, "cgc: error: out of memory recording a pinned block\n");
+            return NULL;
+        }
+        cd->pinned = grown;
+        cd->pinned_cap = cap;
+    }
+    cd->pinned[cd->npinned++] = (PinnedBlock){p, bytes ? bytes : 1};
+    return p;
+}
+
+static void dev_host_free(Device *d, void *p)
+{
+    CudaDevice *cd = impl(d);
+    if (!p) return;
+    for (int i = 0; i < cd->npinned; i++) {
+        if (cd->pinned[i].p != p) continue;
+        cd->pinned[i] = cd->pinned[--cd->npinned];
+        break;
+    }
+    /* An async download into P may still be in flight. */
+    check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+    CU(NULL, cuMemFreeHost, p);
+}
+
+/* ---- kernels ---- */
+
+static int dev_kernel(Device *d, const char *name, void **handle)
+{
+    CUfunction f = NULL;
+    *handle = NULL;
+    CUresult r = cu.cuModuleGetFunction(&f, impl(d)->module, name);
+    if (r != CUDA_SUCCESS) {
+        DeviceSite site = {name, "lookup in the compiled module", NULL, 0};
+        return cuda_check(r, "cuModuleGetFunction", &site);
+    }
+    *handle = f;
+    return 0;
+}
+
+static void remember_launch(CudaDevice *cd, const DeviceSite *site)
+{
+    snprintf(cd->last_kernel, sizeof cd->last_kernel, "%s", site && site->kernel ? site->kernel : "?");
+    snprintf(cd->last_what, sizeof cd->last_what, "%s", site && site->what ? site->what : "");
+    snprintf(cd->last_net, sizeof cd->last_net, "%s", site && site->net_path ? site->net_path : "");
+    cd->last_line = site ? site->line : 0;
+}
+
+static int dev_launch(Device *d, void *kernel, unsigned grid, unsigned block, void **args,
+                      const DeviceSite *site)
+{
+    CudaDevice *cd = impl(d);
+    char where[512];
+    if (!kernel || grid == 0 || block == 0) {
+        cuda_site_text(site, where, sizeof where);
+        fprintf(stderr, "cgc: error: %s: cuLaunchKernel not called: %s (grid %u, block %u)\n",
+                where, !kernel ? "no kernel handle (was it looked up?)" : "empty launch", grid,
+                block);
+        return -1;
+    }
+    remember_launch(cd, site);
+    CUresult r = cu.cuLaunchKernel((CUfunction)kernel, grid, 1, 1, block, 1, 1, 0, cd->stream,
+                                   args, NULL);
+    if (r == CUDA_SUCCESS) return 0;
+    cuda_check(r, "cuLaunchKernel", site);
+    fprintf(stderr, "cgc: note: the launch was grid %u x block %u on %s\n", grid, block, d->name);
+    return -1;
+}
+
+/* ---- ordering and time ---- */
+
+static int dev_sync(Device *d)
+{
+    return check_wait(impl(d), cu.cuStreamSynchronize(impl(d)->stream), "cuStreamSynchronize");
+}
+
+static int dev_fence_new(Device *d, DeviceFence **f)
+{
+    *f = calloc(1, sizeof **f);
+    if (!*f) {
+        fprintf(stderr, "cgc: error: out of memory for a fence\n");
+        return -1;
+    }
+    if (CU(NULL, cuEventCreate, &(*f)->event, CU_EVENT_DEFAULT)) {
+        free(*f);
+        *f = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void dev_fence_free(Device *d, DeviceFence *f)
+{
+    if (!f) return;
+    CU(NULL, cuEventDestroy_v2, f->event);
+    free(f);
+}
+
+static int dev_fence_record(Device *d, DeviceFence *f)
+{
+    if (CU(NULL, cuEventRecord, f->event, impl(d)->stream)) return -1;
+    f->recorded = true;
+    return 0;
+}
+
+static int dev_fence_done(Device *d, DeviceFence *f, bool wait, bool *done)
+{
+    CudaDevice *cd = impl(d);
+    *done = false;
+    if (wait) {
+        if (check_wait(cd, cu.cuEventSynchronize(f->event), "cuEventSynchronize")) return -1;
+        *done = true;
+        return 0;
+    }
+    CUresult r = cu.cuEventQuery(f->event);
+    if (r == CUDA_ERROR_NOT_READY) return 0;
+    if (check_wait(cd, r, "cuEventQuery")) return -1;
+    *done = true;
+    return 0;
+}
+
+static int dev_fence_elapsed_ms(Device *d, DeviceFence *from, DeviceFence *to, float *ms)
+{
+    *ms = 0;
+    if (!from->recorded || !to->recorded) {
+        fprintf(stderr, "cgc: error: cuEventElapsedTime_v2 not called: a fence was never "
+                        "recorded (record both before asking for the time between them)\n");
+        return -1;
+    }
+    return CU(NULL, cuEventElapsedTime_v2, ms, from->event, to->event);
+}
+
+/* ---- opening and closing ---- */
+
+static void dev_close(Device *d)
+{
+    CudaDevice *cd = impl(d);
+    if (!cd) return;
+    if (cd->stream) check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+    cuda_gemm_close(cd);
+    for (int i = 0; i < cd->npinned; i++) cu.cuMemFreeHost(cd->pinned[i].p);
+    free(cd->pinned);
+    if (cd->module) CU(NULL, cuModuleUnload, cd->module);
+    if (cd->stream) CU(NULL, cuStreamDestroy_v2, cd->stream);
+    if (cd->ctx) CU(NULL, cuDevicePrimaryCtxRelease_v2, cd->dev);
+    free(cd);
+}
+
+static const DeviceOps cuda_ops = {
+    .alloc = dev_alloc,
+    .free = dev_free,
+    .mark_unused = NULL,
+    .upload = dev_upload,
+    .download = dev_download,
+    .download_async = dev_download_async,
+    .host_alloc = dev_host_alloc,
+    .host_free = dev_host_free,
+    .kernel = dev_kernel,
+    .launch = dev_launch,
+    .gemm = cuda_gemm,
+    .sync = dev_sync,
+    .fence_new = dev_fence_new,
+    .fence_free = dev_fence_free,
+    .fence_record = dev_fence_record,
+    .fence_done = dev_fence_done,
+    .fence_elapsed_ms = dev_fence_elapsed_ms,
+    .close = dev_close,
+};
+
+static int open_context(CudaDevice *cd)
+{
+    size_t free_bytes = 0, total = 0;
+    char name[100] = "";
+    if (CU(NULL, cuDeviceGet, &cd->dev, cd->ordinal) ||
+        CU(NULL, cuDeviceGetName, name, (int)sizeof name, cd->dev) ||
+        CU(NULL, cuDevicePrimaryCtxRetain, &cd->ctx, cd->dev))
+        return -1;
+    snprintf(cd->base.name, sizeof cd->base.name, "%s (cuda:%d)", name, cd->ordinal);
+    if (CU(NULL, cuCtxSetCurrent, cd->ctx) ||
+        CU(NULL, cuStreamCreate, &cd->stream, CU_STREAM_NON_BLOCKING) ||
+        CU(NULL, cuMemGetInfo_v2, &free_bytes, &total))
+        return -1;
+    cd->base.free_bytes = free_bytes;
+    return 0;
+}
+
+static int load_module(CudaDevice *cd, const void *cubin, size_t cubin_size)
+{
+    if (!cubin || cubin_size == 0) {
+        fprintf(stderr, "cgc: error: cuda_open: no compiled module to load (cuda_compile "
+                        "first)\n");
+        return -1;
+    }
+    CUresult r = cu.cuModuleLoadData(&cd->module, cubin);
+    if (r == CUDA_SUCCESS) return 0;
+    cuda_check(r, "cuModuleLoadData", NULL);
+    int version = 0;
+    cu.cuDriverGetVersion(&version);
+    fprintf(stderr, "cgc: note: the module is a %zu-byte cubin from NVRTC for %s; the driver "
+                    "supports CUDA %d.%d (a driver older than the toolkit may refuse it)\n",
+            cubin_size, cd->base.name, version / 1000, version % 1000 / 10);
+    return -1;
+}
+
+int cuda_open(int ordinal, const void *cubin, size_t cubin_size, Device **out)
+{
+    char why[512];
+    *out = NULL;
+    if (!cuda_driver_load(why, sizeof why)) {
+        fprintf(stderr, "cgc: error: cannot open cuda:%d: %s\n", ordinal, why);
+        return -1;
+    }
+    CudaDevice *cd = calloc(1, sizeof *cd);
+    if (!cd) {
+        fprintf(stderr, "cgc: error: out of memory opening cuda:%d\n", ordinal);
+        return -1;
+    }
+    cd->base.ops = &cuda_ops;
+    cd->base.impl = cd;
+    cd->ordinal = ordinal;
+    if (open_context(cd) || load_module(cd, cubin, cubin_size) || cuda_gemm_init(cd)) {
+        dev_close(&cd->base);
+        return -1;
+    }
+    *out = &cd->base;
+    return 0;
+}

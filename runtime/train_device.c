@@ -1,0 +1,390 @@
+/* train_device.c: the training loop's device backend (see train_internal.h).
+ *
+ * The dataset goes to the device once; after that a step needs nothing from the host:
+ * the epoch's order is made by the plan's data kernels (cgc_order_draws, then
+ * cgc_order_shuffle: data_order()'s exact sequence), each micro-batch is gathered from
+ * it into the input buffers, and its loss, the skipped flag and the first non-finite
+ * loss are added up on the device (cgc_track_loss) in four doubles:
+ *     totals = {loss sum, micro-batches, skipped steps, first non-finite step or -1}.
+ * The host reads them back only when it prints them, asynchronously for the progress
+ * bar (a fence it polls) and waiting at the end of an epoch, which is also where a
+ * non-finite loss is reported, with the step the device recorded.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "devexec.h"
+#include "train_internal.h"
+
+enum { TOTALS = 4, MAX_DATA_GRID = 4096 };
+
+/* -v: optimizer steps timed with fences (CUDA events) around them, after a warm-up. */
+enum { TIMING_WARMUP = 50, TIMING_STEPS = 500 };
+
+typedef struct StepTiming {
+    DeviceFence *start[TIMING_STEPS], *end[TIMING_STEPS];
+    int n;                      /* steps timed so far */
+    int64_t seen;               /* steps run in this process */
+    bool open;                  /* a step's start is recorded, its end not yet */
+} StepTiming;
+
+/* One split of the dataset in device memory. */
+typedef struct DeviceSplit {
+    DevPtr x, y;                /* n * x_row f32; n * y_row i32 or f32 (0 when none) */
+} DeviceSplit;
+
+typedef struct DeviceBackend {
+    Device *d;
+    Plan *own_plan;             /* built here when RunOptions gave none */
+    const Plan *plan;
+    DevExec *e;
+    DeviceSplit train, test;
+    DevPtr draws, order;        /* int32: n - 1 swap draws, the epoch's order */
+    DevPtr totals, eval_totals; /* double[TOTALS], double[2] */
+    double *host_totals;        /* host_alloc'd target of the asynchronous reads */
+    DeviceFence *fence;
+    bool pending;               /* a read of the totals is in flight, fence recorded */
+    StepTiming *timing;         /* -v only */
+} DeviceBackend;
+
+/* A data kernel's parameter value; every parameter is 8 bytes. */
+typedef union KArg {
+    DevPtr p;
+    int64_t i;
+    uint64_t u;
+} KArg;
+
+static DeviceBackend *backend(const Trainer *t) { return t->backend; }
+
+/* ---- step timing (-v) ---- */
+
+/* Records the start (BEGIN) or end of an optimizer step when it is one of those timed. */
+static int time_step(DeviceBackend *b, bool begin)
+{
+    StepTiming *st = b->timing;
+    if (!st) return 0;
+    if (begin) {
+        if (st->seen < TIMING_WARMUP || st->n >= TIMING_STEPS) return 0;
+        if (!st->start[st->n] && (b->d->ops->fence_new(b->d, &st->start[st->n]) != 0 ||
+                                  b->d->ops->fence_new(b->d, &st->end[st->n]) != 0))
+            return -1;
+        st->open = true;
+        return b->d->ops->fence_record(b->d, st->start[st->n]);
+    }
+    st->seen++;
+    if (!st->open) return 0;
+    st->open = false;
+    return b->d->ops->fence_record(b->d, st->end[st->n++]);
+}
+
+static int compare_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Prints the median (and p10, p90) of the timed steps. */
+static void report_timing(const Trainer *t, DeviceBackend *b)
+{
+    StepTiming *st = b->timing;
+    if (t->o->quiet) return;
+    if (st->n == 0) {
+        printf("cgc: step time not measured: the run took fewer than %d steps of warm-up\n",
+               TIMING_WARMUP + 1);
+        return;
+    }
+    float ms[TIMING_STEPS];
+    bool done;
+    for (int i = 0; i < st->n; i++)
+        if (b->d->ops->fence_done(b->d, st->end[i], true, &done) != 0 ||
+            b->d->ops->fence_elapsed_ms(b->d, st->start[i], st->end[i], &ms[i]) != 0)
+            return;
+    qsort(ms, (size_t)st->n, sizeof ms[0], compare_float);
+    printf("cgc: median step %.4f ms (p10 %.4f, p90 %.4f; device time between events around "
+           "%d steps after %d of warm-up)\n", ms[st->n / 2], ms[st->n / 10], ms[st->n * 9 / 10],
+           st->n, TIMING_WARMUP);
+}
+
+/* ---- memory ---- */
+
+static int alloc_upload(DeviceBackend *b, const void *src, size_t bytes, DevPtr *out,
+                        const char *what)
+{
+    if (b->d->ops->alloc(b->d, bytes ? bytes : 4, out) != 0) {
+        *out = 0;
+        cgc_error("cannot allocate %zu bytes on %s for %s; try a smaller dataset or another "
+                  "device", bytes, b->d->name, what);
+        return -1;
+    }
+    return src && bytes ? b->d->ops->upload(b->d, *out, src, bytes) : 0;
+}
+
+static int upload_split(DeviceBackend *b, const Dataset *s, DeviceSplit *out, const char *what)
+{
+    size_t x_bytes = (size_t)(s->n * s->x_row) * sizeof(float);
+    size_t y_bytes = (size_t)(s->n * s->y_row) * (s->y_int ? sizeof(int32_t) : sizeof(float));
+    const void *y = s->y_int ? (const void *)s->y_i32 : (const void *)s->y_f32;
+    if (alloc_upload(b, s->x, x_bytes, &out->x, what) != 0) return -1;
+    return s->y_row ? alloc_upload(b, y, y_bytes, &out->y, what) : 0;
+}
+
+static void free_ptr(DeviceBackend *b, DevPtr p)
+{
+    if (p) b->d->ops->free(b->d, p);
+}
+
+/* ---- the plan's buffers the data kernels read and write ---- */
+
+static DevPtr node_buffer(const DeviceBackend *b, const IrGraph *g, IrOutputRole role)
+{
+    if (g->output[role] < 0) return 0;
+    const PlanGraph *pg = plan_graph_of(b->plan, g);
+    CGC_ASSERT(pg);
+    int buf = pg->node_buffer[g->output[role]];
+    CGC_ASSERT(buf >= 0 && b->plan->buffers[buf].dtype == DT_F32);
+    return devexec_buffer(b->e, buf);
+}
+
+/* Input I's buffer, which the gathers write in the dataset's own type. */
+static DevPtr input_buffer(const DeviceBackend *b, int i)
+{
+    int buf = b->plan->input_buffer[i];
+    DType t = b->plan->buffers[buf].dtype;
+    if (t != DT_F32 && t != DT_I32)
+        CGC_INTERNAL("input %d's buffer is %s; the gather kernels write f32 or i32", i, ir_dtype_name(t));
+    return devexec_buffer(b->e, buf);
+}
+
+/* ---- data kernels ---- */
+
+static int launch(const Trainer *t, PlanDataKernel which, int64_t work, KArg *a, int n,
+                  const char *what)
+{
+    DeviceBackend *b = backend(t);
+    int k = b->plan->data_kernel[which];
+    void *args[8];
+    CGC_ASSERT(n <= 8 && k >= 0 && k < b->plan->nkernels && b->plan->kernels[k].nparams == n);
+    for (int i = 0; i < n; i++) args[i] = &a[i];
+    /* Kernels loop over their work (plan.h), so any grid is correct; WORK 0 means a kernel
+     * that must run as one block. */
+    int64_t block = b->plan->kernels[k].block > 0 ? b->plan->kernels[k].block : 1;
+    int64_t grid = (work + block - 1) / block;
+    grid = grid < 1 ? 1 : grid > MAX_DATA_GRID ? MAX_DATA_GRID : grid;
+    return devexec_launch(b->e, k, (unsigned)grid, args, what);
+}
+
+/* Rows [start, start + count) of split S (in ORDER, or file order when 0) into the
+ * input buffers. */
+static int gather(const Trainer *t, const Dataset *d, const DeviceSplit *s, DevPtr order,
+                  int64_t start, int64_t count)
+{
+    DeviceBackend *b = backend(t);
+    KArg x[6] = {{.p = input_buffer(b, 0)}, {.p = s->x}, {.p = order}, {.i = start}, {.i = count},
+                 {.i = d->x_row}};
+    if (launch(t, PDK_GATHER_F32, count * d->x_row, x, 6, "gather the features") != 0) return -1;
+    if (!d->y_row) return 0;
+    KArg y[6] = {{.p = input_buffer(b, 1)}, {.p = s->y}, {.p = order}, {.i = start}, {.i = count},
+                 {.i = d->y_row}};
+    return launch(t, d->y_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->y_row, y, 6,
+                  "gather the labels");
+}
+
+static int run_graph(const Trainer *t, const IrGraph *g, int64_t count, int64_t micro_step)
+{
+    DevFeed feed;
+    memset(&feed, 0, sizeof feed);
+    feed.symvals[0] = count;
+    feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
+    feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
+    return devexec_run(backend(t)->e, g, &feed);
+}
+
+/* ---- the backend ---- */
+
+static int dev_open_plan(Trainer *t, DeviceBackend *b)
+{
+    b->plan = t->o->plan;
+    if (!b->plan) b->plan = b->own_plan = plan_build(t->p, PLAN_EAGER, t->o->net_path);
+    const TrainConfig *c = &t->p->cfg;
+    int64_t eval_rows = t->data.has_test ? (t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH) : 0;
+    int64_t symmax[8] = {c->batch > eval_rows ? c->batch : eval_rows};
+    b->e = devexec_new(b->plan, b->d, symmax, t->o->net_path);
+    return b->e ? 0 : -1;
+}
+
+static int dev_open(Trainer *t)
+{
+    DeviceBackend *b = t->backend = xcalloc(1, sizeof *b);
+    b->d = t->o->device;
+    t->tensors = xcalloc((size_t)(t->p->ntensors ? t->p->ntensors : 1), sizeof *t->tensors);
+    for (int i = 0; i < t->p->ntensors; i++)
+        t->tensors[i] = xcalloc((size_t)ir_numel(&t->p->tensors[i].shape, NULL) + 1, sizeof(float));
+    if (dev_open_plan(t, b) != 0) return -1;
+    int64_t n = t->data.train.n;
+    if (upload_split(b, &t->data.train, &b->train, "the training set") != 0 ||
+        (t->data.has_test && upload_split(b, &t->data.test, &b->test, "the test set") != 0) ||
+        alloc_upload(b, NULL, (size_t)n * sizeof(int32_t), &b->draws, "the data order") != 0 ||
+        alloc_upload(b, NULL, (size_t)n * sizeof(int32_t), &b->order, "the data order") != 0 ||
+        alloc_upload(b, NULL, TOTALS * sizeof(double), &b->totals, "the loss totals") != 0 ||
+        alloc_upload(b, NULL, 2 * sizeof(double), &b->eval_totals, "the loss totals") != 0)
+        return -1;
+    b->host_totals = b->d->ops->host_alloc(b->d, TOTALS * sizeof(double));
+    if (!b->host_totals) {
+        cgc_error("cannot allocate %zu bytes of host memory for %s", TOTALS * sizeof(double), b->d->name);
+        return -1;
+    }
+    if (t->o->verbose) b->timing = xcalloc(1, sizeof *b->timing);
+    return b->d->ops->fence_new(b->d, &b->fence);
+}
+
+static void dev_close(Trainer *t)
+{
+    DeviceBackend *b = backend(t);
+    if (!b) return;
+    if (b->d->ops->sync) b->d->ops->sync(b->d);     /* nothing in flight uses what we free */
+    if (b->fence) b->d->ops->fence_free(b->d, b->fence);
+    if (b->timing) {
+        report_timing(t, b);
+        for (int i = 0; i < TIMING_STEPS && b->timing->start[i]; i++) {
+            b->d->ops->fence_free(b->d, b->timing->start[i]);
+            b->d->ops->fence_free(b->d, b->timing->end[i]);
+        }
+        free(b->timing);
+    }
+    if (b->host_totals) b->d->ops->host_free(b->d, b->host_totals);
+    DevPtr ptrs[] = {b->train.x, b->train.y, b->test.x, b->test.y, b->draws, b->order,
+                     b->totals, b->eval_totals};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free_ptr(b, ptrs[i]);
+    devexec_free(b->e);
+    if (b->own_plan) plan_free(b->own_plan);
+    for (int i = 0; i < t->p->ntensors; i++) free(t->tensors[i]);
+    free(t->tensors);
+    free(b);
+}
+
+static const char *dev_where(const Trainer *t) { return backend(t)->d->name; }
+
+static int dev_init_tensors(Trainer *t) { return devexec_init_tensors(backend(t)->e, t->p->cfg.seed); }
+
+static int dev_pull_tensors(Trainer *t)
+{
+    for (int i = 0; i < t->p->ntensors; i++)
+        if (devexec_tensor_get(backend(t)->e, i, t->tensors[i]) != 0) return -1;
+    return 0;
+}
+
+static int dev_push_tensors(Trainer *t)
+{
+    for (int i = 0; i < t->p->ntensors; i++)
+        if (devexec_tensor_set(backend(t)->e, i, t->tensors[i]) != 0) return -1;
+    return 0;
+}
+
+/* The totals restart from PR (a resumed epoch continues its sums); the order of the
+ * epoch is drawn and shuffled on the device. */
+static int dev_epoch_begin(Trainer *t, const TrainProgress *pr)
+{
+    DeviceBackend *b = backend(t);
+    const TrainConfig *c = &t->p->cfg;
+    CGC_ASSERT(!b->pending);    /* the last epoch ended with a waiting read */
+    double totals[TOTALS] = {pr->loss_sum, (double)pr->loss_count, (double)pr->skipped, -1};
+    if (b->d->ops->upload(b->d, b->totals, totals, sizeof totals) != 0) return -1;
+    int64_t n = t->data.train.n;
+    KArg draws[4] = {{.p = b->draws}, {.i = n}, {.u = c->seed}, {.i = pr->epoch}};
+    KArg shuffle[4] = {{.p = b->order}, {.p = b->draws}, {.i = n}, {.i = c->shuffle}};
+    if (launch(t, PDK_ORDER_DRAWS, n - 1, draws, 4, "draw the epoch's order") != 0) return -1;
+    return launch(t, PDK_ORDER_SHUFFLE, 0, shuffle, 4, "shuffle the epoch's order");
+}
+
+static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int64_t start,
+                           int64_t count, int64_t micro_step)
+{
+    DeviceBackend *b = backend(t);
+    int64_t k = micro_step % t->p->cfg.accumulate;
+    if (k == 0 && time_step(b, true) != 0) return -1;
+    if (gather(t, &t->data.train, &b->train, b->order, start, count) != 0) return -1;
+    if (run_graph(t, g, count, micro_step) != 0) return -1;
+    /* The skipped flag counts once per optimizer step: the step's last graph has it. */
+    DevPtr skipped = g == &t->p->train ? node_buffer(b, g, IR_OUT_SKIPPED) : 0;
+    KArg a[5] = {{.p = b->totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)}, {.p = skipped},
+                 {.i = pr->step}, {.i = t->p->cfg.precision != PREC_FP16}};
+    if (launch(t, PDK_TRACK_LOSS, 0, a, 5, "add up the loss") != 0) return -1;
+    return k == t->p->cfg.accumulate - 1 ? time_step(b, false) : 0;
+}
+
+/* Queues a read of the totals into host_totals, with the fence after it. */
+static int request_totals(DeviceBackend *b)
+{
+    if (b->d->ops->download_async(b->d, b->host_totals, b->totals, TOTALS * sizeof(double)) != 0 ||
+        b->d->ops->fence_record(b->d, b->fence) != 0)
+        return -1;
+    b->pending = true;
+    return 0;
+}
+
+static int apply_totals(Trainer *t, TrainProgress *pr)
+{
+    const double *h = backend(t)->host_totals;
+    backend(t)->pending = false;
+    pr->loss_sum = h[0];
+    pr->loss_count = (int64_t)h[1];
+    pr->skipped = (int64_t)h[2];
+    return h[3] >= 0 ? train_loss_not_finite(t, (int64_t)h[3], "NaN or infinite") : 0;
+}
+
+/* Without waiting: the last read if it has landed (and a new one queued), else nothing.
+ * Waiting: a fresh read, waited for. */
+static int dev_read_totals(Trainer *t, TrainProgress *pr, bool wait)
+{
+    DeviceBackend *b = backend(t);
+    bool done = false;
+    if (wait) {
+        if (request_totals(b) != 0 || b->d->ops->fence_done(b->d, b->fence, true, &done) != 0) return -1;
+        return apply_totals(t, pr);
+    }
+    if (!b->pending) return request_totals(b);
+    if (b->d->ops->fence_done(b->d, b->fence, false, &done) != 0) return -1;
+    if (!done) return 0;
+    if (apply_totals(t, pr) != 0) return -1;
+    return request_totals(b);
+}
+
+/* The test split in file order, in batches of EVAL_BATCH; one read at the end. */
+static int dev_evaluate(Trainer *t, EvalResult *r)
+{
+    DeviceBackend *b = backend(t);
+    const Dataset *d = &t->data.test;
+    const IrGraph *g = &t->p->eval;
+    double zero[2] = {0, 0}, totals[2];
+    if (b->d->ops->upload(b->d, b->eval_totals, zero, sizeof zero) != 0) return -1;
+    for (int64_t start = 0; start < d->n; start += EVAL_BATCH) {
+        int64_t count = d->n - start < EVAL_BATCH ? d->n - start : EVAL_BATCH;
+        if (gather(t, d, &b->test, 0, start, count) != 0) return -1;
+        if (run_graph(t, g, count, 0) != 0) return -1;      /* no dropout */
+        KArg a[4] = {{.p = b->eval_totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)},
+                     {.p = node_buffer(b, g, IR_OUT_CORRECT)}, {.i = count}};
+        if (launch(t, PDK_TRACK_EVAL, 0, a, 4, "add up the test loss") != 0) return -1;
+    }
+    if (b->d->ops->download(b->d, totals, b->eval_totals, sizeof totals) != 0) return -1;
+    r->loss = totals[0] / (double)d->n;
+    r->has_accuracy = g->output[IR_OUT_CORRECT] >= 0;
+    r->accuracy = totals[1] / (double)d->n;
+    return 0;
+}
+
+static double dev_gemm_seconds(const Trainer *t) { return -1; }
+
+const TrainBackendOps train_device_backend = {
+    .open = dev_open,
+    .close = dev_close,
+    .where = dev_where,
+    .emulated = false,
+    .init_tensors = dev_init_tensors,
+    .pull_tensors = dev_pull_tensors,
+    .push_tensors = dev_push_tensors,
+    .epoch_begin = dev_epoch_begin,
+    .micro_batch = dev_micro_batch,
+    .read_totals = dev_read_totals,
+    .evaluate = dev_evaluate,
+    .gemm_seconds = dev_gemm_seconds,
+};

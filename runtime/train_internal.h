@@ -1,0 +1,74 @@
+/* train_internal.h: what train.c shares with the backends it drives (train.c holds the
+ * CPU one, train_device.c the device one). Not for use outside runtime/train*.c.
+ *
+ * The loop itself (epochs, steps, micro-batches, reporting, saving) is the same
+ * wherever the run happens; a backend does the data-dependent work: the order of an
+ * epoch, one micro-batch, the running loss totals, evaluation, and the persistent
+ * tensors as host f32 arrays for checkpoints.
+ */
+#ifndef CGC_TRAIN_INTERNAL_H
+#define CGC_TRAIN_INTERNAL_H
+
+#include <stdio.h>
+
+#include "data.h"
+#include "train.h"
+
+enum { EVAL_BATCH = 1000 };
+
+typedef struct EvalResult {
+    double loss, accuracy;
+    bool has_accuracy;
+} EvalResult;
+
+typedef struct Trainer Trainer;
+
+/* One backend. Every function returns 0, or -1 after reporting. */
+typedef struct TrainBackendOps {
+    /* Makes the backend (t->backend) and its host tensor arrays (t->tensors). */
+    int (*open)(Trainer *t);
+    void (*close)(Trainer *t);
+    const char *(*where)(const Trainer *t);     /* "the CPU", the device's name */
+    bool emulated;                              /* tf32/bf16/fp16 emulated in f32 math */
+    int (*init_tensors)(Trainer *t);            /* from the seed, as the CPU executor does */
+    int (*pull_tensors)(Trainer *t);            /* t->tensors := the current values */
+    int (*push_tensors)(Trainer *t);            /* the current values := t->tensors */
+    /* Before the first micro-batch of PR->epoch (also when resuming mid-epoch): its data
+     * order, and the running totals restarted from PR. */
+    int (*epoch_begin)(Trainer *t, const TrainProgress *pr);
+    /* Runs G on rows [start, start + count) of the epoch's order as micro-batch MICRO_STEP
+     * of optimizer step PR->step, and adds its loss (and, for the step's last graph, the
+     * skipped flag) to the running totals. */
+    int (*micro_batch)(Trainer *t, const IrGraph *g, TrainProgress *pr, int64_t start,
+                       int64_t count, int64_t micro_step);
+    /* PR's loss_sum, loss_count and skipped := the running totals. WAIT false: the latest
+     * values already at hand, without waiting (PR may be left as it is). Fails when a
+     * loss that must be finite was not. */
+    int (*read_totals)(Trainer *t, TrainProgress *pr, bool wait);
+    int (*evaluate)(Trainer *t, EvalResult *r);
+    double (*gemm_seconds)(const Trainer *t);   /* < 0: not measured */
+} TrainBackendOps;
+
+struct Trainer {
+    IrProgram *p;
+    const RunOptions *o;
+    const TrainBackendOps *ops;
+    void *backend;              /* the backend's own state */
+    float **tensors;            /* per persistent tensor: host f32 values (checkpoints) */
+    DataSplits data;
+    int64_t micro_per_epoch;    /* micro-batches walked per epoch */
+    int64_t steps_per_epoch;    /* optimizer steps per epoch */
+    int64_t total_steps;        /* optimizer steps of the whole run */
+    int64_t epochs;             /* epochs the run spans */
+    FILE *metrics;
+    bool live;                  /* stdout is a terminal: draw a progress bar */
+    double last_draw;
+};
+
+extern const TrainBackendOps train_device_backend;   /* train_device.c */
+
+/* Reports a non-finite loss at optimizer step STEP (0-based); WHAT is "NaN",
+ * "infinite", or "not finite". Returns -1. */
+int train_loss_not_finite(const Trainer *t, int64_t step, const char *what);
+
+#endif

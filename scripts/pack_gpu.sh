@@ -1,0 +1,25 @@
+#!/bin/bash
+# pack_gpu.sh: prepares what a GPU-machine session carries (see ../shared/gpu.md):
+#   build-gpu/   a Release build (that machine has no flex/bison), its test programs, and
+#                build-gpu/libs.tar.xz: the Debian libraries cgc links that a stock
+#                machine lacks (OpenBLAS and its Fortran runtime, cJSON, libgomp),
+#                compressed because carries are limited to 64 MiB in all
+#   data/fashion-mnist/   the dataset
+# On the GPU machine: `tar -xJf build-gpu/libs.tar.xz -C build-gpu` then
+# bench/gpu_session.sh (which sets LD_LIBRARY_PATH to build-gpu/lib).
+set -eu
+cd "$(dirname "$0")/.."
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-gpu -j"$(nproc)"
+mkdir -p build-gpu/lib data
+rm -f build-gpu/lib/*
+for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libcjson.so.1 libgomp.so.1; do
+    path=$(ldd build-gpu/cgc | awk -v l="$lib" '$1 == l { print $3 }')
+    [ -n "$path" ] && cp -L "$path" build-gpu/lib/
+done
+tar -cJf build-gpu/libs.tar.xz -C build-gpu lib
+rm -rf build-gpu/lib
+cp -r /usr/share/datasets/fashion-mnist data/ 2>/dev/null || echo "note: no /usr/share/datasets/fashion-mnist to copy"
+find build-gpu -name '*.o' -delete
+du -sh build-gpu data
+echo "carry: build-gpu data"

@@ -1,0 +1,30 @@
+#include "cgc_device.h"
+
+/* mlp.net line 11: ce_grad (train graph, node %26) */
+extern "C" __global__ void __launch_bounds__(256)
+ce_grad_train_26(
+    float *__restrict__ out,
+    const float *__restrict__ in_d,
+    const float *__restrict__ logits,
+    const int32_t *__restrict__ labels,
+    int64_t sym0)
+{
+    const double scale = (double)cgc_load(in_d[0]) / (double)sym0;
+    const int64_t n = sym0, c = 10;
+    for (int64_t r = cgc_thread_index(); r < n; r += cgc_thread_count()) {
+        float m = cgc_load(logits[r * c]);
+        for (int64_t k = 1; k < c; k++) {
+            const float v = cgc_load(logits[r * c + k]);
+            m = v > m ? v : m;
+        }
+        double s = 0.0;
+        for (int64_t k = 0; k < c; k++) s += (double)expf(cgc_load(logits[r * c + k]) - m);
+        const double lse = (double)m + log(s);
+        const int32_t label = labels[r];
+        const bool bad = label < 0 || label >= c;
+        for (int64_t k = 0; k < c; k++) {
+            const double p = exp((double)cgc_load(logits[r * c + k]) - lse) - (k == label ? 1.0 : 0.0);
+            cgc_store(&out[r * c + k], bad ? CGC_NAN : (float)(scale * p));
+        }
+    }
+}

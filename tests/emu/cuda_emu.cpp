@@ -1,0 +1,408 @@
+/* cuda_emu.cpp: the scheduler behind cuda_emu.h.
+ *
+ * A launch runs its blocks one after another. The threads of a block are fibers on the
+ * calling OS thread, switched by a few lines of assembly (x86-64: callee-saved registers
+ * and the stack pointer, nothing else, so a switch costs nanoseconds; ucontext would make
+ * a system call per switch). A thread runs until it finishes, reaches __syncthreads, or
+ * reaches a warp shuffle; when every thread has stopped, the scheduler releases what can
+ * be released: a warp whose live threads all wait at a shuffle, else the block when all
+ * of its live threads wait at the same barrier. When nothing can be released, the
+ * barrier can never complete (divergent code): the launch fails with a report of where
+ * each thread waits.
+ *
+ * Stacks come from a pool and go back as soon as their thread finishes, so a kernel
+ * without barriers runs its threads one by one on a single stack. Under AddressSanitizer
+ * every switch is announced (__sanitizer_start/finish_switch_fiber) so that ASan knows
+ * which stack is live.
+ */
+#include "cuda_emu.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CGC_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CGC_EMU_ASAN 1
+#endif
+#endif
+
+#ifdef CGC_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if !defined(__x86_64__)
+#error "cuda_emu.cpp switches fibers with x86-64 assembly; port cgc_emu_switch to this target"
+#endif
+
+extern "C" {
+cgc_emu_uint3 cgc_emu_thread_idx, cgc_emu_block_idx, cgc_emu_block_dim, cgc_emu_grid_dim;
+
+/* Saves the callee-saved registers on the current stack, stores the stack pointer in
+ * *SAVE_SP, and resumes the stack at TO_SP (made by an earlier switch, or by
+ * fiber_prepare). */
+void cgc_emu_switch(void **save_sp, void *to_sp);
+}
+
+asm(".text\n"
+    ".globl cgc_emu_switch\n"
+    ".hidden cgc_emu_switch\n"
+    ".type cgc_emu_switch,@function\n"
+    "cgc_emu_switch:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size cgc_emu_switch, .-cgc_emu_switch\n");
+
+namespace {
+
+enum { MAX_BLOCK = 1024, WARP = 32, STACK_BYTES = 256 * 1024 };
+
+enum FiberState {
+    F_READY,        /* may run: not started yet, or released */
+    F_BARRIER,      /* waiting at __syncthreads */
+    F_SHUFFLE,      /* waiting at a warp shuffle */
+    F_DONE,
+};
+
+struct Stack {
+    char *base;     /* usable bytes [base, base + STACK_BYTES); a guard page below */
+    bool dirty;     /* abandoned mid-kernel: ASan's shadow may still mark frames */
+};
+
+struct Fiber {
+    FiberState state;
+    bool started;
+    void *sp;
+    Stack *stack;
+    void *asan_fake_stack;
+    const char *bar_file;
+    int bar_line;
+    int shfl_kind, shfl_arg, shfl_width;
+    unsigned shfl_mask;
+    uint64_t shfl_in, shfl_out;
+};
+
+/* One launch at a time: the indices above are process globals. */
+pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+std::vector<Stack *> stack_pool;
+Fiber fibers[MAX_BLOCK];
+unsigned nthreads;
+int current = -1;                       /* the running fiber, -1 in the scheduler */
+void *sched_sp;
+void *dead_sp;                          /* where a finished fiber's last switch saves to */
+void (*launch_thunk)(void **);
+void **launch_args;
+
+/* ---- AddressSanitizer's view of the stack switches ---- */
+
+#ifdef CGC_EMU_ASAN
+void *sched_fake_stack;
+const void *sched_stack_bottom;
+size_t sched_stack_size;
+#define ASAN_START(save, bottom, size) __sanitizer_start_switch_fiber((save), (bottom), (size))
+#define ASAN_FINISH(fake, bottom, size) __sanitizer_finish_switch_fiber((fake), (bottom), (size))
+#else
+#define ASAN_START(save, bottom, size) ((void)0)
+#define ASAN_FINISH(fake, bottom, size) ((void)0)
+#endif
+
+/* ---- stacks ---- */
+
+Stack *stack_get()
+{
+    if (!stack_pool.empty()) {
+        Stack *s = stack_pool.back();
+        stack_pool.pop_back();
+#ifdef CGC_EMU_ASAN
+        if (s->dirty) ASAN_UNPOISON_MEMORY_REGION(s->base, STACK_BYTES);
+#endif
+        s->dirty = false;
+        return s;
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *m = mmap(NULL, STACK_BYTES + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "cgc: error: CUDA emulation: cannot map a %d KiB thread stack; "
+                        "free memory or use smaller blocks\n", STACK_BYTES / 1024);
+        abort();
+    }
+    mprotect(m, page, PROT_NONE);   /* overflow faults instead of corrupting */
+    Stack *s = new Stack{(char *)m + page, false};
+    return s;
+}
+
+void stack_put(Stack *s) { stack_pool.push_back(s); }
+
+/* When the kernels' shared object is unloaded: stacks go back to the system (a stack
+ * still held by a thread here would mean a launch is running, which cannot be). */
+__attribute__((destructor)) void stack_pool_release()
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (Stack *s : stack_pool) {
+#ifdef CGC_EMU_ASAN
+        ASAN_UNPOISON_MEMORY_REGION(s->base, STACK_BYTES);
+#endif
+        munmap(s->base - page, STACK_BYTES + page);
+        delete s;
+    }
+    stack_pool.clear();
+    stack_pool.shrink_to_fit();
+}
+
+/* ---- fibers ---- */
+
+void fiber_main();
+
+/* A stack on which cgc_emu_switch "returns" into fiber_main with the alignment of a
+ * function entry (rsp = 8 mod 16). */
+void fiber_prepare(Fiber *f)
+{
+    f->stack = stack_get();
+    uintptr_t top = ((uintptr_t)f->stack->base + STACK_BYTES) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;                        /* fiber_main's return address: it never returns */
+    *--sp = (void *)fiber_main;
+    for (int r = 0; r < 6; r++) *--sp = NULL;   /* rbp rbx r12-r15 */
+    f->sp = sp;
+    f->started = true;
+}
+
+/* The scheduler's side of a switch: runs fiber I until it stops. */
+void fiber_resume(unsigned i)
+{
+    Fiber *f = &fibers[i];
+    if (!f->started) fiber_prepare(f);
+    current = (int)i;
+    cgc_emu_thread_idx.x = i;
+    ASAN_START(&sched_fake_stack, f->stack->base, STACK_BYTES);
+    cgc_emu_switch(&sched_sp, f->sp);
+    ASAN_FINISH(sched_fake_stack, NULL, NULL);
+    current = -1;
+    if (f->state == F_DONE) {
+        stack_put(f->stack);
+        f->stack = NULL;
+    }
+}
+
+/* The thread's side: back to the scheduler until released. */
+void fiber_yield(Fiber *f)
+{
+    ASAN_START(&f->asan_fake_stack, sched_stack_bottom, sched_stack_size);
+    cgc_emu_switch(&f->sp, sched_sp);
+    ASAN_FINISH(f->asan_fake_stack, NULL, NULL);
+}
+
+void fiber_main()
+{
+    ASAN_FINISH(NULL, &sched_stack_bottom, &sched_stack_size);
+    Fiber *f = &fibers[current];
+    launch_thunk(launch_args);
+    f->state = F_DONE;
+    ASAN_START(NULL, sched_stack_bottom, sched_stack_size);   /* NULL: this fiber ends */
+    cgc_emu_switch(&dead_sp, sched_sp);
+    abort();   /* never resumed */
+}
+
+Fiber *running_fiber(const char *what)
+{
+    if (current < 0) {
+        fprintf(stderr, "cgc: error: CUDA emulation: %s called outside a kernel launch\n",
+                what);
+        abort();
+    }
+    return &fibers[current];
+}
+
+/* ---- releasing waiting threads ---- */
+
+/* The lane whose value a waiting thread receives, or -1 for its own. */
+int shuffle_source(const Fiber *f, unsigned lane)
+{
+    int width = f->shfl_width > 0 && f->shfl_width <= WARP ? f->shfl_width : WARP;
+    unsigned segment = lane / (unsigned)width * (unsigned)width;
+    unsigned src;
+    if (f->shfl_kind == CGC_EMU_SHFL_XOR)
+        src = lane ^ (unsigned)f->shfl_arg;
+    else
+        src = lane + (unsigned)f->shfl_arg;
+    if (src >= segment + (unsigned)width || src >= WARP) return -1;
+    return (int)src;
+}
+
+/* Warp W completes its shuffle when every live thread named in the waiters' masks
+ * waits at one. True when it did. */
+bool release_warp(unsigned w)
+{
+    unsigned first = w * WARP, end = first + WARP < nthreads ? first + WARP : nthreads;
+    unsigned mask = 0;
+    for (unsigned i = first; i < end; i++)
+        if (fibers[i].state == F_SHUFFLE) mask |= fibers[i].shfl_mask;
+    if (!mask) return false;
+    for (unsigned i = first; i < end; i++) {
+        bool named = mask & (1u << (i - first));
+        if (named && fibers[i].state != F_DONE && fibers[i].state != F_SHUFFLE) return false;
+    }
+    for (unsigned i = first; i < end; i++) {
+        Fiber *f = &fibers[i];
+        if (f->state != F_SHUFFLE) continue;
+        int src = shuffle_source(f, i - first);
+        unsigned s = first + (unsigned)src;
+        bool usable = src >= 0 && s < end && fibers[s].state == F_SHUFFLE;
+        f->shfl_out = usable ? fibers[s].shfl_in : f->shfl_in;
+    }
+    for (unsigned i = first; i < end; i++)
+        if (fibers[i].state == F_SHUFFLE) fibers[i].state = F_READY;
+    return true;
+}
+
+/* The block barrier completes when every live thread waits at the same __syncthreads. */
+bool release_barrier()
+{
+    const Fiber *site = NULL;
+    for (unsigned i = 0; i < nthreads; i++) {
+        const Fiber *f = &fibers[i];
+        if (f->state == F_DONE) continue;
+        if (f->state != F_BARRIER) return false;
+        if (!site) site = f;
+        else if (f->bar_line != site->bar_line || strcmp(f->bar_file, site->bar_file) != 0)
+            return false;
+    }
+    if (!site) return false;
+    for (unsigned i = 0; i < nthreads; i++)
+        if (fibers[i].state == F_BARRIER) fibers[i].state = F_READY;
+    return true;
+}
+
+/* "at a.cu:12" or "at a warp shuffle" or "finished", for the deadlock report. */
+void describe_wait(const Fiber *f, char *buf, size_t n)
+{
+    if (f->state == F_BARRIER) snprintf(buf, n, "wait at __syncthreads %s:%d", f->bar_file, f->bar_line);
+    else if (f->state == F_SHUFFLE) snprintf(buf, n, "wait at a warp shuffle");
+    else snprintf(buf, n, "have finished");
+}
+
+/* Prints which threads wait where, in ranges of consecutive threads alike. */
+void report_deadlock(const char *name, unsigned block, unsigned grid)
+{
+    fprintf(stderr,
+            "cgc: error: CUDA emulation: kernel %s, block %u of %u: a barrier can never "
+            "complete (a __syncthreads or warp shuffle that not every thread reaches, "
+            "e.g. inside a branch); the launch fails. Threads:\n",
+            name ? name : "(unnamed)", block, grid);
+    unsigned i = 0;
+    while (i < nthreads) {
+        char what[512], next[512];
+        describe_wait(&fibers[i], what, sizeof what);
+        unsigned j = i + 1;
+        for (; j < nthreads; j++) {
+            describe_wait(&fibers[j], next, sizeof next);
+            if (strcmp(next, what) != 0) break;
+        }
+        fprintf(stderr, "  threads %u-%u %s\n", i, j - 1, what);
+        i = j;
+    }
+}
+
+/* Gives the stacks of threads stopped mid-kernel back to the pool. */
+void abandon_block()
+{
+    for (unsigned i = 0; i < nthreads; i++) {
+        Fiber *f = &fibers[i];
+        if (!f->stack) continue;
+        f->stack->dirty = true;
+        stack_put(f->stack);
+        f->stack = NULL;
+    }
+}
+
+/* Runs every thread of one block to completion; -1 on a deadlock. */
+int run_block(unsigned block, unsigned grid, const char *name)
+{
+    cgc_emu_block_idx.x = block;
+    for (unsigned i = 0; i < nthreads; i++) fibers[i] = Fiber{};
+    for (;;) {
+        bool any_live = false;
+        for (unsigned i = 0; i < nthreads; i++) {
+            if (fibers[i].state == F_READY) fiber_resume(i);
+            any_live |= fibers[i].state != F_DONE;
+        }
+        if (!any_live) return 0;
+        bool released = false;
+        for (unsigned w = 0; w * WARP < nthreads; w++) released |= release_warp(w);
+        if (!released) released = release_barrier();
+        if (!released) {
+            report_deadlock(name, block, grid);
+            abandon_block();
+            return -1;
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" void cgc_emu_syncthreads(const char *file, int line)
+{
+    Fiber *f = running_fiber("__syncthreads");
+    f->state = F_BARRIER;
+    f->bar_file = file;
+    f->bar_line = line;
+    fiber_yield(f);
+}
+
+extern "C" uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width)
+{
+    Fiber *f = running_fiber("a warp shuffle");
+    f->state = F_SHUFFLE;
+    f->shfl_kind = kind;
+    f->shfl_mask = mask;
+    f->shfl_in = bits;
+    f->shfl_arg = arg;
+    f->shfl_width = width;
+    fiber_yield(f);
+    return f->shfl_out;
+}
+
+extern "C" int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **),
+                              void **args, const char *name)
+{
+    if (grid == 0 || block == 0 || block > MAX_BLOCK) {
+        fprintf(stderr, "cgc: error: CUDA emulation: kernel %s launched with grid %u and "
+                        "block %u; a launch needs grid >= 1 and 1 <= block <= %d\n",
+                name ? name : "(unnamed)", grid, block, (int)MAX_BLOCK);
+        return -1;
+    }
+    pthread_mutex_lock(&launch_lock);
+    nthreads = block;
+    launch_thunk = thunk;
+    launch_args = args;
+    cgc_emu_grid_dim = cgc_emu_uint3{grid, 1, 1};
+    cgc_emu_block_dim = cgc_emu_uint3{block, 1, 1};
+    cgc_emu_thread_idx = cgc_emu_uint3{0, 0, 0};
+    cgc_emu_block_idx = cgc_emu_uint3{0, 0, 0};
+    int rc = 0;
+    for (unsigned b = 0; b < grid && rc == 0; b++) rc = run_block(b, grid, name);
+    pthread_mutex_unlock(&launch_lock);
+    return rc;
+}

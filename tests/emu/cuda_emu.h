@@ -1,0 +1,130 @@
+/* cuda_emu.h: a host emulation of the CUDA execution model, so that generated kernels
+ * compile with the host C++ compiler and run on the CPU (tests compare them with the
+ * reference executor where there is no GPU).
+ *
+ * Included first (`c++ -include cuda_emu.h`) before any kernel source, it defines
+ * CGC_EMULATE and the CUDA surface the generated code uses: qualifiers, thread and block
+ * indices, __syncthreads, warp shuffles, atomics and the float intrinsics.
+ *
+ * The execution model (cuda_emu.cpp): the blocks of a grid run one after another; the
+ * threads of a block run as fibers on one OS thread and switch only at __syncthreads (a
+ * barrier of the block's live threads) and at warp shuffles (a rendezvous of the live
+ * threads of a warp of 32). So `__shared__` can be a function-local `static` (one block
+ * at a time owns it), atomics need no locking, and a kernel without barriers runs each
+ * thread straight through. A barrier that can never complete fails the launch with a
+ * message naming the kernel and block, instead of hanging.
+ */
+#ifndef CGC_CUDA_EMU_H
+#define CGC_CUDA_EMU_H
+
+#define CGC_EMULATE 1
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmath>
+
+/* ---- qualifiers ---- */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+/* Blocks run one at a time, so a function-local static is per block. */
+#define __shared__ static
+/* __restrict__ is a GNU C++ keyword already. */
+
+/* ---- indices: set by the scheduler before it resumes a thread ---- */
+struct cgc_emu_uint3 {
+    unsigned x, y, z;
+};
+extern "C" {
+extern cgc_emu_uint3 cgc_emu_thread_idx, cgc_emu_block_idx, cgc_emu_block_dim,
+    cgc_emu_grid_dim;
+}
+#define threadIdx cgc_emu_thread_idx
+#define blockIdx cgc_emu_block_idx
+#define blockDim cgc_emu_block_dim
+#define gridDim cgc_emu_grid_dim
+#define warpSize 32
+
+/* ---- synchronisation (cuda_emu.cpp) ---- */
+enum { CGC_EMU_SHFL_XOR, CGC_EMU_SHFL_DOWN };
+
+extern "C" {
+/* FILE and LINE identify the barrier: threads waiting at different barriers never
+ * release each other (divergent __syncthreads is an error, reported). */
+void cgc_emu_syncthreads(const char *file, int line);
+/* Exchanges the 64-bit pattern BITS among the warp's threads in MASK; returns the
+ * pattern of the source lane that KIND and ARG (lane mask or delta) select. */
+uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width);
+int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **), void **args,
+                   const char *name);
+}
+
+#define __syncthreads() cgc_emu_syncthreads(__FILE__, __LINE__)
+
+template <typename T> static inline uint64_t cgc_emu_to_bits(T v)
+{
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof v);
+    return b;
+}
+
+template <typename T> static inline T cgc_emu_from_bits(uint64_t b)
+{
+    T v;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
+#define CGC_EMU_SHUFFLES(T)                                                                   \
+    static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)      \
+    {                                                                                         \
+        return cgc_emu_from_bits<T>(                                                          \
+            cgc_emu_shuffle(CGC_EMU_SHFL_XOR, mask, cgc_emu_to_bits(v), lane_mask, width));   \
+    }                                                                                         \
+    static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)    \
+    {                                                                                         \
+        return cgc_emu_from_bits<T>(                                                          \
+            cgc_emu_shuffle(CGC_EMU_SHFL_DOWN, mask, cgc_emu_to_bits(v), (int)delta, width)); \
+    }
+CGC_EMU_SHUFFLES(float)
+CGC_EMU_SHUFFLES(double)
+CGC_EMU_SHUFFLES(int)
+CGC_EMU_SHUFFLES(unsigned)
+#undef CGC_EMU_SHUFFLES
+
+/* ---- atomics: threads switch only at barriers and shuffles, so a plain update is
+ * atomic ---- */
+#define CGC_EMU_ATOMIC_ADD(T)                        \
+    static inline T atomicAdd(T *address, T value)   \
+    {                                                \
+        T old = *address;                            \
+        *address = old + value;                      \
+        return old;                                  \
+    }
+CGC_EMU_ATOMIC_ADD(float)
+CGC_EMU_ATOMIC_ADD(double)
+CGC_EMU_ATOMIC_ADD(int)
+CGC_EMU_ATOMIC_ADD(unsigned long long)
+#undef CGC_EMU_ATOMIC_ADD
+
+/* ---- integer and bit intrinsics ---- */
+static inline unsigned __umulhi(unsigned a, unsigned b)
+{
+    return (unsigned)(((uint64_t)a * b) >> 32);
+}
+static inline unsigned __float_as_uint(float x) { return cgc_emu_from_bits<unsigned>(cgc_emu_to_bits(x)); }
+static inline float __uint_as_float(unsigned x) { return cgc_emu_from_bits<float>(cgc_emu_to_bits(x)); }
+static inline float __int_as_float(int x) { return cgc_emu_from_bits<float>(cgc_emu_to_bits(x)); }
+
+/* ---- float math: expf, logf, ... come from <math.h>; the classification functions
+ * are the C++ overloads, as CUDA's are. ---- */
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }   /* not in libm */
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+
+#endif

@@ -1,0 +1,496 @@
+/* emu_device.c: a Device over a shared object of emulated kernels (see emu_device.h).
+ *
+ * The GEMM is the CPU executor's MATMUL in miniature, so the two agree bit for bit where
+ * they can: operands are widened to f32 exactly (f16/bf16 patterns), rounded to tf32 for
+ * GEMM_TF32 with cpu_round_tf32, multiplied by cblas_sgemm, and the result is stored
+ * rounded to its dtype with cpu_round_f16/bf16.
+ */
+#define _GNU_SOURCE
+#include "tests/emu/emu_device.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/cpu/exec.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define ASAN_UNPOISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#endif
+
+typedef int (*EmuLaunchFn)(unsigned grid, unsigned block, void (*thunk)(void **),
+                           void **args, const char *name);
+
+typedef struct EmuKernel {
+    struct EmuKernel *next;
+    void (*thunk)(void **);
+    char name[];
+} EmuKernel;
+
+/* Live allocations, so that free can lift the poison mark_unused put on padding. */
+typedef struct EmuAlloc {
+    struct EmuAlloc *next;
+    void *p;
+    size_t bytes;
+} EmuAlloc;
+
+typedef struct EmuDevice {
+    void *so;
+    char so_path[256];
+    EmuLaunchFn launch;
+    EmuKernel *kernels;
+    EmuAlloc *allocs;
+} EmuDevice;
+
+struct DeviceFence {
+    double seconds;     /* wall time when recorded: every call has finished by then */
+};
+
+static EmuDevice *impl(Device *d) { return d->impl; }
+
+static double wall_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* "relu h1 (mlp.net:5)" for messages. */
+static const char *site_str(const DeviceSite *s, char *buf, size_t n)
+{
+    if (!s) return "(no site)";
+    snprintf(buf, n, "%s%s%s", s->what ? s->what : "", s->net_path ? " (" : "",
+             s->net_path ? s->net_path : "");
+    size_t len = strlen(buf);
+    if (s->net_path && s->line > 0) snprintf(buf + len, n - len, ":%d)", s->line);
+    else if (s->net_path) snprintf(buf + len, n - len, ")");
+    return buf;
+}
+
+/* ---- memory ---- */
+
+static int emu_alloc(Device *d, size_t bytes, DevPtr *out)
+{
+    size_t rounded = (bytes + 255) / 256 * 256;
+    if (rounded == 0) rounded = 256;
+    void *p = aligned_alloc(256, rounded);
+    EmuAlloc *a = malloc(sizeof *a);
+    if (!p || !a) {
+        free(p);
+        free(a);
+        fprintf(stderr, "cgc: error: CUDA emulation: alloc of %zu bytes failed: out of host "
+                        "memory\n", bytes);
+        return -1;
+    }
+    memset(p, 0, rounded);
+    *a = (EmuAlloc){ impl(d)->allocs, p, rounded };
+    impl(d)->allocs = a;
+    *out = (DevPtr)(uintptr_t)p;
+    return 0;
+}
+
+static void emu_free(Device *d, DevPtr p)
+{
+    for (EmuAlloc **link = &impl(d)->allocs; *link; link = &(*link)->next) {
+        EmuAlloc *a = *link;
+        if ((DevPtr)(uintptr_t)a->p != p) continue;
+        ASAN_UNPOISON_MEMORY_REGION(a->p, a->bytes);
+        *link = a->next;
+        free(a->p);
+        free(a);
+        return;
+    }
+    if (p) fprintf(stderr, "cgc: error: CUDA emulation: free of %#llx, which alloc did not "
+                           "give (ignored)\n", (unsigned long long)p);
+}
+
+static void emu_mark_unused(Device *d, DevPtr p, size_t bytes)
+{
+    ASAN_POISON_MEMORY_REGION((void *)(uintptr_t)p, bytes);
+}
+
+static int emu_upload(Device *d, DevPtr dst, const void *src, size_t bytes)
+{
+    if (bytes) memcpy((void *)(uintptr_t)dst, src, bytes);
+    return 0;
+}
+
+static int emu_download(Device *d, void *dst, DevPtr src, size_t bytes)
+{
+    if (bytes) memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return 0;
+}
+
+static void *emu_host_alloc(Device *d, size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void emu_host_free(Device *d, void *p) { free(p); }
+
+/* ---- kernels ---- */
+
+static int emu_kernel(Device *d, const char *name, void **handle)
+{
+    char sym[300];
+    snprintf(sym, sizeof sym, "cgc_emu_thunk_%s", name);
+    void *fn = dlsym(impl(d)->so, sym);
+    if (!fn) {
+        fprintf(stderr, "cgc: error: CUDA emulation: kernel %s: no symbol %s in %s; was the "
+                        "shared object built from this plan's thunks?\n",
+                name, sym, impl(d)->so_path);
+        return -1;
+    }
+    size_t len = strlen(name) + 1;
+    EmuKernel *k = malloc(sizeof *k + len);
+    if (!k) return -1;
+    k->thunk = (void (*)(void **))fn;
+    memcpy(k->name, name, len);
+    k->next = impl(d)->kernels;
+    impl(d)->kernels = k;
+    *handle = k;
+    return 0;
+}
+
+static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, void **args,
+                      const DeviceSite *site)
+{
+    EmuKernel *k = kernel;
+    if (impl(d)->launch(grid, block, k->thunk, args, k->name) == 0) return 0;
+    char buf[512];
+    fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s failed (see above)\n",
+            k->name, site_str(site, buf, sizeof buf));
+    return -1;
+}
+
+/* ---- the reference GEMM ---- */
+
+static float f16_to_f32(uint16_t bits)
+{
+    _Float16 h;
+    memcpy(&h, &bits, sizeof h);
+    return (float)h;
+}
+
+static uint16_t f32_to_f16(float x)
+{
+    _Float16 h = (_Float16)cpu_round_f16(x);   /* exact: x is rounded already */
+    uint16_t bits;
+    memcpy(&bits, &h, sizeof bits);
+    return bits;
+}
+
+static float bf16_to_f32(uint16_t bits)
+{
+    uint32_t u = (uint32_t)bits << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static uint16_t f32_to_bf16(float x)
+{
+    float r = cpu_round_bf16(x);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* N elements of type T at SRC as f32 in DST; tf32-rounded when TF32. */
+static void widen(float *dst, const void *src, int64_t n, DType t, bool tf32)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float x = t == DT_F16    ? f16_to_f32(((const uint16_t *)src)[i])
+                  : t == DT_BF16 ? bf16_to_f32(((const uint16_t *)src)[i])
+                                 : ((const float *)src)[i];
+        dst[i] = tf32 ? cpu_round_tf32(x) : x;
+    }
+}
+
+static void narrow(void *dst, const float *src, int64_t n, DType t)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (t == DT_F16) ((uint16_t *)dst)[i] = f32_to_f16(src[i]);
+        else if (t == DT_BF16) ((uint16_t *)dst)[i] = f32_to_bf16(src[i]);
+        else ((float *)dst)[i] = src[i];
+    }
+}
+
+static bool gemm_type_ok(DType t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16; }
+
+static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
+{
+    char buf[512];
+    if (!gemm_type_ok(g->a_type) || !gemm_type_ok(g->b_type) || !gemm_type_ok(g->c_type) ||
+        g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0 || g->m > INT32_MAX ||
+        g->n > INT32_MAX || g->k > INT32_MAX) {
+        fprintf(stderr, "cgc: error: CUDA emulation: GEMM for %s: unsupported call (types "
+                        "%s %s -> %s, m %lld n %lld k %lld batch %lld)\n",
+                site_str(site, buf, sizeof buf), ir_dtype_name(g->a_type),
+                ir_dtype_name(g->b_type), ir_dtype_name(g->c_type), (long long)g->m,
+                (long long)g->n, (long long)g->k, (long long)g->batch);
+        return -1;
+    }
+    int64_t an = g->m * g->k, bn = g->k * g->n, cn = g->m * g->n;
+    float *a = malloc((size_t)(an ? an : 1) * sizeof(float));
+    float *b = malloc((size_t)(bn ? bn : 1) * sizeof(float));
+    float *c = malloc((size_t)(cn ? cn : 1) * sizeof(float));
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        fprintf(stderr, "cgc: error: CUDA emulation: GEMM for %s: out of host memory\n",
+                site_str(site, buf, sizeof buf));
+        return -1;
+    }
+    bool tf32 = g->compute == GEMM_TF32;
+    size_t as = dtype_size(g->a_type), bs = dtype_size(g->b_type), cs = dtype_size(g->c_type);
+    int lda = (int)(g->trans_a ? g->m : g->k), ldb = (int)(g->trans_b ? g->k : g->n);
+    for (int64_t i = 0; i < g->batch; i++) {
+        const char *pa = (const char *)(uintptr_t)g->a + (size_t)(i * g->stride_a) * as;
+        const char *pb = (const char *)(uintptr_t)g->b + (size_t)(i * g->stride_b) * bs;
+        char *pc = (char *)(uintptr_t)g->c + (size_t)(i * g->stride_c) * cs;
+        widen(a, pa, an, g->a_type, tf32);
+        widen(b, pb, bn, g->b_type, tf32);
+        if (g->k == 0) memset(c, 0, (size_t)cn * sizeof(float));
+        else if (cn)
+            cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                        g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n,
+                        (int)g->k, 1, a, lda, b, ldb, 0, c, (int)g->n);
+        narrow(pc, c, cn, g->c_type);
+    }
+    free(a), free(b), free(c);
+    return 0;
+}
+
+/* ---- ordering and time: every call has finished when it returns ---- */
+
+static int emu_sync(Device *d) { return 0; }
+
+static int emu_fence_new(Device *d, DeviceFence **f)
+{
+    *f = calloc(1, sizeof **f);
+    return *f ? 0 : -1;
+}
+
+static void emu_fence_free(Device *d, DeviceFence *f) { free(f); }
+
+static int emu_fence_record(Device *d, DeviceFence *f)
+{
+    f->seconds = wall_seconds();
+    return 0;
+}
+
+static int emu_fence_done(Device *d, DeviceFence *f, bool wait, bool *done)
+{
+    *done = true;
+    return 0;
+}
+
+static int emu_fence_elapsed_ms(Device *d, DeviceFence *from, DeviceFence *to, float *ms)
+{
+    *ms = (float)((to->seconds - from->seconds) * 1000.0);
+    return 0;
+}
+
+static void emu_close(Device *d)
+{
+    EmuDevice *e = impl(d);
+    while (e->kernels) {
+        EmuKernel *k = e->kernels;
+        e->kernels = k->next;
+        free(k);
+    }
+    while (e->allocs) emu_free(d, (DevPtr)(uintptr_t)e->allocs->p);
+    dlclose(e->so);
+    free(e);
+    free(d);
+}
+
+static const DeviceOps emu_ops = {
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .mark_unused = emu_mark_unused,
+    .upload = emu_upload,
+    .download = emu_download,
+    .download_async = emu_download,
+    .host_alloc = emu_host_alloc,
+    .host_free = emu_host_free,
+    .kernel = emu_kernel,
+    .launch = emu_launch,
+    .gemm = emu_gemm,
+    .sync = emu_sync,
+    .fence_new = emu_fence_new,
+    .fence_free = emu_fence_free,
+    .fence_record = emu_fence_record,
+    .fence_done = emu_fence_done,
+    .fence_elapsed_ms = emu_fence_elapsed_ms,
+    .close = emu_close,
+};
+
+int emu_device_open(const char *so_path, Device **out)
+{
+    void *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!so) {
+        fprintf(stderr, "cgc: error: CUDA emulation: cannot load %s: %s\n", so_path, dlerror());
+        return -1;
+    }
+    EmuLaunchFn launch = (EmuLaunchFn)dlsym(so, "cgc_emu_launch");
+    if (!launch) {
+        fprintf(stderr, "cgc: error: CUDA emulation: %s has no cgc_emu_launch; link "
+                        "tests/emu/cuda_emu.cpp into it\n", so_path);
+        dlclose(so);
+        return -1;
+    }
+    Device *d = calloc(1, sizeof *d);
+    EmuDevice *e = calloc(1, sizeof *e);
+    if (!d || !e) {
+        free(d), free(e), dlclose(so);
+        return -1;
+    }
+    e->so = so;
+    e->launch = launch;
+    snprintf(e->so_path, sizeof e->so_path, "%s", so_path);
+    d->ops = &emu_ops;
+    d->impl = e;
+    snprintf(d->name, sizeof d->name, "CUDA emulation");
+    *out = d;
+    return 0;
+}
+
+/* ---- building a plan's kernels ---- */
+
+/* Runs ARGV (argv[0] found on PATH or absolute) and waits; 0 when it exits 0. */
+static int run_command(char *const *argv)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "cgc: error: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+int emu_compile_so(const char *const *srcs, int nsrcs, const char *include_dir, bool asan,
+                   const char *out)
+{
+    char inc[300] = "";
+    if (include_dir) snprintf(inc, sizeof inc, "-I%s", include_dir);
+    const char *fixed[] = {
+        CGC_EMU_CXX, "-std=c++17", "-O1", "-g", "-fPIC", "-shared",
+        "-include", CGC_EMU_DIR "/cuda_emu.h",
+    };
+    enum { NFIXED = sizeof fixed / sizeof fixed[0] };
+    const char **argv = calloc((size_t)nsrcs * 2 + NFIXED + 8, sizeof *argv);
+    if (!argv) return -1;
+    int n = 0;
+    for (int i = 0; i < NFIXED; i++) argv[n++] = fixed[i];
+    if (include_dir) argv[n++] = inc;
+    if (asan) argv[n++] = "-fsanitize=address";
+    for (int i = 0; i < nsrcs; i++) {
+        size_t len = strlen(srcs[i]);
+        bool cu = len > 3 && strcmp(srcs[i] + len - 3, ".cu") == 0;
+        argv[n++] = cu ? "-xc++" : "-xnone";
+        argv[n++] = srcs[i];
+    }
+    argv[n++] = "-xnone";
+    argv[n++] = CGC_EMU_DIR "/cuda_emu.cpp";
+    argv[n++] = "-o";
+    argv[n++] = out;
+    argv[n] = NULL;
+    int rc = run_command((char *const *)argv);
+    free(argv);
+    if (rc != 0)
+        fprintf(stderr, "cgc: error: CUDA emulation: compiling %s with %s failed (the "
+                        "compiler's messages are above); the sources are kept\n",
+                out, CGC_EMU_CXX);
+    return rc;
+}
+
+/* Kernel names become file names; codegen promises C identifiers, checked here. */
+static bool is_identifier(const char *s)
+{
+    if (!*s || (*s >= '0' && *s <= '9')) return false;
+    for (; *s; s++)
+        if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+              (*s >= '0' && *s <= '9')))
+            return false;
+    return true;
+}
+
+/* DIR/all_kernels.cu: every kernel's .cu, then the thunks (which call the kernels, so
+ * come after them), in one translation unit, as NVRTC compiles the module: one parse of
+ * the prelude instead of one per kernel. */
+static int write_unity(const Plan *plan, const char *path, const char *thunks)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cgc: error: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    for (int k = 0; k < plan->nkernels; k++) {
+        if (!is_identifier(plan->kernels[k].name)) {
+            fprintf(stderr, "cgc: error: CUDA emulation: kernel %d has a name that is not "
+                            "a C identifier\n", k);
+            fclose(f);
+            return -1;
+        }
+        fprintf(f, "#include \"%s.cu\"\n", plan->kernels[k].name);
+    }
+    fprintf(f, "#include \"%s\"\n", thunks);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int write_thunks(const Plan *plan, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cgc: error: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    plan_emit_emu_thunks(f, plan);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+int emu_build_plan(const Plan *plan, bool asan, char *so_path, size_t so_path_len)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[200], unity[256], thunks[256];
+    snprintf(dir, sizeof dir, "%s/cgc-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "cgc: error: CUDA emulation: cannot make a directory %s: %s\n", dir,
+                strerror(errno));
+        return -1;
+    }
+    snprintf(unity, sizeof unity, "%s/all_kernels.cu", dir);
+    snprintf(thunks, sizeof thunks, "%s/thunks.cpp", dir);
+    snprintf(so_path, so_path_len, "%s/kernels.so", dir);
+    if (plan_emit(plan, dir) != 0 || write_thunks(plan, thunks) != 0 ||
+        write_unity(plan, unity, "thunks.cpp") != 0)
+        return -1;
+    const char *srcs[] = { unity };
+    return emu_compile_so(srcs, 1, dir, asan, so_path);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+void emu_remove_build(const char *so_path)
+{
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", so_path);
+    const char *dir = dirname(copy);
+    if (strstr(dir, "cgc-emu-")) nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}

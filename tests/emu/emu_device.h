@@ -1,0 +1,36 @@
+/* emu_device.h: the CUDA emulation as a Device (runtime/device.h), for tests.
+ *
+ * The kernels of a plan are compiled by the host C++ compiler against cuda_emu.h into a
+ * shared object; this device loads it and runs launches through the emulated scheduler.
+ * Memory is host memory (a DevPtr is the address), copies are memcpy, GEMMs are the
+ * reference GEMM (OpenBLAS, with the CPU executor's rounding), and every call has
+ * finished when it returns.
+ */
+#ifndef CGC_TESTS_EMU_DEVICE_H
+#define CGC_TESTS_EMU_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "codegen/plan.h"
+#include "runtime/device.h"
+
+/* Loads the kernels shared object SO_PATH (thunks named cgc_emu_thunk_NAME, and the
+ * emulator's cgc_emu_launch). Returns 0, or -1 after reporting. */
+int emu_device_open(const char *so_path, Device **out);
+
+/* Writes PLAN's kernels (plan_emit) and their thunks (plan_emit_emu_thunks) to a new
+ * temporary directory and compiles them with the emulator into DIR/kernels.so, with
+ * -fsanitize=address when ASAN. SO_PATH (room for 256 bytes) receives the path. Returns
+ * 0, or -1 after reporting (the directory is kept for inspection). */
+int emu_build_plan(const Plan *plan, bool asan, char *so_path, size_t so_path_len);
+
+/* Compiles the C++/CUDA sources SRCS (.cu files are compiled as C++) with the emulator
+ * into the shared object OUT; INCLUDE_DIR (may be NULL) is added with -I. */
+int emu_compile_so(const char *const *srcs, int nsrcs, const char *include_dir, bool asan,
+                   const char *out);
+
+/* Removes the directory holding SO_PATH (made by emu_build_plan) and everything in it. */
+void emu_remove_build(const char *so_path);
+
+#endif

@@ -1,0 +1,165 @@
+// runtime_kernels.cu: hand-written kernels that exercise the CUDA emulation
+// (test_emu_runtime.c), each with the thunk the emulated device launches it through.
+// Compiled as C++ with `-include cuda_emu.h`, as generated kernels are.
+
+#define THUNK_ARG(i, T) (*(T *)args[i])
+
+// Every block reverses its slice through shared memory: correct only if __shared__ is
+// per block and no thread reads before every thread has written.
+extern "C" __global__ void __launch_bounds__(256) block_reverse(float *out, const float *in, int64_t n)
+{
+    __shared__ float tile[256];
+    unsigned t = threadIdx.x;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + t;
+    tile[t] = i < n ? in[i] : -1.0f;
+    __syncthreads();
+    // a second phase through the same array: the barrier must order it too
+    float mine = tile[blockDim.x - 1 - t];
+    __syncthreads();
+    tile[t] = mine * 2.0f;
+    __syncthreads();
+    if (i < n) out[i] = tile[t];
+}
+
+// A shared-memory tree sum per block, with threads past the end exiting early: the
+// barrier is among the threads still running.
+extern "C" __global__ void block_sum(float *out, const float *in, int64_t n)
+{
+    __shared__ float part[128];
+    unsigned t = threadIdx.x;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + t;
+    part[t] = i < n ? in[i] : 0.0f;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
+        if (t < s) part[t] += part[t + s];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = part[0];
+}
+
+// Warp sums by xor butterflies (float, double) and by shifting down (int, unsigned).
+extern "C" __global__ void warp_sums(float *fout, double *dout, int *iout, unsigned *uout,
+                                     const float *in)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
+    float f = in[i];
+    double d = (double)in[i] * 0.5;
+    int k = (int)i;
+    unsigned u = i * 3u;
+    for (int off = 16; off > 0; off /= 2) {
+        f += __shfl_xor_sync(0xffffffffu, f, off);
+        d += __shfl_xor_sync(0xffffffffu, d, off);
+        k += __shfl_down_sync(0xffffffffu, k, off);
+        u += __shfl_down_sync(0xffffffffu, u, off);
+    }
+    fout[i] = f;      // every lane holds the warp's sum
+    dout[i] = d;
+    if (lane == 0) {  // only lane 0 holds the whole sum when shifting down
+        iout[i / 32] = k;
+        uout[i / 32] = u;
+    }
+}
+
+// Sub-warp shuffles: width 8 groups, and a down shift that runs off the group's end.
+extern "C" __global__ void shuffle_width(int *xor_out, int *down_out)
+{
+    int lane = (int)threadIdx.x;
+    xor_out[lane] = __shfl_xor_sync(0xffffffffu, lane, 1, 8);
+    down_out[lane] = __shfl_down_sync(0xffffffffu, lane, 3, 8);
+}
+
+extern "C" __global__ void atomics_all(int *count, float *fsum, double *dsum,
+                                       unsigned long long *usum)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    atomicAdd(count, 1);
+    atomicAdd(fsum, 0.5f);
+    atomicAdd(dsum, (double)i);
+    atomicAdd(usum, (unsigned long long)i << 33);
+}
+
+// The ABI's grid-stride loop: any grid size covers the work.
+extern "C" __global__ void grid_stride(float *out, const float *in, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)blockDim.x * gridDim.x)
+        out[i] = 2.0f * in[i] + 1.0f;
+}
+
+// Two different barriers in the two sides of a branch: can never complete.
+extern "C" __global__ void divergent_barrier(float *out)
+{
+    if (threadIdx.x < 16) {
+        __syncthreads();
+        out[threadIdx.x] = 1.0f;
+    } else {
+        __syncthreads();
+        out[threadIdx.x] = 2.0f;
+    }
+}
+
+// Half a warp at a shuffle, the other half at a barrier: can never complete.
+extern "C" __global__ void divergent_shuffle(float *out)
+{
+    float v = (float)threadIdx.x;
+    if (threadIdx.x % 32 < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+    __syncthreads();
+    out[threadIdx.x] = v;
+}
+
+// The intrinsics generated code uses for random numbers and bit tricks.
+extern "C" __global__ void intrinsics(unsigned *u, float *f)
+{
+    u[0] = __umulhi(0xdeadbeefu, 0x12345678u);
+    u[1] = __float_as_uint(-1.5f);
+    f[0] = __uint_as_float(0x3fc00000u);
+    f[1] = __int_as_float(0x40490fdb);
+    f[2] = isnan(f[3]) ? 1.0f : 0.0f;
+    f[4] = isinf(f[5]) ? 1.0f : 0.0f;
+    f[6] = isfinite(f[5]) ? 1.0f : 0.0f;
+    f[7] = rsqrtf(4.0f) + erff(0.0f) + tanhf(0.0f) + fmaxf(1.0f, 2.0f) + fminf(1.0f, 2.0f) +
+           floorf(2.5f) + cosf(0.0f) + powf(2.0f, 3.0f) + fabsf(-1.0f) + expf(0.0f) +
+           logf(1.0f) + sqrtf(9.0f);
+}
+
+// One element past what it was given: AddressSanitizer must catch it.
+extern "C" __global__ void write_at(float *out, int64_t i)
+{
+    if (threadIdx.x == 0) out[i] = 1.0f;
+}
+
+extern "C" {
+void cgc_emu_thunk_write_at(void **args) { write_at(THUNK_ARG(0, float *), THUNK_ARG(1, int64_t)); }
+void cgc_emu_thunk_block_reverse(void **args)
+{
+    block_reverse(THUNK_ARG(0, float *), THUNK_ARG(1, const float *), THUNK_ARG(2, int64_t));
+}
+void cgc_emu_thunk_block_sum(void **args)
+{
+    block_sum(THUNK_ARG(0, float *), THUNK_ARG(1, const float *), THUNK_ARG(2, int64_t));
+}
+void cgc_emu_thunk_warp_sums(void **args)
+{
+    warp_sums(THUNK_ARG(0, float *), THUNK_ARG(1, double *), THUNK_ARG(2, int *),
+              THUNK_ARG(3, unsigned *), THUNK_ARG(4, const float *));
+}
+void cgc_emu_thunk_shuffle_width(void **args)
+{
+    shuffle_width(THUNK_ARG(0, int *), THUNK_ARG(1, int *));
+}
+void cgc_emu_thunk_atomics_all(void **args)
+{
+    atomics_all(THUNK_ARG(0, int *), THUNK_ARG(1, float *), THUNK_ARG(2, double *),
+                THUNK_ARG(3, unsigned long long *));
+}
+void cgc_emu_thunk_grid_stride(void **args)
+{
+    grid_stride(THUNK_ARG(0, float *), THUNK_ARG(1, const float *), THUNK_ARG(2, int64_t));
+}
+void cgc_emu_thunk_divergent_barrier(void **args) { divergent_barrier(THUNK_ARG(0, float *)); }
+void cgc_emu_thunk_divergent_shuffle(void **args) { divergent_shuffle(THUNK_ARG(0, float *)); }
+void cgc_emu_thunk_intrinsics(void **args)
+{
+    intrinsics(THUNK_ARG(0, unsigned *), THUNK_ARG(1, float *));
+}
+}

@@ -1,0 +1,553 @@
+/* test_emu_models.c: every generated kernel of every model, run on the CUDA emulation
+ * and compared node by node with the CPU reference executor.
+ *
+ * For each model in models/ and each precision (fp32, tf32, bf16, fp16), and once with
+ * gradient accumulation (so that train_micro runs too): compile as the CLI does, build
+ * the eager plan, compile its kernels with the emulator, and run the same steps on both
+ * executors from the same seed, with the same random inputs (never zeros; labels in
+ * range) and runtime scalars. After every graph run, every node's value and every
+ * persistent tensor must agree within the run's tolerance (see tolerance()).
+ *
+ * With --cuda the same comparisons run on the first CUDA device instead (kernels compiled
+ * by NVRTC, GEMMs by cuBLAS): the `gpu` test, which exits 77 where there is none.
+ *
+ * Usage: test_emu_models [--asan | --cuda] [MODEL[:PRECISION[:ACCUMULATE]]...]; with no
+ * case named, all of them.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdlib.h>
+
+#include "compiler/pipeline.h"
+#include "runtime/cpu/exec.h"
+#include "runtime/devexec.h"
+#include "runtime/device.h"
+#include "tests/check.h"
+#include "tests/emu/emu_device.h"
+
+enum { STEPS = 3, BATCH = 8, LAST_BATCH = 5, SHOW_NODES = 5, SHOW_VALUES = 4 };
+static const uint64_t SEED = 20261122;
+
+typedef struct Case {
+    char model[64];          /* file name in models/ */
+    char precision[16];
+    int accumulate;          /* 0: as the file says */
+} Case;
+
+typedef struct Run {
+    const Case *c;
+    const IrProgram *p;
+    const Plan *plan;
+    CpuExec *cpu;
+    DevExec *dev;
+    float *buf;              /* room for the largest node or tensor */
+    float *scratch;          /* as much again, for converted reference values */
+    int step;
+    int mismatches;          /* nodes and tensors reported in this case */
+    int inherited;           /* nodes over the tolerance only through their inputs */
+} Run;
+
+/* ---- tolerances ---- */
+
+/* Relative L2 error allowed between device and reference values.
+ *  - fp32: the kernels compute what the reference does in f32; only the order of
+ *    additions in reductions differs (the reference accumulates in double), so errors
+ *    stay at a few f32 ulps: 1e-5.
+ *  - tf32: GEMM inputs are rounded to 10 mantissa bits; one ulp of f32 difference in an
+ *    input can flip that rounding (2^-11 relative), and it propagates: 1e-3.
+ *  - bf16, fp16: values are stored with 8 or 11 mantissa bits; a one-ulp f32 difference
+ *    before a store can flip a rounding (2^-8 for bf16), and over a few steps of
+ *    training such flips spread through the parameters: 2e-2.
+ * Integer nodes (labels) must match exactly, whatever the precision. */
+static double tolerance(const Run *r, const IrNode *n)
+{
+    if (n->dtype == DT_I32) return 0;
+    const char *prec = r->c->precision;
+    if (strcmp(prec, "fp32") == 0) return 1e-5;
+    if (strcmp(prec, "tf32") == 0) return 1e-3;
+    return 2e-2;
+}
+
+/* ---- inputs ---- */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, -0.05] U [0.05, 1]: random, and never zero. */
+static float random_value(uint64_t *s)
+{
+    double u = (double)(splitmix(s) >> 11) / 9007199254740992.0;
+    double v = 0.05 + 0.95 * u;
+    return (float)(splitmix(s) & 1 ? v : -v);
+}
+
+static void *make_input(const IrProgram *p, int i, int64_t batch, uint64_t *s)
+{
+    int64_t symvals[8] = { batch, batch, batch, batch, batch, batch, batch, batch };
+    int64_t n = ir_numel(&p->inputs[i].shape, symvals);
+    if (p->inputs[i].dtype == DT_I32) {
+        int32_t *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+        int64_t classes = p->num_classes > 0 ? p->num_classes : 2;
+        for (int64_t k = 0; k < n; k++) v[k] = (int32_t)(splitmix(s) % (uint64_t)classes);
+        return v;
+    }
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    for (int64_t k = 0; k < n; k++) v[k] = random_value(s);
+    return v;
+}
+
+/* ---- comparing ---- */
+
+typedef struct Diff {
+    double err;              /* relative L2 error of the finite elements */
+    int64_t nonfinite_bad;   /* elements where NaN or inf does not match */
+    int64_t worst;           /* index of the largest absolute difference */
+} Diff;
+
+static bool same_nonfinite(float c, float d)
+{
+    if (isnan(c) || isnan(d)) return isnan(c) && isnan(d);
+    return c == d;   /* both infinite, same sign */
+}
+
+static Diff compare(const float *cpu, const float *dev, int64_t n)
+{
+    Diff df = { 0, 0, -1 };
+    double num = 0, den = 0, worst = -1;
+    for (int64_t i = 0; i < n; i++) {
+        float c = cpu[i], d = dev[i];
+        if (!isfinite(c) || !isfinite(d)) {
+            if (!same_nonfinite(c, d)) df.nonfinite_bad++, df.worst = i, worst = INFINITY;
+            continue;
+        }
+        double e = (double)d - c;
+        num += e * e;
+        den += (double)c * c;
+        if (fabs(e) > worst) worst = fabs(e), df.worst = i;
+    }
+    /* An all-zero reference must be matched exactly (a masked gradient, say). */
+    df.err = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+    return df;
+}
+
+static bool diff_ok(const Diff *df, double tol)
+{
+    return df->nonfinite_bad == 0 && df->err <= tol;
+}
+
+static void show_values(const float *cpu, const float *dev, int64_t n, const Diff *df)
+{
+    fprintf(stderr, "      first values (cpu / emu):");
+    for (int64_t i = 0; i < n && i < SHOW_VALUES; i++)
+        fprintf(stderr, " [%lld] %.9g / %.9g", (long long)i, cpu[i], dev[i]);
+    if (df->worst >= 0)
+        fprintf(stderr, "\n      largest difference: [%lld] %.9g / %.9g", (long long)df->worst,
+                cpu[df->worst], dev[df->worst]);
+    fprintf(stderr, "\n");
+}
+
+/* The plan step that computes node ID: its kernel (or GEMM) and description. */
+static void describe_step(const Run *r, const IrGraph *g, int id, char *buf, size_t len)
+{
+    const PlanGraph *pg = plan_graph_of(r->plan, g);
+    snprintf(buf, len, "no step (a view)");
+    for (int s = 0; pg && s < pg->nsteps; s++) {
+        const PlanStep *st = &pg->steps[s];
+        if (st->node != id) continue;
+        const char *kernel = st->kind == STEP_GEMM ? "GEMM"
+                                                   : r->plan->kernels[st->launch.kernel].name;
+        snprintf(buf, len, "step %d, %s, \"%s\"", s, kernel, st->what ? st->what : "");
+        return;
+    }
+}
+
+/* The node's inputs at element I (the largest difference), where they have as many
+ * elements: whether the difference came in with them or was made here. Uses the back
+ * half of r->buf, which holds nothing at this point. */
+static void show_inputs(Run *r, const IrGraph *g, const IrNode *node, int64_t i)
+{
+    if (i < 0) return;
+    for (int k = 0; k < node->nin; k++) {
+        int in = node->in[k];
+        int64_t cn = 0, dn = 0;
+        const void *cv = cpu_exec_value(r->cpu, in, &cn);
+        if (i >= cn || devexec_value(r->dev, g, in, r->scratch, &dn) != 0 || dn != cn) continue;
+        double c = g->nodes[in].dtype == DT_I32 ? ((const int32_t *)cv)[i] : ((const float *)cv)[i];
+        fprintf(stderr, "      input %d (%%%d %s): [%lld] %.9g / %.9g\n", k, in,
+                ir_op_name(g->nodes[in].op), (long long)i, c, r->scratch[i]);
+    }
+}
+
+static void report_node(Run *r, const IrGraph *g, int id, const float *cpu, int64_t n,
+                        const Diff *df, double tol)
+{
+    const IrNode *node = &g->nodes[id];
+    char step[256];
+    describe_step(r, g, id, step, sizeof step);
+    fprintf(stderr,
+            "  MISMATCH %s %s accumulate %d, step %d, graph %s, node %%%d %s%s%s (%s), "
+            ".net line %d, %s: relative L2 error %.3g > %.3g, %lld NaN/inf mismatches, "
+            "%lld elements\n",
+            r->c->model, r->c->precision, r->p->cfg.accumulate > 0 ? (int)r->p->cfg.accumulate : 1,
+            r->step, g->name, id, ir_op_name(node->op), node->name ? " " : "",
+            node->name ? node->name : "", ir_dtype_name(node->dtype), node->loc.line, step,
+            df->err, tol, (long long)df->nonfinite_bad, (long long)n);
+    show_values(cpu, r->buf, n, df);
+    show_inputs(r, g, node, df->worst);
+}
+
+/* |d - c| relative to |c|, 0 when both are equal (non-finite included). */
+static double rel_diff(double c, double d)
+{
+    if (c == d || (isnan(c) && isnan(d))) return 0;
+    return fabs(d - c) / fmax(fabs(c), 1e-30);
+}
+
+/* Whether an elementwise node's differences are all inherited from its inputs. A kernel
+ * that computes its op right turns input differences into output differences of about
+ * the same relative size (a quotient: their sum), but where an input is ill-conditioned
+ * the whole tensor can move: Adam's m / (sqrt(v) + eps) on a gradient element near eps
+ * (a near-cancelling sum, accumulated in double by the reference and in f32 by the
+ * kernels) turns a 1e-3 relative difference of a 1e-8 gradient into a 1e-3 difference of
+ * an O(0.1) update. Such a node is not the one at fault: it passes when, element by
+ * element, its relative difference is at most 2x the sum of its inputs' (same-shape or
+ * scalar inputs only) plus TOL. A wrong kernel, fed equal inputs, fails this. */
+static bool inherited(Run *r, const IrGraph *g, int id, const float *cpu, int64_t n,
+                      double tol)
+{
+    const IrNode *node = &g->nodes[id];
+    IrOpClass cls = ir_op_info[node->op].cls;
+    if (cls != IR_CLASS_UNARY && cls != IR_CLASS_BINARY && cls != IR_CLASS_TERNARY) return false;
+    double *allow = calloc((size_t)(n ? n : 1), sizeof *allow);
+    float *dev_in = malloc((size_t)(n ? n : 1) * sizeof *dev_in);
+    bool ok = allow && dev_in;
+    for (int k = 0; ok && k < node->nin; k++) {
+        int in = node->in[k];
+        int64_t cn = 0, dn = 0;
+        const void *cv = cpu_exec_value(r->cpu, in, &cn);
+        if (g->nodes[in].dtype == DT_I32 || (cn != n && cn != 1) || cn > n) {
+            ok = false;
+            break;
+        }
+        float *dv = cn == 1 ? (float[1]){ 0 } : dev_in;
+        if (devexec_value(r->dev, g, in, dv, &dn) != 0 || dn != cn) ok = false;
+        for (int64_t i = 0; ok && i < n; i++)
+            allow[i] += rel_diff(((const float *)cv)[cn == 1 ? 0 : i], dv[cn == 1 ? 0 : i]);
+    }
+    for (int64_t i = 0; ok && i < n; i++)
+        ok = same_nonfinite(cpu[i], r->buf[i]) ||
+             (isfinite(cpu[i]) && isfinite(r->buf[i]) &&
+              rel_diff(cpu[i], r->buf[i]) <= 2 * allow[i] + tol);
+    free(allow);
+    free(dev_in);
+    return ok;
+}
+
+/* Reference value of node ID as f32 (i32 nodes converted) into OUT. */
+static const float *cpu_value_f32(Run *r, const IrGraph *g, int id, float *out, int64_t *n)
+{
+    const void *v = cpu_exec_value(r->cpu, id, n);
+    if (g->nodes[id].dtype != DT_I32) return v;
+    for (int64_t i = 0; i < *n; i++) out[i] = (float)((const int32_t *)v)[i];
+    return out;
+}
+
+static int compare_nodes(Run *r, const IrGraph *g, float *scratch)
+{
+    const PlanGraph *pg = plan_graph_of(r->plan, g);
+    int bad = 0;
+    for (int id = 0; id < g->nnodes; id++) {
+        if (pg->node_buffer[id] < 0) continue;   /* ASSIGN: checked through the tensors */
+        int64_t n = 0, dn = -1;
+        const float *cpu = cpu_value_f32(r, g, id, scratch, &n);
+        if (devexec_value(r->dev, g, id, r->buf, &dn) != 0) {
+            fprintf(stderr, "  %s: reading node %%%d of %s failed\n", r->c->model, id, g->name);
+            bad++;
+            continue;
+        }
+        CHECK_EQ_INT(dn, n);
+        if (dn != n) continue;
+        double tol = tolerance(r, &g->nodes[id]);
+        Diff df = compare(cpu, r->buf, n);
+        check_count++;
+        if (diff_ok(&df, tol)) continue;
+        if (df.nonfinite_bad == 0 && inherited(r, g, id, cpu, n, tol)) {
+            r->inherited++;
+            continue;
+        }
+        check_failures++;
+        if (r->mismatches++ < SHOW_NODES) report_node(r, g, id, cpu, n, &df, tol);
+        bad++;
+    }
+    return bad;
+}
+
+static int compare_tensors(Run *r, const char *when)
+{
+    int bad = 0;
+    for (int i = 0; i < r->p->ntensors; i++) {
+        int64_t n = ir_numel(&r->p->tensors[i].shape, NULL);
+        if (devexec_tensor_get(r->dev, i, r->buf) != 0) {
+            bad++;
+            continue;
+        }
+        const float *cpu = cpu_exec_tensor(r->cpu, i);
+        IrNode f32 = { .dtype = DT_F32 };
+        double tol = tolerance(r, &f32);
+        Diff df = compare(cpu, r->buf, n);
+        check_count++;
+        if (diff_ok(&df, tol)) continue;
+        check_failures++;
+        bad++;
+        if (r->mismatches++ >= SHOW_NODES) continue;
+        fprintf(stderr, "  MISMATCH %s %s, %s, tensor %s: relative L2 error %.3g > %.3g, "
+                        "%lld NaN/inf mismatches\n",
+                r->c->model, r->c->precision, when, r->p->tensors[i].name, df.err, tol,
+                (long long)df.nonfinite_bad);
+        show_values(cpu, r->buf, n, &df);
+    }
+    return bad;
+}
+
+/* ---- running ---- */
+
+/* Runs G on both executors with the same feed, then compares everything. */
+static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step, uint64_t *rng,
+                     float *scratch)
+{
+    CpuFeed cf = { .symvals = { 0 } };
+    DevFeed df = { .symvals = { 0 } };
+    void *inputs[16] = { 0 };
+    for (int s = 0; s < 8; s++) cf.symvals[s] = df.symvals[s] = batch;
+    for (int i = 0; i < r->p->ninputs; i++) {
+        inputs[i] = make_input(r->p, i, batch, rng);
+        cf.inputs[i] = df.inputs[i] = inputs[i];
+    }
+    cf.runtime[IR_RT_TOTAL_STEPS] = df.runtime[IR_RT_TOTAL_STEPS] = 10;
+    cf.runtime[IR_RT_MICRO_STEP] = df.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
+    int rc = cpu_exec_run(r->cpu, g, &cf);
+    CHECK_EQ_INT(rc, 0);
+    int drc = devexec_run(r->dev, g, &df);
+    CHECK_EQ_INT(drc, 0);
+    int bad = rc == 0 && drc == 0 ? compare_nodes(r, g, scratch) : 1;
+    char when[64];
+    snprintf(when, sizeof when, "after %s of step %d", g->name, r->step);
+    bad += compare_tensors(r, when);
+    for (int i = 0; i < r->p->ninputs; i++) free(inputs[i]);
+    return bad;
+}
+
+static int64_t largest_node(const IrProgram *p, const IrGraph *g, int64_t batch)
+{
+    int64_t symvals[8] = { batch, batch, batch, batch, batch, batch, batch, batch }, most = 1;
+    for (int id = 0; g && id < g->nnodes; id++) {
+        int64_t n = ir_numel(&g->nodes[id].shape, symvals);
+        if (n > most) most = n;
+    }
+    for (int i = 0; i < p->ntensors; i++) {
+        int64_t n = ir_numel(&p->tensors[i].shape, NULL);
+        if (n > most) most = n;
+    }
+    return most;
+}
+
+/* The steps: accumulate micro-batches per optimizer step (train_micro for all but the
+ * last), the last step with an odd batch, then an evaluation. */
+static int run_steps(Run *r)
+{
+    const IrProgram *p = r->p;
+    int accumulate = p->cfg.accumulate > 1 ? (int)p->cfg.accumulate : 1;
+    uint64_t rng = SEED;
+    float *scratch = r->scratch;
+    int bad = 0;
+    int64_t micro = 0;
+    for (r->step = 0; r->step < STEPS && !bad; r->step++) {
+        int64_t batch = r->step == STEPS - 1 ? LAST_BATCH : BATCH;
+        for (int m = 0; m < accumulate && !bad; m++, micro++) {
+            const IrGraph *g = m == accumulate - 1 ? &p->train : &p->train_micro;
+            bad += run_graph(r, g, batch, micro, &rng, scratch);
+        }
+    }
+    if (!bad) bad += run_graph(r, &p->eval, LAST_BATCH, micro, &rng, scratch);
+    return bad;
+}
+
+static IrProgram *compile_case(const Case *c, const char *path)
+{
+    Source *src = source_load(path);
+    if (!src) return NULL;
+    char acc[16];
+    snprintf(acc, sizeof acc, "%d", c->accumulate);
+    Override ov[2] = { { "precision", "precision", c->precision },
+                       { "accumulate", "accumulate", acc } };
+    IrProgram *p = pipeline_compile(src, ov, c->accumulate > 0 ? 2 : 1);
+    source_free(src);
+    return p;
+}
+
+static int64_t largest(const IrProgram *p)
+{
+    int64_t a = largest_node(p, &p->train, BATCH), b = largest_node(p, &p->eval, BATCH);
+    int64_t m = p->train_micro.nnodes ? largest_node(p, &p->train_micro, BATCH) : 0;
+    a = a > b ? a : b;
+    return a > m ? a : m;
+}
+
+/* --cuda: the same comparisons on the first CUDA device (label gpu). */
+static bool on_cuda;
+static CudaDeviceInfo cuda_info;
+
+/* The plan's kernels on the device this run compares: compiled by NVRTC and loaded on
+ * cuda:0, or built into a .so (SO) for the emulation. */
+static int open_device(const Plan *plan, bool asan, char *so, size_t so_len, Device **d)
+{
+    if (!on_cuda) {
+        if (emu_build_plan(plan, asan, so, so_len) != 0) return -1;
+        return emu_device_open(so, d);
+    }
+    snprintf(so, so_len, "cuda:0");
+    char *source = plan_module_source(plan);
+    CudaCompileOptions o = {.arch = cuda_info.cc_major * 10 + cuda_info.cc_minor};
+    CudaCompileResult r = {0};
+    int rc = cuda_compile(source, plan->p->model_name, &o, &r);
+    free(source);
+    if (rc == 0) rc = cuda_open(0, r.cubin, r.cubin_size, d);
+    free(r.cubin);
+    return rc;
+}
+
+static void run_case(const Case *c, bool asan)
+{
+    char path[sizeof CGC_MODELS_DIR + sizeof c->model + 1], so[256];
+    snprintf(path, sizeof path, "%s/%.*s", CGC_MODELS_DIR, (int)sizeof c->model - 1, c->model);
+    printf("%s %s accumulate %d%s\n", c->model, c->precision, c->accumulate ? c->accumulate : 1,
+           asan ? " (asan)" : "");
+    fflush(stdout);
+    IrProgram *p = compile_case(c, path);
+    CHECK(p != NULL);
+    if (!p) return;
+    Plan *plan = plan_build(p, PLAN_EAGER, path);
+    Device *d = NULL;
+    int opened = open_device(plan, asan, so, sizeof so, &d);
+    CHECK_EQ_INT(opened, 0);
+    if (opened != 0) {
+        CHECK(!"kernels built and loaded");
+        plan_free(plan);
+        ir_program_free(p);
+        return;
+    }
+    int64_t symmax[8] = { BATCH, BATCH, BATCH, BATCH, BATCH, BATCH, BATCH, BATCH };
+    Run r = { .c = c, .p = p, .plan = plan };
+    r.dev = devexec_new(plan, d, symmax, path);
+    CHECK(r.dev != NULL);
+    if (r.dev) {
+        r.cpu = cpu_exec_new(p, CPU_F32);
+        r.buf = malloc(2 * (size_t)largest(p) * sizeof(float));
+        r.scratch = r.buf + largest(p);
+        cpu_exec_init_tensors(r.cpu, SEED);
+        CHECK_EQ_INT(devexec_init_tensors(r.dev, SEED), 0);
+        int bad = compare_tensors(&r, "after initialisation");
+        if (!bad) bad = run_steps(&r);
+        if (bad) fprintf(stderr, "  %s %s: %d mismatches (kernels %s)\n", c->model,
+                         c->precision, r.mismatches, on_cuda ? "on cuda:0" : so);
+        else if (!on_cuda) emu_remove_build(so);
+        if (r.inherited)
+            printf("  %d node values over the tolerance only through their inputs "
+                   "(see inherited())\n", r.inherited);
+        free(r.buf);
+        cpu_exec_free(r.cpu);
+        devexec_free(r.dev);
+    }
+    d->ops->close(d);
+    plan_free(plan);
+    ir_program_free(p);
+}
+
+/* ---- cases ---- */
+
+static int case_order(const void *a, const void *b)
+{
+    const Case *x = a, *y = b;
+    return strcmp(x->model, y->model);
+}
+
+/* Every .net of models/, sorted. */
+static int list_models(Case *out, int max)
+{
+    DIR *dir = opendir(CGC_MODELS_DIR);
+    if (!dir) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir)) && n < max;) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && len < sizeof out[0].model && strcmp(e->d_name + len - 4, ".net") == 0)
+            snprintf(out[n++].model, sizeof out[0].model, "%s", e->d_name);
+    }
+    closedir(dir);
+    qsort(out, (size_t)n, sizeof *out, case_order);
+    return n;
+}
+
+static int all_cases(Case *cases, int max)
+{
+    static const char *precisions[] = { "fp32", "tf32", "bf16", "fp16" };
+    Case models[32] = { 0 };
+    int nmodels = list_models(models, 32), n = 0;
+    for (int m = 0; m < nmodels; m++)
+        for (int k = 0; k < 4 && n < max; k++) {
+            cases[n] = models[m];
+            snprintf(cases[n++].precision, sizeof cases[0].precision, "%s", precisions[k]);
+        }
+    /* gradient accumulation: train_micro, with and without loss scaling */
+    if (n + 2 <= max && nmodels > 0) {
+        Case acc = { "mlp.net", "fp32", 2 };
+        cases[n++] = acc;
+        snprintf(acc.precision, sizeof acc.precision, "fp16");
+        cases[n++] = acc;
+    }
+    return n;
+}
+
+/* "mlp", "mlp:fp16" or "mlp:fp16:2". */
+static Case parse_case(const char *arg)
+{
+    Case c = { "", "fp32", 0 };
+    char buf[sizeof c.model - 4];
+    snprintf(buf, sizeof buf, "%s", arg);
+    char *prec = strchr(buf, ':'), *acc = NULL;
+    if (prec) *prec++ = '\0';
+    if (prec && (acc = strchr(prec, ':'))) *acc++ = '\0';
+    snprintf(c.model, sizeof c.model, "%.*s%s", (int)sizeof buf - 1, buf,
+             strstr(buf, ".net") ? "" : ".net");
+    if (prec) snprintf(c.precision, sizeof c.precision, "%s", prec);
+    if (acc) c.accumulate = atoi(acc);
+    return c;
+}
+
+int main(int argc, char **argv)
+{
+    bool asan = false;
+    Case cases[64];
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--asan") == 0) asan = true;
+        else if (strcmp(argv[i], "--cuda") == 0) on_cuda = true;
+        else if (n < 64) cases[n++] = parse_case(argv[i]);
+    }
+    if (on_cuda) {
+        char why[256];
+        if (cuda_probe(&cuda_info, 1, why, sizeof why) < 1) {
+            printf("skipped: no usable CUDA device: %s\n", why);
+            return 77;
+        }
+        printf("on cuda:0, %s\n", cuda_info.name);
+    }
+    if (n == 0) n = all_cases(cases, 64);
+    CHECK(n > 0);
+    for (int i = 0; i < n; i++) run_case(&cases[i], asan);
+    return check_result();
+}

@@ -1,0 +1,320 @@
+/* test_emu_runtime.c: the CUDA emulation itself, on hand-written kernels
+ * (runtime_kernels.cu) run through the emulated Device: shared memory per block, barrier
+ * ordering, warp shuffles, atomics, grid-stride loops, divergent barriers reported as
+ * errors, and the reference GEMM.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include "runtime/cpu/exec.h"
+#include "tests/emu/emu_device.h"
+#include "tests/testfiles.h"
+
+static Device *dev;
+
+static DevPtr dev_alloc(size_t bytes)
+{
+    DevPtr p = 0;
+    CHECK(dev->ops->alloc(dev, bytes, &p) == 0);
+    return p;
+}
+
+static int launch(const char *name, unsigned grid, unsigned block, void **args)
+{
+    void *k = NULL;
+    if (dev->ops->kernel(dev, name, &k) != 0) return -1;
+    DeviceSite site = { name, "test launch", "runtime_kernels.cu", 1 };
+    return dev->ops->launch(dev, k, grid, block, args, &site);
+}
+
+/* Inputs that are never zero and differ per element. */
+static void fill(float *x, int64_t n, unsigned seed)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7 + seed) % 23) - 11.5f;
+}
+
+static void test_block_reverse(void)
+{
+    enum { B = 256, G = 3 };
+    int64_t n = B * G - 40;   /* the last block is partly past the end */
+    float in[B * G], out[B * G];
+    fill(in, n, 1);
+    DevPtr din = dev_alloc(sizeof in), dout = dev_alloc(sizeof out);
+    dev->ops->upload(dev, din, in, sizeof in);
+    void *args[] = { &dout, &din, &n };
+    CHECK_EQ_INT(launch("block_reverse", G, B, args), 0);
+    dev->ops->download(dev, out, dout, sizeof out);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = i / B, t = i % B, src = b * B + (B - 1 - t);
+        float want = 2.0f * (src < n ? in[src] : -1.0f);
+        bad += out[i] != want;
+    }
+    CHECK_EQ_INT(bad, 0);
+    dev->ops->free(dev, din);
+    dev->ops->free(dev, dout);
+}
+
+static void test_block_sum(void)
+{
+    enum { B = 128, G = 5 };
+    int64_t n = B * G - 77;
+    float in[B * G], out[G];
+    fill(in, B * G, 3);
+    DevPtr din = dev_alloc(sizeof in), dout = dev_alloc(sizeof out);
+    dev->ops->upload(dev, din, in, sizeof in);
+    void *args[] = { &dout, &din, &n };
+    CHECK_EQ_INT(launch("block_sum", G, B, args), 0);
+    dev->ops->download(dev, out, dout, sizeof out);
+    for (int b = 0; b < G; b++) {
+        double want = 0;
+        for (int64_t i = (int64_t)b * B; i < (int64_t)(b + 1) * B && i < n; i++) want += in[i];
+        CHECK_CLOSE(out[b], want, 1e-3, 1e-6);
+    }
+    dev->ops->free(dev, din);
+    dev->ops->free(dev, dout);
+}
+
+static void test_warp_sums(void)
+{
+    enum { B = 96, G = 2, N = B * G, W = N / 32 };
+    float in[N], f[N];
+    double d[N];
+    int k[W];
+    unsigned u[W];
+    fill(in, N, 5);
+    DevPtr din = dev_alloc(sizeof in), df = dev_alloc(sizeof f), dd = dev_alloc(sizeof d),
+           dk = dev_alloc(sizeof k), du = dev_alloc(sizeof u);
+    dev->ops->upload(dev, din, in, sizeof in);
+    void *args[] = { &df, &dd, &dk, &du, &din };
+    CHECK_EQ_INT(launch("warp_sums", G, B, args), 0);
+    dev->ops->download(dev, f, df, sizeof f);
+    dev->ops->download(dev, d, dd, sizeof d);
+    dev->ops->download(dev, k, dk, sizeof k);
+    dev->ops->download(dev, u, du, sizeof u);
+    for (int w = 0; w < W; w++) {
+        double fs = 0;
+        long long ks = 0;
+        unsigned us = 0;
+        for (int i = w * 32; i < w * 32 + 32; i++) fs += in[i], ks += i, us += (unsigned)i * 3u;
+        for (int i = w * 32; i < w * 32 + 32; i++) {
+            CHECK_CLOSE(f[i], fs, 1e-4, 1e-6);
+            CHECK_CLOSE(d[i], fs * 0.5, 1e-9, 1e-12);
+        }
+        CHECK_EQ_INT(k[w], ks);
+        CHECK_EQ_INT(u[w], us);
+    }
+    int xo[32], down[32];
+    DevPtr dx = dev_alloc(sizeof xo), ddown = dev_alloc(sizeof down);
+    void *args2[] = { &dx, &ddown };
+    CHECK_EQ_INT(launch("shuffle_width", 1, 32, args2), 0);
+    dev->ops->download(dev, xo, dx, sizeof xo);
+    dev->ops->download(dev, down, ddown, sizeof down);
+    for (int lane = 0; lane < 32; lane++) {
+        CHECK_EQ_INT(xo[lane], lane ^ 1);
+        /* past the end of its group of 8, a lane keeps its own value */
+        CHECK_EQ_INT(down[lane], lane % 8 + 3 < 8 ? lane + 3 : lane);
+    }
+}
+
+static void test_atomics(void)
+{
+    enum { B = 200, G = 7, N = B * G };
+    DevPtr dc = dev_alloc(4), df = dev_alloc(4), dd = dev_alloc(8), du = dev_alloc(8);
+    void *args[] = { &dc, &df, &dd, &du };
+    CHECK_EQ_INT(launch("atomics_all", G, B, args), 0);
+    int c;
+    float f;
+    double d;
+    unsigned long long u;
+    dev->ops->download(dev, &c, dc, 4);
+    dev->ops->download(dev, &f, df, 4);
+    dev->ops->download(dev, &d, dd, 8);
+    dev->ops->download(dev, &u, du, 8);
+    CHECK_EQ_INT(c, N);
+    CHECK_CLOSE(f, N * 0.5, 0, 0);
+    CHECK_CLOSE(d, (double)N * (N - 1) / 2, 0, 0);
+    CHECK(u == ((unsigned long long)N * (N - 1) / 2) << 33);
+}
+
+static void test_grid_stride(void)
+{
+    enum { N = 10007 };
+    float *in = malloc(N * sizeof *in), *out = malloc(N * sizeof *out);
+    fill(in, N, 11);
+    int64_t n = N;
+    DevPtr din = dev_alloc(N * sizeof *in), dout = dev_alloc(N * sizeof *out);
+    dev->ops->upload(dev, din, in, N * sizeof *in);
+    void *args[] = { &dout, &din, &n };
+    CHECK_EQ_INT(launch("grid_stride", 3, 64, args), 0);   /* 192 threads for 10007 items */
+    dev->ops->download(dev, out, dout, N * sizeof *out);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += out[i] != 2.0f * in[i] + 1.0f;
+    CHECK_EQ_INT(bad, 0);
+    free(in);
+    free(out);
+}
+
+static void test_divergence_reported(void)
+{
+    DevPtr d = dev_alloc(64 * sizeof(float));
+    void *args[] = { &d };
+    capture_start();
+    int rc = launch("divergent_barrier", 2, 32, args);
+    const char *msg = capture_end();
+    CHECK_EQ_INT(rc, -1);
+    CHECK(strstr(msg, "kernel divergent_barrier, block 0 of 2") != NULL);
+    CHECK(strstr(msg, "threads 0-15 wait at __syncthreads") != NULL);
+    CHECK(strstr(msg, "threads 16-31 wait at __syncthreads") != NULL);
+    CHECK(strstr(msg, "launch of divergent_barrier for test launch (runtime_kernels.cu:1)") != NULL);
+    fputs(msg, stdout);   /* what a user sees, in the test log */
+
+    capture_start();
+    rc = launch("divergent_shuffle", 1, 64, args);
+    msg = capture_end();
+    CHECK_EQ_INT(rc, -1);
+    CHECK(strstr(msg, "kernel divergent_shuffle, block 0 of 1") != NULL);
+    CHECK(strstr(msg, "at a warp shuffle") != NULL);
+
+    /* the emulator recovers: the next launch runs normally */
+    test_block_reverse();
+}
+
+static void test_intrinsics(void)
+{
+    unsigned u[2];
+    float f[8] = { 0, 0, 0, NAN, 0, INFINITY, 0, 0 };
+    DevPtr du = dev_alloc(sizeof u), df = dev_alloc(sizeof f);
+    dev->ops->upload(dev, df, f, sizeof f);
+    void *args[] = { &du, &df };
+    CHECK_EQ_INT(launch("intrinsics", 1, 1, args), 0);
+    dev->ops->download(dev, u, du, sizeof u);
+    dev->ops->download(dev, f, df, sizeof f);
+    CHECK_EQ_INT(u[0], (unsigned)(((unsigned long long)0xdeadbeefu * 0x12345678u) >> 32));
+    CHECK_EQ_INT(u[1], 0xbfc00000u);
+    CHECK_CLOSE(f[0], 1.5, 0, 0);
+    CHECK_CLOSE(f[1], 3.14159274, 1e-7, 0);
+    CHECK_CLOSE(f[2], 1, 0, 0);
+    CHECK_CLOSE(f[4], 1, 0, 0);
+    CHECK_CLOSE(f[6], 0, 0, 0);
+    CHECK_CLOSE(f[7], 0.5 + 2 + 1 + 2 + 1 + 8 + 1 + 1 + 3, 1e-6, 0);
+}
+
+static void test_bad_launch(void)
+{
+    DevPtr d = dev_alloc(4);
+    void *args[] = { &d };
+    capture_start();
+    int rc = launch("divergent_barrier", 1, 2048, args);
+    const char *msg = capture_end();
+    CHECK_EQ_INT(rc, -1);
+    CHECK(strstr(msg, "block 2048") != NULL);
+}
+
+/* Under ASan, a kernel that writes past its allocation, or into padding marked unused,
+ * must be stopped by AddressSanitizer: run in a child, whose report is read back. */
+static void expect_asan_report(DevPtr base, int64_t index, const char *what)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(tmp_path("asan.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 2);
+        void *args[] = { &base, &index };
+        launch("write_at", 1, 32, args);
+        _exit(0);   /* not caught */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char report[4096] = "";
+    FILE *f = fopen(tmp_path("asan.txt"), "r");
+    if (f) {
+        report[fread(report, 1, sizeof report - 1, f)] = '\0';
+        fclose(f);
+    }
+    unlink(tmp_path("asan.txt"));
+    bool caught = !(WIFEXITED(status) && WEXITSTATUS(status) == 0) &&
+                  strstr(report, "AddressSanitizer") && strstr(report, "write_at");
+    if (!caught) fprintf(stderr, "%s was not caught by ASan; child said:\n%s\n", what, report);
+    CHECK(caught);
+}
+
+static void test_asan_catches(void)
+{
+    DevPtr p = dev_alloc(512);
+    expect_asan_report(p, 128, "a write past the end of an allocation");
+    dev->ops->mark_unused(dev, p + 256, 256);
+    expect_asan_report(p, 64, "a write into padding marked unused");
+    dev->ops->free(dev, p);
+}
+
+/* C[b] = op(A[b]) op(B), B shared by the batch, f16 operands, bf16 result: against a
+ * plain loop over the same widened values with the same rounding. */
+static void test_gemm(void)
+{
+    enum { M = 5, N = 3, K = 7, BATCH = 2 };
+    uint16_t a[BATCH][K][M], b[N][K], c[BATCH][M][N];   /* A transposed, B transposed */
+    float af[BATCH][K][M], bf[N][K];
+    for (int i = 0; i < BATCH * K * M; i++) {
+        float x = cpu_round_f16((float)((i * 5) % 17 - 8) * 0.37f);
+        (&af[0][0][0])[i] = x;
+        _Float16 h = (_Float16)x;
+        memcpy(&(&a[0][0][0])[i], &h, 2);
+    }
+    for (int i = 0; i < N * K; i++) {
+        float x = cpu_round_f16((float)((i * 3) % 11 - 5) * 0.61f);
+        (&bf[0][0])[i] = x;
+        _Float16 h = (_Float16)x;
+        memcpy(&(&b[0][0])[i], &h, 2);
+    }
+    DevPtr da = dev_alloc(sizeof a), db = dev_alloc(sizeof b), dc = dev_alloc(sizeof c);
+    dev->ops->upload(dev, da, a, sizeof a);
+    dev->ops->upload(dev, db, b, sizeof b);
+    GemmCall g = { .trans_a = true, .trans_b = true, .m = M, .n = N, .k = K, .batch = BATCH,
+                   .a = da, .b = db, .c = dc, .stride_a = K * M, .stride_b = 0,
+                   .stride_c = M * N, .a_type = DT_F16, .b_type = DT_F16, .c_type = DT_BF16,
+                   .compute = GEMM_F32_ACCUM };
+    DeviceSite site = { "cublasGemmEx", "test gemm", NULL, 0 };
+    CHECK_EQ_INT(dev->ops->gemm(dev, &g, &site), 0);
+    dev->ops->download(dev, c, dc, sizeof c);
+    for (int bt = 0; bt < BATCH; bt++)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float s = 0;
+                for (int k = 0; k < K; k++) s += af[bt][k][i] * bf[j][k];
+                uint32_t bits = (uint32_t)c[bt][i][j] << 16;
+                float got;
+                memcpy(&got, &bits, 4);
+                CHECK_CLOSE(got, cpu_round_bf16(s), 0, 1.0 / 128);
+            }
+}
+
+int main(int argc, char **argv)
+{
+    bool asan = argc > 1 && strcmp(argv[1], "--asan") == 0;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc-emu-rt-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const char *src[] = { CGC_EMU_DIR "/runtime_kernels.cu" };
+    char so[256];
+    snprintf(so, sizeof so, "%s", tmp_path("runtime_kernels.so"));
+    if (emu_compile_so(src, 1, NULL, asan, so) != 0 || emu_device_open(so, &dev) != 0) {
+        fprintf(stderr, "test_emu_runtime: cannot build or load %s\n", so);
+        return 1;
+    }
+    test_block_reverse();
+    test_block_sum();
+    test_warp_sums();
+    test_atomics();
+    test_grid_stride();
+    test_divergence_reported();
+    test_intrinsics();
+    test_bad_launch();
+    test_gemm();
+    if (asan) test_asan_catches();
+    dev->ops->close(dev);
+    unlink(so);
+    rmdir(tmpdir);
+    return check_result();
+}

@@ -1,0 +1,24 @@
+#!/bin/bash
+# sanitizer.sh CGC MODELS_DIR: compute-sanitizer memcheck and racecheck on a short GPU run
+# of each model; every report must be 0 errors. Skips without compute-sanitizer.
+set -eu
+. "$(dirname "$0")/common.sh"
+MODELS=${2:?models dir}
+CS=$(command -v compute-sanitizer || true)
+[ -z "$CS" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && CS=/usr/local/cuda/bin/compute-sanitizer
+if [ -z "$CS" ]; then echo "skipped: compute-sanitizer not found"; exit 77; fi
+fail=0
+for model in mlp resmlp regression; do
+    for tool in memcheck racecheck; do
+        log="$WORK/$model.$tool.log"
+        "$CS" --tool "$tool" --error-exitcode 99 "$CGC" "$MODELS/$model.net" --device cuda \
+            --steps 12 --batch 32 -q >"$log" 2>&1 || true
+        summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+        echo "$model $tool: ${summary:-no summary}"
+        if ! echo "$summary" | grep -qE "SUMMARY: 0 (errors|hazards)"; then
+            fail=1
+            tail -30 "$log"
+        fi
+    done
+done
+exit $fail

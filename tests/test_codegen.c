@@ -1,0 +1,251 @@
+/* test_codegen.c: the eager plan of small programs: buffers and views, one step per
+ * computing node, ASSIGN copies last and safe when values alias assigned tensors,
+ * kernel names valid and unique, no .net text in any kernel, --emit's errors. */
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "codegen/plan.h"
+#include "compiler/pipeline.h"
+#include "tests/testfiles.h"
+
+/* Legal but unusual binding names: CUDA keywords and C type names, and a symbol whose
+ * name must never reach a kernel. */
+static const char weird_net[] =
+    "model weird {\n"
+    "    input x: f32[Batch_Size, 8]\n"
+    "    input y: i32[Batch_Size]\n"
+    "\n"
+    "    __global__ = relu(linear(x, 16))\n"
+    "    int64_t    = gelu(linear(__global__, 16))\n"
+    "    out_       = linear(int64_t, 4)\n"
+    "\n"
+    "    output out_\n"
+    "    loss   cross_entropy(out_, y)\n"
+    "}\n"
+    "\n"
+    "train {\n"
+    "    data      = synthetic(samples = 64)\n"
+    "    batch     = 8\n"
+    "    epochs    = 1\n"
+    "    optimizer = adam(lr = 1e-3)\n"
+    "    precision = bf16\n"
+    "    seed      = 1\n"
+    "}\n";
+
+static bool is_identifier(const char *s)
+{
+    if (!*s || (*s >= '0' && *s <= '9')) return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
+            return false;
+    return true;
+}
+
+static void check_buffers(const Plan *pl, const PlanGraph *pg)
+{
+    const IrGraph *g = pg->ir;
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        int b = pg->node_buffer[id];
+        if (n->op == IR_ASSIGN) {
+            CHECK_EQ_INT(b, -1);
+            continue;
+        }
+        CHECK(b >= 0 && b < pl->nbuffers);
+        const PlanBuffer *buf = &pl->buffers[b];
+        if (n->op == IR_READ) CHECK_EQ_INT(buf->alias_of, pl->tensor_buffer_base + n->index);
+        else if (n->op == IR_INPUT) CHECK_EQ_INT(buf->alias_of, pl->input_buffer[n->index]);
+        else if (n->op == IR_CONST) CHECK(buf->kind == PB_CONST && buf->value == n->value);
+        else if (n->op != IR_RESHAPE) CHECK(buf->kind == PB_NODE && buf->alias_of == -1);
+        CHECK(buf->dtype == n->dtype);
+    }
+}
+
+/* One step per computing node, in node order, then the ASSIGNs. */
+static void check_steps(const Plan *pl, const PlanGraph *pg)
+{
+    const IrGraph *g = pg->ir;
+    int computing = 0, assigns = 0, last = -1;
+    for (int id = 0; id < g->nnodes; id++) {
+        IrOp op = g->nodes[id].op;
+        if (op == IR_ASSIGN) assigns++;
+        else if (op != IR_INPUT && op != IR_READ && op != IR_CONST && op != IR_RESHAPE) computing++;
+    }
+    CHECK_EQ_INT(pg->nsteps, computing + assigns);
+    bool in_assigns = false;
+    for (int s = 0; s < pg->nsteps; s++) {
+        const PlanStep *st = &pg->steps[s];
+        bool assign = g->nodes[st->node].op == IR_ASSIGN;
+        CHECK(!in_assigns || assign);   /* nothing computes after the first copy */
+        if (!assign) {
+            CHECK(st->node > last);
+            last = st->node;
+        }
+        in_assigns |= assign;
+        CHECK((st->kind == STEP_GEMM) == (g->nodes[st->node].op == IR_MATMUL));
+        if (st->kind != STEP_LAUNCH) continue;
+        const PlanLaunch *l = &st->launch;
+        CHECK(l->kernel >= 0 && l->kernel < pl->nkernels);
+        CHECK_EQ_INT(l->nargs, pl->kernels[l->kernel].nparams);
+        for (int a = 0; a < l->nargs; a++)
+            if (l->arg[a].kind == ARG_BUFFER)
+                CHECK(pl->buffers[l->arg[a].index].alias_of == -1);
+    }
+}
+
+static void check_kernels(const Plan *pl, const char *net)
+{
+    for (int k = 0; k < pl->nkernels; k++) {
+        const PlanKernel *kn = &pl->kernels[k];
+        CHECK(is_identifier(kn->name));
+        for (int j = 0; j < k; j++) CHECK(strcmp(kn->name, pl->kernels[j].name) != 0);
+        CHECK(strstr(kn->source, kn->name) != NULL);
+        CHECK(strstr(kn->source, "Batch_Size") == NULL);
+        /* no line of the .net file, not even a part of one, reaches a kernel */
+        for (const char *line = net; *line;) {
+            const char *end = strchr(line, '\n');
+            while (*line == ' ') line++;
+            int len = (int)(end - line);
+            if (len >= 8) {
+                char text[128];
+                snprintf(text, sizeof text, "%.*s", len < 127 ? len : 127, line);
+                if (strstr(kn->source, text)) {
+                    fprintf(stderr, "kernel %s contains .net text '%s'\n", kn->name, text);
+                    CHECK(false);
+                }
+            }
+            line = end + 1;
+        }
+    }
+    static const char *const data[PDK_NUM] = { "cgc_order_draws", "cgc_order_shuffle",
+                                              "cgc_gather_f32", "cgc_gather_i32",
+                                              "cgc_track_loss", "cgc_track_eval" };
+    for (int i = 0; i < PDK_NUM; i++) CHECK_STR(pl->kernels[pl->data_kernel[i]].name, data[i]);
+}
+
+static void test_weird_names(void)
+{
+    Source *src = source_from_string("we ird$.net", weird_net, sizeof weird_net - 1);
+    IrProgram *p = pipeline_compile(src, NULL, 0);
+    CHECK(p != NULL);
+    if (!p) return;
+    Plan *pl = plan_build(p, PLAN_EAGER, "/some/dir/we ird$.net");
+    CHECK_STR(pl->source_name, "we_ird_.net");
+    CHECK(pl->graph[PG_TRAIN].ir == &p->train && pl->graph[PG_EVAL].ir == &p->eval);
+    CHECK(pl->graph[PG_TRAIN_MICRO].ir == NULL);
+    CHECK(plan_graph_of(pl, &p->forward) == &pl->graph[PG_FORWARD]);
+    for (int g = 0; g < PG_NUM; g++) {
+        if (!pl->graph[g].ir) continue;
+        check_buffers(pl, &pl->graph[g]);
+        check_steps(pl, &pl->graph[g]);
+    }
+    check_kernels(pl, weird_net);
+    /* a shared kernel: the forward and eval relu of __global__ are the train one */
+    int relu = -1;
+    for (int k = 0; k < pl->nkernels; k++)
+        if (strcmp(pl->kernels[k].name, "relu___global__") == 0) relu = k;
+    CHECK(relu >= 0);
+    if (relu >= 0) CHECK(strstr(pl->kernels[relu].source, "(eval graph, node %") != NULL);
+    /* bf16 storage: the relu reads and writes 16-bit patterns */
+    if (relu >= 0) CHECK(strstr(pl->kernels[relu].source, "cgc_bf16 *__restrict__ out") != NULL);
+    int64_t symmax[8] = { 32 };
+    CHECK_EQ_INT(plan_buffer_bytes(pl, pl->input_buffer[0], symmax), 32 * 8 * 4);
+    CHECK_EQ_INT(plan_buffer_bytes(pl, pl->graph[PG_TRAIN].node_buffer[0], symmax), 0);
+    char *module = plan_module_source(pl);
+    CHECK(strncmp(module, plan_device_prelude, strlen(plan_device_prelude)) == 0);
+    CHECK(strstr(module, "cgc_track_eval(") != NULL);
+    free(module);
+    plan_free(pl);
+    ir_program_free(p);
+    source_free(src);
+}
+
+/* t0 := t1 and t1 := t0 (a swap: both values are views of assigned tensors), t2 := t2
+ * (nothing to copy), t3 := t0 + 1. */
+static void test_assign_aliasing(void)
+{
+    IrProgram *p = ir_program_new();
+    p->model_name = xstrdup("swap");
+    Shape s = { .rank = 1, .dim = { 4 } };
+    SrcLoc loc = { 3, 1 };
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "t%d", i);
+        ir_add_tensor(p, name, IR_PARAM, s, IR_INIT_ZEROS, 0, -1, loc);
+    }
+    IrGraph *g = &p->train;
+    int r0 = ir_read(g, p, 0, loc), r1 = ir_read(g, p, 1, loc), r2 = ir_read(g, p, 2, loc);
+    int sum = ir_binary(g, IR_ADD, r0, ir_const(g, 1.0, loc), loc);
+    ir_assign(g, p, 0, r1, loc);
+    ir_assign(g, p, 1, r0, loc);
+    ir_assign(g, p, 2, r2, loc);
+    ir_assign(g, p, 3, sum, loc);
+    Plan *pl = plan_build(p, PLAN_EAGER, "swap.net");
+    const PlanGraph *pg = &pl->graph[PG_TRAIN];
+    CHECK(pl->graph[PG_EVAL].ir == NULL && pl->graph[PG_FORWARD].ir == NULL);
+    /* add, save t1, save t0, assign t0, assign t1, assign t3 */
+    CHECK_EQ_INT(pg->nsteps, 6);
+    if (pg->nsteps == 6) {
+        CHECK(strncmp(pg->steps[0].what, "add", 3) == 0);
+        CHECK_STR(pg->steps[1].what, "save t1");
+        CHECK_STR(pg->steps[2].what, "save t0");
+        CHECK_STR(pg->steps[3].what, "assign t0");
+        CHECK_STR(pg->steps[4].what, "assign t1");
+        CHECK_STR(pg->steps[5].what, "assign t3");
+        /* each assign reads the saved copy, not the tensor the other one overwrites */
+        const PlanLaunch *save1 = &pg->steps[1].launch, *as0 = &pg->steps[3].launch;
+        CHECK_EQ_INT(save1->arg[1].index, pl->tensor_buffer_base + 1);
+        CHECK_EQ_INT(as0->arg[0].index, pl->tensor_buffer_base + 0);
+        CHECK_EQ_INT(as0->arg[1].index, save1->arg[0].index);
+        /* the constant is inlined: the add kernel takes only out and in_a */
+        CHECK_EQ_INT(pl->kernels[pg->steps[0].launch.kernel].nparams, 2);
+        CHECK(strstr(pl->kernels[pg->steps[0].launch.kernel].source, "const float b = 1.0f;") != NULL);
+    }
+    plan_free(pl);
+    ir_program_free(p);
+}
+
+static void test_emit_errors(void)
+{
+    const char *file = tmp_path("a_file");
+    FILE *f = fopen(file, "w");
+    fputs("x", f);
+    fclose(f);
+    IrProgram *p = ir_program_new();
+    p->model_name = xstrdup("empty");
+    Plan *pl = plan_build(p, PLAN_EAGER, "empty.net");
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/sub", file);
+    capture_start();
+    int rc = plan_emit(pl, dir);
+    const char *err = capture_end();
+    CHECK_EQ_INT(rc, -1);
+    CHECK(strstr(err, "cgc: error: ") != NULL && strstr(err, "a_file") != NULL);
+    /* mkdir -p of a fresh nested path works, and writes the prelude and the plan */
+    rc = plan_emit(pl, tmp_path("x/y/z"));
+    CHECK_EQ_INT(rc, 0);
+    struct stat st;
+    CHECK(stat(tmp_path("x/y/z/cgc_device.h"), &st) == 0 && st.st_size > 1000);
+    CHECK(stat(tmp_path("x/y/z/host_plan.txt"), &st) == 0);
+    CHECK(stat(tmp_path("x/y/z/cgc_track_loss.cu"), &st) == 0);
+    plan_free(pl);
+    ir_program_free(p);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc_codegen_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_weird_names();
+    test_assign_aliasing();
+    test_emit_errors();
+    int rc = check_result();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return rc;
+}

@@ -1,0 +1,423 @@
+/* test_devexec.c: the plan runner (runtime/devexec.c) and training on a device
+ * (runtime/train_device.c), on the CUDA emulation (tests/emu), against the CPU.
+ *
+ *  - the arena: every buffer 256-byte aligned, none overlapping, views at their root;
+ *  - the data kernels as the runner launches them: the order of an epoch made on the
+ *    device is data_order()'s, element for element;
+ *  - train_run on the emulated device and on the CPU reference executor, same model,
+ *    seed and steps: final tensors within 1e-4 (relative L2, fp32), the same loss
+ *    totals and metrics lines, the device named in the plan line;
+ *  - a run saved on the device and resumed on the CPU ends where the CPU alone does;
+ *  - a diverging run fails on the device at the step the CPU reports.
+ *
+ * Usage: test_devexec [--asan] (kernels built with AddressSanitizer, which also checks
+ * that nothing touches the arena's padding).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <pty.h>
+#include <stdlib.h>
+
+#include "compiler/pipeline.h"
+#include "runtime/data.h"
+#include "runtime/devexec.h"
+#include "runtime/safetensors.h"
+#include "runtime/train.h"
+#include "tests/check.h"
+#include "tests/emu/emu_device.h"
+#include "tests/testfiles.h"
+
+static bool asan;
+
+/* A compiled model, its plan, and an emulated device with the plan's kernels. */
+typedef struct Model {
+    char path[512];
+    Source *src;
+    IrProgram *p;
+    Plan *plan;
+    Device *d;
+    char so[256];
+} Model;
+
+static bool model_open(Model *m, const char *file, const Override *ov, int nov)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->path, sizeof m->path, "%s/%s", CGC_MODELS_DIR, file);
+    m->src = source_load(m->path);
+    m->p = m->src ? pipeline_compile(m->src, ov, nov) : NULL;
+    CHECK(m->p != NULL);
+    if (!m->p) return false;
+    m->plan = plan_build(m->p, PLAN_EAGER, m->path);
+    bool ok = emu_build_plan(m->plan, asan, m->so, sizeof m->so) == 0 &&
+              emu_device_open(m->so, &m->d) == 0;
+    CHECK(ok);
+    return ok;
+}
+
+static void model_close(Model *m)
+{
+    if (m->d) m->d->ops->close(m->d);
+    if (m->so[0]) emu_remove_build(m->so);
+    if (m->plan) plan_free(m->plan);
+    if (m->p) ir_program_free(m->p);
+    if (m->src) source_free(m->src);
+}
+
+/* ---- capturing stdout (the plan line), into a file or through a terminal ---- */
+
+static char out_text[65536];
+
+static int stdout_start(void)
+{
+    fflush(stdout);
+    int saved = dup(1), fd = open(tmp_path("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    close(fd);
+    return saved;
+}
+
+static const char *stdout_end(int saved)
+{
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    FILE *f = fopen(tmp_path("stdout.txt"), "rb");
+    size_t n = f ? fread(out_text, 1, sizeof out_text - 1, f) : 0;
+    if (f) fclose(f);
+    out_text[n] = '\0';
+    fputs(out_text, stdout);    /* still in the test's log */
+    return out_text;
+}
+
+/* A pseudo-terminal as stdout, so that the run draws its progress bar (and reads the
+ * totals without waiting); a thread drains it so that the run never blocks on it. */
+typedef struct Tty {
+    int master, saved;
+    size_t len;
+    pthread_t reader;
+} Tty;
+
+static void *tty_drain(void *arg)
+{
+    Tty *t = arg;
+    char chunk[4096];
+    for (ssize_t n; (n = read(t->master, chunk, sizeof chunk)) > 0;) {
+        size_t room = sizeof out_text - 1 - t->len, take = (size_t)n < room ? (size_t)n : room;
+        memcpy(out_text + t->len, chunk, take);
+        t->len += take;
+    }
+    return NULL;
+}
+
+static bool tty_start(Tty *t)
+{
+    int slave;
+    memset(t, 0, sizeof *t);
+    if (openpty(&t->master, &slave, NULL, NULL, NULL) != 0) return false;
+    fflush(stdout);
+    t->saved = dup(1);
+    dup2(slave, 1);
+    close(slave);
+    return pthread_create(&t->reader, NULL, tty_drain, t) == 0;
+}
+
+static const char *tty_end(Tty *t)
+{
+    fflush(stdout);
+    dup2(t->saved, 1);          /* the last slave closes: the reader sees the end */
+    close(t->saved);
+    pthread_join(t->reader, NULL);
+    close(t->master);
+    out_text[t->len] = '\0';
+    return out_text;
+}
+
+/* ---- runs ---- */
+
+typedef struct RunSpec {
+    Device *device;             /* NULL: the CPU */
+    const char *save, *resume, *metrics;
+    int64_t stop_after;
+    bool tty;                   /* stdout a terminal: the progress bar is drawn */
+} RunSpec;
+
+static int run(Model *m, const RunSpec *s)
+{
+    RunOptions o = {
+        .net_path = m->path, .src = m->src, .save_path = s->save, .resume_path = s->resume,
+        .metrics_path = s->metrics, .stop_after = s->stop_after, .device = s->device,
+        .plan = s->device ? m->plan : NULL, .verbose = s->device != NULL,
+    };
+    Tty tty;
+    int saved = -1;
+    if (s->tty) CHECK(tty_start(&tty));
+    else saved = stdout_start();
+    int rc = train_run(m->p, &o);
+    const char *text = s->tty ? tty_end(&tty) : stdout_end(saved);
+    char where[200];
+    /* a terminal ends lines with \r\n */
+    snprintf(where, sizeof where, " on %s%s", s->device ? s->device->name : "the CPU",
+             s->tty ? "\r\n" : "\n");
+    CHECK(strstr(text, where) != NULL);
+    if (s->tty) CHECK(strstr(text, "\repoch 1/") && strstr(text, "] ") && strstr(text, " loss "));
+    /* -v on a device: the step time, or why there is none (fewer steps than the warm-up) */
+    if (s->device && rc == 0)
+        CHECK(strstr(text, "cgc: median step ") || strstr(text, "cgc: step time not measured"));
+    return rc;
+}
+
+/* ---- comparing checkpoints and metrics ---- */
+
+static double rel_l2(const float *got, const float *want, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)got[i] - want[i];
+        num += e * e;
+        den += (double)want[i] * want[i];
+    }
+    if (!(num == num)) return INFINITY;     /* NaN never passes */
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+}
+
+/* Every tensor of GOT within TOL of WANT; the position metadata equal; loss sums close. */
+static void compare_checkpoints(const char *got_path, const char *want_path, double tol)
+{
+    StFile *got = st_load(got_path), *want = st_load(want_path);
+    CHECK(got && want);
+    if (!got || !want) goto out;
+    CHECK_EQ_INT(st_count(got), st_count(want));
+    for (int i = 0; i < st_count(want); i++) {
+        const StTensor *w = st_get(want, i), *g = st_find(got, w->name);
+        CHECK(g != NULL);
+        if (!g) continue;
+        int64_t n = 1;
+        for (int k = 0; k < w->rank; k++) n *= w->shape[k];
+        double err = rel_l2(g->data, w->data, n);
+        if (err > tol || getenv("CGC_TEST_VERBOSE"))
+            fprintf(stderr, "  tensor %s: relative L2 error %.3g\n", w->name, err);
+        CHECK(err <= tol);
+    }
+    static const char *exact[] = {"cgc.epoch", "cgc.batch_in_epoch", "cgc.step", "cgc.skipped",
+                                  "cgc.loss_count", "cgc.total_steps"};
+    for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++)
+        CHECK_STR(st_meta(got, exact[k]), st_meta(want, exact[k]) ? st_meta(want, exact[k]) : "?");
+    double gs = strtod(st_meta(got, "cgc.loss_sum"), NULL), ws = strtod(st_meta(want, "cgc.loss_sum"), NULL);
+    CHECK_CLOSE(gs, ws, 1e-6, tol);
+out:
+    if (got) st_free(got);
+    if (want) st_free(want);
+}
+
+static double json_field(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(line, pat);
+    return at ? strtod(at + strlen(pat), NULL) : NAN;
+}
+
+/* The same lines, with the same epochs and steps and close losses. */
+static void compare_metrics(const char *got_path, const char *want_path, double tol)
+{
+    FILE *g = fopen(got_path, "r"), *w = fopen(want_path, "r");
+    CHECK(g && w);
+    char gl[1024], wl[1024];
+    int lines = 0;
+    while (g && w && fgets(wl, sizeof wl, w)) {
+        CHECK(fgets(gl, sizeof gl, g) != NULL);
+        lines++;
+        CHECK_EQ_INT(json_field(gl, "epoch"), json_field(wl, "epoch"));
+        CHECK_EQ_INT(json_field(gl, "step"), json_field(wl, "step"));
+        CHECK_CLOSE(json_field(gl, "train_loss"), json_field(wl, "train_loss"), 1e-6, tol);
+        if (strstr(wl, "test_loss"))
+            CHECK_CLOSE(json_field(gl, "test_loss"), json_field(wl, "test_loss"), 1e-6, tol);
+        if (strstr(wl, "test_accuracy"))   /* one row may flip its argmax */
+            CHECK_CLOSE(json_field(gl, "test_accuracy"), json_field(wl, "test_accuracy"), 2e-4, 0);
+    }
+    CHECK(lines > 0);
+    CHECK(g && !fgets(gl, sizeof gl, g));
+    if (g) fclose(g);
+    if (w) fclose(w);
+}
+
+/* ---- the arena ---- */
+
+static void check_arena(Model *m)
+{
+    int64_t symmax[8] = {100};
+    DevExec *e = devexec_new(m->plan, m->d, symmax, m->path);
+    CHECK(e != NULL);
+    if (!e) return;
+    const Plan *plan = m->plan;
+    size_t arena = devexec_arena_bytes(e);
+    DevPtr base = devexec_buffer(e, 0);
+    for (int b = 0; b < plan->nbuffers; b++) {
+        DevPtr at = devexec_buffer(e, b);
+        CHECK(at % 256 == 0);
+        if (plan->buffers[b].alias_of >= 0) {
+            CHECK(at == devexec_buffer(e, plan->buffers[b].alias_of));
+            continue;
+        }
+        size_t bytes = plan_buffer_bytes(plan, b, symmax);
+        CHECK(at >= base && at + bytes <= base + arena);
+        for (int c = 0; c < b; c++) {     /* no two buffers share a byte */
+            if (plan->buffers[c].alias_of >= 0) continue;
+            DevPtr o = devexec_buffer(e, c);
+            size_t ob = plan_buffer_bytes(plan, c, symmax);
+            if (bytes && ob && !(at + bytes <= o || o + ob <= at)) {
+                fprintf(stderr, "  buffers %d and %d overlap\n", b, c);
+                CHECK(!"buffers overlap");
+            }
+        }
+    }
+    devexec_free(e);
+}
+
+/* ---- the data order made on the device ---- */
+
+static void check_order(Model *m, int64_t n, int64_t epoch, bool shuffle, unsigned draw_grid)
+{
+    int64_t symmax[8] = {1};
+    DevExec *e = devexec_new(m->plan, m->d, symmax, m->path);
+    CHECK(e != NULL);
+    if (!e) return;
+    DevPtr draws = 0, order = 0;
+    CHECK_EQ_INT(m->d->ops->alloc(m->d, (size_t)n * 4, &draws), 0);
+    CHECK_EQ_INT(m->d->ops->alloc(m->d, (size_t)n * 4, &order), 0);
+    uint64_t seed = m->p->cfg.seed;
+    int64_t shuffle_flag = shuffle;
+    void *a[4] = {&draws, &n, &seed, &epoch}, *b[4] = {&order, &draws, &n, &shuffle_flag};
+    CHECK_EQ_INT(devexec_launch(e, m->plan->data_kernel[PDK_ORDER_DRAWS], draw_grid, a, "draws"), 0);
+    CHECK_EQ_INT(devexec_launch(e, m->plan->data_kernel[PDK_ORDER_SHUFFLE], 1, b, "shuffle"), 0);
+    int32_t *got = xmalloc((size_t)n * sizeof *got);
+    int64_t *want = xmalloc((size_t)n * sizeof *want);
+    CHECK_EQ_INT(m->d->ops->download(m->d, got, order, (size_t)n * 4), 0);
+    data_order(seed, epoch, shuffle, n, want);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += got[i] != want[i];
+    if (bad) fprintf(stderr, "  order of %lld, epoch %lld: %lld differ\n", (long long)n, (long long)epoch, (long long)bad);
+    CHECK_EQ_INT(bad, 0);
+    free(got);
+    free(want);
+    m->d->ops->free(m->d, draws);
+    m->d->ops->free(m->d, order);
+    devexec_free(e);
+}
+
+/* ---- training ---- */
+
+/* Trains FILE with the overrides on the device and on the CPU, and compares; TTY: the
+ * device run draws its progress bar on a terminal. */
+static void check_training(const char *file, const Override *ov, int nov, double tol, bool tty)
+{
+    printf("training %s on the emulation and the CPU\n", file);
+    Model m;
+    if (model_open(&m, file, ov, nov)) {
+        char dev_save[256], cpu_save[256], dev_metrics[256], cpu_metrics[256];
+        snprintf(dev_save, sizeof dev_save, "%s", tmp_path("dev.safetensors"));
+        snprintf(cpu_save, sizeof cpu_save, "%s", tmp_path("cpu.safetensors"));
+        snprintf(dev_metrics, sizeof dev_metrics, "%s", tmp_path("dev.jsonl"));
+        snprintf(cpu_metrics, sizeof cpu_metrics, "%s", tmp_path("cpu.jsonl"));
+        unlink(dev_metrics);
+        unlink(cpu_metrics);
+        RunSpec dev = {.device = m.d, .save = dev_save, .metrics = dev_metrics, .tty = tty};
+        CHECK_EQ_INT(run(&m, &dev), 0);
+        CHECK_EQ_INT(run(&m, &(RunSpec){.save = cpu_save, .metrics = cpu_metrics}), 0);
+        compare_checkpoints(dev_save, cpu_save, tol);
+        compare_metrics(dev_metrics, cpu_metrics, tol);
+    }
+    model_close(&m);
+}
+
+/* Half the run on the device, saved; the rest on the CPU from that file: the same end as
+ * the CPU alone. */
+static void check_resume_on_cpu(const char *file, const Override *ov, int nov, int64_t stop)
+{
+    printf("training %s: %lld steps on the emulation, the rest on the CPU\n", file, (long long)stop);
+    Model m;
+    if (model_open(&m, file, ov, nov)) {
+        char half[256], resumed[256], straight[256];
+        snprintf(half, sizeof half, "%s", tmp_path("half.safetensors"));
+        snprintf(resumed, sizeof resumed, "%s", tmp_path("resumed.safetensors"));
+        snprintf(straight, sizeof straight, "%s", tmp_path("straight.safetensors"));
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = half, .stop_after = stop}), 0);
+        CHECK_EQ_INT(run(&m, &(RunSpec){.resume = half, .save = resumed}), 0);
+        CHECK_EQ_INT(run(&m, &(RunSpec){.save = straight}), 0);
+        compare_checkpoints(resumed, straight, 1e-4);
+    }
+    model_close(&m);
+}
+
+/* The step number in "... at step N (...". */
+static long long failed_step(const char *err)
+{
+    const char *at = strstr(err, " at step ");
+    return at ? strtoll(at + 9, NULL, 10) : -1;
+}
+
+/* A learning rate that makes the loss overflow: both fail, at the same step. */
+static void check_divergence(void)
+{
+    printf("a diverging run on the emulation and the CPU\n");
+    Override ov[3] = {{"precision", "precision", "fp32"}, {"steps", "steps", "40"},
+                      {"optimizer", "optimizer", "sgd(lr = 1e4)"}};
+    Model m;
+    if (model_open(&m, "regression.net", ov, 3)) {
+        capture_start();
+        int dev_rc = run(&m, &(RunSpec){.device = m.d});
+        char dev_err[4096];
+        snprintf(dev_err, sizeof dev_err, "%s", capture_end());
+        capture_start();
+        int cpu_rc = run(&m, &(RunSpec){0});
+        const char *cpu_err = capture_end();
+        fprintf(stderr, "  emulation: %s  cpu: %s", dev_err, cpu_err);
+        CHECK_EQ_INT(dev_rc, 1);
+        CHECK_EQ_INT(cpu_rc, 1);
+        CHECK(strstr(dev_err, "the loss became NaN or infinite at step ") != NULL);
+        CHECK(failed_step(cpu_err) > 0);
+        CHECK_EQ_INT(failed_step(dev_err), failed_step(cpu_err));
+    }
+    model_close(&m);
+}
+
+int main(int argc, char **argv)
+{
+    asan = argc > 1 && strcmp(argv[1], "--asan") == 0;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc_devexec_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+
+    Override mlp[3] = {{"precision", "precision", "fp32"}, {"batch", "batch", "32"},
+                       {"steps", "steps", "40"}};
+    Model m;
+    if (model_open(&m, "mlp.net", mlp, 3)) {
+        check_arena(&m);
+        check_order(&m, 1000, 0, true, 3);
+        check_order(&m, 1000, 5, true, 1);
+        check_order(&m, 60000, 2, true, 64);
+        check_order(&m, 7, 1, false, 1);
+        check_order(&m, 1, 0, true, 1);
+    }
+    model_close(&m);
+
+    check_training("mlp.net", mlp, 3, 1e-4, false);
+    /* 8 steps of 2 micro-batches per epoch: three epochs, the last one cut short */
+    Override reg[4] = {{"precision", "precision", "fp32"}, {"steps", "steps", "20"},
+                       {"accumulate", "accumulate", "2"}, {"batch", "batch", "500"}};
+    check_training("regression.net", reg, 4, 1e-4, true);
+    /* fp16: loss scaling skips steps; the device counts them as the CPU does */
+    Override half[3] = {{"precision", "precision", "fp16"}, {"steps", "steps", "30"},
+                        {"batch", "batch", "64"}};
+    check_training("regression.net", half, 3, 1e-2, false);
+    /* a learning rate too large for fp16: most steps are skipped, and counted alike */
+    Override skips[3] = {{"precision", "precision", "fp16"}, {"steps", "steps", "20"},
+                         {"optimizer", "optimizer", "sgd(lr = 100)"}};
+    check_training("regression.net", skips, 3, 1e-2, false);
+    check_resume_on_cpu("mlp.net", mlp, 3, 20);
+    check_divergence();
+
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return check_result();
+}
