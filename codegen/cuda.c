@@ -778,7 +778,8 @@ static const DataKernelSpec data_kernels[PDK_NUM] = {
         "                                          ((uint64_t)epoch << 40) + (uint64_t)k,\n"
         "                                          (uint64_t)(n - k));\n" },
     [PDK_ORDER_SHUFFLE] = {
-        "cgc_order_shuffle", 1, "int32_t *order, const int32_t *draws, int64_t n, int64_t shuffle",
+        "cgc_order_shuffle", 1,
+        "int32_t *__restrict__ order, const int32_t *__restrict__ draws, int64_t n, int64_t shuffle",
         "    /* one thread: Fisher-Yates is sequential */\n"
         "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
         "    for (int64_t i = 0; i < n; i++) order[i] = (int32_t)i;\n"

@@ -105,7 +105,10 @@ int backend_open(const IrProgram *p, const BackendOptions *o, Backend *out)
         cuda_open(ordinal, r.cubin, r.cubin_size, &out->device) != 0) {
         free(r.cubin);
         backend_close(out);
-        return -1;
+        if (strcmp(o->device, "auto") != 0) return -1;
+        /* auto means a usable GPU, else the CPU; the error above says why it is not */
+        if (!o->quiet) fprintf(stderr, "cgc: cuda:%d is not usable; running on the CPU\n", ordinal);
+        return 0;
     }
     free(r.cubin);
     out->ordinal = ordinal;

@@ -36,6 +36,15 @@ static bool load_once(char *why, size_t why_len)
         return false;
     }
     if (!resolve_all(lib, why, why_len)) return false;
+    /* The cubins come from this build's NVRTC and cuBLAS is this build's: an older driver
+     * has every entry point we call yet cannot load them. */
+    int version = 0;
+    if (cu.cuDriverGetVersion(&version) == CUDA_SUCCESS && version < CUDA_VERSION) {
+        snprintf(why, why_len, "the NVIDIA driver supports CUDA %d.%d; this cgc was built with "
+                 "CUDA %d.%d and needs a driver for it or newer", version / 1000,
+                 version % 1000 / 10, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
+        return false;
+    }
     CUresult r = cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         char text[256];

@@ -31,28 +31,20 @@ typedef struct EntryHeader {
 } EntryHeader;
 _Static_assert(sizeof(EntryHeader) == HEADER_BYTES, "entry header is 32 bytes");
 
-/* zlib's checksums take uInt lengths: feed long buffers in pieces. */
-static uint32_t crc_of(const void *p, size_t n)
+/* zlib's checksums (crc32, adler32) take uInt lengths: feed long buffers in pieces. */
+static uint32_t checksum(uLong (*update)(uLong, const Bytef *, uInt), const void *p, size_t n)
 {
-    uLong c = crc32(0L, Z_NULL, 0);
+    uLong c = update(0L, Z_NULL, 0);
     for (const Bytef *b = p; n > 0;) {
         uInt step = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        c = crc32(c, b, step);
+        c = update(c, b, step);
         b += step, n -= step;
     }
     return (uint32_t)c;
 }
 
-static uint32_t adler_of(const void *p, size_t n)
-{
-    uLong a = adler32(0L, Z_NULL, 0);
-    for (const Bytef *b = p; n > 0;) {
-        uInt step = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        a = adler32(a, b, step);
-        b += step, n -= step;
-    }
-    return (uint32_t)a;
-}
+static uint32_t crc_of(const void *p, size_t n) { return checksum(crc32, p, n); }
+static uint32_t adler_of(const void *p, size_t n) { return checksum(adler32, p, n); }
 
 void kcache_entry_name(const void *key, size_t key_len, char *buf, size_t len)
 {
@@ -257,7 +249,8 @@ bool kcache_load(const void *key, size_t key_len, void **payload, size_t *size, 
     int dfd = open_cache(dir, sizeof dir, why, sizeof why);
     if (dfd < 0) return false;
     kcache_entry_name(key, key_len, name, sizeof name);
-    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO planted as an entry must not block the open (fstat refuses it) */
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     const char *problem = NULL;
     if (fd < 0) {
         if (errno != ENOENT) problem = errno == ELOOP ? "is a symbolic link" : "cannot be opened";

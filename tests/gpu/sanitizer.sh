@@ -1,6 +1,7 @@
 #!/bin/bash
 # sanitizer.sh CGC MODELS_DIR: compute-sanitizer memcheck and racecheck on a short GPU run
-# of each model; every report must be 0 errors. Skips without compute-sanitizer.
+# of each model; each run must finish its 12 steps and every report must be 0 errors.
+# Skips without compute-sanitizer. The data is found as cgc finds it (CGC_DATA_PATH).
 set -eu
 . "$(dirname "$0")/common.sh"
 MODELS=${2:?models dir}
@@ -11,11 +12,14 @@ fail=0
 for model in mlp resmlp regression; do
     for tool in memcheck racecheck; do
         log="$WORK/$model.$tool.log"
+        # cgc must run (a sanitizer prints "0 errors" for a program that fails at once too)
         "$CS" --tool "$tool" --error-exitcode 99 "$CGC" "$MODELS/$model.net" --device cuda \
-            --steps 12 --batch 32 -q >"$log" 2>&1 || true
+            --steps 12 --batch 32 --metrics "$WORK/$model.$tool.jsonl" >"$log" 2>&1
+        status=$?
         summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
-        echo "$model $tool: ${summary:-no summary}"
-        if ! echo "$summary" | grep -qE "SUMMARY: 0 (errors|hazards)"; then
+        echo "$model $tool: exit $status, ${summary:-no summary}"
+        if [ "$status" -ne 0 ] || ! grep -q '"step":12' "$WORK/$model.$tool.jsonl" 2>/dev/null ||
+           ! echo "$summary" | grep -qE "SUMMARY: 0 (errors|hazards)"; then
             fail=1
             tail -30 "$log"
         fi

@@ -1,7 +1,7 @@
 #include "cgc_device.h"
 
 /* data pipeline: cgc_order_shuffle (see codegen/plan.h) */
-extern "C" __global__ void __launch_bounds__(1) cgc_order_shuffle(int32_t *order, const int32_t *draws, int64_t n, int64_t shuffle)
+extern "C" __global__ void __launch_bounds__(1) cgc_order_shuffle(int32_t *__restrict__ order, const int32_t *__restrict__ draws, int64_t n, int64_t shuffle)
 {
     /* one thread: Fisher-Yates is sequential */
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
