@@ -54,7 +54,7 @@ static int pick_ordinal(const BackendOptions *o, CudaDeviceInfo *info, int *coun
     *count = cuda_probe(info, MAX_DEVICES, why, sizeof why);
     if (strcmp(o->device, "auto") == 0) {
         if (*count > 0) return 0;
-        if (!o->quiet) fprintf(stderr, "cgc: no usable CUDA device (%s); running on the CPU\n", why);
+        if (!o->quiet) fprintf(stderr, "cgc: no usable CUDA device: %s; running on the CPU\n", why);
         return -1;
     }
     int ordinal = 0;

@@ -137,10 +137,39 @@ static void truncate_half(const char *path)
     CHECK_EQ_INT(truncate(path, st.st_size / 2), 0);
 }
 
+/* The entry replaced by a symbolic link to a good copy of itself: never followed. */
+static void symlink_to_copy(const char *path)
+{
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s.copy", path);
+    CHECK(rename(path, copy) == 0);
+    CHECK_EQ_INT(symlink(copy, path), 0);
+}
+
+/* The entry replaced by a FIFO: the open must not block, and it is not loaded. */
+static void fifo_instead(const char *path)
+{
+    CHECK_EQ_INT(unlink(path), 0);
+    CHECK_EQ_INT(mkfifo(path, 0600), 0);
+}
+
+/* The entry handed to another user (root only). */
+static void give_to_nobody(const char *path)
+{
+    struct passwd *nobody = getpwnam("nobody");
+    CHECK_EQ_INT(chown(path, nobody ? nobody->pw_uid : 65534, (gid_t)-1), 0);
+}
+
 static void test_corrupt_and_truncated(void)
 {
     damaged_entry_case(use_cache_home("corrupt"), flip_last_byte, "payload checksum");
     damaged_entry_case(use_cache_home("truncated"), truncate_half, "truncated");
+    damaged_entry_case(use_cache_home("entry_symlink"), symlink_to_copy, "symbolic link");
+    damaged_entry_case(use_cache_home("entry_fifo"), fifo_instead, "not a regular file");
+    if (geteuid() == 0)
+        damaged_entry_case(use_cache_home("entry_owner"), give_to_nobody, "another user");
+    else
+        printf("note: not root, so the case of a cache entry owned by another user is skipped\n");
 }
 
 static bool copy_file(const char *from, const char *to)

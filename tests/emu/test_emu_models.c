@@ -27,6 +27,13 @@
 #include "tests/emu/emu_device.h"
 
 enum { STEPS = 3, BATCH = 8, LAST_BATCH = 5, SHOW_NODES = 5, SHOW_VALUES = 4 };
+
+/* Symbol k's value in a run of BATCH rows: the batch for symbol 0, and a different value
+ * for every other symbol, so that a kernel reading the wrong symbol shows. */
+static void bind_symbols(int64_t symvals[8], int64_t batch)
+{
+    for (int k = 0; k < 8; k++) symvals[k] = batch + k;
+}
 /* Fixed on the emulation (a failure repeats); fresh per run with --cuda, printed, and
  * CGC_TEST_SEED repeats one. */
 static uint64_t seed = 20261122;
@@ -91,7 +98,8 @@ static float random_value(uint64_t *s)
 
 static void *make_input(const IrProgram *p, int i, int64_t batch, uint64_t *s)
 {
-    int64_t symvals[8] = { batch, batch, batch, batch, batch, batch, batch, batch };
+    int64_t symvals[8];
+    bind_symbols(symvals, batch);
     int64_t n = ir_numel(&p->inputs[i].shape, symvals);
     if (p->inputs[i].dtype == DT_I32) {
         int32_t *v = malloc((size_t)(n ? n : 1) * sizeof *v);
@@ -326,7 +334,8 @@ static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step
     CpuFeed cf = { .symvals = { 0 } };
     DevFeed df = { .symvals = { 0 } };
     void *inputs[16] = { 0 };
-    for (int s = 0; s < 8; s++) cf.symvals[s] = df.symvals[s] = batch;
+    bind_symbols(cf.symvals, batch);
+    bind_symbols(df.symvals, batch);
     for (int i = 0; i < r->p->ninputs; i++) {
         inputs[i] = make_input(r->p, i, batch, rng);
         cf.inputs[i] = df.inputs[i] = inputs[i];
@@ -347,7 +356,8 @@ static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step
 
 static int64_t largest_node(const IrProgram *p, const IrGraph *g, int64_t batch)
 {
-    int64_t symvals[8] = { batch, batch, batch, batch, batch, batch, batch, batch }, most = 1;
+    int64_t symvals[8], most = 1;
+    bind_symbols(symvals, batch);
     for (int id = 0; g && id < g->nnodes; id++) {
         int64_t n = ir_numel(&g->nodes[id].shape, symvals);
         if (n > most) most = n;
@@ -444,7 +454,8 @@ static void run_case(const Case *c, bool asan)
         ir_program_free(p);
         return;
     }
-    int64_t symmax[8] = { BATCH, BATCH, BATCH, BATCH, BATCH, BATCH, BATCH, BATCH };
+    int64_t symmax[8];
+    bind_symbols(symmax, BATCH);
     Run r = { .c = c, .p = p, .plan = plan };
     r.dev = devexec_new(plan, d, symmax, path);
     CHECK(r.dev != NULL);
