@@ -9,6 +9,7 @@ mkdir -p "$OUT"
 [ -f build-gpu/libs.tar.xz ] && [ ! -d build-gpu/lib ] && tar -xJf build-gpu/libs.tar.xz -C build-gpu
 export LD_LIBRARY_PATH="$PWD/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CGC_DATA_PATH="$PWD/data"
+export CGC_MODELS_DIR="$PWD/models"   # the test programs were built at another path
 export XDG_CACHE_HOME="$OUT/cache"
 CGC=$PWD/build-gpu/cgc
 step() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -27,11 +28,11 @@ run devices "$CGC" --devices; cat "$OUT/devices.log"
 step "compile times (cold, then warm from the cache)"
 run compile_cold "$CGC" models/mlp.net --check -v
 run compile_warm "$CGC" models/mlp.net --check -v
-grep -h "compile" "$OUT/compile_cold.log" "$OUT/compile_warm.log" | tee -a "$OUT/summary.txt"
+grep -h "cgc: module" "$OUT/compile_cold.log" "$OUT/compile_warm.log" | tee -a "$OUT/summary.txt"
 step "gpu tests"
 run test_cuda_device build-gpu/tests/test_cuda_device
 run test_gpu_models build-gpu/tests/test_emu_models --cuda
-tail -2 "$OUT/test_cuda_device.log" "$OUT/test_gpu_models.log" | tee -a "$OUT/summary.txt"
+tail -n 2 "$OUT/test_cuda_device.log" "$OUT/test_gpu_models.log" | tee -a "$OUT/summary.txt"
 run gpu_train_mlp tests/gpu/train_mlp.sh "$CGC" models
 tail -3 "$OUT/gpu_train_mlp.log" | tee -a "$OUT/summary.txt"
 run gpu_sanitizer tests/gpu/sanitizer.sh "$CGC" models

@@ -411,6 +411,14 @@ static int64_t largest(const IrProgram *p)
     return a > m ? a : m;
 }
 
+/* models/ of the source tree, or $CGC_MODELS_DIR (the GPU machine runs the build in a
+ * copy of the tree at another path). */
+static const char *models_dir(void)
+{
+    const char *env = getenv("CGC_MODELS_DIR");
+    return env && *env ? env : CGC_MODELS_DIR;
+}
+
 /* --cuda: the same comparisons on the first CUDA device (label gpu). */
 static bool on_cuda;
 static CudaDeviceInfo cuda_info;
@@ -436,8 +444,8 @@ static int open_device(const Plan *plan, bool asan, char *so, size_t so_len, Dev
 
 static void run_case(const Case *c, bool asan)
 {
-    char path[sizeof CGC_MODELS_DIR + sizeof c->model + 1], so[256];
-    snprintf(path, sizeof path, "%s/%.*s", CGC_MODELS_DIR, (int)sizeof c->model - 1, c->model);
+    char path[4096 + sizeof c->model + 1], so[256];
+    snprintf(path, sizeof path, "%.4096s/%.*s", models_dir(), (int)sizeof c->model - 1, c->model);
     printf("%s %s accumulate %d%s\n", c->model, c->precision, c->accumulate ? c->accumulate : 1,
            asan ? " (asan)" : "");
     fflush(stdout);
@@ -493,7 +501,7 @@ static int case_order(const void *a, const void *b)
 /* Every .net of models/, sorted. */
 static int list_models(Case *out, int max)
 {
-    DIR *dir = opendir(CGC_MODELS_DIR);
+    DIR *dir = opendir(models_dir());
     if (!dir) return 0;
     int n = 0;
     for (struct dirent *e; (e = readdir(dir)) && n < max;) {
