@@ -599,23 +599,37 @@ static void add_loss_inputs(const RenderCtx *ctx, const IrNode *node, KernelDraf
     add_buffer(d, "labels", ctx->node_buffer[node->in[first + 1]], DT_I32, true);
 }
 
-/* Mean over the rows of logsumexp - logit[label], in double, by one block. A label out
- * of range makes the loss NaN (the CPU executor reports it as an error). */
-static void render_cross_entropy(const RenderCtx *ctx, int id, KernelDraft *d)
+/* One block walks the rows of (logits, labels), each thread adding its rows' terms into
+ * `part`; the caller renders the row body between begin and end. */
+static void begin_row_sum(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     add_loss_inputs(ctx, node, d, 0);
     sb_puts(&d->body, "    if (blockIdx.x != 0) return;\n    double part = 0.0;\n");
     render_loss_head(d, &ctx->g->nodes[node->in[0]].shape, true);
+}
+
+/* Closes the row loop and stores RESULT (an expression of the block's `total`). */
+static void end_row_sum(KernelDraft *d, const char *result)
+{
+    sb_printf(&d->body,
+              "    }\n"
+              "    const double total = cgc_block_sum(part);\n"
+              "    if (threadIdx.x == 0) cgc_store(&out[0], %s);\n", result);
+    launch_single_block(d, BLOCK);
+}
+
+/* Mean over the rows of logsumexp - logit[label], in double, by one block. A label out
+ * of range makes the loss NaN (the CPU executor reports it as an error). */
+static void render_cross_entropy(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    begin_row_sum(ctx, id, d);
     render_lse(d);
     sb_puts(&d->body,
             "        part += (label < 0 || label >= c) ? (double)CGC_NAN\n"
-            "                                           : lse - (double)cgc_load(logits[r * c + label]);\n"
-            "    }\n"
-            "    const double total = cgc_block_sum(part);\n"
-            "    if (threadIdx.x == 0) cgc_store(&out[0], (float)(total / (double)n));\n");
-    launch_single_block(d, BLOCK);
+            "                                           : lse - (double)cgc_load(logits[r * c + label]);\n");
+    end_row_sum(d, "(float)(total / (double)n)");
 }
 
 /* d (softmax(x) - onehot(label)) / N, a thread per row. */
@@ -646,20 +660,13 @@ static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
 /* Rows whose first maximal logit is at the label, counted by one block. */
 static void render_count_correct(const RenderCtx *ctx, int id, KernelDraft *d)
 {
-    const IrNode *node = &ctx->g->nodes[id];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_loss_inputs(ctx, node, d, 0);
-    sb_puts(&d->body, "    if (blockIdx.x != 0) return;\n    double part = 0.0;\n");
-    render_loss_head(d, &ctx->g->nodes[node->in[0]].shape, true);
+    begin_row_sum(ctx, id, d);
     sb_puts(&d->body,
             "        int64_t best = 0;\n"
             "        for (int64_t k = 1; k < c; k++)\n"
             "            if (cgc_load(logits[r * c + k]) > cgc_load(logits[r * c + best])) best = k;\n"
-            "        part += best == labels[r] ? 1.0 : 0.0;\n"
-            "    }\n"
-            "    const double total = cgc_block_sum(part);\n"
-            "    if (threadIdx.x == 0) cgc_store(&out[0], (float)total);\n");
-    launch_single_block(d, BLOCK);
+            "        part += best == labels[r] ? 1.0 : 0.0;\n");
+    end_row_sum(d, "(float)total");
 }
 
 /* ---- the rest ---- */

@@ -10,15 +10,10 @@
 
 #include "codegen/plan.h"
 #include "runtime/device.h"
+#include "tests/scale_kernel.h"
 #include "tests/testfiles.h"
 
-static const char *MODULE =
-    "extern \"C\" __global__ void __launch_bounds__(128)\n"
-    "scale(float *x, float a, long long n)\n"
-    "{\n"
-    "    for (long long i = blockIdx.x * 128ll + threadIdx.x; i < n; i += gridDim.x * 128ll)\n"
-    "        x[i] *= a;\n"
-    "}\n";
+static const char *const MODULE = SCALE_KERNEL_SOURCE;
 
 static Device *dev;
 static void *scale_kernel;

@@ -9,15 +9,10 @@
 #include <sys/stat.h>
 
 #include "runtime/device.h"
+#include "tests/scale_kernel.h"
 #include "tests/testfiles.h"
 
-static const char *KERNEL =
-    "extern \"C\" __global__ void __launch_bounds__(128)\n"
-    "scale(float *x, float a, long long n)\n"
-    "{\n"
-    "    for (long long i = blockIdx.x * 128ll + threadIdx.x; i < n; i += gridDim.x * 128ll)\n"
-    "        x[i] *= a;\n"
-    "}\n";
+static const char *const KERNEL = SCALE_KERNEL_SOURCE;
 
 /* A kernel whose source differs from KERNEL (so a different cache key). */
 static char other_kernel[1024];
