@@ -8,6 +8,7 @@
 #define CGC_CODEGEN_IMPL_H
 
 #include <stdarg.h>
+#include <string.h>
 
 #include "plan.h"
 

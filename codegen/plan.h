@@ -8,9 +8,12 @@
  *     (the batch); a runtime places them all in one device arena;
  *   - for each graph, the host plan: the ordered list of kernel launches and GEMM calls
  *     with the buffers and sizes they take.
- * In the eager mode (the only one so far) every IR node that computes something becomes
- * one launch or one GEMM; RESHAPE and READ are views (no copy); the ASSIGNs of a graph
- * are copies launched after everything else (IR semantics: writes land after the step).
+ * In the eager mode every IR node that computes something becomes one launch or one
+ * GEMM; RESHAPE and READ are views (no copy); the ASSIGNs of a graph are copies launched
+ * after everything else (IR semantics: writes land after the step). In the default mode
+ * each fusion group (IrGraph.groups, compiler/fusion.c) is one kernel, groups sharing a
+ * `multi` number one launch, and only values read outside their group get buffers;
+ * nodes outside any group are rendered as in eager.
  *
  * The kernel ABI, which codegen, the runtimes (runtime/device.h) and the CPU emulation of
  * CUDA (tests/emu) all keep:
@@ -33,9 +36,13 @@
 
 #include "../compiler/ir.h"
 
-enum { PLAN_MAX_PARAMS = 24 };
+enum { PLAN_MAX_PARAMS = 64 };
 
-typedef enum PlanMode { PLAN_EAGER } PlanMode;
+typedef enum PlanMode {
+    PLAN_EAGER,             /* one kernel or GEMM per IR op */
+    PLAN_DEFAULT,           /* the fusion groups of the graphs (the program must have been
+                             * through fusion_assign) */
+} PlanMode;
 
 /* ---- buffers ---- */
 
@@ -128,6 +135,8 @@ typedef struct PlanStep {
     PlanLaunch launch;
     PlanGemm gemm;
     int node;               /* the IR node it computes (of this graph), or -1 */
+    int group;              /* the fusion group (IrNode.group) it runs, or 0; a multi-tensor
+                             * launch names its first group */
     SrcLoc loc;             /* its .net location, for errors ({0,0}: none) */
     const char *what;       /* "relu h1", "assign h1.weight", for the host plan/errors */
 } PlanStep;
@@ -199,6 +208,26 @@ extern const char plan_device_prelude[];
 
 /* The whole module for NVRTC: the prelude, then every kernel. malloc'd. */
 char *plan_module_source(const Plan *plan);
+
+/* ---- memory planning (codegen/memplan.c) ----
+ * Liveness over the final step order gives every buffer an offset in one arena. Buffers
+ * that outlive a step (persistent tensors, inputs, constants, data-pipeline buffers, and
+ * every graph's output values) sit first, each at its own offset. Then each graph's
+ * buffers: a buffer is live from the first step that touches it to the last (inclusive),
+ * and two buffers of one graph share memory only when their live ranges do not meet;
+ * buffers of different graphs share freely, since graphs never run at the same time.
+ * Offsets are 256-byte aligned. Views take their root's offset. */
+typedef struct PlanLayout {
+    size_t *offset;             /* per buffer (malloc'd) */
+    size_t arena_bytes;         /* the peak: everything the plan needs at once */
+    size_t persistent_bytes;    /* the first region */
+    size_t graph_bytes[PG_NUM]; /* the peak of each graph's own buffers */
+} PlanLayout;
+
+/* Lays out PLAN for symbols up to SYMMAX. REUSE false gives every buffer memory of its
+ * own (every node's value stays readable after a run: the per-node tests). */
+void plan_layout(const Plan *plan, const int64_t *symmax, bool reuse, PlanLayout *out);
+void plan_layout_free(PlanLayout *l);
 
 /* ---- inspection (codegen/emit.c) ---- */
 

@@ -217,6 +217,17 @@ void cgc_error(const char *fmt, ...)
     error_count++;
 }
 
+void cgc_warning(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fputs("cgc: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
 void cgc_internal_error(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;

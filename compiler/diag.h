@@ -56,6 +56,9 @@ void diag_note(Source *src, SrcLoc loc, const char *fmt, ...)
 /* An error that is not tied to a place in the file: "cgc: error: MESSAGE". */
 void cgc_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* "cgc: warning: MESSAGE": something the user should know that does not stop the run. */
+void cgc_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Errors reported so far through diag_error and cgc_error, whatever their source (a
  * command-line value is a Source of its own): 0 means nothing has been said yet. */
 int diag_error_count(void);

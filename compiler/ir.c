@@ -257,6 +257,7 @@ void ir_graph_init(IrGraph *g, const char *name)
 void ir_graph_free(IrGraph *g)
 {
     free(g->nodes);
+    free(g->groups);
     ir_graph_init(g, g->name);
 }
 
@@ -268,6 +269,18 @@ void ir_graph_copy(IrGraph *dst, const IrGraph *src, const char *name)
     dst->cap = src->nnodes;
     dst->nodes = xmalloc((size_t)(src->nnodes ? src->nnodes : 1) * sizeof *src->nodes);
     memcpy(dst->nodes, src->nodes, (size_t)src->nnodes * sizeof *src->nodes);
+    dst->groups = NULL;
+    if (src->ngroups) {
+        dst->groups = xmalloc((size_t)src->ngroups * sizeof *src->groups);
+        memcpy(dst->groups, src->groups, (size_t)src->ngroups * sizeof *src->groups);
+    }
+}
+
+int ir_add_group(IrGraph *g, const IrGroup *gr)
+{
+    g->groups = xrealloc(g->groups, (size_t)(g->ngroups + 1) * sizeof *g->groups);
+    g->groups[g->ngroups] = *gr;
+    return ++g->ngroups;
 }
 
 int ir_add_node(IrGraph *g, const IrNode *n)
@@ -642,9 +655,21 @@ void ir_print(FILE *out, const IrProgram *p, const IrGraph *g)
         fprintf(out, " : %s%s", ir_dtype_name(n->dtype), ir_shape_str(p, &n->shape, sb, sizeof sb));
         /* Leaves and assignments already show their table name. */
         bool show_name = n->name && n->op != IR_INPUT && n->op != IR_READ && n->op != IR_ASSIGN;
-        if (show_name || n->loc.line) fputs("  ;", out);
+        if (show_name || n->loc.line || n->group || n->recompute) fputs("  ;", out);
         if (show_name) fprintf(out, " %s", n->name);
         if (n->loc.line) fprintf(out, " @%d:%d", n->loc.line, n->loc.col);
+        if (n->recompute) fputs(" recompute", out);
+        if (n->group) fprintf(out, " g%d", n->group);
+        fputc('\n', out);
+    }
+    for (int k = 0; k < g->ngroups; k++) {
+        const IrGroup *gr = &g->groups[k];
+        fprintf(out, "group g%d %s %s over %s", k + 1, gr->name,
+                gr->kind == IR_GROUP_POINTWISE ? "pointwise" : "reduce",
+                ir_shape_str(p, &gr->work, sb, sizeof sb));
+        if (gr->kind == IR_GROUP_REDUCE && gr->axis == IR_AXIS_ALL) fputs(" axis all", out);
+        else if (gr->kind == IR_GROUP_REDUCE) fprintf(out, " axis %d", gr->axis);
+        if (gr->multi) fprintf(out, " multi %d", gr->multi);
         fputc('\n', out);
     }
     fputs("outputs:", out);
@@ -730,4 +755,15 @@ void ir_verify(const IrProgram *p, const IrGraph *g)
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
         if (g->output[r] >= g->nnodes) cgc_internal_error(__FILE__, __LINE__, "graph %s: output out of range", g->name);
+    /* fusion groups: numbers in range, members consecutive */
+    int last = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        int k = g->nodes[i].group;
+        if (k < 0 || k > g->ngroups) verify_fail(g, i, "group number out of range");
+        if (k && k != last && i > 0 && g->nodes[i - 1].group != k) {
+            for (int j = 0; j < i; j++)
+                if (g->nodes[j].group == k) verify_fail(g, i, "members of its group are not consecutive");
+        }
+        last = k;
+    }
 }

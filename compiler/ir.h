@@ -167,7 +167,44 @@ typedef struct IrNode {
     SrcLoc loc;             /* the .net token this node came from; {0,0} for none */
     const char *name;       /* optional: the binding it computes ("h1"), for dumps; a
                              * table's name or ir_intern'ed, so it outlives the AST */
+    int group;              /* fusion (compiler/fusion.c): 0 = a kernel (or GEMM) of its
+                             * own, else k for the graph's groups[k - 1] */
+    bool recompute;         /* checkpointing (compiler/checkpoint.c) inserted it: the
+                             * backward's copy of a forward node, recomputed, not kept */
 } IrNode;
+
+/* A fusion group: nodes of one graph that codegen renders as one kernel. Members of a
+ * group are consecutive in the graph's node order (the fusion pass reorders to make them
+ * so). A member whose value is read outside the group (or is a graph output) is stored;
+ * every other member lives only in registers.
+ *
+ *   IR_GROUP_POINTWISE  one thread per element of `work`. Members are elementwise (unary,
+ *                       binary, select, BROADCAST, DROPOUT), RUNTIME leaves, and ASSIGNs.
+ *                       Every member's shape broadcasts to `work` and a member computed at
+ *                       a smaller shape is evaluated where the element needs it (so scalar
+ *                       chains, like a learning-rate schedule, are recomputed per element
+ *                       rather than launched); stored members, DROPOUTs and ASSIGNs have
+ *                       exactly `work`. An ASSIGN member stores its value straight into the
+ *                       persistent tensor (in place): the pass orders every other reader of
+ *                       that tensor before the group, which keeps IR semantics (writes land
+ *                       after the step's reads).
+ *   IR_GROUP_REDUCE     one or more reductions over input shape `work`: SUMs, MEANs and MAXes
+ *                       along one `axis` (or IR_AXIS_ALL), or a single REDUCE_TO; plus a
+ *                       pointwise prologue (members as above, no ASSIGN) evaluated at the
+ *                       reductions' input elements. Stored prologue members have `work`.
+ *
+ * Groups with the same nonzero `multi` form one multi-tensor launch (horizontal fusion):
+ * they are consecutive, independent of each other, and their shapes have no symbols. */
+typedef enum IrGroupKind { IR_GROUP_POINTWISE, IR_GROUP_REDUCE } IrGroupKind;
+
+typedef struct IrGroup {
+    IrGroupKind kind;
+    const char *name;       /* a C identifier (ir_intern'ed): what it fuses, "bias_relu_h1",
+                             * "adamw_h1_weight"; codegen's kernel name */
+    Shape work;             /* see above */
+    int axis;               /* IR_GROUP_REDUCE: the axis (IR_AXIS_ALL), unused for REDUCE_TO */
+    int multi;              /* 0, or the multi-tensor launch it belongs to */
+} IrGroup;
 
 /* What the runtime reads back from a graph after it runs. */
 typedef enum IrOutputRole {
@@ -184,6 +221,10 @@ typedef struct IrGraph {
     IrNode *nodes;
     int nnodes, cap;
     int output[IR_NUM_OUTPUT_ROLES];   /* node id per role, -1 when absent */
+    int nforward;           /* train, train_micro: nodes [0, nforward) are the forward pass
+                             * (a copy of the forward graph); 0 for the others */
+    IrGroup *groups;        /* fusion groups (IrNode.group); none in eager mode */
+    int ngroups;
 } IrGraph;
 
 typedef struct IrSymbol {
@@ -268,6 +309,8 @@ void ir_graph_free(IrGraph *g);
 void ir_graph_copy(IrGraph *dst, const IrGraph *src, const char *name);
 /* Appends a fully described node and returns its id. */
 int ir_add_node(IrGraph *g, const IrNode *n);
+/* Appends group GR and returns its number k (>= 1: IrNode.group's value). */
+int ir_add_group(IrGraph *g, const IrGroup *gr);
 
 int ir_input(IrGraph *g, const IrProgram *p, int input, SrcLoc loc);
 int ir_read(IrGraph *g, const IrProgram *p, int tensor, SrcLoc loc);

@@ -154,6 +154,7 @@ static void build_backward(Lower *L, IrGraph *g, const char *name)
 {
     IrProgram *p = L->p;
     ir_graph_copy(g, &p->forward, name);
+    g->nforward = g->nnodes;
     begin_graph(L, g);
     int loss = g->output[IR_OUT_LOSS];
     CGC_ASSERT(loss >= 0);

@@ -507,7 +507,7 @@ static int list_models(Case *out, int max)
     for (struct dirent *e; (e = readdir(dir)) && n < max;) {
         size_t len = strlen(e->d_name);
         if (len > 4 && len < sizeof out[0].model && strcmp(e->d_name + len - 4, ".net") == 0)
-            snprintf(out[n++].model, sizeof out[0].model, "%s", e->d_name);
+            memcpy(out[n++].model, e->d_name, len + 1);
     }
     closedir(dir);
     qsort(out, (size_t)n, sizeof *out, case_order);

@@ -1,0 +1,58 @@
+/* compile.h: from a lowered program to a plan, in one call for the command line and the
+ * tests: the passes after training lowering, in the pipeline's order (design.md),
+ *
+ *   checkpoint (cfg.checkpoint) -> fusion (default mode) -> plan_build -> memory plan
+ *
+ * and what --stats and --explain report about the result.
+ *
+ * checkpoint = all recomputes every candidate (compiler/passes.h); auto recomputes the
+ * cheapest candidates, one more at a time, until the planned activation bytes (the peak
+ * of the training step's own buffers: activations, gradients, temporaries) fit the
+ * budget: cfg.memory, else the device's free memory less the persistent buffers, else
+ * (no device known) no budget, so nothing is recomputed. When even recomputing every
+ * candidate does not fit, it says so and keeps that plan.
+ */
+#ifndef CGC_COMPILE_H
+#define CGC_COMPILE_H
+
+#include <stdio.h>
+
+#include "plan.h"
+
+typedef struct CompileOptions {
+    PlanMode mode;
+    const char *net_path;       /* for the kernels' comments */
+    int64_t symmax[8];          /* symbol maxima of the memory plan; 0 = cfg.batch for symbol
+                                 * 0 and 1 for others */
+    size_t device_free;         /* bytes free on the device that will run it; 0 = unknown */
+} CompileOptions;
+
+typedef struct Compiled {
+    IrProgram *p;               /* not owned */
+    Plan *plan;
+    PlanLayout layout;          /* memory reused (the plan the device runs) */
+    int64_t symmax[8];
+    int nrecomputed;            /* forward nodes the backward recomputes */
+    int *recomputed;            /* their ids (forward graph), malloc'd */
+    size_t budget;              /* checkpoint = auto: the activation budget; 0 = none */
+    bool over_budget;           /* auto could not fit the budget */
+} Compiled;
+
+/* Runs the passes on P (which it changes) and builds and lays out the plan. Returns 0, or
+ * -1 after an error. */
+int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out);
+void compiled_free(Compiled *c);
+
+/* Activation bytes: the largest training graph's own peak (layout.graph_bytes). */
+size_t compiled_activation_bytes(const Compiled *c);
+/* Launches (kernels and GEMMs) of one optimizer step's train graph; GEMMS: of which GEMMs. */
+int compiled_steps_per_train(const Compiled *c, int *gemms);
+
+/* explain.c: --stats FILE: the JSON object issue 4 names (mode, kernels_per_step,
+ * gemms_per_step, peak_bytes, activation_bytes, fusion_groups [{name, ops, lines}], ...). */
+void compiled_write_stats(const Compiled *c, FILE *out);
+/* --explain: a readable report: precision of every tensor and why, fusion groups, the
+ * recomputed tensors, the memory plan and its peak, kernels per step. */
+void compiled_explain(const Compiled *c, FILE *out);
+
+#endif

@@ -1,0 +1,2 @@
+/* codegen/fused.c: renders fusion groups. Skeleton. */
+#include "codegen_impl.h"
