@@ -110,30 +110,15 @@ static void from_f32(DType t, const float *src, int64_t n, void *out)
 
 /* ---- the arena ---- */
 
-static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
-
-static int root_of(const Plan *plan, int b)
+/* Offsets of every buffer (the memory plan, codegen/memplan.c); the arena's size. */
+static size_t layout(DevExec *e, bool reuse)
 {
-    for (int hops = 0; plan->buffers[b].alias_of >= 0; hops++) {
-        CGC_ASSERT(hops < plan->nbuffers);
-        b = plan->buffers[b].alias_of;
-    }
-    return b;
-}
-
-/* Offsets of every buffer; the arena's size. */
-static size_t layout(DevExec *e)
-{
-    const Plan *plan = e->plan;
-    size_t end = 0;
-    for (int b = 0; b < plan->nbuffers; b++) {
-        if (plan->buffers[b].alias_of >= 0) continue;
-        e->offset[b] = align_up(end);
-        end = e->offset[b] + plan_buffer_bytes(plan, b, e->symmax);
-    }
-    for (int b = 0; b < plan->nbuffers; b++)
-        if (plan->buffers[b].alias_of >= 0) e->offset[b] = e->offset[root_of(plan, b)];
-    return align_up(end);
+    PlanLayout l;
+    plan_layout(e->plan, e->symmax, reuse, &l);
+    memcpy(e->offset, l.offset, (size_t)e->plan->nbuffers * sizeof *e->offset);
+    size_t bytes = l.arena_bytes;
+    plan_layout_free(&l);
+    return bytes;
 }
 
 /* Hands every gap between buffers (and the tail) to mark_unused. */
@@ -233,7 +218,8 @@ static int find_kernels(DevExec *e)
     return 0;
 }
 
-DevExec *devexec_new(const Plan *plan, Device *d, const int64_t *symmax, const char *net_path)
+static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bool reuse,
+                          const char *net_path)
 {
     check_plan(plan);
     DevExec *e = xcalloc(1, sizeof *e);
@@ -245,7 +231,7 @@ DevExec *devexec_new(const Plan *plan, Device *d, const int64_t *symmax, const c
     for (int k = 0; k < 8 && k < e->p->nsyms; k++) e->symmax[k] = symmax[k];
     e->offset = xcalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1), sizeof *e->offset);
     e->kernel = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->kernel);
-    e->arena_bytes = layout(e);
+    e->arena_bytes = layout(e, reuse);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
     if (d->ops->alloc(d, bytes, &e->arena) != 0) {
         cgc_error("%s: cannot allocate the %zu-byte arena of the model on %s (%zu bytes free "
@@ -260,6 +246,17 @@ DevExec *devexec_new(const Plan *plan, Device *d, const int64_t *symmax, const c
         return NULL;
     }
     return e;
+}
+
+DevExec *devexec_new(const Plan *plan, Device *d, const int64_t *symmax, const char *net_path)
+{
+    return open_exec(plan, d, symmax, true, net_path);
+}
+
+DevExec *devexec_new_unshared(const Plan *plan, Device *d, const int64_t *symmax,
+                              const char *net_path)
+{
+    return open_exec(plan, d, symmax, false, net_path);
 }
 
 void devexec_free(DevExec *e)

@@ -2,8 +2,9 @@
  *
  * The device-side counterpart of the CPU reference executor (runtime/cpu/exec.h), with
  * the same shape of API so that the training loop and the tests treat both alike:
- *   - one arena: every buffer of the plan at a fixed offset (256-byte aligned, with
- *     padding marked unused between buffers), sized for the symbols' maxima;
+ *   - one arena laid out by the memory plan (plan_layout): buffers whose lives do not
+ *     meet share memory; 256-byte aligned, padding marked unused; sized for the symbols'
+ *     maxima;
  *   - persistent tensors initialised on the host exactly as the CPU executor does
  *     (tensor_init_values) and uploaded;
  *   - a graph run: bind the symbols and runtime scalars, then issue the graph's steps in
@@ -32,6 +33,10 @@ typedef struct DevFeed {
 /* Lays out the arena of PLAN for symbols up to SYMMAX on D, and looks up every kernel.
  * NET_PATH names the .net file in errors. Returns NULL after reporting. */
 DevExec *devexec_new(const Plan *plan, Device *d, const int64_t *symmax, const char *net_path);
+/* As devexec_new, but every buffer gets memory of its own, so that every stored node's
+ * value can still be read after a run (the per-node comparisons of the tests). */
+DevExec *devexec_new_unshared(const Plan *plan, Device *d, const int64_t *symmax,
+                              const char *net_path);
 void devexec_free(DevExec *e);
 
 size_t devexec_arena_bytes(const DevExec *e);
@@ -51,7 +56,9 @@ DevPtr devexec_buffer(const DevExec *e, int b);
 int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *what);
 
 /* After a run of G (waits): node ID's value as f32 (i32 values converted), numel in
- * *NUMEL. OUT has room for the node's elements at the symbols' maxima. */
+ * *NUMEL. OUT has room for the node's elements at the symbols' maxima. Only stored nodes
+ * have values (PlanGraph.node_buffer >= 0), and with memory reused only the graph's
+ * outputs are sure to hold theirs after the run. */
 int devexec_value(DevExec *e, const IrGraph *g, int id, float *out, int64_t *numel);
 /* Persistent tensor I to/from host f32 (waits). */
 int devexec_tensor_get(DevExec *e, int i, float *out);

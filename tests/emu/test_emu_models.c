@@ -465,7 +465,7 @@ static void run_case(const Case *c, bool asan)
     int64_t symmax[8];
     bind_symbols(symmax, BATCH);
     Run r = { .c = c, .p = p, .plan = plan };
-    r.dev = devexec_new(plan, d, symmax, path);
+    r.dev = devexec_new_unshared(plan, d, symmax, path);
     CHECK(r.dev != NULL);
     if (r.dev) {
         r.cpu = cpu_exec_new(p, CPU_F32);
