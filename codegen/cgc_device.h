@@ -137,6 +137,20 @@ __device__ __forceinline__ void cgc_store(int32_t *p, float v)
     else *p = (int32_t)v;
 }
 
+/* A value rounded to a storage type but kept in a register: fused kernels round each
+ * value where the CPU executor stores it, so that the next op sees the same number. */
+__device__ __forceinline__ float cgc_round_f16(float v) { return cgc_f16_value(cgc_f16_bits(v)); }
+__device__ __forceinline__ float cgc_round_bf16(float v)
+{
+    return __uint_as_float((uint32_t)cgc_bf16_bits(v) << 16);
+}
+__device__ __forceinline__ float cgc_round_i32(float v)
+{
+    int32_t r;
+    cgc_store(&r, v);
+    return (float)r;
+}
+
 /* ---- scalar functions (exec_impl.h) ---- */
 
 __device__ __forceinline__ bool cgc_isfinite(float x)

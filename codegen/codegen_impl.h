@@ -1,8 +1,9 @@
 /* codegen_impl.h: what the files of codegen/ share and nothing else sees.
  *
  * plan.c walks the graphs and owns the Plan; cuda.c renders one kernel per IR node into
- * a KernelDraft (text, parameters, launch geometry); plan.c then shares identical
- * kernels and names them; emit.c prints and writes the result.
+ * a KernelDraft (text, parameters, launch geometry), fused.c one kernel per fusion group
+ * (or multi-tensor launch) with cuda.c's helpers; plan.c then shares identical kernels
+ * and names them; emit.c prints and writes the result.
  */
 #ifndef CGC_CODEGEN_IMPL_H
 #define CGC_CODEGEN_IMPL_H
@@ -53,6 +54,57 @@ typedef struct RenderCtx {
     const Plan *plan;
 } RenderCtx;
 
+/* ---- cuda.c's helpers, shared with fused.c ---- */
+
+enum { CUDA_BLOCK = 256, CUDA_ITEMS_PER_THREAD = 4, CUDA_MAX_BLOCKS = 65535 };
+
+/* Appends a parameter (a buffer: its storage pointer type) to D; the launch passes ARG. */
+DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype, const char *name,
+                        PlanArg arg);
+void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const);
+/* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
+void draft_finish_symbols(KernelDraft *d);
+
+/* The product of dims [from, to) of S as C: literals multiplied out, symbols sym<k>. */
+void cuda_dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf, size_t n);
+void cuda_numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n);
+bool cuda_shape_is_one(const Shape *s);
+/* V as a float literal that reads back as exactly (float)V. */
+void cuda_float_literal(double v, char *buf, size_t n);
+/* The f32 expression of an elementwise op over locals x (unary), a, b (binary), c, a, b
+ * (select). */
+const char *cuda_elementwise_expr(IrOp op);
+/* The offset of IN's element paired with element i of OUT (IN broadcasts to OUT); sets
+ * bit j of *COORDS for each coordinate i<j> it uses. */
+void cuda_operand_offset(KernelDraft *d, const Shape *out, const Shape *in, char *buf, size_t n,
+                         unsigned *coords);
+/* Declares the coordinates i<j> of element INDEX of OUT that COORDS asks for. */
+void cuda_render_coords(KernelDraft *d, const Shape *out, unsigned coords, const char *indent,
+                        const char *index);
+
+void cuda_launch_elementwise(KernelDraft *d, const Shape *work);
+void cuda_launch_rows(KernelDraft *d, Shape work);   /* a block per row of WORK */
+
+/* X seen as [outer, len, inner] along an axis (or IR_AXIS_ALL). */
+typedef struct AxisExpr {
+    char rows_n[96], len[96], inner[96];
+    Shape rows;     /* the shape of the rows: X without the axis */
+} AxisExpr;
+AxisExpr cuda_axis_expr(KernelDraft *d, const Shape *x, int axis);
+/* The loop over rows r from FIRST by STEP (eager: blockIdx.x, gridDim.x) and `base`,
+ * the offset of the row's element 0; its elements are `inner` apart. */
+void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, const char *step);
+
+/* REDUCE_TO of XS down to OS: for output element o, `kept` (statements) gives the k<j>
+ * and `base` the offset of its first input element; for reduced element r, `red`
+ * (statements) gives the r<j> and `off` (" + ...") the rest of the input offset. */
+typedef struct ReduceToIndex {
+    StrBuf kept, red, base, off;
+    char nout[96], nred[96];
+} ReduceToIndex;
+void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, ReduceToIndex *ix);
+void cuda_reduce_to_index_free(ReduceToIndex *ix);
+
 /* Renders node ID of CTX->g (a computing node, not a view, CONST, ASSIGN or MATMUL)
  * into D. */
 void cuda_render_node(const RenderCtx *ctx, int id, KernelDraft *d);
@@ -63,6 +115,15 @@ void cuda_render_node(const RenderCtx *ctx, int id, KernelDraft *d);
 void cuda_render_copy(const RenderCtx *ctx, const char *name, int out, DType out_type,
                       const Shape *out_shape, int src, DType src_type, const Shape *src_shape,
                       KernelDraft *d);
+
+/* ---- fused.c ---- */
+
+/* Renders fusion groups GROUPS[0..N) of CTX->g into D: one group (N = 1) as one kernel,
+ * or the groups of one multi-tensor launch as one kernel with a segment each. D's name
+ * is the first group's (with "_x<N>" for a multi). */
+void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d);
+/* How many parameters group K alone takes. */
+int fused_param_count(const RenderCtx *ctx, int k);
 
 /* The data pipeline's kernels (plan.h), in PlanDataKernel order: name, parameters and
  * full source. */

@@ -107,6 +107,13 @@ int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out)
     case CKPT_ALL: trial(p, o, &saved, cand, n, out); break;
     case CKPT_AUTO: search(p, o, &saved, cand, n, out); break;
     }
+    if (o->stop_after_checkpoint) {
+        restore_graphs(p, &saved);
+        checkpoint_apply(p, cand, out->nrecomputed);
+        plan_free(out->plan);
+        out->plan = NULL;
+        plan_layout_free(&out->layout);
+    }
     free_saved(&saved);
     out->recomputed = xmalloc((size_t)(out->nrecomputed ? out->nrecomputed : 1) * sizeof *cand);
     if (out->nrecomputed) memcpy(out->recomputed, cand, (size_t)out->nrecomputed * sizeof *cand);
@@ -130,6 +137,7 @@ size_t compiled_activation_bytes(const Compiled *c)
 
 int compiled_steps_per_train(const Compiled *c, int *gemms)
 {
+    CGC_ASSERT(c->plan);
     const PlanGraph *g = &c->plan->graph[PG_TRAIN];
     int ng = 0;
     for (int i = 0; i < g->nsteps; i++) ng += g->steps[i].kind == STEP_GEMM;

@@ -25,6 +25,8 @@ typedef struct CompileOptions {
     int64_t symmax[8];          /* symbol maxima of the memory plan; 0 = cfg.batch for symbol
                                  * 0 and 1 for others */
     size_t device_free;         /* bytes free on the device that will run it; 0 = unknown */
+    bool stop_after_checkpoint; /* --dump-ir-after checkpoint: decide as MODE would, then
+                                 * leave the graphs unfused and build no plan */
 } CompileOptions;
 
 typedef struct Compiled {

@@ -1,4 +1,6 @@
-/* cuda.c: the CUDA renderer: one kernel per IR node (the eager mode).
+/* cuda.c: the CUDA renderer: one kernel per IR node (the eager mode), and the helpers
+ * (parameters, dimension expressions, literals, broadcast offsets, loops) that fused.c
+ * renders fusion groups with, so that both write the same text for the same thing.
  *
  * Each function renders one op family into a KernelDraft: the parameters (outputs
  * first, then inputs, then seeds and runtime values, then the symbols the body uses)
@@ -16,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { BLOCK = 256, ITEMS_PER_THREAD = 4, MAX_BLOCKS = 65535 };
 
 /* ---- strings ---- */
 
@@ -67,7 +68,7 @@ static const char *storage_ctype(DType t, bool is_const)
     return is_const ? in[t] : out[t];
 }
 
-static DraftParam *add_param(KernelDraft *d, PlanParamType type, const char *ctype,
+DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype,
                              const char *name, PlanArg arg)
 {
     CGC_ASSERT(d->nparams < PLAN_MAX_PARAMS);
@@ -79,27 +80,27 @@ static DraftParam *add_param(KernelDraft *d, PlanParamType type, const char *cty
     return p;
 }
 
-static void add_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const)
+void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const)
 {
-    add_param(d, PP_PTR, storage_ctype(t, is_const), name,
+    draft_param(d, PP_PTR, storage_ctype(t, is_const), name,
               (PlanArg){ .kind = ARG_BUFFER, .index = buffer });
 }
 
 /* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
-static void finish_symbols(KernelDraft *d)
+void draft_finish_symbols(KernelDraft *d)
 {
     for (int k = 0; k < 8; k++) {
         if (!(d->symbols & (1u << k))) continue;
         char name[16];
         snprintf(name, sizeof name, "sym%d", k);
-        add_param(d, PP_I64, "int64_t", name, (PlanArg){ .kind = ARG_SYMBOL, .index = k });
+        draft_param(d, PP_I64, "int64_t", name, (PlanArg){ .kind = ARG_SYMBOL, .index = k });
     }
 }
 
 /* ---- dimensions as C expressions ---- */
 
 /* The product of dims [from, to) of S: literals multiplied out, symbols by name. */
-static void dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf, size_t n)
+void cuda_dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf, size_t n)
 {
     int64_t lit = 1;
     char syms[96] = "";
@@ -120,12 +121,12 @@ static void dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *bu
     else snprintf(buf, n, "%s * %lld", syms, (long long)lit);
 }
 
-static void numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n)
+void cuda_numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n)
 {
-    dims_expr(d, s, 0, s->rank, buf, n);
+    cuda_dims_expr(d, s, 0, s->rank, buf, n);
 }
 
-static bool shape_is_one(const Shape *s)
+bool cuda_shape_is_one(const Shape *s)
 {
     for (int i = 0; i < s->rank; i++)
         if (s->dim[i] != 1) return false;
@@ -136,7 +137,7 @@ static bool shape_is_one(const Shape *s)
 
 /* V as a float literal that reads back as exactly (float)V: the shortest of %.6g..%.9g
  * that round-trips, always with a point or exponent; inf and nan through the prelude. */
-static void float_literal(double v, char *buf, size_t n)
+void cuda_float_literal(double v, char *buf, size_t n)
 {
     float f = (float)v;
     if (isnan(f)) {
@@ -158,21 +159,21 @@ static void float_literal(double v, char *buf, size_t n)
 
 /* ---- launch geometry ---- */
 
-static void launch_elementwise(KernelDraft *d, const Shape *work)
+void cuda_launch_elementwise(KernelDraft *d, const Shape *work)
 {
-    d->block = BLOCK;
+    d->block = CUDA_BLOCK;
     d->work = *work;
-    d->items_per_block = BLOCK * ITEMS_PER_THREAD;
-    d->max_blocks = MAX_BLOCKS;
+    d->items_per_block = CUDA_BLOCK * CUDA_ITEMS_PER_THREAD;
+    d->max_blocks = CUDA_MAX_BLOCKS;
 }
 
 /* One block per row (reductions, softmax): WORK is the shape of the rows. */
-static void launch_rows(KernelDraft *d, Shape work)
+void cuda_launch_rows(KernelDraft *d, Shape work)
 {
-    d->block = BLOCK;
+    d->block = CUDA_BLOCK;
     d->work = work;
     d->items_per_block = 1;
-    d->max_blocks = MAX_BLOCKS;
+    d->max_blocks = CUDA_MAX_BLOCKS;
 }
 
 static void launch_single_block(KernelDraft *d, int block)
@@ -187,7 +188,7 @@ static void launch_single_block(KernelDraft *d, int block)
 
 /* The f32 expression of an elementwise op over locals x (unary), a, b (binary) and c, a,
  * b (select): exec_impl.h's unary_span, binary_loop and select_span. */
-static const char *elementwise_expr(IrOp op)
+const char *cuda_elementwise_expr(IrOp op)
 {
     switch (op) {
     case IR_NEG: return "-x";
@@ -239,14 +240,14 @@ typedef struct Operand {
 /* "i" when the operand has the output's shape, "0" when it is one element, else the
  * sum of the coordinates it does not broadcast times its strides. Sets bit j of *COORDS
  * for each coordinate i<j> it uses. */
-static void operand_offset(KernelDraft *d, const Shape *out, const Shape *in, char *buf,
+void cuda_operand_offset(KernelDraft *d, const Shape *out, const Shape *in, char *buf,
                            size_t n, unsigned *coords)
 {
     if (ir_shape_equal(out, in)) {
         snprintf(buf, n, "i");
         return;
     }
-    if (shape_is_one(in)) {
+    if (cuda_shape_is_one(in)) {
         snprintf(buf, n, "0");
         return;
     }
@@ -255,7 +256,7 @@ static void operand_offset(KernelDraft *d, const Shape *out, const Shape *in, ch
     for (int j = 0; j < in->rank; j++) {
         if (in->dim[j] == 1) continue;
         char stride[64];
-        dims_expr(d, in, j + 1, in->rank, stride, sizeof stride);
+        cuda_dims_expr(d, in, j + 1, in->rank, stride, sizeof stride);
         size_t used = strlen(buf);
         *coords |= 1u << (j + lead);
         if (strcmp(stride, "1") == 0)
@@ -266,28 +267,31 @@ static void operand_offset(KernelDraft *d, const Shape *out, const Shape *in, ch
     if (!buf[0]) snprintf(buf, n, "0");
 }
 
-/* The coordinates i<j> of output element i that COORDS asks for. */
-static void render_coords(KernelDraft *d, const Shape *out, unsigned coords)
+/* The coordinates i<j> of element INDEX of OUT that COORDS asks for, each statement
+ * indented by INDENT. */
+void cuda_render_coords(KernelDraft *d, const Shape *out, unsigned coords, const char *indent,
+                        const char *index)
 {
     int lo = 0;
     while (!(coords & (1u << lo))) lo++;
     if (out->rank == 1 || (lo == 0 && out->rank == 1)) {
-        sb_puts(&d->body, "        const int64_t i0 = i;\n");
+        sb_printf(&d->body, "%sconst int64_t i0 = %s;\n", indent, index);
         return;
     }
-    sb_puts(&d->body, "        int64_t rest = i;\n");
+    sb_printf(&d->body, "%sint64_t rest = %s;\n", indent, index);
     for (int j = out->rank - 1; j > lo; j--) {
         char dim[32];
-        dims_expr(d, out, j, j + 1, dim, sizeof dim);
-        if (coords & (1u << j)) sb_printf(&d->body, "        const int64_t i%d = rest %% %s;\n", j, dim);
-        sb_printf(&d->body, "        rest /= %s;\n", dim);
+        cuda_dims_expr(d, out, j, j + 1, dim, sizeof dim);
+        if (coords & (1u << j))
+            sb_printf(&d->body, "%sconst int64_t i%d = rest %% %s;\n", indent, j, dim);
+        sb_printf(&d->body, "%srest /= %s;\n", indent, dim);
     }
     if (lo == 0) {
-        sb_puts(&d->body, "        const int64_t i0 = rest;\n");
+        sb_printf(&d->body, "%sconst int64_t i0 = rest;\n", indent);
     } else {
         char dim[32];
-        dims_expr(d, out, lo, lo + 1, dim, sizeof dim);
-        sb_printf(&d->body, "        const int64_t i%d = rest %% %s;\n", lo, dim);
+        cuda_dims_expr(d, out, lo, lo + 1, dim, sizeof dim);
+        sb_printf(&d->body, "%sconst int64_t i%d = rest %% %s;\n", indent, lo, dim);
     }
 }
 
@@ -297,13 +301,13 @@ static void render_map(KernelDraft *d, const Shape *out_shape, const Operand *op
 {
     char n[96], off[IR_MAX_IN][160];
     unsigned coords = 0;
-    numel_expr(d, out_shape, n, sizeof n);
+    cuda_numel_expr(d, out_shape, n, sizeof n);
     for (int k = 0; k < nops; k++)
         if (!ops[k].literal)
-            operand_offset(d, out_shape, &ops[k].shape, off[k], sizeof off[k], &coords);
+            cuda_operand_offset(d, out_shape, &ops[k].shape, off[k], sizeof off[k], &coords);
     sb_printf(&d->body, "    const int64_t n = %s;\n", n);
     sb_puts(&d->body, "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n");
-    if (coords) render_coords(d, out_shape, coords);
+    if (coords) cuda_render_coords(d, out_shape, coords, "        ", "i");
     for (int k = 0; k < nops; k++) {
         if (ops[k].literal)
             sb_printf(&d->body, "        const float %s = %s;\n", ops[k].local, ops[k].text);
@@ -329,20 +333,20 @@ static void render_elementwise(const RenderCtx *ctx, int id, KernelDraft *d)
     const IrNode *node = &ctx->g->nodes[id];
     int which = node->nin - 1;
     Operand ops[IR_MAX_IN];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     for (int k = 0; k < node->nin; k++) {
         const IrNode *in = &ctx->g->nodes[node->in[k]];
         ops[k] = (Operand){ .local = locals[which][k], .shape = in->shape };
         if (inlinable(in)) {
             ops[k].literal = true;
-            float_literal(in->value, ops[k].text, sizeof ops[k].text);
+            cuda_float_literal(in->value, ops[k].text, sizeof ops[k].text);
             continue;
         }
         snprintf(ops[k].text, sizeof ops[k].text, "%s", params[which][k]);
-        add_buffer(d, params[which][k], ctx->node_buffer[node->in[k]], in->dtype, true);
+        draft_buffer(d, params[which][k], ctx->node_buffer[node->in[k]], in->dtype, true);
     }
-    render_map(d, &node->shape, ops, node->nin, elementwise_expr(node->op));
-    launch_elementwise(d, &node->shape);
+    render_map(d, &node->shape, ops, node->nin, cuda_elementwise_expr(node->op));
+    cuda_launch_elementwise(d, &node->shape);
 }
 
 void cuda_render_copy(const RenderCtx *ctx, const char *name, int out, DType out_type,
@@ -351,13 +355,13 @@ void cuda_render_copy(const RenderCtx *ctx, const char *name, int out, DType out
 {
     (void)ctx;
     snprintf(d->name, sizeof d->name, "%s", name);
-    add_buffer(d, "out", out, out_type, false);
-    add_buffer(d, "in_x", src, src_type, true);
+    draft_buffer(d, "out", out, out_type, false);
+    draft_buffer(d, "in_x", src, src_type, true);
     Operand op = { .local = "x", .shape = *src_shape };
     snprintf(op.text, sizeof op.text, "in_x");
     render_map(d, out_shape, &op, 1, "x");
-    launch_elementwise(d, out_shape);
-    finish_symbols(d);
+    cuda_launch_elementwise(d, out_shape);
+    draft_finish_symbols(d);
 }
 
 /* ---- shape ops ---- */
@@ -367,11 +371,11 @@ static void render_transpose(const RenderCtx *ctx, int id, KernelDraft *d)
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]];
     char n[96], rows[32], cols[32];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
-    numel_expr(d, &node->shape, n, sizeof n);
-    dims_expr(d, &x->shape, x->shape.rank - 2, x->shape.rank - 1, rows, sizeof rows);
-    dims_expr(d, &x->shape, x->shape.rank - 1, x->shape.rank, cols, sizeof cols);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    cuda_numel_expr(d, &node->shape, n, sizeof n);
+    cuda_dims_expr(d, &x->shape, x->shape.rank - 2, x->shape.rank - 1, rows, sizeof rows);
+    cuda_dims_expr(d, &x->shape, x->shape.rank - 1, x->shape.rank, cols, sizeof cols);
     sb_printf(&d->body, "    const int64_t n = %s, rows = %s, cols = %s;   /* of the input */\n",
               n, rows, cols);
     sb_puts(&d->body,
@@ -379,7 +383,47 @@ static void render_transpose(const RenderCtx *ctx, int id, KernelDraft *d)
             "        const int64_t r = i % rows, q = i / rows, col = q % cols, b = q / cols;\n"
             "        cgc_store(&out[i], cgc_load(in_x[(b * rows + r) * cols + col]));\n"
             "    }\n");
-    launch_elementwise(d, &node->shape);
+    cuda_launch_elementwise(d, &node->shape);
+}
+
+void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, ReduceToIndex *ix)
+{
+    int lead = xs->rank - os->rank;
+    memset(ix, 0, sizeof *ix);
+    Shape rs = { 0 };   /* the reduced dimensions, outermost first */
+    int red_dim[IR_MAX_RANK];
+    for (int j = 0; j < xs->rank; j++) {
+        bool reduced = j < lead || (os->dim[j - lead] == 1 && xs->dim[j] != 1);
+        if (reduced) red_dim[rs.rank] = j, rs.dim[rs.rank++] = xs->dim[j];
+    }
+    char stride[64], dim[32];
+    /* kept coordinates from o, innermost first */
+    sb_puts(&ix->kept, "        int64_t rest = o;\n");
+    for (int j = xs->rank - 1; j >= lead; j--) {
+        if (os->dim[j - lead] == 1) continue;
+        cuda_dims_expr(d, os, j - lead, j - lead + 1, dim, sizeof dim);
+        cuda_dims_expr(d, xs, j + 1, xs->rank, stride, sizeof stride);
+        sb_printf(&ix->kept, "        const int64_t k%d = rest %% %s;\n        rest /= %s;\n", j, dim, dim);
+        sb_printf(&ix->base, "%sk%d * %s", ix->base.len ? " + " : "", j, stride);
+    }
+    if (!ix->base.len) sb_puts(&ix->base, "0");
+    if (rs.rank) sb_puts(&ix->red, "            int64_t left = r;\n");
+    for (int t = rs.rank - 1; t >= 0; t--) {
+        int j = red_dim[t];
+        cuda_dims_expr(d, xs, j, j + 1, dim, sizeof dim);
+        cuda_dims_expr(d, xs, j + 1, xs->rank, stride, sizeof stride);
+        sb_printf(&ix->red, "            const int64_t r%d = left %% %s;\n            left /= %s;\n", j, dim, dim);
+        sb_printf(&ix->off, " + r%d * %s", j, stride);
+    }
+    if (!ix->red.len) sb_puts(&ix->red, "");
+    if (!ix->off.len) sb_puts(&ix->off, "");
+    cuda_numel_expr(d, os, ix->nout, sizeof ix->nout);
+    cuda_numel_expr(d, &rs, ix->nred, sizeof ix->nred);
+}
+
+void cuda_reduce_to_index_free(ReduceToIndex *ix)
+{
+    sb_free(&ix->kept), sb_free(&ix->red), sb_free(&ix->base), sb_free(&ix->off);
 }
 
 /* REDUCE_TO: output element o sums, in double, every input element that broadcasting
@@ -388,95 +432,64 @@ static void render_reduce_to(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const Shape *xs = &ctx->g->nodes[node->in[0]].shape, *os = &node->shape;
-    int lead = xs->rank - os->rank;
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], ctx->g->nodes[node->in[0]].dtype, true);
-    StrBuf kept = { 0 }, red = { 0 }, base = { 0 }, off = { 0 };
-    Shape rs = { 0 };   /* the reduced dimensions, outermost first */
-    int red_dim[IR_MAX_RANK];
-    for (int j = 0; j < xs->rank; j++) {
-        bool reduced = j < lead || (os->dim[j - lead] == 1 && xs->dim[j] != 1);
-        if (reduced) red_dim[rs.rank] = j, rs.dim[rs.rank++] = xs->dim[j];
-    }
-    char stride[64], dim[32], nout[96], nred[96];
-    /* kept coordinates from o, innermost first */
-    sb_puts(&kept, "        int64_t rest = o;\n");
-    for (int j = xs->rank - 1; j >= lead; j--) {
-        if (os->dim[j - lead] == 1) continue;
-        dims_expr(d, os, j - lead, j - lead + 1, dim, sizeof dim);
-        dims_expr(d, xs, j + 1, xs->rank, stride, sizeof stride);
-        sb_printf(&kept, "        const int64_t k%d = rest %% %s;\n        rest /= %s;\n", j, dim, dim);
-        sb_printf(&base, "%sk%d * %s", base.len ? " + " : "", j, stride);
-    }
-    sb_puts(&red, "            int64_t left = r;\n");
-    for (int t = rs.rank - 1; t >= 0; t--) {
-        int j = red_dim[t];
-        dims_expr(d, xs, j, j + 1, dim, sizeof dim);
-        dims_expr(d, xs, j + 1, xs->rank, stride, sizeof stride);
-        sb_printf(&red, "            const int64_t r%d = left %% %s;\n            left /= %s;\n", j, dim, dim);
-        sb_printf(&off, " + r%d * %s", j, stride);
-    }
-    numel_expr(d, os, nout, sizeof nout);
-    numel_expr(d, &rs, nred, sizeof nred);
-    sb_printf(&d->body, "    const int64_t nout = %s, nred = %s;\n", nout, nred);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], ctx->g->nodes[node->in[0]].dtype, true);
+    ReduceToIndex ix;
+    cuda_reduce_to_index(d, xs, os, &ix);
+    sb_printf(&d->body, "    const int64_t nout = %s, nred = %s;\n", ix.nout, ix.nred);
     sb_puts(&d->body, "    for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {\n");
-    sb_puts(&d->body, kept.s);
-    sb_printf(&d->body, "        const int64_t base = %s;\n", base.len ? base.s : "0");
+    sb_puts(&d->body, ix.kept.s);
+    sb_printf(&d->body, "        const int64_t base = %s;\n", ix.base.s);
     sb_puts(&d->body, "        double acc = 0.0;\n"
                       "        for (int64_t r = threadIdx.x; r < nred; r += blockDim.x) {\n");
-    if (rs.rank) sb_puts(&d->body, red.s);
-    sb_printf(&d->body, "            acc += (double)cgc_load(in_x[base%s]);\n        }\n",
-              off.len ? off.s : "");
+    sb_puts(&d->body, ix.red.s);
+    sb_printf(&d->body, "            acc += (double)cgc_load(in_x[base%s]);\n        }\n", ix.off.s);
     sb_puts(&d->body, "        acc = cgc_block_sum(acc);\n"
                       "        if (threadIdx.x == 0) cgc_store(&out[o], (float)acc);\n"
                       "    }\n");
-    launch_rows(d, *os);
-    sb_free(&kept), sb_free(&red), sb_free(&base), sb_free(&off);
+    cuda_launch_rows(d, *os);
+    cuda_reduce_to_index_free(&ix);
 }
 
 /* ---- along an axis: X seen as [outer, len, inner] ---- */
 
-typedef struct AxisExpr {
-    char rows_n[96], len[96], inner[96];
-    Shape rows;     /* the shape of the rows: X without the axis */
-} AxisExpr;
-
-static AxisExpr axis_expr(KernelDraft *d, const Shape *x, int axis)
+AxisExpr cuda_axis_expr(KernelDraft *d, const Shape *x, int axis)
 {
     AxisExpr a;
     if (axis == IR_AXIS_ALL) {
         snprintf(a.rows_n, sizeof a.rows_n, "1");
-        numel_expr(d, x, a.len, sizeof a.len);
+        cuda_numel_expr(d, x, a.len, sizeof a.len);
         snprintf(a.inner, sizeof a.inner, "1");
         a.rows = ir_shape0();
         return a;
     }
     CGC_ASSERT(axis >= 0 && axis < x->rank);
-    dims_expr(d, x, axis, axis + 1, a.len, sizeof a.len);
-    dims_expr(d, x, axis + 1, x->rank, a.inner, sizeof a.inner);
+    cuda_dims_expr(d, x, axis, axis + 1, a.len, sizeof a.len);
+    cuda_dims_expr(d, x, axis + 1, x->rank, a.inner, sizeof a.inner);
     a.rows = ir_shape_reduce(x, axis);
-    numel_expr(d, &a.rows, a.rows_n, sizeof a.rows_n);
+    cuda_numel_expr(d, &a.rows, a.rows_n, sizeof a.rows_n);
     return a;
 }
 
-/* The loop over rows r (one block each) and `base`, the offset of the row's element 0;
- * its elements are `inner` apart. */
-static void render_row_loop(KernelDraft *d, const AxisExpr *a)
+/* The loop over rows r from FIRST by STEP (a block each) and `base`, the offset of the
+ * row's element 0; its elements are `inner` apart. */
+void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, const char *step)
 {
     sb_printf(&d->body, "    const int64_t rows = %s, len = %s, inner = %s;\n", a->rows_n,
               a->len, a->inner);
-    sb_puts(&d->body, "    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {\n"
-                      "        const int64_t base = (r / inner) * len * inner + r % inner;\n");
+    sb_printf(&d->body, "    for (int64_t r = %s; r < rows; r += %s) {\n"
+                        "        const int64_t base = (r / inner) * len * inner + r %% inner;\n",
+              first, step);
 }
 
 static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
-    AxisExpr a = axis_expr(d, &x->shape, node->axis);
-    render_row_loop(d, &a);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    AxisExpr a = cuda_axis_expr(d, &x->shape, node->axis);
+    cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x");
     if (node->op == IR_MAX) {
         /* NaN wins (torch.amax); the max of nothing is NaN, as on the CPU */
         sb_puts(&d->body,
@@ -495,7 +508,7 @@ static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
         sb_printf(&d->body, "        if (threadIdx.x == 0) cgc_store(&out[r], (float)%s);\n    }\n",
                   node->op == IR_MEAN ? "(acc / (double)len)" : "acc");
     }
-    launch_rows(d, a.rows);
+    cuda_launch_rows(d, a.rows);
 }
 
 /* SOFTMAX and LOG_SOFTMAX: the row's maximum, the sum of exp(x - max) in double, then
@@ -504,10 +517,10 @@ static void render_softmax(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
-    AxisExpr a = axis_expr(d, &x->shape, node->axis);
-    render_row_loop(d, &a);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    AxisExpr a = cuda_axis_expr(d, &x->shape, node->axis);
+    cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x");
     sb_puts(&d->body,
             "        float m = -CGC_INF;\n"
             "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
@@ -531,7 +544,7 @@ static void render_softmax(const RenderCtx *ctx, int id, KernelDraft *d)
                 "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x)\n"
                 "            cgc_store(&out[base + k * inner], cgc_load(in_x[base + k * inner]) - lse);\n"
                 "    }\n");
-    launch_rows(d, a.rows);
+    cuda_launch_rows(d, a.rows);
 }
 
 /* SOFTMAX_GRAD: y (d - sum(d y)); LOG_SOFTMAX_GRAD: d - e^y sum(d). */
@@ -540,11 +553,11 @@ static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *dn = &ctx->g->nodes[node->in[0]], *yn = &ctx->g->nodes[node->in[1]];
     bool soft = node->op == IR_SOFTMAX_GRAD;
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
-    add_buffer(d, "in_y", ctx->node_buffer[node->in[1]], yn->dtype, true);
-    AxisExpr a = axis_expr(d, &dn->shape, node->axis);
-    render_row_loop(d, &a);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
+    draft_buffer(d, "in_y", ctx->node_buffer[node->in[1]], yn->dtype, true);
+    AxisExpr a = cuda_axis_expr(d, &dn->shape, node->axis);
+    cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x");
     sb_printf(&d->body,
               "        double s = 0.0;\n"
               "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
@@ -560,7 +573,7 @@ static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
               soft ? "(double)cgc_load(in_d[at]) * (double)cgc_load(in_y[at])"
                    : "(double)cgc_load(in_d[at])",
               soft ? "y * (dv - sum)" : "dv - expf(y) * sum");
-    launch_rows(d, a.rows);
+    cuda_launch_rows(d, a.rows);
 }
 
 /* ---- losses and metrics: logits [N, C], labels i32 [N] ---- */
@@ -569,8 +582,8 @@ static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
 static void render_loss_head(KernelDraft *d, const Shape *logits, bool block_stride)
 {
     char n[32], c[32];
-    dims_expr(d, logits, 0, 1, n, sizeof n);
-    dims_expr(d, logits, 1, 2, c, sizeof c);
+    cuda_dims_expr(d, logits, 0, 1, n, sizeof n);
+    cuda_dims_expr(d, logits, 1, 2, c, sizeof c);
     sb_printf(&d->body, "    const int64_t n = %s, c = %s;\n", n, c);
     sb_puts(&d->body, block_stride
                           ? "    for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {\n"
@@ -595,8 +608,8 @@ static void add_loss_inputs(const RenderCtx *ctx, const IrNode *node, KernelDraf
 {
     const IrNode *lg = &ctx->g->nodes[node->in[first]], *lb = &ctx->g->nodes[node->in[first + 1]];
     CGC_ASSERT(lg->shape.rank == 2 && lb->dtype == DT_I32);
-    add_buffer(d, "logits", ctx->node_buffer[node->in[first]], lg->dtype, true);
-    add_buffer(d, "labels", ctx->node_buffer[node->in[first + 1]], DT_I32, true);
+    draft_buffer(d, "logits", ctx->node_buffer[node->in[first]], lg->dtype, true);
+    draft_buffer(d, "labels", ctx->node_buffer[node->in[first + 1]], DT_I32, true);
 }
 
 /* One block walks the rows of (logits, labels), each thread adding its rows' terms into
@@ -604,7 +617,7 @@ static void add_loss_inputs(const RenderCtx *ctx, const IrNode *node, KernelDraf
 static void begin_row_sum(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     add_loss_inputs(ctx, node, d, 0);
     sb_puts(&d->body, "    if (blockIdx.x != 0) return;\n    double part = 0.0;\n");
     render_loss_head(d, &ctx->g->nodes[node->in[0]].shape, true);
@@ -617,7 +630,7 @@ static void end_row_sum(KernelDraft *d, const char *result)
               "    }\n"
               "    const double total = cgc_block_sum(part);\n"
               "    if (threadIdx.x == 0) cgc_store(&out[0], %s);\n", result);
-    launch_single_block(d, BLOCK);
+    launch_single_block(d, CUDA_BLOCK);
 }
 
 /* Mean over the rows of logsumexp - logit[label], in double, by one block. A label out
@@ -637,12 +650,12 @@ static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *dn = &ctx->g->nodes[node->in[0]];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
     add_loss_inputs(ctx, node, d, 1);
     const Shape *ls = &ctx->g->nodes[node->in[1]].shape;
     char n[32];
-    dims_expr(d, ls, 0, 1, n, sizeof n);
+    cuda_dims_expr(d, ls, 0, 1, n, sizeof n);
     sb_printf(&d->body, "    const double scale = (double)cgc_load(in_d[0]) / (double)%s;\n", n);
     render_loss_head(d, ls, false);
     render_lse(d);
@@ -654,7 +667,7 @@ static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
             "        }\n"
             "    }\n");
     Shape rows = { .rank = 1, .dim = { ls->dim[0] } };
-    launch_elementwise(d, &rows);
+    cuda_launch_elementwise(d, &rows);
 }
 
 /* Rows whose first maximal logit is at the label, counted by one block. */
@@ -676,13 +689,13 @@ static void render_dropout(const RenderCtx *ctx, int id, KernelDraft *d)
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]], *ctr = &ctx->g->nodes[node->in[1]];
     char n[96], p[48], scale[48];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
-    add_buffer(d, "counter", ctx->node_buffer[node->in[1]], ctr->dtype, true);
-    add_param(d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
-    numel_expr(d, &node->shape, n, sizeof n);
-    float_literal(node->value, p, sizeof p);
-    float_literal(1.0 / (1.0 - node->value), scale, sizeof scale);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    draft_buffer(d, "counter", ctx->node_buffer[node->in[1]], ctr->dtype, true);
+    draft_param(d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
+    cuda_numel_expr(d, &node->shape, n, sizeof n);
+    cuda_float_literal(node->value, p, sizeof p);
+    cuda_float_literal(1.0 / (1.0 - node->value), scale, sizeof scale);
     sb_printf(&d->body,
               "    const int64_t n = %s;\n"
               "    const uint64_t step = cgc_to_counter(cgc_load(counter[0]));\n"
@@ -691,14 +704,14 @@ static void render_dropout(const RenderCtx *ctx, int id, KernelDraft *d)
               "        cgc_store(&out[i], keep ? cgc_load(in_x[i]) * %s : 0.0f);\n"
               "    }\n",
               n, node->index, p, scale);
-    launch_elementwise(d, &node->shape);
+    cuda_launch_elementwise(d, &node->shape);
 }
 
 static void render_runtime(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_param(d, PP_F32, "float", "value", (PlanArg){ .kind = ARG_RUNTIME, .index = node->index });
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_param(d, PP_F32, "float", "value", (PlanArg){ .kind = ARG_RUNTIME, .index = node->index });
     sb_puts(&d->body, "    if (blockIdx.x == 0 && threadIdx.x == 0) cgc_store(&out[0], value);\n");
     launch_single_block(d, 32);
 }
@@ -708,12 +721,12 @@ static void render_reshape(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]];
-    add_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    add_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
     Operand op = { .local = "x", .shape = node->shape };
     snprintf(op.text, sizeof op.text, "in_x");
     render_map(d, &node->shape, &op, 1, "x");
-    launch_elementwise(d, &node->shape);
+    cuda_launch_elementwise(d, &node->shape);
 }
 
 static void base_name(const RenderCtx *ctx, int id, const char *what, KernelDraft *d)
@@ -764,7 +777,7 @@ void cuda_render_node(const RenderCtx *ctx, int id, KernelDraft *d)
         }
     }
     base_name(ctx, id, what, d);
-    finish_symbols(d);
+    draft_finish_symbols(d);
 }
 
 /* ---- the data pipeline (plan.h lists what each computes) ---- */

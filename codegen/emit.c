@@ -18,7 +18,7 @@ static const char *const graph_label[PG_NUM] = { "train", "train_micro", "eval",
 /* "1605632" for a static shape, "3136 * N" with symbols. */
 static void bytes_str(const Plan *pl, const PlanBuffer *buf, char *out, size_t n)
 {
-    int64_t lit = (int64_t)dtype_size(buf->dtype);
+    int64_t lit = (int64_t)ir_dtype_size(buf->dtype);
     char syms[96] = "";
     for (int i = 0; i < buf->shape.rank; i++) {
         int64_t d = buf->shape.dim[i];
@@ -130,7 +130,8 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
 
 void plan_print(FILE *out, const Plan *pl)
 {
-    fprintf(out, "host plan of %s: model %s, mode eager\n", pl->source_name, pl->p->model_name);
+    fprintf(out, "host plan of %s: model %s, mode %s\n", pl->source_name, pl->p->model_name,
+            pl->mode == PLAN_EAGER ? "eager" : "default");
     fprintf(out, "%d kernels, %d buffers\n\nbuffers (bytes with the symbols at their maxima; views take none):\n",
             pl->nkernels, pl->nbuffers);
     for (int i = 0; i < pl->nbuffers; i++) print_buffer(out, pl, i);
@@ -141,6 +142,7 @@ void plan_print(FILE *out, const Plan *pl)
         for (int s = 0; s < pg->nsteps; s++) {
             const PlanStep *st = &pg->steps[s];
             fprintf(out, "  %3d  %s", s + 1, st->what);
+            if (st->group) fprintf(out, "  (fusion group %d)", st->group);
             if (st->loc.line > 0) fprintf(out, "  (line %d)", st->loc.line);
             fprintf(out, "\n       ");
             if (st->kind == STEP_GEMM) print_gemm(out, pl, &st->gemm);

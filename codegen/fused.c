@@ -1,2 +1,477 @@
-/* codegen/fused.c: renders fusion groups. Skeleton. */
+/* fused.c: renders fusion groups (IrGraph.groups, see ir.h) as CUDA kernels.
+ *
+ * A group's members become locals of one loop body, in node order: member k is
+ * `const float v<k>`, computed with cuda.c's elementwise expressions from its inputs:
+ * other members by their locals, f32 constants as literals, runtime scalars as float
+ * parameters rt<n>, and every other value (another kernel's result, a tensor, an input)
+ * loaded from parameter in<n> into local x<n>, at the element that broadcasting pairs
+ * with the work element i. A member whose dtype is f16, bf16 or i32 is rounded in its
+ * register at once, as the CPU executor rounds it when it stores it, so that every later
+ * member computes with the reference's number. Members read outside the group are stored
+ * to out<n>; an ASSIGN member stores straight into its persistent tensor.
+ *
+ *  POINTWISE  one grid-stride loop over the work elements.
+ *  REDUCE     the eager reductions' loop (a block per row, or per output element of a
+ *             REDUCE_TO; threads stride over the reduced elements; sums in double through
+ *             cgc_block_sum, maxima through cgc_block_max), with the prologue evaluated at
+ *             each input element; several reductions of one group share the loop.
+ *  multi      several static-shape groups in one launch. The grid walks "virtual blocks";
+ *             each group owns a fixed range of them (pointwise: enough for its elements at
+ *             CUDA_ITEMS_PER_THREAD per thread, capped; reduce: one per row), so any grid
+ *             size stays correct and a block never straddles two groups (their barriers).
+ */
 #include "codegen_impl.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_POINTWISE_VBLOCKS = 1024, VALUE_MAX = 48 };
+
+/* One kernel being rendered: the names of what it reads and writes, per graph node. */
+typedef struct Fuser {
+    const RenderCtx *ctx;
+    KernelDraft *d;
+    char (*param)[16];          /* per node: its parameter (in<n>, out<n>, rt<n>), or "" */
+    char (*value)[VALUE_MAX];   /* per node: the expression of its value in the group being
+                                 * rendered (v<k>, x<n>, a literal), or "" */
+    int nin, nout, nrt;
+    bool seed;
+} Fuser;
+
+static const IrGroup *group_of(const RenderCtx *ctx, int k)
+{
+    CGC_ASSERT(k >= 1 && k <= ctx->g->ngroups);
+    return &ctx->g->groups[k - 1];
+}
+
+/* READ, INPUT and CONST members are placed, not computed: readers load them (or inline
+ * an f32 CONST) like any value from outside. */
+static bool placed(const IrNode *n)
+{
+    return n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST;
+}
+
+static bool inlinable(const IrNode *n)
+{
+    return n->op == IR_CONST && n->dtype == DT_F32;
+}
+
+static bool is_reduction(const IrNode *n)
+{
+    return ir_op_info[n->op].cls == IR_CLASS_REDUCE || n->op == IR_REDUCE_TO;
+}
+
+/* A member computed in registers (not placed). */
+static bool computed_member(const IrGraph *g, int id, int k)
+{
+    return g->nodes[id].group == k && !placed(&g->nodes[id]);
+}
+
+/* Whether the group stores member ID (to a buffer, not a tensor). */
+static bool stored(const Fuser *f, int id)
+{
+    const IrNode *n = &f->ctx->g->nodes[id];
+    return n->op != IR_ASSIGN && f->ctx->node_buffer[id] >= 0;
+}
+
+/* ---- parameters: outputs, then inputs, then seed and runtime values ---- */
+
+static void add_outputs(Fuser *f, int k)
+{
+    const RenderCtx *ctx = f->ctx;
+    const Shape *work = &group_of(ctx, k)->work;
+    for (int id = 0; id < ctx->g->nnodes; id++) {
+        const IrNode *n = &ctx->g->nodes[id];
+        if (!computed_member(ctx->g, id, k) || (!stored(f, id) && n->op != IR_ASSIGN)) continue;
+        const Shape *shape = n->op == IR_ASSIGN ? &ctx->p->tensors[n->index].shape : &n->shape;
+        CGC_ASSERT(is_reduction(n) || ir_shape_equal(shape, work));
+        snprintf(f->param[id], sizeof f->param[id], "out%d", f->nout++);
+        if (n->op == IR_ASSIGN)
+            draft_buffer(f->d, f->param[id], ctx->plan->tensor_buffer_base + n->index, DT_F32, false);
+        else
+            draft_buffer(f->d, f->param[id], ctx->node_buffer[id], n->dtype, false);
+    }
+}
+
+static void add_inputs(Fuser *f, int k)
+{
+    const IrGraph *g = f->ctx->g;
+    for (int id = 0; id < g->nnodes; id++) {
+        if (!computed_member(g, id, k)) continue;
+        for (int j = 0; j < g->nodes[id].nin; j++) {
+            int in = g->nodes[id].in[j];
+            const IrNode *x = &g->nodes[in];
+            if (computed_member(g, in, k) || inlinable(x) || f->param[in][0]) continue;
+            CGC_ASSERT(f->ctx->node_buffer[in] >= 0);
+            snprintf(f->param[in], sizeof f->param[in], "in%d", f->nin++);
+            draft_buffer(f->d, f->param[in], f->ctx->node_buffer[in], x->dtype, true);
+        }
+    }
+}
+
+static void add_scalars(Fuser *f, int k)
+{
+    const IrGraph *g = f->ctx->g;
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (!computed_member(g, id, k)) continue;
+        if (n->op == IR_DROPOUT && !f->seed) {
+            draft_param(f->d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
+            f->seed = true;
+        }
+        if (n->op == IR_RUNTIME) {
+            snprintf(f->param[id], sizeof f->param[id], "rt%d", f->nrt++);
+            draft_param(f->d, PP_F32, "float", f->param[id],
+                        (PlanArg){ .kind = ARG_RUNTIME, .index = n->index });
+        }
+    }
+}
+
+/* ---- one element ---- */
+
+/* EXPR (over locals x, a, b, c: cuda_elementwise_expr) with each local replaced by its
+ * operand's value: identifiers are matched whole, number suffixes ("1.0f") left alone. */
+static void substitute(StrBuf *out, const char *expr, const char *x, const char *a,
+                       const char *b, const char *c)
+{
+    for (const char *s = expr; *s;) {
+        const char *start = s;
+        if (isalpha((unsigned char)*s) || *s == '_') {
+            while (isalnum((unsigned char)*s) || *s == '_') s++;
+            const char *rep = NULL;
+            if (s - start == 1) rep = *start == 'x' ? x : *start == 'a' ? a : *start == 'b' ? b
+                                                       : *start == 'c' ? c : NULL;
+            if (rep) sb_puts(out, rep);
+            else sb_printf(out, "%.*s", (int)(s - start), start);
+        } else if (isdigit((unsigned char)*s)) {
+            while (isalnum((unsigned char)*s) || *s == '.') s++;
+            sb_printf(out, "%.*s", (int)(s - start), start);
+        } else {
+            sb_printf(out, "%c", *s++);
+        }
+    }
+}
+
+static const char *rounding(DType t)
+{
+    switch (t) {
+    case DT_F16: return "cgc_round_f16";
+    case DT_BF16: return "cgc_round_bf16";
+    case DT_I32: return "cgc_round_i32";
+    case DT_F32: return NULL;
+    }
+    CGC_INTERNAL("unknown dtype %d", (int)t);
+}
+
+/* The value of member ID, unrounded, from its operands' values. */
+static void member_expr(const Fuser *f, int id, StrBuf *out)
+{
+    const IrNode *n = &f->ctx->g->nodes[id];
+    const char *v[IR_MAX_IN] = { "", "", "" };
+    for (int j = 0; j < n->nin; j++) v[j] = f->value[n->in[j]];
+    if (n->op == IR_RUNTIME) {
+        sb_puts(out, f->param[id]);
+    } else if (n->op == IR_DROPOUT) {
+        char p[48], scale[48];
+        cuda_float_literal(n->value, p, sizeof p);
+        cuda_float_literal(1.0 / (1.0 - n->value), scale, sizeof scale);
+        sb_printf(out, "cgc_dropout_keep(seed, %d, cgc_to_counter(%s), (uint64_t)i, %s) ? %s * %s : 0.0f",
+                  n->index, v[1], p, v[0], scale);
+    } else if (n->nin == 3) {
+        substitute(out, cuda_elementwise_expr(n->op), "", v[1], v[2], v[0]);
+    } else {
+        substitute(out, cuda_elementwise_expr(n->op), v[0], v[0], v[1], "");
+    }
+}
+
+/* Loads every outside value group K reads at work element i, with the coordinates the
+ * loads need, each statement indented by INDENT. */
+static void render_loads(Fuser *f, int k, const char *indent)
+{
+    const IrGraph *g = f->ctx->g;
+    const Shape *work = &group_of(f->ctx, k)->work;
+    StrBuf loads = { 0 };
+    unsigned coords = 0;
+    for (int id = 0; id < g->nnodes; id++) {
+        if (!computed_member(g, id, k)) continue;
+        for (int j = 0; j < g->nodes[id].nin; j++) {
+            int in = g->nodes[id].in[j];
+            const IrNode *x = &g->nodes[in];
+            if (computed_member(g, in, k) || f->value[in][0]) continue;
+            if (inlinable(x)) {
+                cuda_float_literal(x->value, f->value[in], sizeof f->value[in]);
+                continue;
+            }
+            char off[160];
+            cuda_operand_offset(f->d, work, &x->shape, off, sizeof off, &coords);
+            snprintf(f->value[in], sizeof f->value[in], "x%s", f->param[in] + 2);
+            sb_printf(&loads, "%sconst float %s = cgc_load(%s[%s]);\n", indent, f->value[in],
+                      f->param[in], off);
+        }
+    }
+    if (coords) cuda_render_coords(f->d, work, coords, indent, "i");
+    if (loads.s) sb_puts(&f->d->body, loads.s);
+    sb_free(&loads);
+}
+
+/* The members of group K at work element i (loads, values, stores); reductions are left
+ * to the caller, which reads their inputs' values from f->value. */
+static void render_element(Fuser *f, int k, const char *indent)
+{
+    const IrGraph *g = f->ctx->g;
+    render_loads(f, k, indent);
+    int local = 0;
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (!computed_member(g, id, k) || is_reduction(n) || n->op == IR_ASSIGN) continue;
+        CGC_ASSERT(n->op != IR_DROPOUT || ir_shape_equal(&n->shape, &group_of(f->ctx, k)->work));
+        snprintf(f->value[id], sizeof f->value[id], "v%d", local++);
+        StrBuf e = { 0 };
+        member_expr(f, id, &e);
+        const char *round = rounding(n->dtype);
+        sb_printf(&f->d->body, "%sconst float %s = %s%s%s%s;   /* %s */\n", indent,
+                  f->value[id], round ? round : "", round ? "(" : "", e.s, round ? ")" : "",
+                  ir_op_name(n->op));
+        sb_free(&e);
+    }
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (!computed_member(g, id, k) || is_reduction(n)) continue;
+        if (n->op == IR_ASSIGN)
+            sb_printf(&f->d->body, "%scgc_store(&%s[i], %s);   /* in place */\n", indent,
+                      f->param[id], f->value[n->in[0]]);
+        else if (stored(f, id))
+            sb_printf(&f->d->body, "%scgc_store(&%s[i], %s);\n", indent, f->param[id], f->value[id]);
+    }
+}
+
+/* Forgets the values of group K's members and loads: another segment comes next. */
+static void forget_values(Fuser *f)
+{
+    memset(f->value, 0, (size_t)f->ctx->g->nnodes * sizeof *f->value);
+}
+
+/* ---- the groups' loops, from FIRST by STEP ---- */
+
+static void render_pointwise(Fuser *f, int k, const char *first, const char *step)
+{
+    char n[96];
+    cuda_numel_expr(f->d, &group_of(f->ctx, k)->work, n, sizeof n);
+    sb_printf(&f->d->body, "    const int64_t n = %s;\n", n);
+    sb_printf(&f->d->body, "    for (int64_t i = %s; i < n; i += %s) {\n", first, step);
+    render_element(f, k, "        ");
+    sb_puts(&f->d->body, "    }\n");
+}
+
+/* Group K's reductions along its axis: one accumulator each (acc<n>: sums in double;
+ * m<n>: maxima, NaN wins). */
+static void render_reduce_axis(Fuser *f, int k, const char *first, const char *step)
+{
+    const IrGraph *g = f->ctx->g;
+    const IrGroup *gr = group_of(f->ctx, k);
+    AxisExpr a = cuda_axis_expr(f->d, &gr->work, gr->axis);
+    cuda_render_row_loop(f->d, &a, first, step);
+    StrBuf acc = { 0 }, fin = { 0 }, store = { 0 };
+    for (int id = 0, r = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (!computed_member(g, id, k) || !is_reduction(n)) continue;
+        CGC_ASSERT(n->op != IR_REDUCE_TO && (n->axis == gr->axis));
+        bool max = n->op == IR_MAX;
+        sb_printf(&f->d->body, max ? "        float m%d = -CGC_INF;\n" : "        double acc%d = 0.0;\n", r);
+        if (max) sb_printf(&fin, "        m%d = cgc_block_max(m%d, true);\n", r, r);
+        else sb_printf(&fin, "        acc%d = cgc_block_sum(acc%d);\n", r, r);
+        if (stored(f, id))
+            sb_printf(&store, "            cgc_store(&%s[r], %s%d%s);\n", f->param[id],
+                      max ? "len == 0 ? CGC_NAN : m" : "(float)(acc",
+                      r, max ? "" : n->op == IR_MEAN ? " / (double)len)" : ")");
+        r++;
+    }
+    sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
+                         "            const int64_t i = base + k * inner;\n");
+    render_element(f, k, "            ");
+    for (int id = 0, r = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (!computed_member(g, id, k) || !is_reduction(n)) continue;
+        if (n->op == IR_MAX) sb_printf(&acc, "            m%d = cgc_max_nan(m%d, %s);\n", r, r, f->value[n->in[0]]);
+        else sb_printf(&acc, "            acc%d += (double)%s;\n", r, f->value[n->in[0]]);
+        r++;
+    }
+    CGC_ASSERT(acc.s && fin.s);   /* a REDUCE group has a reduction */
+    sb_printf(&f->d->body, "%s        }\n%s", acc.s, fin.s);
+    if (store.s) sb_printf(&f->d->body, "        if (threadIdx.x == 0) {\n%s        }\n", store.s);
+    sb_puts(&f->d->body, "    }\n");
+    sb_free(&acc), sb_free(&fin), sb_free(&store);
+}
+
+/* Group K's REDUCE_TO (its only reduction then), or -1. */
+static int reduce_to_member(const IrGraph *g, int k)
+{
+    for (int id = 0; id < g->nnodes; id++)
+        if (computed_member(g, id, k) && g->nodes[id].op == IR_REDUCE_TO) return id;
+    return -1;
+}
+
+static void render_reduce_to(Fuser *f, int k, int id, const char *first, const char *step)
+{
+    const IrNode *n = &f->ctx->g->nodes[id];
+    ReduceToIndex ix;
+    cuda_reduce_to_index(f->d, &group_of(f->ctx, k)->work, &n->shape, &ix);
+    sb_printf(&f->d->body, "    const int64_t nout = %s, nred = %s;\n", ix.nout, ix.nred);
+    sb_printf(&f->d->body, "    for (int64_t o = %s; o < nout; o += %s) {\n", first, step);
+    sb_puts(&f->d->body, ix.kept.s);
+    sb_printf(&f->d->body, "        const int64_t base = %s;\n", ix.base.s);
+    sb_puts(&f->d->body, "        double acc = 0.0;\n"
+                         "        for (int64_t r = threadIdx.x; r < nred; r += blockDim.x) {\n");
+    sb_puts(&f->d->body, ix.red.s);
+    sb_printf(&f->d->body, "            const int64_t i = base%s;\n", ix.off.s);
+    render_element(f, k, "            ");
+    sb_printf(&f->d->body, "            acc += (double)%s;\n        }\n", f->value[n->in[0]]);
+    sb_puts(&f->d->body, "        acc = cgc_block_sum(acc);\n");
+    if (stored(f, id))
+        sb_printf(&f->d->body, "        if (threadIdx.x == 0) cgc_store(&%s[o], (float)acc);\n",
+                  f->param[id]);
+    sb_puts(&f->d->body, "    }\n");
+    cuda_reduce_to_index_free(&ix);
+}
+
+/* Group K's loop. Sets the launch geometry of a kernel of its own; returns the rows (or
+ * output elements) of a reduction, else the elements, as a shape. */
+static Shape render_group(Fuser *f, int k, const char *first, const char *step)
+{
+    const IrGroup *gr = group_of(f->ctx, k);
+    Shape rows = gr->work;
+    if (gr->kind == IR_GROUP_POINTWISE) {
+        render_pointwise(f, k, first, step);
+    } else {
+        int to = reduce_to_member(f->ctx->g, k);
+        if (to >= 0) {
+            render_reduce_to(f, k, to, first, step);
+            rows = f->ctx->g->nodes[to].shape;
+        } else {
+            render_reduce_axis(f, k, first, step);
+            rows = ir_shape_reduce(&gr->work, gr->axis);
+        }
+    }
+    forget_values(f);
+    return rows;
+}
+
+/* ---- kernels ---- */
+
+static void add_params(Fuser *f, const int *groups, int n)
+{
+    for (int i = 0; i < n; i++) add_outputs(f, groups[i]);
+    for (int i = 0; i < n; i++) add_inputs(f, groups[i]);
+    for (int i = 0; i < n; i++) add_scalars(f, groups[i]);
+}
+
+static void kernel_name(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d)
+{
+    const IrGroup *gr = group_of(ctx, groups[0]);
+    char base[DRAFT_NAME_MAX - 16];
+    if (gr->name) codegen_mangle(base, sizeof base, gr->name);
+    else snprintf(base, sizeof base, "fused_%s_%d", ctx->g->name, groups[0]);
+    if (n > 1) snprintf(d->name, sizeof d->name, "%s_x%d", base, n);
+    else snprintf(d->name, sizeof d->name, "%s", base);
+}
+
+/* Virtual blocks of group K in a multi-tensor launch: a row each for a reduction, else
+ * enough for CUDA_ITEMS_PER_THREAD elements per thread (capped: the segment loops). */
+static int64_t virtual_blocks(const RenderCtx *ctx, int k)
+{
+    const IrGroup *gr = group_of(ctx, k);
+    int64_t n = ir_numel(&gr->work, NULL);
+    CGC_ASSERT(n >= 0);   /* static shapes only */
+    if (gr->kind == IR_GROUP_REDUCE) {
+        int to = reduce_to_member(ctx->g, k);
+        Shape rows = to >= 0 ? ctx->g->nodes[to].shape : ir_shape_reduce(&gr->work, gr->axis);
+        n = ir_numel(&rows, NULL);
+        return n > 0 ? n : 1;
+    }
+    int64_t per = CUDA_BLOCK * CUDA_ITEMS_PER_THREAD, v = (n + per - 1) / per;
+    return v < 1 ? 1 : v > MAX_POINTWISE_VBLOCKS ? MAX_POINTWISE_VBLOCKS : v;
+}
+
+/* Appends TEXT to D's body, every line indented by eight more spaces (a segment's code
+ * inside the virtual-block loop and its branch). */
+static void append_indented(KernelDraft *d, const char *text)
+{
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        sb_printf(&d->body, "%s%.*s", len > 1 ? "        " : "", (int)len, line);
+        line += len;
+    }
+}
+
+static void render_multi(Fuser *f, const int *groups, int n)
+{
+    KernelDraft *d = f->d;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += virtual_blocks(f->ctx, groups[i]);
+    sb_printf(&d->body, "    for (int64_t vb = blockIdx.x; vb < %lld; vb += gridDim.x) {\n",
+              (long long)total);
+    StrBuf outer = d->body;
+    int64_t start = 0;
+    for (int i = 0; i < n; i++) {
+        const IrGroup *gr = group_of(f->ctx, groups[i]);
+        int64_t nvb = virtual_blocks(f->ctx, groups[i]);
+        char first[64], step[64];
+        bool pointwise = gr->kind == IR_GROUP_POINTWISE;
+        snprintf(first, sizeof first, pointwise ? "b * blockDim.x + threadIdx.x" : "b");
+        snprintf(step, sizeof step, pointwise ? "%lld * (int64_t)blockDim.x" : "%lld", (long long)nvb);
+        d->body = (StrBuf){ 0 };
+        char name[DRAFT_NAME_MAX];
+        codegen_mangle(name, sizeof name, gr->name ? gr->name : "group");
+        sb_printf(&d->body, "    /* %s: virtual blocks %lld..%lld */\n", name, (long long)start,
+                  (long long)(start + nvb - 1));
+        sb_printf(&d->body, "    const int64_t b = vb - %lld;\n", (long long)start);
+        render_group(f, groups[i], first, step);
+        StrBuf seg = d->body;
+        d->body = outer;
+        sb_printf(&d->body, "        %sif (vb < %lld) {\n", i ? "} else " : "", (long long)(start + nvb));
+        append_indented(d, seg.s);
+        sb_free(&seg);
+        outer = d->body;
+        start += nvb;
+    }
+    sb_puts(&d->body, "        }\n    }\n");
+    d->block = CUDA_BLOCK;
+    d->work = (Shape){ .rank = 1, .dim = { total } };
+    d->items_per_block = 1;
+    d->max_blocks = CUDA_MAX_BLOCKS;
+}
+
+void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d)
+{
+    CGC_ASSERT(n >= 1);
+    Fuser f = { .ctx = ctx, .d = d };
+    f.param = xcalloc((size_t)ctx->g->nnodes, sizeof *f.param);
+    f.value = xcalloc((size_t)ctx->g->nnodes, sizeof *f.value);
+    kernel_name(ctx, groups, n, d);
+    add_params(&f, groups, n);
+    if (n > 1) {
+        render_multi(&f, groups, n);
+    } else {
+        const IrGroup *gr = group_of(ctx, groups[0]);
+        if (gr->kind == IR_GROUP_POINTWISE) {
+            render_group(&f, groups[0], "cgc_thread_index()", "cgc_thread_count()");
+            cuda_launch_elementwise(d, &gr->work);
+        } else {
+            cuda_launch_rows(d, render_group(&f, groups[0], "blockIdx.x", "gridDim.x"));
+        }
+    }
+    draft_finish_symbols(d);
+    free(f.param);
+    free(f.value);
+}
+
+int fused_param_count(const RenderCtx *ctx, int k)
+{
+    KernelDraft d;
+    memset(&d, 0, sizeof d);
+    fused_render(ctx, &k, 1, &d);
+    sb_free(&d.body);
+    return d.nparams;
+}

@@ -1,4 +1,5 @@
-/* plan.c: the eager plan: a buffer per value, a launch or GEMM per computing node.
+/* plan.c: the plan: a buffer per value, a launch or GEMM per computing node (eager), or
+ * per fusion group (default).
  *
  * For each graph of the program (train, train_micro, eval, forward) the nodes are
  * visited in order. READ, INPUT and same-dtype RESHAPE nodes are views of the buffer
@@ -6,6 +7,13 @@
  * PB_CONST buffer the runtime fills once, and every other node gets a buffer of its own
  * and one step: a GEMM for MATMUL, else a kernel that cuda.c renders. The ASSIGNs come
  * last, as copies, because IR semantics put every write after the whole step.
+ *
+ * In the default mode the members of a fusion group become one kernel (fused.c), launched
+ * where the group's last member stands, and groups sharing a `multi` number one launch
+ * (split when their parameters would not fit one kernel). Only members read outside
+ * their group, or graph outputs, get buffers; the others live in registers, and ASSIGN
+ * members store into their tensor inside the kernel, so they need no copy at the end.
+ * Nodes outside any group are planned as in eager.
  *
  * Kernels whose text is identical (same parameters, same body) are shared across nodes
  * and graphs: the first use names the kernel, and its comment lists every use with the
@@ -41,7 +49,7 @@ typedef struct Builder {
     PlanGraphId gid;
 } Builder;
 
-enum { MAX_LISTED_USES = 6 };
+enum { MAX_LISTED_USES = 6, MAX_LISTED_OPS = 10 };
 
 static const char *const graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
 
@@ -220,12 +228,17 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     return pl->nkernels++;
 }
 
-/* Adds one line to the comment of kernel K: where this use of it comes from. */
-static void note_use(Builder *b, int k, const IrNode *n, int id, const char *what)
+/* Adds LINE to the comment of kernel K: where this use of it comes from. */
+static void add_use_line(Builder *b, int k, const char *line)
 {
     KernelInfo *info = &b->info[k];
     if (++info->nuses > MAX_LISTED_USES) return;
-    char who[64] = "";
+    sb_printf(&info->uses, "%s\n", line);
+}
+
+static void note_use(Builder *b, int k, const IrNode *n, int id, const char *what)
+{
+    char who[64] = "", line[256];
     if (n->name) {
         char m[40];
         codegen_mangle(m, sizeof m, n->name);
@@ -233,12 +246,48 @@ static void note_use(Builder *b, int k, const IrNode *n, int id, const char *wha
     }
     const char *src = b->plan->source_name;
     if (n->loc.line > 0)
-        sb_printf(&info->uses, "%s line %d: %s%s (%s graph, node %%%d)", src, n->loc.line, what,
-                  who, graph_label[b->gid], id);
+        snprintf(line, sizeof line, "%s line %d: %s%s (%s graph, node %%%d)", src, n->loc.line,
+                 what, who, graph_label[b->gid], id);
     else
-        sb_printf(&info->uses, "%s: %s%s (%s graph, node %%%d, no source line)", src, what, who,
-                  graph_label[b->gid], id);
-    sb_puts(&info->uses, "\n");
+        snprintf(line, sizeof line, "%s: %s%s (%s graph, node %%%d, no source line)", src, what,
+                 who, graph_label[b->gid], id);
+    add_use_line(b, k, line);
+}
+
+/* "mlp.net lines 6, 7: add, relu (train graph, nodes %8..%10)": group K's distinct
+ * .net lines and op names, in order. */
+static void note_group_use(Builder *b, int kernel, int k)
+{
+    const IrGraph *g = b->graph->ir;
+    StrBuf lines = { 0 }, ops = { 0 };
+    int first = -1, last = -1, nlines = 0, nops = 0;
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (n->group != k) continue;
+        if (first < 0) first = id;
+        last = id;
+        bool seen_line = n->loc.line <= 0, seen_op = false;
+        for (int j = first; j < id; j++) {
+            if (g->nodes[j].group != k) continue;
+            seen_line |= g->nodes[j].loc.line == n->loc.line;
+            seen_op |= g->nodes[j].op == n->op;
+        }
+        if (!seen_line) sb_printf(&lines, "%s%d", nlines++ ? ", " : "", n->loc.line);
+        if (seen_op || n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST) continue;
+        if (nops++ < MAX_LISTED_OPS) sb_printf(&ops, "%s%s", nops > 1 ? ", " : "", ir_op_name(n->op));
+        else if (nops == MAX_LISTED_OPS + 1) sb_puts(&ops, ", ...");
+    }
+    char line[512];
+    if (nlines)
+        snprintf(line, sizeof line, "%s line%s %s: %s (%s graph, nodes %%%d..%%%d)",
+                 b->plan->source_name, nlines > 1 ? "s" : "", lines.s, ops.s ? ops.s : "",
+                 graph_label[b->gid], first, last);
+    else
+        snprintf(line, sizeof line, "%s: %s (%s graph, nodes %%%d..%%%d, no source line)",
+                 b->plan->source_name, ops.s ? ops.s : "", graph_label[b->gid], first, last);
+    add_use_line(b, kernel, line);
+    sb_free(&lines);
+    sb_free(&ops);
 }
 
 /* The kernel's final text: the comment of uses, the signature, the body. */
@@ -294,13 +343,10 @@ static PlanStep *add_step(Builder *b, PlanStepKind kind, const IrNode *n, int id
     return s;
 }
 
-/* A launch of draft D for node ID (N), described as WHAT in the host plan and as
- * OP_WORDS in the kernel's comment. Frees D's body. */
-static void launch_draft(Builder *b, KernelDraft *d, const IrNode *n, int id, const char *what,
-                         const char *op_words)
+/* A step launching kernel K as draft D describes, for node ID (N). Frees D's body. */
+static PlanStep *add_launch(Builder *b, int k, KernelDraft *d, const IrNode *n, int id,
+                            const char *what)
 {
-    int k = add_kernel(b, d);
-    note_use(b, k, n, id, op_words);
     PlanStep *s = add_step(b, STEP_LAUNCH, n, id, what);
     s->launch.kernel = k;
     s->launch.work = d->work;
@@ -309,6 +355,17 @@ static void launch_draft(Builder *b, KernelDraft *d, const IrNode *n, int id, co
     s->launch.nargs = d->nparams;
     for (int i = 0; i < d->nparams; i++) s->launch.arg[i] = d->param[i].arg;
     sb_free(&d->body);
+    return s;
+}
+
+/* A launch of draft D for node ID (N), described as WHAT in the host plan and as
+ * OP_WORDS in the kernel's comment. Frees D's body. */
+static void launch_draft(Builder *b, KernelDraft *d, const IrNode *n, int id, const char *what,
+                         const char *op_words)
+{
+    int k = add_kernel(b, d);
+    note_use(b, k, n, id, op_words);
+    add_launch(b, k, d, n, id, what);
 }
 
 static RenderCtx render_ctx(const Builder *b)
@@ -416,10 +473,26 @@ static void gemm_node(Builder *b, int id)
 
 /* ---- assignments ---- */
 
+/* An ASSIGN member of a fusion group: its kernel stores it. */
+static bool in_kernel(const Builder *b, const IrNode *n)
+{
+    return b->plan->mode == PLAN_DEFAULT && n->group != 0;
+}
+
 static bool assigned_in_graph(const IrGraph *g, int tensor)
 {
     for (int id = 0; id < g->nnodes; id++)
         if (g->nodes[id].op == IR_ASSIGN && g->nodes[id].index == tensor) return true;
+    return false;
+}
+
+/* Whether a fusion group's kernel assigns TENSOR in place (before the copies run). */
+static bool assigned_in_place(const Builder *b, int tensor)
+{
+    const IrGraph *g = b->graph->ir;
+    for (int id = 0; id < g->nnodes; id++)
+        if (g->nodes[id].op == IR_ASSIGN && g->nodes[id].index == tensor && in_kernel(b, &g->nodes[id]))
+            return true;
     return false;
 }
 
@@ -446,7 +519,8 @@ static void copy_step(Builder *b, int id, const char *verb, int dst, int src, DT
     launch_draft(b, &d, &b->graph->ir->nodes[id], id, what, op_words);
 }
 
-/* The ASSIGN copies, after every other step. A value that is a view of a tensor which
+/* The ASSIGN copies, after every other step (an ASSIGN member of a fusion group stores
+ * in place, in its kernel). A value that is a view of a tensor which
  * this graph also assigns is first saved in a buffer of its own, so that every copy
  * reads the step's values whatever the order (apply_assigns in runtime/cpu/exec.c). A
  * tensor assigned its own value needs no copy. */
@@ -457,12 +531,16 @@ static void assign_steps(Builder *b)
     int *src = xcalloc((size_t)g->nnodes, sizeof *src);
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
-        if (n->op != IR_ASSIGN) continue;
+        src[id] = -1;
+        if (n->op != IR_ASSIGN || in_kernel(b, n)) continue;
         const IrTensor *t = &pl->p->tensors[n->index];
         int dst = pl->tensor_buffer_base + n->index;
         src[id] = root_of(pl, b->graph->node_buffer[n->in[0]]);
         int tensor = src[id] - pl->tensor_buffer_base;
         bool is_tensor = pl->buffers[src[id]].kind == PB_TENSOR;
+        if (is_tensor && assigned_in_place(b, tensor))   /* the copy would read the new value */
+            CGC_INTERNAL("%s graph: assign %%%d copies tensor %d, which a fused kernel already "
+                         "assigned in place", g->name, id, tensor);
         if (src[id] == dst) src[id] = -1;
         else if (is_tensor && assigned_in_graph(g, tensor)) {
             int saved = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = DT_F32,
@@ -486,6 +564,122 @@ static void assign_steps(Builder *b)
     free(src);
 }
 
+/* ---- fusion groups ---- */
+
+/* Per node of G: whether a node outside its group reads it, or it is a graph output. */
+static bool *read_outside(const IrGraph *g)
+{
+    bool *out = xcalloc((size_t)g->nnodes, sizeof *out);
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        for (int j = 0; j < n->nin; j++)
+            if (n->group == 0 || g->nodes[n->in[j]].group != n->group) out[n->in[j]] = true;
+    }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] >= 0) out[g->output[r]] = true;
+    return out;
+}
+
+/* A member whose value stays in registers: no buffer. Placed members (views, constants)
+ * keep theirs. */
+static bool in_registers(const IrGraph *g, int id, const bool *outside)
+{
+    const IrNode *n = &g->nodes[id];
+    bool placed = n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST;
+    return n->group != 0 && !placed && !outside[id];
+}
+
+/* Per group k (index k - 1): its last member. */
+static int *group_last(const IrGraph *g)
+{
+    int *last = xmalloc((size_t)(g->ngroups ? g->ngroups : 1) * sizeof *last);
+    for (int k = 0; k < g->ngroups; k++) last[k] = -1;
+    for (int id = 0; id < g->nnodes; id++)
+        if (g->nodes[id].group) last[g->nodes[id].group - 1] = id;
+    return last;
+}
+
+/* One launch of groups GROUPS[0..N) (one group, or a multi-tensor launch). */
+static void launch_groups(Builder *b, const int *groups, int n, int last_member)
+{
+    const IrGraph *g = b->graph->ir;
+    RenderCtx ctx = render_ctx(b);
+    KernelDraft d;
+    memset(&d, 0, sizeof d);
+    fused_render(&ctx, groups, n, &d);
+    root_args(b->plan, &d);
+    int k = add_kernel(b, &d);
+    for (int i = 0; i < n; i++) note_group_use(b, k, groups[i]);
+    const char *what = ownf(b, "fused %s", d.name);
+    add_launch(b, k, &d, &g->nodes[last_member], last_member, what)->group = groups[0];
+}
+
+/* The groups of multi-tensor launch MULTI in node order, launched in as few kernels as
+ * their parameters allow. LAST: per group, its last member. */
+static void launch_multi(Builder *b, int multi, const int *last)
+{
+    const IrGraph *g = b->graph->ir;
+    RenderCtx ctx = render_ctx(b);
+    int *groups = xmalloc((size_t)g->ngroups * sizeof *groups), n = 0;
+    for (int id = 0; id < g->nnodes; id++) {
+        int k = g->nodes[id].group;
+        if (k && g->groups[k - 1].multi == multi && last[k - 1] == id) groups[n++] = k;
+    }
+    for (int from = 0; from < n;) {
+        int to = from, params = 0;
+        while (to < n) {
+            int more = fused_param_count(&ctx, groups[to]);
+            if (to > from && params + more > PLAN_MAX_PARAMS) break;
+            params += more;
+            to++;
+        }
+        launch_groups(b, groups + from, to - from, last[groups[to - 1] - 1]);
+        from = to;
+    }
+    free(groups);
+}
+
+/* Checks the order the fusion pass promises (ir.h): no node outside a group reads one
+ * of its members before the group's launch (at the last member of the last group of its
+ * multi-tensor set), and groups of one set do not read each other. */
+static void check_group_order(const IrGraph *g, const int *last)
+{
+    int *launch = xmalloc((size_t)(g->ngroups ? g->ngroups : 1) * sizeof *launch);
+    for (int k = 0; k < g->ngroups; k++) {
+        launch[k] = last[k];
+        for (int j = 0; j < g->ngroups; j++)
+            if (g->groups[k].multi && g->groups[j].multi == g->groups[k].multi && last[j] > launch[k])
+                launch[k] = last[j];
+    }
+    for (int u = 0; u < g->nnodes; u++) {
+        const IrNode *n = &g->nodes[u];
+        for (int j = 0; j < n->nin; j++) {
+            const IrNode *x = &g->nodes[n->in[j]];
+            bool placed = x->op == IR_READ || x->op == IR_INPUT || x->op == IR_CONST;
+            int k = x->group;
+            if (k && !placed && n->group != k && u <= launch[k - 1])
+                CGC_INTERNAL("%s graph: node %%%d reads %%%d of fusion group %d before the "
+                             "group's kernel runs", g->name, u, n->in[j], k);
+        }
+    }
+    free(launch);
+}
+
+/* Group K's step, at its last member ID: its own launch, or, for the last group of a
+ * multi-tensor launch, that launch. */
+static void group_step(Builder *b, int k, int id, const int *last)
+{
+    const IrGraph *g = b->graph->ir;
+    int multi = g->groups[k - 1].multi;
+    if (!multi) {
+        launch_groups(b, &k, 1, id);
+        return;
+    }
+    for (int j = 0; j < g->ngroups; j++)
+        if (g->groups[j].multi == multi && last[j] > id) return;   /* not the last group */
+    launch_multi(b, multi, last);
+}
+
 /* ---- graphs and the plan ---- */
 
 static const IrGraph *program_graph(const IrProgram *p, PlanGraphId gid)
@@ -503,14 +697,25 @@ static void build_graph(Builder *b, PlanGraphId gid)
     b->graph = pg;
     b->gid = gid;
     b->capsteps = 0;
+    bool fused = b->plan->mode == PLAN_DEFAULT && g->ngroups > 0;
+    bool *outside = read_outside(g);
+    int *last = group_last(g);
+    if (fused) check_group_order(g, last);
     pg->node_buffer = xmalloc((size_t)g->nnodes * sizeof *pg->node_buffer);
-    for (int id = 0; id < g->nnodes; id++) pg->node_buffer[id] = node_buffer(b, g, id);
+    for (int id = 0; id < g->nnodes; id++)
+        pg->node_buffer[id] = fused && in_registers(g, id, outside) ? -1 : node_buffer(b, g, id);
     for (int id = 0; id < g->nnodes; id++) {
-        if (!computes(g, id)) continue;
-        if (g->nodes[id].op == IR_MATMUL) gemm_node(b, id);
-        else launch_node(b, id);
+        int k = fused ? g->nodes[id].group : 0;
+        if (k) {
+            if (last[k - 1] == id) group_step(b, k, id, last);
+        } else if (computes(g, id)) {
+            if (g->nodes[id].op == IR_MATMUL) gemm_node(b, id);
+            else launch_node(b, id);
+        }
     }
     assign_steps(b);
+    free(outside);
+    free(last);
 }
 
 static void add_tables(Builder *b)
@@ -544,7 +749,6 @@ static void add_data_kernels(Builder *b)
 
 Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
 {
-    CGC_ASSERT(mode == PLAN_EAGER);
     PlanOwner *owner = xcalloc(1, sizeof *owner);
     Builder b = { .owner = owner, .plan = &owner->plan };
     Plan *pl = b.plan;
@@ -591,15 +795,6 @@ const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g)
     return NULL;
 }
 
-size_t dtype_size(DType t)
-{
-    switch (t) {
-    case DT_F32: case DT_I32: return 4;
-    case DT_F16: case DT_BF16: return 2;
-    }
-    CGC_INTERNAL("unknown dtype %d", (int)t);
-}
-
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax)
 {
     CGC_ASSERT(b >= 0 && b < plan->nbuffers);
@@ -607,7 +802,7 @@ size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax)
     if (buf->alias_of >= 0) return 0;
     int64_t n = ir_numel(&buf->shape, symmax);
     CGC_ASSERT(n >= 0);
-    return (size_t)n * dtype_size(buf->dtype);
+    return (size_t)n * ir_dtype_size(buf->dtype);
 }
 
 char *plan_module_source(const Plan *plan)

@@ -199,7 +199,6 @@ const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g);   /* NULL if
 
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);
-size_t dtype_size(DType t);
 
 /* The prelude every kernel includes: cgc_device.h (types, f16/bf16 conversions, Philox,
  * block reductions). Compiled as CUDA by NVRTC and nvcc, and as C++ by the emulation
@@ -221,7 +220,8 @@ typedef struct PlanLayout {
     size_t *offset;             /* per buffer (malloc'd) */
     size_t arena_bytes;         /* the peak: everything the plan needs at once */
     size_t persistent_bytes;    /* the first region */
-    size_t graph_bytes[PG_NUM]; /* the peak of each graph's own buffers */
+    size_t graph_bytes[PG_NUM]; /* the peak of each graph's own buffers (without reuse:
+                                 * their sum, and the graphs' regions are stacked) */
 } PlanLayout;
 
 /* Lays out PLAN for symbols up to SYMMAX. REUSE false gives every buffer memory of its

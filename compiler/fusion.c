@@ -1,7 +1,811 @@
-/* compiler/fusion.c: fusion groups (see ir.h, IrGroup). Skeleton: no groups yet. */
+/* compiler/fusion.c: fusion groups, the kernels of the `default` mode (see ir.h, IrGroup).
+ *
+ * Eager mode launches one kernel per IR node; a training step of a small MLP is then a
+ * few hundred launches, most of them elementwise ops on tensors that make a round trip
+ * through memory. This pass groups nodes into kernels:
+ *
+ *  - pointwise groups: chains of elementwise ops over one work shape, a value kept in
+ *    registers unless something outside the group reads it;
+ *  - reduce groups: a reduction with the elementwise ops that feed it (its prologue), and
+ *    sibling reductions over the same elements (the fp16 inf check and the clipping norm
+ *    both read every gradient: one pass over it, not two);
+ *  - scalar chains (learning-rate schedule, bias corrections, clip coefficient, loss
+ *    scale) are cloned into every group that reads them: recomputing twenty flops per
+ *    element is cheaper than a launch and a round trip through memory;
+ *  - in place: an ASSIGN joins the pointwise group computing its value, which then stores
+ *    straight into the persistent tensor, provided every other reader of that tensor is
+ *    ordered before the group (IR semantics: assignments land after the step);
+ *  - multi-tensor launches: independent groups of one kind over static shapes that are
+ *    ready at the same time (the per-parameter reductions, the per-parameter optimizer
+ *    updates, the weight casts) share one launch.
+ *
+ * It works in four steps over each graph. (1) One backward sweep (consumers before
+ * producers) builds clusters with a union-find: each elementwise node starts a cluster
+ * and joins the cluster of its consumers when that is legal (see can_join), after first
+ * merging the consumer clusters it would otherwise be stored for; every merge is refused
+ * when a path leaves one cluster and re-enters the other, which would make the graph of
+ * kernels cyclic. (2) Scalar chains are cloned into the clusters that read them; their
+ * originals stay only where something else (a loss kernel, an ASSIGN, an output) needs
+ * them. (3) Tentative in-place ASSIGNs are checked against the order constraints they
+ * need, and dropped where they would make a cycle. (4) The kernels are ordered
+ * topologically, smallest original id first so that dumps stay close to the unfused
+ * order, and the graph is rebuilt with each group's members consecutive.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "passes.h"
+
+/* ---- node classes ---- */
+
+static bool is_leaf(const IrNode *n)
+{
+    return n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST;
+}
+
+/* May be a member of any group (IrGroup's contract). */
+static bool is_elementwise(const IrNode *n)
+{
+    IrOpClass c = ir_op_info[n->op].cls;
+    return c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY ||
+           n->op == IR_BROADCAST || n->op == IR_DROPOUT || n->op == IR_RUNTIME;
+}
+
+static bool is_reduction(const IrNode *n)
+{
+    return n->op == IR_SUM || n->op == IR_MEAN || n->op == IR_MAX || n->op == IR_REDUCE_TO;
+}
+
+static bool shape_is_static(const Shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (IR_DIM_IS_SYM(s->dim[i])) return false;
+    return true;
+}
+
+static bool shape_is_one(const Shape *s)
+{
+    return shape_is_static(s) && ir_numel(s, NULL) == 1;
+}
+
+/* One value, recomputed wherever a group needs it rather than launched. */
+static bool is_scalar(const IrNode *n)
+{
+    return is_elementwise(n) && n->op != IR_DROPOUT && shape_is_one(&n->shape);
+}
+
+/* S stretches (NumPy rules) to exactly WORK. */
+static bool fits(const Shape *s, const Shape *work)
+{
+    Shape out;
+    return ir_broadcast_shape(s, work, &out) && ir_shape_equal(&out, work);
+}
+
+/* ---- state ---- */
+
+/* A group being formed, kept at its union-find root. */
+typedef struct Cluster {
+    IrGroupKind kind;
+    Shape work;
+    int axis;
+    bool reduce_to;
+    /* Checkpointing's copies belong to the backward: a kernel holding one must not hold
+     * a forward node, or the copy would be computed (and kept) in the forward again. */
+    bool forward, recompute;
+} Cluster;
+
+/* A node of the rebuilt graph before its id is known: an original node (index < n) or a
+ * clone of a scalar one (src), with inputs in the same numbering. */
+typedef struct WorkNode {
+    int src;
+    int group;              /* dense group index, or -1 */
+    int in[IR_MAX_IN];
+} WorkNode;
+
+typedef struct Fuser {
+    IrProgram *p;
+    const IrGraph *g;
+    int n;
+    int *use_off, *uses;    /* consumers of each node, CSR */
+    bool *is_output;
+    int *parent;            /* union-find over node ids; -1: in no cluster */
+    int *next;              /* the members of a cluster, a circular list */
+    Cluster *cl;            /* by root */
+    bool *cloned;           /* a scalar only its readers' clones compute: dropped */
+    int *seen, stamp, *stack;
+
+    WorkNode *w; int nw, capw;
+    Cluster *groups; int ngroups;       /* dense, from the roots */
+    int *memo, *memo_group;             /* clone of scalar s in group memo_group[s] */
+
+    int nunits;             /* groups, then one per work node (ngroups + w) */
+    int **adj; int *nadj, *capadj;
+    int *mark, mark_stamp;
+
+    IrGraph *dst;
+    int *newid;             /* work node -> id in dst, -1 until emitted */
+    int nmulti;
+} Fuser;
+
+static const IrNode *src_node(const Fuser *f, int w) { return &f->g->nodes[f->w[w].src]; }
+
+static void build_uses(Fuser *f)
+{
+    const IrGraph *g = f->g;
+    f->use_off = xcalloc((size_t)f->n + 1, sizeof *f->use_off);
+    for (int i = 0; i < f->n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) f->use_off[g->nodes[i].in[k] + 1]++;
+    for (int i = 0; i < f->n; i++) f->use_off[i + 1] += f->use_off[i];
+    f->uses = xmalloc((size_t)(f->use_off[f->n] + 1) * sizeof *f->uses);
+    int *fill = xcalloc((size_t)f->n + 1, sizeof *fill);
+    for (int i = 0; i < f->n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int x = g->nodes[i].in[k];
+            f->uses[f->use_off[x] + fill[x]++] = i;
+        }
+    free(fill);
+}
+
+static void fuser_init(Fuser *f, IrProgram *p, const IrGraph *g)
+{
+    memset(f, 0, sizeof *f);
+    f->p = p, f->g = g, f->n = g->nnodes;
+    size_t n = (size_t)f->n + 1;
+    build_uses(f);
+    f->is_output = xcalloc(n, sizeof *f->is_output);
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] >= 0) f->is_output[g->output[r]] = true;
+    f->parent = xmalloc(n * sizeof *f->parent);
+    for (int i = 0; i < f->n; i++) f->parent[i] = -1;
+    f->next = xmalloc(n * sizeof *f->next);
+    f->cl = xcalloc(n, sizeof *f->cl);
+    f->cloned = xcalloc(n, sizeof *f->cloned);
+    f->seen = xcalloc(n, sizeof *f->seen);
+    f->stack = xmalloc(n * sizeof *f->stack);
+}
+
+static void fuser_free(Fuser *f)
+{
+    free(f->use_off), free(f->uses), free(f->is_output), free(f->parent), free(f->next);
+    free(f->cl);
+    free(f->cloned), free(f->seen), free(f->stack), free(f->w), free(f->groups);
+    free(f->memo), free(f->memo_group), free(f->mark), free(f->newid);
+    for (int u = 0; u < f->nunits; u++) free(f->adj[u]);
+    free(f->adj), free(f->nadj), free(f->capadj);
+}
+
+/* ---- (1) clusters ---- */
+
+static int find(Fuser *f, int v)
+{
+    while (f->parent[v] != v) v = f->parent[v] = f->parent[f->parent[v]];
+    return v;
+}
+
+static int cluster_of(Fuser *f, int v) { return f->parent[v] < 0 ? -1 : find(f, v); }
+
+static void start_cluster(Fuser *f, int v, IrGroupKind kind, Shape work, int axis, bool reduce_to)
+{
+    f->parent[v] = v;
+    f->next[v] = v;
+    const IrNode *n = &f->g->nodes[v];
+    f->cl[v] = (Cluster){ kind, work, axis, reduce_to, .forward = v < f->g->nforward && !n->recompute,
+                          .recompute = n->recompute };
+}
+
+/* Scalar chains are cloned into these; other clusters hold scalar nodes themselves. */
+static bool takes_clones(const Cluster *c)
+{
+    return c->kind == IR_GROUP_REDUCE || !shape_is_one(&c->work);
+}
+
+/* Consumer C of V reads V itself (rather than a clone of it, or being a clone itself). */
+static bool reads_original(Fuser *f, int v, int c)
+{
+    if (!is_scalar(&f->g->nodes[v])) return true;
+    if (f->cloned[c]) return false;
+    int k = cluster_of(f, c);
+    return k < 0 || !takes_clones(&f->cl[k]);
+}
+
+/* Puts node C on the search stack, with the rest of its cluster: a path that enters a
+ * kernel may leave it from any of its members. */
+static void visit(Fuser *f, int c, int *sp)
+{
+    int k = cluster_of(f, c), x = k < 0 ? c : k;
+    do {
+        if (f->seen[x] != f->stamp) f->seen[x] = f->stamp, f->stack[(*sp)++] = x;
+        x = k < 0 ? c : f->next[x];
+    } while (x != (k < 0 ? c : k));
+}
+
+/* Whether a path leaves cluster FROM, runs through kernels that are neither cluster, and
+ * enters cluster TO: merging the two would make the kernels' graph cyclic. */
+static bool detour(Fuser *f, int from, int to)
+{
+    int sp = 0;
+    f->stamp++;
+    int x = from;
+    do {
+        for (int k = f->use_off[x]; k < f->use_off[x + 1]; k++) {
+            int kc = cluster_of(f, f->uses[k]);
+            if (kc != from && kc != to) visit(f, f->uses[k], &sp);
+        }
+        x = f->next[x];
+    } while (x != from);
+    while (sp > 0) {
+        x = f->stack[--sp];
+        for (int k = f->use_off[x]; k < f->use_off[x + 1]; k++) {
+            if (cluster_of(f, f->uses[k]) == to) return true;
+            visit(f, f->uses[k], &sp);
+        }
+    }
+    return false;
+}
+
+static bool acyclic_merge(Fuser *f, int a, int b)
+{
+    return !detour(f, a, b) && !detour(f, b, a);
+}
+
+/* Whether clusters A and B may share a kernel as far as checkpointing goes. */
+static bool same_phase(const Cluster *a, const Cluster *b)
+{
+    return !(a->recompute && b->forward) && !(a->forward && b->recompute);
+}
+
+/* B absorbs A (B's work and kind stay); their member lists are spliced into one. */
+static void merge(Fuser *f, int a, int b)
+{
+    f->cl[b].forward |= f->cl[a].forward;
+    f->cl[b].recompute |= f->cl[a].recompute;
+    f->parent[a] = b;
+    int t = f->next[a];
+    f->next[a] = f->next[b];
+    f->next[b] = t;
+}
+
+/* Two consumer clusters of one value that may become one kernel. */
+static bool siblings(const Cluster *a, const Cluster *b)
+{
+    if (a->kind != b->kind || !ir_shape_equal(&a->work, &b->work) || !same_phase(a, b)) return false;
+    return a->kind == IR_GROUP_POINTWISE || (a->axis == b->axis && !a->reduce_to && !b->reduce_to);
+}
+
+/* V is read by several clusters over V's own shape: merge those that can be one kernel,
+ * so that V is computed once and read from registers. */
+static void merge_consumers(Fuser *f, int v)
+{
+    const Shape *s = &f->g->nodes[v].shape;
+    for (int i = f->use_off[v]; i < f->use_off[v + 1]; i++) {
+        int a = cluster_of(f, f->uses[i]);
+        if (a < 0 || a == cluster_of(f, v) || !reads_original(f, v, f->uses[i]) ||
+            !ir_shape_equal(&f->cl[a].work, s))
+            continue;
+        for (int j = i + 1; j < f->use_off[v + 1]; j++) {
+            int b = cluster_of(f, f->uses[j]);
+            a = cluster_of(f, f->uses[i]);
+            if (b < 0 || b == a || b == cluster_of(f, v) || !reads_original(f, v, f->uses[j]) ||
+                !siblings(&f->cl[a], &f->cl[b]))
+                continue;
+            if (acyclic_merge(f, a, b)) merge(f, b, a);
+        }
+    }
+}
+
+/* Whether V (alone in its cluster) may join consumer cluster B: a member read outside
+ * its group is stored, and stored members and DROPOUTs must have exactly the work shape;
+ * others only need to stretch to it. */
+static bool can_join(Fuser *f, int v, int b)
+{
+    const IrNode *n = &f->g->nodes[v];
+    if (takes_clones(&f->cl[b]) == is_scalar(n)) return false;
+    bool stored = f->is_output[v];
+    for (int k = f->use_off[v]; k < f->use_off[v + 1]; k++) {
+        int c = f->uses[k];
+        if (cluster_of(f, c) != b && reads_original(f, v, c)) stored = true;
+    }
+    const Shape *work = &f->cl[b].work;
+    bool shape_ok = stored || n->op == IR_DROPOUT ? ir_shape_equal(&n->shape, work)
+                                                  : fits(&n->shape, work);
+    return shape_ok && same_phase(&f->cl[find(f, v)], &f->cl[b]) && acyclic_merge(f, find(f, v), b);
+}
+
+/* A scalar that only clusters taking clones read: dropped, each of them computes it. */
+static bool only_cloned(Fuser *f, int v)
+{
+    if (f->is_output[v] || f->use_off[v] == f->use_off[v + 1]) return false;
+    for (int k = f->use_off[v]; k < f->use_off[v + 1]; k++)
+        if (reads_original(f, v, f->uses[k])) return false;
+    return true;
+}
+
+static void cluster_elementwise(Fuser *f, int v)
+{
+    const IrNode *n = &f->g->nodes[v];
+    if (is_scalar(n) && only_cloned(f, v)) {
+        f->cloned[v] = true;
+        return;
+    }
+    start_cluster(f, v, IR_GROUP_POINTWISE, n->shape, 0, false);
+    merge_consumers(f, v);
+    for (int k = f->use_off[v]; k < f->use_off[v + 1]; k++) {
+        int b = cluster_of(f, f->uses[k]);
+        if (b >= 0 && b != find(f, v) && reads_original(f, v, f->uses[k]) && can_join(f, v, b)) {
+            merge(f, find(f, v), b);
+            return;
+        }
+    }
+}
+
+static void cluster_node(Fuser *f, int v)
+{
+    const IrNode *n = &f->g->nodes[v];
+    if (is_elementwise(n)) {
+        cluster_elementwise(f, v);
+    } else if (is_reduction(n)) {
+        start_cluster(f, v, IR_GROUP_REDUCE, f->g->nodes[n->in[0]].shape, n->axis,
+                      n->op == IR_REDUCE_TO);
+    } else if (n->op == IR_ASSIGN && is_elementwise(&f->g->nodes[n->in[0]])) {
+        /* Tentative: in_place() keeps it only where the order allows. */
+        start_cluster(f, v, IR_GROUP_POINTWISE, f->g->nodes[n->in[0]].shape, 0, false);
+    }
+}
+
+/* ---- (2) work nodes and clones ---- */
+
+static int add_work(Fuser *f, WorkNode wn)
+{
+    if (f->nw == f->capw) {
+        f->capw = f->capw ? 2 * f->capw : 64;
+        f->w = xrealloc(f->w, (size_t)f->capw * sizeof *f->w);
+    }
+    f->w[f->nw] = wn;
+    return f->nw++;
+}
+
+/* The originals, with dense group numbers from the cluster roots. */
+static void make_work(Fuser *f)
+{
+    int *dense = xmalloc(((size_t)f->n + 1) * sizeof *dense);
+    f->groups = xmalloc(((size_t)f->n + 1) * sizeof *f->groups);
+    for (int i = 0; i < f->n; i++) {
+        dense[i] = -1;
+        if (f->parent[i] == i) dense[i] = f->ngroups, f->groups[f->ngroups++] = f->cl[i];
+    }
+    for (int i = 0; i < f->n; i++) {
+        WorkNode wn = { .src = i, .group = f->parent[i] < 0 ? -1 : dense[find(f, i)] };
+        memcpy(wn.in, f->g->nodes[i].in, sizeof wn.in);
+        add_work(f, wn);
+    }
+    free(dense);
+}
+
+/* The copy of scalar node S in group GI, made once per group with its scalar inputs. */
+static int clone_scalar(Fuser *f, int gi, int s)
+{
+    if (f->memo_group[s] == gi) return f->memo[s];
+    const IrNode *n = &f->g->nodes[s];
+    WorkNode wn = { .src = s, .group = gi };
+    for (int k = 0; k < n->nin; k++)
+        wn.in[k] = is_scalar(&f->g->nodes[n->in[k]]) ? clone_scalar(f, gi, n->in[k]) : n->in[k];
+    f->memo_group[s] = gi;
+    return f->memo[s] = add_work(f, wn);
+}
+
+static void clone_scalars(Fuser *f)
+{
+    f->memo = xmalloc(((size_t)f->n + 1) * sizeof *f->memo);
+    f->memo_group = xmalloc(((size_t)f->n + 1) * sizeof *f->memo_group);
+    for (int i = 0; i < f->n; i++) f->memo_group[i] = -1;
+    for (int i = 0; i < f->n; i++) {
+        int gi = f->w[i].group;
+        if (gi < 0 || !takes_clones(&f->groups[gi])) continue;
+        for (int k = 0; k < f->g->nodes[i].nin; k++) {
+            int x = f->g->nodes[i].in[k];
+            if (is_scalar(&f->g->nodes[x])) {
+                int c = clone_scalar(f, gi, x);
+                f->w[i].in[k] = c;
+            }
+        }
+    }
+}
+
+/* ---- (3) the graph of kernels, and in-place assignments ---- */
+
+static bool dropped(const Fuser *f, int w) { return w < f->n && f->cloned[w]; }
+
+/* The kernel (unit) work node W runs in: its group, its own, or none (leaves and dropped
+ * nodes, which launch nothing). */
+static int unit_of(const Fuser *f, int w)
+{
+    if (f->w[w].group >= 0) return f->w[w].group;
+    if (dropped(f, w) || is_leaf(src_node(f, w))) return -1;
+    return f->ngroups + w;
+}
+
+static void add_edge(Fuser *f, int from, int to)
+{
+    if (f->nadj[from] == f->capadj[from]) {
+        f->capadj[from] = f->capadj[from] ? 2 * f->capadj[from] : 4;
+        f->adj[from] = xrealloc(f->adj[from], (size_t)f->capadj[from] * sizeof **f->adj);
+    }
+    f->adj[from][f->nadj[from]++] = to;
+}
+
+static void build_units(Fuser *f)
+{
+    f->nunits = f->ngroups + f->nw;
+    f->adj = xcalloc((size_t)f->nunits, sizeof *f->adj);
+    f->nadj = xcalloc((size_t)f->nunits, sizeof *f->nadj);
+    f->capadj = xcalloc((size_t)f->nunits, sizeof *f->capadj);
+    f->mark = xcalloc((size_t)f->nunits, sizeof *f->mark);
+    for (int w = 0; w < f->nw; w++) {
+        int u = unit_of(f, w);
+        for (int k = 0; u >= 0 && k < src_node(f, w)->nin; k++) {
+            int x = unit_of(f, f->w[w].in[k]);
+            if (x >= 0 && x != u) add_edge(f, x, u);
+        }
+    }
+}
+
+/* Marks (with mark_stamp) every unit reachable from unit FROM. */
+static void mark_reachable(Fuser *f, int from)
+{
+    int *stack = xmalloc((size_t)f->nunits * sizeof *stack), sp = 0;
+    f->mark_stamp++;
+    stack[sp++] = from;
+    while (sp > 0) {
+        int u = stack[--sp];
+        for (int k = 0; k < f->nadj[u]; k++) {
+            int v = f->adj[u][k];
+            if (f->mark[v] != f->mark_stamp) f->mark[v] = f->mark_stamp, stack[sp++] = v;
+        }
+    }
+    free(stack);
+}
+
+/* The persistent tensor that work node W is a view of (a READ, or RESHAPEs of one), or -1. */
+static int viewed_tensor(const Fuser *f, int w)
+{
+    const IrNode *n = src_node(f, w);
+    if (n->op == IR_READ) return n->index;
+    return n->op == IR_RESHAPE ? viewed_tensor(f, f->w[w].in[0]) : -1;
+}
+
+/* Whether ASSIGN A (tentatively in its value's group) can store in place: every other
+ * reader of the tensor must run before the group (then constrained so), and readers in
+ * the group must read it at the element they compute. */
+static bool in_place_ok(Fuser *f, int a, bool commit)
+{
+    int gi = f->w[a].group, t = src_node(f, a)->index;
+    if (f->w[f->w[a].in[0]].group != gi) return false;
+    if (!commit) mark_reachable(f, gi);
+    for (int w = 0; w < f->nw; w++) {
+        if (dropped(f, w) || w == a) continue;
+        for (int k = 0; k < src_node(f, w)->nin; k++) {
+            int x = f->w[w].in[k];
+            if (viewed_tensor(f, x) != t) continue;
+            int u = unit_of(f, w);
+            /* an ASSIGN left as a copy runs after every kernel (plan.c), so it would see
+             * the new value: no in-place store of a tensor another copy reads */
+            if (u != gi && src_node(f, w)->op == IR_ASSIGN) return false;
+            if (u == gi && !ir_shape_equal(&src_node(f, x)->shape, &f->groups[gi].work)) return false;
+            if (u == gi || u < 0) continue;
+            if (commit) add_edge(f, u, gi);
+            else if (f->mark[u] == f->mark_stamp) return false;
+        }
+    }
+    return true;
+}
+
+static void place_assigns(Fuser *f)
+{
+    for (int a = 0; a < f->n; a++) {
+        if (f->g->nodes[a].op != IR_ASSIGN || f->w[a].group < 0) continue;
+        if (in_place_ok(f, a, false)) {
+            in_place_ok(f, a, true);
+        } else {
+            f->w[a].group = -1;   /* codegen copies it after the step, as in eager */
+            add_edge(f, unit_of(f, f->w[a].in[0]), unit_of(f, a));
+        }
+    }
+}
+
+/* ---- names ---- */
+
+/* The parameter (or, failing that, the tensor) an ASSIGN of tensor T is about. */
+static const char *tensor_subject(const IrProgram *p, int t)
+{
+    const IrTensor *x = &p->tensors[t];
+    if (x->kind == IR_STATE && x->param_of >= 0) return p->tensors[x->param_of].name;
+    return strncmp(x->name, "cgc.", 4) == 0 ? x->name + 4 : x->name;
+}
+
+/* The tensor the elements of node V end up assigned to, following consumers of V's shape
+ * breadth first (a gradient's reductions are named for its parameter); NULL when none. */
+static const char *assigned_subject(Fuser *f, int v)
+{
+    enum { LIMIT = 256 };
+    int queue[LIMIT], head = 0, tail = 0;
+    const Shape *shape = &f->g->nodes[v].shape;
+    f->stamp++;
+    queue[tail++] = v;
+    while (head < tail) {
+        int x = queue[head++];
+        if (f->g->nodes[x].op == IR_ASSIGN) return tensor_subject(f->p, f->g->nodes[x].index);
+        for (int k = f->use_off[x]; k < f->use_off[x + 1] && tail < LIMIT; k++) {
+            int c = f->uses[k];
+            bool same = f->g->nodes[c].op == IR_ASSIGN || ir_shape_equal(&f->g->nodes[c].shape, shape);
+            if (same && f->seen[c] != f->stamp) f->seen[c] = f->stamp, queue[tail++] = c;
+        }
+    }
+    return NULL;
+}
+
+static const char *const role_names[IR_NUM_OUTPUT_ROLES] = {
+    "loss", "prediction", "correct", "skipped", "grad_norm",
+};
+
+/* What a group without an ASSIGN is about: a binding it computes, an output, a tensor it
+ * reads, the tensor its values end up in, or its .net line. */
+static const char *subject_of(Fuser *f, const int *m, int nm, const Shape *work, char *line)
+{
+    for (int i = nm - 1; i >= 0; i--)
+        if (m[i] < f->n && src_node(f, m[i])->name) return src_node(f, m[i])->name;
+    for (int i = 0; i < nm; i++)
+        for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+            if (m[i] < f->n && f->g->output[r] == m[i]) return role_names[r];
+    for (int i = 0; i < nm; i++)
+        for (int k = 0; k < src_node(f, m[i])->nin; k++) {
+            const IrNode *x = src_node(f, f->w[m[i]].in[k]);
+            if (x->op == IR_READ && ir_shape_equal(&x->shape, work)) return f->p->tensors[x->index].name;
+            if (x->op == IR_INPUT && ir_shape_equal(&x->shape, work)) return f->p->inputs[x->index].name;
+        }
+    for (int pass = 0; pass < 2; pass++)   /* from values over the work shape, then results */
+        for (int i = nm - 1; i >= 0; i--) {
+            const Shape *s = &src_node(f, m[i])->shape;
+            bool start = m[i] < f->n && (pass ? !shape_is_one(s) : ir_shape_equal(s, work));
+            const char *t = start ? assigned_subject(f, m[i]) : NULL;
+            if (t) return t;
+        }
+    int at = src_node(f, m[0])->loc.line;
+    snprintf(line, 16, "line%d", at);
+    return at ? line : NULL;
+}
+
+static void append(char *buf, size_t len, const char *s)
+{
+    size_t at = strlen(buf);
+    if (at && at + 1 < len) buf[at++] = '_', buf[at] = 0;
+    for (; *s && at + 1 < len; s++) buf[at++] = isalnum((unsigned char)*s) ? *s : '_';
+    buf[at] = 0;
+}
+
+/* What the group's members compute: up to three distinct ops, in order (casts only when
+ * there is nothing else). */
+static void name_ops(Fuser *f, const int *m, int nm, char *buf, size_t len)
+{
+    const char *seen[3];
+    int ns = 0;
+    for (int i = 0; i < nm && ns < 3; i++) {
+        const IrNode *n = src_node(f, m[i]);
+        if (m[i] >= f->n || n->op == IR_CAST || n->op == IR_ASSIGN) continue;
+        bool dup = false;
+        for (int k = 0; k < ns; k++) dup |= seen[k] == ir_op_name(n->op);
+        if (!dup) append(buf, len, seen[ns++] = ir_op_name(n->op));
+    }
+    if (!ns) append(buf, len, "cast");
+}
+
+static const char *group_name(Fuser *f, const int *m, int nm, const Shape *work)
+{
+    char buf[64] = "", line[16];
+    const char *subject = NULL;
+    bool param = false;
+    for (int i = 0; i < nm && !subject; i++) {
+        const IrNode *n = src_node(f, m[i]);
+        if (n->op != IR_ASSIGN) continue;
+        subject = tensor_subject(f->p, n->index);
+        int t = ir_find_tensor(f->p, subject);
+        param = t >= 0 && f->p->tensors[t].kind == IR_PARAM;
+    }
+    if (subject) {
+        append(buf, sizeof buf, param ? config_optimizer_name(f->p->cfg.optimizer) : "update");
+    } else {
+        name_ops(f, m, nm, buf, sizeof buf);
+        subject = subject_of(f, m, nm, work, line);
+    }
+    if (subject) append(buf, sizeof buf, subject);
+    if (isdigit((unsigned char)buf[0])) buf[0] = '_';
+    return ir_intern(f->p, buf);
+}
+
+/* ---- (4) order and rebuild ---- */
+
+typedef struct Unit {
+    int key;                /* smallest original id among its nodes; -1 for no unit */
+    int indeg;
+    int *members, nmembers; /* groups: work nodes, in a topological order */
+} Unit;
+
+/* Members by original id, which is topological (a clone takes the id of its original,
+ * which comes before every reader). Insertion sort: groups are small. */
+static void sort_by_src(const Fuser *f, int *m, int nm)
+{
+    for (int i = 1; i < nm; i++)
+        for (int j = i; j > 0 && f->w[m[j - 1]].src > f->w[m[j]].src; j--) {
+            int t = m[j]; m[j] = m[j - 1]; m[j - 1] = t;
+        }
+}
+
+static Unit *make_units(Fuser *f)
+{
+    Unit *u = xcalloc((size_t)f->nunits, sizeof *u);
+    for (int i = 0; i < f->nunits; i++) u[i].key = -1;
+    for (int w = 0; w < f->nw; w++) {
+        int k = unit_of(f, w);
+        if (k < 0) continue;
+        Unit *x = &u[k];
+        x->members = xrealloc(x->members, (size_t)(x->nmembers + 1) * sizeof *x->members);
+        x->members[x->nmembers++] = w;
+        if (w < f->n && (x->key < 0 || w < x->key)) x->key = w;   /* clones do not count */
+    }
+    for (int i = 0; i < f->nunits; i++) {
+        sort_by_src(f, u[i].members, u[i].nmembers);
+        for (int k = 0; k < f->nadj[i]; k++) u[f->adj[i][k]].indeg++;
+    }
+    return u;
+}
+
+static bool multi_candidate(const Fuser *f, int unit)
+{
+    return unit < f->ngroups && shape_is_static(&f->groups[unit].work);
+}
+
+static bool same_launch_kind(const Fuser *f, int a, int b)
+{
+    const Cluster *x = &f->groups[a], *y = &f->groups[b];
+    if (x->kind != y->kind || x->recompute != y->recompute) return false;
+    return x->kind == IR_GROUP_POINTWISE || (x->axis == y->axis && x->reduce_to == y->reduce_to);
+}
+
+static void emit_node(Fuser *f, int w, int group)
+{
+    IrNode n = *src_node(f, w);
+    for (int k = 0; k < n.nin; k++) {
+        n.in[k] = f->newid[f->w[w].in[k]];
+        CGC_ASSERT(n.in[k] >= 0);
+    }
+    n.group = group;
+    f->newid[w] = ir_add_node(f->dst, &n);
+}
+
+/* Leaves are placed just before their first reader (they launch nothing). */
+static void emit_leaves(Fuser *f, const Unit *u)
+{
+    for (int i = 0; i < u->nmembers; i++) {
+        const WorkNode *wn = &f->w[u->members[i]];
+        for (int k = 0; k < src_node(f, u->members[i])->nin; k++)
+            if (f->newid[wn->in[k]] < 0 && is_leaf(src_node(f, wn->in[k])))
+                emit_node(f, wn->in[k], 0);
+    }
+}
+
+static void emit_unit(Fuser *f, Unit *units, int k, int multi)
+{
+    Unit *u = &units[k];
+    int group = 0;
+    if (k < f->ngroups) {
+        const Cluster *c = &f->groups[k];
+        IrGroup gr = { c->kind, group_name(f, u->members, u->nmembers, &c->work), c->work,
+                       c->kind == IR_GROUP_REDUCE ? c->axis : 0, multi };
+        group = ir_add_group(f->dst, &gr);
+    }
+    for (int i = 0; i < u->nmembers; i++) emit_node(f, u->members[i], group);
+    for (int i = 0; i < f->nadj[k]; i++) units[f->adj[k][i]].indeg--;
+    u->key = -1;
+}
+
+static bool ready(const Unit *u) { return u->key >= 0 && u->indeg == 0 && u->nmembers > 0; }
+
+/* How long unit K waits once ready: 0 not at all; 1 a group that could share a launch,
+ * so that its partners (the reductions of every gradient, say) become ready too; 2 a
+ * group of checkpointing's copies, which is ready as soon as the forward values it
+ * reads are, but should run as late as possible, just before the backward reads it,
+ * or it would be kept as long as the original it replaces. */
+static int patience(const Fuser *f, int k)
+{
+    if (k < f->ngroups && f->groups[k].recompute) return 2;
+    return multi_candidate(f, k) ? 1 : 0;
+}
+
+/* The ready unit that waits least, the smallest key among those, or -1. */
+static int next_unit(const Fuser *f, const Unit *units)
+{
+    int best = -1;
+    for (int i = 0; i < f->nunits; i++) {
+        if (!ready(&units[i])) continue;
+        if (best < 0) { best = i; continue; }
+        int wait = patience(f, i), wait_best = patience(f, best);
+        if (wait != wait_best ? wait < wait_best : units[i].key < units[best].key) best = i;
+    }
+    return best;
+}
+
+/* Emits unit K and, when it can share a launch, every other group ready now that is of
+ * the same kind over a static shape (ready together means independent). */
+static void emit_with_partners(Fuser *f, Unit *units, int k)
+{
+    int *batch = xmalloc((size_t)f->nunits * sizeof *batch), nb = 0;
+    batch[nb++] = k;
+    for (int i = 0; multi_candidate(f, k) && i < f->ngroups; i++)
+        if (i != k && ready(&units[i]) && multi_candidate(f, i) && same_launch_kind(f, k, i))
+            batch[nb++] = i;
+    for (int i = 1; i < nb; i++)   /* by key, as the order elsewhere */
+        for (int j = i; j > 0 && units[batch[j - 1]].key > units[batch[j]].key; j--) {
+            int t = batch[j]; batch[j] = batch[j - 1]; batch[j - 1] = t;
+        }
+    int multi = nb > 1 ? ++f->nmulti : 0;
+    for (int i = 0; i < nb; i++) emit_leaves(f, &units[batch[i]]);
+    for (int i = 0; i < nb; i++) emit_unit(f, units, batch[i], multi);
+    free(batch);
+}
+
+static void rebuild(Fuser *f, IrGraph *dst)
+{
+    Unit *units = make_units(f);
+    f->dst = dst;
+    f->newid = xmalloc((size_t)f->nw * sizeof *f->newid);
+    for (int w = 0; w < f->nw; w++) f->newid[w] = -1;
+    for (int k; (k = next_unit(f, units)) >= 0;) emit_with_partners(f, units, k);
+    for (int w = 0; w < f->n; w++)   /* leaves nothing reads */
+        if (f->newid[w] < 0 && is_leaf(src_node(f, w))) emit_node(f, w, 0);
+    for (int w = 0; w < f->n; w++)
+        if (f->newid[w] < 0 && !dropped(f, w))
+            CGC_INTERNAL("fusion: graph %s, node %%%d was not placed (a cycle of kernels)",
+                         f->g->name, w);
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        dst->output[r] = f->g->output[r] < 0 ? -1 : f->newid[f->g->output[r]];
+    dst->nforward = 0;
+    for (int i = 0; i < f->nunits; i++) free(units[i].members);
+    free(units);
+}
+
+/* nforward (train graphs): the rebuilt forward pass is the nodes before the first one
+ * that came from the backward; fused groups may straddle, so it is where the first
+ * backward node now stands. */
+static int forward_count(const Fuser *f, int nforward)
+{
+    int first = f->dst->nnodes;
+    for (int w = 0; w < f->nw; w++)
+        if (f->w[w].src >= nforward && f->newid[w] >= 0 && f->newid[w] < first) first = f->newid[w];
+    return nforward ? first : 0;
+}
+
+static void fuse_graph(IrProgram *p, IrGraph *g)
+{
+    if (g->nnodes == 0) return;
+    Fuser f;
+    fuser_init(&f, p, g);
+    for (int v = f.n - 1; v >= 0; v--) cluster_node(&f, v);
+    make_work(&f);
+    clone_scalars(&f);
+    build_units(&f);
+    place_assigns(&f);
+    IrGraph dst;
+    ir_graph_init(&dst, g->name);
+    rebuild(&f, &dst);
+    dst.nforward = forward_count(&f, g->nforward);
+    fuser_free(&f);
+    ir_graph_free(g);
+    *g = dst;
+    ir_verify(p, g);
+}
 
 void fusion_assign(IrProgram *p)
 {
-    (void)p;
+    IrGraph *graphs[] = { &p->forward, &p->train, &p->train_micro, &p->eval };
+    for (size_t i = 0; i < sizeof graphs / sizeof *graphs; i++) fuse_graph(p, graphs[i]);
 }

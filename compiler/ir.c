@@ -41,6 +41,15 @@ const char *ir_dtype_name(DType t)
     return names[t];
 }
 
+size_t ir_dtype_size(DType t)
+{
+    switch (t) {
+    case DT_F32: case DT_I32: return 4;
+    case DT_F16: case DT_BF16: return 2;
+    }
+    CGC_INTERNAL("unknown dtype %d", (int)t);
+}
+
 bool ir_dtype_is_float(DType t) { return t != DT_I32; }
 
 DType ir_promote(DType a, DType b)

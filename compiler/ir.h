@@ -194,7 +194,9 @@ typedef struct IrNode {
  *                       reductions' input elements. Stored prologue members have `work`.
  *
  * Groups with the same nonzero `multi` form one multi-tensor launch (horizontal fusion):
- * they are consecutive, independent of each other, and their shapes have no symbols. */
+ * they are consecutive, of one kind, independent of each other, and their shapes have no
+ * symbols; their work shapes may differ (a scalar update beside a [512, 784] one; reduce
+ * groups over different input shapes, along the same axis). */
 typedef enum IrGroupKind { IR_GROUP_POINTWISE, IR_GROUP_REDUCE } IrGroupKind;
 
 typedef struct IrGroup {
@@ -222,7 +224,9 @@ typedef struct IrGraph {
     int nnodes, cap;
     int output[IR_NUM_OUTPUT_ROLES];   /* node id per role, -1 when absent */
     int nforward;           /* train, train_micro: nodes [0, nforward) are the forward pass
-                             * (a copy of the forward graph); 0 for the others */
+                             * (a copy of the forward graph); 0 for the others. Fusion
+                             * interleaves forward and backward nodes, so after it this
+                             * counts only the leading nodes that are all forward */
     IrGroup *groups;        /* fusion groups (IrNode.group); none in eager mode */
     int ngroups;
 } IrGraph;
@@ -279,6 +283,7 @@ typedef struct IrProgram {
 /* --- tables and shapes (ir.c) --- */
 const char *ir_dtype_name(DType t);      /* "f32" ... */
 bool ir_dtype_is_float(DType t);
+size_t ir_dtype_size(DType t);           /* bytes per element: 4, or 2 for the halves */
 DType ir_promote(DType a, DType b);      /* f32 wins; two different halves give f32 */
 int64_t ir_numel(const Shape *s, const int64_t *symvals);  /* symvals[k] binds symbol k */
 bool ir_shape_equal(const Shape *a, const Shape *b);

@@ -1,10 +1,13 @@
 /* main.c: the cgc command line.
  *
- *   parse -> sema -> command-line overrides -> precision -> training lowering -> run
+ *   parse -> sema -> command-line overrides -> precision -> training lowering
+ *         -> checkpoint -> fusion -> plan and memory plan -> check, inspect or run
  *
- * (compiler/pipeline.c does everything up to the run). Exit status: 0 success, 1 an error in the model, data
+ * (compiler/pipeline.c does everything up to training lowering, codegen/compile.c the
+ * rest up to the plan). Exit status: 0 success, 1 an error in the model, data
  * or run, 2 a malformed command line.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +16,7 @@
 #include "build_config.h"
 #include "passes.h"
 #include "pipeline.h"
-#include "../codegen/plan.h"
+#include "../codegen/compile.h"
 #include "../runtime/backend.h"
 #include "../runtime/train.h"
 
@@ -29,13 +32,19 @@ static const char usage_text[] =
     "                          the first GPU's, else sm_90); none stops before NVRTC\n"
     "  --dump-ir[=GRAPH]       print the IR after all passes and exit; GRAPH is forward,\n"
     "                          train, train_micro or eval (default: all of them)\n"
+    "  --dump-ir-after PASS    print the IR after PASS and exit: sema, precision,\n"
+    "                          training, checkpoint or fusion (with --dump-ir=GRAPH: one graph)\n"
+    "  --explain               print what the passes decided (precision of every tensor and\n"
+    "                          why, fusion groups, recomputed activations, memory plan,\n"
+    "                          kernels per step) and exit\n"
+    "  --stats FILE            also write those numbers as JSON to FILE (works with --check)\n"
     "  --device DEV            auto (default: the first usable GPU, else the CPU), cpu,\n"
     "                          or cuda[:N]\n"
     "  --devices               list the CUDA devices cgc can use, and exit\n"
     "  --emit DIR              write the generated CUDA kernels (one .cu each, module.cu),\n"
     "                          the device prelude and the host plan to DIR\n"
-    "  --mode MODE             how kernels are generated; this build has eager (the\n"
-    "                          default: one kernel or GEMM per IR op)\n"
+    "  --mode MODE             eager (the default: one kernel or GEMM per IR op) or default\n"
+    "                          (fused kernels, optimizer updates in place and multi-tensor)\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
     "                          every epoch and at the end\n"
     "  --resume FILE           continue the run saved in FILE\n"
@@ -56,14 +65,17 @@ static const char usage_text[] =
     "  --schedule SPEC         constant, cosine(warmup, min_lr), step(every, gamma)\n"
     "  --precision P           fp32, tf32, bf16 or fp16\n"
     "  --clip-norm X           max global gradient norm, 0 = off\n"
-    "  --checkpoint M          none, all or auto (activation checkpointing)\n"
-    "  --memory SIZE           activation memory budget, e.g. 512MB\n"
-    "                          (both are checked now and take effect with the GPU passes;\n"
-    "                          on the CPU they cannot change results)\n";
+    "  --checkpoint M          none, all or auto (activation checkpointing: the backward\n"
+    "                          recomputes activations instead of keeping them; results are\n"
+    "                          bit for bit the same)\n"
+    "  --memory SIZE           budget for checkpoint = auto, e.g. 512MB: the planned bytes of\n"
+    "                          activations and temporaries of a step (default: the GPU's\n"
+    "                          memory less parameters, optimizer state and data; none on\n"
+    "                          the CPU)\n";
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
-       OPT_ARCH, OPT_DEVICES };
+       OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -83,6 +95,9 @@ typedef struct Cli {
     const char *device;
     const char *lr;
     const char *emit_dir;       /* --emit: NULL for none */
+    int dump_after;             /* --dump-ir-after: a PipelinePass, or -1 */
+    bool explain;
+    const char *stats_path;     /* --stats: NULL for none */
     PlanMode mode;
     RunOptions run;
     Override overrides[NUM_TRAIN_FLAGS * 4 + 1];   /* + 1: --lr goes last */
@@ -108,31 +123,51 @@ static bool parse_count(const char *s, int64_t *out)
     return true;
 }
 
-/* --mode: torch.compile's names; only eager is built so far. Returns 0, or -1 after
- * saying what this build has. */
+/* --mode: torch.compile's names; eager and default are built so far. Returns 0, or -1
+ * after saying what this build has. */
 static int parse_mode(const char *s, PlanMode *mode)
 {
-    if (strcmp(s, "eager") == 0) {
-        *mode = PLAN_EAGER;
+    if (strcmp(s, "eager") == 0 || strcmp(s, "default") == 0) {
+        *mode = strcmp(s, "eager") == 0 ? PLAN_EAGER : PLAN_DEFAULT;
         return 0;
     }
-    bool later = strcmp(s, "default") == 0 || strcmp(s, "reduce-overhead") == 0 ||
-                 strcmp(s, "max-autotune") == 0;
-    fprintf(stderr, "cgc: --mode %s: %s; this build has only --mode eager\nTry 'cgc --help'.\n",
-            diag_quote(s, 40), later ? "not available yet" : "unknown mode");
+    bool later = strcmp(s, "reduce-overhead") == 0 || strcmp(s, "max-autotune") == 0;
+    fprintf(stderr, "cgc: --mode %s: %s; this build has --mode eager and --mode default\n"
+            "Try 'cgc --help'.\n", diag_quote(s, 40), later ? "not available yet" : "unknown mode");
     return -1;
 }
 
-/* --emit DIR: the plan of the chosen mode written out. Returns 0 or -1 (reported). */
-static int emit_plan(const IrProgram *p, const Cli *cli)
+static int parse_pass(const char *s)
 {
-    Plan *plan = plan_build(p, cli->mode, cli->path);
+    for (int i = 0; i < PASS_NUM; i++)
+        if (strcmp(s, pipeline_pass_names[i]) == 0) return i;
+    return -1;
+}
+
+/* --emit DIR: the plan written out. Returns 0 or -1 (reported). */
+static int emit_plan(const Plan *plan, const Cli *cli)
+{
     int rc = plan_emit(plan, cli->emit_dir);
     if (rc == 0 && !cli->quiet)
         fprintf(stderr, "cgc: wrote %d kernels and the host plan to %s\n", plan->nkernels,
                 cli->emit_dir);
-    plan_free(plan);
     return rc;
+}
+
+/* --stats FILE. Returns 0, or 1 after an error. */
+static int write_stats(const Compiled *c, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        cgc_error("--stats %s: cannot create the file: %s", diag_quote(path, 80), strerror(errno));
+        return 1;
+    }
+    compiled_write_stats(c, f);
+    if (fclose(f) != 0) {
+        cgc_error("--stats %s: cannot write the file: %s", diag_quote(path, 80), strerror(errno));
+        return 1;
+    }
+    return 0;
 }
 
 /* Returns 0 when the command line is well formed, else the exit status. */
@@ -154,6 +189,9 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"mode", required_argument, NULL, OPT_MODE};
     opts[n++] = (struct option){"arch", required_argument, NULL, OPT_ARCH};
     opts[n++] = (struct option){"devices", no_argument, NULL, OPT_DEVICES};
+    opts[n++] = (struct option){"dump-ir-after", required_argument, NULL, OPT_DUMP_AFTER};
+    opts[n++] = (struct option){"explain", no_argument, NULL, OPT_EXPLAIN};
+    opts[n++] = (struct option){"stats", required_argument, NULL, OPT_STATS};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
     opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
     opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
@@ -161,6 +199,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n] = (struct option){0, 0, 0, 0};
 
     cli->device = "auto";
+    cli->dump_after = -1;
     opterr = 0;
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":qvh", opts, &idx)) != -1) {
@@ -185,6 +224,14 @@ static int parse_args(int argc, char **argv, Cli *cli)
             if (parse_mode(optarg, &cli->mode) != 0) return 2;
             break;
         case OPT_DUMP_IR: cli->dump_ir = optarg ? optarg : ""; break;
+        case OPT_DUMP_AFTER:
+            cli->dump_after = parse_pass(optarg);
+            if (cli->dump_after < 0)
+                return usage_error("--dump-ir-after takes sema, precision, training, checkpoint or "
+                                   "fusion, not '%s'", optarg);
+            break;
+        case OPT_EXPLAIN: cli->explain = true; break;
+        case OPT_STATS: cli->stats_path = optarg; break;
         case OPT_DEVICE: cli->device = optarg; break;
         case OPT_SAVE: cli->run.save_path = optarg; break;
         case OPT_RESUME: cli->run.resume_path = optarg; break;
@@ -234,19 +281,19 @@ static int dump_ir(const IrProgram *p, const char *which)
     return 0;
 }
 
-static BackendOptions backend_options(const Cli *cli)
+static BackendOptions backend_options(const Cli *cli, const Plan *plan)
 {
-    return (BackendOptions){.device = cli->device, .mode = cli->mode, .net_path = cli->path,
+    return (BackendOptions){.device = cli->device, .plan = plan, .net_path = cli->path,
                             .emit_dir = cli->emit_dir, .verbose = cli->verbose,
                             .quiet = cli->quiet};
 }
 
 /* Trains P on the device --device chooses. */
-static int run(IrProgram *p, Source *src, Cli *cli)
+static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
 {
-    BackendOptions bo = backend_options(cli);
+    BackendOptions bo = backend_options(cli, plan);
     Backend b;
-    if (backend_open(p, &bo, &b) != 0) return 1;
+    if (backend_open(&bo, &b) != 0) return 1;
     cli->run.net_path = cli->path;
     cli->run.src = src;
     cli->run.quiet = cli->quiet;
@@ -255,6 +302,43 @@ static int run(IrProgram *p, Source *src, Cli *cli)
     cli->run.plan = b.plan;
     int rc = train_run(p, &cli->run);
     backend_close(&b);
+    return rc;
+}
+
+/* --check: the front end's verdict, then NVRTC. */
+static int check(const IrProgram *p, const Plan *plan, const Cli *cli)
+{
+    int64_t nparams = 0;
+    for (int i = 0; i < p->nparams; i++) nparams += ir_numel(&p->tensors[i].shape, NULL);
+    if (!cli->quiet)
+        printf("%s: ok: model %s, %lld parameters in %d tensors\n", cli->path, p->model_name,
+               (long long)nparams, p->nparams);
+    BackendOptions bo = backend_options(cli, plan);
+    return backend_check_compile(&bo, cli->arch ? backend_parse_arch(cli->arch) : 0) != 0;
+}
+
+/* Everything after the front end: the passes and the plan, then what the flags ask. */
+static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
+{
+    CompileOptions co = {.mode = cli->mode, .net_path = cli->path,
+                         .stop_after_checkpoint = cli->dump_after == PASS_CHECKPOINT};
+    if (p->cfg.checkpoint == CKPT_AUTO && p->cfg.memory == 0 && !cli->check)
+        co.device_free = backend_device_memory(cli->device);
+    if (cli->mode == PLAN_EAGER && cli->dump_after == PASS_FUSION && !cli->quiet)
+        fprintf(stderr, "cgc: note: --mode eager does not fuse; the IR after fusion is the IR "
+                        "after checkpoint\n");
+    Compiled c;
+    int rc = compile_program(p, &co, &c) != 0;
+    if (rc == 0 && (cli->dump_ir || cli->dump_after >= 0)) {
+        rc = dump_ir(p, cli->dump_ir ? cli->dump_ir : "");
+    } else if (rc == 0) {
+        if (cli->stats_path) rc = write_stats(&c, cli->stats_path);
+        if (rc == 0 && cli->explain) compiled_explain(&c, stdout);
+        else if (rc == 0 && cli->emit_dir && emit_plan(c.plan, cli) != 0) rc = 1;
+        else if (rc == 0 && cli->check) rc = check(p, c.plan, cli);
+        else if (rc == 0) rc = run(p, c.plan, src, cli);
+    }
+    compiled_free(&c);
     return rc;
 }
 
@@ -270,26 +354,17 @@ int main(int argc, char **argv)
     if (!src) return 1;
     if (cli.lr)
         cli.overrides[cli.noverrides++] = (Override){NULL, "lr", cli.lr};
-    IrProgram *p = pipeline_compile(src, cli.overrides, cli.noverrides);
+    PipelinePass last = cli.dump_after >= 0 && cli.dump_after < PASS_TRAINING
+                            ? (PipelinePass)cli.dump_after : PASS_TRAINING;
+    IrProgram *p = pipeline_compile_until(src, cli.overrides, cli.noverrides, last);
     if (!p) {
         /* Every failure should have said why; this is the net for one that did not. */
         if (diag_error_count() == 0) fprintf(stderr, "cgc: %s: compilation failed\n", cli.path);
         source_free(src);
         return 1;
     }
-    if (cli.emit_dir && !cli.dump_ir && emit_plan(p, &cli) != 0) rc = 1;
-    else if (cli.dump_ir) rc = dump_ir(p, cli.dump_ir);
-    else if (cli.check) {
-        int64_t nparams = 0;
-        for (int i = 0; i < p->nparams; i++) nparams += ir_numel(&p->tensors[i].shape, NULL);
-        if (!cli.quiet)
-            printf("%s: ok: model %s, %lld parameters in %d tensors\n", cli.path, p->model_name,
-                   (long long)nparams, p->nparams);
-        BackendOptions bo = backend_options(&cli);
-        if (backend_check_compile(p, &bo, cli.arch ? backend_parse_arch(cli.arch) : 0) != 0) rc = 1;
-    } else {
-        rc = run(p, src, &cli);
-    }
+    if (last < PASS_TRAINING) rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
+    else rc = compile_and_go(p, src, &cli);
     ir_program_free(p);
     source_free(src);
     return rc;

@@ -52,9 +52,11 @@ void training_lower(IrProgram *p);
 /* checkpoint.c: activation checkpointing on P->train and P->train_micro.
  *
  * A candidate is a forward node (an id below nforward, the same in both graphs) whose
- * value the backward reads and which can be recomputed from values the backward keeps
- * anyway: elementwise ops, BROADCAST, CAST and DROPOUT (same mask: same counter and
- * stream). Matrix products, reductions, softmax, losses and leaves are never recomputed.
+ * value the backward reads (or a candidate's copy does) and which can be recomputed:
+ * elementwise ops, BROADCAST, CAST and DROPOUT (same mask: same counter and stream), and
+ * whose recomputation saves memory: every input is a leaf, recomputed too,
+ * kept for the backward anyway, or smaller (checkpoint.c says why). Matrix products,
+ * reductions, softmax, losses and leaves are never recomputed.
  * checkpoint_candidates returns how many there are and, in *NODES (malloc'd), their ids,
  * cheapest first: by FLOPs to recompute per byte no longer kept, ties by id. */
 int checkpoint_candidates(const IrProgram *p, int **nodes);

@@ -27,8 +27,19 @@ static int apply_override(IrProgram *p, const Override *o)
     return rc;
 }
 
+const char *const pipeline_pass_names[PASS_NUM] = {
+    "sema", "precision", "training", "checkpoint", "fusion",
+};
+
 IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrides)
 {
+    return pipeline_compile_until(src, overrides, noverrides, PASS_TRAINING);
+}
+
+IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int noverrides,
+                                  PipelinePass last)
+{
+    CGC_ASSERT(last <= PASS_TRAINING);
     AstFile *ast = parse_file(src);
     if (!ast) return NULL;
     IrProgram *p = sema_check(src, ast);
@@ -45,7 +56,7 @@ IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrid
         return NULL;
     }
     sema_train_finish(&p->cfg);
-    precision_assign(p);
-    training_lower(p);
+    if (last >= PASS_PRECISION) precision_assign(p);
+    if (last >= PASS_TRAINING) training_lower(p);
     return p;
 }

@@ -14,9 +14,19 @@ typedef struct Override {
     const char *value;
 } Override;
 
+/* The passes in order, as --dump-ir-after names them. The first three run here; the
+ * rest in compile_program (codegen/compile.h), which also builds the plan. */
+typedef enum PipelinePass {
+    PASS_SEMA, PASS_PRECISION, PASS_TRAINING, PASS_CHECKPOINT, PASS_FUSION, PASS_NUM,
+} PipelinePass;
+extern const char *const pipeline_pass_names[PASS_NUM];   /* "sema", "precision", ... */
+
 /* Compiles SRC with the overrides applied in order (an --lr override last, after any
  * --optimizer, which resets the learning rate). Returns the lowered program, or NULL
  * after diagnostics. */
 IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrides);
+/* The same, stopping after pass LAST (at most PASS_TRAINING). */
+IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int noverrides,
+                                  PipelinePass last);
 
 #endif

@@ -27,7 +27,7 @@ static int compile_module(const Plan *plan, const BackendOptions *o, int arch,
     return rc;
 }
 
-int backend_check_compile(const IrProgram *p, const BackendOptions *o, int arch)
+int backend_check_compile(const BackendOptions *o, int arch)
 {
     if (arch < 0) return 0;
     if (arch == 0) {
@@ -36,15 +36,23 @@ int backend_check_compile(const IrProgram *p, const BackendOptions *o, int arch)
         arch = cuda_probe(info, 1, why, sizeof why) > 0 ? info[0].cc_major * 10 + info[0].cc_minor
                                                         : DEFAULT_ARCH;
     }
-    Plan *plan = plan_build(p, o->mode, o->net_path);
     CudaCompileResult r = {0};
-    int rc = compile_module(plan, o, arch, &r);
+    int rc = compile_module(o->plan, o, arch, &r);
     if (rc == 0 && !o->quiet)
         printf("%s: %d kernels compiled for sm_%d by NVRTC (%zu-byte cubin)\n", o->net_path,
-               plan->nkernels, arch, r.cubin_size);
+               o->plan->nkernels, arch, r.cubin_size);
     free(r.cubin);
-    plan_free(plan);
     return rc;
+}
+
+size_t backend_device_memory(const char *device)
+{
+    if (strncmp(device, "cuda", 4) != 0 && strcmp(device, "auto") != 0) return 0;
+    CudaDeviceInfo info[MAX_DEVICES];
+    char why[256];
+    int count = cuda_probe(info, MAX_DEVICES, why, sizeof why);
+    long ordinal = device[4] == ':' ? strtol(device + 5, NULL, 10) : 0;
+    return ordinal >= 0 && ordinal < count ? info[ordinal].total_bytes : 0;
 }
 
 /* --device cuda[:N] or auto: which ordinal, or -1 for the CPU; -2 after an error. */
@@ -81,7 +89,7 @@ static int pick_ordinal(const BackendOptions *o, CudaDeviceInfo *info, int *coun
     return ordinal;
 }
 
-int backend_open(const IrProgram *p, const BackendOptions *o, Backend *out)
+int backend_open(const BackendOptions *o, Backend *out)
 {
     memset(out, 0, sizeof *out);
     if (strcmp(o->device, "cpu") == 0) return 0;
@@ -99,7 +107,7 @@ int backend_open(const IrProgram *p, const BackendOptions *o, Backend *out)
     if (strcmp(o->device, "auto") == 0 && !o->quiet)
         fprintf(stderr, "cgc: running on cuda:%d (%s, sm_%d%d)\n", ordinal, d->name, d->cc_major,
                 d->cc_minor);
-    out->plan = plan_build(p, o->mode, o->net_path);
+    out->plan = o->plan;
     CudaCompileResult r = {0};
     if (compile_module(out->plan, o, d->cc_major * 10 + d->cc_minor, &r) != 0 ||
         cuda_open(ordinal, r.cubin, r.cubin_size, &out->device) != 0) {
@@ -118,6 +126,5 @@ int backend_open(const IrProgram *p, const BackendOptions *o, Backend *out)
 void backend_close(Backend *b)
 {
     if (b->device) b->device->ops->close(b->device);
-    if (b->plan) plan_free(b->plan);
     memset(b, 0, sizeof *b);
 }

@@ -11,13 +11,13 @@
 
 typedef struct Backend {
     Device *device;         /* NULL: the CPU reference executor */
-    Plan *plan;             /* the plan the device's module was built from */
+    const Plan *plan;       /* the plan the device's module was built from (not owned) */
     int ordinal;
 } Backend;
 
 typedef struct BackendOptions {
     const char *device;     /* "auto", "cpu", "cuda", "cuda:N" */
-    PlanMode mode;
+    const Plan *plan;       /* what a device runs (compile_program's); not owned */
     const char *net_path;
     const char *emit_dir;   /* where --emit wrote the kernels (for compile errors), or NULL */
     bool verbose, quiet;
@@ -25,12 +25,16 @@ typedef struct BackendOptions {
 
 /* Opens what O->device asks for. `auto` takes the first usable GPU and says so on one
  * line, or says why there is none and takes the CPU. Returns 0, or -1 after reporting. */
-int backend_open(const IrProgram *p, const BackendOptions *o, Backend *out);
+int backend_open(const BackendOptions *o, Backend *out);
 void backend_close(Backend *b);
 
-/* --check: compiles the plan's module with NVRTC for ARCH (sm_XX as 90; 0: the first
+/* --check: compiles O->plan's module with NVRTC for ARCH (sm_XX as 90; 0: the first
  * device's, or sm_90 without one) and reports what was compiled. Returns 0 or -1. */
-int backend_check_compile(const IrProgram *p, const BackendOptions *o, int arch);
+int backend_check_compile(const BackendOptions *o, int arch);
+
+/* The memory of the GPU that DEVICE (as --device) would take, from the probe (no context
+ * is created, so this is the device's total, not what is free); 0 for none or the CPU. */
+size_t backend_device_memory(const char *device);
 
 /* "sm_90" -> 90; "none" -> -1 (no NVRTC compile); 0 when malformed. */
 int backend_parse_arch(const char *s);

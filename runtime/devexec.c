@@ -1,9 +1,12 @@
 /* devexec.c: the plan runner: a Plan (codegen/plan.h) issued on a Device (device.h).
  *
- * Everything a step touches lives in one arena allocated once: each buffer that is not a
- * view gets a 256-byte-aligned offset sized for the symbols' maxima, views resolve to
- * the address of the buffer they alias, and the padding between buffers is handed to
- * mark_unused so that the emulation's AddressSanitizer catches a kernel that strays.
+ * Everything a step touches lives in one arena allocated once, laid out by the memory
+ * plan (codegen/memplan.c): each buffer that is not a view gets a 256-byte-aligned
+ * offset sized for the symbols' maxima, buffers whose lives do not meet share memory,
+ * views resolve to the address of the buffer they alias, and every byte no buffer covers
+ * is handed to mark_unused so that the emulation's AddressSanitizer catches a kernel
+ * that strays. The arena's size is known before anything is allocated, so a plan that
+ * cannot fit the device stops there, with the numbers and what to change.
  * Kernels are looked up once, when the runner is made; a graph run then only resolves
  * sizes and arguments and issues the steps, in order, without waiting. Reading a value
  * back is the one thing that waits, and it converts f16/bf16 bit patterns and i32 to f32
@@ -26,8 +29,10 @@ struct DevExec {
     int64_t symmax[8];
     int64_t symvals[8];         /* of the last run, for devexec_value */
     const IrGraph *last;        /* the graph last run */
+    bool reuse;                 /* buffers share memory: only outputs survive a run */
     DevPtr arena;
     size_t arena_bytes;
+    size_t persistent_bytes;    /* of the arena: tensors, inputs, constants, outputs */
     size_t *offset;             /* per buffer, into the arena (views: their root's) */
     void **kernel;              /* per plan kernel: the device's handle */
 };
@@ -110,29 +115,94 @@ static void from_f32(DType t, const float *src, int64_t n, void *out)
 
 /* ---- the arena ---- */
 
-/* Offsets of every buffer (the memory plan, codegen/memplan.c); the arena's size. */
-static size_t layout(DevExec *e, bool reuse)
+/* Offsets of every buffer (the memory plan, codegen/memplan.c) and the arena's size. */
+static void layout(DevExec *e)
 {
     PlanLayout l;
-    plan_layout(e->plan, e->symmax, reuse, &l);
+    plan_layout(e->plan, e->symmax, e->reuse, &l);
     memcpy(e->offset, l.offset, (size_t)e->plan->nbuffers * sizeof *e->offset);
-    size_t bytes = l.arena_bytes;
+    e->arena_bytes = l.arena_bytes;
+    e->persistent_bytes = l.persistent_bytes;
     plan_layout_free(&l);
-    return bytes;
 }
 
-/* Hands every gap between buffers (and the tail) to mark_unused. */
+typedef struct Span {
+    size_t lo, hi;
+} Span;
+
+static int span_order(const void *pa, const void *pb)
+{
+    const Span *a = pa, *b = pb;
+    return a->lo != b->lo ? (a->lo < b->lo ? -1 : 1) : (a->hi != b->hi ? (a->hi < b->hi ? -1 : 1) : 0);
+}
+
+/* Hands every byte of the arena that no buffer covers to mark_unused. Buffers that share
+ * memory overlap and need not come in offset order, so the spans are sorted first. */
 static void mark_padding(DevExec *e)
 {
     const Plan *plan = e->plan;
     if (!e->d->ops->mark_unused) return;
-    size_t end = 0;
+    Span *spans = xmalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1) * sizeof *spans);
+    int n = 0;
     for (int b = 0; b < plan->nbuffers; b++) {
-        if (plan->buffers[b].alias_of >= 0) continue;
-        if (e->offset[b] > end) e->d->ops->mark_unused(e->d, e->arena + end, e->offset[b] - end);
-        end = e->offset[b] + plan_buffer_bytes(plan, b, e->symmax);
+        size_t bytes = plan_buffer_bytes(plan, b, e->symmax);     /* views: 0 */
+        if (bytes) spans[n++] = (Span){ e->offset[b], e->offset[b] + bytes };
     }
-    if (e->arena_bytes > end) e->d->ops->mark_unused(e->d, e->arena + end, e->arena_bytes - end);
+    qsort(spans, (size_t)n, sizeof *spans, span_order);
+    size_t covered = 0;     /* every byte below is some buffer's, or already marked */
+    for (int i = 0; i < n; i++) {
+        if (spans[i].lo > covered) e->d->ops->mark_unused(e->d, e->arena + covered, spans[i].lo - covered);
+        if (spans[i].hi > covered) covered = spans[i].hi;
+    }
+    if (e->arena_bytes > covered) e->d->ops->mark_unused(e->d, e->arena + covered, e->arena_bytes - covered);
+    free(spans);
+}
+
+/* "1.50 GB": powers of 1024, as --memory reads them. */
+static void format_bytes(size_t n, char *buf, size_t len)
+{
+    if (n >= (size_t)1 << 30) snprintf(buf, len, "%.2f GB", (double)n / (double)((size_t)1 << 30));
+    else if (n >= (size_t)1 << 20) snprintf(buf, len, "%.2f MB", (double)n / (double)((size_t)1 << 20));
+    else if (n >= 1024) snprintf(buf, len, "%.1f KB", (double)n / 1024.0);
+    else snprintf(buf, len, "%zu bytes", n);
+}
+
+/* The fixes that apply to this program, as a list for the message of check_fits: a
+ * smaller batch always; checkpointing and a lower precision unless already chosen. */
+static void fixes(const IrProgram *p, char *buf, size_t len)
+{
+    const char *fix[3];
+    int n = 0;
+    fix[n++] = "a smaller batch (--batch)";
+    if (p->cfg.checkpoint != CKPT_AUTO) fix[n++] = "checkpoint = auto (--checkpoint auto)";
+    if (p->cfg.precision == PREC_FP32 || p->cfg.precision == PREC_TF32)
+        fix[n++] = "a lower precision (--precision bf16)";
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < len; i++) {
+        const char *sep = i == 0 ? "" : i == n - 1 ? ", or " : ", ";
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", sep, fix[i]);
+    }
+}
+
+/* Whether the arena fits the memory the device had free when it was opened (unknown
+ * free memory passes); reports the numbers and the fixes when it does not, before
+ * anything is allocated or run. */
+static bool check_fits(const DevExec *e)
+{
+    size_t have = e->d->free_bytes;
+    if (!have || e->arena_bytes <= have) return true;
+    char need[32], fixed[32], act[32], free_[32], fix[160];
+    format_bytes(e->arena_bytes, need, sizeof need);
+    format_bytes(e->persistent_bytes, fixed, sizeof fixed);
+    format_bytes(e->arena_bytes - e->persistent_bytes, act, sizeof act);
+    format_bytes(have, free_, sizeof free_);
+    fixes(e->p, fix, sizeof fix);
+    cgc_error("%s: the plan needs %s of device memory (arena: %s of parameters, optimizer "
+              "state and data, %s of activations and temporaries at batch %lld) but %s has "
+              "%s free; fixes: %s", e->net_path, need, fixed, act,
+              (long long)(e->p->nsyms ? e->symmax[0] : 1), e->d->name, free_, fix);
+    return false;
 }
 
 DevPtr devexec_buffer(const DevExec *e, int b)
@@ -152,7 +222,7 @@ static int write_constants(DevExec *e)
         void *raw = xmalloc((size_t)(n ? n : 1) * sizeof(float));
         for (int64_t i = 0; i < n; i++) v[i] = (float)pb->value;
         from_f32(pb->dtype, v, n, raw);
-        int rc = e->d->ops->upload(e->d, devexec_buffer(e, b), raw, (size_t)n * dtype_size(pb->dtype));
+        int rc = e->d->ops->upload(e->d, devexec_buffer(e, b), raw, (size_t)n * ir_dtype_size(pb->dtype));
         free(v);
         free(raw);
         if (rc != 0) return -1;
@@ -231,8 +301,13 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     for (int k = 0; k < 8 && k < e->p->nsyms; k++) e->symmax[k] = symmax[k];
     e->offset = xcalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1), sizeof *e->offset);
     e->kernel = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->kernel);
-    e->arena_bytes = layout(e, reuse);
+    e->reuse = reuse;
+    layout(e);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
+    if (!check_fits(e)) {
+        devexec_free(e);
+        return NULL;
+    }
     if (d->ops->alloc(d, bytes, &e->arena) != 0) {
         cgc_error("%s: cannot allocate the %zu-byte arena of the model on %s (%zu bytes free "
                   "when opened); try a smaller batch", e->net_path, bytes, d->name, d->free_bytes);
@@ -388,7 +463,7 @@ static int upload_inputs(DevExec *e, const DevFeed *feed)
         int b = e->plan->input_buffer[i];
         DType t = e->plan->buffers[b].dtype;
         int64_t n = ir_numel(&in->shape, e->symvals);
-        size_t bytes = (size_t)n * dtype_size(t);
+        size_t bytes = (size_t)n * ir_dtype_size(t);
         int rc;
         if (t == DT_F32 || t == DT_I32) {     /* the host's own layout */
             rc = e->d->ops->upload(e->d, devexec_buffer(e, b), feed->inputs[i], bytes);
@@ -442,16 +517,45 @@ int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *wh
 
 /* ---- reading values back ---- */
 
+static int root_of(const Plan *plan, int b)
+{
+    while (plan->buffers[b].alias_of >= 0) b = plan->buffers[b].alias_of;
+    return b;
+}
+
+/* Whether buffer B still holds its value after G has run: it is not a node value of its
+ * own (a view of a tensor, an input or a constant) or it is one of G's outputs, which the
+ * memory plan keeps apart. */
+static bool holds_after_run(const DevExec *e, const IrGraph *g, int b)
+{
+    const Plan *plan = e->plan;
+    const PlanGraph *pg = plan_graph_of(plan, g);
+    b = root_of(plan, b);
+    if (plan->buffers[b].kind != PB_NODE) return true;
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) {
+        int out = g->output[r];
+        if (out >= 0 && pg->node_buffer[out] >= 0 && root_of(plan, pg->node_buffer[out]) == b) return true;
+    }
+    return false;
+}
+
 int devexec_value(DevExec *e, const IrGraph *g, int id, float *out, int64_t *numel)
 {
     const PlanGraph *pg = plan_graph_of(e->plan, g);
     CGC_ASSERT(pg && id >= 0 && id < g->nnodes);
     CGC_ASSERT(e->last == g);
     int b = pg->node_buffer[id];
-    if (b < 0) CGC_INTERNAL("node %%%d of graph %s has no buffer (an assign?)", id, g->name);
+    if (b < 0)
+        CGC_INTERNAL("devexec_value: node %%%d (%s) of graph %s has no buffer: it is an assign, "
+                     "or fused into a kernel that never stores it", id, ir_op_name(g->nodes[id].op),
+                     g->name);
+    if (e->reuse && !holds_after_run(e, g, b))
+        CGC_INTERNAL("devexec_value: node %%%d (%s) of graph %s is not an output, so its memory "
+                     "is reused during the run; open the runner with devexec_new_unshared to "
+                     "read it", id, ir_op_name(g->nodes[id].op), g->name);
     DType t = e->plan->buffers[b].dtype;
     int64_t n = ir_numel(&g->nodes[id].shape, e->symvals);
-    size_t bytes = (size_t)n * dtype_size(t);
+    size_t bytes = (size_t)n * ir_dtype_size(t);
     void *raw = xmalloc(bytes ? bytes : 1);
     int rc = e->d->ops->download(e->d, raw, devexec_buffer(e, b), bytes);
     if (rc == 0) to_f32(t, raw, n, out);

@@ -31,7 +31,9 @@ typedef struct DevFeed {
 } DevFeed;
 
 /* Lays out the arena of PLAN for symbols up to SYMMAX on D, and looks up every kernel.
- * NET_PATH names the .net file in errors. Returns NULL after reporting. */
+ * A plan larger than the device's free memory (as measured when it was opened) is
+ * refused before anything is allocated, with the numbers and the fixes. NET_PATH names
+ * the .net file in errors. Returns NULL after reporting. */
 DevExec *devexec_new(const Plan *plan, Device *d, const int64_t *symmax, const char *net_path);
 /* As devexec_new, but every buffer gets memory of its own, so that every stored node's
  * value can still be read after a run (the per-node comparisons of the tests). */
@@ -58,7 +60,8 @@ int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *wh
 /* After a run of G (waits): node ID's value as f32 (i32 values converted), numel in
  * *NUMEL. OUT has room for the node's elements at the symbols' maxima. Only stored nodes
  * have values (PlanGraph.node_buffer >= 0), and with memory reused only the graph's
- * outputs are sure to hold theirs after the run. */
+ * outputs and views of tensors, inputs and constants keep theirs after the run: asking
+ * for any other node is an internal error (use devexec_new_unshared). */
 int devexec_value(DevExec *e, const IrGraph *g, int id, float *out, int64_t *numel);
 /* Persistent tensor I to/from host f32 (waits). */
 int devexec_tensor_get(DevExec *e, int i, float *out);

@@ -1,0 +1,4 @@
+# tests of the fusion pass: every fused graph obeys the IrGroup contract (ir.h), and fused
+# programs train bit for bit as unfused ones on the CPU reference executor.
+cgc_c_test(test_fusion cgc_passes cgc_cpu)
+target_compile_definitions(test_fusion PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")

@@ -1,6 +1,7 @@
 /* test_codegen.c: the eager plan of small programs: buffers and views, one step per
  * computing node, ASSIGN copies last and safe when values alias assigned tensors,
- * kernel names valid and unique, no .net text in any kernel, --emit's errors. */
+ * kernel names valid and unique, no .net text in any kernel, --emit's errors; and the
+ * default plan of a hand-grouped graph (buffers, steps and text of fused kernels). */
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -206,6 +207,112 @@ static void test_assign_aliasing(void)
     ir_program_free(p);
 }
 
+/* The default plan of a hand-grouped graph: group 1 (pointwise) scales t0, takes exp and
+ * assigns it back to t0 in place; group 2 (reduce) sums -t1; an eager add reads the exp.
+ * Only values read outside their group get buffers, the in-place ASSIGN needs no copy,
+ * and with both groups in one multi-tensor set they are one launch. */
+static IrProgram *grouped_program(int multi)
+{
+    IrProgram *p = ir_program_new();
+    p->model_name = xstrdup("grouped");
+    Shape s = { .rank = 1, .dim = { 4 } };
+    SrcLoc loc = { 3, 1 }, loc2 = { 4, 1 };
+    ir_add_tensor(p, "t0", IR_PARAM, s, IR_INIT_ZEROS, 0, -1, loc);
+    ir_add_tensor(p, "t1", IR_PARAM, s, IR_INIT_ZEROS, 0, -1, loc);
+    IrGraph *g = &p->train;
+    int r0 = ir_read(g, p, 0, loc);
+    int m = ir_binary(g, IR_MUL, r0, ir_const(g, 2.0, loc), loc);
+    int e = ir_unary(g, IR_EXP, m, loc);
+    int a = ir_assign(g, p, 0, e, loc);
+    int r1 = ir_read(g, p, 1, loc2);
+    int n = ir_unary(g, IR_NEG, r1, loc2);
+    int sum = ir_reduce(g, IR_SUM, n, IR_AXIS_ALL, loc2);
+    ir_binary(g, IR_ADD, e, r1, loc2);
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) g->output[r] = -1;
+    g->output[IR_OUT_LOSS] = sum;
+    int k1 = ir_add_group(g, &(IrGroup){ .kind = IR_GROUP_POINTWISE, .name = "scale_exp",
+                                         .work = s, .multi = multi });
+    int k2 = ir_add_group(g, &(IrGroup){ .kind = IR_GROUP_REDUCE, .name = "neg_sum", .work = s,
+                                         .axis = IR_AXIS_ALL, .multi = multi });
+    g->nodes[m].group = g->nodes[e].group = g->nodes[a].group = k1;
+    g->nodes[n].group = g->nodes[sum].group = k2;
+    return p;
+}
+
+static void test_fused_plan(void)
+{
+    IrProgram *p = grouped_program(0);
+    Plan *pl = plan_build(p, PLAN_DEFAULT, "grouped.net");
+    const PlanGraph *pg = &pl->graph[PG_TRAIN];
+    /* nodes: r0 c m e assign r1 neg sum add */
+    CHECK_EQ_INT(pg->node_buffer[2], -1);   /* m: registers only */
+    CHECK(pg->node_buffer[3] >= 0);         /* e: the add reads it */
+    CHECK_EQ_INT(pg->node_buffer[4], -1);   /* the in-place ASSIGN */
+    CHECK_EQ_INT(pg->node_buffer[6], -1);   /* neg: only the sum reads it */
+    CHECK(pg->node_buffer[7] >= 0);         /* the sum: a graph output */
+    CHECK_EQ_INT(pg->nsteps, 3);            /* two fused kernels and the add; no copy */
+    if (pg->nsteps == 3) {
+        const PlanKernel *k1 = &pl->kernels[pg->steps[0].launch.kernel];
+        const PlanKernel *k2 = &pl->kernels[pg->steps[1].launch.kernel];
+        CHECK_EQ_INT(pg->steps[0].group, 1);
+        CHECK_EQ_INT(pg->steps[1].group, 2);
+        CHECK_EQ_INT(pg->steps[2].group, 0);
+        CHECK_STR(k1->name, "scale_exp");
+        CHECK_STR(k2->name, "neg_sum");
+        CHECK(strstr(k1->source, "grouped.net line 3: mul, exp, assign (train graph, nodes %2..%4)"));
+        CHECK(strstr(k1->source, "const float v0 = x0 * 2.0f;   /* mul */"));
+        CHECK(strstr(k1->source, "const float v1 = expf(v0);   /* exp */"));
+        CHECK(strstr(k1->source, "/* in place */"));
+        /* out0 is e's buffer, out1 the tensor t0 */
+        CHECK_EQ_INT(pg->steps[0].launch.arg[1].index, pl->tensor_buffer_base + 0);
+        CHECK(strstr(k2->source, "acc0 += (double)v0;") && strstr(k2->source, "cgc_block_sum(acc0)"));
+    }
+    plan_free(pl);
+    ir_program_free(p);
+    p = grouped_program(1);
+    pl = plan_build(p, PLAN_DEFAULT, "grouped.net");
+    pg = &pl->graph[PG_TRAIN];
+    CHECK_EQ_INT(pg->nsteps, 2);   /* one launch for both groups, then the add */
+    if (pg->nsteps == 2) {
+        const PlanKernel *k = &pl->kernels[pg->steps[0].launch.kernel];
+        CHECK_STR(k->name, "scale_exp_x2");
+        CHECK_EQ_INT(pg->steps[0].group, 1);
+        /* a virtual block for the 4 elements, one for the sum's row */
+        CHECK(strstr(k->source, "for (int64_t vb = blockIdx.x; vb < 2; vb += gridDim.x)"));
+        CHECK(strstr(k->source, "grouped.net line 4: neg, sum (train graph, nodes %6..%7)"));
+    }
+    plan_free(pl);
+    ir_program_free(p);
+}
+
+/* A fused f16 value is rounded in its register where the CPU executor would store it,
+ * so the next member computes with the same number. */
+static void test_fused_rounding(void)
+{
+    IrProgram *p = ir_program_new();
+    p->model_name = xstrdup("half");
+    Shape s = { .rank = 1, .dim = { 4 } };
+    SrcLoc loc = { 2, 1 };
+    ir_add_tensor(p, "t", IR_PARAM, s, IR_INIT_ZEROS, 0, -1, loc);
+    IrGraph *g = &p->train;
+    int half = ir_cast(g, ir_read(g, p, 0, loc), DT_F16, loc);
+    int e = ir_unary(g, IR_EXP, half, loc);
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) g->output[r] = -1;
+    g->output[IR_OUT_PREDICTION] = e;
+    int k = ir_add_group(g, &(IrGroup){ .kind = IR_GROUP_POINTWISE, .name = "cast_exp", .work = s });
+    g->nodes[half].group = g->nodes[e].group = k;
+    Plan *pl = plan_build(p, PLAN_DEFAULT, "half.net");
+    const PlanGraph *pg = &pl->graph[PG_TRAIN];
+    CHECK_EQ_INT(pg->nsteps, 1);
+    CHECK_EQ_INT(pg->node_buffer[half], -1);
+    const char *src = pl->kernels[pg->steps[0].launch.kernel].source;
+    CHECK(strstr(src, "const float v0 = cgc_round_f16(x0);   /* cast */") != NULL);
+    CHECK(strstr(src, "const float v1 = cgc_round_f16(expf(v0));   /* exp */") != NULL);
+    CHECK(strstr(src, "cgc_half *__restrict__ out0") != NULL);
+    plan_free(pl);
+    ir_program_free(p);
+}
+
 static void test_emit_errors(void)
 {
     const char *file = tmp_path("a_file");
@@ -242,6 +349,8 @@ int main(void)
     }
     test_weird_names();
     test_assign_aliasing();
+    test_fused_plan();
+    test_fused_rounding();
     test_emit_errors();
     int rc = check_result();
     char cmd[128];

@@ -1,7 +1,8 @@
 /* test_devexec.c: the plan runner (runtime/devexec.c) and training on a device
  * (runtime/train_device.c), on the CUDA emulation (tests/emu), against the CPU.
  *
- *  - the arena: every buffer 256-byte aligned, none overlapping, views at their root;
+ *  - the arena: every buffer 256-byte aligned, inside the arena, views at their root;
+ *    opened without memory reuse, none overlapping;
  *  - the data kernels as the runner launches them: the order of an epoch made on the
  *    device is data_order()'s, element for element;
  *  - train_run on the emulated device and on the CPU reference executor, same model,
@@ -247,10 +248,14 @@ static void compare_metrics(const char *got_path, const char *want_path, double 
 
 /* ---- the arena ---- */
 
-static void check_arena(Model *m)
+/* The runner places buffers where the memory plan says (test_memplan checks the plan's
+ * liveness itself): aligned, views on their roots, all inside the arena; opened without
+ * reuse, no two buffers share a byte. */
+static void check_arena(Model *m, bool reuse)
 {
     int64_t symmax[8] = {100};
-    DevExec *e = devexec_new(m->plan, m->d, symmax, m->path);
+    DevExec *e = reuse ? devexec_new(m->plan, m->d, symmax, m->path)
+                       : devexec_new_unshared(m->plan, m->d, symmax, m->path);
     CHECK(e != NULL);
     if (!e) return;
     const Plan *plan = m->plan;
@@ -265,7 +270,7 @@ static void check_arena(Model *m)
         }
         size_t bytes = plan_buffer_bytes(plan, b, symmax);
         CHECK(at >= base && at + bytes <= base + arena);
-        for (int c = 0; c < b; c++) {     /* no two buffers share a byte */
+        for (int c = 0; c < b && !reuse; c++) {     /* no two buffers share a byte */
             if (plan->buffers[c].alias_of >= 0) continue;
             DevPtr o = devexec_buffer(e, c);
             size_t ob = plan_buffer_bytes(plan, c, symmax);
@@ -395,7 +400,8 @@ int main(int argc, char **argv)
                        {"steps", "steps", "40"}};
     Model m;
     if (model_open(&m, "mlp.net", mlp, 3)) {
-        check_arena(&m);
+        check_arena(&m, false);
+        check_arena(&m, true);
         check_order(&m, 1000, 0, true, 3);
         check_order(&m, 1000, 5, true, 1);
         check_order(&m, 60000, 2, true, 64);

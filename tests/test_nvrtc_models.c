@@ -1,11 +1,12 @@
 /* test_nvrtc_models.c: every model of models/ in every precision, planned in the eager
- * mode, compiled whole by NVRTC for sm_80 and sm_90 (the cache off, so NVRTC really runs).
- * Any NVRTC error fails the test and shows the log (cuda_compile prints it). No GPU. */
+ * and the default (fused) mode, compiled whole by NVRTC for sm_80 and sm_90 (the cache
+ * off, so NVRTC really runs). Any NVRTC error fails the test and shows the log
+ * (cuda_compile prints it). No GPU. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdlib.h>
 
-#include "codegen/plan.h"
+#include "codegen/compile.h"
 #include "compiler/pipeline.h"
 #include "runtime/device.h"
 #include "tests/check.h"
@@ -13,7 +14,21 @@
 static const char *const PRECISIONS[] = {"fp32", "tf32", "bf16", "fp16"};
 static const int ARCHS[] = {80, 90};
 
-static void compile_model(const char *path, const char *name, const char *precision)
+/* The plan of MODE: eager as it is, default through compile_program (checkpoint, fusion). */
+static Plan *build_plan(IrProgram *p, PlanMode mode, const char *path)
+{
+    if (mode == PLAN_EAGER) return plan_build(p, PLAN_EAGER, path);
+    CompileOptions o = {.mode = PLAN_DEFAULT, .net_path = path};
+    Compiled c;
+    if (compile_program(p, &o, &c) != 0) return NULL;
+    Plan *plan = c.plan;
+    c.plan = NULL;   /* ours now */
+    compiled_free(&c);
+    return plan;
+}
+
+static void compile_model(const char *path, const char *name, const char *precision,
+                          PlanMode mode)
 {
     Source *src = source_load(path);
     CHECK(src != NULL);
@@ -26,7 +41,14 @@ static void compile_model(const char *path, const char *name, const char *precis
         source_free(src);
         return;
     }
-    Plan *plan = plan_build(p, PLAN_EAGER, path);
+    const char *mode_name = mode == PLAN_EAGER ? "eager" : "default";
+    Plan *plan = build_plan(p, mode, path);
+    CHECK(plan != NULL);
+    if (!plan) {
+        ir_program_free(p);
+        source_free(src);
+        return;
+    }
     char *module = plan_module_source(plan);
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++) {
         CudaCompileOptions opts = {.arch = ARCHS[i], .verbose = false, .emit_dir = NULL};
@@ -34,12 +56,12 @@ static void compile_model(const char *path, const char *name, const char *precis
         int rc = cuda_compile(module, name, &opts, &r);
         CHECK_EQ_INT(rc, 0);
         if (rc != 0) {
-            fprintf(stderr, "%s (%s) failed for sm_%d\n", path, precision, ARCHS[i]);
+            fprintf(stderr, "%s (%s, %s) failed for sm_%d\n", path, precision, mode_name, ARCHS[i]);
             continue;
         }
         CHECK(r.cubin_size > 0 && !r.from_cache);
-        printf("%s %s sm_%d: %d kernels, %zu-byte cubin in %.2f s\n", path, precision,
-               ARCHS[i], plan->nkernels, r.cubin_size, r.seconds);
+        printf("%s %s %s sm_%d: %d kernels, %zu-byte cubin in %.2f s\n", path, precision,
+               mode_name, ARCHS[i], plan->nkernels, r.cubin_size, r.seconds);
         free(r.cubin);
     }
     free(module);
@@ -69,7 +91,8 @@ int main(void)
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", CGC_MODELS_DIR, names[i]->d_name);
         for (size_t k = 0; k < sizeof PRECISIONS / sizeof PRECISIONS[0]; k++)
-            compile_model(path, names[i]->d_name, PRECISIONS[k]);
+            for (int mode = PLAN_EAGER; mode <= PLAN_DEFAULT; mode++)
+                compile_model(path, names[i]->d_name, PRECISIONS[k], (PlanMode)mode);
         free(names[i]);
     }
     if (n > 0) free(names);

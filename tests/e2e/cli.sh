@@ -28,7 +28,7 @@ expect "help" 0 "usage: cgc FILE.net" -- --help
 for flag in --check --dump-ir --device --save --resume --stop-after --metrics --quiet --version \
             --data --batch --epochs --steps --shuffle --drop-last --optimizer --lr --schedule \
             --precision --accumulate --clip-norm --checkpoint --memory --seed \
-            --arch --devices --emit --mode --verbose; do
+            --arch --devices --emit --mode --verbose --dump-ir-after --explain --stats; do
   expect "help mentions $flag" 0 "$flag" -- --help
 done
 expect "version" 0 "^cgc [0-9]+\.[0-9]+\.[0-9]+" -- --version
@@ -56,6 +56,10 @@ fi
 expect "arch needs check" 2 "--arch goes with --check" -- "$root/models/mlp.net" --arch sm_90
 expect "bad arch" 2 "--arch takes sm_XX" -- "$root/models/mlp.net" --check --arch 90
 expect "check sm_80" 0 "164 kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80
+expect "check default" 0 "kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80 --mode default
+expect "mode later" 2 "--mode max-autotune: not available yet" -- "$root/models/mlp.net" --mode max-autotune
+expect "mode unknown" 2 "--mode fast: unknown mode" -- "$root/models/mlp.net" --mode fast
+expect "bad pass" 2 "--dump-ir-after takes sema, precision" -- "$root/models/mlp.net" --dump-ir-after lexer
 expect "check no nvrtc" 0 "ok: model regression" -- "$root/models/regression.net" --check --arch none
 expect "bad device" 1 "unknown device 'tpu'" -- "$root/models/regression.net" --device tpu
 expect "auto device" 0 "running on the CPU" -- "$root/models/regression.net" --device auto --steps 2

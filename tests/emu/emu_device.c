@@ -249,7 +249,7 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
         return -1;
     }
     bool tf32 = g->compute == GEMM_TF32;
-    size_t as = dtype_size(g->a_type), bs = dtype_size(g->b_type), cs = dtype_size(g->c_type);
+    size_t as = ir_dtype_size(g->a_type), bs = ir_dtype_size(g->b_type), cs = ir_dtype_size(g->c_type);
     int lda = (int)(g->trans_a ? g->m : g->k), ldb = (int)(g->trans_b ? g->k : g->n);
     for (int64_t i = 0; i < g->batch; i++) {
         const char *pa = (const char *)(uintptr_t)g->a + (size_t)(i * g->stride_a) * as;

@@ -3,22 +3,29 @@
  *
  * For each model in models/ and each precision (fp32, tf32, bf16, fp16), and once with
  * gradient accumulation (so that train_micro runs too): compile as the CLI does, build
- * the eager plan, compile its kernels with the emulator, and run the same steps on both
- * executors from the same seed, with the same random inputs (never zeros; labels in
- * range) and runtime scalars. After every graph run, every node's value and every
- * persistent tensor must agree within the run's tolerance (see tolerance()).
+ * the plan of each mode, compile its kernels with the emulator, and run the same steps on
+ * both executors from the same seed, with the same random inputs (never zeros; labels in
+ * range) and runtime scalars. After every graph run, every stored node value and every
+ * persistent tensor must agree within the run's tolerance (see tolerance()). The modes:
+ *   eager    one kernel per node;
+ *   default  compile_program's pipeline (checkpoint, then compiler/fusion.c's groups),
+ *            compared with the reference run on the same (fused, reordered) graphs;
+ *   standin  fusion groups of this test's own making (standin_groups()), so that every
+ *            path of the fused renderer runs whatever the fusion pass chooses: pointwise
+ *            runs, reductions with their prologues, in-place ASSIGNs, multi launches.
  *
  * With --cuda the same comparisons run on the first CUDA device instead (kernels compiled
  * by NVRTC, GEMMs by cuBLAS): the `gpu` test, which exits 77 where there is none.
  *
- * Usage: test_emu_models [--asan | --cuda] [MODEL[:PRECISION[:ACCUMULATE]]...]; with no
- * case named, all of them.
+ * Usage: test_emu_models [--asan | --cuda] [MODEL[:PRECISION[:ACCUMULATE[:MODE]]]...];
+ * with no case named, all of them (MODE: eager, default, standin; all three when absent).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include "codegen/compile.h"
 #include "compiler/pipeline.h"
 #include "runtime/cpu/exec.h"
 #include "runtime/devexec.h"
@@ -26,7 +33,7 @@
 #include "tests/check.h"
 #include "tests/emu/emu_device.h"
 
-enum { STEPS = 3, BATCH = 8, LAST_BATCH = 5, SHOW_NODES = 5, SHOW_VALUES = 4 };
+enum { STEPS = 3, BATCH = 8, LAST_BATCH = 5, SHOW_NODES = 5, SHOW_VALUES = 4, MAX_CASES = 160 };
 
 /* Symbol k's value in a run of BATCH rows: the batch for symbol 0, and a different value
  * for every other symbol, so that a kernel reading the wrong symbol shows. */
@@ -38,10 +45,14 @@ static void bind_symbols(int64_t symvals[8], int64_t batch)
  * CGC_TEST_SEED repeats one. */
 static uint64_t seed = 20261122;
 
+typedef enum Mode { MODE_EAGER, MODE_DEFAULT, MODE_STANDIN, NUM_MODES } Mode;
+static const char *const mode_name[NUM_MODES] = { "eager", "default", "standin" };
+
 typedef struct Case {
     char model[64];          /* file name in models/ */
     char precision[16];
     int accumulate;          /* 0: as the file says */
+    Mode mode;
 } Case;
 
 typedef struct Run {
@@ -55,6 +66,7 @@ typedef struct Run {
     int step;
     int mismatches;          /* nodes and tensors reported in this case */
     int inherited;           /* nodes over the tolerance only through their inputs */
+    int compared;            /* node values compared */
 } Run;
 
 /* ---- tolerances ---- */
@@ -162,6 +174,16 @@ static void show_values(const float *cpu, const float *dev, int64_t n, const Dif
     fprintf(stderr, "\n");
 }
 
+/* Whether step ST computes node ID: its own step, or the launch of its fusion group (for
+ * a multi-tensor set split over launches, the first of them). */
+static bool step_computes(const IrGraph *g, const PlanStep *st, int id)
+{
+    int k = g->nodes[id].group;
+    if (st->node == id || !k || !st->group) return st->node == id;
+    int multi = g->groups[k - 1].multi;
+    return st->group == k || (multi && g->groups[st->group - 1].multi == multi);
+}
+
 /* The plan step that computes node ID: its kernel (or GEMM) and description. */
 static void describe_step(const Run *r, const IrGraph *g, int id, char *buf, size_t len)
 {
@@ -169,7 +191,7 @@ static void describe_step(const Run *r, const IrGraph *g, int id, char *buf, siz
     snprintf(buf, len, "no step (a view)");
     for (int s = 0; pg && s < pg->nsteps; s++) {
         const PlanStep *st = &pg->steps[s];
-        if (st->node != id) continue;
+        if (!step_computes(g, st, id)) continue;
         const char *kernel = st->kind == STEP_GEMM ? "GEMM"
                                                    : r->plan->kernels[st->launch.kernel].name;
         snprintf(buf, len, "step %d, %s, \"%s\"", s, kernel, st->what ? st->what : "");
@@ -286,6 +308,7 @@ static int compare_nodes(Run *r, const IrGraph *g, float *scratch)
         double tol = tolerance(r, &g->nodes[id]);
         Diff df = compare(cpu, r->buf, n);
         check_count++;
+        r->compared++;
         if (diff_ok(&df, tol)) continue;
         if (df.nonfinite_bad == 0 && inherited(r, g, id, cpu, n, tol)) {
             r->inherited++;
@@ -323,6 +346,232 @@ static int compare_tensors(Run *r, const char *when)
         show_values(cpu, r->buf, n, &df);
     }
     return bad;
+}
+
+/* ---- stand-in fusion groups (mode standin) ----
+ * Groups made here without reordering anything, to run every path of the fused renderer
+ * whatever compiler/fusion.c chooses: maximal runs of consecutive elementwise nodes
+ * (READ, INPUT and CONST leaves may sit between them, outside the group), with the
+ * reductions that directly follow over the run's shape (a REDUCE group; a reduction on
+ * its own too), ASSIGNs stored in place where that is safe, and chains of up to four
+ * independent static-shape groups with nothing computed between them as one multi
+ * launch. The rules are ir.h's (IrGroup): members broadcast to `work`, and members read
+ * outside the group, DROPOUTs and ASSIGNs have exactly `work`. */
+
+enum { MULTI_MAX = 4 };
+
+static bool is_leaf(const IrNode *n)
+{
+    return n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST;
+}
+
+static bool pointwise_op(const IrNode *n)
+{
+    IrOpClass c = ir_op_info[n->op].cls;
+    return c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY ||
+           n->op == IR_BROADCAST || n->op == IR_DROPOUT || n->op == IR_RUNTIME;
+}
+
+static bool is_reduce(const IrNode *n)
+{
+    return ir_op_info[n->op].cls == IR_CLASS_REDUCE;
+}
+
+static bool is_reduction(const IrNode *n)
+{
+    return is_reduce(n) || n->op == IR_REDUCE_TO;
+}
+
+static bool broadcasts_to(const Shape *s, const Shape *work)
+{
+    Shape out;
+    return ir_broadcast_shape(s, work, &out) && ir_shape_equal(&out, work);
+}
+
+/* Whether a node after LAST (or a graph output) reads node ID. */
+static bool read_after(const IrGraph *g, int id, int last)
+{
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] == id) return true;
+    for (int u = last + 1; u < g->nnodes; u++)
+        for (int j = 0; j < g->nodes[u].nin; j++)
+            if (g->nodes[u].in[j] == id) return true;
+    return false;
+}
+
+/* ASSIGN node A may store in place in a group spanning [FIRST, LAST]: every reader of
+ * its tensor reads before the group or inside it. */
+static bool assign_in_place_ok(const IrProgram *p, const IrGraph *g, int a, int first, int last,
+                               const Shape *work)
+{
+    if (!ir_shape_equal(&p->tensors[g->nodes[a].index].shape, work)) return false;
+    for (int rd = 0; rd < g->nnodes; rd++) {
+        if (g->nodes[rd].op != IR_READ || g->nodes[rd].index != g->nodes[a].index) continue;
+        for (int u = 0; u < g->nnodes; u++)
+            for (int j = 0; j < g->nodes[u].nin; j++)
+                if (g->nodes[u].in[j] == rd && u > last) return false;
+    }
+    (void)first;
+    return true;
+}
+
+/* Whether nodes [FIRST, LAST] (the computing ones) make a valid group over WORK. */
+static bool group_ok(const IrProgram *p, const IrGraph *g, int first, int last, const Shape *work)
+{
+    for (int id = first; id <= last; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (is_leaf(n) || is_reduction(n)) continue;
+        if (n->op == IR_ASSIGN) {
+            if (!assign_in_place_ok(p, g, id, first, last, work)) return false;
+            continue;
+        }
+        if (!broadcasts_to(&n->shape, work)) return false;
+        bool exact = read_after(g, id, last) || n->op == IR_DROPOUT;
+        if (exact && !ir_shape_equal(&n->shape, work)) return false;
+    }
+    return true;
+}
+
+static void mark_group(IrProgram *p, IrGraph *g, int first, int last, IrGroup gr)
+{
+    char name[64];
+    snprintf(name, sizeof name, "standin_%s_%s_%d", gr.kind == IR_GROUP_REDUCE ? "reduce" : "map",
+             g->name, first);
+    gr.name = ir_intern(p, name);
+    int k = ir_add_group(g, &gr);
+    for (int id = first; id <= last; id++)
+        if (!is_leaf(&g->nodes[id])) g->nodes[id].group = k;
+}
+
+/* The reductions from FIRST over input shape WORK: consecutive SUMs, MEANs and MAXes
+ * along one axis (*AXIS), or one REDUCE_TO. Returns the last one's id, FIRST - 1 when
+ * none. */
+static int reductions_from(const IrGraph *g, int first, const Shape *work, int *axis)
+{
+    int last = first - 1;
+    for (int id = first; id < g->nnodes && is_reduction(&g->nodes[id]); id++) {
+        const IrNode *n = &g->nodes[id];
+        if (!ir_shape_equal(&g->nodes[n->in[0]].shape, work)) break;
+        if (n->op == IR_REDUCE_TO) return last < first ? id : last;
+        if (last >= first && n->axis != *axis) break;
+        *axis = n->axis;
+        last = id;
+    }
+    return last;
+}
+
+/* A run of pointwise nodes (and leaves) from FIRST: the last node, and its work shape
+ * (the largest member shape). */
+static int pointwise_run(const IrGraph *g, int first, Shape *work)
+{
+    int last = first - 1;
+    *work = g->nodes[first].shape;
+    for (int id = first; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (is_leaf(n)) continue;
+        if (!pointwise_op(n) && n->op != IR_ASSIGN) break;
+        if (n->op != IR_ASSIGN) {
+            Shape out;
+            if (!ir_broadcast_shape(&n->shape, work, &out)) break;
+            if (!ir_shape_equal(&out, work) && !ir_shape_equal(&out, &n->shape)) break;
+            *work = out;
+        }
+        last = id;
+    }
+    return last;
+}
+
+/* One group from FIRST (a computing node) if the rules allow; returns the id after it. */
+static int standin_group(IrProgram *p, IrGraph *g, int first)
+{
+    Shape work;
+    int axis = IR_AXIS_ALL, last = pointwise_run(g, first, &work);
+    if (last < first) {   /* a reduction on its own */
+        work = g->nodes[g->nodes[first].in[0]].shape;
+        last = reductions_from(g, first, &work, &axis);
+        if (last < first || !group_ok(p, g, first, last, &work)) return first + 1;
+        mark_group(p, g, first, last, (IrGroup){ .kind = IR_GROUP_REDUCE, .work = work, .axis = axis });
+        return last + 1;
+    }
+    int red = last + 1;
+    while (red < g->nnodes && is_leaf(&g->nodes[red])) red++;
+    int red_last = red < g->nnodes ? reductions_from(g, red, &work, &axis) : red - 1;
+    if (red_last >= red && group_ok(p, g, first, red_last, &work)) {
+        mark_group(p, g, first, red_last, (IrGroup){ .kind = IR_GROUP_REDUCE, .work = work, .axis = axis });
+        return red_last + 1;
+    }
+    for (int end = last; end > first; end--) {   /* shorter until the rules hold */
+        if (!group_ok(p, g, first, end, &work)) continue;
+        mark_group(p, g, first, end, (IrGroup){ .kind = IR_GROUP_POINTWISE, .work = work });
+        return end + 1;
+    }
+    return first + 1;
+}
+
+static bool static_shape(const Shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (IR_DIM_IS_SYM(s->dim[i])) return false;
+    return true;
+}
+
+/* Whether group B reads a member of group A (in G). */
+static bool group_reads(const IrGraph *g, int b, int a)
+{
+    for (int id = 0; id < g->nnodes; id++) {
+        if (g->nodes[id].group != b) continue;
+        for (int j = 0; j < g->nodes[id].nin; j++)
+            if (g->nodes[g->nodes[id].in[j]].group == a) return true;
+    }
+    return false;
+}
+
+/* Whether nothing but leaves lies between the last member of group A and group B. */
+static bool adjacent(const IrGraph *g, int a, int b)
+{
+    int last = -1, first = -1;
+    for (int id = 0; id < g->nnodes; id++) {
+        if (g->nodes[id].group == a) last = id;
+        if (g->nodes[id].group == b && first < 0) first = id;
+    }
+    for (int id = last + 1; id < first; id++)
+        if (!is_leaf(&g->nodes[id])) return false;
+    return last < first;
+}
+
+/* Chains of up to MULTI_MAX consecutive, independent, static-shape groups. */
+static void standin_multi(IrGraph *g)
+{
+    int multi = 0;
+    for (int k = 1; k <= g->ngroups;) {
+        int n = 1;
+        while (k + n <= g->ngroups && n < MULTI_MAX && static_shape(&g->groups[k + n - 1].work) &&
+               static_shape(&g->groups[k - 1].work) && adjacent(g, k + n - 1, k + n)) {
+            bool independent = true;
+            for (int a = k; a < k + n; a++) independent &= !group_reads(g, k + n, a);
+            if (!independent) break;
+            n++;
+        }
+        if (n > 1) {
+            multi++;
+            for (int a = k; a < k + n; a++) g->groups[a - 1].multi = multi;
+        }
+        k += n;
+    }
+}
+
+static void standin_groups(IrProgram *p)
+{
+    IrGraph *graphs[] = { &p->forward, &p->train, &p->train_micro, &p->eval };
+    for (int i = 0; i < 4; i++) {
+        IrGraph *g = graphs[i];
+        for (int id = 0; id < g->nnodes;) {
+            const IrNode *n = &g->nodes[id];
+            if (is_leaf(n) || (!pointwise_op(n) && !is_reduction(n))) id++;
+            else id = standin_group(p, g, id);
+        }
+        standin_multi(g);
+    }
 }
 
 /* ---- running ---- */
@@ -442,23 +691,58 @@ static int open_device(const Plan *plan, bool asan, char *so, size_t so_len, Dev
     return rc;
 }
 
+/* The plan of C's mode for P (which the passes change). */
+static Plan *build_plan(const Case *c, IrProgram *p, const char *path, Compiled *compiled)
+{
+    memset(compiled, 0, sizeof *compiled);
+    switch (c->mode) {
+    case MODE_EAGER: return plan_build(p, PLAN_EAGER, path);
+    case MODE_STANDIN:
+        standin_groups(p);
+        return plan_build(p, PLAN_DEFAULT, path);
+    default: break;
+    }
+    CompileOptions o = { .mode = PLAN_DEFAULT, .net_path = path };
+    bind_symbols(o.symmax, BATCH);
+    if (compile_program(p, &o, compiled) != 0) return NULL;
+    Plan *plan = compiled->plan;
+    compiled->plan = NULL;   /* the case owns it */
+    return plan;
+}
+
+/* Launches of the train graph and how many are GEMMs; fusion groups of the train graph. */
+static void print_plan_summary(const Plan *plan, const Run *r)
+{
+    const PlanGraph *pg = &plan->graph[PG_TRAIN];
+    int gemms = 0, fused = 0;
+    for (int i = 0; i < pg->nsteps; i++) {
+        gemms += pg->steps[i].kind == STEP_GEMM;
+        fused += pg->steps[i].group != 0;
+    }
+    printf("  %d node values compared; train graph: %d launches (%d GEMMs, %d fused kernels, "
+           "%d groups)\n", r->compared, pg->nsteps, gemms, fused, pg->ir ? pg->ir->ngroups : 0);
+}
+
 static void run_case(const Case *c, bool asan)
 {
     char path[4096 + sizeof c->model + 1], so[256];
     snprintf(path, sizeof path, "%.4096s/%.*s", models_dir(), (int)sizeof c->model - 1, c->model);
-    printf("%s %s accumulate %d%s\n", c->model, c->precision, c->accumulate ? c->accumulate : 1,
-           asan ? " (asan)" : "");
+    printf("%s %s accumulate %d, %s%s\n", c->model, c->precision, c->accumulate ? c->accumulate : 1,
+           mode_name[c->mode], asan ? " (asan)" : "");
     fflush(stdout);
     IrProgram *p = compile_case(c, path);
     CHECK(p != NULL);
     if (!p) return;
-    Plan *plan = plan_build(p, PLAN_EAGER, path);
+    Compiled compiled;
+    Plan *plan = build_plan(c, p, path, &compiled);
+    CHECK(plan != NULL);
     Device *d = NULL;
-    int opened = open_device(plan, asan, so, sizeof so, &d);
+    int opened = plan ? open_device(plan, asan, so, sizeof so, &d) : -1;
     CHECK_EQ_INT(opened, 0);
     if (opened != 0) {
         CHECK(!"kernels built and loaded");
         plan_free(plan);
+        compiled_free(&compiled);
         ir_program_free(p);
         return;
     }
@@ -478,6 +762,7 @@ static void run_case(const Case *c, bool asan)
         if (bad) fprintf(stderr, "  %s %s: %d mismatches (kernels %s)\n", c->model,
                          c->precision, r.mismatches, on_cuda ? "on cuda:0" : so);
         else if (!on_cuda) emu_remove_build(so);
+        print_plan_summary(plan, &r);
         if (r.inherited)
             printf("  %d node values over the tolerance only through their inputs "
                    "(see inherited())\n", r.inherited);
@@ -487,6 +772,7 @@ static void run_case(const Case *c, bool asan)
     }
     d->ops->close(d);
     plan_free(plan);
+    compiled_free(&compiled);
     ir_program_free(p);
 }
 
@@ -520,13 +806,15 @@ static int all_cases(Case *cases, int max)
     Case models[32] = { 0 };
     int nmodels = list_models(models, 32), n = 0;
     for (int m = 0; m < nmodels; m++)
-        for (int k = 0; k < 4 && n < max; k++) {
-            cases[n] = models[m];
-            snprintf(cases[n++].precision, sizeof cases[0].precision, "%s", precisions[k]);
-        }
+        for (int k = 0; k < 4; k++)
+            for (int mode = 0; mode < NUM_MODES && n < max; mode++) {
+                cases[n] = models[m];
+                cases[n].mode = (Mode)mode;
+                snprintf(cases[n++].precision, sizeof cases[0].precision, "%s", precisions[k]);
+            }
     /* gradient accumulation: train_micro, with and without loss scaling */
-    if (n + 2 <= max && nmodels > 0) {
-        Case acc = { "mlp.net", "fp32", 2 };
+    for (int mode = 0; mode < NUM_MODES && n + 2 <= max && nmodels > 0; mode++) {
+        Case acc = { "mlp.net", "fp32", 2, (Mode)mode };
         cases[n++] = acc;
         snprintf(acc.precision, sizeof acc.precision, "fp16");
         cases[n++] = acc;
@@ -534,31 +822,44 @@ static int all_cases(Case *cases, int max)
     return n;
 }
 
-/* "mlp", "mlp:fp16" or "mlp:fp16:2". */
-static Case parse_case(const char *arg)
+/* "mlp", "mlp:fp16", "mlp:fp16:2" or "mlp:fp16:0:standin" into OUT (all modes when none
+ * is named); returns how many cases, or 0 for an unknown mode. */
+static int parse_case(const char *arg, Case *out)
 {
-    Case c = { "", "fp32", 0 };
+    Case c = { "", "fp32", 0, MODE_EAGER };
     char buf[sizeof c.model - 4];
     snprintf(buf, sizeof buf, "%s", arg);
-    char *prec = strchr(buf, ':'), *acc = NULL;
+    char *prec = strchr(buf, ':'), *acc = NULL, *mode = NULL;
     if (prec) *prec++ = '\0';
     if (prec && (acc = strchr(prec, ':'))) *acc++ = '\0';
+    if (acc && (mode = strchr(acc, ':'))) *mode++ = '\0';
     snprintf(c.model, sizeof c.model, "%.*s%s", (int)sizeof buf - 1, buf,
              strstr(buf, ".net") ? "" : ".net");
     if (prec) snprintf(c.precision, sizeof c.precision, "%s", prec);
     if (acc) c.accumulate = atoi(acc);
-    return c;
+    int n = 0;
+    for (int m = 0; m < NUM_MODES; m++) {
+        if (mode && strcmp(mode, mode_name[m]) != 0) continue;
+        out[n] = c;
+        out[n++].mode = (Mode)m;
+    }
+    if (!n) fprintf(stderr, "test_emu_models: unknown mode '%s' (eager, default, standin)\n", mode);
+    return n;
 }
 
 int main(int argc, char **argv)
 {
     bool asan = false;
-    Case cases[64];
+    Case cases[MAX_CASES];
     int n = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--asan") == 0) asan = true;
         else if (strcmp(argv[i], "--cuda") == 0) on_cuda = true;
-        else if (n < 64) cases[n++] = parse_case(argv[i]);
+        else if (n + NUM_MODES <= MAX_CASES) {
+            int got = parse_case(argv[i], cases + n);
+            if (!got) return 2;
+            n += got;
+        }
     }
     if (on_cuda) {
         char why[256];
@@ -572,7 +873,7 @@ int main(int argc, char **argv)
     if (getenv("CGC_TEST_SEED")) seed = strtoull(getenv("CGC_TEST_SEED"), NULL, 10);
     printf("seed %llu (CGC_TEST_SEED=%llu repeats this run)\n", (unsigned long long)seed,
            (unsigned long long)seed);
-    if (n == 0) n = all_cases(cases, 64);
+    if (n == 0) n = all_cases(cases, MAX_CASES);
     CHECK(n > 0);
     for (int i = 0; i < n; i++) run_case(&cases[i], asan);
     return check_result();

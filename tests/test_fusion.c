@@ -1,0 +1,507 @@
+/* test_fusion.c: the fusion pass (compiler/fusion.c) against the IrGroup contract (ir.h),
+ * and fused programs against unfused ones on the CPU reference executor.
+ *
+ * For every model in models/ and every precision (and mlp with accumulate = 2, so that
+ * train_micro is fused too, and two cases with every recomputable activation recomputed,
+ * as checkpoint = all runs fusion on the checkpointed graphs):
+ *  - every fused graph passes ir_verify and check_groups(), a checker written from ir.h's
+ *    words (members allowed per kind, stored members at the work shape, in-place ASSIGNs
+ *    ordered after every other reader of their tensor, multi launches consecutive,
+ *    static and independent);
+ *  - ten training steps on the fused and on the unfused program give bit-identical
+ *    persistent tensors and losses, and evaluation gives identical outputs: the executor
+ *    ignores groups but runs the reordered graphs with their cloned scalar chains, which
+ *    must compute exactly what the originals did.
+ * Then for mlp.net: the fused train graph launches at most 40% of eager's kernels, and has
+ * an in-place ASSIGN group and a multi-tensor launch; and the checker itself is shown to
+ * catch broken groupings.
+ *
+ * Usage: test_fusion, or test_fusion --dump MODEL PRECISION GRAPH to print a fused graph.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdlib.h>
+
+#include "compiler/passes.h"
+#include "compiler/pipeline.h"
+#include "runtime/cpu/exec.h"
+#include "tests/check.h"
+
+enum { STEPS = 10, BATCH = 6, MAX_MODELS = 16 };
+
+static const char *const precisions[] = { "fp32", "tf32", "bf16", "fp16" };
+
+static IrProgram *compile_model(const char *path, const char *precision, int accumulate)
+{
+    Source *src = source_load(path);
+    if (!src) return NULL;
+    char acc[16];
+    snprintf(acc, sizeof acc, "%d", accumulate);
+    Override ov[2] = { { "precision", "precision", precision }, { "accumulate", "accumulate", acc } };
+    IrProgram *p = pipeline_compile(src, ov, accumulate > 0 ? 2 : 1);
+    source_free(src);
+    return p;
+}
+
+static IrGraph *graph_named(IrProgram *p, const char *name)
+{
+    IrGraph *g[] = { &p->forward, &p->train, &p->train_micro, &p->eval };
+    for (int i = 0; i < 4; i++)
+        if (strcmp(g[i]->name, name) == 0) return g[i];
+    return NULL;
+}
+
+/* ---- the contract checker ---- */
+
+static int violations;
+
+static void violation(const IrGraph *g, int group, const char *what, int node)
+{
+    violations++;
+    fprintf(stderr, "  graph %s, group g%d (%s): %s", g->name, group,
+            group > 0 ? g->groups[group - 1].name : "-", what);
+    if (node >= 0) fprintf(stderr, " (node %%%d %s)", node, ir_op_name(g->nodes[node].op));
+    fputc('\n', stderr);
+}
+
+static bool elementwise(IrOp op)
+{
+    IrOpClass c = ir_op_info[op].cls;
+    return c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY ||
+           op == IR_BROADCAST || op == IR_DROPOUT || op == IR_RUNTIME;
+}
+
+static bool fits(const Shape *s, const Shape *work)
+{
+    Shape out;
+    return ir_broadcast_shape(s, work, &out) && ir_shape_equal(&out, work);
+}
+
+static bool static_shape(const Shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (IR_DIM_IS_SYM(s->dim[i])) return false;
+    return true;
+}
+
+/* Read outside its group (by a node of another group or of none), or a graph output. */
+static bool stored(const IrGraph *g, int id)
+{
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] == id) return true;
+    for (int j = id + 1; j < g->nnodes; j++)
+        for (int k = 0; k < g->nodes[j].nin; k++)
+            if (g->nodes[j].in[k] == id && g->nodes[j].group != g->nodes[id].group) return true;
+    return false;
+}
+
+/* The tensor node ID is a view of (READ, or RESHAPEs of one), or -1. */
+static int viewed_tensor(const IrGraph *g, int id)
+{
+    const IrNode *n = &g->nodes[id];
+    if (n->op == IR_READ) return n->index;
+    return n->op == IR_RESHAPE ? viewed_tensor(g, n->in[0]) : -1;
+}
+
+static void check_member(const IrGraph *g, int k, int id)
+{
+    const IrGroup *gr = &g->groups[k - 1];
+    const IrNode *n = &g->nodes[id];
+    bool reduction = n->op == IR_SUM || n->op == IR_MEAN || n->op == IR_MAX || n->op == IR_REDUCE_TO;
+    if (gr->kind == IR_GROUP_REDUCE && reduction) {
+        const Shape *in = &g->nodes[n->in[0]].shape;
+        if (!ir_shape_equal(in, &gr->work)) violation(g, k, "reduction over another shape", id);
+        if (n->op != IR_REDUCE_TO && n->axis != gr->axis) violation(g, k, "reduction along another axis", id);
+        return;
+    }
+    if (n->op == IR_ASSIGN) {
+        if (gr->kind != IR_GROUP_POINTWISE) violation(g, k, "ASSIGN in a reduce group", id);
+        if (g->nodes[n->in[0]].group != k) violation(g, k, "ASSIGN of a value from outside", id);
+        if (!ir_shape_equal(&g->nodes[n->in[0]].shape, &gr->work)) violation(g, k, "ASSIGN not at the work shape", id);
+        return;
+    }
+    if (!elementwise(n->op)) violation(g, k, "member that may not be fused", id);
+    if (!fits(&n->shape, &gr->work)) violation(g, k, "member does not stretch to the work shape", id);
+    if ((stored(g, id) || n->op == IR_DROPOUT) && !ir_shape_equal(&n->shape, &gr->work))
+        violation(g, k, "stored member or DROPOUT not at the work shape", id);
+    for (int i = 0; i < n->nin; i++) {
+        const IrNode *x = &g->nodes[n->in[i]];
+        bool red = x->op == IR_SUM || x->op == IR_MEAN || x->op == IR_MAX || x->op == IR_REDUCE_TO;
+        if (x->group == k && red) violation(g, k, "prologue reads the group's own reduction", id);
+    }
+}
+
+/* Members of group K: [first, last], consecutive. */
+static void group_span(const IrGraph *g, int k, int *first, int *last)
+{
+    *first = *last = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].group == k) {
+            if (*first < 0) *first = i;
+            else if (*last != i - 1) violation(g, k, "members not consecutive", i);
+            *last = i;
+        }
+    if (*first < 0) violation(g, k, "no members", -1);
+}
+
+static void check_reduce_group(const IrGraph *g, int k, int first, int last)
+{
+    int reductions = 0, reduce_tos = 0;
+    for (int i = first; i <= last; i++) {
+        IrOp op = g->nodes[i].op;
+        reductions += op == IR_SUM || op == IR_MEAN || op == IR_MAX;
+        reduce_tos += op == IR_REDUCE_TO;
+    }
+    if (reductions + reduce_tos == 0) violation(g, k, "reduce group without a reduction", first);
+    if (reduce_tos && (reduce_tos > 1 || reductions)) violation(g, k, "REDUCE_TO not alone", first);
+}
+
+/* In-place ASSIGN A in group K: every other reader of its tensor comes before the group,
+ * and readers inside read it at the work shape. */
+static void check_in_place(const IrGraph *g, int k, int first, int a)
+{
+    int t = g->nodes[a].index;
+    for (int j = 0; j < g->nnodes; j++) {
+        const IrNode *n = &g->nodes[j];
+        for (int i = 0; i < n->nin; i++) {
+            if (j == a || viewed_tensor(g, n->in[i]) != t) continue;
+            if (n->group == k && !ir_shape_equal(&g->nodes[n->in[i]].shape, &g->groups[k - 1].work))
+                violation(g, k, "in-place tensor read at another element", j);
+            if (n->group != k && j > first) violation(g, k, "tensor read after its in-place write", j);
+        }
+    }
+}
+
+/* Whether a node of group A reaches a node of group B through the graph. */
+static bool group_reaches(const IrGraph *g, int a, int b)
+{
+    bool *hit = calloc((size_t)g->nnodes + 1, sizeof *hit);
+    bool found = false;
+    for (int i = 0; i < g->nnodes && !found; i++) {
+        const IrNode *n = &g->nodes[i];
+        hit[i] = n->group == a;
+        for (int k = 0; k < n->nin && !hit[i]; k++) hit[i] = hit[n->in[k]];
+        found = hit[i] && n->group == b;
+    }
+    free(hit);
+    return found;
+}
+
+static void check_multis(const IrGraph *g)
+{
+    int top = 0;
+    for (int k = 1; k <= g->ngroups; k++) top = g->groups[k - 1].multi > top ? g->groups[k - 1].multi : top;
+    for (int m = 1; m <= top; m++) {
+        int first = -1, last = -1, count = 0;
+        for (int i = 0; i < g->nnodes; i++) {
+            int k = g->nodes[i].group;
+            if (k && g->groups[k - 1].multi == m) first = first < 0 ? i : first, last = i;
+        }
+        for (int i = first; i >= 0 && i <= last; i++) {
+            const IrNode *n = &g->nodes[i];
+            bool leaf = n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST;
+            if (!leaf && (!n->group || g->groups[n->group - 1].multi != m))
+                violation(g, n->group, "a kernel inside a multi-tensor launch", i);
+        }
+        for (int a = 1; a <= g->ngroups; a++) {
+            if (g->groups[a - 1].multi != m) continue;
+            count++;
+            if (!static_shape(&g->groups[a - 1].work)) violation(g, a, "multi over a symbolic shape", -1);
+            for (int b = 1; b <= g->ngroups; b++)
+                if (b != a && g->groups[b - 1].multi == m && group_reaches(g, a, b))
+                    violation(g, a, "multi member depends on another", -1);
+        }
+        if (count < 2) violation(g, 0, "multi number with fewer than two groups", -1);
+    }
+}
+
+static void check_name(const IrGraph *g, int k)
+{
+    const char *s = g->groups[k - 1].name;
+    bool ok = s && s[0] && strlen(s) < 60 && !(s[0] >= '0' && s[0] <= '9');
+    for (const char *c = s; ok && *c; c++)
+        ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_';
+    if (!ok) violation(g, k, "name is not a short C identifier", -1);
+}
+
+/* Counts violations of the IrGroup contract in G (and prints them). */
+static int check_groups(const IrGraph *g)
+{
+    int before = violations;
+    for (int k = 1; k <= g->ngroups; k++) {
+        int first, last;
+        group_span(g, k, &first, &last);
+        if (first < 0) continue;
+        check_name(g, k);
+        if (g->groups[k - 1].kind == IR_GROUP_REDUCE) check_reduce_group(g, k, first, last);
+        for (int i = first; i <= last; i++) {
+            if (g->nodes[i].group != k) continue;
+            check_member(g, k, i);
+            if (g->nodes[i].op == IR_ASSIGN) check_in_place(g, k, first, i);
+        }
+    }
+    check_multis(g);
+    return violations - before;
+}
+
+/* ---- counting launches ---- */
+
+/* What eager launches for node N: everything but leaves, assignments and views. */
+static bool launches(const IrGraph *g, const IrNode *n)
+{
+    if (n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST || n->op == IR_ASSIGN) return false;
+    return !(n->op == IR_RESHAPE && n->dtype == g->nodes[n->in[0]].dtype);
+}
+
+static int kernels(const IrGraph *g)
+{
+    int count = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (!g->nodes[i].group && launches(g, &g->nodes[i])) count++;
+    for (int k = 1; k <= g->ngroups; k++) {
+        int m = g->groups[k - 1].multi;
+        bool first_of_multi = true;
+        for (int j = 1; j < k && m; j++) first_of_multi &= g->groups[j - 1].multi != m;
+        count += first_of_multi;
+    }
+    return count;
+}
+
+/* ---- running both programs ---- */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Random inputs in [-1, 1] (labels in range), the same for both programs. */
+static void make_feed(const IrProgram *p, CpuFeed *feed, void **bufs, int64_t step, uint64_t *rng)
+{
+    memset(feed, 0, sizeof *feed);
+    feed->symvals[0] = BATCH;
+    for (int k = 1; k < 8; k++) feed->symvals[k] = 1;
+    for (int i = 0; i < p->ninputs; i++) {
+        int64_t n = ir_numel(&p->inputs[i].shape, feed->symvals);
+        if (p->inputs[i].dtype == DT_I32) {
+            int32_t *v = malloc((size_t)n * sizeof *v);
+            int64_t classes = p->num_classes > 0 ? p->num_classes : 2;
+            for (int64_t k = 0; k < n; k++) v[k] = (int32_t)(splitmix(rng) % (uint64_t)classes);
+            bufs[i] = v;
+        } else {
+            float *v = malloc((size_t)n * sizeof *v);
+            for (int64_t k = 0; k < n; k++) v[k] = (float)((double)(splitmix(rng) >> 11) / 0x1p52 - 1.0);
+            bufs[i] = v;
+        }
+        feed->inputs[i] = bufs[i];
+    }
+    feed->runtime[IR_RT_TOTAL_STEPS] = STEPS;
+    feed->runtime[IR_RT_MICRO_STEP] = (double)step;
+}
+
+static bool same_tensors(CpuExec *a, CpuExec *b, const IrProgram *p)
+{
+    for (int i = 0; i < p->ntensors; i++)
+        if (memcmp(cpu_exec_tensor(a, i), cpu_exec_tensor(b, i),
+                   (size_t)ir_numel(&p->tensors[i].shape, NULL) * sizeof(float)) != 0) {
+            fprintf(stderr, "  tensor %s differs\n", p->tensors[i].name);
+            return false;
+        }
+    return true;
+}
+
+/* Output ROLE of the graphs just run: the same bytes in both. */
+static bool same_output(CpuExec *a, const IrGraph *ga, CpuExec *b, const IrGraph *gb, int role)
+{
+    if ((ga->output[role] < 0) != (gb->output[role] < 0)) return false;
+    if (ga->output[role] < 0) return true;
+    int64_t na = 0, nb = 0;
+    const void *va = cpu_exec_value(a, ga->output[role], &na);
+    const void *vb = cpu_exec_value(b, gb->output[role], &nb);
+    return na == nb && memcmp(va, vb, (size_t)na * 4) == 0;   /* f32 or i32 */
+}
+
+static bool run_both(CpuExec *ea, const IrGraph *ga, CpuExec *eb, const IrGraph *gb,
+                     const IrProgram *p, int64_t step, uint64_t *rng)
+{
+    CpuFeed feed;
+    void *bufs[16] = { 0 };
+    make_feed(p, &feed, bufs, step, rng);
+    bool ok = cpu_exec_run(ea, ga, &feed) == 0 && cpu_exec_run(eb, gb, &feed) == 0;
+    for (int r = 0; ok && r < IR_NUM_OUTPUT_ROLES; r++)
+        if (!same_output(ea, ga, eb, gb, r)) {
+            fprintf(stderr, "  graph %s, step %lld: output %d differs\n", ga->name, (long long)step, r);
+            ok = false;
+        }
+    for (int i = 0; i < p->ninputs; i++) free(bufs[i]);
+    return ok;
+}
+
+/* STEPS optimizer steps (train_micro first when accumulating), then an evaluation. */
+static bool train_identically(IrProgram *plain, IrProgram *fused)
+{
+    CpuExec *a = cpu_exec_new(plain, CPU_F32), *b = cpu_exec_new(fused, CPU_F32);
+    cpu_exec_init_tensors(a, 11);
+    cpu_exec_init_tensors(b, 11);
+    int accumulate = plain->cfg.accumulate > 1 ? (int)plain->cfg.accumulate : 1;
+    uint64_t rng = 99;
+    bool ok = true;
+    int64_t micro = 0;
+    for (int s = 0; s < STEPS && ok; s++)
+        for (int m = 0; m < accumulate && ok; m++, micro++) {
+            bool last = m == accumulate - 1;
+            ok = run_both(a, last ? &plain->train : &plain->train_micro, b,
+                          last ? &fused->train : &fused->train_micro, plain, micro, &rng) &&
+                 same_tensors(a, b, plain);
+        }
+    ok = ok && run_both(a, &plain->eval, b, &fused->eval, plain, micro, &rng);
+    cpu_exec_free(a);
+    cpu_exec_free(b);
+    return ok;
+}
+
+/* ---- the cases ---- */
+
+/* checkpoint = all, as compile_program runs it: recomputation before fusion. */
+static void recompute_all(IrProgram *p)
+{
+    int *cand = NULL, n = checkpoint_candidates(p, &cand);
+    checkpoint_apply(p, cand, n);
+    free(cand);
+}
+
+static void check_case(const char *path, const char *precision, int accumulate, bool recompute)
+{
+    IrProgram *plain = compile_model(path, precision, accumulate);
+    IrProgram *fused = compile_model(path, precision, accumulate);
+    CHECK(plain && fused);
+    if (!plain || !fused) return;
+    if (recompute) recompute_all(plain), recompute_all(fused);
+    fusion_assign(fused);
+    IrGraph *gs[] = { &fused->forward, &fused->train, &fused->train_micro, &fused->eval };
+    for (int i = 0; i < 4; i++) {
+        ir_verify(fused, gs[i]);
+        CHECK_EQ_INT(check_groups(gs[i]), 0);
+        if (gs[i]->nnodes) CHECK(gs[i]->ngroups > 0);
+    }
+    bool same = train_identically(plain, fused);
+    if (!same) fprintf(stderr, "%s %s accumulate %d: fused training differs\n", path, precision, accumulate);
+    CHECK(same);
+    printf("%s %s accumulate %d%s: train %d -> %d kernels, %d groups\n", path, precision,
+           accumulate ? accumulate : 1, recompute ? " checkpoint all" : "", kernels(&plain->train),
+           kernels(&fused->train), fused->train.ngroups);
+    ir_program_free(plain);
+    ir_program_free(fused);
+}
+
+/* mlp.net (adamw, fp16 as written): few launches, in-place updates, multi launches. */
+static void check_mlp(const char *path)
+{
+    IrProgram *plain = compile_model(path, "fp16", 0), *fused = compile_model(path, "fp16", 0);
+    fusion_assign(fused);
+    int eager = kernels(&plain->train), fewer = kernels(&fused->train);
+    printf("mlp.net train: eager %d kernels, default %d (%.0f%%)\n", eager, fewer, 100.0 * fewer / eager);
+    CHECK(fewer * 10 <= eager * 4);
+    int in_place = 0, multis = 0;
+    const IrGraph *g = &fused->train;
+    for (int i = 0; i < g->nnodes; i++) in_place += g->nodes[i].op == IR_ASSIGN && g->nodes[i].group;
+    for (int k = 0; k < g->ngroups; k++) multis += g->groups[k].multi > 0;
+    CHECK(in_place > 0);
+    CHECK(multis > 0);
+    ir_program_free(plain);
+    ir_program_free(fused);
+}
+
+/* The checker finds what it is for: a leaf pulled into a group, a stored member that
+ * does not have the work shape, a reader of a tensor moved after its in-place write. */
+static void check_checker(const char *path)
+{
+    IrProgram *p = compile_model(path, "fp32", 0);
+    fusion_assign(p);
+    IrGraph *g = &p->train;
+    CHECK_EQ_INT(check_groups(g), 0);
+    fprintf(stderr, "the checker on broken groupings (these violations are expected):\n");
+    int saved = violations;
+    for (int i = 1; i < g->nnodes; i++)   /* a CONST just before a group joins it */
+        if (g->nodes[i - 1].op == IR_CONST && g->nodes[i].group && !g->nodes[i - 1].group) {
+            g->nodes[i - 1].group = g->nodes[i].group;
+            CHECK(check_groups(g) > 0);
+            g->nodes[i - 1].group = 0;
+            break;
+        }
+    for (int k = 0; k < g->ngroups; k++)   /* a group over a larger shape than it stores */
+        if (g->groups[k].kind == IR_GROUP_POINTWISE && g->groups[k].work.rank > 0) {
+            g->groups[k].work.dim[0] += 1;
+            CHECK(check_groups(g) > 0);
+            g->groups[k].work.dim[0] -= 1;
+            break;
+        }
+    for (int i = 0; i < g->nnodes; i++)   /* an in-place group now reads its tensor late */
+        if (g->nodes[i].op == IR_ASSIGN && g->nodes[i].group) {
+            int k = g->nodes[i].group, t = g->nodes[i].index, j = 0;
+            while (j < g->nnodes && g->nodes[j].group != k) j++;
+            for (; j < g->nnodes; j++)
+                if (g->nodes[j].op == IR_READ && g->nodes[j].index == t) break;
+            int reader = -1;
+            for (int r = 0; r < g->nnodes && reader < 0; r++)
+                for (int q = 0; q < g->nodes[r].nin; q++)
+                    if (g->nodes[r].in[q] == j && g->nodes[r].group == k) reader = r;
+            if (reader < 0) continue;
+            g->nodes[reader].group = 0;
+            CHECK(check_groups(g) > 0);
+            g->nodes[reader].group = k;
+            break;
+        }
+    CHECK_EQ_INT(violations - saved >= 3, 1);
+    violations = saved;
+    ir_program_free(p);
+}
+
+static int model_paths(char paths[][512])
+{
+    int n = 0;
+    DIR *dir = opendir(CGC_MODELS_DIR);
+    for (struct dirent *e; dir && (e = readdir(dir)) && n < MAX_MODELS;) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && strcmp(e->d_name + len - 4, ".net") == 0)
+            snprintf(paths[n++], 512, "%s/%s", CGC_MODELS_DIR, e->d_name);
+    }
+    if (dir) closedir(dir);
+    return n;
+}
+
+static int dump(const char *model, const char *precision, const char *graph)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", CGC_MODELS_DIR, model);
+    IrProgram *p = compile_model(path, precision, 0);
+    if (!p) return 1;
+    fusion_assign(p);
+    IrGraph *g = graph_named(p, graph);
+    if (g) ir_print(stdout, p, g);
+    ir_program_free(p);
+    return g ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && strcmp(argv[1], "--dump") == 0) return dump(argv[2], argv[3], argv[4]);
+    char paths[MAX_MODELS][512];
+    int n = model_paths(paths);
+    CHECK(n >= 3);
+    for (int m = 0; m < n; m++)
+        for (size_t i = 0; i < sizeof precisions / sizeof *precisions; i++)
+            check_case(paths[m], precisions[i], 0, false);
+    char mlp[512], resmlp[512];
+    snprintf(mlp, sizeof mlp, "%s/mlp.net", CGC_MODELS_DIR);
+    snprintf(resmlp, sizeof resmlp, "%s/resmlp.net", CGC_MODELS_DIR);
+    check_case(mlp, "fp16", 2, false);
+    check_case(mlp, "bf16", 2, false);
+    check_case(mlp, "fp16", 2, true);
+    check_case(resmlp, "bf16", 0, true);
+    check_mlp(mlp);
+    check_checker(mlp);
+    return check_result();
+}
