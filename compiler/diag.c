@@ -205,14 +205,20 @@ void diag_note(Source *src, SrcLoc loc, const char *fmt, ...)
     va_end(ap);
 }
 
+/* "cgc: KIND: MESSAGE" on stderr, after whatever stdout holds. */
+static void report_plain(const char *kind, const char *fmt, va_list ap)
+{
+    fflush(stdout);
+    fprintf(stderr, "cgc: %s: ", kind);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void cgc_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    fputs("cgc: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    report_plain("error", fmt, ap);
     va_end(ap);
     error_count++;
 }
@@ -221,10 +227,7 @@ void cgc_warning(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    fputs("cgc: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    report_plain("warning", fmt, ap);
     va_end(ap);
 }
 
