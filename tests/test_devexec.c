@@ -19,6 +19,7 @@
 #include <pty.h>
 #include <stdlib.h>
 
+#include "codegen/compile.h"
 #include "compiler/pipeline.h"
 #include "runtime/data.h"
 #include "runtime/devexec.h"
@@ -29,12 +30,16 @@
 #include "tests/testfiles.h"
 
 static bool asan;
+/* The mode the models are compiled in (model_open): eager, or default (fused kernels,
+ * in-place updates, memory reused by the plan). */
+static PlanMode mode = PLAN_EAGER;
 
 /* A compiled model, its plan, and an emulated device with the plan's kernels. */
 typedef struct Model {
     char path[512];
     Source *src;
     IrProgram *p;
+    Compiled compiled;      /* the passes after training lowering, as the CLI runs them */
     Plan *plan;
     Device *d;
     char so[256];
@@ -48,7 +53,9 @@ static bool model_open(Model *m, const char *file, const Override *ov, int nov)
     m->p = m->src ? pipeline_compile(m->src, ov, nov) : NULL;
     CHECK(m->p != NULL);
     if (!m->p) return false;
-    m->plan = plan_build(m->p, PLAN_EAGER, m->path);
+    CHECK(compile_program(m->p, &(CompileOptions){.mode = mode, .net_path = m->path},
+                          &m->compiled) == 0);
+    m->plan = m->compiled.plan;
     bool ok = emu_build_plan(m->plan, asan, m->so, sizeof m->so) == 0 &&
               emu_device_open(m->so, &m->d) == 0;
     CHECK(ok);
@@ -59,7 +66,7 @@ static void model_close(Model *m)
 {
     if (m->d) m->d->ops->close(m->d);
     if (m->so[0]) emu_remove_build(m->so);
-    if (m->plan) plan_free(m->plan);
+    compiled_free(&m->compiled);
     if (m->p) ir_program_free(m->p);
     if (m->src) source_free(m->src);
 }
@@ -320,7 +327,8 @@ static void check_order(Model *m, int64_t n, int64_t epoch, bool shuffle, unsign
  * device run draws its progress bar on a terminal. */
 static void check_training(const char *file, const Override *ov, int nov, double tol, bool tty)
 {
-    printf("training %s on the emulation and the CPU\n", file);
+    printf("training %s on the emulation (%s mode) and the CPU\n", file,
+           mode == PLAN_EAGER ? "eager" : "default");
     Model m;
     if (model_open(&m, file, ov, nov)) {
         char dev_save[256], cpu_save[256], dev_metrics[256], cpu_metrics[256];
@@ -426,6 +434,18 @@ int main(int argc, char **argv)
     check_training("regression.net", skips, 3, 1e-2, false);
     check_resume_on_cpu("mlp.net", mlp, 3, 20);
     check_divergence();
+
+    /* The default mode: fused kernels, optimizer updates stored in place, multi-tensor
+     * launches, memory reused; trains as the CPU does, loss scaling and accumulation
+     * included, and with checkpointing's copies. */
+    mode = PLAN_DEFAULT;
+    check_training("mlp.net", mlp, 3, 1e-4, false);
+    check_training("regression.net", reg, 4, 1e-4, false);
+    check_training("regression.net", half, 3, 1e-2, false);
+    Override ckpt[4] = {{"precision", "precision", "fp16"}, {"batch", "batch", "32"},
+                        {"steps", "steps", "40"}, {"checkpoint", "checkpoint", "all"}};
+    check_training("mlp.net", ckpt, 4, 1e-2, false);
+    mode = PLAN_EAGER;
     CHECK(median_reports > 0);
 
     char cmd[128];
