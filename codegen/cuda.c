@@ -482,7 +482,9 @@ void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, 
               first, step);
 }
 
-static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
+/* The start of an op along an axis of its one input x, out -> in_x: the parameters and
+ * the loop over rows, a block each. */
+static AxisExpr begin_row_op(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]];
@@ -490,6 +492,13 @@ static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
     AxisExpr a = cuda_axis_expr(d, &x->shape, node->axis);
     cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x");
+    return a;
+}
+
+static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    AxisExpr a = begin_row_op(ctx, id, d);
     if (node->op == IR_MAX) {
         /* NaN wins (torch.amax); the max of nothing is NaN, as on the CPU */
         sb_puts(&d->body,
@@ -516,11 +525,7 @@ static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
 static void render_softmax(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
-    const IrNode *x = &ctx->g->nodes[node->in[0]];
-    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
-    AxisExpr a = cuda_axis_expr(d, &x->shape, node->axis);
-    cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x");
+    AxisExpr a = begin_row_op(ctx, id, d);
     sb_puts(&d->body,
             "        float m = -CGC_INF;\n"
             "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
