@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../compiler/passes.h"
+
 static const char *const mode_names[] = { "eager", "default" };
 
 static const char *mode_name(PlanMode m)
@@ -116,18 +118,6 @@ static int first_reader(const IrGraph *g, int id)
     return -1;
 }
 
-static bool runs_in_f32(IrOp op)
-{
-    switch (op) {
-    case IR_EXP: case IR_LOG: case IR_RSQRT: case IR_POW: case IR_SOFTMAX:
-    case IR_LOG_SOFTMAX: case IR_SUM: case IR_MEAN: case IR_MAX: case IR_CROSS_ENTROPY:
-    case IR_COUNT_CORRECT:
-        return true;
-    default:
-        return false;
-    }
-}
-
 /* Why forward node ID has its dtype (precision.c's table, restated). */
 static const char *precision_reason(const IrProgram *p, const IrGraph *g, int id)
 {
@@ -146,7 +136,7 @@ static const char *precision_reason(const IrProgram *p, const IrGraph *g, int id
     }
     if (n->op == IR_CAST) return "autocast: read by an op that runs in f32";
     if (id == g->output[IR_OUT_LOSS]) return "the loss is always f32";
-    if (half && runs_in_f32(n->op)) return "autocast's f32 list (reductions, softmax, losses)";
+    if (half && precision_runs_in_f32(n->op)) return "autocast's f32 list (reductions, softmax, losses)";
     if (!ir_dtype_is_float(n->dtype)) return "integer";
     if (half && n->dtype != DT_F32) return "follows its inputs (half stays half)";
     return half ? "follows its inputs (f32 with anything is f32)" : "f32 model";

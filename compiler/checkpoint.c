@@ -44,14 +44,6 @@
 
 /* ---- candidates ---- */
 
-static bool recomputable(IrOp op)
-{
-    switch (ir_op_info[op].cls) {
-    case IR_CLASS_UNARY: case IR_CLASS_BINARY: case IR_CLASS_TERNARY: return true;
-    default: return op == IR_BROADCAST || op == IR_DROPOUT;
-    }
-}
-
 /* FLOPs per element to recompute OP (the table at the top of the file). */
 static int op_cost(IrOp op)
 {
@@ -134,7 +126,7 @@ int checkpoint_candidates(const IrProgram *p, int **nodes)
     mark_backward_reads(g, read);
     if (p->train_micro.nnodes) mark_backward_reads(&p->train_micro, read);
     bool *set = xmalloc((size_t)(g->nforward ? g->nforward : 1) * sizeof *set);
-    for (int i = 0; i < g->nforward; i++) set[i] = recomputable(g->nodes[i].op);
+    for (int i = 0; i < g->nforward; i++) set[i] = ir_op_is_elementwise(g->nodes[i].op);
     for (bool changed = true; changed;) {
         changed = false;
         for (int i = 0; i < g->nforward; i++)
@@ -215,7 +207,7 @@ void checkpoint_apply(IrProgram *p, const int *nodes, int n)
     memset(chosen, 0, (size_t)nforward * sizeof *chosen);
     for (int k = 0; k < n; k++) {
         CGC_ASSERT(nodes[k] >= 0 && nodes[k] < nforward);
-        CGC_ASSERT(recomputable(p->train.nodes[nodes[k]].op));
+        CGC_ASSERT(ir_op_is_elementwise(p->train.nodes[nodes[k]].op));
         chosen[nodes[k]] = true;
     }
     for (int i = 0; i < 2; i++) {

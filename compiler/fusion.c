@@ -47,9 +47,7 @@ static bool is_leaf(const IrNode *n)
 /* May be a member of any group (IrGroup's contract). */
 static bool is_elementwise(const IrNode *n)
 {
-    IrOpClass c = ir_op_info[n->op].cls;
-    return c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY ||
-           n->op == IR_BROADCAST || n->op == IR_DROPOUT || n->op == IR_RUNTIME;
+    return ir_op_is_elementwise(n->op) || n->op == IR_RUNTIME;
 }
 
 static bool is_reduction(const IrNode *n)

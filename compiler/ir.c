@@ -41,6 +41,13 @@ const char *ir_dtype_name(DType t)
     return names[t];
 }
 
+bool ir_op_is_elementwise(IrOp op)
+{
+    IrOpClass c = ir_op_info[op].cls;
+    return c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY ||
+           op == IR_BROADCAST || op == IR_DROPOUT;
+}
+
 size_t ir_dtype_size(DType t)
 {
     switch (t) {

@@ -287,6 +287,10 @@ size_t ir_dtype_size(DType t);           /* bytes per element: 4, or 2 for the h
 DType ir_promote(DType a, DType b);      /* f32 wins; two different halves give f32 */
 int64_t ir_numel(const Shape *s, const int64_t *symvals);  /* symvals[k] binds symbol k */
 bool ir_shape_equal(const Shape *a, const Shape *b);
+/* Elementwise: the unary, binary and ternary classes, BROADCAST and DROPOUT (each output
+ * element from the inputs' elements at its broadcast position). What a pointwise fusion
+ * group computes and what checkpointing may recompute. */
+bool ir_op_is_elementwise(IrOp op);
 /* NumPy broadcast of A and B into OUT; false when they do not broadcast (a symbol only
  * matches itself or 1). */
 bool ir_broadcast_shape(const Shape *a, const Shape *b, Shape *out);

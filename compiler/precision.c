@@ -34,8 +34,7 @@ typedef struct Autocast {
     int *as_half, *as_f32; /* src id -> dst id of its cast, made once; -1 until needed */
 } Autocast;
 
-/* autocast's fp32 list, as far as the IR has those ops. */
-static bool op_runs_in_f32(IrOp op)
+bool precision_runs_in_f32(IrOp op)
 {
     switch (op) {
     case IR_EXP: case IR_LOG: case IR_RSQRT: case IR_POW:
@@ -84,7 +83,7 @@ static void autocast_inputs(Autocast *ac, IrNode *n, int *in)
 {
     bool half = ac->half != DT_F32;
     bool to_half = half && (n->op == IR_MATMUL || is_bias_add(ac, n));
-    bool to_f32 = half && op_runs_in_f32(n->op);
+    bool to_f32 = half && precision_runs_in_f32(n->op);
     for (int k = 0; k < n->nin; k++) {
         if (to_half)
             in[k] = cast_to(ac, n->in[k], ac->half, n->loc);

@@ -367,9 +367,7 @@ static bool is_leaf(const IrNode *n)
 
 static bool pointwise_op(const IrNode *n)
 {
-    IrOpClass c = ir_op_info[n->op].cls;
-    return c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY ||
-           n->op == IR_BROADCAST || n->op == IR_DROPOUT || n->op == IR_RUNTIME;
+    return ir_op_is_elementwise(n->op) || n->op == IR_RUNTIME;
 }
 
 static bool is_reduce(const IrNode *n)
