@@ -455,7 +455,8 @@ static void gemm_node(Builder *b, int id)
     /* cuBLAS takes f32, or two halves of one kind; anything else meets in f32 */
     DType type = a->dtype == bn->dtype && a->dtype != DT_I32 ? a->dtype : DT_F32;
     Shape c_lead = lead_dims(&n->shape);
-    PlanGemm gm = { .trans_a = n->flags & IR_MATMUL_TRANS_A, .trans_b = n->flags & IR_MATMUL_TRANS_B };
+    PlanGemm gm = { .trans_a = n->flags & IR_MATMUL_TRANS_A, .trans_b = n->flags & IR_MATMUL_TRANS_B,
+                    .epilogue = GEMM_EPI_NONE, .bias = -1, .aux = -1 };
     gm.a = gemm_operand(b, id, 0, &c_lead, type, &gm.a_batched);
     gm.b = gemm_operand(b, id, 1, &c_lead, type, &gm.b_batched);
     gm.c = b->graph->node_buffer[id];

@@ -113,6 +113,18 @@ typedef enum GemmCompute {
     GEMM_F32_ACCUM,         /* f16 or bf16 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F) */
 } GemmCompute;
 
+/* cuBLASLt epilogues (an IR_GROUP_GEMM group): after the product, in f32, add the bias
+ * (a vector of n, of bias_type, broadcast over the m rows of C), then the activation, and
+ * round once to C's type. GELU is the tanh form (cuBLASLt's). With `aux` >= 0 (GELU only)
+ * the sum before the activation is also stored, rounded to C's type, in buffer `aux`
+ * ([m, n], row-major like C). Only plain (batch rank 0) GEMMs take an epilogue. */
+typedef enum GemmEpilogue {
+    GEMM_EPI_NONE,
+    GEMM_EPI_BIAS,          /* C = A@B + bias */
+    GEMM_EPI_RELU_BIAS,     /* C = relu(A@B + bias) */
+    GEMM_EPI_GELU_BIAS,     /* C = gelu_tanh(A@B + bias); aux = A@B + bias when aux >= 0 */
+} GemmEpilogue;
+
 /* C[b] = op(A[b]) @ op(B[b]), row-major, for b < batch (numel of `batch`, symbols
  * allowed). op(A) is [m, k]: A is stored [m, k], or [k, m] when trans_a. op(B) is [k, n]:
  * B is stored [k, n], or [n, k] when trans_b. Strides are in elements between batches;
@@ -126,6 +138,10 @@ typedef struct PlanGemm {
     bool a_batched, b_batched;  /* false: the operand is shared by every batch (stride 0) */
     DType a_type, b_type, c_type;
     GemmCompute compute;
+    GemmEpilogue epilogue;  /* GEMM_EPI_NONE unless the step runs a GEMM group */
+    int bias;               /* epilogue: the bias buffer ([n] or [1, n]); else -1 */
+    DType bias_type;        /* epilogue: the bias buffer's dtype (C's type, or f32) */
+    int aux;                /* GEMM_EPI_GELU_BIAS: the pre-activation buffer, or -1 */
 } PlanGemm;
 
 typedef enum PlanStepKind { STEP_LAUNCH, STEP_GEMM } PlanStepKind;

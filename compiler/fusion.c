@@ -697,8 +697,9 @@ static void emit_unit(Fuser *f, Unit *units, int k, int multi)
     int group = 0;
     if (k < f->ngroups) {
         const Cluster *c = &f->groups[k];
-        IrGroup gr = { c->kind, group_name(f, u->members, u->nmembers, &c->work), c->work,
-                       c->kind == IR_GROUP_REDUCE ? c->axis : 0, multi };
+        IrGroup gr = { .kind = c->kind, .name = group_name(f, u->members, u->nmembers, &c->work),
+                       .work = c->work, .axis = c->kind == IR_GROUP_REDUCE ? c->axis : 0,
+                       .multi = multi };
         group = ir_add_group(f->dst, &gr);
     }
     for (int i = 0; i < u->nmembers; i++) emit_node(f, u->members[i], group);

@@ -193,11 +193,44 @@ typedef struct IrNode {
  *                       pointwise prologue (members as above, no ASSIGN) evaluated at the
  *                       reductions' input elements. Stored prologue members have `work`.
  *
+ *   IR_GROUP_ROW        one block per row of `work` = [rows..., C], the row being the last
+ *                       axis (`axis` = rank - 1): layernorm forward or backward in one
+ *                       kernel. Members: pointwise members as above (no ASSIGN, no DROPOUT)
+ *                       whose shapes broadcast to `work`, including row values of shape
+ *                       [rows..., 1]; RESHAPEs between [rows...] and [rows..., 1]; and
+ *                       reductions along the row (SUM, MEAN or MAX over axis rank - 1 of a
+ *                       value of shape `work`, or REDUCE_TO from `work` to [rows..., 1]).
+ *                       Unlike a reduce group, members may read the group's own reductions:
+ *                       the kernel runs in phases split by block-wide reductions, and a
+ *                       value of shape `work` needed in a later phase is recomputed there
+ *                       from the group's inputs. Stored members have shape `work` or a row
+ *                       shape ([rows...] or [rows..., 1]). `rows` may contain symbols.
+ *   IR_GROUP_GEMM       one cuBLASLt matmul with its epilogue: first a MATMUL of two 2-D
+ *                       operands (no batch dimensions), then an ADD of the matmul and a bias
+ *                       of shape [n] or [1, n] computed outside the group, then optionally
+ *                       RELU or GELU_TANH of that sum (cuBLASLt's BIAS, RELU_BIAS, GELU_BIAS
+ *                       and GELU_AUX_BIAS epilogues; its GELU is the tanh form). The last
+ *                       member is stored; the ADD may be stored too, only under GELU_TANH
+ *                       (the aux output that gelu_tanh_grad reads); the MATMUL never is.
+ *                       `work` is the matmul's shape [m, n]. Its meaning differs from its
+ *                       members' in one respect, cuBLASLt's: members that are not stored are
+ *                       not rounded to their dtype. The f32 accumulator goes through the bias
+ *                       add and the activation in f32 and is rounded once, on store. Every
+ *                       backend keeps this rule (the CPU executor included), so the fused
+ *                       program still runs bit for bit alike on the CPU and the emulation.
+ *
  * Groups with the same nonzero `multi` form one multi-tensor launch (horizontal fusion):
  * they are consecutive, of one kind, independent of each other, and their shapes have no
  * symbols; their work shapes may differ (a scalar update beside a [512, 784] one; reduce
- * groups over different input shapes, along the same axis). */
-typedef enum IrGroupKind { IR_GROUP_POINTWISE, IR_GROUP_REDUCE } IrGroupKind;
+ * groups over different input shapes, along the same axis). Only pointwise and reduce
+ * groups take part. One exception to independence: the multi's final group may have
+ * `last` set (a pointwise group of scalars, such as the loss-scale and step-counter
+ * bookkeeping after the optimizer updates); it may read what the other groups read and
+ * write in place a tensor they read, because it runs only after all of them have finished:
+ * every block, when done, counts itself off on a device counter, and the block that
+ * counts last runs the `last` group (and resets the counter). That is ordering, not a
+ * reduction, so results stay deterministic. */
+typedef enum IrGroupKind { IR_GROUP_POINTWISE, IR_GROUP_REDUCE, IR_GROUP_ROW, IR_GROUP_GEMM } IrGroupKind;
 
 typedef struct IrGroup {
     IrGroupKind kind;
@@ -206,6 +239,9 @@ typedef struct IrGroup {
     Shape work;             /* see above */
     int axis;               /* IR_GROUP_REDUCE: the axis (IR_AXIS_ALL), unused for REDUCE_TO */
     int multi;              /* 0, or the multi-tensor launch it belongs to */
+    bool last;              /* multi-tensor launches only: this group runs after every other
+                             * group of its launch has finished (the launch's last block to
+                             * finish runs it; see below) */
 } IrGroup;
 
 /* What the runtime reads back from a graph after it runs. */

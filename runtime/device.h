@@ -40,6 +40,9 @@ typedef struct GemmCall {
     int64_t stride_a, stride_b, stride_c;   /* elements; 0 = shared by every batch */
     DType a_type, b_type, c_type;
     int compute;                            /* GemmCompute (codegen/plan.h) */
+    int epilogue;                           /* GemmEpilogue (codegen/plan.h); batch 1 only */
+    DevPtr bias, aux;                       /* epilogue operands (aux 0: none) */
+    DType bias_type;
 } GemmCall;
 
 typedef struct Device Device;
