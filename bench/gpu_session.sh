@@ -3,7 +3,16 @@
 # and bench/README.md). Run from the repository root on the GPU machine, with the
 # Release build carried in build-gpu/ (scripts/pack_gpu.sh) and Fashion-MNIST in
 # data/fashion-mnist/. Logs go to $OUT (default ./gpu-out); a summary is printed last.
+# PARTS picks what runs after the machine check (default all: "tests eager default"; one
+# device call is limited to 10 minutes, so a session short of it runs fewer):
+#   tests    compile times, the GPU tests, a training run, compute-sanitizer
+#   eager    issue 3: cgc eager against PyTorch (bench/bench_eager.py)
+#   default  issue 4: --mode default against eager, PyTorch eager and torch.compile, and
+#            the wide MLP against the bf16 matrix peak (bench/bench_default.py)
+# BENCH_DRY_RUN=1 runs bench_default.py on the CPU (a check of the script, on a machine
+# without a GPU).
 set -u
+PARTS=${PARTS:-tests eager default}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 [ -f build-gpu/libs.tar.xz ] && [ ! -d build-gpu/lib ] && tar -xJf build-gpu/libs.tar.xz -C build-gpu
@@ -12,6 +21,7 @@ export CGC_DATA_PATH="$PWD/data"
 export CGC_MODELS_DIR="$PWD/models"   # the test programs were built at another path
 export XDG_CACHE_HOME="$OUT/cache"
 CGC=$PWD/build-gpu/cgc
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 step() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 run() {   # run NAME CMD...: logs to $OUT/NAME.log, records the exit status
     local name=$1; shift
@@ -25,20 +35,30 @@ step "machine"
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1; head -15 "$OUT/nvidia-smi.txt"
 ldd "$CGC" | grep -i "not found" && echo "missing libraries: see above"
 run devices "$CGC" --devices; cat "$OUT/devices.log"
-step "compile times (cold, then warm from the cache)"
-run compile_cold "$CGC" models/mlp.net --check -v
-run compile_warm "$CGC" models/mlp.net --check -v
-grep -h "cgc: module" "$OUT/compile_cold.log" "$OUT/compile_warm.log" | tee -a "$OUT/summary.txt"
-step "gpu tests"
-run test_cuda_device build-gpu/tests/test_cuda_device
-run test_gpu_models build-gpu/tests/test_emu_models --cuda
-tail -n 2 "$OUT/test_cuda_device.log" "$OUT/test_gpu_models.log" | tee -a "$OUT/summary.txt"
-run gpu_train_mlp tests/gpu/train_mlp.sh "$CGC" models
-tail -3 "$OUT/gpu_train_mlp.log" | tee -a "$OUT/summary.txt"
-run gpu_sanitizer tests/gpu/sanitizer.sh "$CGC" models
-cat "$OUT/gpu_sanitizer.log" | grep -E "memcheck|racecheck" | tee -a "$OUT/summary.txt"
-step "benchmark against PyTorch"
-run bench_eager python3 bench/bench_eager.py --cgc "$CGC" --data data/fashion-mnist --out "$OUT"
-cat "$OUT/bench_eager.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+if part tests; then
+    step "compile times (cold, then warm from the cache)"
+    run compile_cold "$CGC" models/mlp.net --check -v
+    run compile_warm "$CGC" models/mlp.net --check -v
+    grep -h "cgc: module" "$OUT/compile_cold.log" "$OUT/compile_warm.log" | tee -a "$OUT/summary.txt"
+    step "gpu tests"
+    run test_cuda_device build-gpu/tests/test_cuda_device
+    run test_gpu_models build-gpu/tests/test_emu_models --cuda
+    tail -n 2 "$OUT/test_cuda_device.log" "$OUT/test_gpu_models.log" | tee -a "$OUT/summary.txt"
+    run gpu_train_mlp tests/gpu/train_mlp.sh "$CGC" models
+    tail -3 "$OUT/gpu_train_mlp.log" | tee -a "$OUT/summary.txt"
+    run gpu_sanitizer tests/gpu/sanitizer.sh "$CGC" models
+    cat "$OUT/gpu_sanitizer.log" | grep -E "memcheck|racecheck" | tee -a "$OUT/summary.txt"
+fi
+if part eager; then
+    step "benchmark against PyTorch"
+    run bench_eager python3 bench/bench_eager.py --cgc "$CGC" --data data/fashion-mnist --out "$OUT"
+    cat "$OUT/bench_eager.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
+if part default; then
+    step "default mode against eager, PyTorch eager and torch.compile; the wide MLP"
+    run bench_default python3 bench/bench_default.py --cgc "$CGC" --data data/fashion-mnist \
+        --out "$OUT" ${BENCH_DRY_RUN:+--dry-run}
+    cat "$OUT/bench_default.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
 step "done"
 cat "$OUT/summary.txt"

@@ -122,8 +122,20 @@ void cuda_render_copy(const RenderCtx *ctx, const char *name, int out, DType out
  * or the groups of one multi-tensor launch as one kernel with a segment each. D's name
  * is the first group's (with "_x<N>" for a multi). */
 void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d);
-/* How many parameters group K alone takes. */
-int fused_param_count(const RenderCtx *ctx, int k);
+/* How many parameters groups GROUPS[0..N) take in one kernel (those they share counted
+ * once); at least what they take in any launch that includes them. */
+int fused_param_count(const RenderCtx *ctx, const int *groups, int n);
+/* EXPR (cuda_elementwise_expr's locals x, a, b, c) over the given operand values. */
+void fused_substitute(StrBuf *out, const char *expr, const char *x, const char *a,
+                      const char *b, const char *c);
+/* The function that rounds an f32 register to T as a store would, or NULL for f32. */
+const char *fused_rounding(DType t);
+
+/* ---- fused_row.c ---- */
+
+/* Renders row group K (IR_GROUP_ROW) of CTX->g into D, named already: parameters, body
+ * and launch geometry (a block per row). */
+void fused_render_row(const RenderCtx *ctx, int k, KernelDraft *d);
 
 /* The data pipeline's kernels (plan.h), in PlanDataKernel order: name, parameters and
  * full source. */

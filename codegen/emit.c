@@ -41,6 +41,7 @@ static void print_buffer(FILE *out, const Plan *pl, int i)
     case PB_TENSOR: snprintf(where, sizeof where, "tensor %d", buf->index); break;
     case PB_INPUT: snprintf(where, sizeof where, "input %d", buf->index); break;
     case PB_DATA: snprintf(where, sizeof where, "data"); break;
+    case PB_COUNTER: snprintf(where, sizeof where, "counter"); break;
     case PB_CONST: snprintf(where, sizeof where, "const %s %%%d", graph_label[buf->graph], buf->index); break;
     case PB_NODE: snprintf(where, sizeof where, "%s %%%d", graph_label[buf->graph], buf->index); break;
     }
@@ -108,6 +109,16 @@ static void print_dim(FILE *out, const Plan *pl, int64_t d)
     else fprintf(out, "%lld", (long long)d);
 }
 
+/* A cuBLASLt epilogue: ", epilogue relu(c + bias b12 f16)", and the aux output. */
+static void print_epilogue(FILE *out, const PlanGemm *g)
+{
+    static const char *const act[] = { "", "", "relu", "gelu_tanh" };
+    if (g->epilogue == GEMM_EPI_NONE) return;
+    fprintf(out, ", epilogue %s%sc + bias b%d %s%s", act[g->epilogue], *act[g->epilogue] ? "(" : "",
+            g->bias, ir_dtype_name(g->bias_type), *act[g->epilogue] ? ")" : "");
+    if (g->aux >= 0) fprintf(out, ", aux b%d = c + bias", g->aux);
+}
+
 static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
 {
     static const char *const compute[] = { "f32", "tf32", "f32 accumulate" };
@@ -125,6 +136,7 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
     if (g->batch.rank)
         fprintf(out, ", batch %s (a %s, b %s)", batch, g->a_batched ? "batched" : "shared",
                 g->b_batched ? "batched" : "shared");
+    print_epilogue(out, g);
     fputc('\n', out);
 }
 

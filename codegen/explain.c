@@ -205,14 +205,13 @@ static void explain_groups(const Compiled *c, FILE *out)
     for (int k = 1; k <= g->ngroups; k++) {
         const IrGroup *gr = &g->groups[k - 1];
         fprintf(out, "  g%-3d %-28s %-9s %-14s", k, gr->name,
-                gr->kind == IR_GROUP_POINTWISE ? "pointwise" : "reduce",
-                ir_shape_str(p, &gr->work, shape, sizeof shape));
+                ir_group_kind_name(gr->kind), ir_shape_str(p, &gr->work, shape, sizeof shape));
         int lines[64];
         int n = group_lines(g, k, lines, 64);
         fputs(" lines", out);
         for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? "," : " ", lines[i]);
         if (!n) fputs(" -", out);
-        if (gr->multi) fprintf(out, "  (multi-tensor launch %d)", gr->multi);
+        if (gr->multi) fprintf(out, "  (multi-tensor launch %d%s)", gr->multi, gr->last ? ", last" : "");
         fputs("\n        ", out);
         print_op_counts(g, k, out);
         fputc('\n', out);

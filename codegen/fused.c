@@ -19,6 +19,7 @@
  *             each group owns a fixed range of them (pointwise: enough for its elements at
  *             CUDA_ITEMS_PER_THREAD per thread, capped; reduce: one per row), so any grid
  *             size stays correct and a block never straddles two groups (their barriers).
+ *             Its `last` groups (ir.h) run after the loop, in the block that finishes last.
  */
 #include "codegen_impl.h"
 
@@ -132,8 +133,8 @@ static void add_scalars(Fuser *f, int k)
 
 /* EXPR (over locals x, a, b, c: cuda_elementwise_expr) with each local replaced by its
  * operand's value: identifiers are matched whole, number suffixes ("1.0f") left alone. */
-static void substitute(StrBuf *out, const char *expr, const char *x, const char *a,
-                       const char *b, const char *c)
+void fused_substitute(StrBuf *out, const char *expr, const char *x, const char *a,
+                      const char *b, const char *c)
 {
     for (const char *s = expr; *s;) {
         const char *start = s;
@@ -153,7 +154,7 @@ static void substitute(StrBuf *out, const char *expr, const char *x, const char 
     }
 }
 
-static const char *rounding(DType t)
+const char *fused_rounding(DType t)
 {
     switch (t) {
     case DT_F16: return "cgc_round_f16";
@@ -179,9 +180,9 @@ static void member_expr(const Fuser *f, int id, StrBuf *out)
         sb_printf(out, "cgc_dropout_keep(seed, %d, cgc_to_counter(%s), (uint64_t)i, %s) ? %s * %s : 0.0f",
                   n->index, v[1], p, v[0], scale);
     } else if (n->nin == 3) {
-        substitute(out, cuda_elementwise_expr(n->op), "", v[1], v[2], v[0]);
+        fused_substitute(out, cuda_elementwise_expr(n->op), "", v[1], v[2], v[0]);
     } else {
-        substitute(out, cuda_elementwise_expr(n->op), v[0], v[0], v[1], "");
+        fused_substitute(out, cuda_elementwise_expr(n->op), v[0], v[0], v[1], "");
     }
 }
 
@@ -229,7 +230,7 @@ static void render_element(Fuser *f, int k, const char *indent)
         snprintf(f->value[id], sizeof f->value[id], "v%d", local++);
         StrBuf e = { 0 };
         member_expr(f, id, &e);
-        const char *round = rounding(n->dtype);
+        const char *round = fused_rounding(n->dtype);
         sb_printf(&f->d->body, "%sconst float %s = %s%s%s%s;   /* %s */\n", indent,
                   f->value[id], round ? round : "", round ? "(" : "", e.s, round ? ")" : "",
                   ir_op_name(n->op));
@@ -393,25 +394,81 @@ static int64_t virtual_blocks(const RenderCtx *ctx, int k)
     return v < 1 ? 1 : v > MAX_POINTWISE_VBLOCKS ? MAX_POINTWISE_VBLOCKS : v;
 }
 
-/* Appends TEXT to D's body, every line indented by eight more spaces (a segment's code
- * inside the virtual-block loop and its branch). */
-static void append_indented(KernelDraft *d, const char *text)
+/* Appends TEXT to D's body, every line indented by INDENT more (a segment's code inside
+ * the virtual-block loop and its branch, a last group inside its block). */
+static void append_indented(KernelDraft *d, const char *text, const char *indent)
 {
     for (const char *line = text; *line;) {
         const char *end = strchr(line, '\n');
         size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
-        sb_printf(&d->body, "%s%.*s", len > 1 ? "        " : "", (int)len, line);
+        sb_printf(&d->body, "%s%.*s", len > 1 ? indent : "", (int)len, line);
         line += len;
     }
 }
 
-static void render_multi(Fuser *f, const int *groups, int n)
+/* The `last` groups GROUPS[0..N) of a multi-tensor launch (ir.h): they write in place
+ * tensors that the other segments read, so they wait for every block of the grid, any
+ * grid size, with CUDA's threadFenceReduction pattern. Each block, once its threads are
+ * past their segments, makes its writes visible (__threadfence) and counts itself off;
+ * the block that counts last knows every other block has finished reading, fences so
+ * that it sees their writes, runs the groups (scalars: thread 0 does the work), and sets
+ * the counter back to 0 for the next launch. */
+static void render_last_groups(Fuser *f, const int *groups, int n)
 {
     KernelDraft *d = f->d;
+    draft_param(d, PP_PTR, "unsigned int *", "counter",
+                (PlanArg){ .kind = ARG_BUFFER, .index = f->ctx->plan->launch_counter });
+    sb_puts(&d->body, "    /* The last block to finish runs what follows: it writes tensors the segments\n"
+                      "     * above read, so it must wait until every block is done with them. */\n"
+                      "    __shared__ bool last_block;\n"
+                      "    __syncthreads();\n"
+                      "    if (threadIdx.x == 0) {\n"
+                      "        __threadfence();\n"
+                      "        last_block = atomicAdd(counter, 1u) == gridDim.x - 1;\n"
+                      "    }\n"
+                      "    __syncthreads();\n"
+                      "    if (!last_block) return;\n"
+                      "    __threadfence();\n");
+    StrBuf outer = d->body;
+    for (int i = 0; i < n; i++) {
+        const IrGroup *gr = group_of(f->ctx, groups[i]);
+        CGC_ASSERT(gr->kind == IR_GROUP_POINTWISE && cuda_shape_is_one(&gr->work));
+        char name[DRAFT_NAME_MAX];
+        codegen_mangle(name, sizeof name, gr->name ? gr->name : "group");
+        d->body = (StrBuf){ 0 };
+        render_group(f, groups[i], "threadIdx.x", "blockDim.x");
+        StrBuf seg = d->body;
+        d->body = outer;
+        sb_printf(&d->body, "    { /* %s */\n", name);
+        append_indented(d, seg.s, "    ");
+        sb_puts(&d->body, "    }\n");
+        sb_free(&seg);
+        outer = d->body;
+    }
+    sb_puts(&d->body, "    if (threadIdx.x == 0) *counter = 0u;   /* for the next launch */\n");
+}
+
+/* Moves GROUPS' `last` groups (the final ones, ir.h) after the others; returns how many
+ * are not last. */
+static int split_last(const RenderCtx *ctx, const int *groups, int n, int *order)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!group_of(ctx, groups[i])->last) order[m++] = groups[i];
+    for (int i = 0, k = m; i < n; i++)
+        if (group_of(ctx, groups[i])->last) order[k++] = groups[i];
+    return m;
+}
+
+static void render_multi(Fuser *f, const int *all, int nall)
+{
+    KernelDraft *d = f->d;
+    int *groups = xmalloc((size_t)nall * sizeof *groups);
+    int n = split_last(f->ctx, all, nall, groups);
     int64_t total = 0;
     for (int i = 0; i < n; i++) total += virtual_blocks(f->ctx, groups[i]);
-    sb_printf(&d->body, "    for (int64_t vb = blockIdx.x; vb < %lld; vb += gridDim.x) {\n",
-              (long long)total);
+    if (n) sb_printf(&d->body, "    for (int64_t vb = blockIdx.x; vb < %lld; vb += gridDim.x) {\n",
+                     (long long)total);
     StrBuf outer = d->body;
     int64_t start = 0;
     for (int i = 0; i < n; i++) {
@@ -431,12 +488,14 @@ static void render_multi(Fuser *f, const int *groups, int n)
         StrBuf seg = d->body;
         d->body = outer;
         sb_printf(&d->body, "        %sif (vb < %lld) {\n", i ? "} else " : "", (long long)(start + nvb));
-        append_indented(d, seg.s);
+        append_indented(d, seg.s, "        ");
         sb_free(&seg);
         outer = d->body;
         start += nvb;
     }
-    sb_puts(&d->body, "        }\n    }\n");
+    if (n) sb_puts(&d->body, "        }\n    }\n");
+    if (n < nall) render_last_groups(f, groups + n, nall - n);
+    free(groups);
     d->block = CUDA_BLOCK;
     d->work = (Shape){ .rank = 1, .dim = { total } };
     d->items_per_block = 1;
@@ -446,6 +505,12 @@ static void render_multi(Fuser *f, const int *groups, int n)
 void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d)
 {
     CGC_ASSERT(n >= 1);
+    if (n == 1 && group_of(ctx, groups[0])->kind == IR_GROUP_ROW) {   /* fused_row.c */
+        kernel_name(ctx, groups, n, d);
+        fused_render_row(ctx, groups[0], d);
+        draft_finish_symbols(d);
+        return;
+    }
     Fuser f = { .ctx = ctx, .d = d };
     f.param = xcalloc((size_t)ctx->g->nnodes, sizeof *f.param);
     f.value = xcalloc((size_t)ctx->g->nnodes, sizeof *f.value);
@@ -467,11 +532,11 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
     free(f.value);
 }
 
-int fused_param_count(const RenderCtx *ctx, int k)
+int fused_param_count(const RenderCtx *ctx, const int *groups, int n)
 {
     KernelDraft d;
     memset(&d, 0, sizeof d);
-    fused_render(ctx, &k, 1, &d);
+    fused_render(ctx, groups, n, &d);
     sb_free(&d.body);
-    return d.nparams;
+    return d.nparams + (n == 1 && group_of(ctx, groups[0])->last);   /* a counter with others */
 }

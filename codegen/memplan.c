@@ -88,6 +88,8 @@ static Live *live_ranges(const Plan *plan, PlanGraphId g)
             touch(plan, g, i, s->gemm.a, live);
             touch(plan, g, i, s->gemm.b, live);
             touch(plan, g, i, s->gemm.c, live);
+            if (s->gemm.bias >= 0) touch(plan, g, i, s->gemm.bias, live);   /* epilogue operands */
+            if (s->gemm.aux >= 0) touch(plan, g, i, s->gemm.aux, live);
             continue;
         }
         for (int a = 0; a < s->launch.nargs; a++)

@@ -13,7 +13,9 @@
  * (split when their parameters would not fit one kernel). Only members read outside
  * their group, or graph outputs, get buffers; the others live in registers, and ASSIGN
  * members store into their tensor inside the kernel, so they need no copy at the end.
- * Nodes outside any group are planned as in eager.
+ * A GEMM group is no kernel but one GEMM step whose cuBLASLt epilogue adds the bias and
+ * applies the activation (gemm_group_step). Nodes outside any group are planned as in
+ * eager.
  *
  * Kernels whose text is identical (same parameters, same body) are shared across nodes
  * and graphs: the first use names the kernel, and its comment lists every use with the
@@ -447,7 +449,8 @@ static int gemm_operand(Builder *b, int id, int which, const Shape *c_lead, DTyp
     return materialise(b, id, buf, x->dtype, &x->shape, type, &full, which ? "b" : "a");
 }
 
-static void gemm_node(Builder *b, int id)
+/* The GEMM of MATMUL node ID (C its own buffer, no epilogue). */
+static PlanGemm plain_gemm(Builder *b, int id)
 {
     const IrGraph *g = b->graph->ir;
     const IrNode *n = &g->nodes[id];
@@ -468,7 +471,37 @@ static void gemm_node(Builder *b, int id)
     gm.c_type = n->dtype;
     gm.compute = type != DT_F32 ? GEMM_F32_ACCUM
                  : (n->flags & IR_MATMUL_TF32) ? GEMM_TF32 : GEMM_F32;
+    return gm;
+}
+
+static void gemm_node(Builder *b, int id)
+{
+    const IrNode *n = &b->graph->ir->nodes[id];
     PlanStep *s = add_step(b, STEP_GEMM, n, id, ownf(b, "matmul %s", node_what(b, n, id)));
+    s->gemm = plain_gemm(b, id);
+}
+
+/* GEMM group K (ir.h, IR_GROUP_GEMM), members MATMUL, ADD of the bias and perhaps an
+ * activation, ending at LAST: one GEMM whose epilogue stores LAST; a stored ADD is the
+ * aux output. The unstored members have no buffer. */
+static void gemm_group_step(Builder *b, int k, int last)
+{
+    const IrGraph *g = b->graph->ir;
+    int mm = last;
+    while (g->nodes[mm].op != IR_MATMUL) mm--;
+    int add = mm + 1;
+    const IrNode *x = &g->nodes[add], *end = &g->nodes[last];
+    CGC_ASSERT(g->nodes[mm].group == k && x->group == k && x->op == IR_ADD && last - mm <= 2);
+    int bias = x->in[x->in[0] == mm];
+    PlanGemm gm = plain_gemm(b, mm);
+    gm.c = b->graph->node_buffer[last];
+    gm.c_type = end->dtype;
+    gm.bias = root_of(b->plan, b->graph->node_buffer[bias]);
+    gm.bias_type = g->nodes[bias].dtype;
+    gm.epilogue = last == add ? GEMM_EPI_BIAS : end->op == IR_RELU ? GEMM_EPI_RELU_BIAS : GEMM_EPI_GELU_BIAS;
+    gm.aux = last != add && b->graph->node_buffer[add] >= 0 ? b->graph->node_buffer[add] : -1;
+    CGC_ASSERT(gm.c >= 0 && (end->op == IR_GELU_TANH || gm.aux < 0));
+    PlanStep *s = add_step(b, STEP_GEMM, end, last, ownf(b, "%s", g->groups[k - 1].name));
     s->gemm = gm;
 }
 
@@ -615,6 +648,22 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
     add_launch(b, k, &d, &g->nodes[last_member], last_member, what)->group = groups[0];
 }
 
+/* How many of GROUPS[0..N) (at least one) fit one kernel's parameters, from the front.
+ * Groups share many parameters (every update reads the loss scale and the inf-check
+ * partials), so the count is of the kernel they would make; the group to add is first
+ * bounded by what it takes alone, so no kernel tried can exceed the limit. */
+static int groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
+{
+    int fit = 1, params = fused_param_count(ctx, groups, 1);
+    while (fit < n) {
+        if (params + fused_param_count(ctx, groups + fit, 1) > PLAN_MAX_PARAMS) break;
+        params = fused_param_count(ctx, groups, fit + 1);
+        if (params > PLAN_MAX_PARAMS) break;
+        fit++;
+    }
+    return fit;
+}
+
 /* The groups of multi-tensor launch MULTI in node order, launched in as few kernels as
  * their parameters allow. LAST: per group, its last member. */
 static void launch_multi(Builder *b, int multi, const int *last)
@@ -627,13 +676,7 @@ static void launch_multi(Builder *b, int multi, const int *last)
         if (k && g->groups[k - 1].multi == multi && last[k - 1] == id) groups[n++] = k;
     }
     for (int from = 0; from < n;) {
-        int to = from, params = 0;
-        while (to < n) {
-            int more = fused_param_count(&ctx, groups[to]);
-            if (to > from && params + more > PLAN_MAX_PARAMS) break;
-            params += more;
-            to++;
-        }
+        int to = from + groups_that_fit(&ctx, groups + from, n - from);
         launch_groups(b, groups + from, to - from, last[groups[to - 1] - 1]);
         from = to;
     }
@@ -672,6 +715,10 @@ static void group_step(Builder *b, int k, int id, const int *last)
 {
     const IrGraph *g = b->graph->ir;
     int multi = g->groups[k - 1].multi;
+    if (g->groups[k - 1].kind == IR_GROUP_GEMM) {
+        gemm_group_step(b, k, id);
+        return;
+    }
     if (!multi) {
         launch_groups(b, &k, 1, id);
         return;
@@ -736,6 +783,22 @@ static void add_tables(Builder *b)
                              .what = plan_name(b, p->inputs[i].name) });
 }
 
+/* The counter of the launches that run `last` groups (plan.h's ABI), when any graph has
+ * such a group. */
+static void add_launch_counter(Builder *b)
+{
+    Plan *pl = b->plan;
+    pl->launch_counter = -1;
+    for (int gid = 0; gid < PG_NUM && pl->mode == PLAN_DEFAULT; gid++) {
+        const IrGraph *g = program_graph(pl->p, (PlanGraphId)gid);
+        for (int k = 0; g && k < g->ngroups && pl->launch_counter < 0; k++)
+            if (g->groups[k].last)
+                pl->launch_counter = add_buffer(b, (PlanBuffer){
+                    .kind = PB_COUNTER, .dtype = DT_I32, .shape = { .rank = 1, .dim = { 1 } },
+                    .alias_of = -1, .index = 0, .graph = -1, .what = "cgc.launch_counter" });
+    }
+}
+
 static void add_data_kernels(Builder *b)
 {
     Plan *pl = b->plan;
@@ -757,6 +820,7 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
     pl->mode = mode;
     pl->source_name = source_base_name(&b, net_path);
     add_tables(&b);
+    add_launch_counter(&b);
     for (int gid = 0; gid < PG_NUM; gid++) build_graph(&b, (PlanGraphId)gid);
     for (int k = 0; k < pl->nkernels; k++) {
         pl->kernels[k].source = kernel_source(&pl->kernels[k], &b.info[k]);

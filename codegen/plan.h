@@ -26,6 +26,12 @@
  *     device prelude; math in f32, stores round to nearest even), i32 as int32_t.
  *   - Deterministic: no atomics in reductions, fixed reduction order, so a run repeats bit
  *     for bit on the same device.
+ *   - A multi-tensor launch with `last` groups (ir.h) takes a last parameter `counter`
+ *     (Plan.launch_counter): each block adds 1 when done, the block that sees
+ *     gridDim.x - 1 runs the last groups and sets it back to 0. So it is 0 between
+ *     launches, and one counter serves every such launch: launches never overlap (one
+ *     stream, or one CUDA graph captured from it). The atomic only orders; it adds
+ *     nothing to any result.
  */
 #ifndef CGC_PLAN_H
 #define CGC_PLAN_H
@@ -36,7 +42,9 @@
 
 #include "../compiler/ir.h"
 
-enum { PLAN_MAX_PARAMS = 64 };
+/* Parameters of one kernel at most: 256 of 8 bytes keep within CUDA's 4 KB of kernel
+ * parameters, and let a model's optimizer updates share one multi-tensor launch. */
+enum { PLAN_MAX_PARAMS = 256 };
 
 typedef enum PlanMode {
     PLAN_EAGER,             /* one kernel or GEMM per IR op */
@@ -52,6 +60,9 @@ typedef enum PlanBufferKind {
     PB_INPUT,    /* program input `index`, sized for the largest batch */
     PB_CONST,    /* a scalar constant `value`, written once when the arena is set up */
     PB_DATA,     /* a runtime buffer of the data pipeline (order, loss totals); see below */
+    PB_COUNTER,  /* Plan.launch_counter: one 32-bit counter (i32 [1], used as unsigned int)
+                  * in the persistent region, zero when the arena is allocated (Device's
+                  * alloc zeroes); see the ABI below */
 } PlanBufferKind;
 
 typedef struct PlanBuffer {
@@ -201,6 +212,8 @@ typedef struct Plan {
     int data_kernel[PDK_NUM];
     int input_buffer[16];       /* per program input: its PB_INPUT buffer */
     int tensor_buffer_base;     /* buffers [base, base + ntensors) are the tensors */
+    int launch_counter;         /* the PB_COUNTER buffer, or -1 when no launch has `last`
+                                 * groups */
 } Plan;
 
 /* ---- building (codegen/plan.c, codegen/cuda.c) ---- */

@@ -165,7 +165,9 @@ static int unary_grad(Autodiff *ad, const IrNode *n, int y, int d)
         return ir_binary(g, IR_MUL, ir_binary(g, IR_MUL, d, y3, loc), scalar(ad, -0.5, t, loc), loc);
     }
     case IR_ABS: return ir_binary(g, IR_MUL, d, ir_unary(g, IR_SIGN, x, loc), loc);
-    case IR_RELU: return ir_binary(g, IR_RELU_GRAD, d, x, loc);
+    /* from the output: relu(x) > 0 exactly where x > 0, and the pre-activation need not
+     * be kept (with the relu in a GEMM epilogue, it is never stored) */
+    case IR_RELU: return ir_binary(g, IR_RELU_GRAD, d, y, loc);
     case IR_GELU: return ir_binary(g, IR_GELU_GRAD, d, x, loc);
     case IR_GELU_TANH: return ir_binary(g, IR_GELU_TANH_GRAD, d, x, loc);
     case IR_TANH: return ir_binary(g, IR_TANH_GRAD, d, y, loc);

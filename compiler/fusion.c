@@ -9,6 +9,9 @@
  *  - reduce groups: a reduction with the elementwise ops that feed it (its prologue), and
  *    sibling reductions over the same elements (the fp16 inf check and the clipping norm
  *    both read every gradient: one pass over it, not two);
+ *  - row groups: chains of reductions along the last axis and the elementwise work
+ *    around them, over the same rows (layernorm forward, or its backward's row part), in
+ *    one block per row (see (1b));
  *  - scalar chains (learning-rate schedule, bias corrections, clip coefficient, loss
  *    scale) are cloned into every group that reads them: recomputing twenty flops per
  *    element is cheaper than a launch and a round trip through memory;
@@ -17,7 +20,11 @@
  *    ordered before the group (IR semantics: assignments land after the step);
  *  - multi-tensor launches: independent groups of one kind over static shapes that are
  *    ready at the same time (the per-parameter reductions, the per-parameter optimizer
- *    updates, the weight casts) share one launch.
+ *    updates, the weight casts) share one launch; scalar groups held back only by the
+ *    order of in-place writes (the loss-scale and step bookkeeping, which writes what the
+ *    updates read) join it as its `last` groups, run after every other block is done;
+ *  - GEMM groups: a matmul with the bias add and activation after it, where that saves
+ *    the add's kernel (cuBLASLt epilogues; see (1c)).
  *
  * It works in four steps over each graph. (1) One backward sweep (consumers before
  * producers) builds clusters with a union-find: each elementwise node starts a cluster
@@ -351,6 +358,321 @@ static void cluster_node(Fuser *f, int v)
     }
 }
 
+/* ---- (1b) row groups ----
+ *
+ * Step (1) ends a kernel at every reduction, since a cluster never reads its own: a
+ * layernorm is then three or four kernels forward (mean; centred square and its mean;
+ * eps and rsqrt; normalise, scale, shift) and about six backward, each a pass over the
+ * same rows. A row group (ir.h, IR_GROUP_ROW) runs such a chain in one block per row, in
+ * phases split by block-wide reductions. Each cluster of reductions along the last axis
+ * seeds one; it then absorbs, until nothing more fits, the neighbouring clusters over the
+ * same rows (other row reductions, pointwise clusters over the rows' elements or over
+ * one value per row) and the RESHAPEs between row shapes that connect them. Each merge
+ * is tried whole and undone when it would make the kernels' graph cyclic or mix
+ * checkpointing's phases. Nothing here knows a layernorm: any chain over rows fuses. */
+
+/* S is one value per row of WORK: [rows...] or [rows..., 1]. */
+static bool is_row_shape(const Shape *s, const Shape *work)
+{
+    Shape row = ir_shape_reduce(work, work->rank - 1), row1 = *work;
+    row1.dim[row1.rank - 1] = 1;
+    return ir_shape_equal(s, &row) || ir_shape_equal(s, &row1);
+}
+
+/* Computed once per row in a row group over WORK (rather than per element). */
+static bool per_row(const Shape *s, const Shape *work)
+{
+    return is_row_shape(s, work) || shape_is_one(s);
+}
+
+/* A work shape a row group can take: rows of a static length > 1, more than one row. */
+static bool row_work(const Shape *work)
+{
+    if (work->rank < 2 || IR_DIM_IS_SYM(work->dim[work->rank - 1]) || work->dim[work->rank - 1] < 2)
+        return false;
+    Shape row = ir_shape_reduce(work, work->rank - 1);
+    return !shape_is_one(&row);
+}
+
+/* Reduction node V runs along the rows of WORK. */
+static bool row_reduction(const Fuser *f, int v, const Shape *work)
+{
+    const IrNode *n = &f->g->nodes[v];
+    if (!ir_shape_equal(&f->g->nodes[n->in[0]].shape, work)) return false;
+    if (n->op == IR_REDUCE_TO) return is_row_shape(&n->shape, work) && n->shape.rank == work->rank;
+    return n->axis == work->rank - 1;
+}
+
+/* Node V may be a member of a row group over WORK (ir.h's contract). */
+static bool row_member_ok(const Fuser *f, int v, const Shape *work)
+{
+    const IrNode *n = &f->g->nodes[v];
+    if (is_reduction(n)) return row_reduction(f, v, work);
+    if (n->op == IR_RESHAPE)
+        return per_row(&n->shape, work) && per_row(&f->g->nodes[n->in[0]].shape, work) &&
+               n->dtype == f->g->nodes[n->in[0]].dtype;
+    if (!is_elementwise(n) || n->op == IR_DROPOUT) return false;
+    if (!per_row(&n->shape, work)) return fits(&n->shape, work);
+    for (int k = 0; k < n->nin; k++)   /* a row value reads row values */
+        if (!per_row(&f->g->nodes[n->in[k]].shape, work)) return false;
+    return true;
+}
+
+/* Cluster K (a root) may join a row group over WORK. */
+static bool row_candidate(const Fuser *f, int k, const Shape *work)
+{
+    const Cluster *c = &f->cl[k];
+    if (!ir_shape_equal(&c->work, work) && !is_row_shape(&c->work, work)) return false;
+    int x = k;
+    do {
+        if (!row_member_ok(f, x, work)) return false;
+        x = f->next[x];
+    } while (x != k);
+    return true;
+}
+
+/* Cluster K (a root) seeds a row group: reductions along its rows. */
+static bool row_seed(const Fuser *f, int k)
+{
+    const Cluster *c = &f->cl[k];
+    return c->kind == IR_GROUP_REDUCE && row_work(&c->work) && row_candidate(f, k, &c->work);
+}
+
+/* The union-find state, saved so that a merge that turns out illegal can be undone. */
+typedef struct RowSnapshot {
+    int *parent, *next;
+    Cluster *cl;
+} RowSnapshot;
+
+static void row_save(const Fuser *f, RowSnapshot *s)
+{
+    size_t n = (size_t)f->n;
+    s->parent = xmalloc(n * sizeof *s->parent), memcpy(s->parent, f->parent, n * sizeof *s->parent);
+    s->next = xmalloc(n * sizeof *s->next), memcpy(s->next, f->next, n * sizeof *s->next);
+    s->cl = xmalloc(n * sizeof *s->cl), memcpy(s->cl, f->cl, n * sizeof *s->cl);
+}
+
+static void row_restore(Fuser *f, RowSnapshot *s)
+{
+    size_t n = (size_t)f->n;
+    memcpy(f->parent, s->parent, n * sizeof *s->parent);
+    memcpy(f->next, s->next, n * sizeof *s->next);
+    memcpy(f->cl, s->cl, n * sizeof *s->cl);
+}
+
+static void row_snapshot_free(RowSnapshot *s)
+{
+    free(s->parent), free(s->next), free(s->cl);
+}
+
+/* Row group G absorbs RESHAPE node R (when R >= 0) and then cluster K (when K >= 0), or
+ * neither when either merge is illegal. */
+static bool row_absorb(Fuser *f, int g, int r, int k)
+{
+    RowSnapshot s;
+    row_save(f, &s);
+    bool ok = true;
+    if (r >= 0) {
+        start_cluster(f, r, IR_GROUP_POINTWISE, f->g->nodes[r].shape, 0, false);
+        ok = same_phase(&f->cl[r], &f->cl[g]) && acyclic_merge(f, r, g);
+        if (ok) merge(f, r, g);
+    }
+    if (ok && k >= 0) {
+        ok = same_phase(&f->cl[k], &f->cl[g]) && acyclic_merge(f, k, g);
+        if (ok) merge(f, k, g);
+    }
+    if (!ok) row_restore(f, &s);
+    row_snapshot_free(&s);
+    return ok;
+}
+
+/* RESHAPE R, outside any cluster, between row shapes of group G: the one cluster other
+ * than G among R's input and readers (-1 when there is none), or -2 when R cannot join
+ * (a reader outside any cluster, an output, two other clusters). */
+static int reshape_partner(Fuser *f, int g, int r)
+{
+    if (f->is_output[r] || !row_member_ok(f, r, &f->cl[g].work)) return -2;
+    int partner = -1;
+    int in = f->g->nodes[r].in[0], kin = cluster_of(f, in);
+    if (kin < 0) return -2;
+    if (kin != g) partner = kin;
+    for (int u = f->use_off[r]; u < f->use_off[r + 1]; u++) {
+        int k = cluster_of(f, f->uses[u]);
+        if (k < 0 || (k != g && partner >= 0 && k != partner)) return -2;
+        if (k != g) partner = k;
+    }
+    return partner;
+}
+
+/* Tries to absorb neighbour node Y of row group G (a reader or input of a member): its
+ * cluster, or a RESHAPE with the cluster on its other side. */
+static bool row_absorb_neighbour(Fuser *f, int g, int y)
+{
+    const Shape *work = &f->cl[g].work;
+    int k = cluster_of(f, y);
+    if (k == g) return false;
+    if (k >= 0) return row_candidate(f, k, work) && row_absorb(f, g, -1, k);
+    if (f->g->nodes[y].op != IR_RESHAPE) return false;
+    int partner = reshape_partner(f, g, y);
+    if (partner == -2 || (partner >= 0 && !row_candidate(f, partner, work))) return false;
+    return row_absorb(f, g, y, partner);
+}
+
+/* One absorption around row group G; false when nothing more joins. */
+static bool row_grow_once(Fuser *f, int g)
+{
+    int x = g;
+    do {
+        const IrNode *n = &f->g->nodes[x];
+        for (int u = f->use_off[x]; u < f->use_off[x + 1]; u++)
+            if (row_absorb_neighbour(f, g, f->uses[u])) return true;
+        for (int k = 0; k < n->nin; k++)
+            if (!is_leaf(&f->g->nodes[n->in[k]]) && row_absorb_neighbour(f, g, n->in[k])) return true;
+        x = f->next[x];
+    } while (x != g);
+    return false;
+}
+
+static void row_groups(Fuser *f)
+{
+    for (int v = 0; v < f->n; v++) {
+        if (f->parent[v] != v || !row_seed(f, v)) continue;
+        bool grown = false;
+        while (row_grow_once(f, v)) grown = true;
+        if (grown) f->cl[v].kind = IR_GROUP_ROW, f->cl[v].axis = f->cl[v].work.rank - 1, f->cl[v].reduce_to = false;
+    }
+}
+
+/* ---- (1c) GEMM groups ----
+ *
+ * A linear layer is a GEMM, then a kernel that adds the bias and applies the activation,
+ * reading the GEMM's output back from memory. cuBLASLt's epilogues do that add and
+ * activation as the GEMM stores its result (ir.h, IR_GROUP_GEMM). The pass forms such a
+ * group only where it removes a launch: where step (1) made the bias add (with its
+ * activation) a kernel of its own, holding nothing else but the bias's own computation
+ * (a cast of the stored bias), which then becomes a small kernel of its own over the
+ * bias, ready at the start like the weight casts and launched with them (were it not,
+ * the count would stay as it was, never grow). Where the add
+ * shares its kernel with more work (resmlp's residual add, the logits' cast to f32),
+ * that kernel would remain, so the GEMM stays plain. */
+
+/* A value of shape [m, n] whose element type cuBLASLt's epilogues take. */
+static bool gemm_type(DType t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16; }
+
+/* The node's single reader, or -1 when it has none, several, or is an output. */
+static int only_reader(const Fuser *f, int v)
+{
+    if (f->is_output[v] || f->use_off[v + 1] - f->use_off[v] != 1) return -1;
+    return f->uses[f->use_off[v]];
+}
+
+/* BIAS is a vector over the n columns of matmul MM: [n] or [1, n], of MM's dtype. */
+static bool gemm_bias_ok(const Fuser *f, int mm, int bias)
+{
+    const IrNode *m = &f->g->nodes[mm], *b = &f->g->nodes[bias];
+    int64_t n = m->shape.dim[1];
+    bool vec = (b->shape.rank == 1 && b->shape.dim[0] == n) ||
+               (b->shape.rank == 2 && b->shape.dim[0] == 1 && b->shape.dim[1] == n);
+    return vec && b->dtype == m->dtype && !is_scalar(b);
+}
+
+/* MM is a plain 2-D product read only by an ADD of a bias: that ADD, or -1. */
+static int gemm_bias_add(const Fuser *f, int mm)
+{
+    const IrNode *m = &f->g->nodes[mm];
+    const IrNode *a = &f->g->nodes[m->in[0]], *b = &f->g->nodes[m->in[1]];
+    if (m->shape.rank != 2 || a->shape.rank != 2 || b->shape.rank != 2 || !gemm_type(m->dtype) ||
+        IR_DIM_IS_SYM(m->shape.dim[1]) || m->shape.dim[1] < 2)
+        return -1;
+    int add = only_reader(f, mm);
+    if (add < 0) return -1;
+    const IrNode *x = &f->g->nodes[add];
+    if (x->op != IR_ADD || x->dtype != m->dtype || !ir_shape_equal(&x->shape, &m->shape) ||
+        x->in[0] == x->in[1])
+        return -1;
+    return gemm_bias_ok(f, mm, x->in[x->in[0] == mm]) ? add : -1;
+}
+
+/* The activation joining the GEMM group of ADD (in cluster K), or -1: a RELU when it is
+ * ADD's only reader; a GELU_TANH that ADD also feeds elsewhere only with the aux output,
+ * whose leading dimension n cuBLASLt wants a multiple of 8, and only in f32: cuBLASLt
+ * applies the GELU to the unrounded sum, while the IR's GELU reads the stored ADD, which
+ * f16 and bf16 round. */
+static int gemm_activation(Fuser *f, int add, int k)
+{
+    const IrNode *x = &f->g->nodes[add];
+    int only = only_reader(f, add);
+    for (int u = f->use_off[add]; u < f->use_off[add + 1]; u++) {
+        int r = f->uses[u];
+        const IrNode *act = &f->g->nodes[r];
+        if (cluster_of(f, r) != k || act->dtype != x->dtype) continue;
+        if (act->op == IR_RELU && r == only) return r;
+        bool aux_ok = x->shape.dim[1] % 8 == 0 && x->dtype == DT_F32;
+        if (act->op == IR_GELU_TANH && (r == only || aux_ok)) return r;
+    }
+    return -1;
+}
+
+/* Cluster K holds exactly ADD, ACT (when >= 0) and possibly ADD's BIAS, the bias being
+ * computed from leaves (a cast of the stored bias) for ADD alone. */
+static bool gemm_cluster_exact(Fuser *f, int k, int add, int act, int bias)
+{
+    const IrNode *b = &f->g->nodes[bias];
+    int x = k;
+    do {
+        if (x == bias) {
+            if (only_reader(f, bias) != add) return false;
+            for (int j = 0; j < b->nin; j++)
+                if (!is_leaf(&f->g->nodes[b->in[j]])) return false;
+        } else if (x != add && x != act) {
+            return false;
+        }
+        x = f->next[x];
+    } while (x != k);
+    return true;
+}
+
+/* Makes MM (a cluster of its own, of kind GEMM), ADD and ACT (when >= 0) one GEMM group;
+ * the bias, if it was in ADD's cluster, becomes a pointwise cluster of its own. */
+static void gemm_form(Fuser *f, int mm, int add, int act, int bias)
+{
+    int k = find(f, add);
+    bool bias_in = cluster_of(f, bias) == k;
+    f->parent[add] = -1;
+    if (act >= 0) f->parent[act] = -1;
+    if (bias_in) {
+        f->parent[bias] = -1;
+        start_cluster(f, bias, IR_GROUP_POINTWISE, f->g->nodes[bias].shape, 0, false);
+    }
+    start_cluster(f, add, IR_GROUP_POINTWISE, f->g->nodes[add].shape, 0, false);
+    merge(f, add, mm);
+    if (act >= 0) {
+        start_cluster(f, act, IR_GROUP_POINTWISE, f->g->nodes[act].shape, 0, false);
+        merge(f, act, mm);
+    }
+}
+
+/* Tries to make matmul MM the head of a GEMM group. */
+static void gemm_group(Fuser *f, int mm)
+{
+    int add = gemm_bias_add(f, mm);
+    int k = add < 0 ? -1 : cluster_of(f, add);
+    if (k < 0 || f->cl[k].kind != IR_GROUP_POINTWISE || !ir_shape_equal(&f->cl[k].work, &f->g->nodes[mm].shape))
+        return;
+    const IrNode *x = &f->g->nodes[add];
+    int bias = x->in[x->in[0] == mm], act = gemm_activation(f, add, k);
+    if (!gemm_cluster_exact(f, k, add, act, bias)) return;
+    start_cluster(f, mm, IR_GROUP_GEMM, f->g->nodes[mm].shape, 0, false);
+    if (same_phase(&f->cl[mm], &f->cl[k])) gemm_form(f, mm, add, act, bias);
+    else f->parent[mm] = -1;   /* checkpointing's copy beside a forward node: stays plain */
+}
+
+static void gemm_groups(Fuser *f)
+{
+    for (int v = 0; v < f->n; v++)
+        if (f->g->nodes[v].op == IR_MATMUL && f->parent[v] < 0) gemm_group(f, v);
+}
+
 /* ---- (2) work nodes and clones ---- */
 
 static int add_work(Fuser *f, WorkNode wn)
@@ -589,7 +911,7 @@ static void name_ops(Fuser *f, const int *m, int nm, char *buf, size_t len)
     int ns = 0;
     for (int i = 0; i < nm && ns < 3; i++) {
         const IrNode *n = src_node(f, m[i]);
-        if (m[i] >= f->n || n->op == IR_CAST || n->op == IR_ASSIGN) continue;
+        if (m[i] >= f->n || n->op == IR_CAST || n->op == IR_ASSIGN || n->op == IR_RESHAPE) continue;
         bool dup = false;
         for (int k = 0; k < ns; k++) dup |= seen[k] == ir_op_name(n->op);
         if (!dup) append(buf, len, seen[ns++] = ir_op_name(n->op));
@@ -617,6 +939,19 @@ static const char *group_name(Fuser *f, const int *m, int nm, const Shape *work)
     }
     if (subject) append(buf, sizeof buf, subject);
     if (isdigit((unsigned char)buf[0])) buf[0] = '_';
+    return ir_intern(f->p, buf);
+}
+
+/* A GEMM group: "gemm_bias", its activation, and what it computes ("gemm_bias_relu_h1"). */
+static const char *gemm_group_name(Fuser *f, const int *m, int nm, const Shape *work)
+{
+    char buf[64] = "gemm_bias", line[16];
+    for (int i = 0; i < nm; i++) {
+        IrOp op = src_node(f, m[i])->op;
+        if (op == IR_RELU || op == IR_GELU_TANH) append(buf, sizeof buf, op == IR_RELU ? "relu" : "gelu");
+    }
+    const char *subject = subject_of(f, m, nm, work, line);
+    if (subject) append(buf, sizeof buf, subject);
     return ir_intern(f->p, buf);
 }
 
@@ -659,7 +994,9 @@ static Unit *make_units(Fuser *f)
 
 static bool multi_candidate(const Fuser *f, int unit)
 {
-    return unit < f->ngroups && shape_is_static(&f->groups[unit].work);
+    return unit < f->ngroups && shape_is_static(&f->groups[unit].work) &&
+           f->groups[unit].kind != IR_GROUP_ROW &&   /* ir.h: not in multi-tensor launches */
+           f->groups[unit].kind != IR_GROUP_GEMM;
 }
 
 static bool same_launch_kind(const Fuser *f, int a, int b)
@@ -691,15 +1028,17 @@ static void emit_leaves(Fuser *f, const Unit *u)
     }
 }
 
-static void emit_unit(Fuser *f, Unit *units, int k, int multi)
+static void emit_unit(Fuser *f, Unit *units, int k, int multi, bool last)
 {
     Unit *u = &units[k];
     int group = 0;
     if (k < f->ngroups) {
         const Cluster *c = &f->groups[k];
-        IrGroup gr = { .kind = c->kind, .name = group_name(f, u->members, u->nmembers, &c->work),
-                       .work = c->work, .axis = c->kind == IR_GROUP_REDUCE ? c->axis : 0,
-                       .multi = multi };
+        const char *name = c->kind == IR_GROUP_GEMM ? gemm_group_name(f, u->members, u->nmembers, &c->work)
+                                                    : group_name(f, u->members, u->nmembers, &c->work);
+        IrGroup gr = { .kind = c->kind, .name = name,
+                       .work = c->work, .axis = c->kind == IR_GROUP_REDUCE || c->kind == IR_GROUP_ROW ? c->axis : 0,
+                       .multi = multi, .last = last };
         group = ir_add_group(f->dst, &gr);
     }
     for (int i = 0; i < u->nmembers; i++) emit_node(f, u->members[i], group);
@@ -733,11 +1072,47 @@ static int next_unit(const Fuser *f, const Unit *units)
     return best;
 }
 
+/* Whether group C reads a value that a unit of BATCH[0..NB) computes. */
+static bool reads_from(const Fuser *f, const Unit *units, int c, const int *batch, int nb)
+{
+    for (int i = 0; i < units[c].nmembers; i++) {
+        int w = units[c].members[i];
+        for (int k = 0; k < src_node(f, w)->nin; k++)
+            for (int b = 0; b < nb; b++)
+                if (unit_of(f, f->w[w].in[k]) == batch[b]) return true;
+    }
+    return false;
+}
+
+/* The groups that may run last in the launch of BATCH[0..NB) (ir.h, IrGroup.last), into
+ * LAST; returns how many. A scalar pointwise group qualifies when everything it waits
+ * for is in the batch and none of it is a value the batch computes: what holds it back is
+ * then only the order of in-place writes (it writes a tensor the batch reads: the loss
+ * scale and step counters after the optimizer updates), and running after every block
+ * of the launch has finished keeps that order without a launch of its own. */
+static int last_groups(Fuser *f, const Unit *units, const int *batch, int nb, int *last)
+{
+    int *waits = xcalloc((size_t)f->nunits, sizeof *waits), nl = 0;
+    for (int b = 0; b < nb; b++)
+        for (int k = 0; k < f->nadj[batch[b]]; k++) waits[f->adj[batch[b]][k]]++;
+    for (int c = 0; c < f->ngroups; c++) {
+        const Cluster *x = &f->groups[c];
+        bool scalar = x->kind == IR_GROUP_POINTWISE && shape_is_one(&x->work);
+        if (scalar && units[c].key >= 0 && waits[c] > 0 && waits[c] == units[c].indeg &&
+            x->recompute == f->groups[batch[0]].recompute && !reads_from(f, units, c, batch, nb))
+            last[nl++] = c;
+    }
+    free(waits);
+    return nl;
+}
+
 /* Emits unit K and, when it can share a launch, every other group ready now that is of
- * the same kind over a static shape (ready together means independent). */
+ * the same kind over a static shape (ready together means independent), then the groups
+ * that may run last in that launch. */
 static void emit_with_partners(Fuser *f, Unit *units, int k)
 {
     int *batch = xmalloc((size_t)f->nunits * sizeof *batch), nb = 0;
+    int *last = xmalloc((size_t)f->nunits * sizeof *last), nl = 0;
     batch[nb++] = k;
     for (int i = 0; multi_candidate(f, k) && i < f->ngroups; i++)
         if (i != k && ready(&units[i]) && multi_candidate(f, i) && same_launch_kind(f, k, i))
@@ -746,10 +1121,14 @@ static void emit_with_partners(Fuser *f, Unit *units, int k)
         for (int j = i; j > 0 && units[batch[j - 1]].key > units[batch[j]].key; j--) {
             int t = batch[j]; batch[j] = batch[j - 1]; batch[j - 1] = t;
         }
-    int multi = nb > 1 ? ++f->nmulti : 0;
+    if (multi_candidate(f, k)) nl = last_groups(f, units, batch, nb, last);
+    int multi = nb + nl > 1 ? ++f->nmulti : 0;
     for (int i = 0; i < nb; i++) emit_leaves(f, &units[batch[i]]);
-    for (int i = 0; i < nb; i++) emit_unit(f, units, batch[i], multi);
+    for (int i = 0; i < nl; i++) emit_leaves(f, &units[last[i]]);
+    for (int i = 0; i < nb; i++) emit_unit(f, units, batch[i], multi, false);
+    for (int i = 0; i < nl; i++) emit_unit(f, units, last[i], multi, true);
     free(batch);
+    free(last);
 }
 
 static void rebuild(Fuser *f, IrGraph *dst)
@@ -789,6 +1168,8 @@ static void fuse_graph(IrProgram *p, IrGraph *g)
     Fuser f;
     fuser_init(&f, p, g);
     for (int v = f.n - 1; v >= 0; v--) cluster_node(&f, v);
+    row_groups(&f);
+    gemm_groups(&f);
     make_work(&f);
     clone_scalars(&f);
     build_units(&f);

@@ -299,6 +299,24 @@ int ir_add_group(IrGraph *g, const IrGroup *gr)
     return ++g->ngroups;
 }
 
+bool ir_member_stored(const IrGraph *g, int id)
+{
+    int k = g->nodes[id].group;
+    if (k == 0) return true;
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] == id) return true;
+    for (int u = id + 1; u < g->nnodes; u++)   /* readers come after: the order is topological */
+        for (int j = 0; j < g->nodes[u].nin; j++)
+            if (g->nodes[u].in[j] == id && g->nodes[u].group != k) return true;
+    return false;
+}
+
+bool ir_gemm_unrounded(const IrGraph *g, int id)
+{
+    int k = g->nodes[id].group;
+    return k != 0 && g->groups[k - 1].kind == IR_GROUP_GEMM && !ir_member_stored(g, id);
+}
+
 int ir_add_node(IrGraph *g, const IrNode *n)
 {
     CGC_ASSERT(n->nin == ir_op_info[n->op].arity);
@@ -658,6 +676,12 @@ static const char *const role_names[IR_NUM_OUTPUT_ROLES] = {
     "loss", "prediction", "correct", "skipped", "grad_norm",
 };
 
+const char *ir_group_kind_name(IrGroupKind kind)
+{
+    static const char *const names[] = { "pointwise", "reduce", "row", "gemm" };
+    return names[kind];
+}
+
 void ir_print(FILE *out, const IrProgram *p, const IrGraph *g)
 {
     char sb[128];
@@ -681,11 +705,10 @@ void ir_print(FILE *out, const IrProgram *p, const IrGraph *g)
     for (int k = 0; k < g->ngroups; k++) {
         const IrGroup *gr = &g->groups[k];
         fprintf(out, "group g%d %s %s over %s", k + 1, gr->name,
-                gr->kind == IR_GROUP_POINTWISE ? "pointwise" : "reduce",
-                ir_shape_str(p, &gr->work, sb, sizeof sb));
+                ir_group_kind_name(gr->kind), ir_shape_str(p, &gr->work, sb, sizeof sb));
         if (gr->kind == IR_GROUP_REDUCE && gr->axis == IR_AXIS_ALL) fputs(" axis all", out);
         else if (gr->kind == IR_GROUP_REDUCE) fprintf(out, " axis %d", gr->axis);
-        if (gr->multi) fprintf(out, " multi %d", gr->multi);
+        if (gr->multi) fprintf(out, " multi %d%s", gr->multi, gr->last ? " last" : "");
         fputc('\n', out);
     }
     fputs("outputs:", out);

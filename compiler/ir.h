@@ -66,7 +66,7 @@ typedef struct Shape {
     X(RSQRT,      1, UNARY,  "1/sqrt x",                                   "-d*y^3/2")     \
     X(ABS,        1, UNARY,  "|x|",                                        "d*sign(x)")    \
     X(SIGN,       1, UNARY,  "-1, 0 or 1",                                 "0")            \
-    X(RELU,       1, UNARY,  "max(x, 0)",                                  "relu_grad(d, x)") \
+    X(RELU,       1, UNARY,  "max(x, 0)",                                  "relu_grad(d, y)") \
     X(GELU,       1, UNARY,  "x*Phi(x) (erf form)",                        "gelu_grad(d, x)") \
     X(GELU_TANH,  1, UNARY,  "gelu, tanh approximation",                   "gelu_tanh_grad(d, x)") \
     X(TANH,       1, UNARY,  "tanh x",                                     "tanh_grad(d, y)") \
@@ -87,7 +87,7 @@ typedef struct Shape {
     X(LESS,       2, BINARY, "1 if a < b else 0",                          "0")            \
     X(EQUAL,      2, BINARY, "1 if a == b else 0",                         "0")            \
     /* gradients of elementwise ops: (d, x or y), shape of the inputs */                   \
-    X(RELU_GRAD,      2, BINARY, "d * (x > 0)",                            "not needed")   \
+    X(RELU_GRAD,      2, BINARY, "d * (y > 0), y = relu(x) (or x: same test)", "not needed") \
     X(GELU_GRAD,      2, BINARY, "d * gelu'(x)",                           "not needed")   \
     X(GELU_TANH_GRAD, 2, BINARY, "d * gelu_tanh'(x)",                      "not needed")   \
     X(TANH_GRAD,      2, BINARY, "d * (1 - y^2), y = tanh x",              "not needed")   \
@@ -211,7 +211,9 @@ typedef struct IrNode {
  *                       RELU or GELU_TANH of that sum (cuBLASLt's BIAS, RELU_BIAS, GELU_BIAS
  *                       and GELU_AUX_BIAS epilogues; its GELU is the tanh form). The last
  *                       member is stored; the ADD may be stored too, only under GELU_TANH
- *                       (the aux output that gelu_tanh_grad reads); the MATMUL never is.
+ *                       and in f32 (the aux output that gelu_tanh_grad reads: cuBLASLt's
+ *                       GELU reads the unrounded sum, the IR's the stored ADD, which a half
+ *                       type would round); the MATMUL never is.
  *                       `work` is the matmul's shape [m, n]. Its meaning differs from its
  *                       members' in one respect, cuBLASLt's: members that are not stored are
  *                       not rounded to their dtype. The f32 accumulator goes through the bias
@@ -223,13 +225,15 @@ typedef struct IrNode {
  * they are consecutive, of one kind, independent of each other, and their shapes have no
  * symbols; their work shapes may differ (a scalar update beside a [512, 784] one; reduce
  * groups over different input shapes, along the same axis). Only pointwise and reduce
- * groups take part. One exception to independence: the multi's final group may have
- * `last` set (a pointwise group of scalars, such as the loss-scale and step-counter
- * bookkeeping after the optimizer updates); it may read what the other groups read and
- * write in place a tensor they read, because it runs only after all of them have finished:
- * every block, when done, counts itself off on a device counter, and the block that
- * counts last runs the `last` group (and resets the counter). That is ordering, not a
- * reduction, so results stay deterministic. */
+ * groups take part. One exception to independence: the multi's final groups (one or
+ * more, after all the others) may have `last` set (pointwise groups of scalars, such as
+ * the loss-scale and step-counter bookkeeping after the optimizer updates); they may read
+ * what the other groups read and write in place a tensor they read, because they run only
+ * after all of those have finished: every block, when done, counts itself off on a device
+ * counter, and the block that counts last runs the `last` groups, one after another (and
+ * resets the counter). They read nothing the other groups compute, nor each other's
+ * results. That is ordering, not a reduction, so results stay deterministic. (Several:
+ * the bookkeeping is independent scalar groups, the scaler's and the step counter's.) */
 typedef enum IrGroupKind { IR_GROUP_POINTWISE, IR_GROUP_REDUCE, IR_GROUP_ROW, IR_GROUP_GEMM } IrGroupKind;
 
 typedef struct IrGroup {
@@ -356,6 +360,13 @@ void ir_graph_copy(IrGraph *dst, const IrGraph *src, const char *name);
 int ir_add_node(IrGraph *g, const IrNode *n);
 /* Appends group GR and returns its number k (>= 1: IrNode.group's value). */
 int ir_add_group(IrGraph *g, const IrGroup *gr);
+/* Whether node ID of G has a value in memory after its kernel: a node in no group, or a
+ * group member that a node outside its group reads, or a graph output (IrGroup). */
+bool ir_member_stored(const IrGraph *g, int id);
+const char *ir_group_kind_name(IrGroupKind kind);   /* "pointwise", "reduce", "row", "gemm" */
+/* Member ID of a GEMM group that is not stored: it stays in cuBLASLt's f32 accumulator,
+ * not rounded to its dtype (IR_GROUP_GEMM). */
+bool ir_gemm_unrounded(const IrGraph *g, int id);
 
 int ir_input(IrGraph *g, const IrProgram *p, int input, SrcLoc loc);
 int ir_read(IrGraph *g, const IrProgram *p, int tensor, SrcLoc loc);

@@ -52,7 +52,11 @@ size_t backend_device_memory(const char *device)
     char why[256];
     int count = cuda_probe(info, MAX_DEVICES, why, sizeof why);
     long ordinal = device[4] == ':' ? strtol(device + 5, NULL, 10) : 0;
-    return ordinal >= 0 && ordinal < count ? info[ordinal].total_bytes : 0;
+    if (ordinal < 0 || ordinal >= count) return 0;
+    size_t free_bytes;
+    /* free is what counts (another process may hold memory); the total is an upper bound
+     * when the driver cannot say */
+    return cuda_free_memory((int)ordinal, &free_bytes) == 0 ? free_bytes : info[ordinal].total_bytes;
 }
 
 /* --device cuda[:N] or auto: which ordinal, or -1 for the CPU; -2 after an error. */

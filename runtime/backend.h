@@ -32,8 +32,9 @@ void backend_close(Backend *b);
  * device's, or sm_90 without one) and reports what was compiled. Returns 0 or -1. */
 int backend_check_compile(const BackendOptions *o, int arch);
 
-/* The memory of the GPU that DEVICE (as --device) would take, from the probe (no context
- * is created, so this is the device's total, not what is free); 0 for none or the CPU. */
+/* The memory free on the GPU that DEVICE (as --device) would take (cuda_free_memory: it
+ * costs a context creation, so only checkpoint = auto without `memory` asks), or its total
+ * when the driver cannot say; 0 for none or the CPU. */
 size_t backend_device_memory(const char *device);
 
 /* "sm_90" -> 90; "none" -> -1 (no NVRTC compile); 0 when malformed. */

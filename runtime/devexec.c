@@ -443,6 +443,9 @@ static int run_gemm(DevExec *e, const PlanStep *s)
         .batch = g->batch.rank ? ir_numel(&g->batch, e->symvals) : 1,
         .a = devexec_buffer(e, g->a), .b = devexec_buffer(e, g->b), .c = devexec_buffer(e, g->c),
         .a_type = g->a_type, .b_type = g->b_type, .c_type = g->c_type, .compute = (int)g->compute,
+        .epilogue = (int)g->epilogue, .bias_type = g->bias_type,
+        .bias = g->bias >= 0 ? devexec_buffer(e, g->bias) : 0,
+        .aux = g->aux >= 0 ? devexec_buffer(e, g->aux) : 0,
     };
     if (g->batch.rank) {
         c.stride_a = g->a_batched ? c.m * c.k : 0;
@@ -450,7 +453,7 @@ static int run_gemm(DevExec *e, const PlanStep *s)
         c.stride_c = c.m * c.n;
     }
     if (c.m == 0 || c.n == 0 || c.batch == 0) return 0;   /* nothing to write */
-    DeviceSite site = site_of(e, s, "cublasGemmEx");
+    DeviceSite site = site_of(e, s, g->epilogue == GEMM_EPI_NONE ? "cublasGemmEx" : "cublasLtMatmul");
     return e->d->ops->gemm(e->d, &c, &site);
 }
 

@@ -55,6 +55,9 @@ typedef struct DeviceOps {
     /* Marks [p, p + bytes) as not to be touched by kernels (arena padding); the emulation
      * poisons it for AddressSanitizer, the GPU ignores it. May be NULL. */
     void (*mark_unused)(Device *d, DevPtr p, size_t bytes);
+    /* The device memory free now, as the driver reports it (to set against free_bytes,
+     * the free memory at open: -v's "in use" line). NULL where it is not known. */
+    int (*mem_free)(Device *d, size_t *free_bytes);
     /* Ordered after earlier work; SRC may be reused as soon as upload returns. */
     int (*upload)(Device *d, DevPtr dst, const void *src, size_t bytes);
     /* Waits for earlier work, then copies. */
@@ -105,6 +108,11 @@ typedef struct CudaDeviceInfo {
 /* Loads the driver and counts devices. Returns the count (0 when none is usable) and, in
  * WHY, a sentence saying why none is ("libcuda.so.1 not found: no NVIDIA driver"). */
 int cuda_probe(CudaDeviceInfo *infos, int max, char *why, size_t why_len);
+
+/* The memory free on device ORDINAL now (cuMemGetInfo), into *FREE_BYTES. It needs a
+ * context: it retains the device's primary context for the query and releases it, so it
+ * costs about one context creation. Returns 0, or -1 (quietly) when it cannot tell. */
+int cuda_free_memory(int ordinal, size_t *free_bytes);
 
 /* Prints the device list as `cgc --devices` does, one line per device:
  *     cuda:0  NVIDIA H100 80GB HBM3  79.1 GiB  sm_90  132 SMs

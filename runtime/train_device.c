@@ -105,6 +105,25 @@ static void report_timing(const Trainer *t, DeviceBackend *b)
            st->n, TIMING_WARMUP);
 }
 
+/* Prints (-v) the device memory the plan's arena takes and the memory in use as the
+ * driver sees it: free at open minus free now, so it also counts the dataset, the
+ * module, cuBLAS's workspace and the allocator's rounding; the benchmark sets the two
+ * against each other. Called while everything is still allocated. */
+static void report_memory(const Trainer *t, DeviceBackend *b)
+{
+    size_t free_now = 0, arena = devexec_arena_bytes(b->e);
+    if (t->o->quiet) return;
+    printf("cgc: device memory: plan arena %zu bytes (%.1f MiB), ", arena, arena / 1048576.0);
+    if (!b->d->free_bytes || !b->d->ops->mem_free || b->d->ops->mem_free(b->d, &free_now) != 0 ||
+        free_now > b->d->free_bytes) {
+        printf("in use not known on %s\n", b->d->name);
+        return;
+    }
+    size_t used = b->d->free_bytes - free_now;
+    printf("in use %zu bytes (%.1f MiB; the driver's free memory at open minus now)\n", used,
+           used / 1048576.0);
+}
+
 /* ---- memory ---- */
 
 static int alloc_upload(DeviceBackend *b, const void *src, size_t bytes, DevPtr *out,
@@ -245,6 +264,7 @@ static void dev_close(Trainer *t)
     if (b->fence) b->d->ops->fence_free(b->d, b->fence);
     if (b->timing) {
         report_timing(t, b);
+        if (b->e) report_memory(t, b);
         for (int i = 0; i < TIMING_STEPS && b->timing->start[i]; i++) {
             b->d->ops->fence_free(b->d, b->timing->start[i]);
             b->d->ops->fence_free(b->d, b->timing->end[i]);

@@ -1,6 +1,7 @@
 /* test_cuda_device.c: the cuda Device on a real GPU: memory round trips, a launch of a
  * tiny NVRTC-compiled kernel, a GEMM in each GemmCompute against a host computation on
- * fresh random inputs, pinned memory with async downloads, fences and elapsed time, and
+ * fresh random inputs, each cuBLASLt epilogue (bias, relu, gelu, gelu with aux) in f32,
+ * f16 and bf16, pinned memory with async downloads, fences and elapsed time, and
  * launch failures whose messages name the call and the kernel. Exits 77 (skipped) when
  * cuda_probe finds no device, saying why. */
 #define _GNU_SOURCE
@@ -184,6 +185,102 @@ static void test_gemms(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_gemm_case(&cases[i]);
 }
 
+/* ---- cuBLASLt epilogues (GEMM groups) ---- */
+
+typedef struct EpilogueCase {
+    DType type;             /* A, B, C, bias and aux */
+    int epilogue;           /* GemmEpilogue */
+    bool aux;
+    int64_t n;
+} EpilogueCase;
+
+static double gelu_tanh(double x)
+{
+    return 0.5 * x * (1 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+}
+
+static double activation(int epilogue, double x)
+{
+    if (epilogue == GEMM_EPI_RELU_BIAS) return x < 0 ? 0 : x;
+    return epilogue == GEMM_EPI_GELU_BIAS ? gelu_tanh(x) : x;
+}
+
+/* Stored value V of type T back as a float (C and aux downloads). */
+static float load_as(DType t, const void *src, size_t i)
+{
+    if (t == DT_F16) return from_f16(((const uint16_t *)src)[i]);
+    if (t == DT_BF16) return from_bf16(((const uint16_t *)src)[i]);
+    return ((const float *)src)[i];
+}
+
+/* C = act(A @ B^T + bias) (a linear layer) through the device's epilogue, against the
+ * host in f64: within the accumulation's error plus one rounding of the output. */
+static void run_epilogue_case(const EpilogueCase *c)
+{
+    const int64_t m = 37, k = 53, n = c->n;
+    size_t es = c->type == DT_F32 ? 4 : 2;
+    double rtol = c->type == DT_F32 ? 1e-5 : 1e-2, out_eps = c->type == DT_F32 ? 1e-6 : c->type == DT_F16 ? 1e-3 : 8e-3;
+    float *a = malloc(m * k * 4), *b = malloc(n * k * 4), *bias = malloc(n * 4);
+    void *a_bits = malloc(m * k * es), *b_bits = malloc(n * k * es), *bias_bits = malloc(n * es);
+    void *out = malloc(m * n * es), *aux_out = malloc(m * n * es);
+    for (int64_t i = 0; i < m * k; i++) a[i] = store_as(c->type, uniform(), a_bits, i);
+    for (int64_t i = 0; i < n * k; i++) b[i] = store_as(c->type, uniform(), b_bits, i);
+    for (int64_t i = 0; i < n; i++) bias[i] = store_as(c->type, uniform(), bias_bits, i);
+    DevPtr da, db, dc, dbias, daux = 0;
+    CHECK_EQ_INT(dev->ops->alloc(dev, m * k * es, &da), 0);
+    CHECK_EQ_INT(dev->ops->alloc(dev, n * k * es, &db), 0);
+    CHECK_EQ_INT(dev->ops->alloc(dev, m * n * es, &dc), 0);
+    CHECK_EQ_INT(dev->ops->alloc(dev, n * es, &dbias), 0);
+    if (c->aux) CHECK_EQ_INT(dev->ops->alloc(dev, m * n * es, &daux), 0);
+    CHECK_EQ_INT(dev->ops->upload(dev, da, a_bits, m * k * es), 0);
+    CHECK_EQ_INT(dev->ops->upload(dev, db, b_bits, n * k * es), 0);
+    CHECK_EQ_INT(dev->ops->upload(dev, dbias, bias_bits, n * es), 0);
+    GemmCall g = {.trans_b = true, .m = m, .n = n, .k = k, .batch = 1, .a = da, .b = db, .c = dc,
+                  .a_type = c->type, .b_type = c->type, .c_type = c->type,
+                  .compute = c->type == DT_F32 ? GEMM_F32 : GEMM_F32_ACCUM, .epilogue = c->epilogue,
+                  .bias = dbias, .aux = daux, .bias_type = c->type};
+    char name[64];
+    snprintf(name, sizeof name, "%s epilogue %d%s n %lld", ir_dtype_name(c->type), c->epilogue,
+             c->aux ? " aux" : "", (long long)n);
+    DeviceSite site = {"cublasLtMatmul", name, "test.net", 4};
+    CHECK_EQ_INT(dev->ops->gemm(dev, &g, &site), 0);
+    CHECK_EQ_INT(dev->ops->download(dev, out, dc, m * n * es), 0);
+    if (c->aux) CHECK_EQ_INT(dev->ops->download(dev, aux_out, daux, m * n * es), 0);
+    int bad = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double pre = bias[j], mag = fabs(bias[j]);
+            for (int64_t p = 0; p < k; p++) pre += (double)a[i * k + p] * b[j * k + p], mag += fabs((double)a[i * k + p] * b[j * k + p]);
+            double want = activation(c->epilogue, pre), got = load_as(c->type, out, i * n + j);
+            /* the activation's slope is at most about 1.13 (gelu), so the input's error carries */
+            double tol = 1.2 * rtol * mag + out_eps * fabs(want) + 1e-6;
+            if (!(fabs(got - want) <= tol) && bad++ < 5)
+                fprintf(stderr, "%s: C[%lld][%lld] = %.8g, want %.8g\n", name, (long long)i, (long long)j, got, want);
+            if (!c->aux) continue;
+            double got_aux = load_as(c->type, aux_out, i * n + j);
+            if (!(fabs(got_aux - pre) <= rtol * mag + out_eps * fabs(pre) + 1e-6) && bad++ < 5)
+                fprintf(stderr, "%s: aux[%lld][%lld] = %.8g, want %.8g\n", name, (long long)i, (long long)j, got_aux, pre);
+        }
+    CHECK_EQ_INT(bad, 0);
+    dev->ops->free(dev, da), dev->ops->free(dev, db), dev->ops->free(dev, dc), dev->ops->free(dev, dbias);
+    if (daux) dev->ops->free(dev, daux);
+    free(a), free(b), free(bias), free(a_bits), free(b_bits), free(bias_bits), free(out), free(aux_out);
+}
+
+/* Every epilogue in f32, f16 and bf16, with n a multiple of 8 and not (aux: only a
+ * multiple of 8, as cuBLASLt requires of its leading dimension and fusion ensures). */
+static void test_epilogues(void)
+{
+    static const DType types[] = {DT_F32, DT_F16, DT_BF16};
+    static const int64_t widths[] = {64, 29};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t w = 0; w < 2; w++) {
+            for (int e = GEMM_EPI_BIAS; e <= GEMM_EPI_GELU_BIAS; e++)
+                run_epilogue_case(&(EpilogueCase){types[t], e, false, widths[w]});
+            if (widths[w] % 8 == 0) run_epilogue_case(&(EpilogueCase){types[t], GEMM_EPI_GELU_BIAS, true, widths[w]});
+        }
+}
+
 /* ---- pinned memory, fences, time ---- */
 
 static void test_pinned_and_fences(void)
@@ -285,6 +382,7 @@ int main(void)
         test_memory();
         test_launch();
         test_gemms();
+        test_epilogues();
         test_pinned_and_fences();
         test_launch_failures();
     }

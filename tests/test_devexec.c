@@ -174,6 +174,12 @@ static int run(Model *m, const RunSpec *s)
     if (s->device && rc == 0) {
         CHECK(strstr(text, "cgc: median step ") || strstr(text, "cgc: step time not measured"));
         median_reports += strstr(text, "cgc: median step ") != NULL;
+        /* and the memory line bench/bench_default.py reads; the emulation cannot tell the
+         * memory in use */
+        const char *mem = strstr(text, "cgc: device memory: plan arena ");
+        size_t arena = 0;
+        CHECK(mem && sscanf(mem, "cgc: device memory: plan arena %zu bytes", &arena) == 1 &&
+              arena > 0 && strstr(mem, "), in use not known on ") != NULL);
     }
     return rc;
 }
@@ -442,9 +448,13 @@ int main(int argc, char **argv)
     check_training("mlp.net", mlp, 3, 1e-4, false);
     check_training("regression.net", reg, 4, 1e-4, false);
     check_training("regression.net", half, 3, 1e-2, false);
+    /* 2e-2 as test_fusion allows: mlp's GEMM groups round matmul + bias + relu to fp16
+     * once, where the CPU's unfused graph rounds the product and the sum apart (Adam's
+     * first moments differ by 1.3e-2 after 40 steps, with or without checkpointing;
+     * eager mode, one rounding per op, differs by 6e-3 from the CPU's OpenBLAS order) */
     Override ckpt[4] = {{"precision", "precision", "fp16"}, {"batch", "batch", "32"},
                         {"steps", "steps", "40"}, {"checkpoint", "checkpoint", "all"}};
-    check_training("mlp.net", ckpt, 4, 1e-2, false);
+    check_training("mlp.net", ckpt, 4, 2e-2, false);
     mode = PLAN_EAGER;
     CHECK(median_reports > 0);
 

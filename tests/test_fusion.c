@@ -7,19 +7,23 @@
  *  - every fused graph passes ir_verify and check_groups(), a checker written from ir.h's
  *    words (members allowed per kind, stored members at the work shape, in-place ASSIGNs
  *    ordered after every other reader of their tensor, multi launches consecutive,
- *    static and independent);
+ *    static and independent, `last` groups scalar and at their multi's end);
  *  - ten training steps on the fused and on the unfused program give bit-identical
  *    persistent tensors and losses, and evaluation gives identical outputs: the executor
  *    ignores groups but runs the reordered graphs with their cloned scalar chains, which
- *    must compute exactly what the originals did.
+ *    must compute exactly what the originals did. The exception is GEMM groups in f16
+ *    and bf16, whose unstored members the executor does not round (ir.h): there the two
+ *    agree within the issue's 2e-2 (test_gemm_group shows the rule itself, exactly).
  * Then for mlp.net: the fused train graph launches at most 40% of eager's kernels, and has
- * an in-place ASSIGN group and a multi-tensor launch; and the checker itself is shown to
- * catch broken groupings.
+ * an in-place ASSIGN group and a multi-tensor launch, and (fp16 and fp32) every in-place
+ * write in one launch: the updates with the scaler and step bookkeeping as its `last`
+ * groups; and the checker itself is shown to catch broken groupings.
  *
  * Usage: test_fusion, or test_fusion --dump MODEL PRECISION GRAPH to print a fused graph.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "compiler/passes.h"
@@ -103,10 +107,78 @@ static int viewed_tensor(const IrGraph *g, int id)
     return n->op == IR_RESHAPE ? viewed_tensor(g, n->in[0]) : -1;
 }
 
+/* S is one value per row of WORK: [rows...] or [rows..., 1]. */
+static bool row_shape(const Shape *s, const Shape *work)
+{
+    Shape row = ir_shape_reduce(work, work->rank - 1), row1 = *work;
+    row1.dim[row1.rank - 1] = 1;
+    return ir_shape_equal(s, &row) || ir_shape_equal(s, &row1);
+}
+
+/* A member of row group K (ir.h, IR_GROUP_ROW): reductions along the row, RESHAPEs
+ * between row shapes, pointwise members over the work or a row (no ASSIGN or DROPOUT);
+ * stored members at the work shape or a row shape. Reading the group's own reductions
+ * is what the kind is for. */
+static void check_row_member(const IrGraph *g, int k, int id)
+{
+    const Shape *work = &g->groups[k - 1].work;
+    const IrNode *n = &g->nodes[id];
+    const Shape *in = n->nin ? &g->nodes[n->in[0]].shape : NULL;
+    if (n->op == IR_SUM || n->op == IR_MEAN || n->op == IR_MAX || n->op == IR_REDUCE_TO) {
+        bool along = n->op == IR_REDUCE_TO ? row_shape(&n->shape, work) && n->shape.rank == work->rank
+                                           : n->axis == work->rank - 1;
+        if (!ir_shape_equal(in, work) || !along) violation(g, k, "reduction not along the row", id);
+    } else if (n->op == IR_RESHAPE) {
+        if (!row_shape(&n->shape, work) || !row_shape(in, work)) violation(g, k, "RESHAPE not between row shapes", id);
+    } else if (!elementwise(n->op) || n->op == IR_DROPOUT) {
+        violation(g, k, "member that may not be in a row group", id);
+    } else if (!fits(&n->shape, work) && !row_shape(&n->shape, work)) {
+        violation(g, k, "member neither over the row nor a row value", id);
+    }
+    if (stored(g, id) && !ir_shape_equal(&n->shape, work) && !row_shape(&n->shape, work))
+        violation(g, k, "stored member neither at the work shape nor a row shape", id);
+}
+
+/* GEMM group K (ir.h, IR_GROUP_GEMM), members [FIRST, LAST]: MATMUL of 2-D operands,
+ * ADD of it and an outside bias [n] or [1, n], then perhaps RELU or GELU_TANH of the sum;
+ * work the matmul's shape; the last member stored, the matmul not, the ADD only under
+ * GELU_TANH; never in a multi-tensor launch. */
+static void check_gemm_group(const IrGraph *g, int k, int first, int last)
+{
+    const IrGroup *gr = &g->groups[k - 1];
+    const IrNode *mm = &g->nodes[first], *add = last > first ? &g->nodes[first + 1] : NULL;
+    const IrNode *act = last == first + 2 ? &g->nodes[last] : NULL;
+    if (mm->op != IR_MATMUL || mm->shape.rank != 2 || g->nodes[mm->in[0]].shape.rank != 2 ||
+        g->nodes[mm->in[1]].shape.rank != 2)
+        violation(g, k, "GEMM group not headed by a 2-D MATMUL", first);
+    if (!ir_shape_equal(&mm->shape, &gr->work)) violation(g, k, "GEMM group's work not the product's shape", first);
+    if (!add || add->op != IR_ADD || (add->in[0] != first && add->in[1] != first) || last > first + 2) {
+        violation(g, k, "GEMM group not MATMUL, ADD and at most an activation", first);
+        return;
+    }
+    const IrNode *bias = &g->nodes[add->in[add->in[0] == first]];
+    int64_t n = mm->shape.dim[1];
+    bool vec = (bias->shape.rank == 1 && bias->shape.dim[0] == n) ||
+               (bias->shape.rank == 2 && bias->shape.dim[0] == 1 && bias->shape.dim[1] == n);
+    if (!vec || bias->group == k) violation(g, k, "GEMM bias not an outside vector over n", first + 1);
+    if (act && ((act->op != IR_RELU && act->op != IR_GELU_TANH) || act->in[0] != first + 1))
+        violation(g, k, "GEMM activation not RELU or GELU_TANH of the sum", last);
+    if (!stored(g, last)) violation(g, k, "GEMM group's last member not stored", last);
+    if (stored(g, first)) violation(g, k, "GEMM product stored", first);
+    if (act && stored(g, first + 1) && act->op != IR_GELU_TANH)
+        violation(g, k, "GEMM sum stored without GELU's aux output", first + 1);
+    if (gr->multi) violation(g, k, "GEMM group in a multi-tensor launch", -1);
+}
+
 static void check_member(const IrGraph *g, int k, int id)
 {
     const IrGroup *gr = &g->groups[k - 1];
     const IrNode *n = &g->nodes[id];
+    if (gr->kind == IR_GROUP_GEMM) return;   /* check_gemm_group */
+    if (gr->kind == IR_GROUP_ROW) {
+        check_row_member(g, k, id);
+        return;
+    }
     bool reduction = n->op == IR_SUM || n->op == IR_MEAN || n->op == IR_MAX || n->op == IR_REDUCE_TO;
     if (gr->kind == IR_GROUP_REDUCE && reduction) {
         const Shape *in = &g->nodes[n->in[0]].shape;
@@ -156,6 +228,14 @@ static void check_reduce_group(const IrGraph *g, int k, int first, int last)
     if (reduce_tos && (reduce_tos > 1 || reductions)) violation(g, k, "REDUCE_TO not alone", first);
 }
 
+/* Row group K: over rows of the last axis, never in a multi-tensor launch. */
+static void check_row_group(const IrGraph *g, int k)
+{
+    const IrGroup *gr = &g->groups[k - 1];
+    if (gr->work.rank < 1 || gr->axis != gr->work.rank - 1) violation(g, k, "row group not along the last axis", -1);
+    if (gr->multi) violation(g, k, "row group in a multi-tensor launch", -1);
+}
+
 /* In-place ASSIGN A in group K: every other reader of its tensor comes before the group,
  * and readers inside read it at the work shape. */
 static void check_in_place(const IrGraph *g, int k, int first, int a)
@@ -187,6 +267,29 @@ static bool group_reaches(const IrGraph *g, int a, int b)
     return found;
 }
 
+/* Multi M's `last` groups: after all its other groups (of which there is one at least),
+ * pointwise over one static element. That they read nothing the others compute is the
+ * independence check_multis makes of every pair. */
+static void check_last_groups(const IrGraph *g, int m)
+{
+    bool seen_last = false, seen_other = false;
+    for (int i = 0, prev = 0; i < g->nnodes; i++) {
+        int k = g->nodes[i].group;
+        if (!k || k == prev || g->groups[k - 1].multi != m) continue;
+        prev = k;
+        const IrGroup *gr = &g->groups[k - 1];
+        if (!gr->last) {
+            if (seen_last) violation(g, k, "a group after a last group of its multi", i);
+            seen_other = true;
+            continue;
+        }
+        seen_last = true;
+        bool scalar = static_shape(&gr->work) && ir_numel(&gr->work, NULL) == 1;
+        if (gr->kind != IR_GROUP_POINTWISE || !scalar) violation(g, k, "last group not pointwise over a scalar", i);
+    }
+    if (seen_last && !seen_other) violation(g, 0, "multi of last groups only", -1);
+}
+
 static void check_multis(const IrGraph *g)
 {
     int top = 0;
@@ -212,7 +315,10 @@ static void check_multis(const IrGraph *g)
                     violation(g, a, "multi member depends on another", -1);
         }
         if (count < 2) violation(g, 0, "multi number with fewer than two groups", -1);
+        check_last_groups(g, m);
     }
+    for (int k = 1; k <= g->ngroups; k++)
+        if (g->groups[k - 1].last && !g->groups[k - 1].multi) violation(g, k, "last group outside a multi", -1);
 }
 
 static void check_name(const IrGraph *g, int k)
@@ -234,6 +340,8 @@ static int check_groups(const IrGraph *g)
         if (first < 0) continue;
         check_name(g, k);
         if (g->groups[k - 1].kind == IR_GROUP_REDUCE) check_reduce_group(g, k, first, last);
+        if (g->groups[k - 1].kind == IR_GROUP_ROW) check_row_group(g, k);
+        if (g->groups[k - 1].kind == IR_GROUP_GEMM) check_gemm_group(g, k, first, last);
         for (int i = first; i <= last; i++) {
             if (g->nodes[i].group != k) continue;
             check_member(g, k, i);
@@ -301,11 +409,41 @@ static void make_feed(const IrProgram *p, CpuFeed *feed, void **bufs, int64_t st
     feed->runtime[IR_RT_MICRO_STEP] = (double)step;
 }
 
+/* A and B (N floats) alike: bit for bit when TOL is 0, else within TOL of each other
+ * relative to their norm (the issue's tolerance for half precision). */
+static bool alike(const float *a, const float *b, int64_t n, double tol)
+{
+    if (tol == 0) return memcmp(a, b, (size_t)n * sizeof *a) == 0;
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < n; i++) {
+        diff += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        norm += (double)a[i] * a[i] + (double)b[i] * b[i];
+    }
+    return isfinite(diff) && diff <= tol * tol * (norm / 2);
+}
+
+/* Whether a GEMM group of P rounds differently from its ops run one by one: a half
+ * member left unrounded (ir.h, IR_GROUP_GEMM). */
+static bool gemm_rounds_once(const IrProgram *p)
+{
+    const IrGraph *gs[] = { &p->forward, &p->train, &p->train_micro, &p->eval };
+    for (int i = 0; i < 4; i++)
+        for (int id = 0; id < gs[i]->nnodes; id++)
+            if (gs[i]->nodes[id].dtype != DT_F32 && ir_gemm_unrounded(gs[i], id)) return true;
+    return false;
+}
+
+static double tolerance;   /* of the case running: 0, or 2e-2 where gemm_rounds_once */
+
+/* The persistent tensors alike. Within a tolerance, only the parameters: a gradient
+ * (and the optimizer state and accumulators holding it) changes by a whole row where a
+ * relu's sign depends on the rounding, a few percent on this tiny batch; the parameters
+ * it moves, and the loss, stay close. */
 static bool same_tensors(CpuExec *a, CpuExec *b, const IrProgram *p)
 {
     for (int i = 0; i < p->ntensors; i++)
-        if (memcmp(cpu_exec_tensor(a, i), cpu_exec_tensor(b, i),
-                   (size_t)ir_numel(&p->tensors[i].shape, NULL) * sizeof(float)) != 0) {
+        if ((tolerance == 0 || p->tensors[i].kind == IR_PARAM) && !alike(cpu_exec_tensor(a, i), cpu_exec_tensor(b, i), ir_numel(&p->tensors[i].shape, NULL),
+                   tolerance)) {
             fprintf(stderr, "  tensor %s differs\n", p->tensors[i].name);
             return false;
         }
@@ -320,7 +458,9 @@ static bool same_output(CpuExec *a, const IrGraph *ga, CpuExec *b, const IrGraph
     int64_t na = 0, nb = 0;
     const void *va = cpu_exec_value(a, ga->output[role], &na);
     const void *vb = cpu_exec_value(b, gb->output[role], &nb);
-    return na == nb && memcmp(va, vb, (size_t)na * 4) == 0;   /* f32 or i32 */
+    if (ga->nodes[ga->output[role]].dtype == DT_I32 || tolerance == 0)
+        return na == nb && memcmp(va, vb, (size_t)na * 4) == 0;   /* f32 or i32 */
+    return na == nb && alike(va, vb, na, tolerance);
 }
 
 static bool run_both(CpuExec *ea, const IrGraph *ga, CpuExec *eb, const IrGraph *gb,
@@ -386,14 +526,36 @@ static void check_case(const char *path, const char *precision, int accumulate, 
         CHECK_EQ_INT(check_groups(gs[i]), 0);
         if (gs[i]->nnodes) CHECK(gs[i]->ngroups > 0);
     }
+    tolerance = gemm_rounds_once(fused) ? 2e-2 : 0;
     bool same = train_identically(plain, fused);
     if (!same) fprintf(stderr, "%s %s accumulate %d: fused training differs\n", path, precision, accumulate);
     CHECK(same);
-    printf("%s %s accumulate %d%s: train %d -> %d kernels, %d groups\n", path, precision,
+    printf("%s %s accumulate %d%s: train %d -> %d kernels, %d groups, %s\n", path, precision,
            accumulate ? accumulate : 1, recompute ? " checkpoint all" : "", kernels(&plain->train),
-           kernels(&fused->train), fused->train.ngroups);
+           kernels(&fused->train), fused->train.ngroups,
+           tolerance ? "GEMM epilogues round once: within 2e-2" : "bit-identical");
     ir_program_free(plain);
     ir_program_free(fused);
+}
+
+/* How many launches of G write persistent tensors in place: multis (their groups counted
+ * once) and groups of their own. mlp.net's updates and its scaler and step bookkeeping
+ * (the `last` groups) make one. */
+static int update_launches(const IrGraph *g)
+{
+    int launches = 0;
+    for (int k = 1; k <= g->ngroups; k++) {
+        int m = g->groups[k - 1].multi;
+        bool writes = false, counted = false;
+        for (int i = 0; i < g->nnodes; i++) {
+            int j = g->nodes[i].group;
+            bool same = j == k || (m && j && g->groups[j - 1].multi == m);
+            writes |= same && g->nodes[i].op == IR_ASSIGN;
+            counted |= same && j < k;
+        }
+        launches += writes && !counted;
+    }
+    return launches;
 }
 
 /* mlp.net (adamw, fp16 as written): few launches, in-place updates, multi launches. */
@@ -410,8 +572,34 @@ static void check_mlp(const char *path)
     for (int k = 0; k < g->ngroups; k++) multis += g->groups[k].multi > 0;
     CHECK(in_place > 0);
     CHECK(multis > 0);
+    CHECK_EQ_INT(update_launches(g), 1);
     ir_program_free(plain);
     ir_program_free(fused);
+}
+
+/* The checker on a GEMM group of G made wrong: its activation a SIGMOID, its work wider
+ * than the product, its ADD taken out (the product then stored). */
+static void check_gemm_checker(IrGraph *g)
+{
+    int k = 1;
+    while (k <= g->ngroups && !(g->groups[k - 1].kind == IR_GROUP_GEMM && strstr(g->groups[k - 1].name, "relu")))
+        k++;
+    CHECK(k <= g->ngroups);
+    if (k > g->ngroups) return;
+    int first = 0, saved = violations;
+    while (g->nodes[first].group != k) first++;
+    fprintf(stderr, "the checker on broken GEMM groups (these violations are expected):\n");
+    g->nodes[first + 2].op = IR_SIGMOID;
+    CHECK(check_groups(g) > 0);
+    g->nodes[first + 2].op = IR_RELU;
+    g->groups[k - 1].work.dim[1] += 8;
+    CHECK(check_groups(g) > 0);
+    g->groups[k - 1].work.dim[1] -= 8;
+    g->nodes[first + 1].group = 0;
+    CHECK(check_groups(g) > 0);
+    g->nodes[first + 1].group = k;
+    CHECK_EQ_INT(check_groups(g), 0);
+    violations = saved;
 }
 
 /* The checker finds what it is for: a leaf pulled into a group, a stored member that
@@ -422,6 +610,7 @@ static void check_checker(const char *path)
     fusion_assign(p);
     IrGraph *g = &p->train;
     CHECK_EQ_INT(check_groups(g), 0);
+    CHECK_EQ_INT(update_launches(g), 1);
     fprintf(stderr, "the checker on broken groupings (these violations are expected):\n");
     int saved = violations;
     for (int i = 1; i < g->nnodes; i++)   /* a CONST just before a group joins it */
@@ -454,7 +643,60 @@ static void check_checker(const char *path)
             g->nodes[reader].group = k;
             break;
         }
-    CHECK_EQ_INT(violations - saved >= 3, 1);
+    for (int k = 1; k <= g->ngroups; k++)   /* the last group of a multi: moved first, */
+        if (g->groups[k - 1].last) {            /* then taken out of its multi */
+            int first = k;
+            while (first > 1 && g->groups[first - 2].multi == g->groups[k - 1].multi) first--;
+            g->groups[first - 1].last = true;
+            CHECK(check_groups(g) > 0);
+            g->groups[first - 1].last = false;
+            int m = g->groups[k - 1].multi;
+            g->groups[k - 1].multi = 0;
+            CHECK(check_groups(g) > 0);
+            g->groups[k - 1].multi = m;
+            break;
+        }
+    CHECK_EQ_INT(violations - saved >= 5, 1);
+    violations = saved;
+    check_gemm_checker(g);
+    ir_program_free(p);
+}
+
+static int count_kind(const IrGraph *g, IrGroupKind kind)
+{
+    int n = 0;
+    for (int k = 0; k < g->ngroups; k++) n += g->groups[k].kind == kind;
+    return n;
+}
+
+/* resmlp.net's layernorms are row groups: each forward in one kernel (three in the
+ * forward graph), each backward's row part in one more (six in the train graph). And the
+ * checker's row branch finds a row group over a wider row than its reductions read, and
+ * a column reduction (a bias gradient's) pulled into a row group. */
+static void check_rows(const char *path)
+{
+    IrProgram *p = compile_model(path, "fp32", 0);
+    fusion_assign(p);
+    CHECK_EQ_INT(count_kind(&p->forward, IR_GROUP_ROW), 3);
+    CHECK_EQ_INT(count_kind(&p->train, IR_GROUP_ROW), 6);
+    IrGraph *g = &p->train;
+    CHECK_EQ_INT(check_groups(g), 0);
+    fprintf(stderr, "the checker on broken row groups (these violations are expected):\n");
+    int saved = violations, row = 0;
+    while (row < g->ngroups && g->groups[row].kind != IR_GROUP_ROW) row++;
+    CHECK(row < g->ngroups);
+    g->groups[row].work.dim[g->groups[row].work.rank - 1] += 1;
+    CHECK(check_groups(g) > 0);
+    g->groups[row].work.dim[g->groups[row].work.rank - 1] -= 1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == IR_REDUCE_TO && g->nodes[i].shape.rank == 1 && g->nodes[i].group) {
+            int k = g->nodes[i].group;
+            g->nodes[i].group = row + 1;
+            CHECK(check_groups(g) > 0);
+            g->nodes[i].group = k;
+            break;
+        }
+    CHECK_EQ_INT(violations - saved >= 2, 1);
     violations = saved;
     ir_program_free(p);
 }
@@ -503,5 +745,6 @@ int main(int argc, char **argv)
     check_case(resmlp, "bf16", 0, true);
     check_mlp(mlp);
     check_checker(mlp);
+    check_rows(resmlp);
     return check_result();
 }

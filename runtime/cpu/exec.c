@@ -379,6 +379,14 @@ static const HalfFormat *storage_format(DType t)
     return NULL;
 }
 
+/* The format node NODE of G is rounded to when computed: its storage's, except for a
+ * GEMM group's unstored members, which stay in cuBLASLt's f32 accumulator (ir.h). */
+static const HalfFormat *node_format(const IrGraph *g, const IrNode *node)
+{
+    if (ir_gemm_unrounded(g, (int)(node - g->nodes))) return NULL;
+    return storage_format(node->dtype);
+}
+
 /* ---- splitting GEMMs ---- */
 
 enum {
@@ -463,6 +471,8 @@ static bool moves_elements(IrOp op)
 #define GEMM cblas_dgemm
 #define ROUND(x, fmt) round_double((x), (fmt))
 #include "exec_impl.h"
+
+float cpu_gelu_tanh(float x) { return gelu_tanh_f32(x); }
 
 /* ---- the public interface ---- */
 

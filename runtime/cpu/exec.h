@@ -63,5 +63,8 @@ double cpu_exec_gemm_seconds(const CpuExec *e);
 float cpu_round_f16(float x);
 float cpu_round_bf16(float x);
 float cpu_round_tf32(float x);
+/* The f32 executor's gelu_tanh (IR_GELU_TANH), for the emulated GEMM epilogue: one
+ * definition, so that the two agree bit for bit. */
+float cpu_gelu_tanh(float x);
 
 #endif

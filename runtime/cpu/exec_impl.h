@@ -82,7 +82,7 @@ static void SFX(finish)(CpuExec *e, const IrGraph *g, const IrNode *node, Slot *
         for (int64_t i = 0; i < n; i++) v[i] = to_int32(c[i]);
         return;
     }
-    const HalfFormat *f = storage_format(node->dtype);
+    const HalfFormat *f = node_format(g, node);
     if (!f) return;
     if (moves_elements(node->op) && g->nodes[node->in[0]].dtype == node->dtype) return;
     if (SFX(rounds_in_span)(node)) return;
@@ -259,7 +259,7 @@ static void SFX(elementwise)(CpuExec *e, const IrGraph *g, const IrNode *node, c
                              REAL *out, SpanFn span)
 {
     SFX(Elementwise) c = { .op = node->op, .out = out };
-    if (SFX(rounds_in_span)(node)) c.round = storage_format(node->dtype);
+    if (SFX(rounds_in_span)(node)) c.round = node_format(g, node);
     Dims in[IR_MAX_IN];
     for (int k = 0; k < node->nin; k++) {
         in[k] = bind_shape(&g->nodes[node->in[k]].shape, e->symvals);

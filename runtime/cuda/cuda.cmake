@@ -1,4 +1,5 @@
-# The CUDA device: driver API (dlopen'ed), NVRTC with the kernel cache, cuBLAS.
+# The CUDA device: driver API (dlopen'ed), NVRTC with the kernel cache, cuBLAS and
+# cuBLASLt (GEMM epilogues).
 # Without the CUDA Toolkit, none.c stands in and says so; the CPU build is unchanged.
 if(CUDAToolkit_FOUND)
   target_sources(cgc_device PRIVATE
@@ -6,7 +7,7 @@ if(CUDAToolkit_FOUND)
     runtime/cuda/nvrtc.c runtime/cuda/kcache.c)
   # cuda.h for the driver's types and prototypes only: libcuda is never linked.
   target_include_directories(cgc_device PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-  target_link_libraries(cgc_device PUBLIC CUDA::nvrtc CUDA::cublas ZLIB::ZLIB)
+  target_link_libraries(cgc_device PUBLIC CUDA::nvrtc CUDA::cublas CUDA::cublasLt ZLIB::ZLIB)
 else()
   target_sources(cgc_device PRIVATE runtime/cuda/none.c)
 endif()

@@ -62,6 +62,7 @@ typedef struct CudaDevice {
     CUstream stream;            /* non-blocking: every copy, launch and GEMM goes here */
     CUmodule module;
     cublasHandle_t blas;
+    struct CudaLt *lt;          /* cuBLASLt, for GEMMs with an epilogue (gemm.c) */
     PinnedBlock *pinned;
     int npinned, pinned_cap;
     /* The last launch, for errors that surface later (at a sync). */
@@ -74,7 +75,7 @@ struct DeviceFence {
     bool recorded;
 };
 
-/* cuBLAS on the device's stream (runtime/cuda/gemm.c). */
+/* cuBLAS and cuBLASLt on the device's stream (runtime/cuda/gemm.c). */
 int cuda_gemm_init(CudaDevice *cd);
 void cuda_gemm_close(CudaDevice *cd);
 int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site);

@@ -238,6 +238,13 @@ static int dev_fence_elapsed_ms(Device *d, DeviceFence *from, DeviceFence *to, f
     return CU(NULL, cuEventElapsedTime_v2, ms, from->event, to->event);
 }
 
+static int dev_mem_free(Device *d, size_t *free_bytes)
+{
+    size_t total = 0;
+    (void)d;    /* its context is current on this thread since open_context */
+    return CU(NULL, cuMemGetInfo_v2, free_bytes, &total) ? -1 : 0;
+}
+
 /* ---- opening and closing ---- */
 
 static void dev_close(Device *d)
@@ -258,6 +265,7 @@ static const DeviceOps cuda_ops = {
     .alloc = dev_alloc,
     .free = dev_free,
     .mark_unused = NULL,
+    .mem_free = dev_mem_free,
     .upload = dev_upload,
     .download = dev_download,
     .download_async = dev_download_async,
@@ -308,6 +316,22 @@ static int load_module(CudaDevice *cd, const void *cubin, size_t cubin_size)
                     "supports CUDA %d.%d (a driver older than the toolkit may refuse it)\n",
             cubin_size, cd->base.name, version / 1000, version % 1000 / 10);
     return -1;
+}
+
+int cuda_free_memory(int ordinal, size_t *free_bytes)
+{
+    char why[512];
+    CUdevice dev;
+    CUcontext ctx;
+    size_t total = 0;
+    *free_bytes = 0;
+    if (!cuda_driver_load(why, sizeof why) || cu.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS ||
+        cu.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+        return -1;
+    bool ok = cu.cuCtxSetCurrent(ctx) == CUDA_SUCCESS &&
+              cu.cuMemGetInfo_v2(free_bytes, &total) == CUDA_SUCCESS;
+    cu.cuDevicePrimaryCtxRelease_v2(dev);
+    return ok ? 0 : -1;
 }
 
 int cuda_open(int ordinal, const void *cubin, size_t cubin_size, Device **out)

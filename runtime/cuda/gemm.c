@@ -9,9 +9,21 @@
  *     B stored [k, n] (ld n, op N) or, when trans_b, [n, k] (ld k, op T);
  *     A stored [m, k] (ld k, op N) or, when trans_a, [k, m] (ld m, op T).
  * Scalars alpha = 1, beta = 0 are host floats (CUBLAS_POINTER_MODE_HOST), the scale type
- * of both compute types used. */
+ * of both compute types used.
+ *
+ * A GEMM with an epilogue (a GEMM group: bias, then ReLU or GELU) goes through
+ * cublasLtMatmul, with the same mapping: cuBLASLt's A is our B, its B our A, and its D is
+ * C^T [n, m] column-major, so the bias, one value per column of row-major C, is a vector
+ * over D's n rows, as cuBLASLt wants it; the aux output (GELU's input) has D's layout,
+ * ld n (a multiple of 8, as the documentation requires: fusion only forms such groups).
+ * Descriptors, layouts and the heuristic's algorithm are kept in a small cache keyed by
+ * everything but the A, B and C addresses (whose alignment is part of the key), since a
+ * plan repeats the same calls every step; the workspace is allocated once. */
+#include <cublasLt.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../codegen/plan.h"
 #include "cuda_internal.h"
@@ -26,8 +38,79 @@ static int blas_check(cublasStatus_t s, const char *call, const DeviceSite *site
     return -1;
 }
 
+/* ---- cuBLASLt ---- */
+
+enum {
+    LT_CACHE = 32,                      /* descriptor sets kept (a plan has a few dozen GEMMs) */
+    LT_WORKSPACE = 32 << 20,            /* NVIDIA's recommendation for Hopper; enough elsewhere */
+};
+
+/* What decides a cublasLtMatmul's descriptors and algorithm. */
+typedef struct LtKey {
+    int64_t m, n, k;
+    bool trans_a, trans_b;
+    DType a_type, b_type, c_type, bias_type;
+    int compute, epilogue;
+    DevPtr bias, aux;                   /* set in the descriptor itself */
+    unsigned align_a, align_b, align_c; /* the heuristic assumes these */
+} LtKey;
+
+typedef struct LtEntry {
+    LtKey key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;  /* cuBLASLt's A (our B), B (our A), C = D */
+    cublasLtMatmulAlgo_t algo;
+} LtEntry;
+
+struct CudaLt {
+    cublasLtHandle_t handle;
+    CUdeviceptr workspace;
+    LtEntry cache[LT_CACHE];
+    int ncache, next_evict;
+};
+
+static void lt_entry_free(LtEntry *e)
+{
+    if (e->desc) blas_check(cublasLtMatmulDescDestroy(e->desc), "cublasLtMatmulDescDestroy", NULL);
+    if (e->la) blas_check(cublasLtMatrixLayoutDestroy(e->la), "cublasLtMatrixLayoutDestroy", NULL);
+    if (e->lb) blas_check(cublasLtMatrixLayoutDestroy(e->lb), "cublasLtMatrixLayoutDestroy", NULL);
+    if (e->lc) blas_check(cublasLtMatrixLayoutDestroy(e->lc), "cublasLtMatrixLayoutDestroy", NULL);
+    memset(e, 0, sizeof *e);
+}
+
+static int lt_init(CudaDevice *cd)
+{
+    struct CudaLt *lt = calloc(1, sizeof *lt);
+    if (!lt) {
+        fprintf(stderr, "cgc: error: out of host memory for cuBLASLt\n");
+        return -1;
+    }
+    cd->lt = lt;
+    if (blas_check(cublasLtCreate(&lt->handle), "cublasLtCreate", NULL)) {
+        lt->handle = NULL;
+        return -1;
+    }
+    return CU(NULL, cuMemAlloc_v2, &lt->workspace, LT_WORKSPACE);
+}
+
+static void lt_close(CudaDevice *cd)
+{
+    struct CudaLt *lt = cd->lt;
+    if (!lt) return;
+    for (int i = 0; i < lt->ncache; i++) lt_entry_free(&lt->cache[i]);
+    /* the workspace may still be in use by queued GEMMs */
+    if (lt->workspace) {
+        CU(NULL, cuStreamSynchronize, cd->stream);
+        CU(NULL, cuMemFree_v2, lt->workspace);
+    }
+    if (lt->handle) blas_check(cublasLtDestroy(lt->handle), "cublasLtDestroy", NULL);
+    free(lt);
+    cd->lt = NULL;
+}
+
 int cuda_gemm_init(CudaDevice *cd)
 {
+    if (lt_init(cd)) return -1;
     /* cublasCreate uses the runtime API, which finds the primary context current on this
      * thread (cuda_open made it so) and shares it. */
     if (blas_check(cublasCreate(&cd->blas), "cublasCreate", NULL)) {
@@ -42,6 +125,7 @@ int cuda_gemm_init(CudaDevice *cd)
 
 void cuda_gemm_close(CudaDevice *cd)
 {
+    lt_close(cd);
     if (cd->blas) blas_check(cublasDestroy(cd->blas), "cublasDestroy", NULL);
     cd->blas = NULL;
 }
@@ -86,6 +170,140 @@ static int gemm_refuse(const GemmCall *g, const DeviceSite *site, const char *wh
     return -1;
 }
 
+/* The largest power of two up to 256 dividing address P. */
+static unsigned alignment(DevPtr p)
+{
+    unsigned a = 1;
+    while (a < 256 && p % (2 * a) == 0) a *= 2;
+    return a;
+}
+
+static LtKey lt_key(const GemmCall *g)
+{
+    LtKey k;
+    memset(&k, 0, sizeof k);    /* compared with memcmp: padding included */
+    k.m = g->m, k.n = g->n, k.k = g->k, k.trans_a = g->trans_a, k.trans_b = g->trans_b;
+    k.a_type = g->a_type, k.b_type = g->b_type, k.c_type = g->c_type, k.bias_type = g->bias_type;
+    k.compute = g->compute, k.epilogue = g->epilogue, k.bias = g->bias, k.aux = g->aux;
+    k.align_a = alignment(g->a), k.align_b = alignment(g->b), k.align_c = alignment(g->c);
+    return k;
+}
+
+static cublasLtEpilogue_t lt_epilogue(const GemmCall *g)
+{
+    switch (g->epilogue) {
+    case GEMM_EPI_RELU_BIAS: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case GEMM_EPI_GELU_BIAS: return g->aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+    default: return CUBLASLT_EPILOGUE_BIAS;
+    }
+}
+
+#define LT_DESC_SET(e, attr, value) \
+    blas_check(cublasLtMatmulDescSetAttribute((e)->desc, attr, &(value), sizeof(value)), \
+               "cublasLtMatmulDescSetAttribute(" #attr ")", site)
+
+/* The matmul descriptor of entry E for call G: operations, epilogue and its operands. */
+static int lt_desc(LtEntry *e, const GemmCall *g, cublasComputeType_t compute,
+                   const DeviceSite *site)
+{
+    if (blas_check(cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate", site))
+        return -1;
+    cublasOperation_t op_a = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's A: our B */
+    cublasOperation_t op_b = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = lt_epilogue(g);
+    cudaDataType bias_type;
+    const void *bias = (const void *)(uintptr_t)g->bias;
+    if (!blas_type(g->bias_type, &bias_type)) return gemm_refuse(g, site, "a bias type cuBLASLt cannot take");
+    if (LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_TRANSA, op_a) || LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_TRANSB, op_b) ||
+        LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_EPILOGUE, epi) || LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias) ||
+        LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type))
+        return -1;
+    if (!g->aux) return 0;
+    void *aux = (void *)(uintptr_t)g->aux;
+    int64_t aux_ld = g->n;
+    return LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux) ||
+                   LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld)
+               ? -1 : 0;
+}
+
+/* A column-major ROWS x COLS layout with leading dimension LD. */
+static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType t, int64_t rows, int64_t cols,
+                     int64_t ld, const DeviceSite *site)
+{
+    return blas_check(cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld < 1 ? 1 : ld),
+                      "cublasLtMatrixLayoutCreate", site);
+}
+
+/* The best algorithm by cuBLASLt's heuristic, for the workspace and alignments of E. */
+static int lt_algo(struct CudaLt *lt, LtEntry *e, const GemmCall *g, const DeviceSite *site)
+{
+    cublasLtMatmulPreference_t pref;
+    if (blas_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", site)) return -1;
+    uint64_t ws = LT_WORKSPACE;
+    uint32_t aa = e->key.align_b, ab = e->key.align_a, ac = e->key.align_c;  /* Lt's A is our B */
+    struct { cublasLtMatmulPreferenceAttributes_t attr; const void *v; size_t size; } set[] = {
+        { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws },
+        { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa },
+        { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab },
+        { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac },
+        { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac },
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof set / sizeof *set && rc == 0; i++)
+        rc = blas_check(cublasLtMatmulPreferenceSetAttribute(pref, set[i].attr, set[i].v, set[i].size),
+                        "cublasLtMatmulPreferenceSetAttribute", site);
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    if (rc == 0)
+        rc = blas_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->la, e->lb, e->lc, e->lc,
+                                                       pref, 1, &result, &found),
+                        "cublasLtMatmulAlgoGetHeuristic", site);
+    blas_check(cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy", site);
+    if (rc == 0 && found == 0) return gemm_refuse(g, site, "cuBLASLt has no algorithm for it");
+    e->algo = result.algo;
+    return rc;
+}
+
+/* The cache entry for call G, made (descriptors, layouts, algorithm) on a miss. */
+static LtEntry *lt_entry(struct CudaLt *lt, const GemmCall *g, cublasComputeType_t compute,
+                         cudaDataType ta, cudaDataType tb, cudaDataType tc, const DeviceSite *site)
+{
+    LtKey key = lt_key(g);
+    for (int i = 0; i < lt->ncache; i++)
+        if (memcmp(&lt->cache[i].key, &key, sizeof key) == 0) return &lt->cache[i];
+    int slot = lt->ncache < LT_CACHE ? lt->ncache++ : lt->next_evict++ % LT_CACHE;
+    LtEntry *e = &lt->cache[slot];
+    lt_entry_free(e);
+    e->key = key;
+    int64_t m = g->m, n = g->n, k = g->k;
+    if (lt_desc(e, g, compute, site) ||
+        lt_layout(&e->la, tb, g->trans_b ? k : n, g->trans_b ? n : k, g->trans_b ? k : n, site) ||
+        lt_layout(&e->lb, ta, g->trans_a ? m : k, g->trans_a ? k : m, g->trans_a ? m : k, site) ||
+        lt_layout(&e->lc, tc, n, m, n, site) || lt_algo(lt, e, g, site)) {
+        lt_entry_free(e);
+        memset(&e->key, 0xff, sizeof e->key);   /* matches no call: a failed entry is made again */
+        return NULL;
+    }
+    return e;
+}
+
+/* C = epilogue(op(A) @ op(B)) through cublasLtMatmul; sizes already checked. */
+static int lt_gemm(CudaDevice *cd, const GemmCall *g, cublasComputeType_t compute, cudaDataType ta,
+                   cudaDataType tb, cudaDataType tc, const DeviceSite *site)
+{
+    if (g->batch != 1 || !g->bias || (g->aux && g->epilogue != GEMM_EPI_GELU_BIAS))
+        return gemm_refuse(g, site, "an epilogue on a batched GEMM, or without its operands");
+    LtEntry *e = lt_entry(cd->lt, g, compute, ta, tb, tc, site);
+    if (!e) return -1;
+    const float alpha = 1.0f, beta = 0.0f;
+    void *c = (void *)(uintptr_t)g->c;
+    return blas_check(cublasLtMatmul(cd->lt->handle, e->desc, &alpha, (const void *)(uintptr_t)g->b, e->la,
+                                     (const void *)(uintptr_t)g->a, e->lb, &beta, c, e->lc, c, e->lc,
+                                     &e->algo, (void *)(uintptr_t)cd->lt->workspace, LT_WORKSPACE,
+                                     (cudaStream_t)cd->stream),
+                      "cublasLtMatmul", site);
+}
+
 int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
 {
     CudaDevice *cd = (CudaDevice *)d;
@@ -98,6 +316,7 @@ int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
     if (!fits_int(g->m) || !fits_int(g->n) || !fits_int(g->k) || !fits_int(g->batch))
         return gemm_refuse(g, site, "a size beyond cuBLAS's 32-bit int arguments");
     if (g->m == 0 || g->n == 0 || g->batch == 0) return 0;
+    if (g->epilogue != GEMM_EPI_NONE) return lt_gemm(cd, g, compute, ta, tb, tc, site);
     int m = (int)g->m, n = (int)g->n, k = (int)g->k;
     cublasOperation_t op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -19,6 +19,12 @@ int cuda_print_devices(FILE *out)
     return 0;
 }
 
+int cuda_free_memory(int ordinal, size_t *free_bytes)
+{
+    *free_bytes = 0;
+    return -1;
+}
+
 int cuda_compile(const char *source, const char *module_name, const CudaCompileOptions *o,
                  CudaCompileResult *out)
 {

@@ -64,6 +64,9 @@ int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **), void *
 }
 
 #define __syncthreads() cgc_emu_syncthreads(__FILE__, __LINE__)
+/* Blocks run one after another on one OS thread: every write is already visible to the
+ * blocks that follow (the "last block" pattern then always elects the grid's last one). */
+#define __threadfence() ((void)0)
 
 template <typename T> static inline uint64_t cgc_emu_to_bits(T v)
 {
@@ -108,6 +111,7 @@ CGC_EMU_SHUFFLES(unsigned)
 CGC_EMU_ATOMIC_ADD(float)
 CGC_EMU_ATOMIC_ADD(double)
 CGC_EMU_ATOMIC_ADD(int)
+CGC_EMU_ATOMIC_ADD(unsigned)
 CGC_EMU_ATOMIC_ADD(unsigned long long)
 #undef CGC_EMU_ATOMIC_ADD
 

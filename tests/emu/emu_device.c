@@ -3,7 +3,9 @@
  * The GEMM is the CPU executor's MATMUL in miniature, so the two agree bit for bit where
  * they can: operands are widened to f32 exactly (f16/bf16 patterns), rounded to tf32 for
  * GEMM_TF32 with cpu_round_tf32, multiplied by cblas_sgemm, and the result is stored
- * rounded to its dtype with cpu_round_f16/bf16.
+ * rounded to its dtype with cpu_round_f16/bf16. A cuBLASLt epilogue (GEMM groups) works
+ * on the f32 product before that rounding, as the executor computes a GEMM group's
+ * unstored members (ir.h, IR_GROUP_GEMM).
  */
 #define _GNU_SOURCE
 #include "tests/emu/emu_device.h"
@@ -225,25 +227,52 @@ static void narrow(void *dst, const float *src, int64_t n, DType t)
 
 static bool gemm_type_ok(DType t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16; }
 
+/* cuBLASLt's epilogue on the f32 product C [m, n] (plan.h, GemmEpilogue): plus the bias
+ * (widened exactly), the sum into AUX when there is one, then the activation, as the CPU
+ * executor computes the group's members (cpu_gelu_tanh is its own gelu_tanh). */
+static void epilogue(float *c, float *aux, const GemmCall *g)
+{
+    float *bias = malloc((size_t)g->n * sizeof(float));
+    widen(bias, (const void *)(uintptr_t)g->bias, g->n, g->bias_type, false);
+    for (int64_t i = 0; i < g->m * g->n; i++) {
+        float x = c[i] + bias[i % g->n];
+        if (aux) aux[i] = x;
+        if (g->epilogue == GEMM_EPI_RELU_BIAS) x = x < 0 ? 0 : x;
+        if (g->epilogue == GEMM_EPI_GELU_BIAS) x = cpu_gelu_tanh(x);
+        c[i] = x;
+    }
+    free(bias);
+}
+
+/* The epilogue's operands are what the contract allows: one matrix, a bias of C's type or
+ * f32, an aux output only under GELU. */
+static bool epilogue_ok(const GemmCall *g)
+{
+    if (g->epilogue == GEMM_EPI_NONE) return true;
+    return g->batch == 1 && g->bias && (g->bias_type == g->c_type || g->bias_type == DT_F32) &&
+           (!g->aux || g->epilogue == GEMM_EPI_GELU_BIAS) && g->epilogue <= GEMM_EPI_GELU_BIAS;
+}
+
 static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
 {
     char buf[512];
     if (!gemm_type_ok(g->a_type) || !gemm_type_ok(g->b_type) || !gemm_type_ok(g->c_type) ||
         g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0 || g->m > INT32_MAX ||
-        g->n > INT32_MAX || g->k > INT32_MAX) {
+        g->n > INT32_MAX || g->k > INT32_MAX || !epilogue_ok(g)) {
         fprintf(stderr, "cgc: error: CUDA emulation: GEMM for %s: unsupported call (types "
-                        "%s %s -> %s, m %lld n %lld k %lld batch %lld)\n",
+                        "%s %s -> %s, m %lld n %lld k %lld batch %lld, epilogue %d)\n",
                 site_str(site, buf, sizeof buf), ir_dtype_name(g->a_type),
                 ir_dtype_name(g->b_type), ir_dtype_name(g->c_type), (long long)g->m,
-                (long long)g->n, (long long)g->k, (long long)g->batch);
+                (long long)g->n, (long long)g->k, (long long)g->batch, g->epilogue);
         return -1;
     }
     int64_t an = g->m * g->k, bn = g->k * g->n, cn = g->m * g->n;
     float *a = malloc((size_t)(an ? an : 1) * sizeof(float));
     float *b = malloc((size_t)(bn ? bn : 1) * sizeof(float));
     float *c = malloc((size_t)(cn ? cn : 1) * sizeof(float));
-    if (!a || !b || !c) {
-        free(a), free(b), free(c);
+    float *aux = g->aux ? malloc((size_t)(cn ? cn : 1) * sizeof(float)) : NULL;
+    if (!a || !b || !c || (g->aux && !aux)) {
+        free(a), free(b), free(c), free(aux);
         fprintf(stderr, "cgc: error: CUDA emulation: GEMM for %s: out of host memory\n",
                 site_str(site, buf, sizeof buf));
         return -1;
@@ -262,9 +291,11 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
             cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
                         g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n,
                         (int)g->k, 1, a, lda, b, ldb, 0, c, (int)g->n);
+        if (g->epilogue != GEMM_EPI_NONE) epilogue(c, aux, g);
+        if (aux) narrow((void *)(uintptr_t)g->aux, aux, cn, g->c_type);
         narrow(pc, c, cn, g->c_type);
     }
-    free(a), free(b), free(c);
+    free(a), free(b), free(c), free(aux);
     return 0;
 }
 

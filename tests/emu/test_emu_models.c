@@ -6,7 +6,8 @@
  * the plan of each mode, compile its kernels with the emulator, and run the same steps on
  * both executors from the same seed, with the same random inputs (never zeros; labels in
  * range) and runtime scalars. After every graph run, every stored node value and every
- * persistent tensor must agree within the run's tolerance (see tolerance()). The modes:
+ * persistent tensor must agree within the run's tolerance (see tolerance()), and the
+ * counter of launches with `last` groups is back at 0 (plan.h). The modes:
  *   eager    one kernel per node;
  *   default  compile_program's pipeline (checkpoint, then compiler/fusion.c's groups),
  *            compared with the reference run on the same (fused, reordered) graphs;
@@ -67,6 +68,7 @@ typedef struct Run {
     int mismatches;          /* nodes and tensors reported in this case */
     int inherited;           /* nodes over the tolerance only through their inputs */
     int compared;            /* node values compared */
+    int counter_checks;      /* runs after which the launch counter was read back */
 } Run;
 
 /* ---- tolerances ---- */
@@ -574,6 +576,19 @@ static void standin_groups(IrProgram *p)
 
 /* ---- running ---- */
 
+/* The counter of the launches with `last` groups (plan.h) is 0 again after a run: the
+ * next run's last blocks are elected by it. */
+static void check_launch_counter(Run *r)
+{
+    if (r->plan->launch_counter < 0) return;
+    Device *d = devexec_device(r->dev);
+    uint32_t count = 1;
+    CHECK_EQ_INT(d->ops->download(d, &count, devexec_buffer(r->dev, r->plan->launch_counter),
+                                  sizeof count), 0);
+    CHECK_EQ_INT(count, 0);
+    r->counter_checks++;
+}
+
 /* Runs G on both executors with the same feed, then compares everything. */
 static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step, uint64_t *rng,
                      float *scratch)
@@ -593,6 +608,7 @@ static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step
     CHECK_EQ_INT(rc, 0);
     int drc = devexec_run(r->dev, g, &df);
     CHECK_EQ_INT(drc, 0);
+    check_launch_counter(r);
     int bad = rc == 0 && drc == 0 ? compare_nodes(r, g, scratch) : 1;
     char when[64];
     snprintf(when, sizeof when, "after %s of step %d", g->name, r->step);
@@ -761,6 +777,8 @@ static void run_case(const Case *c, bool asan)
                          c->precision, r.mismatches, on_cuda ? "on cuda:0" : so);
         else if (!on_cuda) emu_remove_build(so);
         print_plan_summary(plan, &r);
+        /* every model's default plan runs its step bookkeeping as `last` groups */
+        if (c->mode == MODE_DEFAULT) CHECK(r.counter_checks > 0);
         if (r.inherited)
             printf("  %d node values over the tolerance only through their inputs "
                    "(see inherited())\n", r.inherited);
