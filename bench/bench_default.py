@@ -29,10 +29,11 @@ memset left out) and peak memory:
            before the model was built (the dataset).
 
 Part 2, bench/models/wide_mlp.net (784-4096x4-10, bf16, batch 4096) in cgc default:
-achieved TFLOP/s = 6 * P * B / step time (P parameters, B the batch: 2 FLOPs per
-multiply-add, forward once and backward twice, the usual estimate; the first layer's input
-gradient is not computed, so the matrix work done is slightly less), against the measured
-bf16 matrix peak: the best of several timed torch.matmul of two bf16 8192x8192 matrices.
+achieved TFLOP/s = the step's matrix FLOPs / step time, counted from the layer widths
+(WIDE_WIDTHS, checked against the parameter count cgc reports): 2 FLOPs per multiply-add,
+for each layer the forward product and the weight gradient, and the input gradient for all
+but the first (whose input needs none), against the measured bf16 matrix peak: the best of
+several timed torch.matmul of two bf16 8192x8192 matrices.
 
 Goals (issue 4), printed as met / not met from this run's numbers only: mlp.net batch 64
 default at least 2x faster per step than cgc eager and faster than torch.compile; measured
@@ -61,6 +62,7 @@ import bench_eager as be  # noqa: E402  (the PyTorch model, run and data loading
 
 MLP_NET = os.path.join(be.ROOT, "models/mlp.net")
 WIDE_NET = os.path.join(be.ROOT, "bench/models/wide_mlp.net")
+WIDE_WIDTHS = (784, 4096, 4096, 4096, 4096, 10)   # WIDE_NET's layers, input to logits
 MiB = 1 << 20
 
 
@@ -351,8 +353,8 @@ def wide_line(w):
     flops = "n/a" if w["flops"] is None else f"{w['flops']:.4g}"
     tflops = "n/a" if w["tflops"] is None else f"{w['tflops']:.1f}"
     return (f"wide MLP (cgc default, {w['precision']}, batch {w['batch']}, {w['parameters']} "
-            f"parameters P): median step {ms(w['step_ms'])} ms (p10 {ms(w['p10_ms'])}, p90 "
-            f"{ms(w['p90_ms'])}), {w['kernels_per_step']} kernels/step; 6 * P * B = {flops} "
+            f"parameters): median step {ms(w['step_ms'])} ms (p10 {ms(w['p10_ms'])}, p90 "
+            f"{ms(w['p90_ms'])}), {w['kernels_per_step']} kernels/step; matrix work {flops} "
             f"FLOP/step -> {tflops} TFLOP/s; bf16 matmul peak {w['peak_tflops']:.1f} TFLOP/s "
             f"(best of {w['peak_trials']} timings of five {w['peak_n']}^3 products)")
 
@@ -376,6 +378,17 @@ def bench_mlp(a, sizes, device, train, data_bytes):
     return res
 
 
+def wide_flops(parameters, batch):
+    """Matrix FLOPs of one training step of WIDE_NET at BATCH; None unless WIDE_WIDTHS
+    gives the parameter count cgc reported (weights and biases)."""
+    layers = list(zip(WIDE_WIDTHS, WIDE_WIDTHS[1:]))
+    if parameters != sum(i * o + o for i, o in layers):
+        return None
+    products = sum(i * o for i, o in layers)
+    first = layers[0][0] * layers[0][1]
+    return 2 * batch * (3 * products - first)
+
+
 def bench_wide(a, sizes, device):
     w = bench_cgc(a.cgc, WIDE_NET, "default", sizes.wide_batch, sizes.wide_steps, device,
                   a.data, a.out, "cgc_wide_default")
@@ -383,7 +396,7 @@ def bench_wide(a, sizes, device):
         return w
     w["peak_n"], w["peak_trials"] = sizes.matmul_n, sizes.matmul_trials
     w["peak_tflops"] = matmul_peak_tflops(sizes.matmul_n, sizes.matmul_trials, device)
-    w["flops"] = 6 * w["parameters"] * w["batch"] if w["parameters"] else None
+    w["flops"] = wide_flops(w["parameters"], w["batch"])
     w["tflops"] = w["fraction"] = None
     if w["flops"] and w["step_ms"]:
         w["tflops"] = w["flops"] / (w["step_ms"] / 1e3) / 1e12

@@ -385,13 +385,15 @@ static bool per_row(const Shape *s, const Shape *work)
     return is_row_shape(s, work) || shape_is_one(s);
 }
 
-/* A work shape a row group can take: rows of a static length > 1, more than one row. */
+/* A work shape a row group can take: rows of a static length > 1, more than one row,
+ * and one value per row ([rows...]) told apart from an operand broadcast along the rows:
+ * over [4,4], a [4] could be either, so such works are left to step (1)'s clusters. */
 static bool row_work(const Shape *work)
 {
     if (work->rank < 2 || IR_DIM_IS_SYM(work->dim[work->rank - 1]) || work->dim[work->rank - 1] < 2)
         return false;
     Shape row = ir_shape_reduce(work, work->rank - 1);
-    return !shape_is_one(&row);
+    return !shape_is_one(&row) && !fits(&row, work);
 }
 
 /* Reduction node V runs along the rows of WORK. */

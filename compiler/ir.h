@@ -196,8 +196,10 @@ typedef struct IrNode {
  *   IR_GROUP_ROW        one block per row of `work` = [rows..., C], the row being the last
  *                       axis (`axis` = rank - 1): layernorm forward or backward in one
  *                       kernel. Members: pointwise members as above (no ASSIGN, no DROPOUT)
- *                       whose shapes broadcast to `work`, including row values of shape
- *                       [rows..., 1]; RESHAPEs between [rows...] and [rows..., 1]; and
+ *                       whose shapes broadcast to `work`, and row values (one per row, of
+ *                       shape [rows...] or [rows..., 1]; no work has a [rows...] that would
+ *                       also broadcast to it, such as [4] over [4, 4], so the two readings
+ *                       never meet); RESHAPEs between [rows...] and [rows..., 1]; and
  *                       reductions along the row (SUM, MEAN or MAX over axis rank - 1 of a
  *                       value of shape `work`, or REDUCE_TO from `work` to [rows..., 1]).
  *                       Unlike a reduce group, members may read the group's own reductions:
@@ -222,7 +224,8 @@ typedef struct IrNode {
  *                       program still runs bit for bit alike on the CPU and the emulation.
  *
  * Groups with the same nonzero `multi` form one multi-tensor launch (horizontal fusion):
- * they are consecutive, of one kind, independent of each other, and their shapes have no
+ * they are consecutive, of one kind (but for the `last` groups below, pointwise, which may
+ * close a multi of reduce groups), independent of each other, and their shapes have no
  * symbols; their work shapes may differ (a scalar update beside a [512, 784] one; reduce
  * groups over different input shapes, along the same axis). Only pointwise and reduce
  * groups take part. One exception to independence: the multi's final groups (one or

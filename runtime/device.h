@@ -92,7 +92,8 @@ struct Device {
     const DeviceOps *ops;
     void *impl;
     char name[128];                 /* "NVIDIA H100 80GB HBM3 (cuda:0)", "CUDA emulation" */
-    size_t free_bytes;              /* device memory free when opened (0: unknown) */
+    size_t free_bytes;              /* device memory free once opened, after what the device
+                                     * itself holds (module, BLAS workspaces); 0: unknown */
 };
 
 /* ---- the CUDA device (runtime/cuda/) ---- */

@@ -106,9 +106,10 @@ static void report_timing(const Trainer *t, DeviceBackend *b)
 }
 
 /* Prints (-v) the device memory the plan's arena takes and the memory in use as the
- * driver sees it: free at open minus free now, so it also counts the dataset, the
- * module, cuBLAS's workspace and the allocator's rounding; the benchmark sets the two
- * against each other. Called while everything is still allocated. */
+ * driver sees it: free once the device was open (module, cuBLAS and cuBLASLt's workspace
+ * loaded) minus free now, so it counts the dataset and the allocator's rounding beside the
+ * arena; the benchmark sets the two against each other. Called while everything is still
+ * allocated. */
 static void report_memory(const Trainer *t, DeviceBackend *b)
 {
     size_t free_now = 0, arena = devexec_arena_bytes(b->e);

@@ -285,17 +285,22 @@ static const DeviceOps cuda_ops = {
 
 static int open_context(CudaDevice *cd)
 {
-    size_t free_bytes = 0, total = 0;
     char name[100] = "";
     if (CU(NULL, cuDeviceGet, &cd->dev, cd->ordinal) ||
         CU(NULL, cuDeviceGetName, name, (int)sizeof name, cd->dev) ||
         CU(NULL, cuDevicePrimaryCtxRetain, &cd->ctx, cd->dev))
         return -1;
     snprintf(cd->base.name, sizeof cd->base.name, "%s (cuda:%d)", name, cd->ordinal);
-    if (CU(NULL, cuCtxSetCurrent, cd->ctx) ||
-        CU(NULL, cuStreamCreate, &cd->stream, CU_STREAM_NON_BLOCKING) ||
-        CU(NULL, cuMemGetInfo_v2, &free_bytes, &total))
-        return -1;
+    return CU(NULL, cuCtxSetCurrent, cd->ctx) ||
+           CU(NULL, cuStreamCreate, &cd->stream, CU_STREAM_NON_BLOCKING) ? -1 : 0;
+}
+
+/* The memory left for the plan's arena: read once the module, cuBLAS and cuBLASLt's
+ * workspace hold theirs, so that devexec's check before running compares like with like. */
+static int read_free_memory(CudaDevice *cd)
+{
+    size_t free_bytes = 0, total = 0;
+    if (CU(NULL, cuMemGetInfo_v2, &free_bytes, &total)) return -1;
     cd->base.free_bytes = free_bytes;
     return 0;
 }
@@ -350,7 +355,8 @@ int cuda_open(int ordinal, const void *cubin, size_t cubin_size, Device **out)
     cd->base.ops = &cuda_ops;
     cd->base.impl = cd;
     cd->ordinal = ordinal;
-    if (open_context(cd) || load_module(cd, cubin, cubin_size) || cuda_gemm_init(cd)) {
+    if (open_context(cd) || load_module(cd, cubin, cubin_size) || cuda_gemm_init(cd) ||
+        read_free_memory(cd)) {
         dev_close(&cd->base);
         return -1;
     }

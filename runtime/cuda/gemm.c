@@ -66,7 +66,8 @@ struct CudaLt {
     cublasLtHandle_t handle;
     CUdeviceptr workspace;
     LtEntry cache[LT_CACHE];
-    int ncache, next_evict;
+    int ncache;
+    unsigned next_evict;                /* round robin once the cache is full */
 };
 
 static void lt_entry_free(LtEntry *e)
@@ -271,7 +272,7 @@ static LtEntry *lt_entry(struct CudaLt *lt, const GemmCall *g, cublasComputeType
     LtKey key = lt_key(g);
     for (int i = 0; i < lt->ncache; i++)
         if (memcmp(&lt->cache[i].key, &key, sizeof key) == 0) return &lt->cache[i];
-    int slot = lt->ncache < LT_CACHE ? lt->ncache++ : lt->next_evict++ % LT_CACHE;
+    int slot = lt->ncache < LT_CACHE ? lt->ncache++ : (int)(lt->next_evict++ % LT_CACHE);
     LtEntry *e = &lt->cache[slot];
     lt_entry_free(e);
     e->key = key;

@@ -44,6 +44,12 @@ foreach(t test_emu_models test_emu_models_asan)
   target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
 endforeach()
 
+# Models that exist for a shape the shipped ones lack (tests/emu/models/*.net, each saying
+# why), in every precision and mode.
+add_test(NAME test_emu_shapes COMMAND test_emu_models)
+set_tests_properties(test_emu_shapes PROPERTIES LABELS emu TIMEOUT 900
+                     ENVIRONMENT "CGC_MODELS_DIR=${EMU_DIR}/models;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+
 # The same comparisons on a real GPU: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_models COMMAND test_emu_models --cuda)
 set_tests_properties(test_gpu_models PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
