@@ -51,6 +51,9 @@ static const char usage_text[] =
     "  --stop-after K          stop after global step K as if interrupted (saving when\n"
     "                          --save is given); schedules still span the whole run\n"
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
+    "  --profile FILE          write a Chrome trace (opens in Perfetto) of training steps\n"
+    "                          2 to 4: every op of the CPU reference executor, timed\n"
+    "                          (--device cpu; not implemented on a GPU yet)\n"
     "  -q, --quiet             print only errors\n"
     "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
     "                          cache) and, on a GPU, the median step time\n"
@@ -75,7 +78,7 @@ static const char usage_text[] =
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
-       OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS };
+       OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -192,6 +195,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"dump-ir-after", required_argument, NULL, OPT_DUMP_AFTER};
     opts[n++] = (struct option){"explain", no_argument, NULL, OPT_EXPLAIN};
     opts[n++] = (struct option){"stats", required_argument, NULL, OPT_STATS};
+    opts[n++] = (struct option){"profile", required_argument, NULL, OPT_PROFILE};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
     opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
     opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
@@ -236,6 +240,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
         case OPT_SAVE: cli->run.save_path = optarg; break;
         case OPT_RESUME: cli->run.resume_path = optarg; break;
         case OPT_METRICS: cli->run.metrics_path = optarg; break;
+        case OPT_PROFILE: cli->run.profile_path = optarg; break;
         case OPT_LR: cli->lr = optarg; break;
         case OPT_STOP_AFTER:
             if (!parse_count(optarg, &cli->run.stop_after) || cli->run.stop_after == 0)
@@ -257,6 +262,9 @@ static int parse_args(int argc, char **argv, Cli *cli)
     if (cli->devices && optind == argc) return 0;
     if (cli->arch && !cli->check)
         return usage_error("%s", "--arch goes with --check (a run compiles for its own GPU)");
+    if (cli->run.profile_path && (cli->check || cli->explain || cli->dump_ir || cli->dump_after >= 0))
+        return usage_error("%s", "--profile records a training run; it does not go with --check, "
+                                 "--explain or --dump-ir");
     if (optind == argc) return usage_error("%s", "no model file given (usage: cgc FILE.net [options])");
     if (optind + 1 < argc) return usage_error("unexpected argument '%s' (one model file at a time)", argv[optind + 1]);
     cli->path = argv[optind];

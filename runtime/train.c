@@ -120,6 +120,7 @@ static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64
     feed.inputs[1] = b->y;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
+    cpu_exec_set_profile(b->e, t->recording);
     return cpu_exec_run(b->e, g, &feed);
 }
 
@@ -263,6 +264,53 @@ static int train_step(Trainer *t, TrainProgress *pr)
     return 0;
 }
 
+/* ---- --profile: a few steps recorded (profile.h) ---- */
+
+enum { PROFILE_STEPS = 3 };
+
+/* The steps to record: the second to the fourth that this run takes (the first is a
+ * warm-up: buffers grow, caches fill), or as many as there are; a run of one step
+ * records that one. */
+static void profile_window(Trainer *t, const TrainProgress *pr)
+{
+    const RunOptions *o = t->o;
+    int64_t end = o->stop_after && o->stop_after < t->total_steps ? o->stop_after : t->total_steps;
+    t->profile_from = pr->step + (end - pr->step > 1);
+    t->profile_to = t->profile_from + PROFILE_STEPS < end ? t->profile_from + PROFILE_STEPS : end;
+}
+
+/* Writes the trace, if not yet written, and says what it holds. */
+static int profile_finish(Trainer *t)
+{
+    if (!t->profile) return 0;
+    int steps = profile_steps(t->profile), ops = profile_ops(t->profile);
+    int rc = profile_close(t->profile);
+    t->profile = NULL;
+    if (rc != 0 || t->o->quiet) return rc;
+    const char *path = t->o->profile_path;
+    long long first = (long long)t->profile_from + 1, last = first + steps - 1;
+    if (steps == 0) printf("cgc: profiled no steps; %s holds an empty trace\n", path);
+    else if (steps == 1) printf("cgc: profiled 1 step (step %lld, %d ops) to %s\n", first, ops, path);
+    else printf("cgc: profiled %d steps (steps %lld to %lld, %d ops) to %s\n", steps, first, last,
+                ops, path);
+    fflush(stdout);
+    return 0;
+}
+
+/* train_step, timing every op when the step is one --profile records. */
+static int train_step_profiled(Trainer *t, TrainProgress *pr)
+{
+    if (!t->profile || pr->step < t->profile_from || pr->step >= t->profile_to)
+        return train_step(t, pr);
+    t->recording = t->profile;
+    double start = clock_seconds();
+    int rc = train_step(t, pr);
+    t->recording = NULL;
+    if (rc != 0) return rc;
+    profile_step(t->profile, pr->step, start, clock_seconds());
+    return pr->step == t->profile_to ? profile_finish(t) : 0;
+}
+
 static int save(Trainer *t, const TrainProgress *pr)
 {
     if (!t->o->save_path) return 0;
@@ -290,7 +338,7 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
     int64_t end = t->steps_per_epoch * c->accumulate;
     RunState state = RUN_ON;
     while (pr->batch_in_epoch < end) {
-        if (train_step(t, pr) != 0 || progress(t, pr, started) != 0) return RUN_FAILED;
+        if (train_step_profiled(t, pr) != 0 || progress(t, pr, started) != 0) return RUN_FAILED;
         if (pr->step >= t->total_steps) { state = RUN_DONE; break; }
         if (t->o->stop_after && pr->step >= t->o->stop_after) { state = RUN_INTERRUPTED; break; }
     }
@@ -364,6 +412,12 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     t->ops = o->device ? &train_device_backend : &cpu_backend;
     /* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
     if (o->save_path && st_check_writable(o->save_path) != 0) return -1;
+    if (o->profile_path && o->device) {
+        cgc_error("--profile: timing kernels on a CUDA device is not implemented yet, so no "
+                  "trace is written; --device cpu profiles the reference executor's ops");
+        return -1;
+    }
+    if (o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path))) return -1;
     if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
     if (plan(t) != 0) return -1;
     if (t->ops->open(t) != 0) return -1;
@@ -414,6 +468,7 @@ int train_run(IrProgram *p, const RunOptions *o)
         rc = 0;
         goto out;
     }
+    profile_window(&t, &pr);
     double started = clock_seconds();
     RunState state = RUN_ON;
     while (state == RUN_ON) state = train_epoch(&t, &pr);
@@ -421,6 +476,7 @@ int train_run(IrProgram *p, const RunOptions *o)
     if (!o->quiet) print_done(&t, state, pr.step, clock_seconds() - started);
     rc = 0;
 out:
+    if (profile_finish(&t) != 0) rc = 1;
     teardown(&t);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "data.h"
+#include "profile.h"
 #include "train.h"
 
 enum { EVAL_BATCH = 1000 };
@@ -61,6 +62,9 @@ struct Trainer {
     int64_t total_steps;        /* optimizer steps of the whole run */
     int64_t epochs;             /* epochs the run spans */
     FILE *metrics;
+    Profile *profile;           /* --profile, until its trace is written */
+    Profile *recording;         /* the profile during a step it records, else NULL */
+    int64_t profile_from, profile_to;   /* the steps it records: [from, to), 0-based */
     bool live;                  /* stdout is a terminal: draw a progress bar */
     double last_draw;
 };

@@ -21,6 +21,7 @@
 #include "exec.h"
 
 #include "../clock.h"
+#include "../profile.h"
 #include "../rng.h"
 
 #include <cblas.h>
@@ -65,6 +66,7 @@ struct CpuExec {
     uint64_t run;           /* runs started so far */
     Buf scratch[3];         /* tf32 copies of GEMM operands; REDUCE_TO passes; partials */
     double gemm_seconds;
+    Profile *prof;          /* --profile: times every op while set; NULL costs one test */
 };
 
 /* Makes B hold at least BYTES. The old contents are not kept: callers overwrite. */
@@ -550,6 +552,12 @@ void *cpu_exec_tensor(CpuExec *e, int i)
     return e->tensors[i];
 }
 
+/* --profile: node ID of G ran from START until now. */
+static void profile_node(const CpuExec *e, const IrGraph *g, int id, double start)
+{
+    profile_op(e->prof, g, id, e->symvals, start, clock_seconds());
+}
+
 /* Copies the value of ASSIGN node A into its tensor. */
 static void apply_assign(CpuExec *e, const IrGraph *g, const IrNode *a)
 {
@@ -573,8 +581,12 @@ static void apply_assigns(CpuExec *e, const IrGraph *g)
         memcpy(buf_reserve(&s->own, bytes), s->val, bytes);
         s->val = s->own.p;
     }
-    for (int id = 0; id < g->nnodes; id++)
-        if (g->nodes[id].op == IR_ASSIGN) apply_assign(e, g, &g->nodes[id]);
+    for (int id = 0; id < g->nnodes; id++) {
+        if (g->nodes[id].op != IR_ASSIGN) continue;
+        double start = e->prof ? clock_seconds() : 0;
+        apply_assign(e, g, &g->nodes[id]);
+        if (e->prof) profile_node(e, g, id, start);
+    }
 }
 
 int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
@@ -589,8 +601,12 @@ int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
     e->run++;
     slots_reserve(e, g->nnodes);
     int rc = 0;
-    for (int id = 0; id < g->nnodes && rc == 0; id++)
+    for (int id = 0; id < g->nnodes && rc == 0; id++) {
+        double start = e->prof ? clock_seconds() : 0;
         rc = e->real == CPU_F64 ? exec_node_f64(e, g, id) : exec_node_f32(e, g, id);
+        /* an ASSIGN's work is its copy, timed in apply_assigns */
+        if (e->prof && g->nodes[id].op != IR_ASSIGN) profile_node(e, g, id, start);
+    }
     if (rc == 0) apply_assigns(e, g);
     e->feed = NULL;
     return rc;
@@ -613,3 +629,5 @@ double cpu_exec_scalar(CpuExec *e, int id)
 }
 
 double cpu_exec_gemm_seconds(const CpuExec *e) { return e->gemm_seconds; }
+
+void cpu_exec_set_profile(CpuExec *e, Profile *prof) { e->prof = prof; }

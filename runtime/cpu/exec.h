@@ -58,6 +58,11 @@ double cpu_exec_scalar(CpuExec *e, int id);
 /* Seconds spent in GEMM calls since creation (for the benchmark's GEMM share). */
 double cpu_exec_gemm_seconds(const CpuExec *e);
 
+/* --profile: while PROF is set, every op a run executes is reported to it (profile.h),
+ * an ASSIGN when its copy is made; NULL (the default) stops it. */
+typedef struct Profile Profile;
+void cpu_exec_set_profile(CpuExec *e, Profile *prof);
+
 /* Rounding used for emulation, exposed for tests: value to nearest-even f16 / bf16 /
  * tf32 (f16 overflows to inf as hardware does). */
 float cpu_round_f16(float x);

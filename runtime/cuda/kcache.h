@@ -1,14 +1,12 @@
 /* kcache.h: the on-disk cache of compiled kernel modules (cubins).
  *
- * Where: $XDG_CACHE_HOME/cgc/nvrtc/ when XDG_CACHE_HOME is an absolute path, else
- * ~/.cache/cgc/nvrtc/ ($HOME, else the password database). CGC_NO_CACHE=1 turns it off.
+ * Where: cgc/nvrtc/ of the user's cache ($XDG_CACHE_HOME, else ~/.cache), made and
+ * checked as runtime/cachedir.h says; CGC_NO_CACHE=1 turns it off.
  *
  * Safety: the cache holds code that cgc loads onto the GPU, so nothing in it is trusted
- * unless it is ours. The cgc/ and nvrtc/ directories are created 0700, opened with
- * O_NOFOLLOW | O_DIRECTORY, and must belong to the current user and not be group- or
- * world-writable; entries are opened with openat(O_NOFOLLOW) and must be regular files of
- * the user. A directory that fails a check makes the cache unusable: one warning naming
- * the directory and the problem, then compilation goes on without caching.
+ * unless it is ours: a private directory (cachedir.h's checks, one warning when it fails
+ * them, then compilation goes on without caching) and regular files of the user, never
+ * read through a symbolic link.
  *
  * An entry is named by a 64-bit hash of its key (the full key material: NVRTC version,
  * architecture, options, source) but holds the whole key, compared byte for byte on load,

@@ -1,0 +1,47 @@
+/* profile.h: --profile FILE, a Chrome trace (Trace Event JSON; opens in Perfetto and
+ * chrome://tracing) of a few training steps.
+ *
+ * The trainer opens the file before the run, so that a path that cannot be written fails
+ * before any training; it then records a few steps and writes the trace when the last
+ * of them is done. Each recorded step is one complete event ("step 2"), and each op run
+ * in it another, named as --emit's host plan names its steps ("matmul %6", "relu h1"),
+ * with the op, graph, node, .net line, output shape (symbols bound) and dtype as args.
+ * Times are on the monotonic clock (clock.h), in microseconds from the first step.
+ *
+ * Only the CPU reference executor reports ops (cpu_exec_set_profile): a CUDA device has
+ * no timing hook yet (it would record events around each launch and GEMM of the plan
+ * runner, runtime/devexec.c), so train.c refuses --profile there rather than write a
+ * trace of host times that would say nothing about the kernels.
+ */
+#ifndef CGC_PROFILE_H
+#define CGC_PROFILE_H
+
+#include <stdint.h>
+
+#include "../compiler/ir.h"
+
+typedef struct Profile Profile;
+
+/* Creates PATH for the trace of P's run (NET_PATH names the model file in the trace's
+ * otherData). Returns NULL after reporting when PATH cannot be created. */
+Profile *profile_open(const char *path, const IrProgram *p, const char *net_path);
+
+/* A recorded optimizer step: global step STEP (1-based, as the progress lines count)
+ * ran from START to END (clock_seconds()), enclosing the ops reported since the last
+ * step. */
+void profile_step(Profile *pr, int64_t step, double start, double end);
+
+/* The CPU executor's hook: node ID of G ran from START to END, with the program's
+ * symbols bound to SYMVALS (8 of them, as CpuFeed's). */
+void profile_op(Profile *pr, const IrGraph *g, int id, const int64_t *symvals,
+                double start, double end);
+
+/* How many steps and ops were recorded so far. */
+int profile_steps(const Profile *pr);
+int profile_ops(const Profile *pr);
+
+/* Writes the trace, closes the file and frees PR. Returns 0, or -1 after reporting (the
+ * file could not be written). */
+int profile_close(Profile *pr);
+
+#endif

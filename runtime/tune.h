@@ -1,0 +1,101 @@
+/* tune.h: the autotune choices file, one per device and model (issue 5's lockfile).
+ *
+ * --mode max-autotune times candidates on the device (cuBLASLt algorithms, generated GEMM
+ * tiles, launch shapes) and keeps the fastest; the choices are written as a small text
+ * file that a user can read, diff and commit, and read back on the next run of the same
+ * plan instead of tuning again. It lives in cgc/tune/ of the user's cache (cachedir.h),
+ * named MODEL.sm_ARCH.DEVICE.tune (DEVICE: the driver's name in lower case, other
+ * characters as '-'). An example, whole:
+ *
+ *     # cgc autotune choices: model mlp on NVIDIA H100 80GB HBM3 (sm_90).
+ *     # Read back by cgc for the same plan; delete this file to tune again.
+ *     # A choice: KIND KEY CHOICE MS (the chosen candidate's median time; - when chosen
+ *     # by heuristics, untimed).
+ *     cgc-autotune 1
+ *     model mlp
+ *     device sm_90 NVIDIA H100 80GB HBM3
+ *     plan 5f0c1e2d3b4a6978
+ *     tuning 1834.2 ms
+ *     gemm m64.n512.k784.f16.bias_relu lt_algo:3 0.0121
+ *     kernel fused_add_relu_h1 block:256 0.0043
+ *     end 2
+ *
+ * `plan` is a hash of what the choices were made for (the generated module and the GEMM
+ * calls); `tuning` is the time tuning took ("tuning none" for heuristics); `end N`
+ * closes the file with its number of choices, so that a truncated file is told apart.
+ * Blank lines and lines starting with '#' are ignored. KIND is gemm, kernel or mlp; KEY
+ * and CHOICE are tokens of 1 to 127 characters from [A-Za-z0-9_.:+=,-]; no KIND and KEY
+ * twice. Anything else refuses the whole file, with the line and what is wrong: cgc then
+ * says so, tunes again and replaces it. */
+#ifndef CGC_TUNE_H
+#define CGC_TUNE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { TUNE_VERSION = 1, TUNE_TOKEN_MAX = 127, TUNE_DEVICE_MAX = 127 };
+
+typedef enum TuneKind {
+    TUNE_GEMM,      /* a GEMM call: the cuBLASLt algorithm or a generated kernel's tile */
+    TUNE_KERNEL,    /* a generated kernel: its launch shape */
+    TUNE_MLP,       /* a fully fused MLP pass, or not */
+    TUNE_NKINDS
+} TuneKind;
+
+typedef struct TuneChoice {
+    TuneKind kind;
+    char key[TUNE_TOKEN_MAX + 1];
+    char choice[TUNE_TOKEN_MAX + 1];
+    double ms;                      /* the chosen candidate's median time; < 0: untimed */
+} TuneChoice;
+
+typedef struct TuneFile {
+    char model[TUNE_TOKEN_MAX + 1];
+    int arch;                       /* 90 for sm_90 */
+    char device[TUNE_DEVICE_MAX + 1];
+    uint64_t plan_hash;
+    double tuning_ms;               /* < 0: chosen by heuristics ("tuning none") */
+    TuneChoice *choices;
+    int nchoices, cap;
+} TuneFile;
+
+typedef enum TuneLoad {
+    TUNE_FOUND,     /* read, and made for this plan */
+    TUNE_MISSING,   /* no file yet */
+    TUNE_REFUSED,   /* corrupt, or made for another plan or device: tune again */
+    TUNE_NO_CACHE,  /* the cache is off or unusable (cachedir.h) */
+} TuneLoad;
+
+/* An empty file for MODEL on DEVICE (sm_ARCH) and the plan hashed as PLAN_HASH; false
+ * (WHY) when a name is not one the format can hold. */
+bool tune_init(TuneFile *t, const char *model, int arch, const char *device, uint64_t plan_hash,
+               char *why, size_t why_len);
+void tune_free(TuneFile *t);
+
+/* Adds a choice; false (WHY) for a token the format cannot hold or a KIND and KEY that
+ * is already there. */
+bool tune_add(TuneFile *t, TuneKind kind, const char *key, const char *choice, double ms,
+              char *why, size_t why_len);
+const TuneChoice *tune_find(const TuneFile *t, TuneKind kind, const char *key);
+
+/* The file's text, malloc'd. */
+char *tune_format(const TuneFile *t);
+
+/* Parses TEXT (N bytes) into *OUT (freed by tune_free); false with WHY ("line 7: ...") for
+ * anything the format above does not allow, *OUT then empty. */
+bool tune_parse(const char *text, size_t n, TuneFile *out, char *why, size_t why_len);
+
+/* The file name (no directory) for MODEL on DEVICE, sm_ARCH. */
+void tune_file_name(const char *model, int arch, const char *device, char *buf, size_t len);
+
+/* Reads the file for WANT's model, device and architecture into *OUT; TUNE_FOUND only
+ * when its plan hash is WANT's too. PATH gets the file's path (for messages), WHY what is
+ * wrong on TUNE_REFUSED or TUNE_NO_CACHE. */
+TuneLoad tune_load(const TuneFile *want, TuneFile *out, char *path, size_t path_len, char *why,
+                   size_t why_len);
+
+/* Writes T as its file, replacing any; 0, or -1 with WHY. PATH as for tune_load. */
+int tune_store(const TuneFile *t, char *path, size_t path_len, char *why, size_t why_len);
+
+#endif
