@@ -50,7 +50,9 @@ static void trial(IrProgram *p, const CompileOptions *o, const Saved *s, const i
 {
     restore_graphs(p, s);
     checkpoint_apply(p, cand, k);
+    if (o->observer) o->observer->after(o->observer->ctx, PASS_CHECKPOINT, p);
     if (o->mode != PLAN_EAGER) fusion_assign(p);
+    if (o->observer) o->observer->after(o->observer->ctx, PASS_FUSION, p);
     plan_free(c->plan);
     plan_layout_free(&c->layout);
     c->plan = plan_build(p, o->mode, o->net_path);

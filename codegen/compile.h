@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 
+#include "../compiler/pipeline.h"
 #include "plan.h"
 
 typedef struct CompileOptions {
@@ -27,6 +28,9 @@ typedef struct CompileOptions {
     size_t device_free;         /* bytes free on the device that will run it; 0 = unknown */
     bool stop_after_checkpoint; /* --dump-ir-after checkpoint: decide as MODE would, then
                                  * leave the graphs unfused and build no plan */
+    const PassObserver *observer;   /* told after checkpoint and after fusion (in eager
+                                 * mode, the same program twice); under checkpoint = auto
+                                 * after every trial, the last being the one kept */
 } CompileOptions;
 
 typedef struct Compiled {

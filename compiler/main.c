@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "build_config.h"
 #include "passes.h"
@@ -42,7 +43,8 @@ static const char usage_text[] =
     "                          or cuda[:N]\n"
     "  --devices               list the CUDA devices cgc can use, and exit\n"
     "  --emit DIR              write the generated CUDA kernels (one .cu each, module.cu),\n"
-    "                          the device prelude and the host plan to DIR\n"
+    "                          the device prelude, the host plan and the IR after each\n"
+    "                          pass (ir/) to DIR, then go on (with --check: compile only)\n"
     "  --mode MODE             eager (the default: one kernel or GEMM per IR op) or default\n"
     "                          (fused kernels, optimizer updates in place and multi-tensor)\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
@@ -102,6 +104,7 @@ typedef struct Cli {
     bool explain;
     const char *stats_path;     /* --stats: NULL for none */
     PlanMode mode;
+    char *pass_ir[PASS_NUM];    /* --emit: each graph printed after each pass (malloc'd) */
     RunOptions run;
     Override overrides[NUM_TRAIN_FLAGS * 4 + 1];   /* + 1: --lr goes last */
     int noverrides;
@@ -147,13 +150,39 @@ static int parse_pass(const char *s)
     return -1;
 }
 
-/* --emit DIR: the plan written out. Returns 0 or -1 (reported). */
+/* --emit DIR: DIR/ir/N_PASS.ir, the IR after each pass as --dump-ir-after prints it.
+ * Returns 0 or -1 (reported). */
+static int emit_pass_irs(const Cli *cli)
+{
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/ir", cli->emit_dir);
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        cgc_error("%s: cannot create the directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    for (int pass = 0; pass < PASS_NUM; pass++) {
+        CGC_ASSERT(cli->pass_ir[pass]);
+        snprintf(path, sizeof path, "%s/%d_%s.ir", dir, pass + 1, pipeline_pass_names[pass]);
+        FILE *f = fopen(path, "w");
+        bool ok = f && fputs(cli->pass_ir[pass], f) >= 0;
+        if (f && fclose(f) != 0) ok = false;
+        if (!ok) {
+            cgc_error("%s: cannot write it: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* --emit DIR: the plan and the IR after each pass written out. Returns 0 or -1
+ * (reported). */
 static int emit_plan(const Plan *plan, const Cli *cli)
 {
     int rc = plan_emit(plan, cli->emit_dir);
+    if (rc == 0) rc = emit_pass_irs(cli);
     if (rc == 0 && !cli->quiet)
-        fprintf(stderr, "cgc: wrote %d kernels and the host plan to %s\n", plan->nkernels,
-                cli->emit_dir);
+        fprintf(stderr, "cgc: wrote %d kernels, the host plan and the IR after each pass to %s\n",
+                plan->nkernels, cli->emit_dir);
     return rc;
 }
 
@@ -271,7 +300,8 @@ static int parse_args(int argc, char **argv, Cli *cli)
     return 0;
 }
 
-static int dump_ir(const IrProgram *p, const char *which)
+/* Prints graph WHICH of P to OUT, or every graph that has nodes when WHICH is "". */
+static bool print_graphs(FILE *out, const IrProgram *p, const char *which)
 {
     const IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval};
     bool any = false;
@@ -280,8 +310,32 @@ static int dump_ir(const IrProgram *p, const char *which)
         if (*which && strcmp(which, g->name) != 0) continue;
         any = true;
         if (g->nnodes == 0 && *which == '\0') continue;
-        ir_print(stdout, p, g);
+        ir_print(out, p, g);
     }
+    return any;
+}
+
+/* --emit: keeps the IR after PASS as text (a later call for the same pass, as in
+ * checkpoint = auto's trials, replaces it). */
+static void keep_pass_ir(void *ctx, PipelinePass pass, const IrProgram *p)
+{
+    Cli *cli = ctx;
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f) return;
+    print_graphs(f, p, "");
+    if (fclose(f) != 0) {
+        free(text);
+        return;
+    }
+    free(cli->pass_ir[pass]);
+    cli->pass_ir[pass] = text;
+}
+
+static int dump_ir(const IrProgram *p, const char *which)
+{
+    bool any = print_graphs(stdout, p, which);
     if (!any) {
         cgc_error("--dump-ir: unknown graph '%s' (forward, train, train_micro or eval)", diag_quote(which, 40));
         return 1;
@@ -328,8 +382,10 @@ static int check(const IrProgram *p, const Plan *plan, const Cli *cli)
 /* Everything after the front end: the passes and the plan, then what the flags ask. */
 static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
 {
+    PassObserver keep = {keep_pass_ir, cli};
     CompileOptions co = {.mode = cli->mode, .net_path = cli->path,
-                         .stop_after_checkpoint = cli->dump_after == PASS_CHECKPOINT};
+                         .stop_after_checkpoint = cli->dump_after == PASS_CHECKPOINT,
+                         .observer = cli->emit_dir ? &keep : NULL};
     if (p->cfg.checkpoint == CKPT_AUTO && p->cfg.memory == 0 && !cli->check)
         co.device_free = backend_device_memory(cli->device);
     if (cli->mode == PLAN_EAGER && cli->dump_after == PASS_FUSION && !cli->quiet)
@@ -364,16 +420,24 @@ int main(int argc, char **argv)
         cli.overrides[cli.noverrides++] = (Override){NULL, "lr", cli.lr};
     PipelinePass last = cli.dump_after >= 0 && cli.dump_after < PASS_TRAINING
                             ? (PipelinePass)cli.dump_after : PASS_TRAINING;
-    IrProgram *p = pipeline_compile_until(src, cli.overrides, cli.noverrides, last);
+    PassObserver keep = {keep_pass_ir, &cli};
+    IrProgram *p = last < PASS_TRAINING || !cli.emit_dir
+                       ? pipeline_compile_until(src, cli.overrides, cli.noverrides, last)
+                       : pipeline_compile_observed(src, cli.overrides, cli.noverrides, &keep);
     if (!p) {
         /* Every failure should have said why; this is the net for one that did not. */
         if (diag_error_count() == 0) fprintf(stderr, "cgc: %s: compilation failed\n", cli.path);
+        for (int i = 0; i < PASS_NUM; i++) free(cli.pass_ir[i]);
         source_free(src);
         return 1;
     }
-    if (last < PASS_TRAINING) rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
-    else rc = compile_and_go(p, src, &cli);
+    /* the passes up to training lowering have run: the rest are compile_program's */
+    if (cli.dump_after >= 0 && cli.dump_after <= PASS_TRAINING)
+        rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
+    else
+        rc = compile_and_go(p, src, &cli);
     ir_program_free(p);
     source_free(src);
+    for (int i = 0; i < PASS_NUM; i++) free(cli.pass_ir[i]);
     return rc;
 }

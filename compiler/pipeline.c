@@ -36,8 +36,28 @@ IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrid
     return pipeline_compile_until(src, overrides, noverrides, PASS_TRAINING);
 }
 
+static IrProgram *compile_until(Source *src, const Override *overrides, int noverrides,
+                                PipelinePass last, const PassObserver *obs);
+
 IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int noverrides,
                                   PipelinePass last)
+{
+    return compile_until(src, overrides, noverrides, last, NULL);
+}
+
+IrProgram *pipeline_compile_observed(Source *src, const Override *overrides, int noverrides,
+                                     const PassObserver *obs)
+{
+    return compile_until(src, overrides, noverrides, PASS_TRAINING, obs);
+}
+
+static void observe(const PassObserver *obs, PipelinePass pass, const IrProgram *p)
+{
+    if (obs && obs->after) obs->after(obs->ctx, pass, p);
+}
+
+static IrProgram *compile_until(Source *src, const Override *overrides, int noverrides,
+                                PipelinePass last, const PassObserver *obs)
 {
     CGC_ASSERT(last <= PASS_TRAINING);
     AstFile *ast = parse_file(src);
@@ -56,7 +76,8 @@ IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int no
         return NULL;
     }
     sema_train_finish(&p->cfg);
-    if (last >= PASS_PRECISION) precision_assign(p);
-    if (last >= PASS_TRAINING) training_lower(p);
+    observe(obs, PASS_SEMA, p);
+    if (last >= PASS_PRECISION) precision_assign(p), observe(obs, PASS_PRECISION, p);
+    if (last >= PASS_TRAINING) training_lower(p), observe(obs, PASS_TRAINING, p);
     return p;
 }

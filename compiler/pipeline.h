@@ -29,4 +29,16 @@ IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrid
 IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int noverrides,
                                   PipelinePass last);
 
+/* Called with the program after each pass (--emit writes the IR of each): here after
+ * sema, precision and training; compile_program (codegen/compile.h) after checkpoint and
+ * fusion. */
+typedef struct PassObserver {
+    void (*after)(void *ctx, PipelinePass pass, const IrProgram *p);
+    void *ctx;
+} PassObserver;
+
+/* pipeline_compile, telling OBS (NULL: no one) after each of its passes. */
+IrProgram *pipeline_compile_observed(Source *src, const Override *overrides, int noverrides,
+                                     const PassObserver *obs);
+
 #endif

@@ -28,5 +28,21 @@ for f in $FILES; do
         status=1
     fi
 done
-[ $status = 0 ] && echo "golden.sh: $(echo $FILES | wc -w) files match"
+# --emit's IR after each pass is what --dump-ir-after prints for the same flags (flags
+# under which checkpoint and fusion both act).
+FLAGS="--mode default --checkpoint all"
+# shellcheck disable=SC2086  # FLAGS are words
+(cd "$ROOT" && "$CGC" models/mlp.net $FLAGS --check --arch none --emit "$OUT/fused" -q) || {
+    echo "golden.sh: cgc $FLAGS --check --emit failed"; exit 1; }
+n=1
+for pass in sema precision training checkpoint fusion; do
+    # shellcheck disable=SC2086
+    (cd "$ROOT" && "$CGC" models/mlp.net $FLAGS --dump-ir-after $pass) > "$OUT/$pass.ir" 2>/dev/null
+    if ! cmp -s "$OUT/$pass.ir" "$OUT/fused/ir/${n}_$pass.ir"; then
+        echo "golden.sh: --emit's ir/${n}_$pass.ir is not what --dump-ir-after $pass prints"
+        status=1
+    fi
+    n=$((n + 1))
+done
+[ $status = 0 ] && echo "golden.sh: $(echo $FILES | wc -w) files match; ir/ holds each pass's IR"
 exit $status
