@@ -60,14 +60,6 @@ static void trial(IrProgram *p, const CompileOptions *o, const Saved *s, const i
     c->nrecomputed = k;
 }
 
-static void format_bytes(size_t n, char *buf, size_t len)
-{
-    if (n >= (size_t)1 << 30) snprintf(buf, len, "%.2f GB", (double)n / (double)((size_t)1 << 30));
-    else if (n >= (size_t)1 << 20) snprintf(buf, len, "%.2f MB", (double)n / (double)((size_t)1 << 20));
-    else if (n >= 1024) snprintf(buf, len, "%.1f KB", (double)n / 1024.0);
-    else snprintf(buf, len, "%zu bytes", n);
-}
-
 /* checkpoint = auto: the smallest K whose plan fits the budget, else every candidate. */
 static void search(IrProgram *p, const CompileOptions *o, const Saved *s, const int *cand, int n,
                    Compiled *c)
@@ -80,8 +72,8 @@ static void search(IrProgram *p, const CompileOptions *o, const Saved *s, const 
     for (int k = 0; compiled_activation_bytes(c) > c->budget; k++) {
         if (k == n) {
             char need[32], have[32];
-            format_bytes(compiled_activation_bytes(c), need, sizeof need);
-            format_bytes(c->budget, have, sizeof have);
+            diag_format_bytes(compiled_activation_bytes(c), need, sizeof need);
+            diag_format_bytes(c->budget, have, sizeof have);
             cgc_warning("checkpoint = auto: the training step needs %s of activations and "
                         "temporaries even with all %d recomputable activations recomputed, "
                         "more than the budget of %s; continuing with that plan (fixes: a "

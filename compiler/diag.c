@@ -344,3 +344,11 @@ const char *diag_quote(const char *s, size_t max)
     }
     return b;
 }
+
+void diag_format_bytes(size_t n, char *buf, size_t len)
+{
+    if (n >= (size_t)1 << 30) snprintf(buf, len, "%.2f GB", (double)n / (double)((size_t)1 << 30));
+    else if (n >= (size_t)1 << 20) snprintf(buf, len, "%.2f MB", (double)n / (double)((size_t)1 << 20));
+    else if (n >= 1024) snprintf(buf, len, "%.1f KB", (double)n / 1024.0);
+    else snprintf(buf, len, "%zu bytes", n);
+}

@@ -87,4 +87,8 @@ const char *diag_closest(const char *name, const char *const *candidates);
  * Returns a pointer into one of a few rotating static buffers. */
 const char *diag_quote(const char *s, size_t max);
 
+/* N bytes for messages, in powers of 1024 as --memory reads them: "1.50 GB", "8.27 MB",
+ * "3.0 KB", "12 bytes". */
+void diag_format_bytes(size_t n, char *buf, size_t len);
+
 #endif

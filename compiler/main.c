@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bench.h"
 #include "build_config.h"
 #include "passes.h"
 #include "pipeline.h"
@@ -53,6 +54,9 @@ static const char usage_text[] =
     "  --stop-after K          stop after global step K as if interrupted (saving when\n"
     "                          --save is given); schedules still span the whole run\n"
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
+    "  --bench                 set eager against --mode (default when eager or not given):\n"
+    "                          launches per step, planned memory, cold and warm compile\n"
+    "                          times; prints no step times yet (see README), and exits\n"
     "  --profile FILE          write a Chrome trace (opens in Perfetto) of training steps\n"
     "                          2 to 4: every op of the CPU reference executor, timed\n"
     "                          (--device cpu; not implemented on a GPU yet)\n"
@@ -80,7 +84,7 @@ static const char usage_text[] =
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
-       OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE };
+       OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -101,7 +105,7 @@ typedef struct Cli {
     const char *lr;
     const char *emit_dir;       /* --emit: NULL for none */
     int dump_after;             /* --dump-ir-after: a PipelinePass, or -1 */
-    bool explain;
+    bool explain, bench;
     const char *stats_path;     /* --stats: NULL for none */
     PlanMode mode;
     char *pass_ir[PASS_NUM];    /* --emit: each graph printed after each pass (malloc'd) */
@@ -225,6 +229,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"explain", no_argument, NULL, OPT_EXPLAIN};
     opts[n++] = (struct option){"stats", required_argument, NULL, OPT_STATS};
     opts[n++] = (struct option){"profile", required_argument, NULL, OPT_PROFILE};
+    opts[n++] = (struct option){"bench", no_argument, NULL, OPT_BENCH};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
     opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
     opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
@@ -270,6 +275,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
         case OPT_RESUME: cli->run.resume_path = optarg; break;
         case OPT_METRICS: cli->run.metrics_path = optarg; break;
         case OPT_PROFILE: cli->run.profile_path = optarg; break;
+        case OPT_BENCH: cli->bench = true; break;
         case OPT_LR: cli->lr = optarg; break;
         case OPT_STOP_AFTER:
             if (!parse_count(optarg, &cli->run.stop_after) || cli->run.stop_after == 0)
@@ -289,11 +295,16 @@ static int parse_args(int argc, char **argv, Cli *cli)
         }
     }
     if (cli->devices && optind == argc) return 0;
-    if (cli->arch && !cli->check)
-        return usage_error("%s", "--arch goes with --check (a run compiles for its own GPU)");
+    if (cli->arch && !cli->check && !cli->bench)
+        return usage_error("%s", "--arch goes with --check or --bench (a run compiles for its own "
+                                 "GPU)");
     if (cli->run.profile_path && (cli->check || cli->explain || cli->dump_ir || cli->dump_after >= 0))
         return usage_error("%s", "--profile records a training run; it does not go with --check, "
                                  "--explain or --dump-ir");
+    if (cli->bench && (cli->check || cli->explain || cli->dump_ir || cli->dump_after >= 0 ||
+                       cli->emit_dir || cli->stats_path || cli->run.profile_path))
+        return usage_error("%s", "--bench compiles and compares on its own; it does not go with "
+                                 "--check, --explain, --dump-ir, --emit, --stats or --profile");
     if (optind == argc) return usage_error("%s", "no model file given (usage: cgc FILE.net [options])");
     if (optind + 1 < argc) return usage_error("unexpected argument '%s' (one model file at a time)", argv[optind + 1]);
     cli->path = argv[optind];
@@ -418,6 +429,14 @@ int main(int argc, char **argv)
     if (!src) return 1;
     if (cli.lr)
         cli.overrides[cli.noverrides++] = (Override){NULL, "lr", cli.lr};
+    if (cli.bench) {
+        BenchOptions bo = {.net_path = cli.path, .src = src, .overrides = cli.overrides,
+                           .noverrides = cli.noverrides, .mode = cli.mode, .device = cli.device,
+                           .arch = cli.arch ? backend_parse_arch(cli.arch) : 0};
+        rc = bench_run(&bo);
+        source_free(src);
+        return rc;
+    }
     PipelinePass last = cli.dump_after >= 0 && cli.dump_after < PASS_TRAINING
                             ? (PipelinePass)cli.dump_after : PASS_TRAINING;
     PassObserver keep = {keep_pass_ir, &cli};

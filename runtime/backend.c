@@ -27,15 +27,18 @@ static int compile_module(const Plan *plan, const BackendOptions *o, int arch,
     return rc;
 }
 
+int backend_default_arch(void)
+{
+    CudaDeviceInfo info[1];
+    char why[256];
+    return cuda_probe(info, 1, why, sizeof why) > 0 ? info[0].cc_major * 10 + info[0].cc_minor
+                                                    : DEFAULT_ARCH;
+}
+
 int backend_check_compile(const BackendOptions *o, int arch)
 {
     if (arch < 0) return 0;
-    if (arch == 0) {
-        CudaDeviceInfo info[1];
-        char why[256];
-        arch = cuda_probe(info, 1, why, sizeof why) > 0 ? info[0].cc_major * 10 + info[0].cc_minor
-                                                        : DEFAULT_ARCH;
-    }
+    if (arch == 0) arch = backend_default_arch();
     CudaCompileResult r = {0};
     int rc = compile_module(o->plan, o, arch, &r);
     if (rc == 0 && !o->quiet)

@@ -37,6 +37,9 @@ int backend_check_compile(const BackendOptions *o, int arch);
  * when the driver cannot say; 0 for none or the CPU. */
 size_t backend_device_memory(const char *device);
 
+/* The architecture --check compiles for by default: the first GPU's, else sm_90. */
+int backend_default_arch(void);
+
 /* "sm_90" -> 90; "none" -> -1 (no NVRTC compile); 0 when malformed. */
 int backend_parse_arch(const char *s);
 

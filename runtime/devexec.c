@@ -158,15 +158,6 @@ static void mark_padding(DevExec *e)
     free(spans);
 }
 
-/* "1.50 GB": powers of 1024, as --memory reads them. */
-static void format_bytes(size_t n, char *buf, size_t len)
-{
-    if (n >= (size_t)1 << 30) snprintf(buf, len, "%.2f GB", (double)n / (double)((size_t)1 << 30));
-    else if (n >= (size_t)1 << 20) snprintf(buf, len, "%.2f MB", (double)n / (double)((size_t)1 << 20));
-    else if (n >= 1024) snprintf(buf, len, "%.1f KB", (double)n / 1024.0);
-    else snprintf(buf, len, "%zu bytes", n);
-}
-
 /* The fixes that apply to this program, as a list for the message of check_fits: a
  * smaller batch always; checkpointing and a lower precision unless already chosen. */
 static void fixes(const IrProgram *p, char *buf, size_t len)
@@ -193,10 +184,10 @@ static bool check_fits(const DevExec *e)
     size_t have = e->d->free_bytes;
     if (!have || e->arena_bytes <= have) return true;
     char need[32], fixed[32], act[32], free_[32], fix[160];
-    format_bytes(e->arena_bytes, need, sizeof need);
-    format_bytes(e->persistent_bytes, fixed, sizeof fixed);
-    format_bytes(e->arena_bytes - e->persistent_bytes, act, sizeof act);
-    format_bytes(have, free_, sizeof free_);
+    diag_format_bytes(e->arena_bytes, need, sizeof need);
+    diag_format_bytes(e->persistent_bytes, fixed, sizeof fixed);
+    diag_format_bytes(e->arena_bytes - e->persistent_bytes, act, sizeof act);
+    diag_format_bytes(have, free_, sizeof free_);
     fixes(e->p, fix, sizeof fix);
     cgc_error("%s: the plan needs %s of device memory (arena: %s of parameters, optimizer "
               "state and data, %s of activations and temporaries at batch %lld) but %s has "

@@ -125,6 +125,8 @@ typedef struct CudaCompileOptions {
     int arch;                       /* compute capability as 90 for sm_90 */
     bool verbose;                   /* -v: report cold/warm compile times */
     const char *emit_dir;           /* where the module source was emitted, for errors */
+    bool cold;                      /* compile with NVRTC even when the cache holds the
+                                     * module (--bench's cold time); still stored */
 } CudaCompileOptions;
 
 typedef struct CudaCompileResult {

@@ -12,6 +12,7 @@ cgc_e2e(e2e_resume_bitexact resume_bitexact.sh)
 cgc_e2e(e2e_train_models train_models.sh)
 cgc_e2e(e2e_cli cli.sh)
 cgc_e2e(e2e_profile profile.sh)
+cgc_e2e(e2e_bench bench.sh)
 
 # Whole-binary mutation test: every byte-level mutation of each model ends in exit 0
 # or exit 1 with a diagnostic, within seconds.

@@ -147,7 +147,7 @@ int cuda_compile(const char *source, const char *module_name, const CudaCompileO
         fprintf(stderr, "cgc: error: module %s: out of memory for the cache key\n", job.module);
         return -1;
     }
-    out->from_cache = kcache_load(key, key_len, &out->cubin, &out->cubin_size, o->verbose);
+    out->from_cache = !o->cold && kcache_load(key, key_len, &out->cubin, &out->cubin_size, o->verbose);
     if (!out->from_cache) {
         if (nvrtc_build(&job, o, &out->cubin, &out->cubin_size)) {
             free(key);

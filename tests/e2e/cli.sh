@@ -28,7 +28,8 @@ expect "help" 0 "usage: cgc FILE.net" -- --help
 for flag in --check --dump-ir --device --save --resume --stop-after --metrics --quiet --version \
             --data --batch --epochs --steps --shuffle --drop-last --optimizer --lr --schedule \
             --precision --accumulate --clip-norm --checkpoint --memory --seed \
-            --arch --devices --emit --mode --verbose --dump-ir-after --explain --stats; do
+            --arch --devices --emit --mode --verbose --dump-ir-after --explain --stats \
+            --profile --bench; do
   expect "help mentions $flag" 0 "$flag" -- --help
 done
 expect "version" 0 "^cgc [0-9]+\.[0-9]+\.[0-9]+" -- --version

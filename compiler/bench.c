@@ -1,0 +1,141 @@
+/* bench.c: --bench (see bench.h). */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codegen/compile.h"
+#include "../runtime/backend.h"
+#include "../runtime/clock.h"
+#include "../runtime/device.h"
+
+/* What one mode gives. */
+typedef struct ModeFigures {
+    int kernels, gemms;             /* per training step */
+    size_t peak, activations;       /* planned bytes */
+    double cold, warm;              /* seconds; < 0: not measured */
+    bool warm_from_cache;
+} ModeFigures;
+
+/* Front end, passes and plan for MODE; *SECONDS their time. Returns 0 or -1 (reported). */
+static int compile_mode(const BenchOptions *o, PlanMode mode, IrProgram **p, Compiled *c,
+                        double *seconds)
+{
+    double start = clock_seconds();
+    *p = pipeline_compile(o->src, o->overrides, o->noverrides);
+    if (!*p) return -1;
+    CompileOptions co = {.mode = mode, .net_path = o->net_path};
+    if (compile_program(*p, &co, c) != 0) {
+        ir_program_free(*p);
+        return -1;
+    }
+    *seconds = clock_seconds() - start;
+    return 0;
+}
+
+/* One whole compile of MODE to a cubin for ARCH, cold or warm: its seconds in *SECONDS
+ * (< 0 when NVRTC failed: reported). */
+static int timed_compile(const BenchOptions *o, PlanMode mode, int arch, bool cold,
+                         ModeFigures *f, double *seconds)
+{
+    IrProgram *p;
+    Compiled c;
+    double front;
+    if (compile_mode(o, mode, &p, &c, &front) != 0) return -1;
+    f->kernels = compiled_steps_per_train(&c, &f->gemms);
+    f->peak = c.layout.arena_bytes;
+    f->activations = compiled_activation_bytes(&c);
+    *seconds = -1;
+    if (arch > 0) {
+        char *source = plan_module_source(c.plan);
+        CudaCompileOptions co = {.arch = arch, .cold = cold};
+        CudaCompileResult r = {0};
+        if (cuda_compile(source, p->model_name, &co, &r) == 0) {
+            *seconds = front + r.seconds;
+            if (!cold) f->warm_from_cache = r.from_cache;
+        }
+        free(r.cubin);
+        free(source);
+    }
+    compiled_free(&c);
+    ir_program_free(p);
+    return 0;
+}
+
+static int measure(const BenchOptions *o, PlanMode mode, int arch, ModeFigures *f)
+{
+    memset(f, 0, sizeof *f);
+    if (timed_compile(o, mode, arch, true, f, &f->cold) != 0) return -1;
+    return timed_compile(o, mode, arch, false, f, &f->warm);
+}
+
+static void print_seconds(double s)
+{
+    if (s < 0) printf(" %12s", "-");
+    else if (s < 1) printf(" %9.1f ms", s * 1e3);
+    else printf(" %10.2f s", s);
+}
+
+static void print_bytes(size_t n)
+{
+    char b[32];
+    diag_format_bytes(n, b, sizeof b);
+    printf(" %12s", b);
+}
+
+static void print_ratio(double eager, double other, const char *what)
+{
+    if (eager > 0 && other > 0) printf("   %.2fx %s", eager / other, what);
+    putchar('\n');
+}
+
+/* Whether --device would run on a GPU (auto: when one is usable). */
+static bool on_gpu(const char *device)
+{
+    if (strncmp(device, "cuda", 4) == 0) return true;
+    if (strcmp(device, "auto") != 0) return false;
+    CudaDeviceInfo info[1];
+    char why[256];
+    return cuda_probe(info, 1, why, sizeof why) > 0;
+}
+
+int bench_run(const BenchOptions *o)
+{
+    PlanMode mode = o->mode == PLAN_EAGER ? PLAN_DEFAULT : o->mode;
+    const char *name = "default";   /* the one compiled mode so far */
+    int arch = o->arch == 0 ? backend_default_arch() : o->arch;
+    ModeFigures e, m;
+    if (measure(o, PLAN_EAGER, arch, &e) != 0 || measure(o, mode, arch, &m) != 0) return 1;
+
+    printf("cgc --bench %s: eager against %s\n\n", o->net_path, name);
+    printf("%-26s %12s %12s\n", "", "eager", name);
+    printf("%-26s %12d %12d", "launches per step", e.kernels, m.kernels);
+    print_ratio(e.kernels, m.kernels, "fewer");
+    printf("%-26s %12d %12d\n", "  of which GEMMs", e.gemms, m.gemms);
+    printf("%-26s", "planned peak memory");
+    print_bytes(e.peak), print_bytes(m.peak);
+    print_ratio((double)e.peak, (double)m.peak, "less");
+    printf("%-26s", "  activations, temporaries");
+    print_bytes(e.activations), print_bytes(m.activations);
+    print_ratio((double)e.activations, (double)m.activations, "less");
+    if (arch > 0) {
+        printf("%-26s", "compile, cold");
+        print_seconds(e.cold), print_seconds(m.cold);
+        printf("   front end, passes, NVRTC for sm_%d\n", arch);
+        printf("%-26s", "compile, warm");
+        print_seconds(e.warm), print_seconds(m.warm);
+        printf("   %s\n", e.warm_from_cache && m.warm_from_cache
+                              ? "the module from the kernel cache"
+                              : "not from the cache: it is off or unusable (see above)");
+    } else {
+        printf("compile times: not measured (--arch none)\n");
+    }
+    printf("\nstep times: not measured: %s\n",
+           on_gpu(o->device)
+               ? "timing the modes on the GPU is not built into --bench yet\n"
+                 "(-v prints the median step time of a run in either mode)"
+               : "on the CPU both modes run the same IR through the reference\n"
+                 "executor, so there is nothing of the modes' to time: that needs a GPU");
+    return 0;
+}
