@@ -94,21 +94,26 @@ static const char *plan_name(Builder *b, const char *s)
     return own(b, xstrdup(buf));
 }
 
+void codegen_sanitise(char *dst, size_t max, const char *s, const char *fallback)
+{
+    size_t n = 0;
+    for (; s && s[n] && n + 1 < max; n++) {
+        char c = s[n];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        dst[n] = ok ? c : '_';
+    }
+    dst[n] = '\0';
+    if (n == 0) snprintf(dst, max, "%s", fallback);
+}
+
 /* The .net file's base name with anything but [A-Za-z0-9._-] replaced. */
 static const char *source_base_name(Builder *b, const char *path)
 {
     const char *base = path ? strrchr(path, '/') : NULL;
-    base = base ? base + 1 : path ? path : "model.net";
     char buf[80];
-    size_t n = 0;
-    for (; *base && n + 1 < sizeof buf; base++) {
-        char c = *base;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '_' || c == '-';
-        buf[n++] = ok ? c : '_';
-    }
-    buf[n] = '\0';
-    return own(b, xstrdup(n ? buf : "model.net"));
+    codegen_sanitise(buf, sizeof buf, base ? base + 1 : path, "model.net");
+    return own(b, xstrdup(buf));
 }
 
 /* ---- buffers ---- */
@@ -879,4 +884,13 @@ char *plan_module_source(const Plan *plan)
         sb_puts(&s, plan->kernels[k].source);
     }
     return s.s;
+}
+
+unsigned plan_launch_grid(const PlanLaunch *l, const int64_t *symvals)
+{
+    int64_t work = ir_numel(&l->work, symvals), per = l->items_per_block > 0 ? l->items_per_block : 1;
+    int64_t blocks = (work + per - 1) / per;
+    if (l->max_blocks > 0 && blocks > l->max_blocks) blocks = l->max_blocks;
+    if (blocks > 0x7fffffff) blocks = 0x7fffffff;
+    return blocks < 1 ? 1u : (unsigned)blocks;
 }

@@ -226,6 +226,10 @@ void plan_free(Plan *plan);
 
 const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g);   /* NULL if none */
 
+/* Blocks for launch L with the symbols at SYMVALS: ceil(numel(work) / items_per_block),
+ * clamped to [1, max_blocks] (and to a 32-bit grid). The runtime's and the reproducer's. */
+unsigned plan_launch_grid(const PlanLaunch *l, const int64_t *symvals);
+
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);
 
@@ -265,9 +269,18 @@ void plan_layout_free(PlanLayout *l);
 void plan_print(FILE *out, const Plan *plan);
 
 /* --emit DIR: creates DIR if needed and writes cgc_device.h, one NAME.cu per kernel
- * (each compiles alone: `nvcc -cubin -arch=sm_90 NAME.cu`), and host_plan.txt. Returns 0,
- * or -1 after "cgc: error: DIR/FILE: ..." . */
+ * (each compiles alone: `nvcc -cubin -arch=sm_90 NAME.cu`), host_plan.txt, and the
+ * standalone reproducer DIR/repro/ (module.cu, repro.c, Makefile; below) when the plan
+ * has a train graph. Returns 0, or -1 after "cgc: error: DIR/FILE: ..." . */
 int plan_emit(const Plan *plan, const char *dir);
+
+/* The reproducer (codegen/repro.c): one host C file that loads the module's cubin with the
+ * driver API, lays out the arena (plan_layout, reuse on, the batch symbol at cfg.batch),
+ * fills it, and replays the training step (train_micro accumulate - 1 times, then train)
+ * with CUDA events around each step; and the Makefile that builds it and the cubin with
+ * nvcc alone. The text holds no .net text but sanitised names. Needs the train graph. */
+void plan_write_repro(FILE *out, const Plan *plan);
+void plan_write_repro_makefile(FILE *out, const Plan *plan);
 
 /* For the CPU emulation of CUDA: C++ source with one
  *   extern "C" void cgc_emu_thunk_NAME(void **args)

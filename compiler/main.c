@@ -44,8 +44,9 @@ static const char usage_text[] =
     "                          or cuda[:N]\n"
     "  --devices               list the CUDA devices cgc can use, and exit\n"
     "  --emit DIR              write the generated CUDA kernels (one .cu each, module.cu),\n"
-    "                          the device prelude, the host plan and the IR after each\n"
-    "                          pass (ir/) to DIR, then go on (with --check: compile only)\n"
+    "                          the device prelude, the host plan, the IR after each pass\n"
+    "                          (ir/) and a reproducer that builds with nvcc (repro/) to\n"
+    "                          DIR, then go on (with --check: compile only)\n"
     "  --mode MODE             eager (the default: one kernel or GEMM per IR op) or default\n"
     "                          (fused kernels, optimizer updates in place and multi-tensor)\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
@@ -185,8 +186,9 @@ static int emit_plan(const Plan *plan, const Cli *cli)
     int rc = plan_emit(plan, cli->emit_dir);
     if (rc == 0) rc = emit_pass_irs(cli);
     if (rc == 0 && !cli->quiet)
-        fprintf(stderr, "cgc: wrote %d kernels, the host plan and the IR after each pass to %s\n",
-                plan->nkernels, cli->emit_dir);
+        fprintf(stderr, "cgc: wrote %d kernels, the host plan, the IR after each pass and a "
+                        "reproducer to %s (%s/repro: make, then ./repro on a GPU)\n",
+                plan->nkernels, cli->emit_dir, cli->emit_dir);
     return rc;
 }
 

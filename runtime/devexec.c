@@ -388,16 +388,6 @@ static DeviceSite site_of(const DevExec *e, const PlanStep *s, const char *kerne
     return (DeviceSite){kernel, s->what, e->net_path, s->loc.line};
 }
 
-/* Blocks for a launch: ceil(work / items_per_block) clamped to [1, max_blocks]. */
-static unsigned grid_of(const DevExec *e, const PlanLaunch *l)
-{
-    int64_t work = ir_numel(&l->work, e->symvals), per = l->items_per_block > 0 ? l->items_per_block : 1;
-    int64_t blocks = (work + per - 1) / per;
-    if (l->max_blocks > 0 && blocks > l->max_blocks) blocks = l->max_blocks;
-    if (blocks > 0x7fffffff) blocks = 0x7fffffff;
-    return blocks < 1 ? 1u : (unsigned)blocks;
-}
-
 static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, ArgValue *v)
 {
     switch (a->kind) {
@@ -422,7 +412,7 @@ static int run_launch(DevExec *e, const PlanStep *s, const DevFeed *feed)
         args[i] = &vals[i];
     }
     DeviceSite site = site_of(e, s, k->name);
-    return e->d->ops->launch(e->d, e->kernel[l->kernel], grid_of(e, l), (unsigned)k->block, args, &site);
+    return e->d->ops->launch(e->d, e->kernel[l->kernel], plan_launch_grid(l, e->symvals), (unsigned)k->block, args, &site);
 }
 
 static int run_gemm(DevExec *e, const PlanStep *s)

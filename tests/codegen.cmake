@@ -12,3 +12,10 @@ set_tests_properties(codegen_golden_mlp PROPERTIES LABELS cpu TIMEOUT 120)
 add_test(NAME codegen_nvcc_compile
          COMMAND sh ${TESTS_DIR}/codegen/nvcc_compile.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
 set_tests_properties(codegen_nvcc_compile PROPERTIES LABELS cpu TIMEOUT 420 SKIP_RETURN_CODE 77)
+
+# --emit's standalone reproducer (DIR/repro: module.cu, repro.c, Makefile) built with nvcc
+# alone for mlp (fp16, accumulate 2), resmlp (bf16), regression (eager) and a GELU-epilogue
+# model; no .net text in what is emitted. Running it needs a GPU. Skipped (77) without nvcc.
+add_test(NAME codegen_repro
+         COMMAND sh ${TESTS_DIR}/codegen/repro.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
+set_tests_properties(codegen_repro PROPERTIES LABELS cpu TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -7,9 +7,7 @@
 set -u
 CGC=$1
 ROOT=$2
-NVCC=${NVCC:-nvcc}
-command -v "$NVCC" >/dev/null 2>&1 || NVCC=/usr/local/cuda/bin/nvcc
-[ -x "$NVCC" ] || command -v "$NVCC" >/dev/null 2>&1 || { echo "nvcc not found: skipped"; exit 77; }
+. "$ROOT/tests/codegen/find_nvcc.sh"
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/cgc_nvcc.XXXXXX") || exit 1
 trap 'rm -rf "$OUT"' EXIT
 
