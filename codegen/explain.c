@@ -102,13 +102,6 @@ void compiled_write_stats(const Compiled *c, FILE *out)
 
 /* ---- --explain ---- */
 
-static void format_bytes(size_t n, char *buf, size_t len)
-{
-    if (n >= (size_t)1 << 20) snprintf(buf, len, "%.2f MB", (double)n / (double)((size_t)1 << 20));
-    else if (n >= 1024) snprintf(buf, len, "%.1f KB", (double)n / 1024.0);
-    else snprintf(buf, len, "%zu B", n);
-}
-
 /* The first reader of node ID in G, or -1. */
 static int first_reader(const IrGraph *g, int id)
 {
@@ -225,7 +218,7 @@ static void explain_recompute(const Compiled *c, FILE *out)
     fprintf(out, "\nActivation checkpointing: checkpoint = %s", config_checkpoint_name(p->cfg.checkpoint));
     if (p->cfg.checkpoint == CKPT_AUTO) {
         char b[32];
-        format_bytes(c->budget, b, sizeof b);
+        diag_format_bytes(c->budget, b, sizeof b);
         if (c->budget) fprintf(out, ", budget %s%s", b, c->over_budget ? " (not met)" : "");
         else fputs(", no budget known (no `memory`, no GPU): nothing recomputed", out);
     }
@@ -242,9 +235,9 @@ static void explain_recompute(const Compiled *c, FILE *out)
 static void explain_memory(const Compiled *c, FILE *out)
 {
     char peak[32], pers[32], act[32];
-    format_bytes(c->layout.arena_bytes, peak, sizeof peak);
-    format_bytes(c->layout.persistent_bytes, pers, sizeof pers);
-    format_bytes(compiled_activation_bytes(c), act, sizeof act);
+    diag_format_bytes(c->layout.arena_bytes, peak, sizeof peak);
+    diag_format_bytes(c->layout.persistent_bytes, pers, sizeof pers);
+    diag_format_bytes(compiled_activation_bytes(c), act, sizeof act);
     fprintf(out, "\nMemory plan (batch %lld): peak %s = %s persistent (parameters, optimizer "
                  "state, inputs, data)\n  + %s for the train step's activations and temporaries\n",
             (long long)c->symmax[0], peak, pers, act);
@@ -254,7 +247,7 @@ static void explain_memory(const Compiled *c, FILE *out)
     for (int gid = 0; gid < PG_NUM; gid++) {
         if (!c->plan->graph[gid].ir) continue;
         char b[32];
-        format_bytes(c->layout.graph_bytes[gid], b, sizeof b);
+        diag_format_bytes(c->layout.graph_bytes[gid], b, sizeof b);
         fprintf(out, "  %-12s %s\n", names[gid], b);
     }
 }

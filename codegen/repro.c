@@ -682,12 +682,17 @@ static void gemm_row(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
     fprintf(o, " },\n");
 }
 
+/* The graphs of a step in the order they run: the GEMM table's rows follow it, so that
+ * write_steps numbers them as it writes the calls. */
+static const PlanGraphId replay_order[] = { PG_TRAIN_MICRO, PG_TRAIN };
+
 static void write_gemms(Repro *r)
 {
     fputs(gemm_code, r->out);
     fprintf(r->out, "static Gemm gemms[] = {\n");
-    for (int gid = 0; gid < PG_NUM; gid++) {
-        if (!replays(r, (PlanGraphId)gid)) continue;
+    for (size_t o = 0; o < sizeof replay_order / sizeof replay_order[0]; o++) {
+        PlanGraphId gid = replay_order[o];
+        if (!replays(r, gid)) continue;
         const PlanGraph *pg = &r->plan->graph[gid];
         for (int i = 0; i < pg->nsteps; i++) {
             const PlanStep *s = &pg->steps[i];
@@ -822,8 +827,8 @@ static void write_steps(Repro *r)
 {
     fputs(launch_code, r->out);
     int row = 0;
-    if (replays(r, PG_TRAIN_MICRO)) write_graph(r, PG_TRAIN_MICRO, &row);
-    write_graph(r, PG_TRAIN, &row);
+    for (size_t o = 0; o < sizeof replay_order / sizeof replay_order[0]; o++)
+        if (replays(r, replay_order[o])) write_graph(r, replay_order[o], &row);
     CGC_ASSERT(row == r->ngemms);
     fprintf(r->out,
             "/* One training step: ACCUMULATE micro-batches, the last through the graph train.\n"

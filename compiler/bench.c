@@ -34,8 +34,8 @@ static int compile_mode(const BenchOptions *o, PlanMode mode, IrProgram **p, Com
     return 0;
 }
 
-/* One whole compile of MODE to a cubin for ARCH, cold or warm: its seconds in *SECONDS
- * (< 0 when NVRTC failed: reported). */
+/* One whole compile of MODE to a cubin for ARCH (none when ARCH <= 0), cold or warm: its
+ * seconds in *SECONDS (< 0: not compiled). Returns 0, or -1 after an error (reported). */
 static int timed_compile(const BenchOptions *o, PlanMode mode, int arch, bool cold,
                          ModeFigures *f, double *seconds)
 {
@@ -47,11 +47,13 @@ static int timed_compile(const BenchOptions *o, PlanMode mode, int arch, bool co
     f->peak = c.layout.arena_bytes;
     f->activations = compiled_activation_bytes(&c);
     *seconds = -1;
+    int rc = 0;
     if (arch > 0) {
         char *source = plan_module_source(c.plan);
         CudaCompileOptions co = {.arch = arch, .cold = cold};
         CudaCompileResult r = {0};
-        if (cuda_compile(source, p->model_name, &co, &r) == 0) {
+        rc = cuda_compile(source, p->model_name, &co, &r);
+        if (rc == 0) {
             *seconds = front + r.seconds;
             if (!cold) f->warm_from_cache = r.from_cache;
         }
@@ -60,7 +62,7 @@ static int timed_compile(const BenchOptions *o, PlanMode mode, int arch, bool co
     }
     compiled_free(&c);
     ir_program_free(p);
-    return 0;
+    return rc;
 }
 
 static int measure(const BenchOptions *o, PlanMode mode, int arch, ModeFigures *f)
@@ -84,9 +86,12 @@ static void print_bytes(size_t n)
     printf(" %12s", b);
 }
 
-static void print_ratio(double eager, double other, const char *what)
+/* The ratio of eager's figure to the mode's: "2.95x less" when the mode's is smaller,
+ * "1.10x more" when it is larger. */
+static void print_ratio(double eager, double other, const char *less)
 {
-    if (eager > 0 && other > 0) printf("   %.2fx %s", eager / other, what);
+    if (eager > 0 && other > 0 && eager >= other) printf("   %.2fx %s", eager / other, less);
+    else if (eager > 0 && other > 0) printf("   %.2fx more", other / eager);
     putchar('\n');
 }
 

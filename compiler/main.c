@@ -30,8 +30,9 @@ static const char usage_text[] =
     "What to do:\n"
     "  --check                 compile everything (front end, IR, kernels, NVRTC for\n"
     "                          --arch) and run nothing; needs no GPU\n"
-    "  --arch sm_XX|none       with --check: the GPU architecture to compile for (default:\n"
-    "                          the first GPU's, else sm_90); none stops before NVRTC\n"
+    "  --arch sm_XX|none       with --check or --bench: the GPU architecture to compile for\n"
+    "                          (default: the first GPU's, else sm_90); none stops before\n"
+    "                          NVRTC\n"
     "  --dump-ir[=GRAPH]       print the IR after all passes and exit; GRAPH is forward,\n"
     "                          train, train_micro or eval (default: all of them)\n"
     "  --dump-ir-after PASS    print the IR after PASS and exit: sema, precision,\n"
@@ -58,9 +59,9 @@ static const char usage_text[] =
     "  --bench                 set eager against --mode (default when eager or not given):\n"
     "                          launches per step, planned memory, cold and warm compile\n"
     "                          times; prints no step times yet (see README), and exits\n"
-    "  --profile FILE          write a Chrome trace (opens in Perfetto) of training steps\n"
-    "                          2 to 4: every op of the CPU reference executor, timed\n"
-    "                          (--device cpu; not implemented on a GPU yet)\n"
+    "  --profile FILE          write a Chrome trace (opens in Perfetto) of the second to\n"
+    "                          fourth training steps this run takes: every op of the CPU\n"
+    "                          reference executor, timed (--device cpu; not on a GPU yet)\n"
     "  -q, --quiet             print only errors\n"
     "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
     "                          cache) and, on a GPU, the median step time\n"
@@ -304,9 +305,13 @@ static int parse_args(int argc, char **argv, Cli *cli)
         return usage_error("%s", "--profile records a training run; it does not go with --check, "
                                  "--explain or --dump-ir");
     if (cli->bench && (cli->check || cli->explain || cli->dump_ir || cli->dump_after >= 0 ||
-                       cli->emit_dir || cli->stats_path || cli->run.profile_path))
-        return usage_error("%s", "--bench compiles and compares on its own; it does not go with "
-                                 "--check, --explain, --dump-ir, --emit, --stats or --profile");
+                       cli->emit_dir || cli->stats_path || cli->run.profile_path ||
+                       cli->run.save_path || cli->run.resume_path || cli->run.metrics_path ||
+                       cli->run.stop_after || cli->quiet))
+        return usage_error("%s", "--bench compiles and compares on its own, trains nothing and "
+                                 "prints its table; it does not go with --check, --explain, "
+                                 "--dump-ir, --emit, --stats, --profile, --save, --resume, "
+                                 "--metrics, --stop-after or --quiet");
     if (optind == argc) return usage_error("%s", "no model file given (usage: cgc FILE.net [options])");
     if (optind + 1 < argc) return usage_error("unexpected argument '%s' (one model file at a time)", argv[optind + 1]);
     cli->path = argv[optind];

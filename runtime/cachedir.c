@@ -179,10 +179,8 @@ int cachedir_write(int dfd, const char *name, const void *buf, size_t n)
     /* A private temporary name, so that concurrent cgc processes never share one. No
      * fsync: a file torn by a crash fails its reader's checks and is made again. */
     static unsigned counter;
-    char tmp[NAME_MAX + 1];
-    if ((size_t)snprintf(tmp, sizeof tmp, ".tmp.%ld.%u.%s", (long)getpid(), counter++, name) >=
-        sizeof tmp)
-        return ENAMETOOLONG;
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".tmp.%ld.%u", (long)getpid(), counter++);
     int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return errno;
     int err = 0;

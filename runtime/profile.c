@@ -226,17 +226,32 @@ static void write_trace(const Profile *pr)
     fputs("}\n", f);
 }
 
-int profile_close(Profile *pr)
+static void profile_free(Profile *pr)
 {
-    write_trace(pr);
-    bool failed = ferror(pr->f) != 0;
-    if (fclose(pr->f) != 0) failed = true;
-    if (failed)
-        cgc_error("--profile %s: cannot write the file: %s", diag_quote(pr->path, 80), strerror(errno));
     free(pr->path);
     free(pr->net_path);
     free(pr->steps);
     free(pr->ops);
     free(pr);
+}
+
+void profile_discard(Profile *pr)
+{
+    fclose(pr->f);
+    remove(pr->path);
+    profile_free(pr);
+}
+
+int profile_close(Profile *pr)
+{
+    write_trace(pr);
+    errno = 0;
+    bool failed = ferror(pr->f) != 0;
+    if (fclose(pr->f) != 0) failed = true;
+    if (failed)
+        cgc_error("--profile %s: cannot write the file: %s", diag_quote(pr->path, 80),
+                  errno ? strerror(errno) : "a write failed (disk full?)");
+    profile_free(pr);
     return failed ? -1 : 0;
 }
+

@@ -44,4 +44,8 @@ int profile_ops(const Profile *pr);
  * file could not be written). */
 int profile_close(Profile *pr);
 
+/* Closes and removes the file without a trace (the run failed before training), and
+ * frees PR. */
+void profile_discard(Profile *pr);
+
 #endif

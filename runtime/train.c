@@ -476,6 +476,10 @@ int train_run(IrProgram *p, const RunOptions *o)
     if (!o->quiet) print_done(&t, state, pr.step, clock_seconds() - started);
     rc = 0;
 out:
+    if (t.profile && !t.profile_to) {     /* no training began: no trace to speak of */
+        profile_discard(t.profile);
+        t.profile = NULL;
+    }
     if (profile_finish(&t) != 0) rc = 1;
     teardown(&t);
     return rc;

@@ -16,7 +16,9 @@
 
 #include "cachedir.h"
 
-enum { LINE_MAX_BYTES = 512, FILE_MAX_BYTES = 4 << 20 };
+/* A plan has tens to hundreds of choices; the bounds keep a planted file from costing
+ * more than a moment (duplicates are found by a scan per choice). */
+enum { LINE_MAX_BYTES = 512, FILE_MAX_BYTES = 1 << 20, MAX_CHOICES = 8192, SLUG_MAX = 64 };
 
 static const char *const kind_name[TUNE_NKINDS] = {"gemm", "kernel", "mlp"};
 
@@ -92,6 +94,7 @@ bool tune_add(TuneFile *t, TuneKind kind, const char *key, const char *choice, d
     if (!is_token(choice)) return fail(why, why_len, "choice '%.40s' is not a token", choice);
     if (!isfinite(ms)) return fail(why, why_len, "time of %s %s is not finite", kind_name[kind], key);
     if (tune_find(t, kind, key)) return fail(why, why_len, "%s %s is chosen twice", kind_name[kind], key);
+    if (t->nchoices == MAX_CHOICES) return fail(why, why_len, "more than %d choices", MAX_CHOICES);
     if (t->nchoices == t->cap) {
         int cap = t->cap ? 2 * t->cap : 16;
         TuneChoice *c = realloc(t->choices, (size_t)cap * sizeof *c);
@@ -108,7 +111,7 @@ bool tune_add(TuneFile *t, TuneKind kind, const char *key, const char *choice, d
 
 void tune_file_name(const char *model, int arch, const char *device, char *buf, size_t len)
 {
-    char slug[TUNE_DEVICE_MAX + 1];
+    char slug[SLUG_MAX + 1];      /* cut short: the file says which device it is for */
     size_t n = 0;
     for (const char *s = device; *s && n < sizeof slug - 1; s++)
         slug[n++] = isalnum((unsigned char)*s) ? (char)tolower((unsigned char)*s) : '-';
@@ -130,7 +133,7 @@ char *tune_format(const TuneFile *t)
                "chosen\n# by heuristics, untimed).\n");
     fprintf(f, "cgc-autotune %d\nmodel %s\ndevice sm_%d %s\nplan %016llx\n", TUNE_VERSION,
             t->model, t->arch, t->device, (unsigned long long)t->plan_hash);
-    if (t->tuning_ms < 0) fprintf(f, "tuning none\n");
+    if (!isfinite(t->tuning_ms) || t->tuning_ms < 0) fprintf(f, "tuning none\n");
     else fprintf(f, "tuning %.6g ms\n", t->tuning_ms);
     for (int i = 0; i < t->nchoices; i++) {
         const TuneChoice *c = &t->choices[i];

@@ -5,7 +5,7 @@
  * file that a user can read, diff and commit, and read back on the next run of the same
  * plan instead of tuning again. It lives in cgc/tune/ of the user's cache (cachedir.h),
  * named MODEL.sm_ARCH.DEVICE.tune (DEVICE: the driver's name in lower case, other
- * characters as '-'). An example, whole:
+ * characters as '-', at most 64 of them). An example, whole:
  *
  *     # cgc autotune choices: model mlp on NVIDIA H100 80GB HBM3 (sm_90).
  *     # Read back by cgc for the same plan; delete this file to tune again.
@@ -23,9 +23,11 @@
  * `plan` is a hash of what the choices were made for (the generated module and the GEMM
  * calls); `tuning` is the time tuning took ("tuning none" for heuristics); `end N`
  * closes the file with its number of choices, so that a truncated file is told apart.
- * Blank lines and lines starting with '#' are ignored. KIND is gemm, kernel or mlp; KEY
- * and CHOICE are tokens of 1 to 127 characters from [A-Za-z0-9_.:+=,-]; no KIND and KEY
- * twice. Anything else refuses the whole file, with the line and what is wrong: cgc then
+ * Blank lines and lines starting with '#' are ignored, as are blanks around words (one
+ * or more spaces or tabs separate them). KIND is gemm, kernel or mlp; KEY and CHOICE are
+ * tokens of 1 to 127 characters from [A-Za-z0-9_.:+=,-]; no KIND and KEY twice, at most
+ * 8192 choices in a file of at most 1 MiB. Numbers are read as strtod reads them (finite,
+ * >= 0). Anything else refuses the whole file, with the line and what is wrong: cgc then
  * says so, tunes again and replaces it. */
 #ifndef CGC_TUNE_H
 #define CGC_TUNE_H

@@ -16,6 +16,12 @@ set_tests_properties(codegen_nvcc_compile PROPERTIES LABELS cpu TIMEOUT 420 SKIP
 # --emit's standalone reproducer (DIR/repro: module.cu, repro.c, Makefile) built with nvcc
 # alone for mlp (fp16, accumulate 2), resmlp (bf16), regression (eager) and a GELU-epilogue
 # model; no .net text in what is emitted. Running it needs a GPU. Skipped (77) without nvcc.
+# The toolkit's include directory (cuda.h) comes from CMake: nvcc's own directory need not
+# hold it (nvcc may be a link from elsewhere).
+set(CGC_CUDA_INCLUDE "")
+if(CUDAToolkit_INCLUDE_DIRS)
+  list(GET CUDAToolkit_INCLUDE_DIRS 0 CGC_CUDA_INCLUDE)
+endif()
 add_test(NAME codegen_repro
-         COMMAND sh ${TESTS_DIR}/codegen/repro.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
+         COMMAND sh ${TESTS_DIR}/codegen/repro.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR} "${CGC_CUDA_INCLUDE}")
 set_tests_properties(codegen_repro PROPERTIES LABELS cpu TIMEOUT 600 SKIP_RETURN_CODE 77)

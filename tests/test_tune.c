@@ -52,6 +52,14 @@ static void test_round_trip(void)
     free(text);
     tune_free(&back);
 
+    /* a time that is not a number is written as none, never as text the parser refuses */
+    t.tuning_ms = 0.0 / 0.0;
+    text = tune_format(&t);
+    CHECK(text && strstr(text, "\ntuning none\n"));
+    CHECK(tune_parse(text, strlen(text), &back, why, sizeof why));
+    tune_free(&back);
+    free(text);
+
     /* heuristics: "tuning none" and untimed choices */
     t.tuning_ms = -1;
     text = tune_format(&t);
@@ -151,6 +159,15 @@ static void test_names(void)
     CHECK(!tune_add(&t, TUNE_GEMM, "", "x", 1, why, sizeof why));
     CHECK(!tune_add(&t, TUNE_GEMM, "a", "x", 0.0 / 0.0, why, sizeof why));
     CHECK_EQ_INT(t.nchoices, 0);
+    /* at most 8192 choices: a planted file costs a moment, not minutes */
+    for (int i = 0; i < 8192; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%d", i);
+        if (!tune_add(&t, TUNE_KERNEL, key, "block:128", -1, why, sizeof why)) break;
+    }
+    CHECK_EQ_INT(t.nchoices, 8192);
+    CHECK(!tune_add(&t, TUNE_KERNEL, "one.more", "block:128", -1, why, sizeof why));
+    CHECK(strstr(why, "more than 8192 choices") != NULL);
     tune_free(&t);
     tune_file_name("mlp", 90, "NVIDIA H100 80GB HBM3", name, sizeof name);
     CHECK_STR(name, "mlp.sm_90.nvidia-h100-80gb-hbm3.tune");
@@ -209,6 +226,18 @@ static void test_cache(void)
     CHECK(symlink(target, path) == 0);
     CHECK_EQ_INT(tune_load(&t, &got, path, sizeof path, why, sizeof why), TUNE_REFUSED);
     CHECK(strstr(why, "symbolic link") != NULL);
+
+    /* the longest names the format takes still make a file name (the device's cut short) */
+    TuneFile big;
+    char model[TUNE_TOKEN_MAX + 1], device[TUNE_DEVICE_MAX + 1];
+    memset(model, 'm', TUNE_TOKEN_MAX), model[TUNE_TOKEN_MAX] = '\0';
+    memset(device, 'D', TUNE_DEVICE_MAX), device[TUNE_DEVICE_MAX] = '\0';
+    CHECK(tune_init(&big, model, 999, device, 7, why, sizeof why));
+    CHECK_EQ_INT(tune_store(&big, path, sizeof path, why, sizeof why), 0);
+    CHECK_EQ_INT(tune_load(&big, &got, path, sizeof path, why, sizeof why), TUNE_FOUND);
+    CHECK_STR(got.device, device);
+    tune_free(&got);
+    tune_free(&big);
 
     /* the caches off: nothing read or written */
     setenv("CGC_NO_CACHE", "1", 1);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# repro.sh CGC ROOT: --emit's standalone reproducer (DIR/repro/) builds with nvcc alone.
+# repro.sh CGC ROOT [CUDA_INCLUDE]: --emit's standalone reproducer (DIR/repro/) builds with nvcc alone.
 # For each case, `cgc --check --arch none --emit DIR`, then:
 #   - DIR/repro holds module.cu (the same as DIR/module.cu), repro.c and a Makefile;
 #   - repro.c names every kernel of the plan (one DIR/NAME.cu each) and states the case;
@@ -16,7 +16,11 @@ set -u
 CGC=$1
 ROOT=$2
 . "$ROOT/tests/codegen/find_nvcc.sh"
+# The toolkit is where nvcc lives (find_nvcc.sh resolved any link to it); its headers are
+# where CMake found them (argument 3), else beside it.
 CUDA_HOME=$(cd "$(dirname "$NVCC")/.." && pwd)
+CUDA_INCLUDE=${3:-}
+[ -n "$CUDA_INCLUDE" ] && [ -f "$CUDA_INCLUDE/cuda.h" ] || CUDA_INCLUDE=$CUDA_HOME/include
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/cgc_repro.XXXXXX") || exit 1
 trap 'rm -rf "$OUT"' EXIT
 MARKER='@@MARKER@@'
@@ -69,7 +73,7 @@ case_() {
         fail "$name: repro.c holds a tensor name"
     fi
     if command -v gcc >/dev/null 2>&1 &&
-       ! gcc -fsyntax-only -Wall -Wextra -Werror -I"$CUDA_HOME/include" "$r/repro.c" > "$OUT/$name.gcc.log" 2>&1; then
+       ! gcc -fsyntax-only -Wall -Wextra -Werror -I"$CUDA_INCLUDE" "$r/repro.c" > "$OUT/$name.gcc.log" 2>&1; then
         fail "$name: gcc -Wall -Wextra"; cat "$OUT/$name.gcc.log"
     fi
     if ! make -C "$r" -j1 NVCC="$NVCC" CUDA_HOME="$CUDA_HOME" > "$OUT/$name.make.log" 2>&1; then
@@ -102,6 +106,20 @@ want gelu 'FILL_LABELS, 10.0f'
 if grep -q 'run_train_micro' "$OUT/resmlp/repro/repro.c"; then
     fail "resmlp: a train_micro replay without accumulation"
 fi
+
+# Every GEMM call uses a row of its own graph: in run_GRAPH, run_gemm(&gemms[N]) with row
+# N's .graph = "GRAPH" (rows and calls once disagreed with accumulation).
+for c in mlp resmlp regression gelu; do
+    awk -v name="$c" '
+        /^    \{ \.graph = "/ { split($0, q, "\""); graph_of[rows++] = q[2] }
+        /^static void run_train(_micro)?\(/ { fn = $3; sub(/^run_/, "", fn); sub(/\(.*/, "", fn) }
+        /run_gemm\(&gemms\[/ {
+            n = $0; sub(/.*gemms\[/, "", n); sub(/\].*/, "", n); calls++
+            if (graph_of[n + 0] != fn) { printf "%s: run_%s calls gemms[%d], a row of %s\n", name, fn, n, graph_of[n + 0]; bad = 1 }
+        }
+        END { if (calls == 0 && rows > 1) { printf "%s: no GEMM call found\n", name; bad = 1 } exit bad }
+    ' "$OUT/$c/repro/repro.c" || fail "$c: GEMM calls and rows disagree"
+done
 
 # The marker: nowhere under any emit directory (names, comments, binaries).
 if grep -rl -- "$MARKER" "$OUT/mlp" "$OUT/gelu"; then fail "text of the .net file reached the emitted files"; fi

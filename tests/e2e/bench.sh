@@ -50,6 +50,13 @@ grep -Eq '^compile, warm +[0-9.]+ (ms|s) +[0-9.]+ (ms|s) +the module from the ke
 CGC_NO_CACHE=1 "$cgc" "$root/models/regression.net" --bench --device cpu --arch sm_80 > "$dir/nocache.txt"
 grep -q 'not from the cache' "$dir/nocache.txt" || { cat "$dir/nocache.txt"; fail "cache off not said"; }
 
+# NVRTC refusing the target is an error, said once, not a table of dashes
+if "$cgc" "$root/models/regression.net" --bench --device cpu --arch sm_52 > "$dir/old.txt" 2>&1; then
+    cat "$dir/old.txt"; fail "--bench for sm_52 succeeded"
+fi
+[ "$(grep -c 'cannot compile for compute capability 5.2' "$dir/old.txt")" = 1 ] ||
+    { cat "$dir/old.txt"; fail "--bench for sm_52: not one clear error"; }
+
 # --mode eager (the default) compares with default; other actions refuse --bench
 "$cgc" "$root/models/regression.net" --bench --mode eager --device cpu --arch none | grep -q "eager against default" ||
     fail "--mode eager --bench is not eager against default"

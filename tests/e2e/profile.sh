@@ -116,6 +116,15 @@ if [ "$status" -ne 1 ] ||
     echo "unwritable --profile: status $status, output:"; echo "$out"; exit 1
 fi
 
+# A run that fails before training (no such dataset) leaves no trace file and no
+# "profiled" line.
+status=0
+out=$("$cgc" "$root/models/regression.net" --device cpu --data 'idx("no-such-dir")' \
+      --profile "$dir/never.json" 2>&1) || status=$?
+if [ "$status" -ne 1 ] || [ -e "$dir/never.json" ] || grep -q "profiled" <<<"$out"; then
+    echo "--profile of a run that never trained: status $status, output:"; echo "$out"; exit 1
+fi
+
 # --profile needs a run; --help says so.
 status=0
 out=$("$cgc" "$root/models/regression.net" --check --arch none --profile "$dir/c.json" 2>&1) || status=$?
