@@ -74,11 +74,12 @@ static void search(IrProgram *p, const CompileOptions *o, const Saved *s, const 
             char need[32], have[32];
             diag_format_bytes(compiled_activation_bytes(c), need, sizeof need);
             diag_format_bytes(c->budget, have, sizeof have);
-            cgc_warning("checkpoint = auto: the training step needs %s of activations and "
-                        "temporaries even with all %d recomputable activations recomputed, "
-                        "more than the budget of %s; continuing with that plan (fixes: a "
-                        "smaller batch, a lower precision, or a larger `memory`)",
-                        need, n, have);
+            if (!o->quiet)
+                cgc_warning("checkpoint = auto: the training step needs %s of activations and "
+                            "temporaries even with all %d recomputable activations "
+                            "recomputed, more than the budget of %s; continuing with that plan "
+                            "(fixes: a smaller batch, a lower precision, or a larger `memory`)",
+                            need, n, have);
             c->over_budget = true;
             return;
         }

@@ -28,6 +28,8 @@ typedef struct CompileOptions {
     size_t device_free;         /* bytes free on the device that will run it; 0 = unknown */
     bool stop_after_checkpoint; /* --dump-ir-after checkpoint: decide as MODE would, then
                                  * leave the graphs unfused and build no plan */
+    bool quiet;                 /* no warnings (a compile repeated, as --bench's warm one,
+                                 * has given them already) */
     const PassObserver *observer;   /* told after checkpoint and after fusion (in eager
                                  * mode, the same program twice); under checkpoint = auto
                                  * after every trial, the last being the one kept */

@@ -18,14 +18,15 @@ typedef struct ModeFigures {
     bool warm_from_cache;
 } ModeFigures;
 
-/* Front end, passes and plan for MODE; *SECONDS their time. Returns 0 or -1 (reported). */
-static int compile_mode(const BenchOptions *o, PlanMode mode, IrProgram **p, Compiled *c,
-                        double *seconds)
+/* Front end, passes and plan for MODE; *SECONDS their time. QUIET: the warnings were
+ * given by the same compile before. Returns 0 or -1 (reported). */
+static int compile_mode(const BenchOptions *o, PlanMode mode, bool quiet, IrProgram **p,
+                        Compiled *c, double *seconds)
 {
     double start = clock_seconds();
     *p = pipeline_compile(o->src, o->overrides, o->noverrides);
     if (!*p) return -1;
-    CompileOptions co = {.mode = mode, .net_path = o->net_path};
+    CompileOptions co = {.mode = mode, .net_path = o->net_path, .quiet = quiet};
     if (compile_program(*p, &co, c) != 0) {
         ir_program_free(*p);
         return -1;
@@ -42,7 +43,7 @@ static int timed_compile(const BenchOptions *o, PlanMode mode, int arch, bool co
     IrProgram *p;
     Compiled c;
     double front;
-    if (compile_mode(o, mode, &p, &c, &front) != 0) return -1;
+    if (compile_mode(o, mode, !cold, &p, &c, &front) != 0) return -1;
     f->kernels = compiled_steps_per_train(&c, &f->gemms);
     f->peak = c.layout.arena_bytes;
     f->activations = compiled_activation_bytes(&c);

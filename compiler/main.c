@@ -157,10 +157,12 @@ static int parse_pass(const char *s)
 }
 
 /* --emit DIR: DIR/ir/N_PASS.ir, the IR after each pass as --dump-ir-after prints it.
- * Returns 0 or -1 (reported). */
+ * Called after plan_emit, which refuses a DIR of 4096 characters or more, so the names
+ * fit. Returns 0 or -1 (reported). */
 static int emit_pass_irs(const Cli *cli)
 {
-    char dir[4096], path[4200];
+    char dir[4100], path[4200];
+    CGC_ASSERT(strlen(cli->emit_dir) < 4096);
     snprintf(dir, sizeof dir, "%s/ir", cli->emit_dir);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         cgc_error("%s: cannot create the directory: %s", dir, strerror(errno));

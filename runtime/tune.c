@@ -340,6 +340,7 @@ TuneLoad tune_load(const TuneFile *want, TuneFile *out, char *path, size_t path_
 {
     char dir[PATH_MAX], name[2 * TUNE_TOKEN_MAX + 32];
     memset(out, 0, sizeof *out);
+    if (path_len) path[0] = '\0';
     int dfd = open_dir(dir, sizeof dir, why, why_len);
     if (dfd < 0) return TUNE_NO_CACHE;
     tune_file_name(want->model, want->arch, want->device, name, sizeof name);
@@ -371,6 +372,7 @@ TuneLoad tune_load(const TuneFile *want, TuneFile *out, char *path, size_t path_
 int tune_store(const TuneFile *t, char *path, size_t path_len, char *why, size_t why_len)
 {
     char dir[PATH_MAX], name[2 * TUNE_TOKEN_MAX + 32];
+    if (path_len) path[0] = '\0';
     int dfd = open_dir(dir, sizeof dir, why, why_len);
     if (dfd < 0) return -1;
     tune_file_name(t->model, t->arch, t->device, name, sizeof name);

@@ -92,8 +92,8 @@ bool tune_parse(const char *text, size_t n, TuneFile *out, char *why, size_t why
 void tune_file_name(const char *model, int arch, const char *device, char *buf, size_t len);
 
 /* Reads the file for WANT's model, device and architecture into *OUT; TUNE_FOUND only
- * when its plan hash is WANT's too. PATH gets the file's path (for messages), WHY what is
- * wrong on TUNE_REFUSED or TUNE_NO_CACHE. */
+ * when its plan hash is WANT's too. PATH gets the file's path (for messages; empty with
+ * no cache directory), WHY what is wrong on TUNE_REFUSED or TUNE_NO_CACHE. */
 TuneLoad tune_load(const TuneFile *want, TuneFile *out, char *path, size_t path_len, char *why,
                    size_t why_len);
 

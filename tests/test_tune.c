@@ -241,9 +241,13 @@ static void test_cache(void)
 
     /* the caches off: nothing read or written */
     setenv("CGC_NO_CACHE", "1", 1);
+    CHECK(path[0] != '\0');    /* from the load above */
     CHECK_EQ_INT(tune_load(&t, &got, path, sizeof path, why, sizeof why), TUNE_NO_CACHE);
     CHECK(strstr(why, "CGC_NO_CACHE") != NULL);
+    CHECK_STR(path, "");
+    strcpy(path, "stale");
     CHECK_EQ_INT(tune_store(&t, path, sizeof path, why, sizeof why), -1);
+    CHECK_STR(path, "");
     unsetenv("CGC_NO_CACHE");
 
     /* a cache directory others may write is refused, with one warning */

@@ -2,7 +2,7 @@
 # bench.sh CGC ROOT: --bench on the CPU. Its launches, GEMMs and planned bytes per mode
 # are --stats' numbers; cold and warm compile times are printed (the warm one from the
 # kernel cache, or said not to be when the cache is off); it says why it prints no step
-# times; it does not go with the flags that do something else.
+# times; warnings come once per mode; it does not go with the flags that do something else.
 set -euo pipefail
 cgc=$1 root=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -56,6 +56,12 @@ if "$cgc" "$root/models/regression.net" --bench --device cpu --arch sm_52 > "$di
 fi
 [ "$(grep -c 'cannot compile for compute capability 5.2' "$dir/old.txt")" = 1 ] ||
     { cat "$dir/old.txt"; fail "--bench for sm_52: not one clear error"; }
+
+# A warning of the passes comes once per mode, not again from the warm compile
+"$cgc" "$root/models/mlp.net" --bench --device cpu --arch sm_80 --checkpoint auto --memory 1KB \
+    > "$dir/warn.txt" 2> "$dir/warn.err"
+[ "$(grep -c 'warning: checkpoint = auto' "$dir/warn.err")" = 2 ] ||
+    { cat "$dir/warn.err"; fail "checkpoint = auto's warning not once per mode"; }
 
 # --mode eager (the default) compares with default; other actions refuse --bench
 "$cgc" "$root/models/regression.net" --bench --mode eager --device cpu --arch none | grep -q "eager against default" ||
