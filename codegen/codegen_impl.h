@@ -62,6 +62,12 @@ enum { CUDA_BLOCK = 256, CUDA_ITEMS_PER_THREAD = 4, CUDA_MAX_BLOCKS = 65535 };
 DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype, const char *name,
                         PlanArg arg);
 void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const);
+/* Appends the parameter NAME through which the kernel reads IR_RUNTIME node ID of
+ * CTX->g, and writes its value as an f32 expression into EXPR: the float parameter
+ * itself, or, for the micro-step of a train graph in a plan with a device step counter
+ * (plan.h), a read of state[0] through the pointer parameter NAME. */
+void cuda_runtime_value(KernelDraft *d, const RenderCtx *ctx, int id, const char *name,
+                        char *expr, size_t len);
 /* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
 void draft_finish_symbols(KernelDraft *d);
 

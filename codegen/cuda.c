@@ -712,12 +712,30 @@ static void render_dropout(const RenderCtx *ctx, int id, KernelDraft *d)
     cuda_launch_elementwise(d, &node->shape);
 }
 
+void cuda_runtime_value(KernelDraft *d, const RenderCtx *ctx, int id, const char *name,
+                        char *expr, size_t len)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const Plan *pl = ctx->plan;
+    bool train = ctx->g == pl->graph[PG_TRAIN].ir || ctx->g == pl->graph[PG_TRAIN_MICRO].ir;
+    CGC_ASSERT(node->op == IR_RUNTIME);
+    if (pl->step_state >= 0 && train && node->index == IR_RT_MICRO_STEP) {
+        draft_param(d, PP_PTR, "const int64_t *", name,
+                    (PlanArg){ .kind = ARG_BUFFER, .index = pl->step_state });
+        snprintf(expr, len, "((float)%s[0])", name);
+    } else {
+        draft_param(d, PP_F32, "float", name, (PlanArg){ .kind = ARG_RUNTIME, .index = node->index });
+        snprintf(expr, len, "%s", name);
+    }
+}
+
 static void render_runtime(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
+    char value[64];
     draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    draft_param(d, PP_F32, "float", "value", (PlanArg){ .kind = ARG_RUNTIME, .index = node->index });
-    sb_puts(&d->body, "    if (blockIdx.x == 0 && threadIdx.x == 0) cgc_store(&out[0], value);\n");
+    cuda_runtime_value(d, ctx, id, "value", value, sizeof value);
+    sb_printf(&d->body, "    if (blockIdx.x == 0 && threadIdx.x == 0) cgc_store(&out[0], %s);\n", value);
     launch_single_block(d, 32);
 }
 
@@ -817,40 +835,52 @@ static const DataKernelSpec data_kernels[PDK_NUM] = {
         "    }\n" },
     [PDK_GATHER_F32] = {
         "cgc_gather_f32", 256,
-        "float *out, const float *data, const int32_t *order, int64_t start, int64_t count, int64_t row",
+        "float *out, const float *data, const int32_t *order, int64_t start, int64_t count, int64_t row, "
+        "const int64_t *state",
+        "    const int64_t first = state ? state[1] : start;\n"
         "    for (int64_t i = cgc_thread_index(); i < count * row; i += cgc_thread_count()) {\n"
         "        const int64_t r = i / row, col = i % row;\n"
-        "        const int64_t src = order ? (int64_t)order[start + r] : start + r;\n"
+        "        const int64_t src = order ? (int64_t)order[first + r] : first + r;\n"
         "        out[i] = data[src * row + col];\n"
         "    }\n" },
     [PDK_GATHER_I32] = {
         "cgc_gather_i32", 256,
-        "int32_t *out, const int32_t *data, const int32_t *order, int64_t start, int64_t count, int64_t row",
+        "int32_t *out, const int32_t *data, const int32_t *order, int64_t start, int64_t count, int64_t row, "
+        "const int64_t *state",
+        "    const int64_t first = state ? state[1] : start;\n"
         "    for (int64_t i = cgc_thread_index(); i < count * row; i += cgc_thread_count()) {\n"
         "        const int64_t r = i / row, col = i % row;\n"
-        "        const int64_t src = order ? (int64_t)order[start + r] : start + r;\n"
+        "        const int64_t src = order ? (int64_t)order[first + r] : first + r;\n"
         "        out[i] = data[src * row + col];\n"
         "    }\n" },
     [PDK_TRACK_LOSS] = {
         "cgc_track_loss", 1,
-        "double *totals, const float *loss, const float *skipped, int64_t step, int64_t check_finite",
+        "double *totals, const float *loss, const float *skipped, int64_t step, int64_t check_finite, "
+        "const int64_t *state, int64_t accumulate",
         "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
         "    totals[0] += (double)loss[0];\n"
         "    totals[1] += 1.0;\n"
         "    if (skipped) totals[2] += (double)skipped[0];\n"
-        "    if (check_finite && !cgc_isfinite(loss[0]) && totals[3] < 0.0) totals[3] = (double)step;\n" },
+        "    if (check_finite && !cgc_isfinite(loss[0]) && totals[3] < 0.0)\n"
+        "        totals[3] = (double)(state ? state[0] / accumulate : step);\n" },
     [PDK_TRACK_EVAL] = {
         "cgc_track_eval", 1, "double *totals, const float *loss, const float *correct, int64_t count",
         "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
         "    totals[0] += (double)loss[0] * (double)count;\n"
         "    if (correct) totals[1] += (double)correct[0];\n" },
+    [PDK_STEP_ADVANCE] = {
+        "cgc_step_advance", 1, "int64_t *state, int64_t rows",
+        "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
+        "    state[0] += 1;\n"
+        "    state[1] += rows;\n" },
 };
 
 /* Splits "TYPE NAME, TYPE NAME" into the kernel's parameter table. */
 static void data_kernel_params(const char *params, PlanKernel *k)
 {
     static const char *const ctypes[] = { "int32_t *", "const int32_t *", "float *",
-                                          "const float *", "double *", "int64_t", "uint64_t" };
+                                          "const float *", "double *", "int64_t *",
+                                          "const int64_t *", "int64_t", "uint64_t" };
     const char *s = params;
     while (*s) {
         size_t best = 0;

@@ -42,6 +42,7 @@ static void print_buffer(FILE *out, const Plan *pl, int i)
     case PB_INPUT: snprintf(where, sizeof where, "input %d", buf->index); break;
     case PB_DATA: snprintf(where, sizeof where, "data"); break;
     case PB_COUNTER: snprintf(where, sizeof where, "counter"); break;
+    case PB_STEP: snprintf(where, sizeof where, "step"); break;
     case PB_CONST: snprintf(where, sizeof where, "const %s %%%d", graph_label[buf->graph], buf->index); break;
     case PB_NODE: snprintf(where, sizeof where, "%s %%%d", graph_label[buf->graph], buf->index); break;
     }
@@ -143,7 +144,7 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
 void plan_print(FILE *out, const Plan *pl)
 {
     fprintf(out, "host plan of %s: model %s, mode %s\n", pl->source_name, pl->p->model_name,
-            pl->mode == PLAN_EAGER ? "eager" : "default");
+            plan_mode_name(pl->mode));
     fprintf(out, "%d kernels, %d buffers\n\nbuffers (bytes with the symbols at their maxima; views take none):\n",
             pl->nkernels, pl->nbuffers);
     for (int i = 0; i < pl->nbuffers; i++) print_buffer(out, pl, i);
@@ -265,12 +266,17 @@ int plan_emit(const Plan *plan, const char *dir)
 void plan_emit_emu_thunks(FILE *out, const Plan *plan)
 {
     fprintf(out, "/* thunks: the CUDA emulation calls kernel NAME as cgc_emu_thunk_NAME(args),\n"
-                 " * args[i] pointing at parameter i's value (cuLaunchKernel's kernelParams) */\n");
+                 " * args[i] pointing at parameter i's value (cuLaunchKernel's kernelParams);\n"
+                 " * cgc_emu_argbytes_NAME lists the parameters' sizes, then 0 (what a graph\n"
+                 " * capture copies) */\n");
     for (int k = 0; k < plan->nkernels; k++) {
         const PlanKernel *kn = &plan->kernels[k];
         fprintf(out, "extern \"C\" void cgc_emu_thunk_%s(void **args)\n{\n    %s(", kn->name, kn->name);
         for (int i = 0; i < kn->nparams; i++)
             fprintf(out, "%s*(%s *)args[%d]", i ? ", " : "", kn->param_ctype[i], i);
         fprintf(out, ");\n}\n");
+        fprintf(out, "extern \"C\" const unsigned char cgc_emu_argbytes_%s[] = {", kn->name);
+        for (int i = 0; i < kn->nparams; i++) fprintf(out, "sizeof(%s), ", kn->param_ctype[i]);
+        fprintf(out, "0};\n");
     }
 }

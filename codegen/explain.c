@@ -12,14 +12,6 @@
 
 #include "../compiler/passes.h"
 
-static const char *const mode_names[] = { "eager", "default" };
-
-static const char *mode_name(PlanMode m)
-{
-    CGC_ASSERT((size_t)m < sizeof mode_names / sizeof mode_names[0]);
-    return mode_names[m];
-}
-
 /* ---- shared facts ---- */
 
 /* The distinct .net lines of group K's members, ascending, into LINES; returns how many. */
@@ -87,7 +79,7 @@ void compiled_write_stats(const Compiled *c, FILE *out)
     fputs("{\n  \"model\": ", out);
     json_string(out, p->model_name ? p->model_name : "");
     fprintf(out, ",\n  \"mode\": \"%s\",\n  \"precision\": \"%s\",\n  \"checkpoint\": \"%s\",\n",
-            mode_name(c->plan->mode), config_precision_name(p->cfg.precision),
+            plan_mode_name(c->plan->mode), config_precision_name(p->cfg.precision),
             config_checkpoint_name(p->cfg.checkpoint));
     fprintf(out, "  \"batch\": %lld,\n", (long long)c->symmax[0]);
     fprintf(out, "  \"kernels_per_step\": %d,\n  \"gemms_per_step\": %d,\n", steps, gemms);
@@ -191,7 +183,7 @@ static void explain_groups(const Compiled *c, FILE *out)
     char shape[96];
     if (!g->ngroups) {
         fprintf(out, "\nFusion: none (--mode %s: one kernel or GEMM per op).\n",
-                mode_name(c->plan->mode));
+                plan_mode_name(c->plan->mode));
         return;
     }
     fprintf(out, "\nFusion groups of the train graph (%d):\n", g->ngroups);
@@ -258,7 +250,7 @@ void compiled_explain(const Compiled *c, FILE *out)
     int gemms = 0;
     int steps = compiled_steps_per_train(c, &gemms);
     fprintf(out, "cgc explain: model %s, mode %s, precision %s, batch %lld\n\n",
-            p->model_name ? p->model_name : "?", mode_name(c->plan->mode),
+            p->model_name ? p->model_name : "?", plan_mode_name(c->plan->mode),
             config_precision_name(p->cfg.precision), (long long)c->symmax[0]);
     explain_precision(c, out);
     explain_groups(c, out);

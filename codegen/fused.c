@@ -33,7 +33,8 @@ enum { MAX_POINTWISE_VBLOCKS = 1024, VALUE_MAX = 48 };
 typedef struct Fuser {
     const RenderCtx *ctx;
     KernelDraft *d;
-    char (*param)[16];          /* per node: its parameter (in<n>, out<n>, rt<n>), or "" */
+    char (*param)[24];          /* per node: its parameter (in<n>, out<n>, rt<n>), or the
+                                 * expression that reads it; "" */
     char (*value)[VALUE_MAX];   /* per node: the expression of its value in the group being
                                  * rendered (v<k>, x<n>, a literal), or "" */
     int nin, nout, nrt;
@@ -122,9 +123,9 @@ static void add_scalars(Fuser *f, int k)
             f->seed = true;
         }
         if (n->op == IR_RUNTIME) {
-            snprintf(f->param[id], sizeof f->param[id], "rt%d", f->nrt++);
-            draft_param(f->d, PP_F32, "float", f->param[id],
-                        (PlanArg){ .kind = ARG_RUNTIME, .index = n->index });
+            char name[16];
+            snprintf(name, sizeof name, "rt%d", f->nrt++);
+            cuda_runtime_value(f->d, f->ctx, id, name, f->param[id], sizeof f->param[id]);
         }
     }
 }

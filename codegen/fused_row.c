@@ -33,7 +33,8 @@ typedef struct RowKernel {
     Shape work;
     int *phase;                     /* per member: the block reductions it waits for */
     int *local;                     /* per member: n of its local v<n> or rv<n> (acc<n>) */
-    char (*param)[16];              /* per node: its parameter (in<n>, out<n>, rt<n>), or "" */
+    char (*param)[24];              /* per node: its parameter (in<n>, out<n>, rt<n>), or
+                                     * the expression that reads it; "" */
     char (*value)[ROW_VALUE_MAX];   /* per node: its value's expression where the code is */
     int nin, nout, nrt;
 } RowKernel;
@@ -95,9 +96,9 @@ static void add_params(RowKernel *rk)
         }
     for (int id = 0; id < g->nnodes; id++)
         if (member(rk, id) && g->nodes[id].op == IR_RUNTIME) {
-            snprintf(rk->param[id], sizeof rk->param[id], "rt%d", rk->nrt++);
-            draft_param(rk->d, PP_F32, "float", rk->param[id],
-                        (PlanArg){ .kind = ARG_RUNTIME, .index = g->nodes[id].index });
+            char name[16];
+            snprintf(name, sizeof name, "rt%d", rk->nrt++);
+            cuda_runtime_value(rk->d, rk->ctx, id, name, rk->param[id], sizeof rk->param[id]);
         }
 }
 

@@ -515,7 +515,7 @@ static void gemm_group_step(Builder *b, int k, int last)
 /* An ASSIGN member of a fusion group: its kernel stores it. */
 static bool in_kernel(const Builder *b, const IrNode *n)
 {
-    return b->plan->mode == PLAN_DEFAULT && n->group != 0;
+    return b->plan->mode != PLAN_EAGER && n->group != 0;
 }
 
 static bool assigned_in_graph(const IrGraph *g, int tensor)
@@ -750,7 +750,7 @@ static void build_graph(Builder *b, PlanGraphId gid)
     b->graph = pg;
     b->gid = gid;
     b->capsteps = 0;
-    bool fused = b->plan->mode == PLAN_DEFAULT && g->ngroups > 0;
+    bool fused = b->plan->mode != PLAN_EAGER && g->ngroups > 0;
     bool *outside = read_outside(g);
     int *last = group_last(g);
     if (fused) check_group_order(g, last);
@@ -794,7 +794,7 @@ static void add_launch_counter(Builder *b)
 {
     Plan *pl = b->plan;
     pl->launch_counter = -1;
-    for (int gid = 0; gid < PG_NUM && pl->mode == PLAN_DEFAULT; gid++) {
+    for (int gid = 0; gid < PG_NUM && pl->mode != PLAN_EAGER; gid++) {
         const IrGraph *g = program_graph(pl->p, (PlanGraphId)gid);
         for (int k = 0; g && k < g->ngroups && pl->launch_counter < 0; k++)
             if (g->groups[k].last)
@@ -802,6 +802,27 @@ static void add_launch_counter(Builder *b)
                     .kind = PB_COUNTER, .dtype = DT_I32, .shape = { .rank = 1, .dim = { 1 } },
                     .alias_of = -1, .index = 0, .graph = -1, .what = "cgc.launch_counter" });
     }
+}
+
+/* The device's step counter (plan.h, the data pipeline), in a reduce-overhead plan. */
+static void add_step_state(Builder *b)
+{
+    Plan *pl = b->plan;
+    pl->step_state = -1;
+    if (pl->mode == PLAN_REDUCE_OVERHEAD)
+        pl->step_state = add_buffer(b, (PlanBuffer){
+            .kind = PB_STEP, .dtype = DT_I32, .shape = { .rank = 1, .dim = { 4 } },
+            .alias_of = -1, .index = 0, .graph = -1, .what = "cgc.step_state" });
+}
+
+const char *plan_mode_name(PlanMode mode)
+{
+    switch (mode) {
+    case PLAN_EAGER: return "eager";
+    case PLAN_DEFAULT: return "default";
+    case PLAN_REDUCE_OVERHEAD: return "reduce-overhead";
+    }
+    CGC_INTERNAL("unknown plan mode %d", (int)mode);
 }
 
 static void add_data_kernels(Builder *b)
@@ -826,6 +847,7 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
     pl->source_name = source_base_name(&b, net_path);
     add_tables(&b);
     add_launch_counter(&b);
+    add_step_state(&b);
     for (int gid = 0; gid < PG_NUM; gid++) build_graph(&b, (PlanGraphId)gid);
     for (int k = 0; k < pl->nkernels; k++) {
         pl->kernels[k].source = kernel_source(&pl->kernels[k], &b.info[k]);

@@ -50,7 +50,13 @@ typedef enum PlanMode {
     PLAN_EAGER,             /* one kernel or GEMM per IR op */
     PLAN_DEFAULT,           /* the fusion groups of the graphs (the program must have been
                              * through fusion_assign) */
+    PLAN_REDUCE_OVERHEAD,   /* PLAN_DEFAULT's kernels, with the step counter on the device
+                             * (Plan.step_state), so that a runtime can capture a training
+                             * step once as a CUDA graph and replay it */
 } PlanMode;
+
+/* "eager", "default", "reduce-overhead": --mode's names. */
+const char *plan_mode_name(PlanMode mode);
 
 /* ---- buffers ---- */
 
@@ -63,6 +69,8 @@ typedef enum PlanBufferKind {
     PB_COUNTER,  /* Plan.launch_counter: one 32-bit counter (i32 [1], used as unsigned int)
                   * in the persistent region, zero when the arena is allocated (Device's
                   * alloc zeroes); see the ABI below */
+    PB_STEP,     /* Plan.step_state: the device's step counter, int64_t [2] (stored as
+                  * i32 [4]) in the persistent region; see "the data pipeline" below */
 } PlanBufferKind;
 
 typedef struct PlanBuffer {
@@ -179,27 +187,39 @@ typedef struct PlanGraph {
 
 /* ---- the data pipeline (runtime kernels that are not IR ops) ----
  * The dataset lives on the device for the whole run; these kernels are part of every
- * plan's module, named as below, with these parameters:
+ * plan's module, named as below, with these parameters. STATE, where a kernel takes it, is
+ * the step counter of a reduce-overhead plan (the PB_STEP buffer), or NULL (0):
+ *     state[0] = the micro-step about to run (IR_RT_MICRO_STEP: optimizer step *
+ *                accumulate + micro-batch), state[1] = its first row in the epoch's order.
+ * With it the training step reads nothing the host passes per step, and so can be
+ * captured once and replayed: the host writes the state only where the sequence jumps
+ * (an epoch's start, a resumed run), and cgc_step_advance moves it after each micro-batch.
+ * In such a plan, the train graphs' kernels that read IR_RT_MICRO_STEP read state[0]
+ * through a parameter `const int64_t *` instead of taking it as a float.
  *   cgc_order_draws(int32_t *draws, int64_t n, uint64_t seed, int64_t epoch)
  *       draws[k] = rng_below(seed, RNG_SHUFFLE, (epoch << 40) + k, n - k) for k < n - 1
  *   cgc_order_shuffle(int32_t *order, const int32_t *draws, int64_t n, int64_t shuffle)
  *       order = identity, then (when shuffle) Fisher-Yates swaps order[n-1-k] with
  *       order[draws[k]] for k = 0.. n-2 (one thread: data_order()'s exact sequence)
  *   cgc_gather_f32(float *out, const float *data, const int32_t *order, int64_t start,
- *                  int64_t count, int64_t row)      out[r, :] = data[order[start + r], :]
+ *                  int64_t count, int64_t row, const int64_t *state)
+ *       out[r, :] = data[order[first + r], :], first = state ? state[1] : start
  *   cgc_gather_i32(int32_t *out, const int32_t *data, const int32_t *order, ...)  same
- *       (order NULL (0): rows start + r in file order)
+ *       (order NULL (0): rows first + r in file order)
  *   cgc_track_loss(double *totals, const float *loss, const float *skipped, int64_t step,
- *                  int64_t check_finite)
+ *                  int64_t check_finite, const int64_t *state, int64_t accumulate)
  *       totals[0] += loss; totals[1] += 1; totals[2] += skipped (skipped may be NULL);
- *       when check_finite and loss is not finite and totals[3] < 0: totals[3] = step
+ *       when check_finite and loss is not finite and totals[3] < 0: totals[3] = the
+ *       optimizer step (state ? state[0] / accumulate : step)
+ *   cgc_step_advance(int64_t *state, int64_t rows)
+ *       state[0] += 1; state[1] += rows (after a micro-batch of ROWS rows)
  *   cgc_track_eval(double *totals, const float *loss, const float *correct, int64_t count)
  *       totals[0] += loss * count; totals[1] += correct (correct may be NULL)
  * Each is launched with grid 1 and its kernel's block unless PlanKernel says otherwise;
  * Plan.data_kernel[] gives their indices. */
 typedef enum PlanDataKernel {
     PDK_ORDER_DRAWS, PDK_ORDER_SHUFFLE, PDK_GATHER_F32, PDK_GATHER_I32, PDK_TRACK_LOSS,
-    PDK_TRACK_EVAL, PDK_NUM,
+    PDK_TRACK_EVAL, PDK_STEP_ADVANCE, PDK_NUM,
 } PlanDataKernel;
 
 typedef struct Plan {
@@ -214,6 +234,7 @@ typedef struct Plan {
     int tensor_buffer_base;     /* buffers [base, base + ntensors) are the tensors */
     int launch_counter;         /* the PB_COUNTER buffer, or -1 when no launch has `last`
                                  * groups */
+    int step_state;             /* the PB_STEP buffer (reduce-overhead), or -1 */
 } Plan;
 
 /* ---- building (codegen/plan.c, codegen/cuda.c) ---- */

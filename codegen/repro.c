@@ -103,7 +103,7 @@ static void write_header(Repro *r)
             " * It replays the training step of %s (model %s) as cgc plans it:\n"
             " *     mode %s, precision %s, batch %" PRId64 ", accumulate %" PRId64 ", seed %" PRIu64 ";\n",
             r->plan->source_name, r->plan->source_name, r->model,
-            r->plan->mode == PLAN_EAGER ? "eager" : "default", config_precision_name(c->precision),
+            plan_mode_name(r->plan->mode), config_precision_name(c->precision),
             c->batch, c->accumulate, c->seed);
     if (c->accumulate > 1)
         fprintf(r->out, " *     a step: the graph train_micro %" PRId64 " time%s, then the graph train;\n",
@@ -249,6 +249,7 @@ static const char *kind_label(const PlanBuffer *b)
     case PB_CONST: return "const";
     case PB_DATA: return "data";
     case PB_COUNTER: return "counter";
+    case PB_STEP: return "step";
     }
     return "?";
 }
@@ -811,6 +812,13 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
                "static void run_%s(int64_t micro_step)\n{\n"
                "    (void)micro_step;   /* IR_RT_MICRO_STEP: dropout's counter, as in training */\n",
             graph_label[gid], pg->nsteps, graph_label[gid]);
+    if (r->plan->step_state >= 0 && (gid == PG_TRAIN || gid == PG_TRAIN_MICRO))
+        fprintf(o, "    {   /* the device's step counter (reduce-overhead), which the kernels read\n"
+                   "         * the micro-step from; training moves it on the device */\n"
+                   "        int64_t state[2] = { micro_step, 0 };\n"
+                   "        CU(\"the step counter\", cuMemcpyHtoDAsync, arena + offset_of[%d], state,\n"
+                   "           sizeof state, stream);\n"
+                   "    }\n", r->plan->step_state);
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
         if (s->kind == STEP_LAUNCH) {
@@ -958,7 +966,7 @@ static void write_main(Repro *r)
             "#define MODEL_NAME \"%s\"\n#define MODE \"%s\"\n#define PRECISION \"%s\"\n"
             "enum { LAUNCHES_PER_STEP = %" PRId64 ", GEMMS_PER_STEP = %" PRId64
             ", LT_GEMMS_PER_STEP = %" PRId64 " };\n\n",
-            r->model, r->plan->mode == PLAN_EAGER ? "eager" : "default",
+            r->model, plan_mode_name(r->plan->mode),
             config_precision_name(r->p->cfg.precision), launches, gemms, lt);
     fputs(main_code, r->out);
 }

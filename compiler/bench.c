@@ -75,16 +75,16 @@ static int measure(const BenchOptions *o, PlanMode mode, int arch, ModeFigures *
 
 static void print_seconds(double s)
 {
-    if (s < 0) printf(" %12s", "-");
-    else if (s < 1) printf(" %9.1f ms", s * 1e3);
-    else printf(" %10.2f s", s);
+    if (s < 0) printf(" %15s", "-");
+    else if (s < 1) printf(" %12.1f ms", s * 1e3);
+    else printf(" %13.2f s", s);
 }
 
 static void print_bytes(size_t n)
 {
     char b[32];
     diag_format_bytes(n, b, sizeof b);
-    printf(" %12s", b);
+    printf(" %15s", b);
 }
 
 /* The ratio of eager's figure to the mode's: "2.95x less" when the mode's is smaller,
@@ -109,16 +109,19 @@ static bool on_gpu(const char *device)
 int bench_run(const BenchOptions *o)
 {
     PlanMode mode = o->mode == PLAN_EAGER ? PLAN_DEFAULT : o->mode;
-    const char *name = "default";   /* the one compiled mode so far */
+    const char *name = plan_mode_name(mode);
     int arch = o->arch == 0 ? backend_default_arch() : o->arch;
     ModeFigures e, m;
     if (measure(o, PLAN_EAGER, arch, &e) != 0 || measure(o, mode, arch, &m) != 0) return 1;
 
     printf("cgc --bench %s: eager against %s\n\n", o->net_path, name);
-    printf("%-26s %12s %12s\n", "", "eager", name);
-    printf("%-26s %12d %12d", "launches per step", e.kernels, m.kernels);
+    printf("%-26s %15s %15s\n", "", "eager", name);
+    printf("%-26s %15d %15d", "launches per step", e.kernels, m.kernels);
     print_ratio(e.kernels, m.kernels, "fewer");
-    printf("%-26s %12d %12d\n", "  of which GEMMs", e.gemms, m.gemms);
+    printf("%-26s %15d %15d\n", "  of which GEMMs", e.gemms, m.gemms);
+    if (mode == PLAN_REDUCE_OVERHEAD)
+        printf("  (reduce-overhead makes each micro-batch's launches one CUDA graph launch\n"
+               "   from the second full batch on)\n");
     printf("%-26s", "planned peak memory");
     print_bytes(e.peak), print_bytes(m.peak);
     print_ratio((double)e.peak, (double)m.peak, "less");

@@ -48,8 +48,10 @@ static const char usage_text[] =
     "                          the device prelude, the host plan, the IR after each pass\n"
     "                          (ir/) and a reproducer that builds with nvcc (repro/) to\n"
     "                          DIR, then go on (with --check: compile only)\n"
-    "  --mode MODE             eager (the default: one kernel or GEMM per IR op) or default\n"
+    "  --mode MODE             eager (the default: one kernel or GEMM per IR op), default\n"
     "                          (fused kernels, optimizer updates in place and multi-tensor)\n"
+    "                          or reduce-overhead (default's kernels, each micro-batch's\n"
+    "                          launches replayed as one CUDA graph from the second batch on)\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
     "                          every epoch and at the end\n"
     "  --resume FILE           continue the run saved in FILE\n"
@@ -135,17 +137,20 @@ static bool parse_count(const char *s, int64_t *out)
     return true;
 }
 
-/* --mode: torch.compile's names; eager and default are built so far. Returns 0, or -1
- * after saying what this build has. */
+/* --mode: torch.compile's names; all but max-autotune are built. Returns 0, or -1 after
+ * saying what this build has. */
 static int parse_mode(const char *s, PlanMode *mode)
 {
-    if (strcmp(s, "eager") == 0 || strcmp(s, "default") == 0) {
-        *mode = strcmp(s, "eager") == 0 ? PLAN_EAGER : PLAN_DEFAULT;
-        return 0;
+    static const PlanMode modes[] = {PLAN_EAGER, PLAN_DEFAULT, PLAN_REDUCE_OVERHEAD};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (strcmp(s, plan_mode_name(modes[i])) == 0) {
+            *mode = modes[i];
+            return 0;
+        }
     }
-    bool later = strcmp(s, "reduce-overhead") == 0 || strcmp(s, "max-autotune") == 0;
-    fprintf(stderr, "cgc: --mode %s: %s; this build has --mode eager and --mode default\n"
-            "Try 'cgc --help'.\n", diag_quote(s, 40), later ? "not available yet" : "unknown mode");
+    fprintf(stderr, "cgc: --mode %s: %s; this build has --mode eager, default and "
+            "reduce-overhead\nTry 'cgc --help'.\n", diag_quote(s, 40),
+            strcmp(s, "max-autotune") == 0 ? "not available yet" : "unknown mode");
     return -1;
 }
 
@@ -376,6 +381,9 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     BackendOptions bo = backend_options(cli, plan);
     Backend b;
     if (backend_open(&bo, &b) != 0) return 1;
+    if (!b.device && cli->mode == PLAN_REDUCE_OVERHEAD && !cli->quiet)
+        fprintf(stderr, "cgc: note: --mode reduce-overhead captures CUDA graphs on a GPU; on "
+                        "the CPU the reference executor runs every step op by op\n");
     cli->run.net_path = cli->path;
     cli->run.src = src;
     cli->run.quiet = cli->quiet;

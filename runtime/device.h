@@ -47,6 +47,7 @@ typedef struct GemmCall {
 
 typedef struct Device Device;
 typedef struct DeviceFence DeviceFence;     /* a point in the device's stream */
+typedef struct DeviceGraph DeviceGraph;     /* recorded work, replayed as one (a CUDA graph) */
 
 typedef struct DeviceOps {
     /* Memory. alloc gives zeroed memory aligned to 256 bytes. */
@@ -84,6 +85,18 @@ typedef struct DeviceOps {
     int (*fence_done)(Device *d, DeviceFence *f, bool wait, bool *done);
     /* Milliseconds of device time between two recorded (and passed) fences. */
     int (*fence_elapsed_ms)(Device *d, DeviceFence *from, DeviceFence *to, float *ms);
+
+    /* Graphs (NULL where the device cannot record them). Between capture_begin and
+     * capture_end, launches and GEMMs are recorded with their arguments' values at the
+     * call, not run; any other call (a copy, a sync, a fence) is an error there, and
+     * makes capture_end fail. capture_end always ends the recording; on success *OUT
+     * holds the graph, ready to launch, and *NODES its nodes (the launches, a GEMM's
+     * kernels, copies or sets).
+     * graph_launch runs it once, ordered like any other work. */
+    int (*capture_begin)(Device *d);
+    int (*capture_end)(Device *d, DeviceGraph **out, int *nodes);
+    int (*graph_launch)(Device *d, DeviceGraph *g);
+    void (*graph_free)(Device *d, DeviceGraph *g);
 
     void (*close)(Device *d);
 } DeviceOps;

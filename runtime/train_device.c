@@ -9,6 +9,15 @@
  * The host reads them back only when it prints them, asynchronously for the progress
  * bar (a fence it polls) and waiting at the end of an epoch, which is also where a
  * non-finite loss is reported, with the step the device recorded.
+ *
+ * In a reduce-overhead plan the step counter lives on the device too (plan.h: the
+ * gathers' first row, the micro-step dropout reads, the step track_loss records), moved
+ * by cgc_step_advance after each micro-batch; the host writes it only where the
+ * sequence jumps (an epoch's start, a resumed run). So a micro-batch's work reads no
+ * host value, and is captured once as a CUDA graph per train graph and replayed
+ * (train_capture_refusal says when not: a partial batch, the first run, a failed
+ * capture). A capture that fails is said once, and the run goes on uncaptured: the same
+ * kernels, launched one by one, as the default mode runs them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +37,13 @@ typedef struct StepTiming {
     bool open;                  /* a step's start is recorded, its end not yet */
 } StepTiming;
 
+/* A train graph's micro-batch as a CUDA graph (reduce-overhead). */
+typedef struct StepCapture {
+    DeviceGraph *graph;         /* NULL until captured */
+    int nodes;                  /* its nodes (DeviceOps.capture_end) */
+    int64_t runs;               /* full micro-batches of this graph run so far */
+} StepCapture;
+
 /* One split of the dataset in device memory. */
 typedef struct DeviceSplit {
     DevPtr x, y;                /* n * x_row f32; n * y_row i32 or f32 (0 when none) */
@@ -45,6 +61,11 @@ typedef struct DeviceBackend {
     DeviceFence *fence;
     bool pending;               /* a read of the totals is in flight, fence recorded */
     StepTiming *timing;         /* -v only */
+    DevPtr step;                /* the plan's step counter (reduce-overhead), or 0 */
+    int64_t step_next[2];       /* what it will hold once the queued work has run */
+    bool step_known;            /* step_next is set */
+    StepCapture capture[2];     /* train, train_micro */
+    bool capture_failed;
 } DeviceBackend;
 
 /* A data kernel's parameter value; every parameter is 8 bytes. */
@@ -194,18 +215,18 @@ static int launch(const Trainer *t, PlanDataKernel which, int64_t work, KArg *a,
 }
 
 /* Rows [start, start + count) of split S (in ORDER, or file order when 0) into the
- * input buffers. */
+ * input buffers; START is read from the step counter STATE instead when it is not 0. */
 static int gather(const Trainer *t, const Dataset *d, const DeviceSplit *s, DevPtr order,
-                  int64_t start, int64_t count)
+                  int64_t start, int64_t count, DevPtr state)
 {
     DeviceBackend *b = backend(t);
-    KArg x[6] = {{.p = input_buffer(b, 0)}, {.p = s->x}, {.p = order}, {.i = start}, {.i = count},
-                 {.i = d->x_row}};
-    if (launch(t, PDK_GATHER_F32, count * d->x_row, x, 6, "gather the features") != 0) return -1;
+    KArg x[7] = {{.p = input_buffer(b, 0)}, {.p = s->x}, {.p = order}, {.i = start}, {.i = count},
+                 {.i = d->x_row}, {.p = state}};
+    if (launch(t, PDK_GATHER_F32, count * d->x_row, x, 7, "gather the features") != 0) return -1;
     if (!d->y_row) return 0;
-    KArg y[6] = {{.p = input_buffer(b, 1)}, {.p = s->y}, {.p = order}, {.i = start}, {.i = count},
-                 {.i = d->y_row}};
-    return launch(t, d->y_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->y_row, y, 6,
+    KArg y[7] = {{.p = input_buffer(b, 1)}, {.p = s->y}, {.p = order}, {.i = start}, {.i = count},
+                 {.i = d->y_row}, {.p = state}};
+    return launch(t, d->y_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->y_row, y, 7,
                   "gather the labels");
 }
 
@@ -229,7 +250,9 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     int64_t eval_rows = t->data.has_test ? (t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH) : 0;
     int64_t symmax[8] = {c->batch > eval_rows ? c->batch : eval_rows};
     b->e = devexec_new(b->plan, b->d, symmax, t->o->net_path);
-    return b->e ? 0 : -1;
+    if (!b->e) return -1;
+    b->step = b->plan->step_state >= 0 ? devexec_buffer(b->e, b->plan->step_state) : 0;
+    return 0;
 }
 
 static int dev_open(Trainer *t)
@@ -272,6 +295,8 @@ static void dev_close(Trainer *t)
         }
         free(b->timing);
     }
+    for (int i = 0; i < 2; i++)
+        if (b->capture[i].graph) b->d->ops->graph_free(b->d, b->capture[i].graph);
     if (b->host_totals) b->d->ops->host_free(b->d, b->host_totals);
     DevPtr ptrs[] = {b->train.x, b->train.y, b->test.x, b->test.y, b->draws, b->order,
                      b->totals, b->eval_totals};
@@ -317,20 +342,99 @@ static int dev_epoch_begin(Trainer *t, const TrainProgress *pr)
     return launch(t, PDK_ORDER_SHUFFLE, 0, shuffle, 4, "shuffle the epoch's order");
 }
 
+/* ---- a micro-batch, and its capture (reduce-overhead) ---- */
+
+const char *train_capture_refusal(const CaptureQuery *q)
+{
+    if (q->mode != PLAN_REDUCE_OVERHEAD) return "the plan's mode is not reduce-overhead";
+    if (!q->device_can) return "the device cannot record graphs";
+    if (q->failed) return "an earlier capture failed";
+    if (q->count != q->batch) return "a partial batch runs launch by launch";
+    if (q->runs == 0) return "the first full batch runs launch by launch, as a warm-up";
+    return NULL;
+}
+
+/* Makes the device's step counter hold micro-step MICRO_STEP at row START, writing it
+ * only when the sequence the device keeps has jumped. */
+static int set_step(DeviceBackend *b, int64_t micro_step, int64_t start)
+{
+    if (b->step_known && b->step_next[0] == micro_step && b->step_next[1] == start) return 0;
+    int64_t state[2] = {micro_step, start};
+    if (b->d->ops->upload(b->d, b->step, state, sizeof state) != 0) return -1;
+    b->step_next[0] = micro_step;
+    b->step_next[1] = start;
+    b->step_known = true;
+    return 0;
+}
+
+/* The work of one micro-batch: what a capture records. */
+static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *pr,
+                            int64_t start, int64_t count, int64_t micro_step)
+{
+    DeviceBackend *b = backend(t);
+    const TrainConfig *c = &t->p->cfg;
+    if (gather(t, &t->data.train, &b->train, b->order, start, count, b->step) != 0) return -1;
+    if (run_graph(t, g, count, micro_step) != 0) return -1;
+    /* The skipped flag counts once per optimizer step: the step's last graph has it. */
+    DevPtr skipped = g == &t->p->train ? node_buffer(b, g, IR_OUT_SKIPPED) : 0;
+    KArg a[7] = {{.p = b->totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)}, {.p = skipped},
+                 {.i = pr->step}, {.i = c->precision != PREC_FP16}, {.p = b->step},
+                 {.i = c->accumulate}};
+    if (launch(t, PDK_TRACK_LOSS, 0, a, 7, "add up the loss") != 0) return -1;
+    if (!b->step) return 0;
+    KArg adv[2] = {{.p = b->step}, {.i = c->batch}};
+    return launch(t, PDK_STEP_ADVANCE, 0, adv, 2, "advance the step counter");
+}
+
+/* Captures the micro-batch into SC; on failure says so once, and the run goes on
+ * uncaptured. Returns 0 when SC holds a graph, 1 when the work must run uncaptured. */
+static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_t start,
+                   int64_t count, int64_t micro_step, StepCapture *sc)
+{
+    DeviceBackend *b = backend(t);
+    const DeviceOps *ops = b->d->ops;
+    if (ops->capture_begin(b->d) == 0) {
+        int work = micro_batch_work(t, g, pr, start, count, micro_step);
+        if (ops->capture_end(b->d, &sc->graph, &sc->nodes) == 0 && work == 0) {
+            if (!t->o->quiet)
+                printf("cgc: reduce-overhead: graph %s captured at step %lld: its micro-batch "
+                       "is one CUDA graph of %d nodes from now on\n", g->name,
+                       (long long)pr->step + 1, sc->nodes);
+            return 0;
+        }
+        if (sc->graph) ops->graph_free(b->d, sc->graph);
+        sc->graph = NULL;
+    }
+    b->capture_failed = true;
+    cgc_warning("reduce-overhead: the micro-batch of graph %s could not be captured as a CUDA "
+                "graph (the error is above); the run goes on without graphs, as the default "
+                "mode runs", g->name);
+    return 1;
+}
+
 static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int64_t start,
                            int64_t count, int64_t micro_step)
 {
     DeviceBackend *b = backend(t);
-    int64_t k = micro_step % t->p->cfg.accumulate;
+    const TrainConfig *c = &t->p->cfg;
+    int64_t k = micro_step % c->accumulate;
     if (k == 0 && time_step(b, true) != 0) return -1;
-    if (gather(t, &t->data.train, &b->train, b->order, start, count) != 0) return -1;
-    if (run_graph(t, g, count, micro_step) != 0) return -1;
-    /* The skipped flag counts once per optimizer step: the step's last graph has it. */
-    DevPtr skipped = g == &t->p->train ? node_buffer(b, g, IR_OUT_SKIPPED) : 0;
-    KArg a[5] = {{.p = b->totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)}, {.p = skipped},
-                 {.i = pr->step}, {.i = t->p->cfg.precision != PREC_FP16}};
-    if (launch(t, PDK_TRACK_LOSS, 0, a, 5, "add up the loss") != 0) return -1;
-    return k == t->p->cfg.accumulate - 1 ? time_step(b, false) : 0;
+    if (b->step && set_step(b, micro_step, start) != 0) return -1;
+    StepCapture *sc = &b->capture[g == &t->p->train ? 0 : 1];
+    CaptureQuery q = {.mode = b->plan->mode, .device_can = b->d->ops->capture_begin != NULL,
+                      .failed = b->capture_failed, .count = count, .batch = c->batch,
+                      .runs = sc->runs};
+    bool replay = train_capture_refusal(&q) == NULL;
+    if (count == c->batch) sc->runs++;
+    if (replay && !sc->graph && capture(t, g, pr, start, count, micro_step, sc) != 0) replay = false;
+    int rc = replay ? b->d->ops->graph_launch(b->d, sc->graph)
+                    : micro_batch_work(t, g, pr, start, count, micro_step);
+    if (rc != 0) return -1;
+    if (b->step) {
+        b->step_next[0]++;
+        b->step_next[1] += c->batch;
+    }
+    return k == c->accumulate - 1 ? time_step(b, false) : 0;
 }
 
 /* Queues a read of the totals into host_totals, with the fence after it. */
@@ -380,7 +484,7 @@ static int dev_evaluate(Trainer *t, EvalResult *r)
     if (b->d->ops->upload(b->d, b->eval_totals, zero, sizeof zero) != 0) return -1;
     for (int64_t start = 0; start < d->n; start += EVAL_BATCH) {
         int64_t count = d->n - start < EVAL_BATCH ? d->n - start : EVAL_BATCH;
-        if (gather(t, d, &b->test, 0, start, count) != 0) return -1;
+        if (gather(t, d, &b->test, 0, start, count, 0) != 0) return -1;
         if (run_graph(t, g, count, 0) != 0) return -1;      /* no dropout */
         KArg a[4] = {{.p = b->eval_totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)},
                      {.p = node_buffer(b, g, IR_OUT_CORRECT)}, {.i = count}};

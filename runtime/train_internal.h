@@ -71,6 +71,21 @@ struct Trainer {
 
 extern const TrainBackendOps train_device_backend;   /* train_device.c */
 
+/* --mode reduce-overhead on a device (train_device.c): a micro-batch of a train graph is
+ * captured as a CUDA graph the second time it runs with a full batch, and replayed after
+ * that. What decides it: */
+typedef struct CaptureQuery {
+    PlanMode mode;              /* the plan's */
+    bool device_can;            /* the device records graphs (DeviceOps.capture_begin) */
+    bool failed;                /* a capture failed earlier in this run */
+    int64_t count, batch;       /* the micro-batch's rows; the configured batch */
+    int64_t runs;               /* full micro-batches this graph has run so far */
+} CaptureQuery;
+
+/* NULL when the micro-batch is replayed from a graph (captured now if need be), else why
+ * it runs launch by launch, as a sentence fragment. */
+const char *train_capture_refusal(const CaptureQuery *q);
+
 /* Reports a non-finite loss at optimizer step STEP (0-based); WHAT is "NaN",
  * "infinite", or "not finite". Returns -1. */
 int train_loss_not_finite(const Trainer *t, int64_t step, const char *what);

@@ -1,7 +1,8 @@
 /* test_codegen.c: the eager plan of small programs: buffers and views, one step per
  * computing node, ASSIGN copies last and safe when values alias assigned tensors,
  * kernel names valid and unique, no .net text in any kernel, --emit's errors; and the
- * default plan of a hand-grouped graph (buffers, steps and text of fused kernels). */
+ * default plan of a hand-grouped graph (buffers, steps and text of fused kernels); a
+ * reduce-overhead plan's train graphs read the micro-step from the device's step counter. */
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -121,7 +122,8 @@ static void check_kernels(const Plan *pl, const char *net)
     }
     static const char *const data[PDK_NUM] = { "cgc_order_draws", "cgc_order_shuffle",
                                               "cgc_gather_f32", "cgc_gather_i32",
-                                              "cgc_track_loss", "cgc_track_eval" };
+                                              "cgc_track_loss", "cgc_track_eval",
+                                              "cgc_step_advance" };
     for (int i = 0; i < PDK_NUM; i++) CHECK_STR(pl->kernels[pl->data_kernel[i]].name, data[i]);
 }
 
@@ -340,6 +342,76 @@ static void test_emit_errors(void)
     ir_program_free(p);
 }
 
+/* Dropout reads the micro-step: a default plan passes it as a float; a reduce-overhead
+ * plan's train graphs read it from the step counter, and nothing else changes. */
+static const char dropout_net[] =
+    "model drop {\n"
+    "    input x: f32[B, 8]\n"
+    "    input y: i32[B]\n"
+    "    h = dropout(relu(linear(x, 16)), 0.25)\n"
+    "    out = linear(h, 4)\n"
+    "    output out\n"
+    "    loss cross_entropy(out, y)\n"
+    "}\n"
+    "train {\n"
+    "    data = synthetic(samples = 64)\n"
+    "    batch = 8\n"
+    "    accumulate = 2\n"
+    "    optimizer = sgd(lr = 0.1)\n"
+    "}\n";
+
+/* Launches of graph G that pass the micro-step as a float, and that pass the buffer B. */
+static void count_step_args(const Plan *pl, PlanGraphId g, int b, int *as_float, int *as_buffer)
+{
+    *as_float = *as_buffer = 0;
+    const PlanGraph *pg = &pl->graph[g];
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanLaunch *l = &pg->steps[i].launch;
+        if (pg->steps[i].kind != STEP_LAUNCH) continue;
+        for (int a = 0; a < l->nargs; a++) {
+            *as_float += l->arg[a].kind == ARG_RUNTIME && l->arg[a].index == IR_RT_MICRO_STEP;
+            *as_buffer += b >= 0 && l->arg[a].kind == ARG_BUFFER && l->arg[a].index == b;
+        }
+    }
+}
+
+static void test_reduce_overhead_plan(void)
+{
+    Source *src = source_from_string("drop.net", dropout_net, sizeof dropout_net - 1);
+    IrProgram *p = pipeline_compile(src, NULL, 0);
+    CHECK(p != NULL);
+    if (!p) return;
+    Plan *def = plan_build(p, PLAN_DEFAULT, "drop.net");
+    Plan *ro = plan_build(p, PLAN_REDUCE_OVERHEAD, "drop.net");
+    CHECK_EQ_INT(def->step_state, -1);
+    CHECK(ro->step_state >= 0);
+    if (ro->step_state < 0) goto out;
+    const PlanBuffer *st = &ro->buffers[ro->step_state];
+    CHECK(st->kind == PB_STEP && st->dtype == DT_I32 && st->shape.rank == 1 &&
+          st->shape.dim[0] == 4);
+    /* a kernel shared by a train graph and another graph may split in two */
+    CHECK(ro->nkernels >= def->nkernels);
+    for (int g = PG_TRAIN; g <= PG_TRAIN_MICRO; g++) {
+        int f, b;
+        count_step_args(def, (PlanGraphId)g, -1, &f, &b);
+        CHECK(f > 0);
+        count_step_args(ro, (PlanGraphId)g, ro->step_state, &f, &b);
+        CHECK_EQ_INT(f, 0);
+        CHECK(b > 0);
+        CHECK_EQ_INT(ro->graph[g].nsteps, def->graph[g].nsteps);
+    }
+    bool reads = false;
+    for (int k = 0; k < ro->nkernels; k++)
+        reads = reads || strstr(ro->kernels[k].source, "const int64_t *") != NULL;
+    CHECK(reads);
+    CHECK_STR(plan_mode_name(ro->mode), "reduce-overhead");
+out:
+    plan_free(def);
+    plan_free(ro);
+    ir_program_free(p);
+    source_free(src);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc_codegen_XXXXXX");
@@ -351,6 +423,7 @@ int main(void)
     test_assign_aliasing();
     test_fused_plan();
     test_fused_rounding();
+    test_reduce_overhead_plan();
     test_emit_errors();
     int rc = check_result();
     char cmd[128];

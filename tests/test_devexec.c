@@ -9,7 +9,13 @@
  *    seed and steps: final tensors within 1e-4 (relative L2, fp32), the same loss
  *    totals and metrics lines, the device named in the plan line;
  *  - a run saved on the device and resumed on the CPU ends where the CPU alone does;
- *  - a diverging run fails on the device at the step the CPU reports.
+ *  - a diverging run fails on the device at the step the CPU reports;
+ *  - reduce-overhead: when a micro-batch is captured (train_capture_refusal); its runs,
+ *    captured once and replayed (the emulation records and replays as a CUDA graph
+ *    would, refusing copies and waits inside), match the CPU as the default mode does,
+ *    and match the default mode bit for bit, dropout, accumulation, partial batches,
+ *    epochs and a resumed run included; when every capture fails, that is said once and
+ *    the run, launch by launch, still matches bit for bit.
  *
  * Usage: test_devexec [--asan] (kernels built with AddressSanitizer, which also checks
  * that nothing touches the arena's padding).
@@ -25,6 +31,7 @@
 #include "runtime/devexec.h"
 #include "runtime/safetensors.h"
 #include "runtime/train.h"
+#include "runtime/train_internal.h"
 #include "tests/check.h"
 #include "tests/emu/emu_device.h"
 #include "tests/testfiles.h"
@@ -150,6 +157,7 @@ typedef struct RunSpec {
 } RunSpec;
 
 static int median_reports;      /* device runs long enough to report a median step time */
+static int captures;            /* "graph ... captured" lines of reduce-overhead runs */
 
 static int run(Model *m, const RunSpec *s)
 {
@@ -174,6 +182,9 @@ static int run(Model *m, const RunSpec *s)
     if (s->device && rc == 0) {
         CHECK(strstr(text, "cgc: median step ") || strstr(text, "cgc: step time not measured"));
         median_reports += strstr(text, "cgc: median step ") != NULL;
+        for (const char *c = text; (c = strstr(c, "cgc: reduce-overhead: graph ")); c++) captures++;
+        /* only a reduce-overhead plan captures */
+        CHECK(mode == PLAN_REDUCE_OVERHEAD || !strstr(text, "reduce-overhead"));
         /* and the memory line bench/bench_default.py reads; the emulation cannot tell the
          * memory in use */
         const char *mem = strstr(text, "cgc: device memory: plan arena ");
@@ -333,8 +344,7 @@ static void check_order(Model *m, int64_t n, int64_t epoch, bool shuffle, unsign
  * device run draws its progress bar on a terminal. */
 static void check_training(const char *file, const Override *ov, int nov, double tol, bool tty)
 {
-    printf("training %s on the emulation (%s mode) and the CPU\n", file,
-           mode == PLAN_EAGER ? "eager" : "default");
+    printf("training %s on the emulation (%s mode) and the CPU\n", file, plan_mode_name(mode));
     Model m;
     if (model_open(&m, file, ov, nov)) {
         char dev_save[256], cpu_save[256], dev_metrics[256], cpu_metrics[256];
@@ -370,6 +380,79 @@ static void check_resume_on_cpu(const char *file, const Override *ov, int nov, i
         compare_checkpoints(resumed, straight, 1e-4);
     }
     model_close(&m);
+}
+
+/* ---- reduce-overhead ---- */
+
+/* When a micro-batch is replayed from a graph, and why not otherwise. */
+static void check_capture_refusal(void)
+{
+    printf("reduce-overhead: which micro-batches are captured\n");
+    CaptureQuery ok = {.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64,
+                       .batch = 64, .runs = 1};
+    CHECK(train_capture_refusal(&ok) == NULL);
+    ok.runs = 1000;
+    CHECK(train_capture_refusal(&ok) == NULL);
+    struct { CaptureQuery q; const char *why; } refused[] = {
+        {{.mode = PLAN_DEFAULT, .device_can = true, .count = 64, .batch = 64, .runs = 1}, "not reduce-overhead"},
+        {{.mode = PLAN_EAGER, .device_can = true, .count = 64, .batch = 64, .runs = 1}, "not reduce-overhead"},
+        {{.mode = PLAN_REDUCE_OVERHEAD, .count = 64, .batch = 64, .runs = 1}, "cannot record"},
+        {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .failed = true, .count = 64, .batch = 64,
+          .runs = 1}, "earlier capture failed"},
+        {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 17, .batch = 64, .runs = 5},
+         "partial batch"},
+        {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64, .batch = 64}, "warm-up"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const char *why = train_capture_refusal(&refused[i].q);
+        CHECK(why && strstr(why, refused[i].why));
+    }
+}
+
+/* FILE trained on the emulation in the default mode and in reduce-overhead: the same
+ * weights and totals bit for bit. With RESUME_AT > 0 the reduce-overhead run stops there
+ * and a second one resumes it (the step counter written where the sequence jumps). With
+ * FAIL, every capture fails: said once, and the run goes on launch by launch. */
+static void check_replay_exact(const char *file, const Override *ov, int nov, int64_t resume_at,
+                               bool fail)
+{
+    printf("training %s on the emulation: reduce-overhead against default, bit for bit%s%s\n",
+           file, resume_at ? ", resumed" : "", fail ? ", every capture failing" : "");
+    char want[256], got[256], half[256];
+    snprintf(want, sizeof want, "%s", tmp_path("default.safetensors"));
+    snprintf(got, sizeof got, "%s", tmp_path("replayed.safetensors"));
+    snprintf(half, sizeof half, "%s", tmp_path("replayed_half.safetensors"));
+    Model m;
+    mode = PLAN_DEFAULT;
+    if (model_open(&m, file, ov, nov))
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = want}), 0);
+    model_close(&m);
+    mode = PLAN_REDUCE_OVERHEAD;
+    int before = captures;
+    if (model_open(&m, file, ov, nov)) {
+        if (fail) {
+            emu_device_fail_captures(m.d, true);
+            capture_start();
+        }
+        if (resume_at) {
+            CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = half, .stop_after = resume_at}), 0);
+            CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .resume = half, .save = got}), 0);
+        } else {
+            CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
+        }
+        if (fail) {
+            const char *err = capture_end();
+            int warned = 0;
+            for (const char *c = err; (c = strstr(c, "could not be captured")); c++) warned++;
+            if (warned != (resume_at ? 2 : 1)) fprintf(stderr, "%s", err);
+            CHECK_EQ_INT(warned, resume_at ? 2 : 1);
+            CHECK(strstr(err, "cgc: warning: reduce-overhead: ") != NULL);
+            emu_device_fail_captures(m.d, false);
+        }
+        compare_checkpoints(got, want, 0.0);
+    }
+    model_close(&m);
+    CHECK(fail ? captures == before : captures > before);
 }
 
 /* The step number in "... at step N (...". */
@@ -455,8 +538,24 @@ int main(int argc, char **argv)
     Override ckpt[4] = {{"precision", "precision", "fp16"}, {"batch", "batch", "32"},
                         {"steps", "steps", "40"}, {"checkpoint", "checkpoint", "all"}};
     check_training("mlp.net", ckpt, 4, 2e-2, false);
+
+    /* reduce-overhead: the default mode's kernels, the step counter on the device, each
+     * micro-batch captured once and replayed */
+    check_capture_refusal();
+    mode = PLAN_REDUCE_OVERHEAD;
+    check_training("mlp.net", mlp, 3, 1e-4, false);
+    check_training("regression.net", reg, 4, 1e-4, true);
+    check_training("regression.net", skips, 3, 1e-2, false);
+    check_replay_exact("regression.net", reg, 4, 0, false);
+    check_replay_exact("regression.net", reg, 4, 5, false);
+    check_replay_exact("regression.net", reg, 4, 0, true);
+    /* dropout: its masks keyed by the micro-step the kernels read from the device */
+    Override drop[3] = {{"precision", "precision", "bf16"}, {"batch", "batch", "16"},
+                        {"steps", "steps", "6"}};
+    check_replay_exact("resmlp.net", drop, 3, 0, false);
     mode = PLAN_EAGER;
     CHECK(median_reports > 0);
+    CHECK(captures > 0);
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

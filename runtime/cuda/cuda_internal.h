@@ -22,7 +22,9 @@
     X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)         \
     X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuMemAlloc_v2)       \
     X(cuMemFree_v2) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)    \
-    X(cuMemHostAlloc) X(cuMemFreeHost)
+    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)   \
+    X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
+    X(cuGraphGetNodes)
 
 #define CUDA_DRIVER_FIELD(sym) __typeof__(sym) *sym;
 typedef struct CudaDriver {

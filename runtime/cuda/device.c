@@ -238,6 +238,66 @@ static int dev_fence_elapsed_ms(Device *d, DeviceFence *from, DeviceFence *to, f
     return CU(NULL, cuEventElapsedTime_v2, ms, from->event, to->event);
 }
 
+/* ---- graphs: stream capture ----
+ * Thread-local capture mode: a call of this thread that would be unsafe while the stream
+ * is captured (a synchronous copy, an allocation) fails and invalidates the capture,
+ * which then surfaces at cuStreamEndCapture. cuBLAS works under capture with the
+ * workspace set at open (gemm.c), so it allocates nothing there. */
+
+struct DeviceGraph {
+    CUgraph graph;
+    CUgraphExec exec;
+};
+
+static int dev_capture_begin(Device *d)
+{
+    return CU(NULL, cuStreamBeginCapture_v2, impl(d)->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+}
+
+static void graph_destroy(DeviceGraph *g)
+{
+    if (g->exec) CU(NULL, cuGraphExecDestroy, g->exec);
+    if (g->graph) CU(NULL, cuGraphDestroy, g->graph);
+    free(g);
+}
+
+static int dev_capture_end(Device *d, DeviceGraph **out, int *nodes)
+{
+    *out = NULL;
+    *nodes = 0;
+    DeviceGraph *g = calloc(1, sizeof *g);
+    CUgraph graph = NULL;
+    int rc = CU(NULL, cuStreamEndCapture, impl(d)->stream, &graph);   /* ends it, even failing */
+    if (!g) {
+        if (graph) cu.cuGraphDestroy(graph);
+        fprintf(stderr, "cgc: error: out of host memory for a CUDA graph\n");
+        return -1;
+    }
+    g->graph = graph;
+    size_t n = 0;
+    if (rc || CU(NULL, cuGraphGetNodes, graph, NULL, &n) ||
+        CU(NULL, cuGraphInstantiateWithFlags, &g->exec, graph, 0)) {
+        graph_destroy(g);
+        return -1;
+    }
+    *out = g;
+    *nodes = n > INT_MAX ? INT_MAX : (int)n;
+    return 0;
+}
+
+static int dev_graph_launch(Device *d, DeviceGraph *g)
+{
+    return CU(NULL, cuGraphLaunch, g->exec, impl(d)->stream);
+}
+
+static void dev_graph_free(Device *d, DeviceGraph *g)
+{
+    if (!g) return;
+    /* a launch of it may still be running */
+    check_wait(impl(d), cu.cuStreamSynchronize(impl(d)->stream), "cuStreamSynchronize");
+    graph_destroy(g);
+}
+
 static int dev_mem_free(Device *d, size_t *free_bytes)
 {
     size_t total = 0;
@@ -280,6 +340,10 @@ static const DeviceOps cuda_ops = {
     .fence_record = dev_fence_record,
     .fence_done = dev_fence_done,
     .fence_elapsed_ms = dev_fence_elapsed_ms,
+    .capture_begin = dev_capture_begin,
+    .capture_end = dev_capture_end,
+    .graph_launch = dev_graph_launch,
+    .graph_free = dev_graph_free,
     .close = dev_close,
 };
 

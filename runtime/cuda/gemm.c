@@ -118,7 +118,12 @@ int cuda_gemm_init(CudaDevice *cd)
         cd->blas = NULL;
         return -1;
     }
+    /* cublasSetStream resets the workspace, so it comes first. cuBLAS shares cuBLASLt's
+     * workspace: both run on the one stream, never at once. With a workspace of its own
+     * cuBLAS allocates nothing while a stream is captured (a CUDA graph). */
     return blas_check(cublasSetStream(cd->blas, (cudaStream_t)cd->stream), "cublasSetStream", NULL) ||
+           blas_check(cublasSetWorkspace(cd->blas, (void *)(uintptr_t)cd->lt->workspace,
+                                         LT_WORKSPACE), "cublasSetWorkspace", NULL) ||
            blas_check(cublasSetPointerMode(cd->blas, CUBLAS_POINTER_MODE_HOST),
                       "cublasSetPointerMode", NULL)
                ? -1 : 0;

@@ -89,6 +89,7 @@ case_ mlp "$MLP" --mode default --precision fp16 --accumulate 2
 case_ resmlp "$ROOT/models/resmlp.net" --mode default --precision bf16
 case_ regression "$ROOT/models/regression.net" --mode eager
 case_ gelu "$OUT/gelu.net" --mode default
+case_ resmlp_ro "$ROOT/models/resmlp.net" --mode reduce-overhead --precision bf16 --accumulate 2
 
 # What each case's repro.c says and does.
 want() {   # want CASE TEXT: repro.c of CASE contains the fixed string TEXT
@@ -103,6 +104,15 @@ want resmlp 'F32((float)micro_step)'
 want regression 'mode eager, precision fp32, batch 128, accumulate 1, seed 1;'
 want gelu '.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS'
 want gelu 'FILL_LABELS, 10.0f'
+want resmlp_ro 'mode reduce-overhead, precision bf16, batch 128, accumulate 2, seed 7;'
+want resmlp_ro 'int64_t state[2] = { micro_step, 0 };'
+# reduce-overhead: both train graphs set the step counter their kernels read; none
+# passes the micro-step as a float
+[ "$(grep -c 'CU("the step counter", cuMemcpyHtoDAsync' "$OUT/resmlp_ro/repro/repro.c")" = 2 ] ||
+    fail "resmlp_ro: the step counter is not set by run_train and run_train_micro"
+if grep -q 'F32((float)micro_step)' "$OUT/resmlp_ro/repro/repro.c"; then
+    fail "resmlp_ro: a kernel takes the micro-step as a float"
+fi
 if grep -q 'run_train_micro' "$OUT/resmlp/repro/repro.c"; then
     fail "resmlp: a train_micro replay without accumulation"
 fi
@@ -133,5 +143,5 @@ rm -f "$OUT/mlp/repro/module.cubin"
 make -n -C "$OUT/mlp/repro" ARCH=sm_80 NVCC="$NVCC" CUDA_HOME="$CUDA_HOME" 2>&1 | grep -q -- '-arch=sm_80' ||
     fail "make ARCH=sm_80 does not compile the module for sm_80"
 
-[ $status = 0 ] && echo "repro.sh: 4 reproducers built with nvcc"
+[ $status = 0 ] && echo "repro.sh: 5 reproducers built with nvcc"
 exit $status

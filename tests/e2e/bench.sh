@@ -64,8 +64,16 @@ fi
     { cat "$dir/warn.err"; fail "checkpoint = auto's warning not once per mode"; }
 
 # --mode eager (the default) compares with default; other actions refuse --bench
-"$cgc" "$root/models/regression.net" --bench --mode eager --device cpu --arch none | grep -q "eager against default" ||
+"$cgc" "$root/models/regression.net" --bench --mode eager --device cpu --arch none > "$dir/eager.txt"
+grep -q "eager against default" "$dir/eager.txt" ||
     fail "--mode eager --bench is not eager against default"
+# reduce-overhead: default's launches, and a word on graphs
+"$cgc" "$root/models/mlp.net" --bench --mode reduce-overhead --device cpu --arch none > "$dir/ro.txt"
+grep -q "eager against reduce-overhead" "$dir/ro.txt" && grep -q "one CUDA graph launch" "$dir/ro.txt" ||
+    { cat "$dir/ro.txt"; fail "--mode reduce-overhead --bench"; }
+[ "$(grep '^launches per step' "$dir/ro.txt" | awk '{print $5}')" = \
+  "$(grep '^launches per step' "$dir/mlp.txt" | awk '{print $5}')" ] ||
+    { cat "$dir/ro.txt" "$dir/mlp.txt"; fail "reduce-overhead's launches are not default's"; }
 for other in "--check" "--explain" "--emit $dir/e" "--stats $dir/s.json" "--profile $dir/p.json"; do
     # shellcheck disable=SC2086  # the flag and its value
     if "$cgc" "$root/models/mlp.net" --bench $other > "$dir/out" 2>&1; then fail "--bench $other ran"; fi

@@ -56,8 +56,10 @@ if ! "$cgc" --devices | grep -q '^cuda:0'; then
 fi
 expect "arch needs check" 2 "--arch goes with --check" -- "$root/models/mlp.net" --arch sm_90
 expect "bad arch" 2 "--arch takes sm_XX" -- "$root/models/mlp.net" --check --arch 90
-expect "check sm_80" 0 "164 kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80
+expect "check sm_80" 0 "165 kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80
 expect "check default" 0 "kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80 --mode default
+expect "check reduce-overhead" 0 "kernels compiled for sm_80 by NVRTC" -- "$root/models/resmlp.net" --check --arch sm_80 --mode reduce-overhead
+expect "reduce-overhead on the CPU" 0 "captures CUDA graphs on a GPU; on the CPU" -- "$root/models/regression.net" --mode reduce-overhead --device cpu --steps 2
 expect "mode later" 2 "--mode max-autotune: not available yet" -- "$root/models/mlp.net" --mode max-autotune
 expect "mode unknown" 2 "--mode fast: unknown mode" -- "$root/models/mlp.net" --mode fast
 expect "bad pass" 2 "--dump-ir-after takes sema, precision" -- "$root/models/mlp.net" --dump-ir-after lexer

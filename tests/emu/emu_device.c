@@ -6,6 +6,13 @@
  * rounded to its dtype with cpu_round_f16/bf16. A cuBLASLt epilogue (GEMM groups) works
  * on the f32 product before that rounding, as the executor computes a GEMM group's
  * unstored members (ir.h, IR_GROUP_GEMM).
+ *
+ * Graphs are recorded, as CUDA's stream capture records them: between capture_begin and
+ * capture_end a launch copies its arguments' values (sizes from the kernels' shared
+ * object, cgc_emu_argbytes_NAME) and a GEMM its call, and nothing runs; graph_launch runs
+ * the copies in order. A copy, a wait or a fence while capturing is refused as CUDA's
+ * thread-local capture refuses it, and makes capture_end fail, so that what the
+ * emulation replays is what a CUDA graph could hold.
  */
 #define _GNU_SOURCE
 #include "tests/emu/emu_device.h"
@@ -37,8 +44,26 @@ typedef int (*EmuLaunchFn)(unsigned grid, unsigned block, void (*thunk)(void **)
 typedef struct EmuKernel {
     struct EmuKernel *next;
     void (*thunk)(void **);
+    const unsigned char *argbytes;      /* parameter sizes, then 0; NULL if not exported */
     char name[];
 } EmuKernel;
+
+enum { EMU_MAX_ARGS = 256 };
+
+/* One recorded launch or GEMM. */
+typedef struct EmuNode {
+    EmuKernel *kernel;                  /* NULL: a GEMM */
+    unsigned grid, block;
+    int nargs;
+    uint64_t *args;                     /* the values, one 8-byte slot each */
+    GemmCall gemm;
+    DeviceSite site;
+} EmuNode;
+
+struct DeviceGraph {
+    EmuNode *nodes;
+    int n, cap;
+};
 
 /* Live allocations, so that free can lift the poison mark_unused put on padding. */
 typedef struct EmuAlloc {
@@ -53,6 +78,9 @@ typedef struct EmuDevice {
     EmuLaunchFn launch;
     EmuKernel *kernels;
     EmuAlloc *allocs;
+    DeviceGraph *recording;             /* between capture_begin and capture_end */
+    bool invalid;                       /* something was refused while recording */
+    bool fail_captures;                 /* emu_device_fail_captures */
 } EmuDevice;
 
 struct DeviceFence {
@@ -80,10 +108,21 @@ static const char *site_str(const DeviceSite *s, char *buf, size_t n)
     return buf;
 }
 
+/* Refuses CALL while a graph is being recorded (returns true), as CUDA would. */
+static bool refused_in_capture(Device *d, const char *call)
+{
+    if (!impl(d)->recording) return false;
+    fprintf(stderr, "cgc: error: CUDA emulation: %s while a graph is being captured: a CUDA "
+                    "graph cannot hold it, so the capture fails\n", call);
+    impl(d)->invalid = true;
+    return true;
+}
+
 /* ---- memory ---- */
 
 static int emu_alloc(Device *d, size_t bytes, DevPtr *out)
 {
+    if (refused_in_capture(d, "alloc")) return -1;
     size_t rounded = (bytes + 255) / 256 * 256;
     if (rounded == 0) rounded = 256;
     void *p = aligned_alloc(256, rounded);
@@ -104,6 +143,7 @@ static int emu_alloc(Device *d, size_t bytes, DevPtr *out)
 
 static void emu_free(Device *d, DevPtr p)
 {
+    if (refused_in_capture(d, "free")) return;
     for (EmuAlloc **link = &impl(d)->allocs; *link; link = &(*link)->next) {
         EmuAlloc *a = *link;
         if ((DevPtr)(uintptr_t)a->p != p) continue;
@@ -124,12 +164,14 @@ static void emu_mark_unused(Device *d, DevPtr p, size_t bytes)
 
 static int emu_upload(Device *d, DevPtr dst, const void *src, size_t bytes)
 {
+    if (refused_in_capture(d, "upload")) return -1;
     if (bytes) memcpy((void *)(uintptr_t)dst, src, bytes);
     return 0;
 }
 
 static int emu_download(Device *d, void *dst, DevPtr src, size_t bytes)
 {
+    if (refused_in_capture(d, "download")) return -1;
     if (bytes) memcpy(dst, (const void *)(uintptr_t)src, bytes);
     return 0;
 }
@@ -154,6 +196,8 @@ static int emu_kernel(Device *d, const char *name, void **handle)
     EmuKernel *k = malloc(sizeof *k + len);
     if (!k) return -1;
     k->thunk = (void (*)(void **))fn;
+    snprintf(sym, sizeof sym, "cgc_emu_argbytes_%s", name);
+    k->argbytes = dlsym(impl(d)->so, sym);
     memcpy(k->name, name, len);
     k->next = impl(d)->kernels;
     impl(d)->kernels = k;
@@ -161,10 +205,58 @@ static int emu_kernel(Device *d, const char *name, void **handle)
     return 0;
 }
 
+static EmuNode *record(Device *d, const DeviceSite *site)
+{
+    DeviceGraph *g = impl(d)->recording;
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        EmuNode *grown = realloc(g->nodes, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            fprintf(stderr, "cgc: error: CUDA emulation: out of host memory recording a graph\n");
+            impl(d)->invalid = true;
+            return NULL;
+        }
+        g->nodes = grown;
+        g->cap = cap;
+    }
+    EmuNode *n = &g->nodes[g->n++];
+    memset(n, 0, sizeof *n);
+    if (site) n->site = *site;
+    return n;
+}
+
+/* Records a launch with a copy of each argument's value. */
+static int record_launch(Device *d, EmuKernel *k, unsigned grid, unsigned block, void **args,
+                         const DeviceSite *site)
+{
+    if (!k->argbytes) {
+        fprintf(stderr, "cgc: error: CUDA emulation: kernel %s: no cgc_emu_argbytes_%s in %s, "
+                        "so its launch cannot be captured\n", k->name, k->name, impl(d)->so_path);
+        impl(d)->invalid = true;
+        return -1;
+    }
+    int nargs = 0;
+    while (k->argbytes[nargs]) nargs++;
+    EmuNode *n = record(d, site);
+    if (!n) return -1;
+    *n = (EmuNode){ .kernel = k, .grid = grid, .block = block, .nargs = nargs,
+                    .args = calloc((size_t)(nargs ? nargs : 1), sizeof *n->args), .site = n->site };
+    if (!n->args) {
+        impl(d)->invalid = true;
+        return -1;
+    }
+    for (int i = 0; i < nargs; i++) {
+        CGC_ASSERT(k->argbytes[i] <= sizeof n->args[i]);
+        memcpy(&n->args[i], args[i], k->argbytes[i]);
+    }
+    return 0;
+}
+
 static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, void **args,
                       const DeviceSite *site)
 {
     EmuKernel *k = kernel;
+    if (impl(d)->recording) return record_launch(d, k, grid, block, args, site);
     if (impl(d)->launch(grid, block, k->thunk, args, k->name) == 0) return 0;
     char buf[512];
     fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s failed (see above)\n",
@@ -256,6 +348,12 @@ static bool epilogue_ok(const GemmCall *g)
 static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
 {
     char buf[512];
+    if (impl(d)->recording) {
+        EmuNode *n = record(d, site);
+        if (!n) return -1;
+        n->gemm = *g;
+        return 0;
+    }
     if (!gemm_type_ok(g->a_type) || !gemm_type_ok(g->b_type) || !gemm_type_ok(g->c_type) ||
         g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0 || g->m > INT32_MAX ||
         g->n > INT32_MAX || g->k > INT32_MAX || !epilogue_ok(g)) {
@@ -301,7 +399,7 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
 
 /* ---- ordering and time: every call has finished when it returns ---- */
 
-static int emu_sync(Device *d) { return 0; }
+static int emu_sync(Device *d) { return refused_in_capture(d, "sync") ? -1 : 0; }
 
 static int emu_fence_new(Device *d, DeviceFence **f)
 {
@@ -313,12 +411,14 @@ static void emu_fence_free(Device *d, DeviceFence *f) { free(f); }
 
 static int emu_fence_record(Device *d, DeviceFence *f)
 {
+    if (refused_in_capture(d, "fence record")) return -1;
     f->seconds = wall_seconds();
     return 0;
 }
 
 static int emu_fence_done(Device *d, DeviceFence *f, bool wait, bool *done)
 {
+    if (refused_in_capture(d, "fence query")) return -1;
     *done = true;
     return 0;
 }
@@ -329,9 +429,73 @@ static int emu_fence_elapsed_ms(Device *d, DeviceFence *from, DeviceFence *to, f
     return 0;
 }
 
+/* ---- graphs ---- */
+
+static void graph_destroy(DeviceGraph *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) free(g->nodes[i].args);
+    free(g->nodes);
+    free(g);
+}
+
+static int emu_capture_begin(Device *d)
+{
+    EmuDevice *e = impl(d);
+    if (e->recording) {
+        fprintf(stderr, "cgc: error: CUDA emulation: capture_begin while capturing\n");
+        return -1;
+    }
+    e->recording = calloc(1, sizeof *e->recording);
+    e->invalid = e->fail_captures;
+    if (e->fail_captures)
+        fprintf(stderr, "cgc: error: CUDA emulation: this capture is made to fail "
+                        "(emu_device_fail_captures)\n");
+    return e->recording ? 0 : -1;
+}
+
+static int emu_capture_end(Device *d, DeviceGraph **out, int *nodes)
+{
+    EmuDevice *e = impl(d);
+    DeviceGraph *g = e->recording;
+    *out = NULL;
+    *nodes = 0;
+    e->recording = NULL;
+    if (!g || e->invalid) {
+        fprintf(stderr, "cgc: error: CUDA emulation: the capture failed (%s)\n",
+                g ? "a call above was refused" : "capture_begin was not called");
+        graph_destroy(g);
+        return -1;
+    }
+    *out = g;
+    *nodes = g->n;
+    return 0;
+}
+
+static int emu_graph_launch(Device *d, DeviceGraph *g)
+{
+    if (refused_in_capture(d, "graph launch")) return -1;
+    for (int i = 0; i < g->n; i++) {
+        EmuNode *n = &g->nodes[i];
+        if (!n->kernel) {
+            if (emu_gemm(d, &n->gemm, &n->site) != 0) return -1;
+            continue;
+        }
+        void *args[EMU_MAX_ARGS];
+        CGC_ASSERT(n->nargs <= EMU_MAX_ARGS);
+        for (int a = 0; a < n->nargs; a++) args[a] = &n->args[a];
+        if (emu_launch(d, n->kernel, n->grid, n->block, args, &n->site) != 0) return -1;
+    }
+    return 0;
+}
+
+static void emu_graph_free(Device *d, DeviceGraph *g) { graph_destroy(g); }
+
 static void emu_close(Device *d)
 {
     EmuDevice *e = impl(d);
+    graph_destroy(e->recording);    /* a capture never ended */
+    e->recording = NULL;
     while (e->kernels) {
         EmuKernel *k = e->kernels;
         e->kernels = k->next;
@@ -361,6 +525,10 @@ static const DeviceOps emu_ops = {
     .fence_record = emu_fence_record,
     .fence_done = emu_fence_done,
     .fence_elapsed_ms = emu_fence_elapsed_ms,
+    .capture_begin = emu_capture_begin,
+    .capture_end = emu_capture_end,
+    .graph_launch = emu_graph_launch,
+    .graph_free = emu_graph_free,
     .close = emu_close,
 };
 
@@ -392,6 +560,12 @@ int emu_device_open(const char *so_path, Device **out)
     snprintf(d->name, sizeof d->name, "CUDA emulation");
     *out = d;
     return 0;
+}
+
+void emu_device_fail_captures(Device *d, bool fail)
+{
+    CGC_ASSERT(d->ops == &emu_ops);
+    impl(d)->fail_captures = fail;
 }
 
 /* ---- building a plan's kernels ---- */

@@ -19,6 +19,10 @@
  * emulator's cgc_emu_launch). Returns 0, or -1 after reporting. */
 int emu_device_open(const char *so_path, Device **out);
 
+/* Makes every later capture of D (an emulated device) fail at capture_end, as a CUDA
+ * capture that met an illegal call would: what a runtime's fallback is tested with. */
+void emu_device_fail_captures(Device *d, bool fail);
+
 /* Writes PLAN's kernels (plan_emit) and their thunks (plan_emit_emu_thunks) to a new
  * temporary directory and compiles them with the emulator into DIR/kernels.so, with
  * -fsanitize=address when ASAN. SO_PATH (room for 256 bytes) receives the path. Returns
