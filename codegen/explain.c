@@ -3,7 +3,9 @@
  * Both read the compiled program and its plan; nothing here decides anything. The
  * precision reasons restate compiler/precision.c's table for each value of the forward
  * pass (the backward follows the forward's types), so the wording here must follow that
- * table when it changes.
+ * table when it changes. Likewise the reasons given for each kernel boundary restate
+ * compiler/fusion.c's rules (can_join, same_phase, the GEMM groups), found again from the
+ * fused graph.
  */
 #include "compile.h"
 
@@ -203,6 +205,341 @@ static void explain_groups(const Compiled *c, FILE *out)
     }
 }
 
+/* ---- why neighbours were not fused ---- */
+
+/* Kernel boundaries: a unit is a fusion group (1..ngroups) or an unfused node computed
+ * by a kernel of its own (ngroups + 1 + id). Views (unfused RESHAPEs) are no kernel: an
+ * edge through one is the edge from what it views. */
+typedef struct Boundaries {
+    const IrGraph *g;
+    int nunits;
+    int *adj_off, *adj;         /* unit -> units it feeds (CSR; a unit may repeat) */
+    unsigned char *seen;
+} Boundaries;
+
+static bool is_view(const IrNode *n) { return n->op == IR_RESHAPE && n->group == 0; }
+
+/* The unit computing node ID (through views), or -1 for a leaf. */
+static int unit_of(const IrGraph *g, int id)
+{
+    while (is_view(&g->nodes[id])) id = g->nodes[id].in[0];
+    const IrNode *n = &g->nodes[id];
+    if (n->group > 0) return n->group;
+    return is_op(n) && n->op != IR_RUNTIME ? g->ngroups + 1 + id : -1;
+}
+
+/* The node behind input K of node C, views skipped. */
+static int producer(const IrGraph *g, int c, int k)
+{
+    int id = g->nodes[c].in[k];
+    while (is_view(&g->nodes[id])) id = g->nodes[id].in[0];
+    return id;
+}
+
+static void boundaries_init(Boundaries *b, const IrGraph *g)
+{
+    *b = (Boundaries){ .g = g, .nunits = g->ngroups + 1 + g->nnodes };
+    b->adj_off = xcalloc((size_t)b->nunits + 1, sizeof *b->adj_off);
+    b->seen = xcalloc((size_t)b->nunits, 1);
+    int *count = xcalloc((size_t)b->nunits, sizeof *count);
+    int nedges = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int c = 0; c < g->nnodes; c++) {
+            int uc = unit_of(g, c);
+            if (uc < 0 || is_view(&g->nodes[c])) continue;
+            for (int k = 0; k < g->nodes[c].nin; k++) {
+                int up = unit_of(g, producer(g, c, k));
+                if (up < 0 || up == uc) continue;
+                if (pass == 0) {
+                    count[up]++;
+                    nedges++;
+                } else {
+                    b->adj[b->adj_off[up] + count[up]++] = uc;
+                }
+            }
+        }
+        if (pass == 0) {
+            for (int u = 0; u < b->nunits; u++) b->adj_off[u + 1] = b->adj_off[u] + count[u];
+            b->adj = xcalloc((size_t)nedges + 1, sizeof *b->adj);
+            memset(count, 0, (size_t)b->nunits * sizeof *count);
+        }
+    }
+    free(count);
+}
+
+static void boundaries_free(Boundaries *b)
+{
+    free(b->adj_off);
+    free(b->adj);
+    free(b->seen);
+}
+
+/* A unit other than FROM and TO on a path from FROM to TO, or -1: joining the two would
+ * make the kernels' graph cyclic. */
+static int detour_via(Boundaries *b, int from, int to)
+{
+    for (int i = b->adj_off[from]; i < b->adj_off[from + 1]; i++) {
+        int first = b->adj[i];
+        if (first == to) continue;
+        memset(b->seen, 0, (size_t)b->nunits);
+        int *stack = xcalloc((size_t)b->nunits, sizeof *stack), sp = 0;
+        stack[sp++] = first;
+        b->seen[first] = 1;
+        bool found = false;
+        while (sp > 0 && !found) {
+            int u = stack[--sp];
+            for (int j = b->adj_off[u]; j < b->adj_off[u + 1]; j++) {
+                int v = b->adj[j];
+                if (v == to) found = true;
+                else if (!b->seen[v] && v != from) b->seen[v] = 1, stack[sp++] = v;
+            }
+        }
+        free(stack);
+        if (found) return first;
+    }
+    return -1;
+}
+
+static const IrGroup *unit_group(const IrGraph *g, int u)
+{
+    return u >= 1 && u <= g->ngroups ? &g->groups[u - 1] : NULL;
+}
+
+static bool is_reduce_op(IrOp op)
+{
+    return op == IR_SUM || op == IR_MEAN || op == IR_MAX || op == IR_REDUCE_TO;
+}
+
+/* S stretches (NumPy rules) to exactly WORK: a member may be computed over WORK. */
+static bool stretches_to(const Shape *s, const Shape *work)
+{
+    Shape out;
+    return ir_broadcast_shape(s, work, &out) && ir_shape_equal(&out, work);
+}
+
+/* The shape a unit works over: its group's work, or the node's shape. */
+static const Shape *unit_work(const IrGraph *g, int u)
+{
+    const IrGroup *gr = unit_group(g, u);
+    return gr ? &gr->work : &g->nodes[u - g->ngroups - 1].shape;
+}
+
+static void unit_label(const IrGraph *g, int u, char *buf, size_t n)
+{
+    const IrGroup *gr = unit_group(g, u);
+    if (gr) snprintf(buf, n, "g%d %s", u, gr->name);
+    else snprintf(buf, n, "%%%d %s", u - g->ngroups - 1, ir_op_name(g->nodes[u - g->ngroups - 1].op));
+}
+
+/* The units that read node ID (through views), its own among them. */
+static int reader_units(const IrGraph *g, int id)
+{
+    int n = 0, seen[64];
+    for (int c = 0; c < g->nnodes; c++) {
+        if (is_view(&g->nodes[c])) continue;
+        for (int k = 0; k < g->nodes[c].nin; k++) {
+            if (producer(g, c, k) != id) continue;
+            int u = unit_of(g, c);
+            bool dup = false;
+            for (int i = 0; i < n && !dup; i++) dup = seen[i] == u;
+            if (!dup && n < 64) seen[n++] = u;
+        }
+    }
+    return n;
+}
+
+/* Whether unit U (a group) holds an OP node. */
+static bool group_has(const IrGraph *g, int u, IrOp op)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].group == u && g->nodes[i].op == op) return true;
+    return false;
+}
+
+/* Matmul node MM's reader ADD adds a bias: a vector over MM's columns. */
+static bool adds_bias(const IrGraph *g, int mm, const IrNode *add)
+{
+    const IrNode *m = &g->nodes[mm];
+    const IrNode *b = &g->nodes[add->in[add->in[0] == mm]];
+    int64_t n = m->shape.rank ? m->shape.dim[m->shape.rank - 1] : -1;
+    return (b->shape.rank == 1 && b->shape.dim[0] == n) ||
+           (b->shape.rank == 2 && b->shape.dim[0] == 1 && b->shape.dim[1] == n);
+}
+
+/* Why producer node P (unit UP) and its reader C (unit UC) are in different kernels:
+ * the first of fusion.c's rules that keeps them apart. */
+static void boundary_reason(const Compiled *cc, Boundaries *b, int pn, int up, int cn, int uc,
+                            char *why, size_t len)
+{
+    const IrProgram *p = cc->p;
+    const IrGraph *g = b->g;
+    const IrNode *P = &g->nodes[pn], *C = &g->nodes[cn];
+    const IrGroup *gp = unit_group(g, up), *gc = unit_group(g, uc);
+    char a[96], c2[96];
+    if (C->op == IR_MATMUL)
+        snprintf(why, len, "a GEMM (cuBLAS) reads its operands from memory; nothing is fused "
+                           "into it before the product");
+    else if (gc && gc->kind == IR_GROUP_GEMM)
+        snprintf(why, len, "a GEMM group holds the product, the bias add and the activation "
+                           "(cuBLASLt's epilogue) and nothing else");
+    else if (gp && gp->kind == IR_GROUP_GEMM)
+        snprintf(why, len, "cuBLASLt's epilogue ends at the bias add and activation");
+    else if (P->op == IR_MATMUL && C->op == IR_ADD && adds_bias(g, pn, C))
+        snprintf(why, len, "a plain GEMM: an epilogue takes a bias add (with ReLU or GELU) only "
+                           "where the add's kernel does nothing else, and this one does more");
+    else if (P->op == IR_MATMUL)
+        snprintf(why, len, "a plain GEMM: cuBLASLt's epilogues take a bias add and ReLU or "
+                           "GELU, not this %s, so the product is stored and read back",
+                 ir_op_name(C->op));
+    else if (!gp && !ir_op_is_elementwise(P->op) && !is_reduce_op(P->op))
+        snprintf(why, len, "%s runs as a kernel of its own (not fused in this build)",
+                 ir_op_name(P->op));
+    else if (!gc && !ir_op_is_elementwise(C->op) && !is_reduce_op(C->op))
+        snprintf(why, len, "%s runs as a kernel of its own (not fused in this build)",
+                 ir_op_name(C->op));
+    else if (is_reduce_op(P->op) && !(gp && gc && gp->kind == IR_GROUP_ROW))
+        snprintf(why, len, "a reduction is whole only when its kernel ends, so its readers "
+                           "run in the next one");
+    else if ((P->recompute && !C->recompute && cn < g->nforward) ||
+             (C->recompute && !P->recompute && pn < g->nforward))
+        snprintf(why, len, "checkpointing: a recomputed value belongs to the backward, and a "
+                           "kernel does not mix it with the forward");
+    else if (!stretches_to(&P->shape, unit_work(g, uc)))
+        snprintf(why, len, "different work: %s against %s",
+                 ir_shape_str(p, unit_work(g, up), a, sizeof a),
+                 ir_shape_str(p, unit_work(g, uc), c2, sizeof c2));
+    else if (gp && gc && gp->kind == IR_GROUP_ROW && gc->kind == IR_GROUP_REDUCE &&
+             (group_has(g, uc, IR_REDUCE_TO) || gc->axis != gc->work.rank - 1))
+        snprintf(why, len, "a row group runs one block per row, after its row reductions; a "
+                           "reduction across rows cannot join it");
+    else if (reader_units(g, pn) > 1)
+        snprintf(why, len, "%%%d %s is needed by %d kernels: computed in one, stored, and read "
+                           "back by the others", pn, ir_op_name(P->op), reader_units(g, pn));
+    else {
+        int via = detour_via(b, up, uc);
+        if (via >= 0) {
+            unit_label(g, via, a, sizeof a);
+            snprintf(why, len, "joining them would make the kernels' graph cyclic (a path "
+                               "through %s)", a);
+        } else if (gp && gc && gp->kind == IR_GROUP_REDUCE && gc->kind == IR_GROUP_REDUCE) {
+            snprintf(why, len, "two reductions: a kernel holds one reduction and its prologue");
+        } else {
+            snprintf(why, len, "not joined by the greedy sweep (no rule above forbids it)");
+        }
+    }
+}
+
+/* A kernel boundary: a value of unit UP read by unit UC, and why they are two. */
+typedef struct Boundary {
+    int up, uc;
+    char why[200];
+} Boundary;
+
+/* One printed entry: the readers UCS each read from every unit of UPS, for reason WHY. */
+typedef struct BoundaryLine {
+    int *ups, nups;
+    int *ucs, nucs;
+    const char *why;
+} BoundaryLine;
+
+/* Prints units US, comma-separated, wrapped at 92 columns; groups by number alone when
+ * there are more than two. Returns the column. */
+static int print_units(const IrGraph *g, const int *us, int n, int col, FILE *out)
+{
+    for (int i = 0; i < n; i++) {
+        char label[96];
+        if (n > 2 && us[i] <= g->ngroups) snprintf(label, sizeof label, "g%d", us[i]);
+        else unit_label(g, us[i], label, sizeof label);
+        if (col + (int)strlen(label) + 2 > 92) col = fprintf(out, "\n       ");
+        col += fprintf(out, "%s%s", i ? ", " : " ", label);
+    }
+    return col;
+}
+
+/* TEXT, indented by 8, wrapped at 92 columns. */
+static void print_wrapped(const char *text, FILE *out)
+{
+    int col = fprintf(out, "       ");
+    while (*text) {
+        size_t w = strcspn(text, " ");
+        if (col + (int)w + 1 > 92) col = fprintf(out, "\n       ");
+        col += fprintf(out, " %.*s", (int)w, text);
+        text += w;
+        while (*text == ' ') text++;
+    }
+    fputc('\n', out);
+}
+
+static bool same_units(const int *a, int na, const int *b, int nb)
+{
+    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
+}
+
+/* Every pair of kernels with a value between them in the train graph, and why they are
+ * two: readers that read the same kernels for the same reason share one entry. */
+static void explain_boundaries(const Compiled *c, FILE *out)
+{
+    const IrGraph *g = &c->p->train;
+    if (!g->ngroups) return;
+    Boundaries b;
+    boundaries_init(&b, g);
+    int cap = b.adj_off[b.nunits] + 1;
+    Boundary *e = xcalloc((size_t)cap, sizeof *e);
+    int n = 0;
+    for (int cn = 0; cn < g->nnodes; cn++) {
+        int uc = unit_of(g, cn);
+        if (uc < 0 || is_view(&g->nodes[cn])) continue;
+        for (int k = 0; k < g->nodes[cn].nin; k++) {
+            int pn = producer(g, cn, k), up = unit_of(g, pn);
+            bool dup = up < 0 || up == uc;
+            for (int i = 0; i < n && !dup; i++) dup = e[i].up == up && e[i].uc == uc;
+            if (dup) continue;
+            e[n] = (Boundary){ .up = up, .uc = uc };
+            boundary_reason(c, &b, pn, up, cn, uc, e[n].why, sizeof e[n].why);
+            n++;
+        }
+    }
+    /* per reader and reason, the units it reads; then readers alike merged */
+    BoundaryLine *lines = xcalloc((size_t)cap, sizeof *lines);
+    int nlines = 0;
+    bool *taken = xcalloc((size_t)cap, sizeof *taken);
+    int *ups = xcalloc((size_t)cap, sizeof *ups);
+    for (int i = 0; i < n; i++) {
+        if (taken[i]) continue;
+        int nups = 0;
+        for (int j = i; j < n; j++)
+            if (!taken[j] && e[j].uc == e[i].uc && strcmp(e[j].why, e[i].why) == 0)
+                taken[j] = true, ups[nups++] = e[j].up;
+        BoundaryLine *l = NULL;
+        for (int k = 0; k < nlines && !l; k++)
+            if (strcmp(lines[k].why, e[i].why) == 0 && same_units(lines[k].ups, lines[k].nups, ups, nups))
+                l = &lines[k];
+        if (!l) {
+            l = &lines[nlines++];
+            *l = (BoundaryLine){ .ups = xcalloc((size_t)nups, sizeof *ups), .nups = nups,
+                                 .ucs = xcalloc((size_t)cap, sizeof *ups), .why = e[i].why };
+            memcpy(l->ups, ups, (size_t)nups * sizeof *ups);
+        }
+        l->ucs[l->nucs++] = e[i].uc;
+    }
+    fprintf(out, "\nKernel boundaries of the train graph (%d): the kernels that read a value another "
+                 "made, from\nwhich, and why they are not one kernel:\n", n);
+    for (int k = 0; k < nlines; k++) {
+        int col = print_units(g, lines[k].ucs, lines[k].nucs, fprintf(out, " "), out);
+        col += fprintf(out, " <-");
+        print_units(g, lines[k].ups, lines[k].nups, col, out);
+        fputc('\n', out);
+        print_wrapped(lines[k].why, out);
+        free(lines[k].ups);
+        free(lines[k].ucs);
+    }
+    free(lines);
+    free(taken);
+    free(ups);
+    free(e);
+    boundaries_free(&b);
+}
+
 static void explain_recompute(const Compiled *c, FILE *out)
 {
     const IrProgram *p = c->p;
@@ -254,8 +591,14 @@ void compiled_explain(const Compiled *c, FILE *out)
             config_precision_name(p->cfg.precision), (long long)c->symmax[0]);
     explain_precision(c, out);
     explain_groups(c, out);
+    explain_boundaries(c, out);
     explain_recompute(c, out);
     explain_memory(c, out);
     fprintf(out, "\nKernels per training step: %d launches, of which %d GEMMs (plus the data "
-                 "pipeline's 2 gathers and 1 loss tracker)\n", steps, gemms);
+                 "pipeline's 2 gathers, 1 loss tracker%s)\n", steps, gemms,
+            c->plan->step_state >= 0 ? " and 1 step advance" : "");
+    if (c->plan->mode == PLAN_REDUCE_OVERHEAD)
+        fputs("reduce-overhead: on a GPU, each micro-batch's launches are captured as one CUDA "
+              "graph at the\nsecond full batch and replayed from then on (the step counter "
+              "lives on the device).\n", out);
 }

@@ -1,24 +1,58 @@
 #!/usr/bin/env bash
-# stats.sh CGC ROOT: --stats and --explain for every model of models/ in both modes.
+# stats.sh CGC ROOT: --stats and --explain for every model of models/ in every mode.
 # The JSON must hold issue 4's keys with sane values; default mode must fuse (every
 # group named, with ops and .net lines) and launch at most 40% of eager's kernels per
-# training step for mlp.net; --explain must report every section; a --stats file that
-# cannot be written is an error that names it.
+# training step for mlp.net; --explain must report every section, and in the fused modes a
+# reason for every kernel boundary, none of them the fallback; a --stats file that cannot
+# be written is an error that names it.
 set -euo pipefail
 cgc=$1 root=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 for model in "$root"/models/*.net; do
     name=$(basename "$model" .net)
-    for mode in eager default; do
+    for mode in eager default reduce-overhead; do
         "$cgc" "$model" --check --arch none --mode "$mode" --stats "$dir/$name.$mode.json" -q
         "$cgc" "$model" --mode "$mode" --explain > "$dir/$name.$mode.txt"
-        for section in "Precision (" "Activation checkpointing:" "Memory plan (batch" \
-                       "Kernels per training step:"; do
+        sections=("Precision (" "Activation checkpointing:" "Memory plan (batch" "Kernels per training step:")
+        [ "$mode" = eager ] || sections+=("Kernel boundaries of the train graph (")
+        for section in "${sections[@]}"; do
             grep -q "^$section" "$dir/$name.$mode.txt" ||
                 { echo "$name $mode: --explain lacks '$section'"; cat "$dir/$name.$mode.txt"; exit 1; }
         done
     done
+    "$cgc" "$model" --mode default --checkpoint all --explain > "$dir/$name.all.txt"
 done
+python3 - "$dir" <<'PY'
+import os, re, sys
+d = sys.argv[1]
+for f in sorted(os.listdir(d)):
+    if not f.endswith(".txt") or ".eager." in f:
+        continue
+    text = open(os.path.join(d, f)).read()
+    part = text.split("Kernel boundaries of the train graph (", 1)[1].split("\n\n", 1)[0]
+    lines = part.splitlines()[2:]
+    entries = [(lines[i], lines[i + 1]) for i in range(len(lines) - 1)
+               if lines[i].startswith("  ") and "<-" in lines[i]]
+    assert entries, f"{f}: no kernel boundaries"
+    for head, why in entries:
+        assert why.startswith("        ") and why.strip(), f"{f}: no reason for {head!r}"
+        assert "no rule above forbids it" not in why, f"{f}: {head.strip()}: the fallback reason"
+mlp = open(os.path.join(d, "mlp.default.txt")).read()
+want = [
+    ("  g7 gemm_bias_relu_h1 <- g1 cast_x, g2 cast_h1_weight", "a GEMM (cuBLAS) reads its operands"),
+    ("  g7 gemm_bias_relu_h1 <- g3 cast_h1_bias", "a GEMM group holds the product, the bias add"),
+    ("  %24 cross_entropy <- g9 add_logits", "cross_entropy runs as a kernel of its own"),
+    ("  g19, g20, g21, g22, g23, g24, g25, g26 <- g18, g17, g16, g15, g14, g13",
+     "a reduction is whole only when its kernel ends"),
+]
+for head, why in want:
+    at = mlp.find(head + "\n")
+    assert at >= 0 and mlp[at + len(head) + 1:].lstrip().startswith(why), \
+        f"mlp default: no '{head}' for '{why}':\n{mlp}"
+res = open(os.path.join(d, "resmlp.all.txt")).read()
+assert "checkpointing: a recomputed value belongs to the backward" in res, "resmlp all: no phase reason"
+assert "a row group runs one block per row" in res, "resmlp all: no row-group reason"
+PY
 python3 - "$dir" <<'PY'
 import json, os, sys
 d = sys.argv[1]
