@@ -64,7 +64,7 @@ static const char usage_text[] =
     "                          times; prints no step times yet (see README), and exits\n"
     "  --profile FILE          write a Chrome trace (opens in Perfetto) of the second to\n"
     "                          fourth training steps this run takes: every op of the CPU\n"
-    "                          reference executor, timed (--device cpu; not on a GPU yet)\n"
+    "                          reference executor, or every launch and GEMM on a device\n"
     "  -q, --quiet             print only errors\n"
     "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
     "                          cache) and, on a GPU, the median step time\n"

@@ -35,7 +35,17 @@ struct DevExec {
     size_t persistent_bytes;    /* of the arena: tensors, inputs, constants, outputs */
     size_t *offset;             /* per buffer, into the arena (views: their root's) */
     void **kernel;              /* per plan kernel: the device's handle */
+    /* devexec_timing_start .. devexec_timing_collect: each launch and GEMM between two
+     * fences; times are taken from BASE, recorded at the first start */
+    bool timing;
+    DeviceFence *base;
+    DevTimedEvent *ev;
+    DeviceFence **fence;        /* ev[i] runs between fence[2i] and fence[2i + 1] */
+    int nev, capev, nfences;
 };
+
+static int timed_begin(DevExec *e, const DevTimedEvent *ev);
+static int timed_end(DevExec *e);
 
 /* One kernel parameter's value; args[i] points at one of these. */
 typedef union ArgValue {
@@ -328,6 +338,10 @@ DevExec *devexec_new_unshared(const Plan *plan, Device *d, const int64_t *symmax
 void devexec_free(DevExec *e)
 {
     if (!e) return;
+    for (int i = 0; i < e->nfences; i++) e->d->ops->fence_free(e->d, e->fence[i]);
+    if (e->base) e->d->ops->fence_free(e->d, e->base);
+    free(e->fence);
+    free(e->ev);
     if (e->arena) e->d->ops->free(e->d, e->arena);
     free(e->offset);
     free(e->kernel);
@@ -485,8 +499,12 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     e->last = g;
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
-        int rc = s->kind == STEP_LAUNCH ? run_launch(e, s, feed) : run_gemm(e, s);
-        if (rc != 0) return -1;
+        bool gemm = s->kind == STEP_GEMM;
+        DevTimedEvent ev = {s->what, gemm ? "cuBLAS" : e->plan->kernels[s->launch.kernel].name,
+                            g->name, s->loc.line, gemm};
+        if (timed_begin(e, &ev) != 0) return -1;
+        int rc = gemm ? run_gemm(e, s) : run_launch(e, s, feed);
+        if (rc != 0 || timed_end(e) != 0) return -1;
     }
     return 0;
 }
@@ -496,7 +514,67 @@ int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *wh
     CGC_ASSERT(k >= 0 && k < e->plan->nkernels);
     const PlanKernel *pk = &e->plan->kernels[k];
     DeviceSite site = {pk->name, what, e->net_path, 0};
-    return e->d->ops->launch(e->d, e->kernel[k], grid < 1 ? 1 : grid, (unsigned)pk->block, args, &site);
+    DevTimedEvent ev = {what, pk->name, "data pipeline", 0, false};
+    if (timed_begin(e, &ev) != 0) return -1;
+    int rc = e->d->ops->launch(e->d, e->kernel[k], grid < 1 ? 1 : grid, (unsigned)pk->block,
+                               args, &site);
+    return rc != 0 ? -1 : timed_end(e);
+}
+
+/* ---- timing (--profile) ---- */
+
+/* Records the fence before EV when timing; fences are made once and reused. */
+static int timed_begin(DevExec *e, const DevTimedEvent *ev)
+{
+    if (!e->timing) return 0;
+    const DeviceOps *ops = e->d->ops;
+    if (e->nev == e->capev) {
+        e->capev = e->capev ? 2 * e->capev : 256;
+        e->ev = xrealloc(e->ev, (size_t)e->capev * sizeof *e->ev);
+        e->fence = xrealloc(e->fence, (size_t)e->capev * 2 * sizeof *e->fence);
+    }
+    while (e->nfences < 2 * (e->nev + 1)) {
+        if (ops->fence_new(e->d, &e->fence[e->nfences]) != 0) return -1;
+        e->nfences++;
+    }
+    e->ev[e->nev] = *ev;
+    return ops->fence_record(e->d, e->fence[2 * e->nev]);
+}
+
+static int timed_end(DevExec *e)
+{
+    if (!e->timing) return 0;
+    return e->d->ops->fence_record(e->d, e->fence[2 * e->nev++ + 1]);
+}
+
+int devexec_timing_start(DevExec *e)
+{
+    CGC_ASSERT(!e->timing);
+    e->nev = 0;
+    if (!e->base) {
+        if (e->d->ops->fence_new(e->d, &e->base) != 0) return -1;
+        if (e->d->ops->fence_record(e->d, e->base) != 0) return -1;
+    }
+    e->timing = true;
+    return 0;
+}
+
+int devexec_timing_collect(DevExec *e, DevTimedFn fn, void *ctx)
+{
+    CGC_ASSERT(e->timing);
+    e->timing = false;
+    const DeviceOps *ops = e->d->ops;
+    bool done;
+    if (e->nev > 0 && ops->fence_done(e->d, e->fence[2 * e->nev - 1], true, &done) != 0) return -1;
+    for (int i = 0; i < e->nev; i++) {
+        float from, to;
+        if (ops->fence_elapsed_ms(e->d, e->base, e->fence[2 * i], &from) != 0 ||
+            ops->fence_elapsed_ms(e->d, e->base, e->fence[2 * i + 1], &to) != 0)
+            return -1;
+        fn(ctx, &e->ev[i], from * 1e-3, to * 1e-3);
+    }
+    e->nev = 0;
+    return 0;
 }
 
 /* ---- reading values back ---- */

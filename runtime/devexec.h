@@ -57,6 +57,21 @@ DevPtr devexec_buffer(const DevExec *e, int b);
  * pipeline's way to run its kernels. */
 int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *what);
 
+/* Timing (--profile): between devexec_timing_start and devexec_timing_collect, every
+ * launch and GEMM (devexec_run's and devexec_launch's) is issued between two fences.
+ * Collecting waits for the last, then calls FN once per event in issue order, with its
+ * start and end in seconds of device time since the first devexec_timing_start. */
+typedef struct DevTimedEvent {
+    const char *what;               /* the plan step's (or data kernel's) description */
+    const char *kernel;             /* its kernel's name, or "cuBLAS" for a GEMM */
+    const char *graph;              /* the IR graph's name, or "data pipeline" */
+    int line;                       /* its .net line, or 0 */
+    bool gemm;
+} DevTimedEvent;
+typedef void (*DevTimedFn)(void *ctx, const DevTimedEvent *ev, double start, double end);
+int devexec_timing_start(DevExec *e);
+int devexec_timing_collect(DevExec *e, DevTimedFn fn, void *ctx);
+
 /* After a run of G (waits): node ID's value as f32 (i32 values converted), numel in
  * *NUMEL. OUT has room for the node's elements at the symbols' maxima. Only stored nodes
  * have values (PlanGraph.node_buffer >= 0), and with memory reused only the graph's

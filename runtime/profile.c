@@ -23,10 +23,14 @@ typedef struct ProfStep {
 } ProfStep;
 
 typedef struct ProfOp {
-    const IrGraph *g;
+    const IrGraph *g;           /* NULL: a kernel or GEMM timed on a device (below) */
     int id;
     Shape shape;                /* the node's, symbols bound */
     double start, end;
+    char *what, *kernel;        /* a device's: the plan step, the kernel ("cuBLAS") */
+    const char *graph;
+    int line;
+    bool gemm;
 } ProfOp;
 
 struct Profile {
@@ -38,6 +42,7 @@ struct Profile {
     ProfOp *ops;
     int nops, capops;
     int step_first_op;          /* the first op of the step being recorded */
+    char *device;               /* profile_set_device's, or NULL: the CPU */
 };
 
 Profile *profile_open(const char *path, const IrProgram *p, const char *net_path)
@@ -66,17 +71,44 @@ void profile_step(Profile *pr, int64_t step, double start, double end)
     pr->step_first_op = pr->nops;
 }
 
-void profile_op(Profile *pr, const IrGraph *g, int id, const int64_t *symvals,
-                double start, double end)
+static ProfOp *new_op(Profile *pr)
 {
     if (pr->nops == pr->capops) {
         pr->capops = pr->capops ? 2 * pr->capops : 1024;
         pr->ops = xrealloc(pr->ops, (size_t)pr->capops * sizeof *pr->ops);
     }
+    ProfOp *op = &pr->ops[pr->nops++];
+    memset(op, 0, sizeof *op);
+    return op;
+}
+
+void profile_op(Profile *pr, const IrGraph *g, int id, const int64_t *symvals,
+                double start, double end)
+{
     Shape s = g->nodes[id].shape;
     for (int i = 0; i < s.rank; i++)
         if (IR_DIM_IS_SYM(s.dim[i])) s.dim[i] = symvals[IR_DIM_SYMBOL(s.dim[i])];
-    pr->ops[pr->nops++] = (ProfOp){ g, id, s, start, end };
+    ProfOp *op = new_op(pr);
+    *op = (ProfOp){ .g = g, .id = id, .shape = s, .start = start, .end = end };
+}
+
+void profile_set_device(Profile *pr, const char *device)
+{
+    free(pr->device);
+    pr->device = xstrdup(device);
+}
+
+void profile_kernel(Profile *pr, const char *what, const char *kernel, const char *graph,
+                    int line, bool gemm, double start, double end)
+{
+    ProfOp *op = new_op(pr);
+    op->what = xstrdup(what ? what : "");
+    op->kernel = xstrdup(kernel ? kernel : "");
+    op->graph = graph;
+    op->line = line;
+    op->gemm = gemm;
+    op->start = start;
+    op->end = end;
 }
 
 int profile_steps(const Profile *pr) { return pr->nsteps; }
@@ -154,9 +186,26 @@ static void op_name(const IrProgram *p, const IrNode *n, int id, char *buf, size
     else snprintf(buf, size, "%s %%%d", ir_op_name(n->op), id);
 }
 
+/* A device's event: the plan step, with its kernel, graph and .net line. */
+static void write_kernel(const Profile *pr, const ProfOp *op, double t0)
+{
+    FILE *f = pr->f;
+    event_begin(f, op->what, op->gemm ? "gemm" : "kernel", op->start, op->end, t0);
+    fputs("\"kernel\": ", f);
+    json_string(f, op->kernel);
+    fputs(", \"graph\": ", f);
+    json_string(f, op->graph);
+    if (op->line > 0) fprintf(f, ", \"line\": %d", op->line);
+    fputs("}}", f);
+}
+
 static void write_op(const Profile *pr, const ProfOp *op, double t0)
 {
     FILE *f = pr->f;
+    if (!op->g) {
+        write_kernel(pr, op, t0);
+        return;
+    }
     const IrNode *n = &op->g->nodes[op->id];
     char name[256];
     op_name(pr->p, n, op->id, name, sizeof name);
@@ -191,11 +240,14 @@ static void write_other_data(const Profile *pr)
     json_string(f, pr->p->model_name ? pr->p->model_name : "");
     fputs(", \"net_file\": ", f);
     json_string(f, pr->net_path);
-    fprintf(f, ", \"device\": \"cpu\", \"executor\": \"reference, op by op\", "
-               "\"precision\": \"%s\", \"batch\": %lld, \"steps_recorded\": %d, "
-               "\"ops_recorded\": %d, \"clock\": \"CLOCK_MONOTONIC\"}",
+    fputs(", \"device\": ", f);
+    json_string(f, pr->device ? pr->device : "cpu");
+    fprintf(f, ", \"executor\": \"%s\", \"precision\": \"%s\", \"batch\": %lld, "
+               "\"steps_recorded\": %d, \"ops_recorded\": %d, \"clock\": \"%s\"}",
+            pr->device ? "the plan's kernels and GEMMs, one by one" : "reference, op by op",
             config_precision_name(pr->p->cfg.precision), (long long)pr->p->cfg.batch,
-            pr->nsteps, pr->nops);
+            pr->nsteps, pr->nops,
+            pr->device ? "device events, from the first recorded" : "CLOCK_MONOTONIC");
 }
 
 /* The whole trace: each step, then its ops (Perfetto nests them by time). */
@@ -228,6 +280,8 @@ static void write_trace(const Profile *pr)
 
 static void profile_free(Profile *pr)
 {
+    for (int i = 0; i < pr->nops; i++) free(pr->ops[i].what), free(pr->ops[i].kernel);
+    free(pr->device);
     free(pr->path);
     free(pr->net_path);
     free(pr->steps);

@@ -8,14 +8,16 @@
  * with the op, graph, node, .net line, output shape (symbols bound) and dtype as args.
  * Times are on the monotonic clock (clock.h), in microseconds from the first step.
  *
- * Only the CPU reference executor reports ops (cpu_exec_set_profile): a CUDA device has
- * no timing hook yet (it would record events around each launch and GEMM of the plan
- * runner, runtime/devexec.c), so train.c refuses --profile there rather than write a
- * trace of host times that would say nothing about the kernels.
+ * The CPU reference executor reports ops (cpu_exec_set_profile). On a device the events
+ * are the plan's launches and GEMMs, the data pipeline's kernels among them, each between
+ * two fences (devexec_timing_start/collect, CUDA events on a GPU), named as the host plan
+ * names its steps, with the kernel, graph and .net line as args; the steps' and the
+ * events' times are then device time, from the first fence recorded.
  */
 #ifndef CGC_PROFILE_H
 #define CGC_PROFILE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../compiler/ir.h"
@@ -35,6 +37,14 @@ void profile_step(Profile *pr, int64_t step, double start, double end);
  * symbols bound to SYMVALS (8 of them, as CpuFeed's). */
 void profile_op(Profile *pr, const IrGraph *g, int id, const int64_t *symvals,
                 double start, double end);
+
+/* The run is on device DEVICE (its name, for otherData): times are device time. */
+void profile_set_device(Profile *pr, const char *device);
+
+/* A launch or GEMM timed on the device: the plan step WHAT, its KERNEL ("cuBLAS" for a
+ * GEMM), GRAPH (a static string) and .net LINE (0: none), from START to END. */
+void profile_kernel(Profile *pr, const char *what, const char *kernel, const char *graph,
+                    int line, bool gemm, double start, double end);
 
 /* How many steps and ops were recorded so far. */
 int profile_steps(const Profile *pr);

@@ -302,12 +302,16 @@ static int train_step_profiled(Trainer *t, TrainProgress *pr)
 {
     if (!t->profile || pr->step < t->profile_from || pr->step >= t->profile_to)
         return train_step(t, pr);
+    bool device = t->ops->profile_step_begin != NULL;
+    if (device && t->ops->profile_step_begin(t) != 0) return -1;
     t->recording = t->profile;
     double start = clock_seconds();
     int rc = train_step(t, pr);
+    double end = clock_seconds();
     t->recording = NULL;
+    if (rc == 0 && device) rc = t->ops->profile_step_end(t, &start, &end);
     if (rc != 0) return rc;
-    profile_step(t->profile, pr->step, start, clock_seconds());
+    profile_step(t->profile, pr->step, start, end);
     return pr->step == t->profile_to ? profile_finish(t) : 0;
 }
 
@@ -412,11 +416,6 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     t->ops = o->device ? &train_device_backend : &cpu_backend;
     /* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
     if (o->save_path && st_check_writable(o->save_path) != 0) return -1;
-    if (o->profile_path && o->device) {
-        cgc_error("--profile: timing kernels on a CUDA device is not implemented yet, so no "
-                  "trace is written; --device cpu profiles the reference executor's ops");
-        return -1;
-    }
     if (o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path))) return -1;
     if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
     if (plan(t) != 0) return -1;

@@ -21,7 +21,7 @@ typedef struct RunOptions {
     const char *save_path;      /* NULL: no saving */
     const char *resume_path;    /* NULL: start afresh */
     const char *metrics_path;   /* NULL: no metrics file */
-    const char *profile_path;   /* --profile: a trace of a few steps (profile.h); CPU only */
+    const char *profile_path;   /* --profile: a trace of a few steps (profile.h) */
     int64_t stop_after;         /* stop after this global step as if interrupted; 0 = never */
     bool quiet;
     bool verbose;               /* -v: on a device, also the median step time */

@@ -350,6 +350,7 @@ const char *train_capture_refusal(const CaptureQuery *q)
     if (!q->device_can) return "the device cannot record graphs";
     if (q->failed) return "an earlier capture failed";
     if (q->count != q->batch) return "a partial batch runs launch by launch";
+    if (q->profiled) return "a step --profile records runs launch by launch, each timed";
     if (q->runs == 0) return "the first full batch runs launch by launch, as a warm-up";
     return NULL;
 }
@@ -423,7 +424,7 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
     StepCapture *sc = &b->capture[g == &t->p->train ? 0 : 1];
     CaptureQuery q = {.mode = b->plan->mode, .device_can = b->d->ops->capture_begin != NULL,
                       .failed = b->capture_failed, .count = count, .batch = c->batch,
-                      .runs = sc->runs};
+                      .runs = sc->runs, .profiled = t->recording != NULL};
     bool replay = train_capture_refusal(&q) == NULL;
     if (count == c->batch) sc->runs++;
     if (replay && !sc->graph && capture(t, g, pr, start, count, micro_step, sc) != 0) replay = false;
@@ -499,6 +500,38 @@ static int dev_evaluate(Trainer *t, EvalResult *r)
 
 static double dev_gemm_seconds(const Trainer *t) { return -1; }
 
+/* ---- --profile ---- */
+
+static int dev_profile_step_begin(Trainer *t)
+{
+    DeviceBackend *b = backend(t);
+    profile_set_device(t->profile, b->d->name);
+    return devexec_timing_start(b->e);
+}
+
+typedef struct ProfiledStep {
+    Profile *profile;
+    double start, end;
+    int events;
+} ProfiledStep;
+
+static void profiled_event(void *ctx, const DevTimedEvent *ev, double start, double end)
+{
+    ProfiledStep *s = ctx;
+    profile_kernel(s->profile, ev->what, ev->kernel, ev->graph, ev->line, ev->gemm, start, end);
+    if (s->events++ == 0) s->start = start;
+    s->end = end > s->end ? end : s->end;
+}
+
+static int dev_profile_step_end(Trainer *t, double *start, double *end)
+{
+    ProfiledStep s = {.profile = t->profile};
+    if (devexec_timing_collect(backend(t)->e, profiled_event, &s) != 0) return -1;
+    *start = s.start;
+    *end = s.end;
+    return 0;
+}
+
 const TrainBackendOps train_device_backend = {
     .open = dev_open,
     .close = dev_close,
@@ -512,4 +545,6 @@ const TrainBackendOps train_device_backend = {
     .read_totals = dev_read_totals,
     .evaluate = dev_evaluate,
     .gemm_seconds = dev_gemm_seconds,
+    .profile_step_begin = dev_profile_step_begin,
+    .profile_step_end = dev_profile_step_end,
 };

@@ -48,6 +48,12 @@ typedef struct TrainBackendOps {
     int (*read_totals)(Trainer *t, TrainProgress *pr, bool wait);
     int (*evaluate)(Trainer *t, EvalResult *r);
     double (*gemm_seconds)(const Trainer *t);   /* < 0: not measured */
+    /* --profile on a device (NULL on the CPU, whose executor reports through
+     * t->recording): time every launch and GEMM of the step about to run; after it, wait,
+     * report them to t->profile, and set *START and *END to the step's span in the same
+     * (device) time. */
+    int (*profile_step_begin)(Trainer *t);
+    int (*profile_step_end)(Trainer *t, double *start, double *end);
 } TrainBackendOps;
 
 struct Trainer {
@@ -80,6 +86,7 @@ typedef struct CaptureQuery {
     bool failed;                /* a capture failed earlier in this run */
     int64_t count, batch;       /* the micro-batch's rows; the configured batch */
     int64_t runs;               /* full micro-batches this graph has run so far */
+    bool profiled;              /* the step is one --profile times */
 } CaptureQuery;
 
 /* NULL when the micro-batch is replayed from a graph (captured now if need be), else why

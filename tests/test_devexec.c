@@ -15,12 +15,15 @@
  *    would, refusing copies and waits inside), match the CPU as the default mode does,
  *    and match the default mode bit for bit, dropout, accumulation, partial batches,
  *    epochs and a resumed run included; when every capture fails, that is said once and
- *    the run, launch by launch, still matches bit for bit.
+ *    the run, launch by launch, still matches bit for bit;
+ *  - --profile on the device: steps 2 to 4, each enclosing one timed event per launch and
+ *    GEMM it issued, named by the plan and its kernels (default and reduce-overhead).
  *
  * Usage: test_devexec [--asan] (kernels built with AddressSanitizer, which also checks
  * that nothing touches the arena's padding).
  */
 #define _GNU_SOURCE
+#include <cjson/cJSON.h>
 #include <pthread.h>
 #include <pty.h>
 #include <stdlib.h>
@@ -151,7 +154,7 @@ static const char *tty_end(Tty *t)
 
 typedef struct RunSpec {
     Device *device;             /* NULL: the CPU */
-    const char *save, *resume, *metrics;
+    const char *save, *resume, *metrics, *profile;
     int64_t stop_after;
     bool tty;                   /* stdout a terminal: the progress bar is drawn */
 } RunSpec;
@@ -164,6 +167,7 @@ static int run(Model *m, const RunSpec *s)
     RunOptions o = {
         .net_path = m->path, .src = m->src, .save_path = s->save, .resume_path = s->resume,
         .metrics_path = s->metrics, .stop_after = s->stop_after, .device = s->device,
+        .profile_path = s->profile,
         .plan = s->device ? m->plan : NULL, .verbose = s->device != NULL,
     };
     Tty tty;
@@ -382,6 +386,92 @@ static void check_resume_on_cpu(const char *file, const Override *ov, int nov, i
     model_close(&m);
 }
 
+/* ---- --profile on a device ---- */
+
+static const cJSON *arg(const cJSON *ev, const char *key)
+{
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ev, "args"), key);
+}
+
+static double number(const cJSON *ev, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(ev, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* FILE (accumulate 1) trained with --profile on the emulation in the current mode: the
+ * trace holds steps 2 to 4, each enclosing one event per launch and GEMM it issued
+ * (the train graph's steps and the data pipeline's gathers, loss tracker and, in
+ * reduce-overhead, step advance), named by their plan steps, with their kernels. */
+static void check_profile(const char *file, const Override *ov, int nov)
+{
+    printf("--profile of %s on the emulation (%s mode)\n", file, plan_mode_name(mode));
+    char path[256];
+    snprintf(path, sizeof path, "%s", tmp_path("trace.json"));
+    Model m;
+    if (!model_open(&m, file, ov, nov)) {
+        model_close(&m);
+        return;
+    }
+    CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .profile = path}), 0);
+    const PlanGraph *train = &m.plan->graph[PG_TRAIN];
+    int per_step = train->nsteps + 3 + (m.plan->step_state >= 0);
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 22];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    cJSON *trace = cJSON_Parse(text);
+    CHECK(trace != NULL);
+    const cJSON *events = cJSON_GetObjectItemCaseSensitive(trace, "traceEvents");
+    const cJSON *other = cJSON_GetObjectItemCaseSensitive(trace, "otherData");
+    CHECK(cJSON_IsArray(events));
+    const cJSON *device = cJSON_GetObjectItemCaseSensitive(other, "device");
+    CHECK(cJSON_IsString(device) && strcmp(device->valuestring, "CUDA emulation") == 0);
+    int steps = 0, in_step = 0, gemms = 0;
+    double from = 0, to = 0, last_end = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, events) {
+        const cJSON *cat = cJSON_GetObjectItemCaseSensitive(ev, "cat");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(ev, "name");
+        CHECK(cJSON_IsString(cat) && cJSON_IsString(name) && name->valuestring[0]);
+        if (!cJSON_IsString(cat) || !cJSON_IsString(name)) break;
+        double ts = number(ev, "ts"), dur = number(ev, "dur");
+        CHECK(ts >= 0 && dur >= 0);
+        if (strcmp(cat->valuestring, "step") == 0) {
+            if (steps > 0) CHECK_EQ_INT(in_step, per_step);
+            char want[32];
+            snprintf(want, sizeof want, "step %d", steps + 2);
+            CHECK_STR(name->valuestring, want);
+            steps++, in_step = 0;
+            from = ts, to = ts + dur;
+            continue;
+        }
+        /* a launch or GEMM: inside its step, after the one before, its kernel named */
+        CHECK(ts >= from && ts + dur <= to + 1e-3 && ts >= last_end - 1e-3);
+        last_end = ts + dur;
+        in_step++;
+        const cJSON *kernel = arg(ev, "kernel"), *graph = arg(ev, "graph");
+        CHECK(cJSON_IsString(kernel) && cJSON_IsString(graph));
+        if (!cJSON_IsString(kernel) || !cJSON_IsString(graph)) continue;
+        bool gemm = strcmp(cat->valuestring, "gemm") == 0;
+        gemms += gemm;
+        CHECK(gemm ? strcmp(kernel->valuestring, "cuBLAS") == 0
+                   : strcmp(cat->valuestring, "kernel") == 0);
+        bool known = gemm;
+        for (int k = 0; k < m.plan->nkernels && !known; k++)
+            known = strcmp(m.plan->kernels[k].name, kernel->valuestring) == 0;
+        CHECK(known);
+        CHECK(strcmp(graph->valuestring, "train") == 0 ||
+              strcmp(graph->valuestring, "data pipeline") == 0);
+    }
+    CHECK_EQ_INT(steps, 3);
+    CHECK_EQ_INT(in_step, per_step);
+    CHECK(gemms > 0);
+    cJSON_Delete(trace);
+    model_close(&m);
+}
+
 /* ---- reduce-overhead ---- */
 
 /* When a micro-batch is replayed from a graph, and why not otherwise. */
@@ -402,6 +492,8 @@ static void check_capture_refusal(void)
         {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 17, .batch = 64, .runs = 5},
          "partial batch"},
         {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64, .batch = 64}, "warm-up"},
+        {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64, .batch = 64, .runs = 3,
+          .profiled = true}, "--profile"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const char *why = train_capture_refusal(&refused[i].q);
@@ -553,6 +645,12 @@ int main(int argc, char **argv)
     Override drop[3] = {{"precision", "precision", "bf16"}, {"batch", "batch", "16"},
                         {"steps", "steps", "6"}};
     check_replay_exact("resmlp.net", drop, 3, 0, false);
+    /* --profile: the profiled steps run launch by launch, each launch timed */
+    Override prof[3] = {{"precision", "precision", "fp32"}, {"steps", "steps", "8"},
+                        {"batch", "batch", "128"}};
+    check_profile("regression.net", prof, 3);
+    mode = PLAN_DEFAULT;
+    check_profile("regression.net", prof, 3);
     mode = PLAN_EAGER;
     CHECK(median_reports > 0);
     CHECK(captures > 0);
