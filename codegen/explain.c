@@ -189,9 +189,14 @@ static void explain_groups(const Compiled *c, FILE *out)
         return;
     }
     fprintf(out, "\nFusion groups of the train graph (%d):\n", g->ngroups);
+    int width = 28;     /* the name column: the longest name's */
+    for (int k = 1; k <= g->ngroups; k++) {
+        int len = (int)strlen(g->groups[k - 1].name);
+        width = len > width ? len : width;
+    }
     for (int k = 1; k <= g->ngroups; k++) {
         const IrGroup *gr = &g->groups[k - 1];
-        fprintf(out, "  g%-3d %-28s %-9s %-14s", k, gr->name,
+        fprintf(out, "  g%-3d %-*s %-9s %-14s", k, width, gr->name,
                 ir_group_kind_name(gr->kind), ir_shape_str(p, &gr->work, shape, sizeof shape));
         int lines[64];
         int n = group_lines(g, k, lines, 64);
