@@ -500,11 +500,13 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
         bool gemm = s->kind == STEP_GEMM;
-        DevTimedEvent ev = {s->what, gemm ? "cuBLAS" : e->plan->kernels[s->launch.kernel].name,
-                            g->name, s->loc.line, gemm};
-        if (timed_begin(e, &ev) != 0) return -1;
+        if (e->timing) {
+            DevTimedEvent ev = {s->what, gemm ? "cuBLAS" : e->plan->kernels[s->launch.kernel].name,
+                                g->name, s->loc.line, gemm};
+            if (timed_begin(e, &ev) != 0) return -1;
+        }
         int rc = gemm ? run_gemm(e, s) : run_launch(e, s, feed);
-        if (rc != 0 || timed_end(e) != 0) return -1;
+        if (rc != 0 || (e->timing && timed_end(e) != 0)) return -1;
     }
     return 0;
 }
@@ -514,19 +516,18 @@ int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *wh
     CGC_ASSERT(k >= 0 && k < e->plan->nkernels);
     const PlanKernel *pk = &e->plan->kernels[k];
     DeviceSite site = {pk->name, what, e->net_path, 0};
-    DevTimedEvent ev = {what, pk->name, "data pipeline", 0, false};
-    if (timed_begin(e, &ev) != 0) return -1;
+    if (e->timing && timed_begin(e, &(DevTimedEvent){what, pk->name, "data pipeline", 0, false}) != 0)
+        return -1;
     int rc = e->d->ops->launch(e->d, e->kernel[k], grid < 1 ? 1 : grid, (unsigned)pk->block,
                                args, &site);
-    return rc != 0 ? -1 : timed_end(e);
+    return rc != 0 || (e->timing && timed_end(e) != 0) ? -1 : 0;
 }
 
 /* ---- timing (--profile) ---- */
 
-/* Records the fence before EV when timing; fences are made once and reused. */
+/* Timing: records the fence before EV; fences are made once and reused. */
 static int timed_begin(DevExec *e, const DevTimedEvent *ev)
 {
-    if (!e->timing) return 0;
     const DeviceOps *ops = e->d->ops;
     if (e->nev == e->capev) {
         e->capev = e->capev ? 2 * e->capev : 256;
@@ -541,9 +542,9 @@ static int timed_begin(DevExec *e, const DevTimedEvent *ev)
     return ops->fence_record(e->d, e->fence[2 * e->nev]);
 }
 
+/* Timing: records the fence after the event timed_begin began. */
 static int timed_end(DevExec *e)
 {
-    if (!e->timing) return 0;
     return e->d->ops->fence_record(e->d, e->fence[2 * e->nev++ + 1]);
 }
 
