@@ -9,6 +9,7 @@
 #include "../runtime/backend.h"
 #include "../runtime/clock.h"
 #include "../runtime/device.h"
+#include "../runtime/train.h"
 
 /* What one mode gives. */
 typedef struct ModeFigures {
@@ -16,7 +17,11 @@ typedef struct ModeFigures {
     size_t peak, activations;       /* planned bytes */
     double cold, warm;              /* seconds; < 0: not measured */
     bool warm_from_cache;
+    StepTimes steps;                /* on a GPU; n == 0: not measured */
 } ModeFigures;
+
+/* Steps timed per mode after the warm-up (train.h): enough for a stable median. */
+enum { BENCH_TIMED_STEPS = 200 };
 
 /* Front end, passes and plan for MODE; *SECONDS their time. QUIET: the warnings were
  * given by the same compile before. Returns 0 or -1 (reported). */
@@ -64,6 +69,31 @@ static int timed_compile(const BenchOptions *o, PlanMode mode, int arch, bool co
     compiled_free(&c);
     ir_program_free(p);
     return rc;
+}
+
+/* Trains MODE on the device --device opens for the warm-up and BENCH_TIMED_STEPS steps
+ * (fewer when the run is shorter), quietly, into F->steps. Returns 0, or -1 after an
+ * error (reported). */
+static int time_steps(const BenchOptions *o, PlanMode mode, ModeFigures *f)
+{
+    IrProgram *p;
+    Compiled c;
+    double front;
+    if (compile_mode(o, mode, true, &p, &c, &front) != 0) return -1;
+    BackendOptions bo = {.device = o->device, .plan = c.plan, .net_path = o->net_path,
+                         .quiet = true};
+    Backend b;
+    int rc = backend_open(&bo, &b);
+    if (rc == 0) {
+        RunOptions ro = {.net_path = o->net_path, .src = o->src, .quiet = true,
+                         .device = b.device, .plan = b.plan, .step_times = &f->steps,
+                         .stop_after = TRAIN_TIMING_WARMUP + BENCH_TIMED_STEPS};
+        if (b.device) rc = train_run(p, &ro);
+        backend_close(&b);
+    }
+    compiled_free(&c);
+    ir_program_free(p);
+    return rc == 0 ? 0 : -1;
 }
 
 static int measure(const BenchOptions *o, PlanMode mode, int arch, ModeFigures *f)
@@ -140,11 +170,26 @@ int bench_run(const BenchOptions *o)
     } else {
         printf("compile times: not measured (--arch none)\n");
     }
-    printf("\nstep times: not measured: %s\n",
-           on_gpu(o->device)
-               ? "timing the modes on the GPU is not built into --bench yet\n"
-                 "(-v prints the median step time of a run in either mode)"
-               : "on the CPU both modes run the same IR through the reference\n"
-                 "executor, so there is nothing of the modes' to time: that needs a GPU");
+    if (!on_gpu(o->device)) {
+        printf("\nstep times: not measured: on the CPU both modes run the same IR through the "
+               "reference\nexecutor, so there is nothing of the modes' to time: that needs a GPU\n");
+        return 0;
+    }
+    if (time_steps(o, PLAN_EAGER, &e) != 0 || time_steps(o, mode, &m) != 0) return 1;
+    if (e.steps.n == 0 || m.steps.n == 0) {
+        printf("\nstep times: not measured: a mode's run timed no step (it has %d steps or "
+               "fewer, all\nwarm-up, or no GPU could be opened)\n", TRAIN_TIMING_WARMUP);
+        return 0;
+    }
+    printf("\nstep times (device time between events around each step, after %d steps of "
+           "warm-up;\n%d steps timed in eager, %d in %s):\n", TRAIN_TIMING_WARMUP, e.steps.n,
+           m.steps.n, name);
+    const char *rows[3] = {"step, median", "step, p10", "step, p90"};
+    double ev[3] = {e.steps.median_ms, e.steps.p10_ms, e.steps.p90_ms};
+    double mv[3] = {m.steps.median_ms, m.steps.p10_ms, m.steps.p90_ms};
+    for (int i = 0; i < 3; i++) {
+        printf("%-26s %12.4f ms %12.4f ms", rows[i], ev[i], mv[i]);
+        print_ratio(ev[i], mv[i], "faster");
+    }
     return 0;
 }

@@ -61,7 +61,7 @@ static const char usage_text[] =
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
     "  --bench                 set eager against --mode (default when eager or not given):\n"
     "                          launches per step, planned memory, cold and warm compile\n"
-    "                          times; prints no step times yet (see README), and exits\n"
+    "                          times, and on a GPU step times (median, p10, p90); exits\n"
     "  --profile FILE          write a Chrome trace (opens in Perfetto) of the second to\n"
     "                          fourth training steps this run takes: every op of the CPU\n"
     "                          reference executor, or every launch and GEMM on a device\n"

@@ -15,6 +15,15 @@
 #include "../codegen/plan.h"
 #include "device.h"
 
+/* Step times on a device (-v prints them; --bench reads them): device time between
+ * events around each optimizer step, after TRAIN_TIMING_WARMUP steps of warm-up, for at
+ * most TRAIN_TIMING_STEPS steps. */
+enum { TRAIN_TIMING_WARMUP = 50, TRAIN_TIMING_STEPS = 500 };
+typedef struct StepTimes {
+    int n;                      /* steps timed; 0: the run was too short (or on the CPU) */
+    double median_ms, p10_ms, p90_ms;
+} StepTimes;
+
 typedef struct RunOptions {
     const char *net_path;
     Source *src;                /* for errors found while loading data */
@@ -25,6 +34,7 @@ typedef struct RunOptions {
     int64_t stop_after;         /* stop after this global step as if interrupted; 0 = never */
     bool quiet;
     bool verbose;               /* -v: on a device, also the median step time */
+    StepTimes *step_times;      /* when not NULL: the step times of a device run */
     /* Where to run: NULL is the CPU reference executor. A device runs PLAN (the plan whose
      * module it loaded), or, when PLAN is NULL, the eager plan built here; the kernels'
      * names are stable, so that plan matches a module built from an eager plan of P. */

@@ -28,7 +28,7 @@
 enum { TOTALS = 4, MAX_DATA_GRID = 4096 };
 
 /* -v: optimizer steps timed with fences (CUDA events) around them, after a warm-up. */
-enum { TIMING_WARMUP = 50, TIMING_STEPS = 500 };
+enum { TIMING_WARMUP = TRAIN_TIMING_WARMUP, TIMING_STEPS = TRAIN_TIMING_STEPS };
 
 typedef struct StepTiming {
     DeviceFence *start[TIMING_STEPS], *end[TIMING_STEPS];
@@ -104,26 +104,37 @@ static int compare_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Prints the median (and p10, p90) of the timed steps. */
-static void report_timing(const Trainer *t, DeviceBackend *b)
+/* The median, p10 and p90 of the timed steps (waits for them). Returns 0 or -1. */
+static int step_times(DeviceBackend *b, StepTimes *out)
 {
     StepTiming *st = b->timing;
-    if (t->o->quiet) return;
-    if (st->n == 0) {
-        printf("cgc: step time not measured: the run took fewer than %d steps of warm-up\n",
-               TIMING_WARMUP + 1);
-        return;
-    }
     float ms[TIMING_STEPS];
     bool done;
+    *out = (StepTimes){0};
     for (int i = 0; i < st->n; i++)
         if (b->d->ops->fence_done(b->d, st->end[i], true, &done) != 0 ||
             b->d->ops->fence_elapsed_ms(b->d, st->start[i], st->end[i], &ms[i]) != 0)
-            return;
+            return -1;
+    if (st->n == 0) return 0;
     qsort(ms, (size_t)st->n, sizeof ms[0], compare_float);
-    printf("cgc: median step %.4f ms (p10 %.4f, p90 %.4f; device time between events around "
-           "%d steps after %d of warm-up)\n", ms[st->n / 2], ms[st->n / 10], ms[st->n * 9 / 10],
-           st->n, TIMING_WARMUP);
+    *out = (StepTimes){st->n, ms[st->n / 2], ms[st->n / 10], ms[st->n * 9 / 10]};
+    return 0;
+}
+
+/* Gives the step times to RunOptions.step_times, and prints them with -v. */
+static void report_timing(const Trainer *t, DeviceBackend *b)
+{
+    StepTimes times;
+    if (step_times(b, &times) != 0) return;
+    if (t->o->step_times) *t->o->step_times = times;
+    if (!t->o->verbose || t->o->quiet) return;
+    if (times.n == 0)
+        printf("cgc: step time not measured: the run took fewer than %d steps of warm-up\n",
+               TIMING_WARMUP + 1);
+    else
+        printf("cgc: median step %.4f ms (p10 %.4f, p90 %.4f; device time between events around "
+               "%d steps after %d of warm-up)\n", times.median_ms, times.p10_ms, times.p90_ms,
+               times.n, TIMING_WARMUP);
 }
 
 /* Prints (-v) the device memory the plan's arena takes and the memory in use as the
@@ -276,7 +287,7 @@ static int dev_open(Trainer *t)
         cgc_error("cannot allocate %zu bytes of host memory for %s", TOTALS * sizeof(double), b->d->name);
         return -1;
     }
-    if (t->o->verbose) b->timing = xcalloc(1, sizeof *b->timing);
+    if (t->o->verbose || t->o->step_times) b->timing = xcalloc(1, sizeof *b->timing);
     return b->d->ops->fence_new(b->d, &b->fence);
 }
 
@@ -288,7 +299,7 @@ static void dev_close(Trainer *t)
     if (b->fence) b->d->ops->fence_free(b->d, b->fence);
     if (b->timing) {
         report_timing(t, b);
-        if (b->e) report_memory(t, b);
+        if (b->e && t->o->verbose) report_memory(t, b);
         for (int i = 0; i < TIMING_STEPS && b->timing->start[i]; i++) {
             b->d->ops->fence_free(b->d, b->timing->start[i]);
             b->d->ops->fence_free(b->d, b->timing->end[i]);

@@ -17,7 +17,8 @@
  *    epochs and a resumed run included; when every capture fails, that is said once and
  *    the run, launch by launch, still matches bit for bit;
  *  - --profile on the device: steps 2 to 4, each enclosing one timed event per launch and
- *    GEMM it issued, named by the plan and its kernels (default and reduce-overhead).
+ *    GEMM it issued, named by the plan and its kernels (default and reduce-overhead);
+ *  - the step times a device run hands over (--bench's).
  *
  * Usage: test_devexec [--asan] (kernels built with AddressSanitizer, which also checks
  * that nothing touches the arena's padding).
@@ -155,6 +156,7 @@ static const char *tty_end(Tty *t)
 typedef struct RunSpec {
     Device *device;             /* NULL: the CPU */
     const char *save, *resume, *metrics, *profile;
+    StepTimes *times;
     int64_t stop_after;
     bool tty;                   /* stdout a terminal: the progress bar is drawn */
 } RunSpec;
@@ -167,7 +169,7 @@ static int run(Model *m, const RunSpec *s)
     RunOptions o = {
         .net_path = m->path, .src = m->src, .save_path = s->save, .resume_path = s->resume,
         .metrics_path = s->metrics, .stop_after = s->stop_after, .device = s->device,
-        .profile_path = s->profile,
+        .profile_path = s->profile, .step_times = s->times,
         .plan = s->device ? m->plan : NULL, .verbose = s->device != NULL,
     };
     Tty tty;
@@ -472,6 +474,23 @@ static void check_profile(const char *file, const Override *ov, int nov)
     model_close(&m);
 }
 
+/* The step times a run hands over (--bench's): every step after the warm-up timed, in
+ * order p10 <= median <= p90. */
+static void check_step_times(void)
+{
+    printf("step times of a run on the emulation (%s mode)\n", plan_mode_name(mode));
+    Override ov[3] = {{"precision", "precision", "fp32"}, {"steps", "steps", "60"},
+                      {"batch", "batch", "32"}};
+    Model m;
+    if (model_open(&m, "regression.net", ov, 3)) {
+        StepTimes st = {.n = -1};
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .times = &st}), 0);
+        CHECK_EQ_INT(st.n, 60 - TRAIN_TIMING_WARMUP);
+        CHECK(st.p10_ms > 0 && st.p10_ms <= st.median_ms && st.median_ms <= st.p90_ms);
+    }
+    model_close(&m);
+}
+
 /* ---- reduce-overhead ---- */
 
 /* When a micro-batch is replayed from a graph, and why not otherwise. */
@@ -651,6 +670,7 @@ int main(int argc, char **argv)
     check_profile("regression.net", prof, 3);
     mode = PLAN_DEFAULT;
     check_profile("regression.net", prof, 3);
+    check_step_times();
     mode = PLAN_EAGER;
     CHECK(median_reports > 0);
     CHECK(captures > 0);
