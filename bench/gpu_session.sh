@@ -9,10 +9,12 @@
 #   eager    issue 3: cgc eager against PyTorch (bench/bench_eager.py)
 #   default  issue 4: --mode default against eager, PyTorch eager and torch.compile, and
 #            the wide MLP against the bf16 matrix peak (bench/bench_default.py)
+#   modes    issue 5: a reduce-overhead run (its CUDA graph captures, accuracy, step
+#            time), --bench of default and reduce-overhead against eager, a device trace
 # BENCH_DRY_RUN=1 runs bench_default.py on the CPU (a check of the script, on a machine
 # without a GPU).
 set -u
-PARTS=${PARTS:-tests eager default}
+PARTS=${PARTS:-tests eager default modes}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 [ -f build-gpu/libs.tar.xz ] && [ ! -d build-gpu/lib ] && tar -xJf build-gpu/libs.tar.xz -C build-gpu
@@ -59,6 +61,20 @@ if part default; then
     run bench_default python3 bench/bench_default.py --cgc "$CGC" --data data/fashion-mnist \
         --out "$OUT" ${BENCH_DRY_RUN:+--dry-run}
     cat "$OUT/bench_default.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
+if part modes; then
+    step "reduce-overhead, --bench and --profile on the GPU"
+    run ro_train "$CGC" models/mlp.net --mode reduce-overhead --epochs 1 -v
+    grep -E "captured|could not be captured|median step|test_accuracy" "$OUT/ro_train.log" |
+        tee -a "$OUT/summary.txt"
+    for mode in default reduce-overhead; do
+        run "bench_$mode" "$CGC" models/mlp.net --bench --mode "$mode"
+        grep -E "^(launches per step|compile, |step, )" "$OUT/bench_$mode.log" | tee -a "$OUT/summary.txt"
+    done
+    run profile_gpu "$CGC" models/mlp.net --mode default --steps 5 --profile "$OUT/mlp_trace.json"
+    python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); e = t["traceEvents"]
+print("trace:", sum(x["cat"] == "step" for x in e), "steps,", sum(x["cat"] in ("kernel", "gemm") for x in e),
+      "kernel and GEMM events on", t["otherData"]["device"])' "$OUT/mlp_trace.json" | tee -a "$OUT/summary.txt"
 fi
 step "done"
 cat "$OUT/summary.txt"
