@@ -310,18 +310,6 @@ static const IrGroup *unit_group(const IrGraph *g, int u)
     return u >= 1 && u <= g->ngroups ? &g->groups[u - 1] : NULL;
 }
 
-static bool is_reduce_op(IrOp op)
-{
-    return op == IR_SUM || op == IR_MEAN || op == IR_MAX || op == IR_REDUCE_TO;
-}
-
-/* S stretches (NumPy rules) to exactly WORK: a member may be computed over WORK. */
-static bool stretches_to(const Shape *s, const Shape *work)
-{
-    Shape out;
-    return ir_broadcast_shape(s, work, &out) && ir_shape_equal(&out, work);
-}
-
 /* The shape a unit works over: its group's work, or the node's shape. */
 static const Shape *unit_work(const IrGraph *g, int u)
 {
@@ -396,20 +384,20 @@ static void boundary_reason(const Compiled *cc, Boundaries *b, int pn, int up, i
         snprintf(why, len, "a plain GEMM: cuBLASLt's epilogues take a bias add and ReLU or "
                            "GELU, not this %s, so the product is stored and read back",
                  ir_op_name(C->op));
-    else if (!gp && !ir_op_is_elementwise(P->op) && !is_reduce_op(P->op))
+    else if (!gp && !ir_op_is_elementwise(P->op) && !ir_op_is_reduction(P->op))
         snprintf(why, len, "%s runs as a kernel of its own (not fused in this build)",
                  ir_op_name(P->op));
-    else if (!gc && !ir_op_is_elementwise(C->op) && !is_reduce_op(C->op))
+    else if (!gc && !ir_op_is_elementwise(C->op) && !ir_op_is_reduction(C->op))
         snprintf(why, len, "%s runs as a kernel of its own (not fused in this build)",
                  ir_op_name(C->op));
-    else if (is_reduce_op(P->op) && !(gp && gc && gp->kind == IR_GROUP_ROW))
+    else if (ir_op_is_reduction(P->op) && !(gp && gc && gp->kind == IR_GROUP_ROW))
         snprintf(why, len, "a reduction is whole only when its kernel ends, so its readers "
                            "run in the next one");
     else if ((P->recompute && !C->recompute && cn < g->nforward) ||
              (C->recompute && !P->recompute && pn < g->nforward))
         snprintf(why, len, "checkpointing: a recomputed value belongs to the backward, and a "
                            "kernel does not mix it with the forward");
-    else if (!stretches_to(&P->shape, unit_work(g, uc)))
+    else if (!ir_shape_fits(&P->shape, unit_work(g, uc)))
         snprintf(why, len, "different work: %s against %s",
                  ir_shape_str(p, unit_work(g, up), a, sizeof a),
                  ir_shape_str(p, unit_work(g, uc), c2, sizeof c2));

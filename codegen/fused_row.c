@@ -47,11 +47,6 @@ static bool member(const RowKernel *rk, int id)
     return node(rk, id)->group == rk->k && op != IR_READ && op != IR_INPUT && op != IR_CONST;
 }
 
-static bool is_reduction(const IrNode *n)
-{
-    return n->op == IR_SUM || n->op == IR_MEAN || n->op == IR_MAX || n->op == IR_REDUCE_TO;
-}
-
 /* Shape S holds one value per row: [rows...], [rows..., 1], or a single value. */
 static bool per_row(const RowKernel *rk, const Shape *s)
 {
@@ -115,7 +110,7 @@ static int assign_phases(RowKernel *rk)
         int p = 0;
         for (int j = 0; j < n->nin; j++)
             if (member(rk, n->in[j]) && rk->phase[n->in[j]] > p) p = rk->phase[n->in[j]];
-        rk->phase[id] = p + is_reduction(n);
+        rk->phase[id] = p + ir_op_is_reduction(n->op);
         if (rk->phase[id] > last) last = rk->phase[id];
     }
     return last;
@@ -133,7 +128,7 @@ static void number_locals(RowKernel *rk)
 /* A reduction member accumulated in pass P (its input is a phase-P value). */
 static bool reduced_in(const RowKernel *rk, int id, int p)
 {
-    return member(rk, id) && is_reduction(node(rk, id)) && rk->phase[id] == p + 1;
+    return member(rk, id) && ir_op_is_reduction(node(rk, id)->op) && rk->phase[id] == p + 1;
 }
 
 /* Marks in NEED the element members pass P computes: those it stores, those its
@@ -206,7 +201,7 @@ static void render_row_loads(RowKernel *rk)
                 sb_printf(&rk->d->body, "        const float %s = cgc_load(%s[%s]);\n", rk->value[in],
                           rk->param[in], cuda_shape_is_one(&x->shape) ? "0" : "r");
             } else {
-                CGC_ASSERT(element_member(rk, id) || is_reduction(&g->nodes[id]));
+                CGC_ASSERT(element_member(rk, id) || ir_op_is_reduction(g->nodes[id].op));
             }
         }
 }
@@ -219,7 +214,7 @@ static void render_row_values(RowKernel *rk, int p)
     StrBuf stores = { 0 };
     for (int id = 0; id < g->nnodes; id++) {
         if (!row_member(rk, id) || rk->phase[id] != p) continue;
-        if (!is_reduction(&g->nodes[id])) {
+        if (!ir_op_is_reduction(g->nodes[id].op)) {
             char name[16];
             snprintf(name, sizeof name, "rv%d", rk->local[id]);
             render_member(rk, id, name, "        ");

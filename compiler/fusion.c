@@ -57,11 +57,6 @@ static bool is_elementwise(const IrNode *n)
     return ir_op_is_elementwise(n->op) || n->op == IR_RUNTIME;
 }
 
-static bool is_reduction(const IrNode *n)
-{
-    return n->op == IR_SUM || n->op == IR_MEAN || n->op == IR_MAX || n->op == IR_REDUCE_TO;
-}
-
 static bool shape_is_static(const Shape *s)
 {
     for (int i = 0; i < s->rank; i++)
@@ -78,13 +73,6 @@ static bool shape_is_one(const Shape *s)
 static bool is_scalar(const IrNode *n)
 {
     return is_elementwise(n) && n->op != IR_DROPOUT && shape_is_one(&n->shape);
-}
-
-/* S stretches (NumPy rules) to exactly WORK. */
-static bool fits(const Shape *s, const Shape *work)
-{
-    Shape out;
-    return ir_broadcast_shape(s, work, &out) && ir_shape_equal(&out, work);
 }
 
 /* ---- state ---- */
@@ -313,7 +301,7 @@ static bool can_join(Fuser *f, int v, int b)
     }
     const Shape *work = &f->cl[b].work;
     bool shape_ok = stored || n->op == IR_DROPOUT ? ir_shape_equal(&n->shape, work)
-                                                  : fits(&n->shape, work);
+                                                  : ir_shape_fits(&n->shape, work);
     return shape_ok && same_phase(&f->cl[find(f, v)], &f->cl[b]) && acyclic_merge(f, find(f, v), b);
 }
 
@@ -349,7 +337,7 @@ static void cluster_node(Fuser *f, int v)
     const IrNode *n = &f->g->nodes[v];
     if (is_elementwise(n)) {
         cluster_elementwise(f, v);
-    } else if (is_reduction(n)) {
+    } else if (ir_op_is_reduction(n->op)) {
         start_cluster(f, v, IR_GROUP_REDUCE, f->g->nodes[n->in[0]].shape, n->axis,
                       n->op == IR_REDUCE_TO);
     } else if (n->op == IR_ASSIGN && is_elementwise(&f->g->nodes[n->in[0]])) {
@@ -393,7 +381,7 @@ static bool row_work(const Shape *work)
     if (work->rank < 2 || IR_DIM_IS_SYM(work->dim[work->rank - 1]) || work->dim[work->rank - 1] < 2)
         return false;
     Shape row = ir_shape_reduce(work, work->rank - 1);
-    return !shape_is_one(&row) && !fits(&row, work);
+    return !shape_is_one(&row) && !ir_shape_fits(&row, work);
 }
 
 /* Reduction node V runs along the rows of WORK. */
@@ -409,12 +397,12 @@ static bool row_reduction(const Fuser *f, int v, const Shape *work)
 static bool row_member_ok(const Fuser *f, int v, const Shape *work)
 {
     const IrNode *n = &f->g->nodes[v];
-    if (is_reduction(n)) return row_reduction(f, v, work);
+    if (ir_op_is_reduction(n->op)) return row_reduction(f, v, work);
     if (n->op == IR_RESHAPE)
         return per_row(&n->shape, work) && per_row(&f->g->nodes[n->in[0]].shape, work) &&
                n->dtype == f->g->nodes[n->in[0]].dtype;
     if (!is_elementwise(n) || n->op == IR_DROPOUT) return false;
-    if (!per_row(&n->shape, work)) return fits(&n->shape, work);
+    if (!per_row(&n->shape, work)) return ir_shape_fits(&n->shape, work);
     for (int k = 0; k < n->nin; k++)   /* a row value reads row values */
         if (!per_row(&f->g->nodes[n->in[k]].shape, work)) return false;
     return true;

@@ -48,6 +48,11 @@ bool ir_op_is_elementwise(IrOp op)
            op == IR_BROADCAST || op == IR_DROPOUT;
 }
 
+bool ir_op_is_reduction(IrOp op)
+{
+    return op == IR_SUM || op == IR_MEAN || op == IR_MAX || op == IR_REDUCE_TO;
+}
+
 size_t ir_dtype_size(DType t)
 {
     switch (t) {
@@ -108,6 +113,12 @@ bool ir_broadcast_shape(const Shape *a, const Shape *b, Shape *out)
     }
     *out = r;
     return true;
+}
+
+bool ir_shape_fits(const Shape *s, const Shape *work)
+{
+    Shape out;
+    return ir_broadcast_shape(s, work, &out) && ir_shape_equal(&out, work);
 }
 
 const char *ir_shape_str(const IrProgram *p, const Shape *s, char *buf, size_t n)

@@ -334,9 +334,14 @@ bool ir_shape_equal(const Shape *a, const Shape *b);
  * element from the inputs' elements at its broadcast position). What a pointwise fusion
  * group computes and what checkpointing may recompute. */
 bool ir_op_is_elementwise(IrOp op);
+/* SUM, MEAN, MAX and REDUCE_TO: the ops a reduce or row group is built around. */
+bool ir_op_is_reduction(IrOp op);
 /* NumPy broadcast of A and B into OUT; false when they do not broadcast (a symbol only
  * matches itself or 1). */
 bool ir_broadcast_shape(const Shape *a, const Shape *b, Shape *out);
+/* S stretches (NumPy rules) to exactly WORK: a group member of shape S may be computed
+ * over WORK. */
+bool ir_shape_fits(const Shape *s, const Shape *work);
 /* "[N, 784]" into BUF (which it returns), symbols by name. */
 const char *ir_shape_str(const IrProgram *p, const Shape *s, char *buf, size_t n);
 Shape ir_shape0(void);                   /* the scalar shape [] */

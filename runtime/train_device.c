@@ -62,8 +62,8 @@ typedef struct DeviceBackend {
     bool pending;               /* a read of the totals is in flight, fence recorded */
     StepTiming *timing;         /* -v only */
     DevPtr step;                /* the plan's step counter (reduce-overhead), or 0 */
-    int64_t step_next[2];       /* what it will hold once the queued work has run */
-    bool step_known;            /* step_next is set */
+    int64_t step_next[2];       /* what it will hold once the queued work has run
+                                 * ({-1, -1} until first written) */
     StepCapture capture[2];     /* train, train_micro */
     bool capture_failed;
 } DeviceBackend;
@@ -263,6 +263,7 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     b->e = devexec_new(b->plan, b->d, symmax, t->o->net_path);
     if (!b->e) return -1;
     b->step = b->plan->step_state >= 0 ? devexec_buffer(b->e, b->plan->step_state) : 0;
+    b->step_next[0] = b->step_next[1] = -1;
     return 0;
 }
 
@@ -370,12 +371,11 @@ const char *train_capture_refusal(const CaptureQuery *q)
  * only when the sequence the device keeps has jumped. */
 static int set_step(DeviceBackend *b, int64_t micro_step, int64_t start)
 {
-    if (b->step_known && b->step_next[0] == micro_step && b->step_next[1] == start) return 0;
+    if (b->step_next[0] == micro_step && b->step_next[1] == start) return 0;
     int64_t state[2] = {micro_step, start};
     if (b->d->ops->upload(b->d, b->step, state, sizeof state) != 0) return -1;
     b->step_next[0] = micro_step;
     b->step_next[1] = start;
-    b->step_known = true;
     return 0;
 }
 
