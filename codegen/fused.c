@@ -59,11 +59,6 @@ static bool inlinable(const IrNode *n)
     return n->op == IR_CONST && n->dtype == DT_F32;
 }
 
-static bool is_reduction(const IrNode *n)
-{
-    return ir_op_info[n->op].cls == IR_CLASS_REDUCE || n->op == IR_REDUCE_TO;
-}
-
 /* A member computed in registers (not placed). */
 static bool computed_member(const IrGraph *g, int id, int k)
 {
@@ -87,7 +82,7 @@ static void add_outputs(Fuser *f, int k)
         const IrNode *n = &ctx->g->nodes[id];
         if (!computed_member(ctx->g, id, k) || (!stored(f, id) && n->op != IR_ASSIGN)) continue;
         const Shape *shape = n->op == IR_ASSIGN ? &ctx->p->tensors[n->index].shape : &n->shape;
-        CGC_ASSERT(is_reduction(n) || ir_shape_equal(shape, work));
+        CGC_ASSERT(ir_op_is_reduction(n->op) || ir_shape_equal(shape, work));
         snprintf(f->param[id], sizeof f->param[id], "out%d", f->nout++);
         if (n->op == IR_ASSIGN)
             draft_buffer(f->d, f->param[id], ctx->plan->tensor_buffer_base + n->index, DT_F32, false);
@@ -226,7 +221,7 @@ static void render_element(Fuser *f, int k, const char *indent)
     int local = 0;
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
-        if (!computed_member(g, id, k) || is_reduction(n) || n->op == IR_ASSIGN) continue;
+        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op) || n->op == IR_ASSIGN) continue;
         CGC_ASSERT(n->op != IR_DROPOUT || ir_shape_equal(&n->shape, &group_of(f->ctx, k)->work));
         snprintf(f->value[id], sizeof f->value[id], "v%d", local++);
         StrBuf e = { 0 };
@@ -239,7 +234,7 @@ static void render_element(Fuser *f, int k, const char *indent)
     }
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
-        if (!computed_member(g, id, k) || is_reduction(n)) continue;
+        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op)) continue;
         if (n->op == IR_ASSIGN)
             sb_printf(&f->d->body, "%scgc_store(&%s[i], %s);   /* in place */\n", indent,
                       f->param[id], f->value[n->in[0]]);
@@ -266,6 +261,37 @@ static void render_pointwise(Fuser *f, int k, const char *first, const char *ste
     sb_puts(&f->d->body, "    }\n");
 }
 
+/* Whether generated code TEXT uses the identifier ID. */
+static bool uses_identifier(const char *text, const char *id)
+{
+    size_t n = strlen(id);
+    for (const char *p = text; (p = strstr(p, id)); p += n) {
+        bool before = p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        bool after = isalnum((unsigned char)p[n]) || p[n] == '_';
+        if (!before && !after) return true;
+    }
+    return false;
+}
+
+/* Group K's element code inside a reduction loop, preceded by its index `i` = INDEX when
+ * it reads one. A group of constants reads none; an unused `i` would be a warning, so
+ * then the row's BASE, which INDEX reads, is marked used instead. */
+static void render_indexed_element(Fuser *f, int k, const char *index, const char *base)
+{
+    StrBuf *body = &f->d->body;
+    size_t at = body->len;
+    render_element(f, k, "            ");
+    char *element = xstrdup(body->s + at);
+    body->len = at;
+    body->s[at] = '\0';
+    if (uses_identifier(element, "i"))
+        sb_printf(body, "            const int64_t i = %s;\n", index);
+    else
+        sb_printf(body, "            (void)%s;   /* constants only: no element is read */\n", base);
+    sb_puts(body, element);
+    free(element);
+}
+
 /* Group K's reductions along its axis: one accumulator each (acc<n>: sums in double;
  * m<n>: maxima, NaN wins). */
 static void render_reduce_axis(Fuser *f, int k, const char *first, const char *step)
@@ -277,7 +303,7 @@ static void render_reduce_axis(Fuser *f, int k, const char *first, const char *s
     StrBuf acc = { 0 }, fin = { 0 }, store = { 0 };
     for (int id = 0, r = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
-        if (!computed_member(g, id, k) || !is_reduction(n)) continue;
+        if (!computed_member(g, id, k) || !ir_op_is_reduction(n->op)) continue;
         CGC_ASSERT(n->op != IR_REDUCE_TO && (n->axis == gr->axis));
         bool max = n->op == IR_MAX;
         sb_printf(&f->d->body, max ? "        float m%d = -CGC_INF;\n" : "        double acc%d = 0.0;\n", r);
@@ -289,12 +315,11 @@ static void render_reduce_axis(Fuser *f, int k, const char *first, const char *s
                       r, max ? "" : n->op == IR_MEAN ? " / (double)len)" : ")");
         r++;
     }
-    sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
-                         "            const int64_t i = base + k * inner;\n");
-    render_element(f, k, "            ");
+    sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n");
+    render_indexed_element(f, k, "base + k * inner", "base");
     for (int id = 0, r = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
-        if (!computed_member(g, id, k) || !is_reduction(n)) continue;
+        if (!computed_member(g, id, k) || !ir_op_is_reduction(n->op)) continue;
         if (n->op == IR_MAX) sb_printf(&acc, "            m%d = cgc_max_nan(m%d, %s);\n", r, r, f->value[n->in[0]]);
         else sb_printf(&acc, "            acc%d += (double)%s;\n", r, f->value[n->in[0]]);
         r++;
@@ -326,8 +351,10 @@ static void render_reduce_to(Fuser *f, int k, int id, const char *first, const c
     sb_puts(&f->d->body, "        double acc = 0.0;\n"
                          "        for (int64_t r = threadIdx.x; r < nred; r += blockDim.x) {\n");
     sb_puts(&f->d->body, ix.red.s);
-    sb_printf(&f->d->body, "            const int64_t i = base%s;\n", ix.off.s);
-    render_element(f, k, "            ");
+    StrBuf index = { 0 };
+    sb_printf(&index, "base%s", ix.off.s);
+    render_indexed_element(f, k, index.s, "base");
+    sb_free(&index);
     sb_printf(&f->d->body, "            acc += (double)%s;\n        }\n", f->value[n->in[0]]);
     sb_puts(&f->d->body, "        acc = cgc_block_sum(acc);\n");
     if (stored(f, id))
