@@ -10,7 +10,9 @@
 #   default  issue 4: --mode default against eager, PyTorch eager and torch.compile, and
 #            the wide MLP against the bf16 matrix peak (bench/bench_default.py)
 #   modes    issue 5: a reduce-overhead run (its CUDA graph captures, accuracy, step
-#            time), --bench of default and reduce-overhead against eager, a device trace
+#            time), a max-autotune run that tunes and one that reads the choices back,
+#            --bench of default, reduce-overhead and max-autotune against eager, a device
+#            trace
 # BENCH_DRY_RUN=1 runs bench_default.py on the CPU (a check of the script, on a machine
 # without a GPU).
 set -u
@@ -67,7 +69,14 @@ if part modes; then
     run ro_train "$CGC" models/mlp.net --mode reduce-overhead --epochs 1 -v
     grep -E "captured|could not be captured|median step|test_accuracy" "$OUT/ro_train.log" |
         tee -a "$OUT/summary.txt"
-    for mode in default reduce-overhead; do
+    # max-autotune: tuned once (the choices file kept under $OUT), then read back
+    export XDG_CACHE_HOME="$OUT/cache"
+    run ma_train "$CGC" models/mlp.net --mode max-autotune --epochs 1 -v
+    run ma_again "$CGC" models/mlp.net --mode max-autotune --steps 200 -v
+    grep -hE "autotune|captured|median step|test_accuracy" "$OUT/ma_train.log" "$OUT/ma_again.log" |
+        tee -a "$OUT/summary.txt"
+    cp "$OUT"/cache/cgc/tune/*.tune "$OUT/" 2>/dev/null
+    for mode in default reduce-overhead max-autotune; do
         run "bench_$mode" "$CGC" models/mlp.net --bench --mode "$mode"
         grep -E "^(launches per step|compile, |step, )" "$OUT/bench_$mode.log" | tee -a "$OUT/summary.txt"
     done

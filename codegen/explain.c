@@ -590,8 +590,8 @@ void compiled_explain(const Compiled *c, FILE *out)
     fprintf(out, "\nKernels per training step: %d launches, of which %d GEMMs (plus the data "
                  "pipeline's 2 gathers, 1 loss tracker%s)\n", steps, gemms,
             c->plan->step_state >= 0 ? " and 1 step advance" : "");
-    if (c->plan->mode == PLAN_REDUCE_OVERHEAD)
-        fputs("reduce-overhead: on a GPU, each micro-batch's launches are captured as one CUDA "
-              "graph at the\nsecond full batch and replayed from then on (the step counter "
-              "lives on the device).\n", out);
+    if (plan_mode_captures(c->plan->mode))
+        fprintf(out, "%s: on a GPU, each micro-batch's launches are captured as one CUDA "
+                     "graph at the\nsecond full batch and replayed from then on (the step "
+                     "counter lives on the device).\n", plan_mode_name(c->plan->mode));
 }

@@ -804,12 +804,12 @@ static void add_launch_counter(Builder *b)
     }
 }
 
-/* The device's step counter (plan.h, the data pipeline), in a reduce-overhead plan. */
+/* The device's step counter (plan.h, the data pipeline), in a plan that is captured. */
 static void add_step_state(Builder *b)
 {
     Plan *pl = b->plan;
     pl->step_state = -1;
-    if (pl->mode == PLAN_REDUCE_OVERHEAD)
+    if (plan_mode_captures(pl->mode))
         pl->step_state = add_buffer(b, (PlanBuffer){
             .kind = PB_STEP, .dtype = DT_I32, .shape = { .rank = 1, .dim = { 4 } },
             .alias_of = -1, .index = 0, .graph = -1, .what = "cgc.step_state" });
@@ -821,8 +821,14 @@ const char *plan_mode_name(PlanMode mode)
     case PLAN_EAGER: return "eager";
     case PLAN_DEFAULT: return "default";
     case PLAN_REDUCE_OVERHEAD: return "reduce-overhead";
+    case PLAN_MAX_AUTOTUNE: return "max-autotune";
     }
     CGC_INTERNAL("unknown plan mode %d", (int)mode);
+}
+
+bool plan_mode_captures(PlanMode mode)
+{
+    return mode == PLAN_REDUCE_OVERHEAD || mode == PLAN_MAX_AUTOTUNE;
 }
 
 static void add_data_kernels(Builder *b)
@@ -906,6 +912,58 @@ char *plan_module_source(const Plan *plan)
         sb_puts(&s, plan->kernels[k].source);
     }
     return s.s;
+}
+
+/* ---- the plan's hash ---- */
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *c = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t fnv_i64(uint64_t h, int64_t v) { return fnv(h, &v, sizeof v); }
+
+static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
+
+static uint64_t fnv_shape(uint64_t h, const Shape *s)
+{
+    h = fnv_i64(h, s->rank);
+    for (int i = 0; i < s->rank; i++) h = fnv_i64(h, s->dim[i]);
+    return h;
+}
+
+/* Field by field (never a struct's bytes: padding is not part of the plan). */
+static uint64_t fnv_step(uint64_t h, const PlanStep *s)
+{
+    h = fnv_i64(h, s->kind);
+    if (s->kind == STEP_LAUNCH) {
+        const PlanLaunch *l = &s->launch;
+        h = fnv_shape(fnv_i64(h, l->kernel), &l->work);
+        return fnv_i64(fnv_i64(h, l->items_per_block), l->max_blocks);
+    }
+    const PlanGemm *g = &s->gemm;
+    const int64_t f[] = {g->m, g->n, g->k, g->trans_a, g->trans_b, g->a_batched, g->b_batched,
+                         g->a_type, g->b_type, g->c_type, g->compute, g->epilogue,
+                         g->bias >= 0, g->bias_type, g->aux >= 0};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) h = fnv_i64(h, f[i]);
+    return fnv_shape(h, &g->batch);
+}
+
+uint64_t plan_hash(const Plan *plan)
+{
+    uint64_t h = fnv_str(0xcbf29ce484222325ull, plan_mode_name(plan->mode));
+    for (int k = 0; k < plan->nkernels; k++) {
+        const PlanKernel *pk = &plan->kernels[k];
+        h = fnv_i64(fnv_str(fnv_str(h, pk->name), pk->source), pk->block);
+    }
+    for (int gid = 0; gid < PG_NUM; gid++) {
+        const PlanGraph *pg = &plan->graph[gid];
+        h = fnv_i64(h, pg->nsteps);
+        for (int i = 0; i < pg->nsteps; i++) h = fnv_step(h, &pg->steps[i]);
+    }
+    return h;
 }
 
 unsigned plan_launch_grid(const PlanLaunch *l, const int64_t *symvals)

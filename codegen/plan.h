@@ -53,10 +53,16 @@ typedef enum PlanMode {
     PLAN_REDUCE_OVERHEAD,   /* PLAN_DEFAULT's kernels, with the step counter on the device
                              * (Plan.step_state), so that a runtime can capture a training
                              * step once as a CUDA graph and replay it */
+    PLAN_MAX_AUTOTUNE,      /* PLAN_REDUCE_OVERHEAD's plan; a runtime on a GPU then times
+                             * each launch's grid and each GEMM's cuBLASLt algorithm and
+                             * keeps the fastest (runtime/autotune.h) */
 } PlanMode;
 
-/* "eager", "default", "reduce-overhead": --mode's names. */
+/* "eager", "default", "reduce-overhead", "max-autotune": --mode's names. */
 const char *plan_mode_name(PlanMode mode);
+/* The modes whose plans keep the step counter on the device and are captured as CUDA
+ * graphs: reduce-overhead and max-autotune. */
+bool plan_mode_captures(PlanMode mode);
 
 /* ---- buffers ---- */
 
@@ -250,6 +256,11 @@ const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g);   /* NULL if
 /* Blocks for launch L with the symbols at SYMVALS: ceil(numel(work) / items_per_block),
  * clamped to [1, max_blocks] (and to a 32-bit grid). The runtime's and the reproducer's. */
 unsigned plan_launch_grid(const PlanLaunch *l, const int64_t *symvals);
+
+/* A hash of what an autotune choice is made for: the mode, every kernel's name, source
+ * and block, and every step (launch geometry, GEMM shapes and types) of every graph.
+ * Two plans with the same hash run the same kernels and GEMMs (FNV-1a, 64 bits). */
+uint64_t plan_hash(const Plan *plan);
 
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);

@@ -149,9 +149,9 @@ int bench_run(const BenchOptions *o)
     printf("%-26s %15d %15d", "launches per step", e.kernels, m.kernels);
     print_ratio(e.kernels, m.kernels, "fewer");
     printf("%-26s %15d %15d\n", "  of which GEMMs", e.gemms, m.gemms);
-    if (mode == PLAN_REDUCE_OVERHEAD)
-        printf("  (reduce-overhead makes each micro-batch's launches one CUDA graph launch\n"
-               "   from the second full batch on)\n");
+    if (plan_mode_captures(mode))
+        printf("  (%s makes each micro-batch's launches one CUDA graph launch\n"
+               "   from the second full batch on)\n", name);
     printf("%-26s", "planned peak memory");
     print_bytes(e.peak), print_bytes(m.peak);
     print_ratio((double)e.peak, (double)m.peak, "less");

@@ -19,6 +19,7 @@
 #include "passes.h"
 #include "pipeline.h"
 #include "../codegen/compile.h"
+#include "../runtime/autotune.h"
 #include "../runtime/backend.h"
 #include "../runtime/train.h"
 
@@ -51,8 +52,11 @@ static const char usage_text[] =
     "                          DIR, then go on (with --check: compile only)\n"
     "  --mode MODE             eager (the default: one kernel or GEMM per IR op), default\n"
     "                          (fused kernels, optimizer updates in place and multi-tensor)\n"
-    "                          or reduce-overhead (default's kernels, each micro-batch's\n"
+    "                          reduce-overhead (default's kernels, each micro-batch's\n"
     "                          launches replayed as one CUDA graph from the second batch on)\n"
+    "                          or max-autotune (reduce-overhead, with each launch's grid and\n"
+    "                          each GEMM's cuBLAS(Lt) algorithm timed on the GPU, at most\n"
+    "                          60 s, the fastest kept in the cache's cgc/tune/)\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
     "                          every epoch and at the end\n"
     "  --resume FILE           continue the run saved in FILE\n"
@@ -138,20 +142,19 @@ static bool parse_count(const char *s, int64_t *out)
     return true;
 }
 
-/* --mode: torch.compile's names; all but max-autotune are built. Returns 0, or -1 after
- * saying what this build has. */
+/* --mode: torch.compile's names. Returns 0, or -1 after saying what there is. */
 static int parse_mode(const char *s, PlanMode *mode)
 {
-    static const PlanMode modes[] = {PLAN_EAGER, PLAN_DEFAULT, PLAN_REDUCE_OVERHEAD};
+    static const PlanMode modes[] = {PLAN_EAGER, PLAN_DEFAULT, PLAN_REDUCE_OVERHEAD,
+                                     PLAN_MAX_AUTOTUNE};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         if (strcmp(s, plan_mode_name(modes[i])) == 0) {
             *mode = modes[i];
             return 0;
         }
     }
-    fprintf(stderr, "cgc: --mode %s: %s; this build has --mode eager, default and "
-            "reduce-overhead\nTry 'cgc --help'.\n", diag_quote(s, 40),
-            strcmp(s, "max-autotune") == 0 ? "not available yet" : "unknown mode");
+    fprintf(stderr, "cgc: --mode %s: unknown mode; the modes are eager, default, reduce-overhead "
+            "and max-autotune\nTry 'cgc --help'.\n", diag_quote(s, 40));
     return -1;
 }
 
@@ -188,16 +191,52 @@ static int emit_pass_irs(const Cli *cli)
     return 0;
 }
 
+/* The architecture --arch names, or sm_90 (what --check compiles for without a GPU). */
+static int arch_or_default(const Cli *cli)
+{
+    int arch = cli->arch ? backend_parse_arch(cli->arch) : 0;
+    return arch > 0 ? arch : 90;
+}
+
+/* --emit DIR with max-autotune: DIR/autotune.tune, the choices as a run without a GPU
+ * would make them (heuristics, untimed), in the format of the cache's files (tune.h).
+ * Returns 0 or -1 (reported). */
+static int emit_autotune(const Plan *plan, const Cli *cli)
+{
+    const IrProgram *p = plan->p;
+    char why[256], path[4200];
+    TuneFile t;
+    int64_t symvals[8] = {p->cfg.batch};
+    if (!tune_init(&t, p->model_name, arch_or_default(cli), "none (heuristics: nothing timed)",
+                   autotune_plan_hash(plan, p->cfg.batch), why, sizeof why)) {
+        cgc_error("--emit: the autotune choices: %s", why);
+        return -1;
+    }
+    autotune_heuristics(plan, symvals, &t);
+    char *text = tune_format(&t);
+    tune_free(&t);
+    snprintf(path, sizeof path, "%s/autotune.tune", cli->emit_dir);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    bool ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f) != 0) ok = false;
+    free(text);
+    if (!ok) cgc_error("%s: cannot write: %s", path, strerror(errno));
+    return ok ? 0 : -1;
+}
+
 /* --emit DIR: the plan and the IR after each pass written out. Returns 0 or -1
  * (reported). */
 static int emit_plan(const Plan *plan, const Cli *cli)
 {
     int rc = plan_emit(plan, cli->emit_dir);
     if (rc == 0) rc = emit_pass_irs(cli);
+    if (rc == 0 && plan->mode == PLAN_MAX_AUTOTUNE) rc = emit_autotune(plan, cli);
     if (rc == 0 && !cli->quiet)
-        fprintf(stderr, "cgc: wrote %d kernels, the host plan, the IR after each pass and a "
+        fprintf(stderr, "cgc: wrote %d kernels, the host plan, the IR after each pass%s and a "
                         "reproducer to %s (%s/repro: make, then ./repro on a GPU)\n",
-                plan->nkernels, cli->emit_dir, cli->emit_dir);
+                plan->nkernels, plan->mode == PLAN_MAX_AUTOTUNE
+                                    ? ", the autotune choices before tuning (autotune.tune)" : "",
+                cli->emit_dir, cli->emit_dir);
     return rc;
 }
 
@@ -382,9 +421,11 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     BackendOptions bo = backend_options(cli, plan);
     Backend b;
     if (backend_open(&bo, &b) != 0) return 1;
-    if (!b.device && cli->mode == PLAN_REDUCE_OVERHEAD && !cli->quiet)
-        fprintf(stderr, "cgc: note: --mode reduce-overhead captures CUDA graphs on a GPU; on "
-                        "the CPU the reference executor runs every step op by op\n");
+    if (!b.device && plan_mode_captures(cli->mode) && !cli->quiet)
+        fprintf(stderr, "cgc: note: --mode %s %s on a GPU; on the CPU the reference "
+                        "executor runs every step op by op\n", plan_mode_name(cli->mode),
+                cli->mode == PLAN_MAX_AUTOTUNE ? "tunes kernels and captures CUDA graphs"
+                                               : "captures CUDA graphs");
     cli->run.net_path = cli->path;
     cli->run.src = src;
     cli->run.quiet = cli->quiet;
@@ -404,6 +445,10 @@ static int check(const IrProgram *p, const Plan *plan, const Cli *cli)
     if (!cli->quiet)
         printf("%s: ok: model %s, %lld parameters in %d tensors\n", cli->path, p->model_name,
                (long long)nparams, p->nparams);
+    if (plan->mode == PLAN_MAX_AUTOTUNE && !cli->quiet)
+        printf("%s: max-autotune: --check times nothing, so its choices are heuristics: the "
+               "plan's launch shapes and cuBLAS's own GEMM algorithms; a run on a GPU times "
+               "them and keeps the fastest in the cache (cgc/tune/)\n", cli->path);
     BackendOptions bo = backend_options(cli, plan);
     return backend_check_compile(&bo, cli->arch ? backend_parse_arch(cli->arch) : 0) != 0;
 }
@@ -426,7 +471,10 @@ static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
         rc = dump_ir(p, cli->dump_ir ? cli->dump_ir : "");
     } else if (rc == 0) {
         if (cli->stats_path) rc = write_stats(&c, cli->stats_path);
-        if (rc == 0 && cli->explain) compiled_explain(&c, stdout);
+        if (rc == 0 && cli->explain) {
+            compiled_explain(&c, stdout);
+            if (c.plan->mode == PLAN_MAX_AUTOTUNE) autotune_explain(c.plan, stdout);
+        }
         else if (rc == 0 && cli->emit_dir && emit_plan(c.plan, cli) != 0) rc = 1;
         else if (rc == 0 && cli->check) rc = check(p, c.plan, cli);
         else if (rc == 0) rc = run(p, c.plan, src, cli);

@@ -35,6 +35,10 @@ struct DevExec {
     size_t persistent_bytes;    /* of the arena: tensors, inputs, constants, outputs */
     size_t *offset;             /* per buffer, into the arena (views: their root's) */
     void **kernel;              /* per plan kernel: the device's handle */
+    /* max-autotune's choices: per plan kernel, the items per block its launches take
+     * (0: the plan's); per step of each graph, its GEMM's algorithm (GemmCall.algo) */
+    int64_t *items;
+    int *algo[PG_NUM];
     /* devexec_timing_start .. devexec_timing_collect: each launch and GEMM between two
      * fences; times are taken from BASE, recorded at the first start */
     bool timing;
@@ -302,6 +306,9 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     for (int k = 0; k < 8 && k < e->p->nsyms; k++) e->symmax[k] = symmax[k];
     e->offset = xcalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1), sizeof *e->offset);
     e->kernel = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->kernel);
+    e->items = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->items);
+    for (int g = 0; g < PG_NUM; g++)
+        e->algo[g] = xcalloc((size_t)(plan->graph[g].nsteps + 1), sizeof *e->algo[g]);
     e->reuse = reuse;
     layout(e);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
@@ -345,6 +352,8 @@ void devexec_free(DevExec *e)
     if (e->arena) e->d->ops->free(e->d, e->arena);
     free(e->offset);
     free(e->kernel);
+    free(e->items);
+    for (int g = 0; g < PG_NUM; g++) free(e->algo[g]);
     free(e);
 }
 
@@ -414,6 +423,14 @@ static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, A
     }
 }
 
+unsigned devexec_grid(const DevExec *e, const PlanLaunch *l, int64_t items)
+{
+    PlanLaunch tuned = *l;
+    if (items > 0) tuned.items_per_block = items;
+    else if (e->items[l->kernel] > 0) tuned.items_per_block = e->items[l->kernel];
+    return plan_launch_grid(&tuned, e->symvals);
+}
+
 static int run_launch(DevExec *e, const PlanStep *s, const DevFeed *feed)
 {
     const PlanLaunch *l = &s->launch;
@@ -426,10 +443,11 @@ static int run_launch(DevExec *e, const PlanStep *s, const DevFeed *feed)
         args[i] = &vals[i];
     }
     DeviceSite site = site_of(e, s, k->name);
-    return e->d->ops->launch(e->d, e->kernel[l->kernel], plan_launch_grid(l, e->symvals), (unsigned)k->block, args, &site);
+    return e->d->ops->launch(e->d, e->kernel[l->kernel], devexec_grid(e, l, 0), (unsigned)k->block,
+                             args, &site);
 }
 
-static int run_gemm(DevExec *e, const PlanStep *s)
+GemmCall devexec_gemm_call(const DevExec *e, const PlanStep *s)
 {
     const PlanGemm *g = &s->gemm;
     GemmCall c = {
@@ -447,8 +465,21 @@ static int run_gemm(DevExec *e, const PlanStep *s)
         c.stride_b = g->b_batched ? c.k * c.n : 0;
         c.stride_c = c.m * c.n;
     }
+    return c;
+}
+
+DeviceSite devexec_gemm_site(const DevExec *e, const PlanStep *s, const GemmCall *c)
+{
+    return site_of(e, s, s->gemm.epilogue == GEMM_EPI_NONE && c->algo == 0 ? "cublasGemmEx"
+                                                                            : "cublasLtMatmul");
+}
+
+static int run_gemm(DevExec *e, const PlanStep *s, int algo)
+{
+    GemmCall c = devexec_gemm_call(e, s);
+    c.algo = algo;
     if (c.m == 0 || c.n == 0 || c.batch == 0) return 0;   /* nothing to write */
-    DeviceSite site = site_of(e, s, g->epilogue == GEMM_EPI_NONE ? "cublasGemmEx" : "cublasLtMatmul");
+    DeviceSite site = devexec_gemm_site(e, s, &c);
     return e->d->ops->gemm(e->d, &c, &site);
 }
 
@@ -491,12 +522,41 @@ static int bind_symbols(DevExec *e, const DevFeed *feed)
     return 0;
 }
 
+/* The PlanGraphId of PG. */
+static int graph_id(const DevExec *e, const PlanGraph *pg)
+{
+    int gid = (int)(pg - e->plan->graph);
+    CGC_ASSERT(gid >= 0 && gid < PG_NUM);
+    return gid;
+}
+
+int devexec_bind(DevExec *e, const DevFeed *feed) { return bind_symbols(e, feed); }
+
+int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const DevStepChoice *c)
+{
+    const PlanStep *s = &e->plan->graph[gid].steps[i];
+    if (s->kind == STEP_GEMM) return run_gemm(e, s, c ? c->algo : e->algo[gid][i]);
+    int64_t saved = e->items[s->launch.kernel];
+    if (c) e->items[s->launch.kernel] = c->items;
+    int rc = run_launch(e, s, feed);
+    e->items[s->launch.kernel] = saved;
+    return rc;
+}
+
+void devexec_choose(DevExec *e, PlanGraphId gid, int i, const DevStepChoice *c)
+{
+    const PlanStep *s = &e->plan->graph[gid].steps[i];
+    if (s->kind == STEP_GEMM) e->algo[gid][i] = c->algo;
+    else e->items[s->launch.kernel] = c->items;
+}
+
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
 {
     const PlanGraph *pg = plan_graph_of(e->plan, g);
     if (!pg) CGC_INTERNAL("graph %s has no plan", g->name);
     if (bind_symbols(e, feed) != 0 || upload_inputs(e, feed) != 0) return -1;
     e->last = g;
+    int gid = graph_id(e, pg);
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
         bool gemm = s->kind == STEP_GEMM;
@@ -505,7 +565,7 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
                                 g->name, s->loc.line, gemm};
             if (timed_begin(e, &ev) != 0) return -1;
         }
-        int rc = gemm ? run_gemm(e, s) : run_launch(e, s, feed);
+        int rc = gemm ? run_gemm(e, s, e->algo[gid][i]) : run_launch(e, s, feed);
         if (rc != 0 || (e->timing && timed_end(e) != 0)) return -1;
     }
     return 0;

@@ -50,6 +50,30 @@ int devexec_init_tensors(DevExec *e, uint64_t seed);
 /* Issues graph G (one of the program's) once. Does not wait. */
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed);
 
+/* ---- max-autotune (runtime/autotune.h) ----
+ * A step's tunable choice: for a launch, the items per block of its kernel (0: the
+ * plan's), which every launch of that kernel then takes; for a GEMM, its algorithm
+ * (GemmCall.algo; 0: the library's own). Neither changes any result: kernels loop over
+ * their work whatever the grid (plan.h), and every algorithm computes the same product
+ * (to the rounding of its own order of accumulation). */
+typedef struct DevStepChoice {
+    int64_t items;
+    int algo;
+} DevStepChoice;
+
+/* Binds FEED's symbols (as devexec_run does first), for devexec_step. */
+int devexec_bind(DevExec *e, const DevFeed *feed);
+/* Issues step I of graph GID alone, with choice C (NULL: the choice in force). */
+int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const DevStepChoice *c);
+/* Puts choice C in force for step I of graph GID (for a launch: for its kernel). */
+void devexec_choose(DevExec *e, PlanGraphId gid, int i, const DevStepChoice *c);
+/* The grid launch L gets with the bound symbols, with ITEMS per block (0: the choice in
+ * force, else the plan's). */
+unsigned devexec_grid(const DevExec *e, const PlanLaunch *l, int64_t items);
+/* GEMM step S's call with the bound symbols (algo 0), and the site its errors name. */
+GemmCall devexec_gemm_call(const DevExec *e, const PlanStep *s);
+DeviceSite devexec_gemm_site(const DevExec *e, const PlanStep *s, const GemmCall *c);
+
 /* The device address of buffer B (for the data kernels and tests). */
 DevPtr devexec_buffer(const DevExec *e, int b);
 

@@ -24,6 +24,8 @@
 
 typedef uint64_t DevPtr;            /* a device address; 0 is none */
 
+enum { DEVICE_GEMM_ALGOS = 8 };     /* algorithms a GEMM's tuning chooses among, at most */
+
 /* Where a launch or GEMM came from, for error messages. */
 typedef struct DeviceSite {
     const char *kernel;             /* kernel name, or "cublasGemmEx" */
@@ -43,6 +45,10 @@ typedef struct GemmCall {
     int epilogue;                           /* GemmEpilogue (codegen/plan.h); batch 1 only */
     DevPtr bias, aux;                       /* epilogue operands (aux 0: none) */
     DType bias_type;
+    /* The algorithm: 0, the library's own choice; K >= 1, the K-th of the candidates
+     * gemm_algos counts for this call (max-autotune's choice; a call with other sizes
+     * that has fewer takes its last). */
+    int algo;
 } GemmCall;
 
 typedef struct Device Device;
@@ -75,6 +81,10 @@ typedef struct DeviceOps {
     int (*launch)(Device *d, void *kernel, unsigned grid, unsigned block, void **args,
                   const DeviceSite *site);
     int (*gemm)(Device *d, const GemmCall *g, const DeviceSite *site);
+    /* How many algorithms GEMM G can be given (GemmCall.algo from 1 to *COUNT), in the
+     * library's order of preference, at most DEVICE_GEMM_ALGOS; *COUNT is 0 when G
+     * cannot take a choice (a batched GEMM). NULL where the device offers no choice. */
+    int (*gemm_algos)(Device *d, const GemmCall *g, int *count, const DeviceSite *site);
 
     /* Ordering and time. */
     int (*sync)(Device *d);
@@ -105,6 +115,8 @@ struct Device {
     const DeviceOps *ops;
     void *impl;
     char name[128];                 /* "NVIDIA H100 80GB HBM3 (cuda:0)", "CUDA emulation" */
+    char model[128];                /* "NVIDIA H100 80GB HBM3": what autotune choices are for */
+    int arch;                       /* its compute capability as 90 for sm_90 */
     size_t free_bytes;              /* device memory free once opened, after what the device
                                      * itself holds (module, BLAS workspaces); 0: unknown */
 };

@@ -18,14 +18,25 @@
  * (train_capture_refusal says when not: a partial batch, the first run, a failed
  * capture). A capture that fails is said once, and the run goes on uncaptured: the same
  * kernels, launched one by one, as the default mode runs them.
+ *
+ * A max-autotune plan is run as a reduce-overhead one, after dev_autotune has put its
+ * choices in force: read from the choices file in the cache, or timed now (autotune.h)
+ * before the tensors are initialised, and written there.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune.h"
 #include "devexec.h"
 #include "train_internal.h"
 
 enum { TOTALS = 4, MAX_DATA_GRID = 4096 };
+
+/* max-autotune: the most wall time tuning may take, in seconds, unless RunOptions says;
+ * the steps left then keep the plan's choices (autotune.h). */
+#define AUTOTUNE_BUDGET_S 60.0
 
 /* -v: optimizer steps timed with fences (CUDA events) around them, after a warm-up. */
 enum { TIMING_WARMUP = TRAIN_TIMING_WARMUP, TIMING_STEPS = TRAIN_TIMING_STEPS };
@@ -253,6 +264,78 @@ static int run_graph(const Trainer *t, const IrGraph *g, int64_t count, int64_t 
 
 /* ---- the backend ---- */
 
+/* One line of max-autotune's report ("cgc: autotune: ..."), unless quiet. */
+static void say_autotune(const Trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say_autotune(const Trainer *t, const char *fmt, ...)
+{
+    if (t->o->quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cgc: autotune: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* max-autotune: the choices of the file in the cache when it was made for this plan
+ * and batch on this device, else tuned now and kept there. Runs before the tensors are
+ * initialised (autotune.h), so tuning leaves nothing behind in the arena. */
+static int dev_autotune(Trainer *t, DeviceBackend *b)
+{
+    const Plan *plan = b->plan;
+    DevFeed feed;
+    memset(&feed, 0, sizeof feed);
+    feed.symvals[0] = t->p->cfg.batch;
+    feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
+    uint64_t hash = autotune_plan_hash(plan, t->p->cfg.batch);
+    char why[512], path[4200] = "";
+    TuneFile want, have;
+    bool keep = tune_init(&want, t->p->model_name, b->d->arch, b->d->model, hash, why, sizeof why);
+    TuneLoad load = TUNE_NO_CACHE;
+    if (!keep) {
+        say_autotune(t, "%s: the choices will not be kept", why);
+        tune_init(&want, "model", 90, "device", hash, why, sizeof why);   /* a scratch file */
+    } else {
+        load = tune_load(&want, &have, path, sizeof path, why, sizeof why);
+    }
+    if (load == TUNE_FOUND) {
+        char apply_why[300];
+        if (autotune_apply(b->e, plan, &feed, &have, apply_why, sizeof apply_why) == 0) {
+            say_autotune(t, "%d choices from %s (tuned in %.1f s when written; delete it to "
+                            "tune again)", have.nchoices, path, have.tuning_ms / 1e3);
+            tune_free(&have);
+            tune_free(&want);
+            return 0;
+        }
+        snprintf(why, sizeof why, "%s", apply_why);
+        tune_free(&have);
+        load = TUNE_REFUSED;
+    }
+    if (load == TUNE_REFUSED) say_autotune(t, "%s: %s; tuning again", path, why);
+    if (load == TUNE_NO_CACHE && keep) say_autotune(t, "%s", why);
+    double budget = t->o->tune_budget_s > 0 ? t->o->tune_budget_s : AUTOTUNE_BUDGET_S;
+    say_autotune(t, "timing the launch shapes and GEMM algorithms of %s on %s (at most %g s)",
+                 t->p->model_name, b->d->name, budget);
+    AutotuneReport r;
+    if (autotune_run(b->e, plan, &feed, budget, &want, &r) != 0) {
+        tune_free(&want);
+        return -1;
+    }
+    say_autotune(t, "%d candidates timed for %d kernels and %d GEMMs in %.1f s", r.candidates,
+                 r.kernels, r.gemms, r.seconds);
+    if (r.untimed)
+        say_autotune(t, "the time ran out: %d kernels and GEMMs keep the plan's choices, untimed "
+                        "(delete the choices file to tune again)", r.untimed);
+    if (load != TUNE_NO_CACHE) {
+        if (tune_store(&want, path, sizeof path, why, sizeof why) == 0)
+            say_autotune(t, "the choices are in %s", path);
+        else
+            say_autotune(t, "%s; the choices are not kept", why);
+    }
+    tune_free(&want);
+    return 0;
+}
+
 static int dev_open_plan(Trainer *t, DeviceBackend *b)
 {
     b->plan = t->o->plan;
@@ -264,7 +347,7 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     if (!b->e) return -1;
     b->step = b->plan->step_state >= 0 ? devexec_buffer(b->e, b->plan->step_state) : 0;
     b->step_next[0] = b->step_next[1] = -1;
-    return 0;
+    return b->plan->mode == PLAN_MAX_AUTOTUNE ? dev_autotune(t, b) : 0;
 }
 
 static int dev_open(Trainer *t)
@@ -358,7 +441,7 @@ static int dev_epoch_begin(Trainer *t, const TrainProgress *pr)
 
 const char *train_capture_refusal(const CaptureQuery *q)
 {
-    if (q->mode != PLAN_REDUCE_OVERHEAD) return "the plan's mode is not reduce-overhead";
+    if (!plan_mode_captures(q->mode)) return "the plan's mode is neither reduce-overhead nor max-autotune";
     if (!q->device_can) return "the device cannot record graphs";
     if (q->failed) return "an earlier capture failed";
     if (q->count != q->batch) return "a partial batch runs launch by launch";
@@ -409,18 +492,18 @@ static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_
         int work = micro_batch_work(t, g, pr, start, count, micro_step);
         if (ops->capture_end(b->d, &sc->graph, &sc->nodes) == 0 && work == 0) {
             if (!t->o->quiet)
-                printf("cgc: reduce-overhead: graph %s captured at step %lld: its micro-batch "
-                       "is one CUDA graph of %d nodes from now on\n", g->name,
-                       (long long)pr->step + 1, sc->nodes);
+                printf("cgc: %s: graph %s captured at step %lld: its micro-batch is one "
+                       "CUDA graph of %d nodes from now on\n", plan_mode_name(b->plan->mode),
+                       g->name, (long long)pr->step + 1, sc->nodes);
             return 0;
         }
         if (sc->graph) ops->graph_free(b->d, sc->graph);
         sc->graph = NULL;
     }
     b->capture_failed = true;
-    cgc_warning("reduce-overhead: the micro-batch of graph %s could not be captured as a CUDA "
-                "graph (the error is above); the run goes on without graphs, as the default "
-                "mode runs", g->name);
+    cgc_warning("%s: the micro-batch of graph %s could not be captured as a CUDA graph (the "
+                "error is above); the run goes on without graphs, as the default mode runs",
+                plan_mode_name(b->plan->mode), g->name);
     return 1;
 }
 

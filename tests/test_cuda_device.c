@@ -123,6 +123,9 @@ static float store_as(DType t, float v, void *dst, size_t i)
     return v;
 }
 
+static int product_errors(const GemmCase *c, const float *a, const float *b, const float *out,
+                          int64_t m, int64_t n, int64_t k);
+
 static void run_gemm_case(const GemmCase *c)
 {
     const int64_t m = 37, n = 29, k = 53, batch = c->batch;
@@ -145,6 +148,31 @@ static void run_gemm_case(const GemmCase *c)
     DeviceSite site = {"cublasGemmEx", c->name, "test.net", 3};
     CHECK_EQ_INT(dev->ops->gemm(dev, &g, &site), 0);
     CHECK_EQ_INT(dev->ops->download(dev, out, dc, nc * 4), 0);
+    CHECK_EQ_INT(product_errors(c, a, b, out, m, n, k), 0);
+    /* max-autotune's candidates: a plain GEMM may run any algorithm of cuBLASLt's list
+     * (through cublasLtMatmul); each must give the product. Batched GEMMs offer none. */
+    int count = -1;
+    CHECK_EQ_INT(dev->ops->gemm_algos(dev, &g, &count, &site), 0);
+    CHECK(batch == 1 ? count >= 1 && count <= DEVICE_GEMM_ALGOS : count == 0);
+    for (g.algo = 1; g.algo <= count; g.algo++) {
+        memset(out, 0, nc * 4);
+        CHECK_EQ_INT(dev->ops->upload(dev, dc, out, nc * 4), 0);   /* so each run writes C */
+        CHECK_EQ_INT(dev->ops->gemm(dev, &g, &site), 0);
+        CHECK_EQ_INT(dev->ops->download(dev, out, dc, nc * 4), 0);
+        int errors = product_errors(c, a, b, out, m, n, k);
+        if (errors) fprintf(stderr, "%s: with cuBLASLt's algorithm %d of %d\n", c->name, g.algo, count);
+        CHECK_EQ_INT(errors, 0);
+    }
+    dev->ops->free(dev, da), dev->ops->free(dev, db), dev->ops->free(dev, dc);
+    free(a), free(b), free(out), free(a_dev_bits), free(b_dev_bits);
+}
+
+/* Elements of C (OUT) that differ from A @ B (as case C stores them) by more than its
+ * tolerance, the first few printed. */
+static int product_errors(const GemmCase *c, const float *a, const float *b, const float *out,
+                          int64_t m, int64_t n, int64_t k)
+{
+    const int64_t batch = c->batch;
     int bad = 0;
     for (int64_t t = 0; t < batch; t++) {
         const float *A = a + t * m * k, *B = b + (c->b_shared ? 0 : t * k * n);
@@ -163,9 +191,7 @@ static void run_gemm_case(const GemmCase *c)
                             (long long)t, (long long)i, (long long)j, got, want);
             }
     }
-    CHECK_EQ_INT(bad, 0);
-    dev->ops->free(dev, da), dev->ops->free(dev, db), dev->ops->free(dev, dc);
-    free(a), free(b), free(out), free(a_dev_bits), free(b_dev_bits);
+    return bad;
 }
 
 static void test_gemms(void)

@@ -32,6 +32,7 @@
 #include "codegen/compile.h"
 #include "compiler/pipeline.h"
 #include "runtime/data.h"
+#include "runtime/autotune.h"
 #include "runtime/devexec.h"
 #include "runtime/safetensors.h"
 #include "runtime/train.h"
@@ -159,6 +160,7 @@ typedef struct RunSpec {
     StepTimes *times;
     int64_t stop_after;
     bool tty;                   /* stdout a terminal: the progress bar is drawn */
+    double tune_budget_s;       /* max-autotune; 0: the runtime's */
 } RunSpec;
 
 static int median_reports;      /* device runs long enough to report a median step time */
@@ -169,7 +171,7 @@ static int run(Model *m, const RunSpec *s)
     RunOptions o = {
         .net_path = m->path, .src = m->src, .save_path = s->save, .resume_path = s->resume,
         .metrics_path = s->metrics, .stop_after = s->stop_after, .device = s->device,
-        .profile_path = s->profile, .step_times = s->times,
+        .profile_path = s->profile, .step_times = s->times, .tune_budget_s = s->tune_budget_s,
         .plan = s->device ? m->plan : NULL, .verbose = s->device != NULL,
     };
     Tty tty;
@@ -188,9 +190,11 @@ static int run(Model *m, const RunSpec *s)
     if (s->device && rc == 0) {
         CHECK(strstr(text, "cgc: median step ") || strstr(text, "cgc: step time not measured"));
         median_reports += strstr(text, "cgc: median step ") != NULL;
-        for (const char *c = text; (c = strstr(c, "cgc: reduce-overhead: graph ")); c++) captures++;
-        /* only a reduce-overhead plan captures */
-        CHECK(mode == PLAN_REDUCE_OVERHEAD || !strstr(text, "reduce-overhead"));
+        char capture_line[64];
+        snprintf(capture_line, sizeof capture_line, "cgc: %s: graph ", plan_mode_name(mode));
+        for (const char *c = text; (c = strstr(c, capture_line)); c++) captures++;
+        /* only a reduce-overhead or max-autotune plan captures */
+        CHECK(plan_mode_captures(mode) || !strstr(text, ": graph "));
         /* and the memory line bench/bench_default.py reads; the emulation cannot tell the
          * memory in use */
         const char *mem = strstr(text, "cgc: device memory: plan arena ");
@@ -502,9 +506,11 @@ static void check_capture_refusal(void)
     CHECK(train_capture_refusal(&ok) == NULL);
     ok.runs = 1000;
     CHECK(train_capture_refusal(&ok) == NULL);
+    ok.mode = PLAN_MAX_AUTOTUNE;
+    CHECK(train_capture_refusal(&ok) == NULL);
     struct { CaptureQuery q; const char *why; } refused[] = {
-        {{.mode = PLAN_DEFAULT, .device_can = true, .count = 64, .batch = 64, .runs = 1}, "not reduce-overhead"},
-        {{.mode = PLAN_EAGER, .device_can = true, .count = 64, .batch = 64, .runs = 1}, "not reduce-overhead"},
+        {{.mode = PLAN_DEFAULT, .device_can = true, .count = 64, .batch = 64, .runs = 1}, "neither reduce-overhead nor max-autotune"},
+        {{.mode = PLAN_EAGER, .device_can = true, .count = 64, .batch = 64, .runs = 1}, "neither reduce-overhead nor max-autotune"},
         {{.mode = PLAN_REDUCE_OVERHEAD, .count = 64, .batch = 64, .runs = 1}, "cannot record"},
         {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .failed = true, .count = 64, .batch = 64,
           .runs = 1}, "earlier capture failed"},
@@ -518,6 +524,17 @@ static void check_capture_refusal(void)
         const char *why = train_capture_refusal(&refused[i].q);
         CHECK(why && strstr(why, refused[i].why));
     }
+}
+
+/* FILE trained on the emulation in the default mode, saved to SAVE: what the capturing
+ * modes must equal bit for bit. */
+static void train_default(const char *file, const Override *ov, int nov, const char *save)
+{
+    Model m;
+    mode = PLAN_DEFAULT;
+    if (model_open(&m, file, ov, nov))
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = save}), 0);
+    model_close(&m);
 }
 
 /* FILE trained on the emulation in the default mode and in reduce-overhead: the same
@@ -534,10 +551,7 @@ static void check_replay_exact(const char *file, const Override *ov, int nov, in
     snprintf(got, sizeof got, "%s", tmp_path("replayed.safetensors"));
     snprintf(half, sizeof half, "%s", tmp_path("replayed_half.safetensors"));
     Model m;
-    mode = PLAN_DEFAULT;
-    if (model_open(&m, file, ov, nov))
-        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = want}), 0);
-    model_close(&m);
+    train_default(file, ov, nov, want);
     mode = PLAN_REDUCE_OVERHEAD;
     int before = captures;
     if (model_open(&m, file, ov, nov)) {
@@ -564,6 +578,127 @@ static void check_replay_exact(const char *file, const Override *ov, int nov, in
     }
     model_close(&m);
     CHECK(fail ? captures == before : captures > before);
+}
+
+/* Whether CHOICE is "items:N" with N the items per block of a launch of kernel NAME times
+ * 1, 2, 4 or 8: a candidate the tuner times. */
+static bool grid_candidate(const Plan *plan, const char *name, const char *choice)
+{
+    long long items;
+    char end;
+    if (sscanf(choice, "items:%lld%c", &items, &end) != 1) return false;
+    for (int gid = 0; gid < PG_NUM; gid++)
+        for (int i = 0; i < plan->graph[gid].nsteps; i++) {
+            const PlanStep *s = &plan->graph[gid].steps[i];
+            if (s->kind != STEP_LAUNCH || strcmp(plan->kernels[s->launch.kernel].name, name) != 0)
+                continue;
+            for (int f = 0; f < AUTOTUNE_GRID_FACTORS; f++)
+                if (items == s->launch.items_per_block << f) return true;
+        }
+    return false;
+}
+
+static TuneLoad load_choices(const Model *m, TuneFile *have, char *path, size_t path_len)
+{
+    TuneFile want;
+    char why[256];
+    CHECK(tune_init(&want, m->p->model_name, m->d->arch, m->d->model,
+                    autotune_plan_hash(m->plan, m->p->cfg.batch), why, sizeof why));
+    TuneLoad load = tune_load(&want, have, path, path_len, why, sizeof why);
+    if (load != TUNE_FOUND) fprintf(stderr, "  %s: %s\n", path, why);
+    tune_free(&want);
+    return load;
+}
+
+/* max-autotune on the emulation, which offers three GEMM algorithms (each the reference
+ * GEMM): the first run times the candidates and writes the choices file, each choice one
+ * of the candidates; the next runs read it back and run what it says (rewritten here:
+ * every GEMM the third algorithm); a corrupt file is said, tuned again and replaced. Every
+ * run trains bit for bit as the default mode does: grids and algorithms change no value. */
+static void check_autotune(const char *file, const Override *ov, int nov)
+{
+    printf("max-autotune on the emulation: the choices file, and training bit for bit\n");
+    char want[256], got[256], cache[256], path[4200];
+    snprintf(want, sizeof want, "%s", tmp_path("default.safetensors"));
+    snprintf(got, sizeof got, "%s", tmp_path("tuned.safetensors"));
+    snprintf(cache, sizeof cache, "%s", tmp_path("cache"));
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    char *saved_xdg = xdg ? strdup(xdg) : NULL;
+    setenv("XDG_CACHE_HOME", cache, 1);
+    Model m;
+    train_default(file, ov, nov, want);
+
+    mode = PLAN_MAX_AUTOTUNE;
+    if (model_open(&m, file, ov, nov)) {
+        emu_device_gemm_algos(m.d, 3);
+        capture_start();    /* a budget no loaded machine runs out of: every choice timed */
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .tune_budget_s = 1e9}), 0);
+        const char *err = capture_end();
+        fprintf(stderr, "%s", err);
+        CHECK(strstr(err, "cgc: autotune: timing the launch shapes and GEMM algorithms") != NULL);
+        CHECK(strstr(err, "cgc: autotune: the choices are in ") != NULL);
+        compare_checkpoints(got, want, 0.0);
+
+        TuneFile have;
+        CHECK_EQ_INT(load_choices(&m, &have, path, sizeof path), TUNE_FOUND);
+        CHECK(have.tuning_ms >= 0);
+        int gemms = 0, kernels = 0;
+        for (int i = 0; i < have.nchoices; i++) {
+            TuneChoice *c = &have.choices[i];
+            if (c->kind == TUNE_GEMM) {
+                gemms++;
+                CHECK(strcmp(c->choice, "default") == 0 || strcmp(c->choice, "lt_algo:1") == 0 ||
+                      strcmp(c->choice, "lt_algo:2") == 0 || strcmp(c->choice, "lt_algo:3") == 0);
+                CHECK(c->ms >= 0);      /* three algorithms or more: timed */
+                snprintf(c->choice, sizeof c->choice, "lt_algo:3");
+            } else {
+                kernels++;
+                CHECK(c->kind == TUNE_KERNEL && grid_candidate(m.plan, c->key, c->choice));
+            }
+        }
+        CHECK(gemms > 0 && kernels > 0);
+        char why[256];
+        CHECK_EQ_INT(tune_store(&have, path, sizeof path, why, sizeof why), 0);
+        tune_free(&have);
+
+        /* read back: every training GEMM now runs the third algorithm */
+        int calls[4];
+        for (int a = 0; a < 4; a++) calls[a] = emu_device_gemm_calls(m.d, a);
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
+        err = capture_end();
+        CHECK(strstr(err, "choices from ") != NULL && strstr(err, "timing the") == NULL);
+        CHECK(emu_device_gemm_calls(m.d, 3) > calls[3]);
+        CHECK_EQ_INT(emu_device_gemm_calls(m.d, 1), calls[1]);
+        CHECK_EQ_INT(emu_device_gemm_calls(m.d, 2), calls[2]);
+        compare_checkpoints(got, want, 0.0);
+
+        /* a file cut short is refused, tuned again and replaced; with a budget spent before
+         * the first step, every choice is the plan's, untimed, and said so */
+        FILE *f = fopen(path, "w");
+        CHECK(f && fputs("cgc-autotune 1\nmodel mlp\n", f) >= 0 && fclose(f) == 0);
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .tune_budget_s = 1e-9}), 0);
+        err = capture_end();
+        CHECK(strstr(err, "no 'end' line: the file is cut short; tuning again") != NULL);
+        CHECK(strstr(err, "timing the") != NULL && strstr(err, "the time ran out: ") != NULL);
+        CHECK_EQ_INT(load_choices(&m, &have, path, sizeof path), TUNE_FOUND);
+        TuneFile plain;
+        CHECK(tune_init(&plain, "p", 90, "d", 0, why, sizeof why));
+        autotune_heuristics(m.plan, (int64_t[8]){m.p->cfg.batch}, &plain);
+        CHECK_EQ_INT(have.nchoices, plain.nchoices);
+        for (int i = 0; i < have.nchoices && i < plain.nchoices; i++) {
+            CHECK(have.choices[i].ms < 0);
+            CHECK(strcmp(have.choices[i].key, plain.choices[i].key) == 0);
+            CHECK(strcmp(have.choices[i].choice, plain.choices[i].choice) == 0);
+        }
+        tune_free(&plain);
+        tune_free(&have);
+    }
+    model_close(&m);
+    if (saved_xdg) setenv("XDG_CACHE_HOME", saved_xdg, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    free(saved_xdg);
 }
 
 /* The step number in "... at step N (...". */
@@ -668,6 +803,9 @@ int main(int argc, char **argv)
     Override prof[3] = {{"precision", "precision", "fp32"}, {"steps", "steps", "8"},
                         {"batch", "batch", "128"}};
     check_profile("regression.net", prof, 3);
+    /* max-autotune: reduce-overhead with its launch shapes and GEMM algorithms tuned */
+    check_autotune("mlp.net", mlp, 3);
+    check_autotune("regression.net", reg, 4);     /* accumulation: train_micro tuned too */
     mode = PLAN_DEFAULT;
     check_profile("regression.net", prof, 3);
     check_step_times();

@@ -81,5 +81,6 @@ struct DeviceFence {
 int cuda_gemm_init(CudaDevice *cd);
 void cuda_gemm_close(CudaDevice *cd);
 int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site);
+int cuda_gemm_algos(Device *d, const GemmCall *g, int *count, const DeviceSite *site);
 
 #endif

@@ -334,6 +334,7 @@ static const DeviceOps cuda_ops = {
     .kernel = dev_kernel,
     .launch = dev_launch,
     .gemm = cuda_gemm,
+    .gemm_algos = cuda_gemm_algos,
     .sync = dev_sync,
     .fence_new = dev_fence_new,
     .fence_free = dev_fence_free,
@@ -350,11 +351,16 @@ static const DeviceOps cuda_ops = {
 static int open_context(CudaDevice *cd)
 {
     char name[100] = "";
+    int major = 0, minor = 0;
     if (CU(NULL, cuDeviceGet, &cd->dev, cd->ordinal) ||
         CU(NULL, cuDeviceGetName, name, (int)sizeof name, cd->dev) ||
+        CU(NULL, cuDeviceGetAttribute, &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cd->dev) ||
+        CU(NULL, cuDeviceGetAttribute, &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cd->dev) ||
         CU(NULL, cuDevicePrimaryCtxRetain, &cd->ctx, cd->dev))
         return -1;
     snprintf(cd->base.name, sizeof cd->base.name, "%s (cuda:%d)", name, cd->ordinal);
+    snprintf(cd->base.model, sizeof cd->base.model, "%s", name);
+    cd->base.arch = 10 * major + minor;
     return CU(NULL, cuCtxSetCurrent, cd->ctx) ||
            CU(NULL, cuStreamCreate, &cd->stream, CU_STREAM_NON_BLOCKING) ? -1 : 0;
 }

@@ -16,6 +16,8 @@
  * C^T [n, m] column-major, so the bias, one value per column of row-major C, is a vector
  * over D's n rows, as cuBLASLt wants it; the aux output (GELU's input) has D's layout,
  * ld n (a multiple of 8, as the documentation requires: fusion only forms such groups).
+ * A plain GEMM given an algorithm (GemmCall.algo: max-autotune's choice among the
+ * heuristic's list, which cuda_gemm_algos counts) goes the same way, with no epilogue.
  * Descriptors, layouts and the heuristic's algorithm are kept in a small cache keyed by
  * everything but the A, B and C addresses (whose alignment is part of the key), since a
  * plan repeats the same calls every step; the workspace is allocated once. */
@@ -59,7 +61,8 @@ typedef struct LtEntry {
     LtKey key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;  /* cuBLASLt's A (our B), B (our A), C = D */
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algo[DEVICE_GEMM_ALGOS];  /* the heuristic's, best first */
+    int nalgo;
 } LtEntry;
 
 struct CudaLt {
@@ -200,7 +203,8 @@ static cublasLtEpilogue_t lt_epilogue(const GemmCall *g)
     switch (g->epilogue) {
     case GEMM_EPI_RELU_BIAS: return CUBLASLT_EPILOGUE_RELU_BIAS;
     case GEMM_EPI_GELU_BIAS: return g->aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
-    default: return CUBLASLT_EPILOGUE_BIAS;
+    case GEMM_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;      /* a plain GEMM given an algorithm */
     }
 }
 
@@ -217,11 +221,14 @@ static int lt_desc(LtEntry *e, const GemmCall *g, cublasComputeType_t compute,
     cublasOperation_t op_a = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's A: our B */
     cublasOperation_t op_b = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = lt_epilogue(g);
+    if (LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_TRANSA, op_a) || LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_TRANSB, op_b) ||
+        LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_EPILOGUE, epi))
+        return -1;
+    if (g->epilogue == GEMM_EPI_NONE) return 0;     /* a plain GEMM given an algorithm */
     cudaDataType bias_type;
     const void *bias = (const void *)(uintptr_t)g->bias;
     if (!blas_type(g->bias_type, &bias_type)) return gemm_refuse(g, site, "a bias type cuBLASLt cannot take");
-    if (LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_TRANSA, op_a) || LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_TRANSB, op_b) ||
-        LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_EPILOGUE, epi) || LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias) ||
+    if (LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias) ||
         LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type))
         return -1;
     if (!g->aux) return 0;
@@ -240,7 +247,7 @@ static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType t, int64_t rows, in
                       "cublasLtMatrixLayoutCreate", site);
 }
 
-/* The best algorithm by cuBLASLt's heuristic, for the workspace and alignments of E. */
+/* cuBLASLt's heuristic's algorithms, best first, for the workspace and alignments of E. */
 static int lt_algo(struct CudaLt *lt, LtEntry *e, const GemmCall *g, const DeviceSite *site)
 {
     cublasLtMatmulPreference_t pref;
@@ -258,15 +265,16 @@ static int lt_algo(struct CudaLt *lt, LtEntry *e, const GemmCall *g, const Devic
     for (size_t i = 0; i < sizeof set / sizeof *set && rc == 0; i++)
         rc = blas_check(cublasLtMatmulPreferenceSetAttribute(pref, set[i].attr, set[i].v, set[i].size),
                         "cublasLtMatmulPreferenceSetAttribute", site);
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t result[DEVICE_GEMM_ALGOS];
     int found = 0;
     if (rc == 0)
         rc = blas_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->la, e->lb, e->lc, e->lc,
-                                                       pref, 1, &result, &found),
+                                                       pref, DEVICE_GEMM_ALGOS, result, &found),
                         "cublasLtMatmulAlgoGetHeuristic", site);
     blas_check(cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy", site);
     if (rc == 0 && found == 0) return gemm_refuse(g, site, "cuBLASLt has no algorithm for it");
-    e->algo = result.algo;
+    e->nalgo = 0;
+    for (int i = 0; i < found && i < DEVICE_GEMM_ALGOS; i++) e->algo[e->nalgo++] = result[i].algo;
     return rc;
 }
 
@@ -293,36 +301,64 @@ static LtEntry *lt_entry(struct CudaLt *lt, const GemmCall *g, cublasComputeType
     return e;
 }
 
-/* C = epilogue(op(A) @ op(B)) through cublasLtMatmul; sizes already checked. */
+/* C = epilogue(op(A) @ op(B)) through cublasLtMatmul, with the heuristic's G->algo-th
+ * algorithm (its first for 0); sizes already checked. */
 static int lt_gemm(CudaDevice *cd, const GemmCall *g, cublasComputeType_t compute, cudaDataType ta,
                    cudaDataType tb, cudaDataType tc, const DeviceSite *site)
 {
-    if (g->batch != 1 || !g->bias || (g->aux && g->epilogue != GEMM_EPI_GELU_BIAS))
-        return gemm_refuse(g, site, "an epilogue on a batched GEMM, or without its operands");
+    bool epi = g->epilogue != GEMM_EPI_NONE;
+    if (g->batch != 1 || (epi && !g->bias) || (g->aux && g->epilogue != GEMM_EPI_GELU_BIAS))
+        return gemm_refuse(g, site, "cuBLASLt on a batched GEMM, or an epilogue without its operands");
     LtEntry *e = lt_entry(cd->lt, g, compute, ta, tb, tc, site);
     if (!e) return -1;
+    int algo = g->algo < 1 ? 0 : g->algo > e->nalgo ? e->nalgo - 1 : g->algo - 1;
     const float alpha = 1.0f, beta = 0.0f;
     void *c = (void *)(uintptr_t)g->c;
     return blas_check(cublasLtMatmul(cd->lt->handle, e->desc, &alpha, (const void *)(uintptr_t)g->b, e->la,
                                      (const void *)(uintptr_t)g->a, e->lb, &beta, c, e->lc, c, e->lc,
-                                     &e->algo, (void *)(uintptr_t)cd->lt->workspace, LT_WORKSPACE,
+                                     &e->algo[algo], (void *)(uintptr_t)cd->lt->workspace, LT_WORKSPACE,
                                      (cudaStream_t)cd->stream),
                       "cublasLtMatmul", site);
+}
+
+/* The library types of G; -1 after refusing a call cuBLAS cannot make. */
+static int gemm_types(const GemmCall *g, cudaDataType *ta, cudaDataType *tb, cudaDataType *tc,
+                      cublasComputeType_t *compute, const DeviceSite *site)
+{
+    if (!blas_type(g->a_type, ta) || !blas_type(g->b_type, tb) || !blas_type(g->c_type, tc))
+        return gemm_refuse(g, site, "an operand type cuBLAS cannot take");
+    if (!blas_compute(g, compute))
+        return gemm_refuse(g, site, "the compute mode does not match the operand types");
+    if (!fits_int(g->m) || !fits_int(g->n) || !fits_int(g->k) || !fits_int(g->batch))
+        return gemm_refuse(g, site, "a size beyond cuBLAS's 32-bit int arguments");
+    return 0;
+}
+
+/* A plain GEMM (batch 1) takes cuBLASLt's algorithms as one with an epilogue does:
+ * given one (max-autotune), it goes through cublasLtMatmul with no epilogue. */
+int cuda_gemm_algos(Device *d, const GemmCall *g, int *count, const DeviceSite *site)
+{
+    CudaDevice *cd = (CudaDevice *)d;
+    cudaDataType ta = CUDA_R_32F, tb = CUDA_R_32F, tc = CUDA_R_32F;   /* set by gemm_types */
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    *count = 0;
+    if (gemm_types(g, &ta, &tb, &tc, &compute, site) != 0) return -1;
+    if (g->batch != 1 || g->m == 0 || g->n == 0 || g->k == 0) return 0;
+    LtEntry *e = lt_entry(cd->lt, g, compute, ta, tb, tc, site);
+    if (!e) return -1;
+    *count = e->nalgo;
+    return 0;
 }
 
 int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
 {
     CudaDevice *cd = (CudaDevice *)d;
-    cudaDataType ta, tb, tc;
-    cublasComputeType_t compute;
-    if (!blas_type(g->a_type, &ta) || !blas_type(g->b_type, &tb) || !blas_type(g->c_type, &tc))
-        return gemm_refuse(g, site, "an operand type cuBLAS cannot take");
-    if (!blas_compute(g, &compute))
-        return gemm_refuse(g, site, "the compute mode does not match the operand types");
-    if (!fits_int(g->m) || !fits_int(g->n) || !fits_int(g->k) || !fits_int(g->batch))
-        return gemm_refuse(g, site, "a size beyond cuBLAS's 32-bit int arguments");
+    cudaDataType ta = CUDA_R_32F, tb = CUDA_R_32F, tc = CUDA_R_32F;   /* set by gemm_types */
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    if (gemm_types(g, &ta, &tb, &tc, &compute, site) != 0) return -1;
     if (g->m == 0 || g->n == 0 || g->batch == 0) return 0;
-    if (g->epilogue != GEMM_EPI_NONE) return lt_gemm(cd, g, compute, ta, tb, tc, site);
+    if (g->epilogue != GEMM_EPI_NONE || (g->algo > 0 && g->batch == 1 && g->k > 0))
+        return lt_gemm(cd, g, compute, ta, tb, tc, site);
     int m = (int)g->m, n = (int)g->n, k = (int)g->k;
     cublasOperation_t op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -90,6 +90,7 @@ case_ resmlp "$ROOT/models/resmlp.net" --mode default --precision bf16
 case_ regression "$ROOT/models/regression.net" --mode eager
 case_ gelu "$OUT/gelu.net" --mode default
 case_ resmlp_ro "$ROOT/models/resmlp.net" --mode reduce-overhead --precision bf16 --accumulate 2
+case_ regression_ma "$ROOT/models/regression.net" --mode max-autotune
 
 # What each case's repro.c says and does.
 want() {   # want CASE TEXT: repro.c of CASE contains the fixed string TEXT
@@ -106,6 +107,10 @@ want gelu '.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS'
 want gelu 'FILL_LABELS, 10.0f'
 want resmlp_ro 'mode reduce-overhead, precision bf16, batch 128, accumulate 2, seed 7;'
 want resmlp_ro 'int64_t state[2] = { micro_step, 0 };'
+want regression_ma 'mode max-autotune, precision fp32, batch 128, accumulate 1, seed 1;'
+# max-autotune's --emit: the choices before tuning, beside the kernels
+grep -q '^tuning none$' "$OUT/regression_ma/autotune.tune" ||
+    fail "regression_ma: no autotune.tune with the heuristics' choices"
 # reduce-overhead: both train graphs set the step counter their kernels read; none
 # passes the micro-step as a float
 [ "$(grep -c 'CU("the step counter", cuMemcpyHtoDAsync' "$OUT/resmlp_ro/repro/repro.c")" = 2 ] ||

@@ -60,7 +60,20 @@ expect "check sm_80" 0 "165 kernels compiled for sm_80 by NVRTC" -- "$root/model
 expect "check default" 0 "kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80 --mode default
 expect "check reduce-overhead" 0 "kernels compiled for sm_80 by NVRTC" -- "$root/models/resmlp.net" --check --arch sm_80 --mode reduce-overhead
 expect "reduce-overhead on the CPU" 0 "captures CUDA graphs on a GPU; on the CPU" -- "$root/models/regression.net" --mode reduce-overhead --device cpu --steps 2
-expect "mode later" 2 "--mode max-autotune: not available yet" -- "$root/models/mlp.net" --mode max-autotune
+expect "check max-autotune" 0 "max-autotune: --check times nothing, so its choices are heuristics" -- "$root/models/mlp.net" --check --arch none --mode max-autotune
+expect "max-autotune on the CPU" 0 "tunes kernels and captures CUDA graphs on a GPU; on the CPU" -- "$root/models/regression.net" --mode max-autotune --device cpu --steps 2
+expect "explain max-autotune" 0 "^  gemm    m64\.n512\.k784\.b1\.nt\.f16\.f16\.f16\.f32acc\.relu_bias +default" -- "$root/models/mlp.net" --mode max-autotune --explain
+# --emit in max-autotune: the choices before tuning, in the cache's format
+if "$cgc" "$root/models/mlp.net" --mode max-autotune --check --arch none --emit "$tmp/ma" -q &&
+   head -1 "$tmp/ma/autotune.tune" | grep -q "^# cgc autotune choices: model mlp on none (heuristics: nothing timed) (sm_90)\.$" &&
+   grep -q "^tuning none$" "$tmp/ma/autotune.tune" &&
+   grep -q "^kernel cast_x items:1024 -$" "$tmp/ma/autotune.tune" &&
+   [ "$(grep -c '^gemm ' "$tmp/ma/autotune.tune")" = 8 ] &&
+   grep -q "^end $(grep -c '^\(gemm\|kernel\) ' "$tmp/ma/autotune.tune")$" "$tmp/ma/autotune.tune"; then
+    passes=$((passes + 1))
+else
+    fail "--emit with max-autotune: autotune.tune" "$(cat "$tmp/ma/autotune.tune" 2>&1)"
+fi
 expect "mode unknown" 2 "--mode fast: unknown mode" -- "$root/models/mlp.net" --mode fast
 expect "bad pass" 2 "--dump-ir-after takes sema, precision" -- "$root/models/mlp.net" --dump-ir-after lexer
 expect "check no nvrtc" 0 "ok: model regression" -- "$root/models/regression.net" --check --arch none

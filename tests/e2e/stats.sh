@@ -10,11 +10,12 @@ cgc=$1 root=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 for model in "$root"/models/*.net; do
     name=$(basename "$model" .net)
-    for mode in eager default reduce-overhead; do
+    for mode in eager default reduce-overhead max-autotune; do
         "$cgc" "$model" --check --arch none --mode "$mode" --stats "$dir/$name.$mode.json" -q
         "$cgc" "$model" --mode "$mode" --explain > "$dir/$name.$mode.txt"
         sections=("Precision (" "Activation checkpointing:" "Memory plan (batch" "Kernels per training step:")
         [ "$mode" = eager ] || sections+=("Kernel boundaries of the train graph (")
+        [ "$mode" != max-autotune ] || sections+=("Autotune: ")
         for section in "${sections[@]}"; do
             grep -q "^$section" "$dir/$name.$mode.txt" ||
                 { echo "$name $mode: --explain lacks '$section'"; cat "$dir/$name.$mode.txt"; exit 1; }

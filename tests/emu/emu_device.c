@@ -81,6 +81,8 @@ typedef struct EmuDevice {
     DeviceGraph *recording;             /* between capture_begin and capture_end */
     bool invalid;                       /* something was refused while recording */
     bool fail_captures;                 /* emu_device_fail_captures */
+    int gemm_algos;                     /* emu_device_gemm_algos */
+    int gemm_algo_calls[DEVICE_GEMM_ALGOS + 1];   /* GEMMs run, per GemmCall.algo */
 } EmuDevice;
 
 struct DeviceFence {
@@ -356,14 +358,18 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
     }
     if (!gemm_type_ok(g->a_type) || !gemm_type_ok(g->b_type) || !gemm_type_ok(g->c_type) ||
         g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0 || g->m > INT32_MAX ||
-        g->n > INT32_MAX || g->k > INT32_MAX || !epilogue_ok(g)) {
+        g->n > INT32_MAX || g->k > INT32_MAX || !epilogue_ok(g) || g->algo < 0 ||
+        g->algo > impl(d)->gemm_algos || (g->algo > 0 && g->batch != 1)) {
         fprintf(stderr, "cgc: error: CUDA emulation: GEMM for %s: unsupported call (types "
-                        "%s %s -> %s, m %lld n %lld k %lld batch %lld, epilogue %d)\n",
+                        "%s %s -> %s, m %lld n %lld k %lld batch %lld, epilogue %d, "
+                        "algorithm %d of %d)\n",
                 site_str(site, buf, sizeof buf), ir_dtype_name(g->a_type),
                 ir_dtype_name(g->b_type), ir_dtype_name(g->c_type), (long long)g->m,
-                (long long)g->n, (long long)g->k, (long long)g->batch, g->epilogue);
+                (long long)g->n, (long long)g->k, (long long)g->batch, g->epilogue, g->algo,
+                impl(d)->gemm_algos);
         return -1;
     }
+    impl(d)->gemm_algo_calls[g->algo]++;
     int64_t an = g->m * g->k, bn = g->k * g->n, cn = g->m * g->n;
     float *a = malloc((size_t)(an ? an : 1) * sizeof(float));
     float *b = malloc((size_t)(bn ? bn : 1) * sizeof(float));
@@ -394,6 +400,15 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
         narrow(pc, c, cn, g->c_type);
     }
     free(a), free(b), free(c), free(aux);
+    return 0;
+}
+
+/* The emulation's "algorithms" all run the reference GEMM: they exist so that the
+ * choosing and passing of one can be tested (emu_device_gemm_algos). */
+static int emu_gemm_algos(Device *d, const GemmCall *g, int *count, const DeviceSite *site)
+{
+    (void)site;
+    *count = g->batch == 1 ? impl(d)->gemm_algos : 0;
     return 0;
 }
 
@@ -519,6 +534,7 @@ static const DeviceOps emu_ops = {
     .kernel = emu_kernel,
     .launch = emu_launch,
     .gemm = emu_gemm,
+    .gemm_algos = emu_gemm_algos,
     .sync = emu_sync,
     .fence_new = emu_fence_new,
     .fence_free = emu_fence_free,
@@ -558,6 +574,8 @@ int emu_device_open(const char *so_path, Device **out)
     d->ops = &emu_ops;
     d->impl = e;
     snprintf(d->name, sizeof d->name, "CUDA emulation");
+    snprintf(d->model, sizeof d->model, "CUDA emulation");
+    d->arch = 90;       /* what the emulated kernels were generated for */
     *out = d;
     return 0;
 }
@@ -566,6 +584,18 @@ void emu_device_fail_captures(Device *d, bool fail)
 {
     CGC_ASSERT(d->ops == &emu_ops);
     impl(d)->fail_captures = fail;
+}
+
+void emu_device_gemm_algos(Device *d, int count)
+{
+    CGC_ASSERT(d->ops == &emu_ops && count >= 0 && count <= DEVICE_GEMM_ALGOS);
+    impl(d)->gemm_algos = count;
+}
+
+int emu_device_gemm_calls(Device *d, int algo)
+{
+    CGC_ASSERT(d->ops == &emu_ops && algo >= 0 && algo <= DEVICE_GEMM_ALGOS);
+    return impl(d)->gemm_algo_calls[algo];
 }
 
 /* ---- building a plan's kernels ---- */

@@ -23,6 +23,12 @@ int emu_device_open(const char *so_path, Device **out);
  * capture that met an illegal call would: what a runtime's fallback is tested with. */
 void emu_device_fail_captures(Device *d, bool fail);
 
+/* Makes D offer COUNT GEMM algorithms for every plain GEMM (DeviceOps.gemm_algos; 0, the
+ * default, offers none). Each runs the reference GEMM: they test the choosing. */
+void emu_device_gemm_algos(Device *d, int count);
+/* GEMMs D has run with GemmCall.algo == ALGO (recorded graphs' GEMMs count when replayed). */
+int emu_device_gemm_calls(Device *d, int algo);
+
 /* Writes PLAN's kernels (plan_emit) and their thunks (plan_emit_emu_thunks) to a new
  * temporary directory and compiles them with the emulator into DIR/kernels.so, with
  * -fsanitize=address when ASAN. SO_PATH (room for 256 bytes) receives the path. Returns

@@ -1,0 +1,372 @@
+/* autotune.c: max-autotune's tuner (autotune.h). For each step of the training graphs,
+ * in order: its candidates, each issued alone a few times between two fences; the
+ * median time wins; the winner is put in force and written to the choices file. A kernel
+ * is tuned at its first launch and a GEMM key at its first step; later steps with the
+ * same kernel or key take that choice. */
+#include "autotune.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+
+enum {
+    WARMUP = 2,         /* issues of a candidate before it is timed */
+    REPS = 5,           /* issues between the two fences of a sample */
+    SAMPLES = 3,        /* samples of a candidate; the median is its time */
+};
+
+static bool tuned_graph(PlanGraphId gid) { return gid == PG_TRAIN || gid == PG_TRAIN_MICRO; }
+
+/* ---- keys and choices ---- */
+
+static int64_t dim(int64_t d, const int64_t *symvals)
+{
+    return IR_DIM_IS_SYM(d) ? symvals[IR_DIM_SYMBOL(d)] : d;
+}
+
+static const char *compute_name(GemmCompute c)
+{
+    switch (c) {
+    case GEMM_F32: return "f32";
+    case GEMM_TF32: return "tf32";
+    case GEMM_F32_ACCUM: return "f32acc";
+    }
+    return "?";
+}
+
+static const char *epilogue_name(GemmEpilogue e)
+{
+    switch (e) {
+    case GEMM_EPI_NONE: return "none";
+    case GEMM_EPI_BIAS: return "bias";
+    case GEMM_EPI_RELU_BIAS: return "relu_bias";
+    case GEMM_EPI_GELU_BIAS: return "gelu_bias";
+    }
+    return "?";
+}
+
+void autotune_gemm_key(const PlanGemm *g, const int64_t *symvals, char *buf, size_t len)
+{
+    int64_t batch = g->batch.rank ? ir_numel(&g->batch, symvals) : 1;
+    snprintf(buf, len, "m%lld.n%lld.k%lld.b%lld.%c%c.%s.%s.%s.%s.%s%s",
+             (long long)dim(g->m, symvals), (long long)dim(g->n, symvals),
+             (long long)dim(g->k, symvals), (long long)batch, g->trans_a ? 't' : 'n',
+             g->trans_b ? 't' : 'n', ir_dtype_name(g->a_type), ir_dtype_name(g->b_type),
+             ir_dtype_name(g->c_type), compute_name(g->compute), epilogue_name(g->epilogue),
+             g->aux >= 0 ? "_aux" : "");
+}
+
+uint64_t autotune_plan_hash(const Plan *plan, int64_t batch)
+{
+    return plan_hash(plan) ^ ((uint64_t)batch * 0x9e3779b97f4a7c15ull);
+}
+
+/* A kernel's key: its name, or when longer than a token may be, its first 100 characters
+ * and a hash of the whole name. */
+static void kernel_key(const char *name, char *buf, size_t len)
+{
+    if (strlen(name) <= TUNE_TOKEN_MAX) {
+        snprintf(buf, len, "%s", name);
+        return;
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    snprintf(buf, len, "%.100s.%016llx", name, (unsigned long long)h);
+}
+
+static void items_choice(int64_t items, char *buf, size_t len)
+{
+    snprintf(buf, len, "items:%lld", (long long)items);
+}
+
+/* "default" is algo 0, "lt_algo:K" is K. */
+static void algo_choice(int algo, char *buf, size_t len)
+{
+    if (algo == 0) snprintf(buf, len, "default");
+    else snprintf(buf, len, "lt_algo:%d", algo);
+}
+
+/* The number after PREFIX in S, in [LO, HI]; false for anything else. */
+static bool parse_number(const char *s, const char *prefix, long long lo, long long hi,
+                         long long *out)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(s, prefix, n) != 0 || s[n] < '0' || s[n] > '9') return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s + n, &end, 10);
+    if (*end || errno || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_algo(const char *s, int *algo)
+{
+    long long v;
+    if (strcmp(s, "default") == 0) {
+        *algo = 0;
+        return true;
+    }
+    if (!parse_number(s, "lt_algo:", 1, DEVICE_GEMM_ALGOS, &v)) return false;
+    *algo = (int)v;
+    return true;
+}
+
+/* ---- timing ---- */
+
+typedef struct Tuner {
+    DevExec *e;
+    Device *d;
+    const Plan *plan;
+    const DevFeed *feed;
+    DeviceFence *from, *to;
+    double start, budget_s;
+    TuneFile *out;
+    AutotuneReport *report;
+} Tuner;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median time in ms of one issue of step I of GID with choice C. */
+static int time_candidate(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, double *ms)
+{
+    const DeviceOps *ops = t->d->ops;
+    double sample[SAMPLES];
+    for (int w = 0; w < WARMUP; w++)
+        if (devexec_step(t->e, gid, i, t->feed, c) != 0) return -1;
+    for (int s = 0; s < SAMPLES; s++) {
+        if (ops->fence_record(t->d, t->from) != 0) return -1;
+        for (int r = 0; r < REPS; r++)
+            if (devexec_step(t->e, gid, i, t->feed, c) != 0) return -1;
+        bool done;
+        float elapsed;
+        if (ops->fence_record(t->d, t->to) != 0 || ops->fence_done(t->d, t->to, true, &done) != 0 ||
+            ops->fence_elapsed_ms(t->d, t->from, t->to, &elapsed) != 0)
+            return -1;
+        sample[s] = elapsed / REPS;
+    }
+    qsort(sample, SAMPLES, sizeof sample[0], cmp_double);
+    *ms = sample[SAMPLES / 2];
+    t->report->candidates++;
+    return 0;
+}
+
+/* Times candidates C[0..N) of step I; the fastest into *BEST (the first of equals). */
+static int pick(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, int n,
+                DevStepChoice *best, double *best_ms)
+{
+    *best_ms = -1;
+    for (int k = 0; k < n; k++) {
+        double ms;
+        if (time_candidate(t, gid, i, &c[k], &ms) != 0) return -1;
+        if (*best_ms < 0 || ms < *best_ms) *best = c[k], *best_ms = ms;
+    }
+    return 0;
+}
+
+static bool over_budget(const Tuner *t) { return clock_seconds() - t->start > t->budget_s; }
+
+/* Step I's choice among candidates C[0..N): timed when there are two or more and the
+ * budget allows (then *TIMED is counted), else *BEST as the caller set it, the plan's;
+ * put in force, its time in *MS (-1: untimed). */
+static int choose(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, int n,
+                  DevStepChoice *best, double *ms, int *timed)
+{
+    *ms = -1;
+    if (n > 1 && over_budget(t)) {
+        t->report->untimed++;
+    } else if (n > 1) {
+        if (pick(t, gid, i, c, n, best, ms) != 0) return -1;
+        (*timed)++;
+    }
+    devexec_choose(t->e, gid, i, best);
+    return 0;
+}
+
+static void add(Tuner *t, TuneKind kind, const char *key, const char *choice, double ms)
+{
+    char why[256];
+    if (!tune_add(t->out, kind, key, choice, ms, why, sizeof why))
+        CGC_INTERNAL("autotune: %s", why);   /* keys and choices are made here, as tokens */
+}
+
+/* A launch: items per block x 1, 2, 4, 8, those that give distinct grids. */
+static int tune_launch(Tuner *t, PlanGraphId gid, int i)
+{
+    const PlanLaunch *l = &t->plan->graph[gid].steps[i].launch;
+    char key[TUNE_TOKEN_MAX + 1];
+    kernel_key(t->plan->kernels[l->kernel].name, key, sizeof key);
+    if (l->max_blocks == 1 || tune_find(t->out, TUNE_KERNEL, key)) return 0;
+    int64_t per = l->items_per_block > 0 ? l->items_per_block : 1;    /* as plan_launch_grid */
+    DevStepChoice c[AUTOTUNE_GRID_FACTORS], best = {.items = per};
+    int n = 0;
+    unsigned last = 0;
+    for (int f = 0; f < AUTOTUNE_GRID_FACTORS; f++) {
+        int64_t items = per << f;
+        unsigned grid = devexec_grid(t->e, l, items);
+        if (n > 0 && grid == last) continue;
+        c[n++] = (DevStepChoice){.items = items};
+        last = grid;
+    }
+    double ms;
+    char choice[64];
+    if (choose(t, gid, i, c, n, &best, &ms, &t->report->kernels) != 0) return -1;
+    items_choice(best.items, choice, sizeof choice);
+    add(t, TUNE_KERNEL, key, choice, ms);
+    return 0;
+}
+
+/* A GEMM: cuBLAS's own (plain GEMMs) and cuBLASLt's list. */
+static int tune_gemm(Tuner *t, PlanGraphId gid, int i)
+{
+    const PlanStep *s = &t->plan->graph[gid].steps[i];
+    char key[TUNE_TOKEN_MAX + 1], choice[64];
+    autotune_gemm_key(&s->gemm, t->feed->symvals, key, sizeof key);
+    const TuneChoice *known = tune_find(t->out, TUNE_GEMM, key);
+    DevStepChoice best = {.algo = 0};
+    if (known) {
+        bool ok = parse_algo(known->choice, &best.algo);
+        CGC_ASSERT(ok);     /* written above, by algo_choice */
+        devexec_choose(t->e, gid, i, &best);
+        return 0;
+    }
+    GemmCall call = devexec_gemm_call(t->e, s);
+    DeviceSite site = devexec_gemm_site(t->e, s, &call);
+    int count = 0;
+    if (t->d->ops->gemm_algos && call.m > 0 && call.n > 0 &&
+        t->d->ops->gemm_algos(t->d, &call, &count, &site) != 0)
+        return -1;
+    DevStepChoice c[DEVICE_GEMM_ALGOS + 1];
+    int n = 0;
+    if (s->gemm.epilogue == GEMM_EPI_NONE || count == 0) c[n++] = (DevStepChoice){.algo = 0};
+    for (int a = 1; a <= count; a++) c[n++] = (DevStepChoice){.algo = a};
+    double ms;
+    if (choose(t, gid, i, c, n, &best, &ms, &t->report->gemms) != 0) return -1;
+    algo_choice(best.algo, choice, sizeof choice);
+    add(t, TUNE_GEMM, key, choice, ms);
+    return 0;
+}
+
+int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budget_s,
+                 TuneFile *out, AutotuneReport *report)
+{
+    memset(report, 0, sizeof *report);
+    Tuner t = {.e = e, .d = devexec_device(e), .plan = plan, .feed = feed,
+               .start = clock_seconds(), .budget_s = budget_s, .out = out, .report = report};
+    const DeviceOps *ops = t.d->ops;
+    int rc = ops->fence_new(t.d, &t.from) != 0 || ops->fence_new(t.d, &t.to) != 0 ? -1 : 0;
+    if (rc == 0) rc = devexec_bind(e, feed);
+    for (int gid = 0; gid < PG_NUM && rc == 0; gid++) {
+        if (!tuned_graph((PlanGraphId)gid)) continue;
+        const PlanGraph *pg = &plan->graph[gid];
+        for (int i = 0; i < pg->nsteps && rc == 0; i++)
+            rc = pg->steps[i].kind == STEP_GEMM ? tune_gemm(&t, (PlanGraphId)gid, i)
+                                                : tune_launch(&t, (PlanGraphId)gid, i);
+    }
+    if (rc == 0 && ops->sync) rc = ops->sync(t.d);
+    if (t.from) ops->fence_free(t.d, t.from);
+    if (t.to) ops->fence_free(t.d, t.to);
+    report->seconds = clock_seconds() - t.start;
+    out->tuning_ms = report->seconds * 1e3;
+    return rc;
+}
+
+/* ---- choices read back ---- */
+
+static int refuse(char *why, size_t why_len, const char *what, const char *key)
+{
+    snprintf(why, why_len, "%s %s", what, key);
+    return -1;
+}
+
+int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const TuneFile *t,
+                   char *why, size_t why_len)
+{
+    if (devexec_bind(e, feed) != 0) return refuse(why, why_len, "cannot bind the batch of", "it");
+    for (int gid = 0; gid < PG_NUM; gid++) {
+        if (!tuned_graph((PlanGraphId)gid)) continue;
+        const PlanGraph *pg = &plan->graph[gid];
+        for (int i = 0; i < pg->nsteps; i++) {
+            const PlanStep *s = &pg->steps[i];
+            DevStepChoice c = {0};
+            if (s->kind == STEP_LAUNCH) {
+                if (s->launch.max_blocks == 1) continue;
+                char key[TUNE_TOKEN_MAX + 1];
+                kernel_key(plan->kernels[s->launch.kernel].name, key, sizeof key);
+                const TuneChoice *ch = tune_find(t, TUNE_KERNEL, key);
+                long long items;
+                if (!ch) return refuse(why, why_len, "no choice for kernel", key);
+                if (!parse_number(ch->choice, "items:", 1, 1ll << 30, &items))
+                    return refuse(why, why_len, "not a launch shape the tuner writes:", ch->choice);
+                c.items = items;
+            } else {
+                char key[TUNE_TOKEN_MAX + 1];
+                autotune_gemm_key(&s->gemm, feed->symvals, key, sizeof key);
+                const TuneChoice *ch = tune_find(t, TUNE_GEMM, key);
+                if (!ch) return refuse(why, why_len, "no choice for GEMM", key);
+                if (!parse_algo(ch->choice, &c.algo))
+                    return refuse(why, why_len, "not a GEMM algorithm the tuner writes:", ch->choice);
+            }
+            devexec_choose(e, (PlanGraphId)gid, i, &c);
+        }
+    }
+    return 0;
+}
+
+/* ---- without a device ---- */
+
+void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out)
+{
+    char why[256], key[TUNE_TOKEN_MAX + 1], choice[64];
+    for (int gid = 0; gid < PG_NUM; gid++) {
+        if (!tuned_graph((PlanGraphId)gid)) continue;
+        const PlanGraph *pg = &plan->graph[gid];
+        for (int i = 0; i < pg->nsteps; i++) {
+            const PlanStep *s = &pg->steps[i];
+            TuneKind kind = s->kind == STEP_GEMM ? TUNE_GEMM : TUNE_KERNEL;
+            if (kind == TUNE_GEMM) {
+                autotune_gemm_key(&s->gemm, symvals, key, sizeof key);
+                algo_choice(0, choice, sizeof choice);
+            } else {
+                if (s->launch.max_blocks == 1) continue;
+                kernel_key(plan->kernels[s->launch.kernel].name, key, sizeof key);
+                items_choice(s->launch.items_per_block > 0 ? s->launch.items_per_block : 1, choice,
+                             sizeof choice);
+            }
+            if (!tune_find(out, kind, key) && !tune_add(out, kind, key, choice, -1, why, sizeof why))
+                CGC_INTERNAL("autotune: %s", why);
+        }
+    }
+    out->tuning_ms = -1;
+}
+
+void autotune_explain(const Plan *plan, FILE *out)
+{
+    int64_t symvals[8] = {plan->p->cfg.batch};
+    TuneFile t;
+    char why[256];
+    if (!tune_init(&t, "explain", 90, "none", 0, why, sizeof why)) CGC_INTERNAL("%s", why);
+    autotune_heuristics(plan, symvals, &t);
+    int kernels = 0, gemms = 0;
+    for (int i = 0; i < t.nchoices; i++) {
+        if (t.choices[i].kind == TUNE_GEMM) gemms++;
+        else kernels++;
+    }
+    fprintf(out, "\nAutotune: %d kernels and %d GEMM shapes of the training step have a "
+                 "choice. On a GPU\neach is timed (the launch's items per block x 1, 2, 4, "
+                 "8; cuBLAS's own algorithm and\ncuBLASLt's heuristic list) and the fastest "
+                 "is kept in the cache (cgc/tune/). --explain\ntimes nothing: these are the "
+                 "choices before tuning.\n", kernels, gemms);
+    fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
+    for (int i = 0; i < t.nchoices; i++)
+        fprintf(out, "  %-6s  %-56s  %s\n", t.choices[i].kind == TUNE_GEMM ? "gemm" : "kernel",
+                t.choices[i].key, t.choices[i].choice);
+    tune_free(&t);
+}

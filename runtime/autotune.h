@@ -1,0 +1,66 @@
+/* autotune.h: --mode max-autotune's tuner: times the candidates of each step of the
+ * training graphs on the device and keeps the fastest (the choices file: tune.h).
+ *
+ * The candidates, today:
+ *   - a launch's grid: its kernel's items per block times 1, 2, 4 or 8 (fewer, fuller
+ *     blocks; the kernels loop over their work, so every grid computes the same values);
+ *     single-block launches have no choice;
+ *   - a plain GEMM's algorithm: cuBLAS's own (cublasGemmEx) or each of cuBLASLt's
+ *     heuristic list (DeviceOps.gemm_algos); a GEMM with an epilogue chooses among the
+ *     list alone. Batched GEMMs have no choice.
+ * Not yet: generated tensor-core GEMM kernels, the kernels' own block sizes, and the
+ * fused narrow-MLP kernel (issue 5).
+ *
+ * Tuning runs on the arena before the tensors are initialised: each candidate is issued
+ * a few times over whatever the buffers hold, which the initialisation then overwrites,
+ * so tuning leaves no trace in the run. A generated kernel's time does not depend on the
+ * values it reads (no data-dependent branches but the ALU's), nor does a GEMM's. */
+#ifndef CGC_AUTOTUNE_H
+#define CGC_AUTOTUNE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "devexec.h"
+#include "tune.h"
+
+enum { AUTOTUNE_GRID_FACTORS = 4 };     /* items per block x 1, 2, 4, 8 */
+
+typedef struct AutotuneReport {
+    int kernels, gemms;         /* choices timed */
+    int candidates;             /* candidates timed in all */
+    int untimed;                /* left to heuristics: the budget ran out */
+    double seconds;             /* wall time of the tuning */
+} AutotuneReport;
+
+/* What a choices file is for: PLAN (plan_hash) at training batch BATCH (the GEMMs'
+ * sizes, and so the keys, follow it). */
+uint64_t autotune_plan_hash(const Plan *plan, int64_t batch);
+
+/* A GEMM's key in the choices file, with the symbols at SYMVALS:
+ * "m64.n128.k784.b1.nt.bf16.bf16.bf16.f32acc.relu_bias" (sizes, batch, transposes of A
+ * and B, types of A, B and C, compute, epilogue). Steps with one key share one choice. */
+void autotune_gemm_key(const PlanGemm *g, const int64_t *symvals, char *buf, size_t len);
+
+/* Times the candidates of every step of PLAN's training graphs with the symbols at
+ * their training values (FEED) and puts the fastest in force; OUT (tune_init'd) receives
+ * every choice. Stops timing once BUDGET_S seconds are spent: the steps left keep the
+ * plan's defaults, written untimed. Returns 0, or -1 after reporting a device error. */
+int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budget_s,
+                 TuneFile *out, AutotuneReport *report);
+
+/* Puts the choices of T (read back from its file, for this plan) in force. Returns 0,
+ * or -1 with WHY when T names a kernel or GEMM the plan does not have, or a choice that
+ * is not one of a kind the tuner writes (the file is then tuned again). */
+int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const TuneFile *t,
+                   char *why, size_t why_len);
+
+/* The choices without a device (--check, --emit): the plan's launch shapes and the
+ * library's own GEMM algorithms, untimed ("tuning none"). SYMVALS size the GEMMs. */
+void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out);
+
+/* --explain's section on max-autotune: what has a choice, and the choices before tuning
+ * (the heuristics at the program's batch). */
+void autotune_explain(const Plan *plan, FILE *out);
+
+#endif
