@@ -88,6 +88,8 @@ static void counts(const Repro *r, int64_t *launches, int64_t *gemms, int64_t *l
                 if (s->gemm.epilogue != GEMM_EPI_NONE) *lt += times;
             }
         }
+        if (r->plan->step_state >= 0 && (g == PG_TRAIN || g == PG_TRAIN_MICRO))
+            *launches += times;     /* cgc_step_advance after each micro-batch */
     }
 }
 
@@ -113,6 +115,12 @@ static void write_header(Repro *r)
     fprintf(r->out,
             " *     %" PRId64 " kernel launches and %" PRId64 " GEMMs per step, %" PRId64
             " of them cuBLASLt matmuls with an epilogue.\n", launches, gemms, lt);
+    if (r->plan->step_state >= 0)
+        fprintf(r->out,
+                " * As in training in this mode, the kernels read the micro-step from the device's\n"
+                " * step counter, which cgc_step_advance moves after each micro-batch, and after the\n"
+                " * warm-up one step is captured as a CUDA graph (stream capture, cuBLAS on a fixed\n"
+                " * workspace); each timed step is then one launch of that graph.\n");
     fputs(" *\n"
           " * Build (nvcc, cuBLAS and cuBLASLt from the CUDA Toolkit; no GPU needed to build):\n"
           " *     make                  module.cubin (nvcc -cubin, cgc's NVRTC options) and repro\n"
@@ -207,6 +215,9 @@ static void write_constants(Repro *r)
 {
     const TrainConfig *c = &r->p->cfg;
     fprintf(r->out, "\n%s\n#define SOURCE_NAME \"%s\"\n", repro_includes, r->plan->source_name);
+    fprintf(r->out, "#define CAPTURE %d   /* each timed step replayed as one CUDA graph (%s) */\n",
+            r->plan->step_state >= 0, plan_mode_captures(r->plan->mode) ? plan_mode_name(r->plan->mode)
+                                                                        : "not in this mode");
     fprintf(r->out,
             "enum {\n"
             "    BATCH = %" PRId64 ",   /* the batch symbol's value in every step */\n"
@@ -575,6 +586,11 @@ static const char gemm_run[] =
     "    BLAS(\"cuBLAS\", cublasSetPointerMode, blas, CUBLAS_POINTER_MODE_HOST);\n"
     "    BLAS(\"cuBLASLt\", cublasLtCreate, &blas_lt);\n"
     "    CU(\"the cuBLASLt workspace\", cuMemAlloc, &lt_workspace, LT_WORKSPACE);\n"
+    "#if CAPTURE\n"
+    "    /* a graph capture may not allocate: cuBLAS gets the workspace too (one stream: the\n"
+    "     * two never run at once), as cgc's runtime does */\n"
+    "    BLAS(\"cuBLAS\", cublasSetWorkspace, blas, (void *)(uintptr_t)lt_workspace, LT_WORKSPACE);\n"
+    "#endif\n"
     "    for (int i = 0; i < NUM_GEMMS; i++)\n"
     "        if (gemms[i].lt) lt_setup(&gemms[i]);\n"
     "}\n"
@@ -812,13 +828,7 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
                "static void run_%s(int64_t micro_step)\n{\n"
                "    (void)micro_step;   /* IR_RT_MICRO_STEP: dropout's counter, as in training */\n",
             graph_label[gid], pg->nsteps, graph_label[gid]);
-    if (r->plan->step_state >= 0 && (gid == PG_TRAIN || gid == PG_TRAIN_MICRO))
-        fprintf(o, "    {   /* the device's step counter (reduce-overhead), which the kernels read\n"
-                   "         * the micro-step from; training moves it on the device */\n"
-                   "        int64_t state[2] = { micro_step, 0 };\n"
-                   "        CU(\"the step counter\", cuMemcpyHtoDAsync, arena + offset_of[%d], state,\n"
-                   "           sizeof state, stream);\n"
-                   "    }\n", r->plan->step_state);
+    bool counted = r->plan->step_state >= 0 && (gid == PG_TRAIN || gid == PG_TRAIN_MICRO);
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
         if (s->kind == STEP_LAUNCH) {
@@ -828,6 +838,12 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
             if (!gemm_is_empty(r, &s->gemm)) (*row)++;
         }
     }
+    if (counted)
+        fprintf(o, "    {   /* the device's step counter, which the kernels read the micro-step from\n"
+                   "         * (zero with the arena), moves on as training moves it */\n"
+                   "        Arg a[] = { PTR(%d), I64(BATCH) };\n"
+                   "        launch(\"%s\", %d, 0, K_cgc_step_advance, 1, a, 2);\n"
+                   "    }\n", r->plan->step_state, graph_label[gid], pg->nsteps + 1);
     fprintf(o, "}\n\n");
 }
 
@@ -908,6 +924,7 @@ static const char main_code[] =
     "    CU(\"the arena\", cuMemAlloc, &arena, ARENA_BYTES ? ARENA_BYTES : 256);\n"
     "    fill_arena();\n"
     "    gemm_setup();\n"
+    "    /* the step counter (CAPTURE) starts at micro-step 0, row 0: the arena is zeroed */\n"
     "\n"
     "    check_each_step = 1;\n"
     "    for (training_step = 0; training_step < WARMUP_STEPS; training_step++) {\n"
@@ -916,6 +933,17 @@ static const char main_code[] =
     "    }\n"
     "    training_step = -1;\n"
     "    CU(\"the warm-up steps\", cuStreamSynchronize, stream);\n"
+    "#if CAPTURE\n"
+    "    /* One training step recorded, not run: from now on each step is one graph launch. */\n"
+    "    CUgraph graph;\n"
+    "    CUgraphExec graph_exec;\n"
+    "    size_t graph_nodes = 0;\n"
+    "    CU(\"the step's CUDA graph\", cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);\n"
+    "    run_training_step(WARMUP_STEPS);\n"
+    "    CU(\"the step's CUDA graph\", cuStreamEndCapture, stream, &graph);\n"
+    "    CU(\"the step's CUDA graph\", cuGraphGetNodes, graph, NULL, &graph_nodes);\n"
+    "    CU(\"the step's CUDA graph\", cuGraphInstantiateWithFlags, &graph_exec, graph, 0);\n"
+    "#endif\n"
     "\n"
     "    CUevent *mark = malloc((size_t)(steps + 1) * sizeof *mark);  /* mark[i]: before timed step i */\n"
     "    float *ms = malloc((size_t)steps * sizeof *ms);\n"
@@ -927,7 +955,11 @@ static const char main_code[] =
     "    for (long i = 0; i < steps; i++) {\n"
     "        training_step = WARMUP_STEPS + i;\n"
     "        CU(\"the timing events\", cuEventRecord, mark[i], stream);\n"
+    "#if CAPTURE\n"
+    "        CU(\"the step's CUDA graph\", cuGraphLaunch, graph_exec, stream);\n"
+    "#else\n"
     "        run_training_step(training_step);\n"
+    "#endif\n"
     "    }\n"
     "    CU(\"the timing events\", cuEventRecord, mark[steps], stream);\n"
     "    training_step = -1;\n"
@@ -940,6 +972,10 @@ static const char main_code[] =
     "           \", batch %d, accumulate %d\\n\", name, BATCH, ACCUMULATE);\n"
     "    printf(\"per training step: %d kernel launches and %d GEMMs (%d of them cuBLASLt epilogues)\\n\",\n"
     "           LAUNCHES_PER_STEP, GEMMS_PER_STEP, LT_GEMMS_PER_STEP);\n"
+    "#if CAPTURE\n"
+    "    printf(\"each timed step replayed as one CUDA graph of %zu nodes (captured after the warm-up)\\n\",\n"
+    "           graph_nodes);\n"
+    "#endif\n"
     "    printf(\"ms per step over %ld steps after %d warm-up: median %.4f, p10 %.4f, p90 %.4f\\n\", steps,\n"
     "           WARMUP_STEPS, quantile(ms, (int)steps, 0.5), quantile(ms, (int)steps, 0.1),\n"
     "           quantile(ms, (int)steps, 0.9));\n"
@@ -948,6 +984,10 @@ static const char main_code[] =
     "           (double)ARENA_BYTES / (1 << 20));\n"
     "\n"
     "    for (long i = 0; i <= steps; i++) CU(\"the timing events\", cuEventDestroy, mark[i]);\n"
+    "#if CAPTURE\n"
+    "    CU(\"the step's CUDA graph\", cuGraphExecDestroy, graph_exec);\n"
+    "    CU(\"the step's CUDA graph\", cuGraphDestroy, graph);\n"
+    "#endif\n"
     "    free(mark);\n"
     "    free(ms);\n"
     "    gemm_close();\n"

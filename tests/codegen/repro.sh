@@ -106,15 +106,19 @@ want regression 'mode eager, precision fp32, batch 128, accumulate 1, seed 1;'
 want gelu '.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS'
 want gelu 'FILL_LABELS, 10.0f'
 want resmlp_ro 'mode reduce-overhead, precision bf16, batch 128, accumulate 2, seed 7;'
-want resmlp_ro 'int64_t state[2] = { micro_step, 0 };'
+want resmlp_ro '#define CAPTURE 1'
+want resmlp_ro 'CU("the step'"'"'s CUDA graph", cuGraphLaunch, graph_exec, stream);'
+want regression_ma '#define CAPTURE 1'
+want mlp '#define CAPTURE 0'
 want regression_ma 'mode max-autotune, precision fp32, batch 128, accumulate 1, seed 1;'
 # max-autotune's --emit: the choices before tuning, beside the kernels
 grep -q '^tuning none$' "$OUT/regression_ma/autotune.tune" ||
     fail "regression_ma: no autotune.tune with the heuristics' choices"
-# reduce-overhead: both train graphs set the step counter their kernels read; none
-# passes the micro-step as a float
-[ "$(grep -c 'CU("the step counter", cuMemcpyHtoDAsync' "$OUT/resmlp_ro/repro/repro.c")" = 2 ] ||
-    fail "resmlp_ro: the step counter is not set by run_train and run_train_micro"
+# reduce-overhead: both train graphs move the step counter their kernels read, on the
+# device as training does (so that a step can be captured); none passes the micro-step as
+# a float
+[ "$(grep -c 'K_cgc_step_advance, 1, a, 2);' "$OUT/resmlp_ro/repro/repro.c")" = 2 ] ||
+    fail "resmlp_ro: the step counter is not moved by run_train and run_train_micro"
 if grep -q 'F32((float)micro_step)' "$OUT/resmlp_ro/repro/repro.c"; then
     fail "resmlp_ro: a kernel takes the micro-step as a float"
 fi
