@@ -57,6 +57,8 @@ static const char usage_text[] =
     "                          or max-autotune (reduce-overhead, with each launch's grid and\n"
     "                          each GEMM's cuBLAS(Lt) algorithm timed on the GPU, at most\n"
     "                          60 s, the fastest kept in the cache's cgc/tune/)\n"
+    "  --tune-budget SECONDS   max-autotune: the most time tuning may take (default 60);\n"
+    "                          what it leaves untimed keeps the plan's choice\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
     "                          every epoch and at the end\n"
     "  --resume FILE           continue the run saved in FILE\n"
@@ -93,7 +95,8 @@ static const char usage_text[] =
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
-       OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH };
+       OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH,
+       OPT_TUNE_BUDGET };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -138,6 +141,18 @@ static bool parse_count(const char *s, int64_t *out)
     if (!*s || *s == '-') return false;
     long long v = strtoll(s, &end, 10);
     if (*end || v < 0) return false;
+    *out = v;
+    return true;
+}
+
+/* --tune-budget: decimal seconds in (0, 86400]; false for anything else. */
+static bool parse_seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    if (!*s || !strchr("0123456789.", *s)) return false;   /* no sign, inf, nan, blanks */
+    double v = strtod(s, &end);
+    if (*end || errno || !(v > 0 && v <= 86400) || strpbrk(s, "xXpP")) return false;
     *out = v;
     return true;
 }
@@ -280,6 +295,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"stats", required_argument, NULL, OPT_STATS};
     opts[n++] = (struct option){"profile", required_argument, NULL, OPT_PROFILE};
     opts[n++] = (struct option){"bench", no_argument, NULL, OPT_BENCH};
+    opts[n++] = (struct option){"tune-budget", required_argument, NULL, OPT_TUNE_BUDGET};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
     opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
     opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
@@ -326,6 +342,11 @@ static int parse_args(int argc, char **argv, Cli *cli)
         case OPT_METRICS: cli->run.metrics_path = optarg; break;
         case OPT_PROFILE: cli->run.profile_path = optarg; break;
         case OPT_BENCH: cli->bench = true; break;
+        case OPT_TUNE_BUDGET:
+            if (!parse_seconds(optarg, &cli->run.tune_budget_s))
+                return usage_error("--tune-budget takes seconds (a number above 0, at most 86400), "
+                                   "not '%s'", optarg);
+            break;
         case OPT_LR: cli->lr = optarg; break;
         case OPT_STOP_AFTER:
             if (!parse_count(optarg, &cli->run.stop_after) || cli->run.stop_after == 0)
@@ -345,6 +366,9 @@ static int parse_args(int argc, char **argv, Cli *cli)
         }
     }
     if (cli->devices && optind == argc) return 0;
+    if (cli->run.tune_budget_s > 0 && cli->mode != PLAN_MAX_AUTOTUNE)
+        return usage_error("%s", "--tune-budget goes with --mode max-autotune (the only mode that "
+                                 "tunes)");
     if (cli->arch && !cli->check && !cli->bench)
         return usage_error("%s", "--arch goes with --check or --bench (a run compiles for its own "
                                  "GPU)");

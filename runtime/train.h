@@ -35,7 +35,8 @@ typedef struct RunOptions {
     bool quiet;
     bool verbose;               /* -v: on a device, also the median step time */
     StepTimes *step_times;      /* when not NULL: the step times of a device run */
-    double tune_budget_s;       /* max-autotune: the most seconds tuning may take (0: 60) */
+    double tune_budget_s;       /* max-autotune: --tune-budget, the most seconds tuning may
+                                 * take (0: 60) */
     /* Where to run: NULL is the CPU reference executor. A device runs PLAN (the plan whose
      * module it loaded), or, when PLAN is NULL, the eager plan built here; the kernels'
      * names are stable, so that plan matches a module built from an eager plan of P. */

@@ -29,7 +29,7 @@ for flag in --check --dump-ir --device --save --resume --stop-after --metrics --
             --data --batch --epochs --steps --shuffle --drop-last --optimizer --lr --schedule \
             --precision --accumulate --clip-norm --checkpoint --memory --seed \
             --arch --devices --emit --mode --verbose --dump-ir-after --explain --stats \
-            --profile --bench; do
+            --profile --bench --tune-budget; do
   expect "help mentions $flag" 0 "$flag" -- --help
 done
 expect "version" 0 "^cgc [0-9]+\.[0-9]+\.[0-9]+" -- --version
@@ -62,6 +62,10 @@ expect "check reduce-overhead" 0 "kernels compiled for sm_80 by NVRTC" -- "$root
 expect "reduce-overhead on the CPU" 0 "captures CUDA graphs on a GPU; on the CPU" -- "$root/models/regression.net" --mode reduce-overhead --device cpu --steps 2
 expect "check max-autotune" 0 "max-autotune: --check times nothing, so its choices are heuristics" -- "$root/models/mlp.net" --check --arch none --mode max-autotune
 expect "max-autotune on the CPU" 0 "tunes kernels and captures CUDA graphs on a GPU; on the CPU" -- "$root/models/regression.net" --mode max-autotune --device cpu --steps 2
+expect "tune budget mode" 2 "--tune-budget goes with --mode max-autotune" -- "$root/models/mlp.net" --tune-budget 5
+expect "tune budget zero" 2 "--tune-budget takes seconds \(a number above 0, at most 86400\), not '0'" -- "$root/models/mlp.net" --mode max-autotune --tune-budget 0
+expect "tune budget hex" 2 "--tune-budget takes seconds .*not '0x10'" -- "$root/models/mlp.net" --mode max-autotune --tune-budget 0x10
+expect "tune budget ok" 0 "ok: model mlp" -- "$root/models/mlp.net" --mode max-autotune --tune-budget 2.5 --check --arch none
 expect "explain max-autotune" 0 "^  gemm    m64\.n512\.k784\.b1\.nt\.f16\.f16\.f16\.f32acc\.relu_bias +default" -- "$root/models/mlp.net" --mode max-autotune --explain
 # --emit in max-autotune: the choices before tuning, in the cache's format
 if "$cgc" "$root/models/mlp.net" --mode max-autotune --check --arch none --emit "$tmp/ma" -q &&
