@@ -134,13 +134,16 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The median time in ms of one issue of step I of GID with choice C. */
+/* The median time in ms of one issue of step I of GID with choice C. Returns 0; 1 when
+ * the device refused a GEMM algorithm at its first issue (a library's status, which
+ * leaves the device as it was: the candidate is dropped); -1 for any other error. */
 static int time_candidate(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, double *ms)
 {
     const DeviceOps *ops = t->d->ops;
     double sample[SAMPLES];
+    bool gemm = t->plan->graph[gid].steps[i].kind == STEP_GEMM;
     for (int w = 0; w < WARMUP; w++)
-        if (devexec_step(t->e, gid, i, t->feed, c) != 0) return -1;
+        if (devexec_step(t->e, gid, i, t->feed, c) != 0) return w == 0 && gemm && c->algo > 0 ? 1 : -1;
     for (int s = 0; s < SAMPLES; s++) {
         if (ops->fence_record(t->d, t->from) != 0) return -1;
         for (int r = 0; r < REPS; r++)
@@ -158,17 +161,20 @@ static int time_candidate(Tuner *t, PlanGraphId gid, int i, const DevStepChoice 
     return 0;
 }
 
-/* Times candidates C[0..N) of step I; the fastest into *BEST (the first of equals). */
+/* Times candidates C[0..N) of step I; the fastest into *BEST (the first of equals).
+ * Refused candidates are counted and left out; -1 when every one is refused. */
 static int pick(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, int n,
                 DevStepChoice *best, double *best_ms)
 {
     *best_ms = -1;
     for (int k = 0; k < n; k++) {
         double ms;
-        if (time_candidate(t, gid, i, &c[k], &ms) != 0) return -1;
-        if (*best_ms < 0 || ms < *best_ms) *best = c[k], *best_ms = ms;
+        int rc = time_candidate(t, gid, i, &c[k], &ms);
+        if (rc < 0) return -1;
+        if (rc > 0) t->report->refused++;
+        else if (*best_ms < 0 || ms < *best_ms) *best = c[k], *best_ms = ms;
     }
-    return 0;
+    return *best_ms < 0 ? -1 : 0;
 }
 
 static bool over_budget(const Tuner *t) { return clock_seconds() - t->start > t->budget_s; }

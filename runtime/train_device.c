@@ -323,6 +323,10 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     }
     say_autotune(t, "%d candidates timed for %d kernels and %d GEMMs in %.1f s", r.candidates,
                  r.kernels, r.gemms, r.seconds);
+    if (r.refused)
+        say_autotune(t, "%d GEMM algorithm%s refused by the device (the error%s above) %s left out",
+                     r.refused, r.refused == 1 ? "" : "s", r.refused == 1 ? " is" : "s are",
+                     r.refused == 1 ? "was" : "were");
     if (r.untimed)
         say_autotune(t, "the time ran out: %d kernels and GEMMs keep the plan's choices, untimed "
                         "(delete the choices file to tune again)", r.untimed);

@@ -82,6 +82,7 @@ typedef struct EmuDevice {
     bool invalid;                       /* something was refused while recording */
     bool fail_captures;                 /* emu_device_fail_captures */
     int gemm_algos;                     /* emu_device_gemm_algos */
+    int refused_algo;                   /* emu_device_gemm_algos: one that fails, or 0 */
     int gemm_algo_calls[DEVICE_GEMM_ALGOS + 1];   /* GEMMs run, per GemmCall.algo */
 } EmuDevice;
 
@@ -369,6 +370,11 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
                 impl(d)->gemm_algos);
         return -1;
     }
+    if (g->algo > 0 && g->algo == impl(d)->refused_algo) {
+        fprintf(stderr, "cgc: error: CUDA emulation: GEMM for %s: algorithm %d refused (as the "
+                        "test asked: emu_device_gemm_algos)\n", site_str(site, buf, sizeof buf), g->algo);
+        return -1;
+    }
     impl(d)->gemm_algo_calls[g->algo]++;
     int64_t an = g->m * g->k, bn = g->k * g->n, cn = g->m * g->n;
     float *a = malloc((size_t)(an ? an : 1) * sizeof(float));
@@ -586,10 +592,12 @@ void emu_device_fail_captures(Device *d, bool fail)
     impl(d)->fail_captures = fail;
 }
 
-void emu_device_gemm_algos(Device *d, int count)
+void emu_device_gemm_algos(Device *d, int count, int refused)
 {
     CGC_ASSERT(d->ops == &emu_ops && count >= 0 && count <= DEVICE_GEMM_ALGOS);
+    CGC_ASSERT(refused >= 0 && refused <= count);
     impl(d)->gemm_algos = count;
+    impl(d)->refused_algo = refused;
 }
 
 int emu_device_gemm_calls(Device *d, int algo)

@@ -24,8 +24,9 @@ int emu_device_open(const char *so_path, Device **out);
 void emu_device_fail_captures(Device *d, bool fail);
 
 /* Makes D offer COUNT GEMM algorithms for every plain GEMM (DeviceOps.gemm_algos; 0, the
- * default, offers none). Each runs the reference GEMM: they test the choosing. */
-void emu_device_gemm_algos(Device *d, int count);
+ * default, offers none). Each runs the reference GEMM: they test the choosing. Algorithm
+ * REFUSED (1 to COUNT; 0: none) fails every call, as a library may refuse one. */
+void emu_device_gemm_algos(Device *d, int count, int refused);
 /* GEMMs D has run with GemmCall.algo == ALGO (recorded graphs' GEMMs count when replayed). */
 int emu_device_gemm_calls(Device *d, int algo);
 
