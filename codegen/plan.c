@@ -968,7 +968,12 @@ uint64_t plan_hash(const Plan *plan)
 
 unsigned plan_launch_grid(const PlanLaunch *l, const int64_t *symvals)
 {
-    int64_t work = ir_numel(&l->work, symvals), per = l->items_per_block > 0 ? l->items_per_block : 1;
+    return plan_launch_grid_items(l, l->items_per_block, symvals);
+}
+
+unsigned plan_launch_grid_items(const PlanLaunch *l, int64_t items, const int64_t *symvals)
+{
+    int64_t work = ir_numel(&l->work, symvals), per = items > 0 ? items : 1;
     int64_t blocks = (work + per - 1) / per;
     if (l->max_blocks > 0 && blocks > l->max_blocks) blocks = l->max_blocks;
     if (blocks > 0x7fffffff) blocks = 0x7fffffff;

@@ -256,6 +256,8 @@ const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g);   /* NULL if
 /* Blocks for launch L with the symbols at SYMVALS: ceil(numel(work) / items_per_block),
  * clamped to [1, max_blocks] (and to a 32-bit grid). The runtime's and the reproducer's. */
 unsigned plan_launch_grid(const PlanLaunch *l, const int64_t *symvals);
+/* The same with ITEMS per block instead of L's (max-autotune's choice). */
+unsigned plan_launch_grid_items(const PlanLaunch *l, int64_t items, const int64_t *symvals);
 
 /* A hash of what an autotune choice is made for: the mode, every kernel's name, source
  * and block, and every step (launch geometry, GEMM shapes and types) of every graph.

@@ -425,10 +425,8 @@ static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, A
 
 unsigned devexec_grid(const DevExec *e, const PlanLaunch *l, int64_t items)
 {
-    PlanLaunch tuned = *l;
-    if (items > 0) tuned.items_per_block = items;
-    else if (e->items[l->kernel] > 0) tuned.items_per_block = e->items[l->kernel];
-    return plan_launch_grid(&tuned, e->symvals);
+    if (items <= 0) items = e->items[l->kernel] > 0 ? e->items[l->kernel] : l->items_per_block;
+    return plan_launch_grid_items(l, items, e->symvals);
 }
 
 static int run_launch(DevExec *e, const PlanStep *s, const DevFeed *feed)
