@@ -13,7 +13,11 @@
  *     runtime/rng.c, so a mask or a shuffle is the same on every backend;
  *   - the scalar functions of exec_impl.h (sigmoid, gelu, their gradients);
  *   - deterministic warp and block reductions: a fixed shuffle tree, then the warps'
- *     partials combined in warp order by warp 0. No atomics.
+ *     partials combined in warp order by warp 0. No atomics;
+ *   - the tensor-core pieces of the generated GEMMs (max-autotune): one warp's
+ *     mma.sync m16n8k16 with f32 accumulation, asynchronous 16-byte copies to shared
+ *     memory (cp.async) and the tile loader built on them. sm_80 and later; the
+ *     emulation gives the same fragments the same meaning (tests/emu/cuda_emu.h).
  * Reductions need blockDim.x to be a multiple of 32 (every reducing kernel uses 256).
  */
 #ifndef CGC_DEVICE_PRELUDE_H
@@ -332,6 +336,114 @@ __device__ float cgc_block_max(float v, bool nan_wins)
     v = total;
     __syncthreads();
     return v;
+}
+
+/* ---- tensor cores (the generated GEMMs of max-autotune; sm_80 and later) ----
+ * One warp's D += A @ B for a 16x16 (A, row-major) by 16x8 (B, column-major) tile, in
+ * f32, the fragments as the PTX ISA lays them out for mma.m16n8k16: with g = lane / 4
+ * and t = lane % 4, lane holds
+ *   a[0] = A[g][2t..2t+1]     a[1] = A[g+8][2t..2t+1]
+ *   a[2] = A[g][2t+8..2t+9]   a[3] = A[g+8][2t+8..2t+9]
+ *   b[0] = B[2t..2t+1][g]     b[1] = B[2t+8..2t+9][g]
+ *   d[0..1] = D[g][2t..2t+1]  d[2..3] = D[g+8][2t..2t+1]
+ * two 16-bit values per register, the lower index in the lower half. Every lane of the
+ * warp must call it (mma.sync.aligned). BF16 picks the type of A and B. */
+__device__ __forceinline__ void cgc_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                              bool bf16)
+{
+#ifdef CGC_EMULATE
+    cgc_emu_mma_16816(d, a, b, bf16);
+#elif __CUDA_ARCH__ >= 800
+    if (bf16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();   /* no such instruction before sm_80: max-autotune never offers these kernels */
+#endif
+}
+
+/* Two 16-bit values as one fragment register: LO at P, HI at P + 1 (adjacent, 4-byte
+ * aligned), or LO and HI from anywhere. */
+__device__ __forceinline__ uint32_t cgc_pair_at(const unsigned short *p)
+{
+#ifdef CGC_EMULATE
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#else
+    return *(const uint32_t *)p;
+#endif
+}
+__device__ __forceinline__ uint32_t cgc_pair(unsigned short lo, unsigned short hi)
+{
+    return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+/* 16 bytes from global SRC to shared DST, asynchronously (cp.async.cg, sm_80), both
+ * 16-byte aligned; zeros instead when !VALID (SRC is then not read). Complete once
+ * cgc_cp_async_wait has returned for the group committed after it. */
+__device__ __forceinline__ void cgc_cp_async16(void *dst, const void *src, bool valid)
+{
+#ifdef CGC_EMULATE
+    if (valid) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+#elif __CUDA_ARCH__ >= 800
+    uint32_t to;
+    asm volatile("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }"
+                 : "=r"(to) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(to), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+    __trap();
+#endif
+}
+/* Closes the group of copies issued since the last commit (a group may be empty). */
+__device__ __forceinline__ void cgc_cp_async_commit()
+{
+#if !defined(CGC_EMULATE) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+/* Waits until at most the newest group is still in flight. */
+__device__ __forceinline__ void cgc_cp_async_wait_prior()
+{
+#if !defined(CGC_EMULATE) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+
+/* One stage of a GEMM operand: the tile [r0, r0 + R) x [c0, c0 + C) of the row-major
+ * ROWS x COLS matrix SRC (16-bit values) into shared DST[R][C + 8] (8 columns of
+ * padding keep rows 16-byte aligned and spread the fragments' reads over the banks),
+ * zeros outside the matrix; the block's THREADS threads share the work. With COLS a
+ * multiple of 8 every row starts 16-byte aligned (the arena aligns buffers to 256), so
+ * each 8-value chunk is one cp.async, wholly inside or outside the matrix; otherwise the
+ * values are copied one by one (synchronously: visible after the next barrier like the
+ * rest). */
+template <int R, int C, int THREADS>
+__device__ __forceinline__ void cgc_tile_load(unsigned short (*dst)[C + 8], const unsigned short *src,
+                                              int64_t rows, int64_t cols, int64_t r0, int64_t c0)
+{
+    if (cols % 8 == 0) {
+        for (int i = threadIdx.x; i < R * C / 8; i += THREADS) {
+            const int r = i / (C / 8), c = i % (C / 8) * 8;
+            const bool in = r0 + r < rows && c0 + c < cols;
+            cgc_cp_async16(&dst[r][c], in ? src + (r0 + r) * cols + c0 + c : src, in);
+        }
+    } else {
+        for (int i = threadIdx.x; i < R * C; i += THREADS) {
+            const int r = i / C, c = i % C;
+            const bool in = r0 + r < rows && c0 + c < cols;
+            dst[r][c] = in ? src[(r0 + r) * cols + c0 + c] : (unsigned short)0;
+        }
+    }
 }
 
 #endif

@@ -59,6 +59,8 @@ typedef struct RenderCtx {
 enum { CUDA_BLOCK = 256, CUDA_ITEMS_PER_THREAD = 4, CUDA_MAX_BLOCKS = 65535 };
 
 /* Appends a parameter (a buffer: its storage pointer type) to D; the launch passes ARG. */
+/* "float *", "const cgc_half *": a pointer to values of T (f32, f16, bf16, i32). */
+const char *cuda_storage_ctype(DType t, bool is_const);
 DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype, const char *name,
                         PlanArg arg);
 void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const);

@@ -59,7 +59,7 @@ void codegen_mangle(char *dst, size_t max, const char *s)
 
 /* ---- types and parameters ---- */
 
-static const char *storage_ctype(DType t, bool is_const)
+const char *cuda_storage_ctype(DType t, bool is_const)
 {
     static const char *const out[] = { "float *", "cgc_half *", "cgc_bf16 *", "int32_t *" };
     static const char *const in[] = { "const float *", "const cgc_half *", "const cgc_bf16 *",
@@ -82,7 +82,7 @@ DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype,
 
 void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const)
 {
-    draft_param(d, PP_PTR, storage_ctype(t, is_const), name,
+    draft_param(d, PP_PTR, cuda_storage_ctype(t, is_const), name,
               (PlanArg){ .kind = ARG_BUFFER, .index = buffer });
 }
 

@@ -139,6 +139,11 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
                 g->b_batched ? "batched" : "shared");
     print_epilogue(out, g);
     fputc('\n', out);
+    if (g->tile_kernel[0] < 0) return;
+    fprintf(out, "         or generated (max-autotune's candidates):");
+    for (int t = 0; t < PLAN_GEMM_TILES; t++)
+        if (g->tile_kernel[t] >= 0) fprintf(out, "%s %s", t ? "," : "", pl->kernels[g->tile_kernel[t]].name);
+    fputc('\n', out);
 }
 
 void plan_print(FILE *out, const Plan *pl)

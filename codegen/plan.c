@@ -864,6 +864,11 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
     }
     free(b.info);
     add_data_kernels(&b);
+    for (int gid = 0; gid < PG_NUM; gid++)     /* none, unless max-autotune adds them */
+        for (int i = 0; i < pl->graph[gid].nsteps; i++)
+            for (int t = 0; t < PLAN_GEMM_TILES; t++) pl->graph[gid].steps[i].gemm.tile_kernel[t] = -1;
+    pl->gemm_kernels_from = pl->nkernels;
+    if (mode == PLAN_MAX_AUTOTUNE) plan_add_gemm_kernels(pl);
     return pl;
 }
 
@@ -903,15 +908,23 @@ size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax)
     return (size_t)n * ir_dtype_size(buf->dtype);
 }
 
-char *plan_module_source(const Plan *plan)
+static char *module_source(const Plan *plan, int from, int to)
 {
     StrBuf s = { 0 };
     sb_puts(&s, plan_device_prelude);
-    for (int k = 0; k < plan->nkernels; k++) {
+    for (int k = from; k < to; k++) {
         sb_puts(&s, "\n");
         sb_puts(&s, plan->kernels[k].source);
     }
     return s.s;
+}
+
+char *plan_module_source(const Plan *plan) { return module_source(plan, 0, plan->gemm_kernels_from); }
+
+char *plan_gemm_module_source(const Plan *plan)
+{
+    if (plan->gemm_kernels_from == plan->nkernels) return NULL;
+    return module_source(plan, plan->gemm_kernels_from, plan->nkernels);
 }
 
 /* ---- the plan's hash ---- */

@@ -150,6 +150,14 @@ typedef enum GemmEpilogue {
     GEMM_EPI_GELU_BIAS,     /* C = gelu_tanh(A@B + bias); aux = A@B + bias when aux >= 0 */
 } GemmEpilogue;
 
+/* The tile shapes of the generated tensor-core GEMMs (codegen/gemm_tc.c): a block
+ * computes a BM x BN tile of C, its WARPS_M x WARPS_N warps a part each, k BK at a time. */
+enum { PLAN_GEMM_TILES = 4 };
+typedef struct PlanGemmTile {
+    int bm, bn, bk, warps_m, warps_n;
+} PlanGemmTile;
+extern const PlanGemmTile plan_gemm_tiles[PLAN_GEMM_TILES];
+
 /* C[b] = op(A[b]) @ op(B[b]), row-major, for b < batch (numel of `batch`, symbols
  * allowed). op(A) is [m, k]: A is stored [m, k], or [k, m] when trans_a. op(B) is [k, n]:
  * B is stored [k, n], or [n, k] when trans_b. Strides are in elements between batches;
@@ -167,6 +175,10 @@ typedef struct PlanGemm {
     int bias;               /* epilogue: the bias buffer ([n] or [1, n]); else -1 */
     DType bias_type;        /* epilogue: the bias buffer's dtype (C's type, or f32) */
     int aux;                /* GEMM_EPI_GELU_BIAS: the pre-activation buffer, or -1 */
+    /* max-autotune: the generated tensor-core kernel per tile shape (plan_gemm_tiles)
+     * that computes this GEMM, epilogue included; -1 where there is none (other modes,
+     * graphs other than train and train_micro, GEMMs plan_gemm_generable refuses). */
+    int tile_kernel[PLAN_GEMM_TILES];
 } PlanGemm;
 
 typedef enum PlanStepKind { STEP_LAUNCH, STEP_GEMM } PlanStepKind;
@@ -241,6 +253,10 @@ typedef struct Plan {
     int launch_counter;         /* the PB_COUNTER buffer, or -1 when no launch has `last`
                                  * groups */
     int step_state;             /* the PB_STEP buffer (reduce-overhead), or -1 */
+    int gemm_kernels_from;      /* kernels [gemm_kernels_from, nkernels) are the generated
+                                 * GEMMs (max-autotune's candidates; none elsewhere): a
+                                 * module of their own, compiled only when tuning or the
+                                 * choices need it (plan_gemm_module_source) */
 } Plan;
 
 /* ---- building (codegen/plan.c, codegen/cuda.c) ---- */
@@ -264,6 +280,22 @@ unsigned plan_launch_grid_items(const PlanLaunch *l, int64_t items, const int64_
  * Two plans with the same hash run the same kernels and GEMMs (FNV-1a, 64 bits). */
 uint64_t plan_hash(const Plan *plan);
 
+/* ---- generated tensor-core GEMMs (codegen/gemm_tc.c) ----
+ * A max-autotune plan also holds, for each plain GEMM of its training graphs with f16 or
+ * bf16 operands (f32 accumulation) and no epilogue or bias + relu, one kernel per tile
+ * shape that computes it with its epilogue fused (PlanGemm.tile_kernel); the tuner times
+ * them against the library. Their parameters, in order: c, a, b, bias, aux (device
+ * pointers; 0 where the GEMM has none; aux is never used today), m, n, k (int64_t). Any grid >= 1 is correct (a block loops over the
+ * tiles of C); plan_gemm_tile_grid gives one block per tile. They need sm_80 or later
+ * (mma.sync m16n8k16, cp.async). */
+bool plan_gemm_generable(const PlanGemm *g);
+/* "64x64x32": tile TILE's name, as the choices file writes it. */
+void plan_gemm_tile_name(int tile, char *buf, size_t len);
+unsigned plan_gemm_tile_grid(int tile, int64_t m, int64_t n);
+/* Adds the kernels to PLAN (plan_build does, for max-autotune; they come last, from
+ * Plan.gemm_kernels_from) and sets every GEMM step's tile_kernel. */
+void plan_add_gemm_kernels(Plan *plan);
+
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);
 
@@ -272,8 +304,13 @@ size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);
  * (which defines CGC_EMULATE first). */
 extern const char plan_device_prelude[];
 
-/* The whole module for NVRTC: the prelude, then every kernel. malloc'd. */
+/* The module for NVRTC: the prelude, then every kernel but the generated GEMMs.
+ * malloc'd. */
 char *plan_module_source(const Plan *plan);
+/* The generated GEMMs' module: the prelude, then those kernels; NULL when the plan has
+ * none. malloc'd. Kept apart so that a run that does not use them does not compile them:
+ * they are most of max-autotune's compile time. */
+char *plan_gemm_module_source(const Plan *plan);
 
 /* ---- memory planning (codegen/memplan.c) ----
  * Liveness over the final step order gives every buffer an offset in one arena. Buffers

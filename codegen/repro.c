@@ -237,14 +237,16 @@ static void write_constants(Repro *r)
 static void write_kernels(Repro *r)
 {
     const Plan *pl = r->plan;
-    fprintf(r->out, "/* ---- kernels: every kernel of the plan, looked up once in module.cubin ---- */\n\n"
+    fprintf(r->out, "/* ---- kernels: every kernel of the plan's module, looked up once in\n"
+                    " * module.cubin (max-autotune's generated GEMMs, in a module of their\n"
+                    " * own, are not replayed here) ---- */\n\n"
                     "enum {\n");
-    for (int k = 0; k < pl->nkernels; k++) fprintf(r->out, "    K_%s,\n", pl->kernels[k].name);
+    for (int k = 0; k < pl->gemm_kernels_from; k++) fprintf(r->out, "    K_%s,\n", pl->kernels[k].name);
     fprintf(r->out, "    NUM_KERNELS\n};\n\nstatic const char *const kernel_name[NUM_KERNELS] = {\n");
-    for (int k = 0; k < pl->nkernels; k++) fprintf(r->out, "    \"%s\",\n", pl->kernels[k].name);
+    for (int k = 0; k < pl->gemm_kernels_from; k++) fprintf(r->out, "    \"%s\",\n", pl->kernels[k].name);
     fprintf(r->out, "};\n\n/* threads per block: each kernel's __launch_bounds__ */\n"
                     "static const unsigned kernel_block[NUM_KERNELS] = {");
-    for (int k = 0; k < pl->nkernels; k++)
+    for (int k = 0; k < pl->gemm_kernels_from; k++)
         fprintf(r->out, "%s%d", k == 0 ? "\n    " : k % 16 ? ", " : ",\n    ", pl->kernels[k].block);
     fprintf(r->out, "\n};\n\nstatic CUfunction kernel[NUM_KERNELS];\n\n");
 }

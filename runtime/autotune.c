@@ -82,11 +82,19 @@ static void items_choice(int64_t items, char *buf, size_t len)
     snprintf(buf, len, "items:%lld", (long long)items);
 }
 
-/* "default" is algo 0, "lt_algo:K" is K. */
-static void algo_choice(int algo, char *buf, size_t len)
+/* A GEMM's choice: "default" (the library's own algorithm), "lt_algo:K" (the K-th of
+ * cuBLASLt's list), "tile:64x64x32" (the generated kernel of that tile shape). */
+static void gemm_choice(const DevStepChoice *c, char *buf, size_t len)
 {
-    if (algo == 0) snprintf(buf, len, "default");
-    else snprintf(buf, len, "lt_algo:%d", algo);
+    if (c->tile > 0) {
+        char tile[32];
+        plan_gemm_tile_name(c->tile - 1, tile, sizeof tile);
+        snprintf(buf, len, "tile:%s", tile);
+    } else if (c->algo == 0) {
+        snprintf(buf, len, "default");
+    } else {
+        snprintf(buf, len, "lt_algo:%d", c->algo);
+    }
 }
 
 /* The number after PREFIX in S, in [LO, HI]; false for anything else. */
@@ -103,16 +111,24 @@ static bool parse_number(const char *s, const char *prefix, long long lo, long l
     return true;
 }
 
-static bool parse_algo(const char *s, int *algo)
+/* The choice gemm_choice wrote, for GEMM G (a tile shape G has no kernel for is
+ * refused). */
+static bool parse_gemm_choice(const char *s, const PlanGemm *g, DevStepChoice *c)
 {
     long long v;
-    if (strcmp(s, "default") == 0) {
-        *algo = 0;
+    *c = (DevStepChoice){0};
+    if (strcmp(s, "default") == 0) return true;
+    if (parse_number(s, "lt_algo:", 1, DEVICE_GEMM_ALGOS, &v)) {
+        c->algo = (int)v;
         return true;
     }
-    if (!parse_number(s, "lt_algo:", 1, DEVICE_GEMM_ALGOS, &v)) return false;
-    *algo = (int)v;
-    return true;
+    for (int t = 0; t < PLAN_GEMM_TILES; t++) {
+        char want[48];
+        c->tile = t + 1;
+        gemm_choice(c, want, sizeof want);
+        if (strcmp(s, want) == 0) return g->tile_kernel[t] >= 0;
+    }
+    return false;
 }
 
 /* ---- timing ---- */
@@ -143,7 +159,8 @@ static int time_candidate(Tuner *t, PlanGraphId gid, int i, const DevStepChoice 
     double sample[SAMPLES];
     bool gemm = t->plan->graph[gid].steps[i].kind == STEP_GEMM;
     for (int w = 0; w < WARMUP; w++)
-        if (devexec_step(t->e, gid, i, t->feed, c) != 0) return w == 0 && gemm && c->algo > 0 ? 1 : -1;
+        if (devexec_step(t->e, gid, i, t->feed, c) != 0)
+            return w == 0 && gemm && c->algo > 0 && c->tile == 0 ? 1 : -1;
     for (int s = 0; s < SAMPLES; s++) {
         if (ops->fence_record(t->d, t->from) != 0) return -1;
         for (int r = 0; r < REPS; r++)
@@ -229,7 +246,8 @@ static int tune_launch(Tuner *t, PlanGraphId gid, int i)
     return 0;
 }
 
-/* A GEMM: cuBLAS's own (plain GEMMs) and cuBLASLt's list. */
+/* A GEMM: cuBLAS's own (plain GEMMs), cuBLASLt's list, and the plan's generated
+ * kernels (on sm_80 and later). */
 static int tune_gemm(Tuner *t, PlanGraphId gid, int i)
 {
     const PlanStep *s = &t->plan->graph[gid].steps[i];
@@ -238,8 +256,8 @@ static int tune_gemm(Tuner *t, PlanGraphId gid, int i)
     const TuneChoice *known = tune_find(t->out, TUNE_GEMM, key);
     DevStepChoice best = {.algo = 0};
     if (known) {
-        bool ok = parse_algo(known->choice, &best.algo);
-        CGC_ASSERT(ok);     /* written above, by algo_choice */
+        bool ok = parse_gemm_choice(known->choice, &s->gemm, &best);
+        CGC_ASSERT(ok);     /* written below, by gemm_choice, for a step of the same key */
         devexec_choose(t->e, gid, i, &best);
         return 0;
     }
@@ -249,13 +267,15 @@ static int tune_gemm(Tuner *t, PlanGraphId gid, int i)
     if (t->d->ops->gemm_algos && call.m > 0 && call.n > 0 &&
         t->d->ops->gemm_algos(t->d, &call, &count, &site) != 0)
         return -1;
-    DevStepChoice c[DEVICE_GEMM_ALGOS + 1];
+    DevStepChoice c[DEVICE_GEMM_ALGOS + 1 + PLAN_GEMM_TILES];
     int n = 0;
     if (s->gemm.epilogue == GEMM_EPI_NONE || count == 0) c[n++] = (DevStepChoice){.algo = 0};
     for (int a = 1; a <= count; a++) c[n++] = (DevStepChoice){.algo = a};
+    for (int k = 0; k < PLAN_GEMM_TILES && devexec_gemm_kernels_loaded(t->e); k++)
+        if (s->gemm.tile_kernel[k] >= 0) c[n++] = (DevStepChoice){.tile = k + 1};
     double ms;
     if (choose(t, gid, i, c, n, &best, &ms, &t->report->gemms) != 0) return -1;
-    algo_choice(best.algo, choice, sizeof choice);
+    gemm_choice(&best, choice, sizeof choice);
     add(t, TUNE_GEMM, key, choice, ms);
     return 0;
 }
@@ -269,6 +289,8 @@ int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budge
     const DeviceOps *ops = t.d->ops;
     int rc = ops->fence_new(t.d, &t.from) != 0 || ops->fence_new(t.d, &t.to) != 0 ? -1 : 0;
     if (rc == 0) rc = devexec_bind(e, feed);
+    /* the generated GEMMs are candidates on sm_80 and later (mma.sync m16n8k16) */
+    if (rc == 0 && t.d->arch >= 80) rc = devexec_load_gemm_kernels(e, &report->gemm_compile_s);
     for (int gid = 0; gid < PG_NUM && rc == 0; gid++) {
         if (!tuned_graph((PlanGraphId)gid)) continue;
         const PlanGraph *pg = &plan->graph[gid];
@@ -317,8 +339,13 @@ int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const Tune
                 autotune_gemm_key(&s->gemm, feed->symvals, key, sizeof key);
                 const TuneChoice *ch = tune_find(t, TUNE_GEMM, key);
                 if (!ch) return refuse(why, why_len, "no choice for GEMM", key);
-                if (!parse_algo(ch->choice, &c.algo))
-                    return refuse(why, why_len, "not a GEMM algorithm the tuner writes:", ch->choice);
+                if (!parse_gemm_choice(ch->choice, &s->gemm, &c))
+                    return refuse(why, why_len, "not a GEMM choice the tuner writes for it:", ch->choice);
+                if (c.tile > 0 && devexec_device(e)->arch < 80)
+                    return refuse(why, why_len, "a generated GEMM needs sm_80 or later:", ch->choice);
+                double seconds;
+                if (c.tile > 0 && devexec_load_gemm_kernels(e, &seconds) != 0)
+                    return refuse(why, why_len, "cannot load the generated GEMM for", key);
             }
             devexec_choose(e, (PlanGraphId)gid, i, &c);
         }
@@ -339,7 +366,7 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
             TuneKind kind = s->kind == STEP_GEMM ? TUNE_GEMM : TUNE_KERNEL;
             if (kind == TUNE_GEMM) {
                 autotune_gemm_key(&s->gemm, symvals, key, sizeof key);
-                algo_choice(0, choice, sizeof choice);
+                gemm_choice(&(DevStepChoice){0}, choice, sizeof choice);
             } else {
                 if (s->launch.max_blocks == 1) continue;
                 kernel_key(plan->kernels[s->launch.kernel].name, key, sizeof key);
@@ -365,11 +392,16 @@ void autotune_explain(const Plan *plan, FILE *out)
         if (t.choices[i].kind == TUNE_GEMM) gemms++;
         else kernels++;
     }
+    int generated = plan->nkernels - plan->gemm_kernels_from;
     fprintf(out, "\nAutotune: %d kernels and %d GEMM shapes of the training step have a "
-                 "choice. On a GPU\neach is timed (the launch's items per block x 1, 2, 4, "
-                 "8; cuBLAS's own algorithm and\ncuBLASLt's heuristic list) and the fastest "
-                 "is kept in the cache (cgc/tune/). --explain\ntimes nothing: these are the "
-                 "choices before tuning.\n", kernels, gemms);
+                 "choice. On a GPU\neach is timed and the fastest is kept in the cache "
+                 "(cgc/tune/): a launch's items per\nblock x 1, 2, 4, 8; a GEMM's cuBLAS "
+                 "algorithm, cuBLASLt's heuristic list", kernels, gemms);
+    if (generated > 0)
+        fprintf(out, " and, from\nsm_80, the plan's generated tensor-core kernels (%d here, "
+                     "in %d tile shapes, the\nepilogue fused; compiled when tuning starts)",
+                generated, PLAN_GEMM_TILES);
+    fprintf(out, ".\n--explain times nothing: these are the choices before tuning.\n");
     fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
     for (int i = 0; i < t.nchoices; i++)
         fprintf(out, "  %-6s  %-56s  %s\n", t.choices[i].kind == TUNE_GEMM ? "gemm" : "kernel",

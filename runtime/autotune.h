@@ -7,9 +7,12 @@
  *     single-block launches have no choice;
  *   - a plain GEMM's algorithm: cuBLAS's own (cublasGemmEx) or each of cuBLASLt's
  *     heuristic list (DeviceOps.gemm_algos); a GEMM with an epilogue chooses among the
- *     list alone. Batched GEMMs have no choice.
- * Not yet: generated tensor-core GEMM kernels, the kernels' own block sizes, and the
- * fused narrow-MLP kernel (issue 5).
+ *     list alone. Batched GEMMs have no choice;
+ *   - on sm_80 and later, for GEMMs with f16 or bf16 operands, the plan's generated
+ *     tensor-core kernels, one per tile shape, the epilogue fused (codegen/gemm_tc.c):
+ *     their module is compiled when tuning starts (AutotuneReport.gemm_compile_s), and
+ *     by a later run only when its choices name one.
+ * Not yet: the kernels' own block sizes, and the fused narrow-MLP kernel (issue 5).
  *
  * Tuning runs on the arena before the tensors are initialised: each candidate is issued
  * a few times over whatever the buffers hold, which the initialisation then overwrites,
@@ -31,6 +34,7 @@ typedef struct AutotuneReport {
     int candidates;             /* candidates timed in all */
     int untimed;                /* left to heuristics: the budget ran out */
     int refused;                /* GEMM algorithms the device refused (left out) */
+    double gemm_compile_s;      /* of SECONDS: compiling the generated GEMMs' module */
     double seconds;             /* wall time of the tuning */
 } AutotuneReport;
 

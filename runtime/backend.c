@@ -39,12 +39,27 @@ int backend_check_compile(const BackendOptions *o, int arch)
 {
     if (arch < 0) return 0;
     if (arch == 0) arch = backend_default_arch();
+    const Plan *plan = o->plan;
     CudaCompileResult r = {0};
-    int rc = compile_module(o->plan, o, arch, &r);
+    int rc = compile_module(plan, o, arch, &r);
     if (rc == 0 && !o->quiet)
         printf("%s: %d kernels compiled for sm_%d by NVRTC (%zu-byte cubin)\n", o->net_path,
-               o->plan->nkernels, arch, r.cubin_size);
+               plan->gemm_kernels_from, arch, r.cubin_size);
     free(r.cubin);
+    char *gemms = rc == 0 ? plan_gemm_module_source(plan) : NULL;
+    if (gemms) {    /* max-autotune's generated GEMMs: a module of their own */
+        char name[160];
+        snprintf(name, sizeof name, "%s.gemm", plan->p->model_name);
+        CudaCompileOptions co = {.arch = arch, .verbose = o->verbose, .emit_dir = o->emit_dir};
+        CudaCompileResult g = {0};
+        rc = cuda_compile(gemms, name, &co, &g);
+        if (rc == 0 && !o->quiet)
+            printf("%s: %d generated GEMM kernels (max-autotune's candidates, a module of their "
+                   "own) compiled for sm_%d by NVRTC (%zu-byte cubin)\n", o->net_path,
+                   plan->nkernels - plan->gemm_kernels_from, arch, g.cubin_size);
+        free(g.cubin);
+        free(gemms);
+    }
     return rc;
 }
 

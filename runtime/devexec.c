@@ -36,9 +36,10 @@ struct DevExec {
     size_t *offset;             /* per buffer, into the arena (views: their root's) */
     void **kernel;              /* per plan kernel: the device's handle */
     /* max-autotune's choices: per plan kernel, the items per block its launches take
-     * (0: the plan's); per step of each graph, its GEMM's algorithm (GemmCall.algo) */
+     * (0: the plan's); per step of each graph, its GEMM's algorithm or generated kernel */
     int64_t *items;
-    int *algo[PG_NUM];
+    DevStepChoice *gemm[PG_NUM];
+    bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
     /* devexec_timing_start .. devexec_timing_collect: each launch and GEMM between two
      * fences; times are taken from BASE, recorded at the first start */
     bool timing;
@@ -282,9 +283,11 @@ static void check_plan(const Plan *plan)
 
 /* ---- making and freeing ---- */
 
+/* The kernels of the device's module: all but the generated GEMMs, which come with
+ * devexec_load_gemm_kernels. */
 static int find_kernels(DevExec *e)
 {
-    for (int k = 0; k < e->plan->nkernels; k++)
+    for (int k = 0; k < e->plan->gemm_kernels_from; k++)
         if (e->d->ops->kernel(e->d, e->plan->kernels[k].name, &e->kernel[k]) != 0) {
             cgc_error("%s: kernel %s of the plan is not in the loaded module; was the device "
                       "opened with this plan's module?", e->net_path, e->plan->kernels[k].name);
@@ -292,6 +295,27 @@ static int find_kernels(DevExec *e)
         }
     return 0;
 }
+
+int devexec_load_gemm_kernels(DevExec *e, double *seconds)
+{
+    const Plan *plan = e->plan;
+    *seconds = 0;
+    if (e->gemm_kernels_loaded || plan->gemm_kernels_from == plan->nkernels) return 0;
+    if (!e->d->ops->load_kernels) {
+        cgc_error("%s: %s cannot load the generated GEMMs' module", e->net_path, e->d->name);
+        return -1;
+    }
+    char *source = plan_gemm_module_source(plan), name[160];
+    snprintf(name, sizeof name, "%s.gemm", plan->p->model_name ? plan->p->model_name : "model");
+    int rc = e->d->ops->load_kernels(e->d, source, name, seconds);
+    free(source);
+    for (int k = plan->gemm_kernels_from; k < plan->nkernels && rc == 0; k++)
+        if (e->d->ops->kernel(e->d, plan->kernels[k].name, &e->kernel[k]) != 0) rc = -1;
+    e->gemm_kernels_loaded = rc == 0;
+    return rc;
+}
+
+bool devexec_gemm_kernels_loaded(const DevExec *e) { return e->gemm_kernels_loaded; }
 
 static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bool reuse,
                           const char *net_path)
@@ -308,7 +332,7 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     e->kernel = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->kernel);
     e->items = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->items);
     for (int g = 0; g < PG_NUM; g++)
-        e->algo[g] = xcalloc((size_t)(plan->graph[g].nsteps + 1), sizeof *e->algo[g]);
+        e->gemm[g] = xcalloc((size_t)(plan->graph[g].nsteps + 1), sizeof *e->gemm[g]);
     e->reuse = reuse;
     layout(e);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
@@ -353,7 +377,7 @@ void devexec_free(DevExec *e)
     free(e->offset);
     free(e->kernel);
     free(e->items);
-    for (int g = 0; g < PG_NUM; g++) free(e->algo[g]);
+    for (int g = 0; g < PG_NUM; g++) free(e->gemm[g]);
     free(e);
 }
 
@@ -472,13 +496,37 @@ DeviceSite devexec_gemm_site(const DevExec *e, const PlanStep *s, const GemmCall
                                                                             : "cublasLtMatmul");
 }
 
-static int run_gemm(DevExec *e, const PlanStep *s, int algo)
+/* GEMM step S computed by the generated kernel of tile shape TILE (plan.h's ABI for
+ * them: c, a, b, bias, aux, m, n, k; a block per tile of C). */
+static int run_gemm_kernel(DevExec *e, const PlanStep *s, const GemmCall *c, int tile)
+{
+    int k = s->gemm.tile_kernel[tile];
+    CGC_ASSERT(k >= 0 && k < e->plan->nkernels && e->gemm_kernels_loaded);
+    DevPtr ptr[5] = {c->c, c->a, c->b, c->bias, c->aux};
+    int64_t dims[3] = {c->m, c->n, c->k};
+    void *args[8];
+    for (int i = 0; i < 5; i++) args[i] = &ptr[i];
+    for (int i = 0; i < 3; i++) args[5 + i] = &dims[i];
+    DeviceSite site = site_of(e, s, e->plan->kernels[k].name);
+    return e->d->ops->launch(e->d, e->kernel[k], plan_gemm_tile_grid(tile, c->m, c->n),
+                             (unsigned)e->plan->kernels[k].block, args, &site);
+}
+
+static int run_gemm(DevExec *e, const PlanStep *s, const DevStepChoice *choice)
 {
     GemmCall c = devexec_gemm_call(e, s);
-    c.algo = algo;
+    c.algo = choice->algo;
     if (c.m == 0 || c.n == 0 || c.batch == 0) return 0;   /* nothing to write */
+    if (choice->tile > 0) return run_gemm_kernel(e, s, &c, choice->tile - 1);
     DeviceSite site = devexec_gemm_site(e, s, &c);
     return e->d->ops->gemm(e->d, &c, &site);
+}
+
+const char *devexec_gemm_kernel(const DevExec *e, PlanGraphId gid, int i)
+{
+    const PlanStep *s = &e->plan->graph[gid].steps[i];
+    int tile = e->gemm[gid][i].tile;
+    return tile > 0 ? e->plan->kernels[s->gemm.tile_kernel[tile - 1]].name : NULL;
 }
 
 /* Uploads the host inputs of FEED into their PB_INPUT buffers. */
@@ -533,7 +581,7 @@ int devexec_bind(DevExec *e, const DevFeed *feed) { return bind_symbols(e, feed)
 int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const DevStepChoice *c)
 {
     const PlanStep *s = &e->plan->graph[gid].steps[i];
-    if (s->kind == STEP_GEMM) return run_gemm(e, s, c ? c->algo : e->algo[gid][i]);
+    if (s->kind == STEP_GEMM) return run_gemm(e, s, c ? c : &e->gemm[gid][i]);
     int64_t saved = e->items[s->launch.kernel];
     if (c) e->items[s->launch.kernel] = c->items;
     int rc = run_launch(e, s, feed);
@@ -544,7 +592,11 @@ int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const 
 void devexec_choose(DevExec *e, PlanGraphId gid, int i, const DevStepChoice *c)
 {
     const PlanStep *s = &e->plan->graph[gid].steps[i];
-    if (s->kind == STEP_GEMM) e->algo[gid][i] = c->algo;
+    if (s->kind == STEP_GEMM) {
+        CGC_ASSERT(c->tile == 0 || (c->tile <= PLAN_GEMM_TILES && s->gemm.tile_kernel[c->tile - 1] >= 0 &&
+                                    e->gemm_kernels_loaded));
+        e->gemm[gid][i] = *c;
+    }
     else e->items[s->launch.kernel] = c->items;
 }
 
@@ -559,11 +611,12 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
         const PlanStep *s = &pg->steps[i];
         bool gemm = s->kind == STEP_GEMM;
         if (e->timing) {
-            DevTimedEvent ev = {s->what, gemm ? "cuBLAS" : e->plan->kernels[s->launch.kernel].name,
-                                g->name, s->loc.line, gemm};
+            const char *kernel = gemm ? devexec_gemm_kernel(e, (PlanGraphId)gid, i)
+                                      : e->plan->kernels[s->launch.kernel].name;
+            DevTimedEvent ev = {s->what, kernel ? kernel : "cuBLAS", g->name, s->loc.line, gemm};
             if (timed_begin(e, &ev) != 0) return -1;
         }
-        int rc = gemm ? run_gemm(e, s, e->algo[gid][i]) : run_launch(e, s, feed);
+        int rc = gemm ? run_gemm(e, s, &e->gemm[gid][i]) : run_launch(e, s, feed);
         if (rc != 0 || (e->timing && timed_end(e) != 0)) return -1;
     }
     return 0;

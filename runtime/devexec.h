@@ -52,15 +52,24 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed);
 
 /* ---- max-autotune (runtime/autotune.h) ----
  * A step's tunable choice: for a launch, the items per block of its kernel (0: the
- * plan's), which every launch of that kernel then takes; for a GEMM, its algorithm
- * (GemmCall.algo; 0: the library's own). Neither changes any result: kernels loop over
- * their work whatever the grid (plan.h), and every algorithm computes the same product
- * (to the rounding of its own order of accumulation). */
+ * plan's), which every launch of that kernel then takes; for a GEMM, the library's
+ * algorithm (GemmCall.algo; 0: its own) or, with TILE >= 1, the plan's generated kernel
+ * of tile shape TILE - 1 (PlanGemm.tile_kernel) instead of the library. None changes
+ * what is computed: kernels loop over their work whatever the grid (plan.h), and every
+ * algorithm and kernel computes the same product (to the rounding of its own order of
+ * accumulation). */
 typedef struct DevStepChoice {
     int64_t items;
     int algo;
+    int tile;
 } DevStepChoice;
 
+/* Compiles and loads the plan's generated GEMMs (their own module, DeviceOps
+ * .load_kernels) and looks their kernels up: before any choice of one. Once; 0 at once
+ * when the plan has none. *SECONDS: the compile's wall time. Returns 0, or -1 after
+ * reporting. */
+int devexec_load_gemm_kernels(DevExec *e, double *seconds);
+bool devexec_gemm_kernels_loaded(const DevExec *e);
 /* Binds FEED's symbols (as devexec_run does first), for devexec_step. */
 int devexec_bind(DevExec *e, const DevFeed *feed);
 /* Issues step I of graph GID alone, with choice C (NULL: the choice in force). */
@@ -70,6 +79,9 @@ void devexec_choose(DevExec *e, PlanGraphId gid, int i, const DevStepChoice *c);
 /* The grid launch L gets with the bound symbols, with ITEMS per block (0: the choice in
  * force, else the plan's). */
 unsigned devexec_grid(const DevExec *e, const PlanLaunch *l, int64_t items);
+/* The generated kernel that GEMM step I of GID runs by the choice in force, or NULL (the
+ * library). */
+const char *devexec_gemm_kernel(const DevExec *e, PlanGraphId gid, int i);
 /* GEMM step S's call with the bound symbols (algo 0), and the site its errors name. */
 GemmCall devexec_gemm_call(const DevExec *e, const PlanStep *s);
 DeviceSite devexec_gemm_site(const DevExec *e, const PlanStep *s, const GemmCall *c);

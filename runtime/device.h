@@ -77,6 +77,11 @@ typedef struct DeviceOps {
 
     /* Kernels of the loaded module, by name; the handle stays valid while D lives. */
     int (*kernel)(Device *d, const char *name, void **handle);
+    /* Compiles SOURCE (a module: the prelude, then kernels) for the device and loads it
+     * beside the first, so that `kernel` finds its kernels too; NAME names it in errors and
+     * the kernel cache. Once per device. *SECONDS: the compile's (or cache load's) wall
+     * time. The generated GEMMs of max-autotune come this way, only when needed. */
+    int (*load_kernels)(Device *d, const char *source, const char *name, double *seconds);
     /* ARGS as cuLaunchKernel's kernelParams: args[i] points at parameter i's value. */
     int (*launch)(Device *d, void *kernel, unsigned grid, unsigned block, void **args,
                   const DeviceSite *site);

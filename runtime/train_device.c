@@ -314,7 +314,9 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     if (load == TUNE_REFUSED) say_autotune(t, "%s: %s; tuning again", path, why);
     if (load == TUNE_NO_CACHE && keep) say_autotune(t, "%s", why);
     double budget = t->o->tune_budget_s > 0 ? t->o->tune_budget_s : AUTOTUNE_BUDGET_S;
-    say_autotune(t, "timing the launch shapes and GEMM algorithms of %s on %s (at most %g s)",
+    say_autotune(t, "timing the launch shapes and GEMM algorithms%s of %s on %s (at most %g s)",
+                 plan->gemm_kernels_from < plan->nkernels && b->d->arch >= 80
+                     ? " (generated GEMMs included)" : "",
                  t->p->model_name, b->d->name, budget);
     AutotuneReport r;
     if (autotune_run(b->e, plan, &feed, budget, &want, &r) != 0) {
@@ -323,6 +325,9 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     }
     say_autotune(t, "%d candidates timed for %d kernels and %d GEMMs in %.1f s", r.candidates,
                  r.kernels, r.gemms, r.seconds);
+    if (r.gemm_compile_s > 0)
+        say_autotune(t, "of which %.1f s compiled the generated GEMMs (%d kernels)",
+                     r.gemm_compile_s, plan->nkernels - plan->gemm_kernels_from);
     if (r.refused)
         say_autotune(t, "%d GEMM algorithm%s refused by the device (the error%s above) %s left out",
                      r.refused, r.refused == 1 ? "" : "s", r.refused == 1 ? " is" : "s are",

@@ -610,6 +610,23 @@ static TuneLoad load_choices(const Model *m, TuneFile *have, char *path, size_t 
     return load;
 }
 
+/* The cache (XDG_CACHE_HOME) in the test's directory NAME until cache_end, which puts
+ * back what cache_start returned (the variable's value before, or NULL). */
+static char *cache_start(const char *name)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    char *saved = xdg ? strdup(xdg) : NULL;
+    setenv("XDG_CACHE_HOME", tmp_path(name), 1);
+    return saved;
+}
+
+static void cache_end(char *saved)
+{
+    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    free(saved);
+}
+
 /* max-autotune on the emulation, which offers three GEMM algorithms (each the reference
  * GEMM): the first run times the candidates and writes the choices file, each choice one
  * of the candidates; the next runs read it back and run what it says (rewritten here:
@@ -618,13 +635,10 @@ static TuneLoad load_choices(const Model *m, TuneFile *have, char *path, size_t 
 static void check_autotune(const char *file, const Override *ov, int nov)
 {
     printf("max-autotune on the emulation: the choices file, and training bit for bit\n");
-    char want[256], got[256], cache[256], path[4200];
+    char want[256], got[256], path[4200];
     snprintf(want, sizeof want, "%s", tmp_path("default.safetensors"));
     snprintf(got, sizeof got, "%s", tmp_path("tuned.safetensors"));
-    snprintf(cache, sizeof cache, "%s", tmp_path("cache"));
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    char *saved_xdg = xdg ? strdup(xdg) : NULL;
-    setenv("XDG_CACHE_HOME", cache, 1);
+    char *saved_xdg = cache_start("cache");
     Model m;
     train_default(file, ov, nov, want);
 
@@ -699,9 +713,54 @@ static void check_autotune(const char *file, const Override *ov, int nov)
         tune_free(&have);
     }
     model_close(&m);
-    if (saved_xdg) setenv("XDG_CACHE_HOME", saved_xdg, 1);
-    else unsetenv("XDG_CACHE_HOME");
-    free(saved_xdg);
+    cache_end(saved_xdg);
+}
+
+/* max-autotune's generated tensor-core GEMMs in a whole training run: a choices file
+ * that gives every training GEMM a generated kernel (the tile shapes in turn) is read
+ * back, the GEMMs' module is loaded once, and the run trains as the default mode does,
+ * to the rounding of the kernels' own order of summation (2e-2, as the fp16 runs above).
+ * A file whose choices name no generated kernel loads nothing. */
+static void check_autotune_tiles(const char *file, const Override *ov, int nov)
+{
+    printf("max-autotune with generated GEMMs chosen: loaded once, trains as the default mode\n");
+    char want[256], got[256], path[4200], why[256];
+    snprintf(want, sizeof want, "%s", tmp_path("default.safetensors"));
+    snprintf(got, sizeof got, "%s", tmp_path("tiles.safetensors"));
+    char *saved_xdg = cache_start("tile-cache");
+    train_default(file, ov, nov, want);
+    mode = PLAN_MAX_AUTOTUNE;
+    Model m;
+    if (model_open(&m, file, ov, nov)) {
+        for (int with_tiles = 0; with_tiles < 2; with_tiles++) {
+            TuneFile t;
+            CHECK(tune_init(&t, m.p->model_name, m.d->arch, m.d->model,
+                            autotune_plan_hash(m.plan, m.p->cfg.batch), why, sizeof why));
+            autotune_heuristics(m.plan, (int64_t[8]){m.p->cfg.batch}, &t);
+            int tiles = 0;
+            for (int i = 0; i < t.nchoices && with_tiles; i++) {
+                if (t.choices[i].kind != TUNE_GEMM) continue;
+                char name[32];
+                plan_gemm_tile_name(tiles++ % PLAN_GEMM_TILES, name, sizeof name);
+                snprintf(t.choices[i].choice, sizeof t.choices[i].choice, "tile:%s", name);
+            }
+            CHECK(!with_tiles || tiles > 0);
+            CHECK_EQ_INT(tune_store(&t, path, sizeof path, why, sizeof why), 0);
+            tune_free(&t);
+            int loads = emu_device_kernel_loads(m.d), library = emu_device_gemm_calls(m.d, 0);
+            capture_start();
+            CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
+            const char *err = capture_end();
+            CHECK(strstr(err, "choices from ") != NULL && strstr(err, "timing the") == NULL);
+            if (!strstr(err, "choices from ")) fprintf(stderr, "%s", err);
+            CHECK_EQ_INT(emu_device_kernel_loads(m.d), loads + with_tiles);
+            /* the library still runs the evaluation's GEMMs, and every GEMM without tiles */
+            CHECK(emu_device_gemm_calls(m.d, 0) > library);
+            compare_checkpoints(got, want, with_tiles ? 2e-2 : 0.0);
+        }
+    }
+    model_close(&m);
+    cache_end(saved_xdg);
 }
 
 /* The step number in "... at step N (...". */
@@ -809,6 +868,10 @@ int main(int argc, char **argv)
     /* max-autotune: reduce-overhead with its launch shapes and GEMM algorithms tuned */
     check_autotune("mlp.net", mlp, 3);
     check_autotune("regression.net", reg, 4);     /* accumulation: train_micro tuned too */
+    /* generated GEMMs: mlp in fp16 (nt with bias and relu, nt, nn, tn) */
+    Override tiles[3] = {{"precision", "precision", "fp16"}, {"batch", "batch", "40"},
+                         {"steps", "steps", "12"}};
+    check_autotune_tiles("mlp.net", tiles, 3);
     mode = PLAN_DEFAULT;
     check_profile("regression.net", prof, 3);
     check_step_times();

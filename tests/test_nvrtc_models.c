@@ -1,7 +1,9 @@
 /* test_nvrtc_models.c: every model of models/ in every precision, planned in the eager
  * and the default (fused) mode, compiled whole by NVRTC for sm_80 and sm_90 (the cache
- * off, so NVRTC really runs). Any NVRTC error fails the test and shows the log
- * (cuda_compile prints it). No GPU. */
+ * off, so NVRTC really runs); and max-autotune's generated GEMMs (their own module) of
+ * mlp.net in f16 (sm_80) and bf16 (sm_90), which hold every kind the shipped models
+ * make (nt with bias and relu, nt, nn, tn; every tile shape). Any NVRTC error fails the test and shows the
+ * log (cuda_compile prints it). No GPU. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@ static const int ARCHS[] = {80, 90};
 static Plan *build_plan(IrProgram *p, PlanMode mode, const char *path)
 {
     if (mode == PLAN_EAGER) return plan_build(p, PLAN_EAGER, path);
-    CompileOptions o = {.mode = PLAN_DEFAULT, .net_path = path};
+    CompileOptions o = {.mode = mode, .net_path = path};
     Compiled c;
     if (compile_program(p, &o, &c) != 0) return NULL;
     Plan *plan = c.plan;
@@ -27,8 +29,10 @@ static Plan *build_plan(IrProgram *p, PlanMode mode, const char *path)
     return plan;
 }
 
+/* MODE's plan of PATH in PRECISION compiled for every arch: its module, or with GEMMS
+ * the generated GEMMs' module. */
 static void compile_model(const char *path, const char *name, const char *precision,
-                          PlanMode mode)
+                          PlanMode mode, bool gemms, const int *archs, size_t narchs)
 {
     Source *src = source_load(path);
     CHECK(src != NULL);
@@ -41,7 +45,7 @@ static void compile_model(const char *path, const char *name, const char *precis
         source_free(src);
         return;
     }
-    const char *mode_name = mode == PLAN_EAGER ? "eager" : "default";
+    const char *mode_name = gemms ? "generated GEMMs" : plan_mode_name(mode);
     Plan *plan = build_plan(p, mode, path);
     CHECK(plan != NULL);
     if (!plan) {
@@ -49,19 +53,21 @@ static void compile_model(const char *path, const char *name, const char *precis
         source_free(src);
         return;
     }
-    char *module = plan_module_source(plan);
-    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++) {
-        CudaCompileOptions opts = {.arch = ARCHS[i], .verbose = false, .emit_dir = NULL};
+    char *module = gemms ? plan_gemm_module_source(plan) : plan_module_source(plan);
+    int nkernels = gemms ? plan->nkernels - plan->gemm_kernels_from : plan->gemm_kernels_from;
+    CHECK(module != NULL && nkernels > 0);
+    for (size_t i = 0; module && i < narchs; i++) {
+        CudaCompileOptions opts = {.arch = archs[i], .verbose = false, .emit_dir = NULL};
         CudaCompileResult r;
         int rc = cuda_compile(module, name, &opts, &r);
         CHECK_EQ_INT(rc, 0);
         if (rc != 0) {
-            fprintf(stderr, "%s (%s, %s) failed for sm_%d\n", path, precision, mode_name, ARCHS[i]);
+            fprintf(stderr, "%s (%s, %s) failed for sm_%d\n", path, precision, mode_name, archs[i]);
             continue;
         }
         CHECK(r.cubin_size > 0 && !r.from_cache);
         printf("%s %s %s sm_%d: %d kernels, %zu-byte cubin in %.2f s\n", path, precision,
-               mode_name, ARCHS[i], plan->nkernels, r.cubin_size, r.seconds);
+               mode_name, archs[i], nkernels, r.cubin_size, r.seconds);
         free(r.cubin);
     }
     free(module);
@@ -92,9 +98,15 @@ int main(void)
         snprintf(path, sizeof path, "%s/%s", CGC_MODELS_DIR, names[i]->d_name);
         for (size_t k = 0; k < sizeof PRECISIONS / sizeof PRECISIONS[0]; k++)
             for (int mode = PLAN_EAGER; mode <= PLAN_DEFAULT; mode++)
-                compile_model(path, names[i]->d_name, PRECISIONS[k], (PlanMode)mode);
+                compile_model(path, names[i]->d_name, PRECISIONS[k], (PlanMode)mode, false, ARCHS,
+                              sizeof ARCHS / sizeof ARCHS[0]);
         free(names[i]);
     }
     if (n > 0) free(names);
+    char mlp[1024];
+    snprintf(mlp, sizeof mlp, "%s/mlp.net", CGC_MODELS_DIR);
+    /* one arch each (the module takes NVRTC about 12 s on a CI core): both types, both archs */
+    compile_model(mlp, "mlp.net", "fp16", PLAN_MAX_AUTOTUNE, true, &ARCHS[0], 1);
+    compile_model(mlp, "mlp.net", "bf16", PLAN_MAX_AUTOTUNE, true, &ARCHS[1], 1);
     return check_result();
 }

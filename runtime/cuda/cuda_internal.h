@@ -63,6 +63,7 @@ typedef struct CudaDevice {
     CUcontext ctx;              /* the primary context, shared with cuBLAS (runtime API) */
     CUstream stream;            /* non-blocking: every copy, launch and GEMM goes here */
     CUmodule module;
+    CUmodule more;              /* load_kernels' module (max-autotune's generated GEMMs) */
     cublasHandle_t blas;
     struct CudaLt *lt;          /* cuBLASLt, for GEMMs with an epilogue (gemm.c) */
     PinnedBlock *pinned;

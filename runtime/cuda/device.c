@@ -138,12 +138,32 @@ static int dev_kernel(Device *d, const char *name, void **handle)
     CUfunction f = NULL;
     *handle = NULL;
     CUresult r = cu.cuModuleGetFunction(&f, impl(d)->module, name);
+    if (r == CUDA_ERROR_NOT_FOUND && impl(d)->more)
+        r = cu.cuModuleGetFunction(&f, impl(d)->more, name);
     if (r != CUDA_SUCCESS) {
         DeviceSite site = {name, "lookup in the compiled module", NULL, 0};
         return cuda_check(r, "cuModuleGetFunction", &site);
     }
     *handle = f;
     return 0;
+}
+
+static int load_module(CudaDevice *cd, CUmodule *out, const void *cubin, size_t cubin_size);
+
+static int dev_load_kernels(Device *d, const char *source, const char *name, double *seconds)
+{
+    CudaDevice *cd = impl(d);
+    if (cd->more) {
+        fprintf(stderr, "cgc: error: load_kernels: %s: this device already holds a second module\n", name);
+        return -1;
+    }
+    CudaCompileOptions co = {.arch = d->arch};
+    CudaCompileResult r = {0};
+    int rc = cuda_compile(source, name, &co, &r);
+    if (rc == 0) rc = load_module(cd, &cd->more, r.cubin, r.cubin_size);
+    *seconds = r.seconds;
+    free(r.cubin);
+    return rc;
 }
 
 static void remember_launch(CudaDevice *cd, const DeviceSite *site)
@@ -315,6 +335,7 @@ static void dev_close(Device *d)
     cuda_gemm_close(cd);
     for (int i = 0; i < cd->npinned; i++) cu.cuMemFreeHost(cd->pinned[i].p);
     free(cd->pinned);
+    if (cd->more) CU(NULL, cuModuleUnload, cd->more);
     if (cd->module) CU(NULL, cuModuleUnload, cd->module);
     if (cd->stream) CU(NULL, cuStreamDestroy_v2, cd->stream);
     if (cd->ctx) CU(NULL, cuDevicePrimaryCtxRelease_v2, cd->dev);
@@ -332,6 +353,7 @@ static const DeviceOps cuda_ops = {
     .host_alloc = dev_host_alloc,
     .host_free = dev_host_free,
     .kernel = dev_kernel,
+    .load_kernels = dev_load_kernels,
     .launch = dev_launch,
     .gemm = cuda_gemm,
     .gemm_algos = cuda_gemm_algos,
@@ -375,14 +397,14 @@ static int read_free_memory(CudaDevice *cd)
     return 0;
 }
 
-static int load_module(CudaDevice *cd, const void *cubin, size_t cubin_size)
+static int load_module(CudaDevice *cd, CUmodule *out, const void *cubin, size_t cubin_size)
 {
     if (!cubin || cubin_size == 0) {
         fprintf(stderr, "cgc: error: cuda_open: no compiled module to load (cuda_compile "
                         "first)\n");
         return -1;
     }
-    CUresult r = cu.cuModuleLoadData(&cd->module, cubin);
+    CUresult r = cu.cuModuleLoadData(out, cubin);
     if (r == CUDA_SUCCESS) return 0;
     cuda_check(r, "cuModuleLoadData", NULL);
     int version = 0;
@@ -425,7 +447,7 @@ int cuda_open(int ordinal, const void *cubin, size_t cubin_size, Device **out)
     cd->base.ops = &cuda_ops;
     cd->base.impl = cd;
     cd->ordinal = ordinal;
-    if (open_context(cd) || load_module(cd, cubin, cubin_size) || cuda_gemm_init(cd) ||
+    if (open_context(cd) || load_module(cd, &cd->module, cubin, cubin_size) || cuda_gemm_init(cd) ||
         read_free_memory(cd)) {
         dev_close(&cd->base);
         return -1;

@@ -4,9 +4,10 @@
  * calling OS thread, switched by a few lines of assembly (x86-64: callee-saved registers
  * and the stack pointer, nothing else, so a switch costs nanoseconds; ucontext would make
  * a system call per switch). A thread runs until it finishes, reaches __syncthreads, or
- * reaches a warp shuffle; when every thread has stopped, the scheduler releases what can
- * be released: a warp whose live threads all wait at a shuffle, else the block when all
- * of its live threads wait at the same barrier. When nothing can be released, the
+ * reaches a warp shuffle or a tensor-core product; when every thread has stopped, the
+ * scheduler releases what can be released: a warp whose live threads all wait at a
+ * shuffle, or whose 32 threads all wait at a product (computed then, for the whole warp),
+ * else the block when all of its live threads wait at the same barrier. When nothing can be released, the
  * barrier can never complete (divergent code): the launch fails with a report of where
  * each thread waits.
  *
@@ -81,6 +82,7 @@ enum FiberState {
     F_READY,        /* may run: not started yet, or released */
     F_BARRIER,      /* waiting at __syncthreads */
     F_SHUFFLE,      /* waiting at a warp shuffle */
+    F_MMA,          /* waiting at a tensor-core product (cgc_emu_mma_16816) */
     F_DONE,
 };
 
@@ -100,6 +102,9 @@ struct Fiber {
     int shfl_kind, shfl_arg, shfl_width;
     unsigned shfl_mask;
     uint64_t shfl_in, shfl_out;
+    float *mma_d;                       /* F_MMA: the thread's fragments, on its stack */
+    const uint32_t *mma_a, *mma_b;
+    bool mma_bf16;
 };
 
 /* One launch at a time: the indices above are process globals. */
@@ -277,6 +282,56 @@ bool release_warp(unsigned w)
     return true;
 }
 
+/* The value of a 16-bit pattern: IEEE half, or bfloat16 (the top half of an f32). */
+float half_value(uint32_t h, bool bf16)
+{
+    if (bf16) return __uint_as_float(h << 16);
+    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f) return __uint_as_float(sign | 0x7f800000u | m << 13);
+    if (e == 0) return (sign ? -1.0f : 1.0f) * ldexpf((float)m, -24);   /* zero, subnormal */
+    return __uint_as_float(sign | (e + 112) << 23 | m << 13);
+}
+
+/* The 16-bit value at position HALF (0: low) of fragment register R. */
+float frag_value(uint32_t r, int half, bool bf16) { return half_value(half ? r >> 16 : r & 0xffff, bf16); }
+
+/* Warp W's product, when its 32 threads all wait at one: A (16x16) and B (16x8) put
+ * together from every lane's fragments (cgc_device.h's layout), then each lane's four
+ * values of D += A @ B. True when it did. */
+bool release_mma(unsigned w)
+{
+    unsigned first = w * WARP;
+    if (first + WARP > nthreads) return false;
+    for (unsigned i = first; i < first + WARP; i++)
+        if (fibers[i].state != F_MMA || fibers[i].mma_bf16 != fibers[first].mma_bf16) return false;
+    bool bf16 = fibers[first].mma_bf16;
+    float A[16][16], B[16][8];
+    for (unsigned lane = 0; lane < WARP; lane++) {
+        const Fiber *f = &fibers[first + lane];
+        int g = (int)lane / 4, t = (int)lane % 4;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = frag_value(f->mma_a[0], h, bf16);
+            A[g + 8][2 * t + h] = frag_value(f->mma_a[1], h, bf16);
+            A[g][2 * t + 8 + h] = frag_value(f->mma_a[2], h, bf16);
+            A[g + 8][2 * t + 8 + h] = frag_value(f->mma_a[3], h, bf16);
+            B[2 * t + h][g] = frag_value(f->mma_b[0], h, bf16);
+            B[2 * t + 8 + h][g] = frag_value(f->mma_b[1], h, bf16);
+        }
+    }
+    for (unsigned lane = 0; lane < WARP; lane++) {
+        Fiber *f = &fibers[first + lane];
+        int g = (int)lane / 4, t = (int)lane % 4;
+        for (int j = 0; j < 4; j++) {
+            int row = g + (j >= 2 ? 8 : 0), col = 2 * t + (j & 1);
+            float sum = f->mma_d[j];
+            for (int k = 0; k < 16; k++) sum += A[row][k] * B[k][col];
+            f->mma_d[j] = sum;
+        }
+        f->state = F_READY;
+    }
+    return true;
+}
+
 /* The block barrier completes when every live thread waits at the same __syncthreads. */
 bool release_barrier()
 {
@@ -300,6 +355,7 @@ void describe_wait(const Fiber *f, char *buf, size_t n)
 {
     if (f->state == F_BARRIER) snprintf(buf, n, "wait at __syncthreads %s:%d", f->bar_file, f->bar_line);
     else if (f->state == F_SHUFFLE) snprintf(buf, n, "wait at a warp shuffle");
+    else if (f->state == F_MMA) snprintf(buf, n, "wait at a tensor-core product (all 32 lanes must)");
     else snprintf(buf, n, "have finished");
 }
 
@@ -308,7 +364,7 @@ void report_deadlock(const char *name, unsigned block, unsigned grid)
 {
     fprintf(stderr,
             "cgc: error: CUDA emulation: kernel %s, block %u of %u: a barrier can never "
-            "complete (a __syncthreads or warp shuffle that not every thread reaches, "
+            "complete (a __syncthreads, warp shuffle or tensor-core product that not every thread reaches, "
             "e.g. inside a branch); the launch fails. Threads:\n",
             name ? name : "(unnamed)", block, grid);
     unsigned i = 0;
@@ -350,7 +406,7 @@ int run_block(unsigned block, unsigned grid, const char *name)
         }
         if (!any_live) return 0;
         bool released = false;
-        for (unsigned w = 0; w * WARP < nthreads; w++) released |= release_warp(w);
+        for (unsigned w = 0; w * WARP < nthreads; w++) released |= release_warp(w) || release_mma(w);
         if (!released) released = release_barrier();
         if (!released) {
             report_deadlock(name, block, grid);
@@ -382,6 +438,17 @@ extern "C" uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int 
     f->shfl_width = width;
     fiber_yield(f);
     return f->shfl_out;
+}
+
+extern "C" void cgc_emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16)
+{
+    Fiber *f = running_fiber("a tensor-core product");
+    f->state = F_MMA;
+    f->mma_d = d;
+    f->mma_a = a;
+    f->mma_b = b;
+    f->mma_bf16 = bf16;
+    fiber_yield(f);
 }
 
 extern "C" int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **),

@@ -8,8 +8,8 @@
  *
  * The execution model (cuda_emu.cpp): the blocks of a grid run one after another; the
  * threads of a block run as fibers on one OS thread and switch only at __syncthreads (a
- * barrier of the block's live threads) and at warp shuffles (a rendezvous of the live
- * threads of a warp of 32). So `__shared__` can be a function-local `static` (one block
+ * barrier of the block's live threads), at warp shuffles (a rendezvous of the live
+ * threads of a warp of 32) and at tensor-core products (a rendezvous of a whole warp). So `__shared__` can be a function-local `static` (one block
  * at a time owns it), atomics need no locking, and a kernel without barriers runs each
  * thread straight through. A barrier that can never complete fails the launch with a
  * message naming the kernel and block, instead of hanging.
@@ -31,6 +31,7 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 /* Blocks run one at a time, so a function-local static is per block. */
 #define __shared__ static
 /* __restrict__ is a GNU C++ keyword already. */
@@ -61,6 +62,11 @@ void cgc_emu_syncthreads(const char *file, int line);
 uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width);
 int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **), void **args,
                    const char *name);
+/* mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: a rendezvous of the whole warp (all
+ * 32 threads must reach it), after which each thread's D holds its fragment of
+ * D + A @ B, the fragments laid out as cgc_mma_16816 (cgc_device.h) says. The products
+ * are exact in f32 and summed in k order, in f32. */
+void cgc_emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
 }
 
 #define __syncthreads() cgc_emu_syncthreads(__FILE__, __LINE__)

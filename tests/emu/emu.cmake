@@ -44,6 +44,16 @@ foreach(t test_emu_models test_emu_models_asan)
   target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
 endforeach()
 
+# max-autotune's generated tensor-core GEMMs, each against the reference GEMM.
+cgc_emu_test(test_emu_gemm emu/test_emu_gemm.c cgc_emu_device emu)
+cgc_emu_test(test_emu_gemm_asan emu/test_emu_gemm.c cgc_emu_device_asan "emu;asan" --asan mlp:fp16:37)
+foreach(t test_emu_gemm test_emu_gemm_asan)
+  target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
+endforeach()
+# The same on a real GPU, against cuBLAS: label gpu, skipped (77) where none is usable.
+add_test(NAME test_gpu_gemm COMMAND test_emu_gemm --cuda)
+set_tests_properties(test_gpu_gemm PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
+
 # Models that exist for a shape the shipped ones lack (tests/emu/models/*.net, each saying
 # why), in every precision and mode.
 add_test(NAME test_emu_shapes COMMAND test_emu_models)

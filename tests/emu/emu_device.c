@@ -84,6 +84,7 @@ typedef struct EmuDevice {
     int gemm_algos;                     /* emu_device_gemm_algos */
     int refused_algo;                   /* emu_device_gemm_algos: one that fails, or 0 */
     int gemm_algo_calls[DEVICE_GEMM_ALGOS + 1];   /* GEMMs run, per GemmCall.algo */
+    int loads;                          /* load_kernels calls */
 } EmuDevice;
 
 struct DeviceFence {
@@ -183,6 +184,21 @@ static void *emu_host_alloc(Device *d, size_t bytes) { return malloc(bytes ? byt
 static void emu_host_free(Device *d, void *p) { free(p); }
 
 /* ---- kernels ---- */
+
+/* The shared object holds every kernel of the plan already (emu_build_plan): a second
+ * module only needs to be valid C++ for the emulation, which the build checked; what
+ * is counted is that the runtime asked (emu_device_kernel_loads). */
+static int emu_load_kernels(Device *d, const char *source, const char *name, double *seconds)
+{
+    *seconds = 0;
+    if (!source || !*source || impl(d)->loads > 0) {
+        fprintf(stderr, "cgc: error: CUDA emulation: load_kernels %s: %s\n", name,
+                impl(d)->loads ? "a second module is already loaded" : "empty source");
+        return -1;
+    }
+    impl(d)->loads++;
+    return 0;
+}
 
 static int emu_kernel(Device *d, const char *name, void **handle)
 {
@@ -301,7 +317,7 @@ static uint16_t f32_to_bf16(float x)
 }
 
 /* N elements of type T at SRC as f32 in DST; tf32-rounded when TF32. */
-static void widen(float *dst, const void *src, int64_t n, DType t, bool tf32)
+void emu_widen(float *dst, const void *src, int64_t n, DType t, bool tf32)
 {
     for (int64_t i = 0; i < n; i++) {
         float x = t == DT_F16    ? f16_to_f32(((const uint16_t *)src)[i])
@@ -311,7 +327,7 @@ static void widen(float *dst, const void *src, int64_t n, DType t, bool tf32)
     }
 }
 
-static void narrow(void *dst, const float *src, int64_t n, DType t)
+void emu_narrow(void *dst, const float *src, int64_t n, DType t)
 {
     for (int64_t i = 0; i < n; i++) {
         if (t == DT_F16) ((uint16_t *)dst)[i] = f32_to_f16(src[i]);
@@ -328,7 +344,7 @@ static bool gemm_type_ok(DType t) { return t == DT_F32 || t == DT_F16 || t == DT
 static void epilogue(float *c, float *aux, const GemmCall *g)
 {
     float *bias = malloc((size_t)g->n * sizeof(float));
-    widen(bias, (const void *)(uintptr_t)g->bias, g->n, g->bias_type, false);
+    emu_widen(bias, (const void *)(uintptr_t)g->bias, g->n, g->bias_type, false);
     for (int64_t i = 0; i < g->m * g->n; i++) {
         float x = c[i] + bias[i % g->n];
         if (aux) aux[i] = x;
@@ -394,16 +410,16 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
         const char *pa = (const char *)(uintptr_t)g->a + (size_t)(i * g->stride_a) * as;
         const char *pb = (const char *)(uintptr_t)g->b + (size_t)(i * g->stride_b) * bs;
         char *pc = (char *)(uintptr_t)g->c + (size_t)(i * g->stride_c) * cs;
-        widen(a, pa, an, g->a_type, tf32);
-        widen(b, pb, bn, g->b_type, tf32);
+        emu_widen(a, pa, an, g->a_type, tf32);
+        emu_widen(b, pb, bn, g->b_type, tf32);
         if (g->k == 0) memset(c, 0, (size_t)cn * sizeof(float));
         else if (cn)
             cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
                         g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n,
                         (int)g->k, 1, a, lda, b, ldb, 0, c, (int)g->n);
         if (g->epilogue != GEMM_EPI_NONE) epilogue(c, aux, g);
-        if (aux) narrow((void *)(uintptr_t)g->aux, aux, cn, g->c_type);
-        narrow(pc, c, cn, g->c_type);
+        if (aux) emu_narrow((void *)(uintptr_t)g->aux, aux, cn, g->c_type);
+        emu_narrow(pc, c, cn, g->c_type);
     }
     free(a), free(b), free(c), free(aux);
     return 0;
@@ -538,6 +554,7 @@ static const DeviceOps emu_ops = {
     .host_alloc = emu_host_alloc,
     .host_free = emu_host_free,
     .kernel = emu_kernel,
+    .load_kernels = emu_load_kernels,
     .launch = emu_launch,
     .gemm = emu_gemm,
     .gemm_algos = emu_gemm_algos,
@@ -598,6 +615,12 @@ void emu_device_gemm_algos(Device *d, int count, int refused)
     CGC_ASSERT(refused >= 0 && refused <= count);
     impl(d)->gemm_algos = count;
     impl(d)->refused_algo = refused;
+}
+
+int emu_device_kernel_loads(Device *d)
+{
+    CGC_ASSERT(d->ops == &emu_ops);
+    return impl(d)->loads;
 }
 
 int emu_device_gemm_calls(Device *d, int algo)

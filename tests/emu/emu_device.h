@@ -30,6 +30,15 @@ void emu_device_gemm_algos(Device *d, int count, int refused);
 /* GEMMs D has run with GemmCall.algo == ALGO (recorded graphs' GEMMs count when replayed). */
 int emu_device_gemm_calls(Device *d, int algo);
 
+/* Conversions of the emulation's reference GEMM: N values of type T (f32, f16, bf16) to
+ * f32 (tf32-rounded when TF32), and f32 to T, rounded to nearest even. */
+void emu_widen(float *dst, const void *src, int64_t n, DType t, bool tf32);
+void emu_narrow(void *dst, const float *src, int64_t n, DType t);
+
+/* How many times a runtime asked D to load a second module (DeviceOps.load_kernels:
+ * max-autotune's generated GEMMs), which the emulation's shared object already holds. */
+int emu_device_kernel_loads(Device *d);
+
 /* Writes PLAN's kernels (plan_emit) and their thunks (plan_emit_emu_thunks) to a new
  * temporary directory and compiles them with the emulator into DIR/kernels.so, with
  * -fsanitize=address when ASAN. SO_PATH (room for 256 bytes) receives the path. Returns

@@ -1,0 +1,344 @@
+/* gemm_tc.c: the generated tensor-core GEMMs of max-autotune (plan.h).
+ *
+ * For each plain GEMM of the training graphs with f16 or bf16 operands, one kernel per
+ * tile shape of plan_gemm_tiles computes C = epilogue(op(A) @ op(B)) as the library
+ * call would: f32 accumulation on the tensor cores (mma.sync m16n8k16), then the bias,
+ * the activation (relu) and one rounding to C's type, all in the registers that hold the
+ * accumulators, so the epilogue costs no pass over C.
+ *
+ * The kernel, for a BM x BN tile of C per block (grid-stride over the tiles, row-major
+ * order so that neighbouring blocks share A's rows):
+ *   - k advances BK = 32 at a time through two shared-memory stages: while the warps
+ *     multiply one stage, cp.async fills the other (cgc_tile_load, cgc_device.h);
+ *   - each operand's stage keeps its global layout (the contiguous dimension stays
+ *     contiguous, so every copy is 16 bytes wide), and the fragment reads follow it: a
+ *     register pair is one 32-bit read where k is contiguous, two 16-bit reads where it
+ *     is not;
+ *   - the block's warps split the tile WARPS_M x WARPS_N; a warp's (BM / WARPS_M) x
+ *     (BN / WARPS_N) is a grid of 16 x 8 products.
+ * Kernels depend only on the transposes, the types, the epilogue and the tile, never on
+ * the sizes (m, n, k are parameters), so GEMMs of one kind share their kernels across
+ * layers and graphs, and the comment lists every GEMM a kernel serves.
+ */
+#include "codegen_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* From small tiles (more blocks for the small batches of a training step) to large (more
+ * reuse for wide layers). Each warp's part is a multiple of 16 x 8; the two stages of
+ * the largest take 40 KiB of the 48 KiB of static shared memory. */
+const PlanGemmTile plan_gemm_tiles[PLAN_GEMM_TILES] = {
+    { .bm = 32, .bn = 64, .bk = 32, .warps_m = 1, .warps_n = 2 },
+    { .bm = 64, .bn = 64, .bk = 32, .warps_m = 2, .warps_n = 2 },
+    { .bm = 128, .bn = 64, .bk = 32, .warps_m = 2, .warps_n = 2 },
+    { .bm = 128, .bn = 128, .bk = 32, .warps_m = 2, .warps_n = 2 },
+};
+
+void plan_gemm_tile_name(int tile, char *buf, size_t len)
+{
+    CGC_ASSERT(tile >= 0 && tile < PLAN_GEMM_TILES);
+    const PlanGemmTile *t = &plan_gemm_tiles[tile];
+    snprintf(buf, len, "%dx%dx%d", t->bm, t->bn, t->bk);
+}
+
+unsigned plan_gemm_tile_grid(int tile, int64_t m, int64_t n)
+{
+    CGC_ASSERT(tile >= 0 && tile < PLAN_GEMM_TILES);
+    const PlanGemmTile *t = &plan_gemm_tiles[tile];
+    int64_t tiles = ((m + t->bm - 1) / t->bm) * ((n + t->bn - 1) / t->bn);
+    if (tiles > 0x7fffffff) tiles = 0x7fffffff;
+    return tiles < 1 ? 1u : (unsigned)tiles;
+}
+
+bool plan_gemm_generable(const PlanGemm *g)
+{
+    bool half = g->a_type == DT_F16 || g->a_type == DT_BF16;
+    bool c_ok = g->c_type == DT_F32 || g->c_type == DT_F16 || g->c_type == DT_BF16;
+    /* Of the epilogues, those a training graph's f16/bf16 GEMMs have: a gelu epilogue
+     * forms only where nothing reads the sum before it (never where a backward does), or
+     * with aux in f32 (test_gemm_group), so it stays with the library. */
+    bool epi = g->epilogue == GEMM_EPI_NONE || (g->epilogue == GEMM_EPI_RELU_BIAS && g->bias >= 0);
+    return g->batch.rank == 0 && half && g->b_type == g->a_type && g->compute == GEMM_F32_ACCUM &&
+           c_ok && epi && g->aux < 0;
+}
+
+/* ---- what a kernel depends on ---- */
+
+typedef struct GemmSpec {
+    bool trans_a, trans_b;
+    DType in_type, c_type, bias_type;
+    GemmEpilogue epilogue;
+    int tile;
+} GemmSpec;
+
+static GemmSpec spec_of(const PlanGemm *g, int tile)
+{
+    bool epi = g->epilogue != GEMM_EPI_NONE;
+    return (GemmSpec){ .trans_a = g->trans_a, .trans_b = g->trans_b, .in_type = g->a_type,
+                       .c_type = g->c_type, .bias_type = epi ? g->bias_type : DT_F32,
+                       .epilogue = g->epilogue, .tile = tile };
+}
+
+static bool spec_eq(const GemmSpec *x, const GemmSpec *y)
+{
+    return x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->in_type == y->in_type &&
+           x->c_type == y->c_type && x->bias_type == y->bias_type &&
+           x->epilogue == y->epilogue && x->tile == y->tile;
+}
+
+static const char *epilogue_word(GemmEpilogue e)
+{
+    switch (e) {
+    case GEMM_EPI_NONE: return "";
+    case GEMM_EPI_BIAS: return "_bias";
+    case GEMM_EPI_RELU_BIAS: return "_bias_relu";
+    case GEMM_EPI_GELU_BIAS: break;    /* not generated (plan_gemm_generable) */
+    }
+    CGC_INTERNAL("unknown GEMM epilogue %d", (int)e);
+}
+
+/* "gemm_tc_nt_f16_to_f16_bias_relu_64x64x32": layouts, types, epilogue, tile. */
+static void spec_name(const GemmSpec *s, char *buf, size_t len)
+{
+    char tile[32], bias[16] = "";
+    plan_gemm_tile_name(s->tile, tile, sizeof tile);
+    if (s->epilogue != GEMM_EPI_NONE && s->bias_type != s->c_type)
+        snprintf(bias, sizeof bias, "_%s", ir_dtype_name(s->bias_type));
+    snprintf(buf, len, "gemm_tc_%c%c_%s_to_%s%s%s_%s", s->trans_a ? 't' : 'n',
+             s->trans_b ? 't' : 'n', ir_dtype_name(s->in_type), ir_dtype_name(s->c_type),
+             epilogue_word(s->epilogue), bias, tile);
+}
+
+/* ---- the kernel's text ---- */
+
+static void render_formula(StrBuf *o, const GemmSpec *s)
+{
+    const char *product = s->trans_a ? (s->trans_b ? "A^T @ B^T" : "A^T @ B")
+                                     : (s->trans_b ? "A @ B^T" : "A @ B");
+    switch (s->epilogue) {
+    case GEMM_EPI_NONE: sb_printf(o, "C = %s", product); break;
+    case GEMM_EPI_BIAS: sb_printf(o, "C = %s + bias", product); break;
+    case GEMM_EPI_RELU_BIAS: sb_printf(o, "C = relu(%s + bias)", product); break;
+    case GEMM_EPI_GELU_BIAS: CGC_INTERNAL("gelu epilogues are not generated");
+    }
+    sb_printf(o, ", on tensor cores:\n *   A %s %s, B %s %s, C [m, n] %s",
+              s->trans_a ? "[k, m]" : "[m, k]", ir_dtype_name(s->in_type),
+              s->trans_b ? "[n, k]" : "[k, n]", ir_dtype_name(s->in_type), ir_dtype_name(s->c_type));
+    if (s->epilogue != GEMM_EPI_NONE) sb_printf(o, ", bias [n] %s", ir_dtype_name(s->bias_type));
+    sb_puts(o, ".\n");
+}
+
+/* The loads of stage S (0 or 1, an expression) for k from K0 (an expression). */
+static void render_loads(StrBuf *o, const GemmSpec *s, const char *indent, const char *stage,
+                         const char *k0)
+{
+    if (s->trans_a)
+        sb_printf(o, "%scgc_tile_load<BK, BM, THREADS>(sa[%s], a16, k, m, %s, m0);\n", indent, stage, k0);
+    else
+        sb_printf(o, "%scgc_tile_load<BM, BK, THREADS>(sa[%s], a16, m, k, m0, %s);\n", indent, stage, k0);
+    if (s->trans_b)
+        sb_printf(o, "%scgc_tile_load<BN, BK, THREADS>(sb[%s], b16, n, k, n0, %s);\n", indent, stage, k0);
+    else
+        sb_printf(o, "%scgc_tile_load<BK, BN, THREADS>(sb[%s], b16, k, n, %s, n0);\n", indent, stage, k0);
+}
+
+/* One fragment register from stage s: the values at (row R, k KK) and (R, KK + 1) of
+ * op(X), as X's stage holds them. */
+static void render_pair(StrBuf *o, const char *stage, bool k_contiguous, const char *r,
+                        const char *kk)
+{
+    if (k_contiguous) sb_printf(o, "cgc_pair_at(&%s[s][%s][%s])", stage, r, kk);
+    else sb_printf(o, "cgc_pair(%s[s][%s][%s], %s[s][%s + 1][%s])", stage, kk, r, stage, kk, r);
+}
+
+static void render_fragments(StrBuf *o, const GemmSpec *s)
+{
+    static const char *const a_at[4][2] = { { "r", "kk" }, { "r + 8", "kk" },
+                                            { "r", "kk + 8" }, { "r + 8", "kk + 8" } };
+    sb_puts(o, "#pragma unroll\n"
+               "                for (int i = 0; i < MT; i++) {\n"
+               "                    const int r = wm + i * 16 + g;\n");
+    for (int q = 0; q < 4; q++) {
+        sb_printf(o, "                    fa[i][%d] = ", q);
+        render_pair(o, "sa", !s->trans_a, a_at[q][0], a_at[q][1]);
+        sb_puts(o, ";\n");
+    }
+    sb_puts(o, "                }\n"
+               "#pragma unroll\n"
+               "                for (int j = 0; j < NT; j++) {\n"
+               "                    const int col = wn + j * 8 + g;\n");
+    for (int q = 0; q < 2; q++) {
+        sb_printf(o, "                    fb[j][%d] = ", q);
+        render_pair(o, "sb", s->trans_b, "col", q ? "kk + 8" : "kk");
+        sb_puts(o, ";\n");
+    }
+    sb_puts(o, "                }\n");
+}
+
+static void render_epilogue(StrBuf *o, const GemmSpec *s)
+{
+    const char *in = "                    ";
+    sb_printf(o, "%sfloat v = acc[i][j][e];\n", in);
+    if (s->epilogue == GEMM_EPI_NONE) {
+        sb_printf(o, "%scgc_store(&c[row * n + col], v);\n", in);
+        return;
+    }
+    sb_printf(o, "%sv += cgc_load(bias[col]);\n", in);
+    if (s->epilogue == GEMM_EPI_RELU_BIAS) sb_printf(o, "%sv = v < 0.0f ? 0.0f : v;\n", in);
+    sb_printf(o, "%scgc_store(&c[row * n + col], v);\n", in);
+}
+
+static char *render(const GemmSpec *s, const char *name, const char *uses)
+{
+    const PlanGemmTile *t = &plan_gemm_tiles[s->tile];
+    int warps = t->warps_m * t->warps_n, wtm = t->bm / t->warps_m, wtn = t->bn / t->warps_n;
+    CGC_ASSERT(wtm % 16 == 0 && wtn % 8 == 0 && t->bk % 16 == 0);
+    DType bias = s->epilogue != GEMM_EPI_NONE ? s->bias_type : s->c_type;
+    StrBuf o = { 0 };
+    sb_puts(&o, uses);
+    sb_puts(&o, " *\n * ");
+    render_formula(&o, s);
+    sb_printf(&o, " * A block per %dx%d tile of C (grid-stride), %d warps of %dx%d, k %d at a time\n"
+                  " * through two shared-memory stages filled by cp.async; mma.sync m16n8k16 with f32\n"
+                  " * accumulation, the epilogue on the accumulators, one rounding to C's type. */\n",
+              t->bm, t->bn, warps, wtm, wtn, t->bk);
+    sb_printf(&o, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(\n", 32 * warps, name);
+    sb_printf(&o, "    %s__restrict__ c,\n    %s__restrict__ a,\n    %s__restrict__ b,\n"
+                  "    %s__restrict__ bias,\n    %s__restrict__ aux,\n"
+                  "    int64_t m, int64_t n, int64_t k)\n{\n",
+              cuda_storage_ctype(s->c_type, false), cuda_storage_ctype(s->in_type, true),
+              cuda_storage_ctype(s->in_type, true), cuda_storage_ctype(bias, true),
+              cuda_storage_ctype(s->c_type, false));
+    sb_printf(&o, "    enum { BM = %d, BN = %d, BK = %d, THREADS = %d, MT = %d, NT = %d };\n",
+              t->bm, t->bn, t->bk, 32 * warps, wtm / 16, wtn / 8);
+    sb_printf(&o, "    __shared__ __align__(16) unsigned short sa[2][%s][%s + 8];   /* op(A), %s */\n",
+              s->trans_a ? "BK" : "BM", s->trans_a ? "BM" : "BK",
+              s->trans_a ? "m contiguous" : "k contiguous");
+    sb_printf(&o, "    __shared__ __align__(16) unsigned short sb[2][%s][%s + 8];   /* op(B), %s */\n",
+              s->trans_b ? "BN" : "BK", s->trans_b ? "BK" : "BN",
+              s->trans_b ? "k contiguous" : "n contiguous");
+    sb_printf(&o, "    const unsigned short *a16 = (const unsigned short *)a, *b16 = (const unsigned short *)b;\n"
+                  "    const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32, g = lane / 4, t = lane %% 4;\n"
+                  "    const int wm = warp / %d * %d, wn = warp %% %d * %d;   /* the warp's part of the tile */\n",
+              t->warps_n, wtm, t->warps_n, wtn);
+    sb_puts(&o, "    const int64_t tiles_n = (n + BN - 1) / BN, tiles = (m + BM - 1) / BM * tiles_n;\n"
+                "    const int64_t steps = (k + BK - 1) / BK;\n"
+                "    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {\n"
+                "        const int64_t m0 = tile / tiles_n * BM, n0 = tile % tiles_n * BN;\n"
+                "        float acc[MT][NT][4];\n"
+                "#pragma unroll\n"
+                "        for (int i = 0; i < MT; i++)\n"
+                "#pragma unroll\n"
+                "            for (int j = 0; j < NT; j++)\n"
+                "#pragma unroll\n"
+                "                for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;\n"
+                "        if (steps > 0) {\n");
+    render_loads(&o, s, "            ", "0", "0");
+    sb_puts(&o, "        }\n"
+                "        cgc_cp_async_commit();\n"
+                "        for (int64_t step = 0; step < steps; step++) {\n"
+                "            const int s = (int)(step & 1);\n"
+                "            if (step + 1 < steps) {   /* the next stage, while this one is used */\n");
+    render_loads(&o, s, "                ", "s ^ 1", "(step + 1) * BK");
+    sb_puts(&o, "            }\n"
+                "            cgc_cp_async_commit();\n"
+                "            cgc_cp_async_wait_prior();   /* this stage has landed */\n"
+                "            __syncthreads();\n"
+                "#pragma unroll\n"
+                "            for (int ks = 0; ks < BK; ks += 16) {\n"
+                "                const int kk = ks + 2 * t;\n"
+                "                uint32_t fa[MT][4], fb[NT][2];\n");
+    render_fragments(&o, s);
+    sb_printf(&o, "#pragma unroll\n"
+                  "                for (int i = 0; i < MT; i++)\n"
+                  "#pragma unroll\n"
+                  "                    for (int j = 0; j < NT; j++) cgc_mma_16816(acc[i][j], fa[i], fb[j], %s);\n"
+                  "            }\n"
+                  "            __syncthreads();   /* before the next loads overwrite this stage */\n"
+                  "        }\n",
+              s->in_type == DT_BF16 ? "true" : "false");
+    sb_puts(&o, "#pragma unroll\n"
+                "        for (int i = 0; i < MT; i++)\n"
+                "#pragma unroll\n"
+                "            for (int j = 0; j < NT; j++)\n"
+                "#pragma unroll\n"
+                "                for (int e = 0; e < 4; e++) {\n"
+                "                    const int64_t row = m0 + wm + i * 16 + g + (e >= 2 ? 8 : 0);\n"
+                "                    const int64_t col = n0 + wn + j * 8 + 2 * t + (e & 1);\n"
+                "                    if (row >= m || col >= n) continue;\n");
+    render_epilogue(&o, s);
+    sb_puts(&o, "                }\n    }\n}\n");
+    return o.s;
+}
+
+/* ---- adding them to a plan ---- */
+
+typedef struct GemmKernel {
+    GemmSpec spec;
+    StrBuf uses;
+    int nuses;
+    int kernel;         /* its index in the plan */
+} GemmKernel;
+
+static const char *const graph_word[PG_NUM] = { "train", "train_micro", "eval", "forward" };
+
+static void set_params(PlanKernel *k, const GemmSpec *s)
+{
+    DType bias = s->epilogue != GEMM_EPI_NONE ? s->bias_type : s->c_type;
+    const char *ct[] = { cuda_storage_ctype(s->c_type, false), cuda_storage_ctype(s->in_type, true),
+                         cuda_storage_ctype(s->in_type, true), cuda_storage_ctype(bias, true),
+                         cuda_storage_ctype(s->c_type, false), "int64_t", "int64_t", "int64_t" };
+    k->nparams = (int)(sizeof ct / sizeof ct[0]);
+    for (int i = 0; i < k->nparams; i++) {
+        k->param[i] = i < 5 ? PP_PTR : PP_I64;
+        k->param_ctype[i] = ct[i];
+    }
+}
+
+void plan_add_gemm_kernels(Plan *plan)
+{
+    GemmKernel *gk = NULL;
+    int n = 0, cap = 0;
+    for (int gid = 0; gid < PG_NUM; gid++) {
+        PlanGraph *pg = &plan->graph[gid];
+        for (int i = 0; i < pg->nsteps; i++) {
+            PlanStep *st = &pg->steps[i];
+            if (st->kind != STEP_GEMM) continue;
+            for (int t = 0; t < PLAN_GEMM_TILES; t++) st->gemm.tile_kernel[t] = -1;
+            if ((gid != PG_TRAIN && gid != PG_TRAIN_MICRO) || !plan_gemm_generable(&st->gemm))
+                continue;
+            for (int t = 0; t < PLAN_GEMM_TILES; t++) {
+                GemmSpec s = spec_of(&st->gemm, t);
+                int k = 0;
+                while (k < n && !spec_eq(&gk[k].spec, &s)) k++;
+                if (k == n) {
+                    if (n == cap) {
+                        cap = cap ? 2 * cap : 16;
+                        gk = xrealloc(gk, (size_t)cap * sizeof *gk);
+                    }
+                    gk[n++] = (GemmKernel){ .spec = s, .kernel = plan->nkernels + k };
+                }
+                st->gemm.tile_kernel[t] = gk[k].kernel;
+                if (gk[k].nuses++ < 6)
+                    sb_printf(&gk[k].uses, "%s %s line %d: %s (%s graph)\n", gk[k].nuses == 1 ? "/*" : " *",
+                              plan->source_name, st->loc.line, st->what, graph_word[gid]);
+                else if (gk[k].nuses == 7)
+                    sb_puts(&gk[k].uses, " * and more\n");
+            }
+        }
+    }
+    plan->kernels = xrealloc(plan->kernels, (size_t)(plan->nkernels + n + 1) * sizeof *plan->kernels);
+    for (int k = 0; k < n; k++) {
+        PlanKernel *pk = &plan->kernels[plan->nkernels++];
+        char name[96];
+        memset(pk, 0, sizeof *pk);
+        spec_name(&gk[k].spec, name, sizeof name);
+        pk->name = xstrdup(name);
+        pk->block = 32 * plan_gemm_tiles[gk[k].spec.tile].warps_m * plan_gemm_tiles[gk[k].spec.tile].warps_n;
+        set_params(pk, &gk[k].spec);
+        pk->source = render(&gk[k].spec, name, gk[k].uses.s);
+        sb_free(&gk[k].uses);
+    }
+    free(gk);
+}

@@ -1,0 +1,256 @@
+/* test_emu_gemm.c: max-autotune's generated tensor-core GEMMs (codegen/gemm_tc.c) on the
+ * CUDA emulation, each against the reference GEMM (OpenBLAS in f32, the emulated
+ * device's library call).
+ *
+ * For each model and precision below: the max-autotune plan, every buffer filled with
+ * random values exact in f16 and bf16 (k / 256, k in [-256, 256], never all zero), then
+ * for every GEMM step of the training graphs that has generated kernels: the step through
+ * the library, then through each tile shape's kernel with C (and aux) first filled with
+ * NaN, so that an element a kernel fails to write cannot pass. The batches are no
+ * multiple of any tile, so every kernel meets partial tiles in m, and in k where the
+ * batch is the GEMM's k (weight gradients); odd widths (10 logits) take the copy path
+ * that is not cp.async. The emulation gives the mma fragments the PTX ISA's layout
+ * (cuda_emu.h), so this checks the kernels' indexing, tiling, pipeline and epilogues.
+ * With --cuda the same comparisons run on the first CUDA device, against cuBLAS (the
+ * `gpu` test test_gpu_gemm, which exits 77 where there is none): that checks the
+ * fragment layout itself on the hardware.
+ *
+ *     test_emu_gemm [--asan | --cuda] [MODEL:PRECISION:BATCH ...]
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/compile.h"
+#include "compiler/pipeline.h"
+#include "runtime/devexec.h"
+#include "runtime/device.h"
+#include "tests/check.h"
+#include "tests/emu/emu_device.h"
+
+static bool asan, on_cuda;
+static int cuda_arch;
+static int kernels_run[PLAN_GEMM_TILES];
+static int epilogues_run[GEMM_EPI_GELU_BIAS + 1];
+
+/* ---- values: exact in f16 and bf16 ---- */
+
+static uint64_t next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float random_value(uint64_t *s) { return (float)((int)(next(s) % 513) - 256) / 256.0f; }
+
+/* Every buffer of the plan (but views) filled with random values of its type. */
+static void fill_buffers(const Plan *plan, DevExec *e, const int64_t *symmax, uint64_t *rng)
+{
+    Device *d = devexec_device(e);
+    for (int b = 0; b < plan->nbuffers; b++) {
+        size_t bytes = plan_buffer_bytes(plan, b, symmax);
+        DType t = plan->buffers[b].dtype;
+        if (bytes == 0 || plan->buffers[b].kind == PB_COUNTER || plan->buffers[b].kind == PB_STEP)
+            continue;
+        int64_t n = (int64_t)(bytes / ir_dtype_size(t));
+        void *v = malloc(bytes);
+        float *x = malloc((size_t)n * sizeof *x);
+        for (int64_t i = 0; i < n; i++) x[i] = random_value(rng);
+        if (t == DT_I32)
+            for (int64_t i = 0; i < n; i++) ((int32_t *)v)[i] = (int32_t)(next(rng) % 10);
+        else
+            emu_narrow(v, x, n, t);     /* exact: every value is one of the type's */
+        CHECK_EQ_INT(d->ops->upload(d, devexec_buffer(e, b), v, bytes), 0);
+        free(x);
+        free(v);
+    }
+}
+
+/* ---- one GEMM ---- */
+
+typedef struct Matrix {
+    DevPtr at;
+    size_t bytes;
+    void *want, *got;
+} Matrix;
+
+static void poison(Device *d, Matrix *x)
+{
+    void *nan = malloc(x->bytes);
+    memset(nan, 0xff, x->bytes);    /* NaN in f32, f16 and bf16 */
+    CHECK_EQ_INT(d->ops->upload(d, x->at, nan, x->bytes), 0);
+    free(nan);
+}
+
+/* GOT against WANT, N values of type T: within the rounding of T (one unit of C's type
+ * for a different order of the f32 sums, and a little of the whole matrix's scale for
+ * sums that cancel). Returns the mismatches, reporting the first. */
+static int compare(const Matrix *x, DType t, int64_t n, const char *what)
+{
+    double scale = 0, rel = t == DT_F32 ? 1e-4 : t == DT_F16 ? 2e-3 : 1.6e-2;
+    float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+    emu_widen(want, x->want, n, t, false);
+    emu_widen(got, x->got, n, t, false);
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double w = want[i], g = got[i];
+        if (!(fabs(g - w) <= rel * fabs(w) + 1e-3 * scale)) {   /* NaN fails */
+            if (bad++ == 0)
+                fprintf(stderr, "  %s: element %lld is %.6g, the library's %.6g (scale %.3g)\n",
+                        what, (long long)i, g, w, scale);
+        }
+    }
+    free(want);
+    free(got);
+    return bad;
+}
+
+static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGraphId gid, int i)
+{
+    Device *d = devexec_device(e);
+    const PlanStep *s = &plan->graph[gid].steps[i];
+    GemmCall call = devexec_gemm_call(e, s);
+    Matrix c = {.at = call.c, .bytes = (size_t)(call.m * call.n) * ir_dtype_size(s->gemm.c_type)};
+    Matrix aux = {.at = call.aux, .bytes = call.aux ? c.bytes : 0};
+    Matrix *out[2] = {&c, call.aux ? &aux : NULL};
+    for (int o = 0; o < 2 && out[o]; o++) {
+        out[o]->want = malloc(out[o]->bytes);
+        out[o]->got = malloc(out[o]->bytes);
+    }
+    CHECK_EQ_INT(devexec_step(e, gid, i, feed, &(DevStepChoice){0}), 0);
+    for (int o = 0; o < 2 && out[o]; o++)
+        CHECK_EQ_INT(d->ops->download(d, out[o]->want, out[o]->at, out[o]->bytes), 0);
+    for (int t = 0; t < PLAN_GEMM_TILES; t++) {
+        if (s->gemm.tile_kernel[t] < 0) continue;
+        const char *name = plan->kernels[s->gemm.tile_kernel[t]].name;
+        for (int o = 0; o < 2 && out[o]; o++) poison(d, out[o]);
+        CHECK_EQ_INT(devexec_step(e, gid, i, feed, &(DevStepChoice){.tile = t + 1}), 0);
+        char what[256];
+        for (int o = 0; o < 2 && out[o]; o++) {
+            CHECK_EQ_INT(d->ops->download(d, out[o]->got, out[o]->at, out[o]->bytes), 0);
+            snprintf(what, sizeof what, "%s (%s, m %lld n %lld k %lld)%s", name, s->what,
+                     (long long)call.m, (long long)call.n, (long long)call.k, o ? ", aux" : "");
+            int bad = compare(out[o], s->gemm.c_type, call.m * call.n, what);
+            CHECK_EQ_INT(bad, 0);
+        }
+        kernels_run[t]++;
+        epilogues_run[s->gemm.epilogue]++;
+    }
+    for (int o = 0; o < 2 && out[o]; o++) {
+        free(out[o]->want);
+        free(out[o]->got);
+    }
+}
+
+/* ---- one case ---- */
+
+/* The plan's module on the device this run checks: built into a .so (SO) for the
+ * emulation, or compiled by NVRTC and loaded on cuda:0. */
+static int open_device(const Plan *plan, char *so, size_t so_len, Device **d)
+{
+    if (!on_cuda) return emu_build_plan(plan, asan, so, so_len) == 0 ? emu_device_open(so, d) : -1;
+    char *source = plan_module_source(plan);
+    CudaCompileResult r = {0};
+    int rc = cuda_compile(source, plan->p->model_name, &(CudaCompileOptions){.arch = cuda_arch}, &r);
+    free(source);
+    if (rc == 0) rc = cuda_open(0, r.cubin, r.cubin_size, d);
+    free(r.cubin);
+    return rc;
+}
+
+static void check_case(const char *model, const char *precision, int64_t batch)
+{
+    printf("%s, %s, batch %lld\n", model, precision, (long long)batch);
+    fflush(stdout);
+    char path[4200], b[32];
+    snprintf(path, sizeof path, "%s/%s.net", CGC_MODELS_DIR, model);
+    snprintf(b, sizeof b, "%lld", (long long)batch);
+    Override ov[2] = {{"precision", "precision", precision}, {"batch", "batch", b}};
+    Source *src = source_load(path);
+    IrProgram *p = src ? pipeline_compile(src, ov, 2) : NULL;
+    CHECK(p != NULL);
+    if (!p) {
+        if (src) source_free(src);
+        return;
+    }
+    Compiled compiled;
+    CHECK_EQ_INT(compile_program(p, &(CompileOptions){.mode = PLAN_MAX_AUTOTUNE, .net_path = path},
+                                 &compiled), 0);
+    const Plan *plan = compiled.plan;
+    char so[256] = "";
+    Device *d = NULL;
+    DevExec *e = NULL;
+    int64_t symmax[8] = {batch};
+    if (open_device(plan, so, sizeof so, &d) == 0) e = devexec_new_unshared(plan, d, symmax, path);
+    CHECK(e != NULL);
+    if (e) {
+        DevFeed feed = {.symvals = {batch}};
+        uint64_t rng = (uint64_t)batch * 1000003u + (uint64_t)strlen(model);
+        CHECK_EQ_INT(devexec_bind(e, &feed), 0);
+        fill_buffers(plan, e, symmax, &rng);
+        double seconds;
+        CHECK(!devexec_gemm_kernels_loaded(e));     /* not with the plan's module */
+        CHECK_EQ_INT(devexec_load_gemm_kernels(e, &seconds), 0);
+        CHECK_EQ_INT(devexec_load_gemm_kernels(e, &seconds), 0);   /* once: no second load */
+        if (!on_cuda) CHECK_EQ_INT(emu_device_kernel_loads(d), 1);
+        int gemms = 0;
+        for (int gid = PG_TRAIN; gid <= PG_TRAIN_MICRO; gid++)
+            for (int i = 0; i < plan->graph[gid].nsteps; i++) {
+                const PlanStep *s = &plan->graph[gid].steps[i];
+                if (s->kind != STEP_GEMM || s->gemm.tile_kernel[0] < 0) continue;
+                check_gemm(plan, e, &feed, (PlanGraphId)gid, i);
+                gemms++;
+            }
+        CHECK(gemms > 0);   /* every model here has f16 or bf16 GEMMs in its step */
+        devexec_free(e);
+    }
+    if (d) d->ops->close(d);
+    if (so[0] && !on_cuda) emu_remove_build(so);
+    compiled_free(&compiled);
+    ir_program_free(p);
+    source_free(src);
+}
+
+int main(int argc, char **argv)
+{
+    int first = 1;
+    if (argc > 1 && strcmp(argv[1], "--asan") == 0) asan = true, first = 2;
+    if (argc > 1 && strcmp(argv[1], "--cuda") == 0) on_cuda = true, first = 2;
+    if (on_cuda) {
+        CudaDeviceInfo info;
+        char why[256];
+        if (cuda_probe(&info, 1, why, sizeof why) < 1) {
+            printf("skipped: no usable CUDA device: %s\n", why);
+            return 77;
+        }
+        cuda_arch = info.cc_major * 10 + info.cc_minor;
+        printf("on cuda:0, %s (sm_%d)\n", info.name, cuda_arch);
+        if (cuda_arch < 80) {
+            printf("skipped: the generated GEMMs need sm_80 or later\n");
+            return 77;
+        }
+    }
+    if (first < argc) {
+        for (int a = first; a < argc; a++) {
+            char model[64], precision[16];
+            long long batch;
+            if (sscanf(argv[a], "%63[^:]:%15[^:]:%lld", model, precision, &batch) != 3) {
+                fprintf(stderr, "usage: test_emu_gemm [--asan | --cuda] [MODEL:PRECISION:BATCH ...]\n");
+                return 2;
+            }
+            check_case(model, precision, batch);
+        }
+        return check_result();
+    }
+    check_case("mlp", "fp16", 37);          /* nt with bias + relu, nn, tn; n = 10 */
+    check_case("mlp", "bf16", 64);          /* whole tiles in m, cp.async for every k */
+    check_case("resmlp", "bf16", 20);       /* layer widths 256 and 512 */
+    check_case("resmlp", "fp16", 33);
+    for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
+    CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
+    return check_result();
+}
