@@ -64,12 +64,12 @@ def load_split(data_dir, prefix):
     return torch.tensor(x.astype(np.float32) / 255.0), torch.tensor(y.astype(np.int64))
 
 
-def cosine_factor(total):
+def cosine_factor(total, warmup=WARMUP):
     """cgc's cosine schedule (compiler/training.c) as a LambdaLR factor, min_lr 0."""
     def factor(t):
-        if t < WARMUP:
-            return (t + 1) / WARMUP
-        frac = min(t - WARMUP, total - WARMUP) / max(total - WARMUP, 1)
+        if t < warmup:
+            return (t + 1) / warmup
+        frac = min(t - warmup, total - warmup) / max(total - warmup, 1)
         return 0.5 * (1 + math.cos(math.pi * frac))
     return factor
 
@@ -84,6 +84,8 @@ class Mlp(nn.Module):
 
 
 class TorchRun:
+    dtype, clip = torch.float16, CLIP   # autocast's precision; the clipping norm (None: off)
+
     def __init__(self, batch, steps_total):
         torch.manual_seed(42)
         self.model = Mlp().cuda()
@@ -93,12 +95,13 @@ class TorchRun:
         self.loss_fn = nn.CrossEntropyLoss()
 
     def step(self, x, y):
-        with torch.autocast("cuda", dtype=torch.float16):
+        with torch.autocast("cuda", dtype=self.dtype):
             loss = self.loss_fn(self.model(x), y)
         self.opt.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.opt)
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.scaler.step(self.opt)
         self.scaler.update()
         self.sched.step()

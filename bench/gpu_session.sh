@@ -3,8 +3,9 @@
 # and bench/README.md). Run from the repository root on the GPU machine, with the
 # Release build carried in build-gpu/ (scripts/pack_gpu.sh) and Fashion-MNIST in
 # data/fashion-mnist/. Logs go to $OUT (default ./gpu-out); a summary is printed last.
-# PARTS picks what runs after the machine check (default all: "tests eager default"; one
-# device call is limited to 10 minutes, so a session short of it runs fewer):
+# PARTS picks what runs after the machine check (default all: "tests eager default modes
+# table"; one device call is limited to 10 minutes and all of them do not fit in one, so
+# give a call a few parts, or one):
 #   tests    compile times, the GPU tests, a training run, compute-sanitizer
 #   eager    issue 3: cgc eager against PyTorch (bench/bench_eager.py)
 #   default  issue 4: --mode default against eager, PyTorch eager and torch.compile, and
@@ -13,10 +14,14 @@
 #            time), a max-autotune run that tunes and one that reads the choices back,
 #            --bench of default, reduce-overhead and max-autotune against eager, a device
 #            trace
-# BENCH_DRY_RUN=1 runs bench_default.py on the CPU (a check of the script, on a machine
-# without a GPU).
+#   table    issue 5's table: cgc's four modes against PyTorch eager and torch.compile
+#            default and max-autotune on mlp.net (batch 64, 256), the narrow and the wide
+#            MLP, compile times included (bench/bench_modes.py); BENCH_MODELS=mlp64,wide
+#            runs a subset (its --models)
+# BENCH_DRY_RUN=1 runs bench_default.py and bench_modes.py on the CPU (a check of the
+# scripts, on a machine without a GPU).
 set -u
-PARTS=${PARTS:-tests eager default modes}
+PARTS=${PARTS:-tests eager default modes table}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 [ -f build-gpu/libs.tar.xz ] && [ ! -d build-gpu/lib ] && tar -xJf build-gpu/libs.tar.xz -C build-gpu
@@ -47,7 +52,9 @@ if part tests; then
     step "gpu tests"
     run test_cuda_device build-gpu/tests/test_cuda_device
     run test_gpu_models build-gpu/tests/test_emu_models --cuda
-    tail -n 2 "$OUT/test_cuda_device.log" "$OUT/test_gpu_models.log" | tee -a "$OUT/summary.txt"
+    run test_gpu_gemm build-gpu/tests/test_emu_gemm --cuda
+    tail -n 2 "$OUT/test_cuda_device.log" "$OUT/test_gpu_models.log" "$OUT/test_gpu_gemm.log" |
+        tee -a "$OUT/summary.txt"
     run gpu_train_mlp tests/gpu/train_mlp.sh "$CGC" models
     tail -3 "$OUT/gpu_train_mlp.log" | tee -a "$OUT/summary.txt"
     run gpu_sanitizer tests/gpu/sanitizer.sh "$CGC" models
@@ -84,6 +91,12 @@ if part modes; then
     python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); e = t["traceEvents"]
 print("trace:", sum(x["cat"] == "step" for x in e), "steps,", sum(x["cat"] in ("kernel", "gemm") for x in e),
       "kernel and GEMM events on", t["otherData"]["device"])' "$OUT/mlp_trace.json" | tee -a "$OUT/summary.txt"
+fi
+if part table; then
+    step "cgc's modes against PyTorch eager and torch.compile: the table"
+    run bench_modes python3 bench/bench_modes.py --cgc "$CGC" --data data/fashion-mnist \
+        --out "$OUT" ${BENCH_MODELS:+--models "$BENCH_MODELS"} ${BENCH_DRY_RUN:+--dry-run}
+    cat "$OUT/bench_modes.md" 2>/dev/null | tee -a "$OUT/summary.txt"
 fi
 step "done"
 cat "$OUT/summary.txt"
