@@ -213,21 +213,50 @@ static int arch_or_default(const Cli *cli)
     return arch > 0 ? arch : 90;
 }
 
-/* --emit DIR with max-autotune: DIR/autotune.tune, the choices as a run without a GPU
- * would make them (heuristics, untimed), in the format of the cache's files (tune.h).
+/* The choices file the cache holds for PLAN on the first CUDA device, when there is one
+ * and it was made for this plan, batch and architecture (ARCH, 0: the device's): into
+ * *OUT, with the device's name in DEVICE. */
+static bool tuned_choices(const Plan *plan, int arch, TuneFile *out, char *device, size_t len)
+{
+    CudaDeviceInfo info;
+    char why[256], path[4200];
+    if (cuda_probe(&info, 1, why, sizeof why) < 1) return false;
+    int dev_arch = info.cc_major * 10 + info.cc_minor;
+    if (arch > 0 && arch != dev_arch) return false;
+    TuneFile want;
+    const IrProgram *p = plan->p;
+    if (!tune_init(&want, p->model_name, dev_arch, info.name, autotune_plan_hash(plan, p->cfg.batch),
+                   why, sizeof why))
+        return false;
+    bool found = tune_load(&want, out, path, sizeof path, why, sizeof why) == TUNE_FOUND;
+    tune_free(&want);
+    snprintf(device, len, "%s", info.name);
+    return found;
+}
+
+/* --emit DIR with max-autotune: DIR/autotune.tune, in the format of the cache's files
+ * (tune.h): the choices tuned on this machine's GPU when the cache holds them for this
+ * plan (*TUNED), else those a run without a GPU would make (heuristics, untimed).
  * Returns 0 or -1 (reported). */
-static int emit_autotune(const Plan *plan, const Cli *cli)
+static int emit_autotune(const Plan *plan, const Cli *cli, bool *tuned)
 {
     const IrProgram *p = plan->p;
-    char why[256], path[4200];
+    char why[256], path[4200], device[128];
     TuneFile t;
     int64_t symvals[8] = {p->cfg.batch};
-    if (!tune_init(&t, p->model_name, arch_or_default(cli), "none (heuristics: nothing timed)",
-                   autotune_plan_hash(plan, p->cfg.batch), why, sizeof why)) {
+    *tuned = tuned_choices(plan, cli->arch ? backend_parse_arch(cli->arch) : 0, &t, device,
+                           sizeof device);
+    if (*tuned) {
+        if (!cli->quiet)
+            fprintf(stderr, "cgc: --emit: the autotune choices are those tuned on %s, from the "
+                            "cache\n", device);
+    } else if (!tune_init(&t, p->model_name, arch_or_default(cli), "none (heuristics: nothing timed)",
+                          autotune_plan_hash(plan, p->cfg.batch), why, sizeof why)) {
         cgc_error("--emit: the autotune choices: %s", why);
         return -1;
+    } else {
+        autotune_heuristics(plan, symvals, &t);
     }
-    autotune_heuristics(plan, symvals, &t);
     char *text = tune_format(&t);
     tune_free(&t);
     snprintf(path, sizeof path, "%s/autotune.tune", cli->emit_dir);
@@ -244,14 +273,16 @@ static int emit_autotune(const Plan *plan, const Cli *cli)
 static int emit_plan(const Plan *plan, const Cli *cli)
 {
     int rc = plan_emit(plan, cli->emit_dir);
+    bool tuned = false;
     if (rc == 0) rc = emit_pass_irs(cli);
-    if (rc == 0 && plan->mode == PLAN_MAX_AUTOTUNE) rc = emit_autotune(plan, cli);
+    if (rc == 0 && plan->mode == PLAN_MAX_AUTOTUNE) rc = emit_autotune(plan, cli, &tuned);
+    const char *choices = plan->mode != PLAN_MAX_AUTOTUNE ? ""
+                          : tuned ? ", the tuned autotune choices (autotune.tune)"
+                                  : ", the autotune choices before tuning (autotune.tune)";
     if (rc == 0 && !cli->quiet)
         fprintf(stderr, "cgc: wrote %d kernels, the host plan, the IR after each pass%s and a "
                         "reproducer to %s (%s/repro: make, then ./repro on a GPU)\n",
-                plan->nkernels, plan->mode == PLAN_MAX_AUTOTUNE
-                                    ? ", the autotune choices before tuning (autotune.tune)" : "",
-                cli->emit_dir, cli->emit_dir);
+                plan->nkernels, choices, cli->emit_dir, cli->emit_dir);
     return rc;
 }
 
