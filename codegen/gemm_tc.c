@@ -304,8 +304,7 @@ void plan_add_gemm_kernels(Plan *plan)
         PlanGraph *pg = &plan->graph[gid];
         for (int i = 0; i < pg->nsteps; i++) {
             PlanStep *st = &pg->steps[i];
-            if (st->kind != STEP_GEMM) continue;
-            for (int t = 0; t < PLAN_GEMM_TILES; t++) st->gemm.tile_kernel[t] = -1;
+            if (st->kind != STEP_GEMM) continue;     /* tile_kernel is -1 (plan_build) */
             if ((gid != PG_TRAIN && gid != PG_TRAIN_MICRO) || !plan_gemm_generable(&st->gemm))
                 continue;
             for (int t = 0; t < PLAN_GEMM_TILES; t++) {

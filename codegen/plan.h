@@ -292,8 +292,9 @@ bool plan_gemm_generable(const PlanGemm *g);
 /* "64x64x32": tile TILE's name, as the choices file writes it. */
 void plan_gemm_tile_name(int tile, char *buf, size_t len);
 unsigned plan_gemm_tile_grid(int tile, int64_t m, int64_t n);
-/* Adds the kernels to PLAN (plan_build does, for max-autotune; they come last, from
- * Plan.gemm_kernels_from) and sets every GEMM step's tile_kernel. */
+/* Adds the kernels to PLAN (plan_build does, for max-autotune, once every GEMM step's
+ * tile_kernel is -1; they come last, from Plan.gemm_kernels_from) and sets the
+ * tile_kernel of the GEMMs they compute. */
 void plan_add_gemm_kernels(Plan *plan);
 
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
