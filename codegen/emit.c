@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char *const graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
 
 /* ---- the host plan ---- */
 
@@ -43,8 +42,8 @@ static void print_buffer(FILE *out, const Plan *pl, int i)
     case PB_DATA: snprintf(where, sizeof where, "data"); break;
     case PB_COUNTER: snprintf(where, sizeof where, "counter"); break;
     case PB_STEP: snprintf(where, sizeof where, "step"); break;
-    case PB_CONST: snprintf(where, sizeof where, "const %s %%%d", graph_label[buf->graph], buf->index); break;
-    case PB_NODE: snprintf(where, sizeof where, "%s %%%d", graph_label[buf->graph], buf->index); break;
+    case PB_CONST: snprintf(where, sizeof where, "const %s %%%d", codegen_graph_label[buf->graph], buf->index); break;
+    case PB_NODE: snprintf(where, sizeof where, "%s %%%d", codegen_graph_label[buf->graph], buf->index); break;
     }
     fprintf(out, "  b%-4d %-18s %s%s  %s", i, where, ir_dtype_name(buf->dtype), shape, buf->what);
     if (buf->alias_of >= 0) {
@@ -156,7 +155,7 @@ void plan_print(FILE *out, const Plan *pl)
     for (int g = 0; g < PG_NUM; g++) {
         const PlanGraph *pg = &pl->graph[g];
         if (!pg->ir) continue;
-        fprintf(out, "\ngraph %s: %d steps\n", graph_label[g], pg->nsteps);
+        fprintf(out, "\ngraph %s: %d steps\n", codegen_graph_label[g], pg->nsteps);
         for (int s = 0; s < pg->nsteps; s++) {
             const PlanStep *st = &pg->steps[s];
             fprintf(out, "  %3d  %s", s + 1, st->what);

@@ -281,8 +281,6 @@ typedef struct GemmKernel {
     int kernel;         /* its index in the plan */
 } GemmKernel;
 
-static const char *const graph_word[PG_NUM] = { "train", "train_micro", "eval", "forward" };
-
 static void set_params(PlanKernel *k, const GemmSpec *s)
 {
     DType bias = s->epilogue != GEMM_EPI_NONE ? s->bias_type : s->c_type;
@@ -300,13 +298,11 @@ void plan_add_gemm_kernels(Plan *plan)
 {
     GemmKernel *gk = NULL;
     int n = 0, cap = 0;
-    for (int gid = 0; gid < PG_NUM; gid++) {
+    for (int gid = PG_TRAIN; gid <= PG_TRAIN_MICRO; gid++) {   /* the graphs tuned */
         PlanGraph *pg = &plan->graph[gid];
         for (int i = 0; i < pg->nsteps; i++) {
-            PlanStep *st = &pg->steps[i];
-            if (st->kind != STEP_GEMM) continue;     /* tile_kernel is -1 (plan_build) */
-            if ((gid != PG_TRAIN && gid != PG_TRAIN_MICRO) || !plan_gemm_generable(&st->gemm))
-                continue;
+            PlanStep *st = &pg->steps[i];     /* tile_kernel is -1 (plan_build) */
+            if (st->kind != STEP_GEMM || !plan_gemm_generable(&st->gemm)) continue;
             for (int t = 0; t < PLAN_GEMM_TILES; t++) {
                 GemmSpec s = spec_of(&st->gemm, t);
                 int k = 0;
@@ -319,10 +315,11 @@ void plan_add_gemm_kernels(Plan *plan)
                     gk[n++] = (GemmKernel){ .spec = s, .kernel = plan->nkernels + k };
                 }
                 st->gemm.tile_kernel[t] = gk[k].kernel;
-                if (gk[k].nuses++ < 6)
-                    sb_printf(&gk[k].uses, "%s %s line %d: %s (%s graph)\n", gk[k].nuses == 1 ? "/*" : " *",
-                              plan->source_name, st->loc.line, st->what, graph_word[gid]);
-                else if (gk[k].nuses == 7)
+                int use = ++gk[k].nuses;
+                if (use <= CODEGEN_MAX_LISTED_USES)
+                    sb_printf(&gk[k].uses, "%s %s line %d: %s (%s graph)\n", use == 1 ? "/*" : " *",
+                              plan->source_name, st->loc.line, st->what, codegen_graph_label[gid]);
+                else if (use == CODEGEN_MAX_LISTED_USES + 1)
                     sb_puts(&gk[k].uses, " * and more\n");
             }
         }
@@ -334,7 +331,8 @@ void plan_add_gemm_kernels(Plan *plan)
         memset(pk, 0, sizeof *pk);
         spec_name(&gk[k].spec, name, sizeof name);
         pk->name = xstrdup(name);
-        pk->block = 32 * plan_gemm_tiles[gk[k].spec.tile].warps_m * plan_gemm_tiles[gk[k].spec.tile].warps_n;
+        const PlanGemmTile *t = &plan_gemm_tiles[gk[k].spec.tile];
+        pk->block = 32 * t->warps_m * t->warps_n;
         set_params(pk, &gk[k].spec);
         pk->source = render(&gk[k].spec, name, gk[k].uses.s);
         sb_free(&gk[k].uses);

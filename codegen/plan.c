@@ -51,9 +51,9 @@ typedef struct Builder {
     PlanGraphId gid;
 } Builder;
 
-enum { MAX_LISTED_USES = 6, MAX_LISTED_OPS = 10 };
+enum { MAX_LISTED_OPS = 10 };
 
-static const char *const graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
+const char *const codegen_graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
 
 /* ---- owned strings ---- */
 
@@ -239,7 +239,7 @@ static int add_kernel(Builder *b, const KernelDraft *d)
 static void add_use_line(Builder *b, int k, const char *line)
 {
     KernelInfo *info = &b->info[k];
-    if (++info->nuses > MAX_LISTED_USES) return;
+    if (++info->nuses > CODEGEN_MAX_LISTED_USES) return;
     sb_printf(&info->uses, "%s\n", line);
 }
 
@@ -254,10 +254,10 @@ static void note_use(Builder *b, int k, const IrNode *n, int id, const char *wha
     const char *src = b->plan->source_name;
     if (n->loc.line > 0)
         snprintf(line, sizeof line, "%s line %d: %s%s (%s graph, node %%%d)", src, n->loc.line,
-                 what, who, graph_label[b->gid], id);
+                 what, who, codegen_graph_label[b->gid], id);
     else
         snprintf(line, sizeof line, "%s: %s%s (%s graph, node %%%d, no source line)", src, what,
-                 who, graph_label[b->gid], id);
+                 who, codegen_graph_label[b->gid], id);
     add_use_line(b, k, line);
 }
 
@@ -288,10 +288,10 @@ static void note_group_use(Builder *b, int kernel, int k)
     if (nlines)
         snprintf(line, sizeof line, "%s line%s %s: %s (%s graph, nodes %%%d..%%%d)",
                  b->plan->source_name, nlines > 1 ? "s" : "", lines.s, ops.s ? ops.s : "",
-                 graph_label[b->gid], first, last);
+                 codegen_graph_label[b->gid], first, last);
     else
         snprintf(line, sizeof line, "%s: %s (%s graph, nodes %%%d..%%%d, no source line)",
-                 b->plan->source_name, ops.s ? ops.s : "", graph_label[b->gid], first, last);
+                 b->plan->source_name, ops.s ? ops.s : "", codegen_graph_label[b->gid], first, last);
     add_use_line(b, kernel, line);
     sb_free(&lines);
     sb_free(&ops);
@@ -309,8 +309,8 @@ static char *kernel_source(const PlanKernel *k, const KernelInfo *info)
         first = false;
         line = end + 1;
     }
-    if (info->nuses > MAX_LISTED_USES)
-        sb_printf(&s, "\n * and %d more uses", info->nuses - MAX_LISTED_USES);
+    if (info->nuses > CODEGEN_MAX_LISTED_USES)
+        sb_printf(&s, "\n * and %d more uses", info->nuses - CODEGEN_MAX_LISTED_USES);
     if (!first) sb_puts(&s, " */\n");
     sb_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(", k->block, k->name);
     if (strlen(info->signature) + strlen(k->name) < 96) {
@@ -414,7 +414,7 @@ static int materialise(Builder *b, int id, int src, DType src_type, const Shape 
     KernelDraft d;
     memset(&d, 0, sizeof d);
     char name[DRAFT_NAME_MAX];
-    snprintf(name, sizeof name, "matmul_%s_%s_%d", role, graph_label[b->gid], id);
+    snprintf(name, sizeof name, "matmul_%s_%s_%d", role, codegen_graph_label[b->gid], id);
     cuda_render_copy(&ctx, name, buf, type, shape, src, src_type, src_shape, &d);
     launch_draft(b, &d, n, id, ownf(b, "prepare %s of matmul %s", role, node_what(b, n, id)),
                  "matmul operand copy");
