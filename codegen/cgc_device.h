@@ -14,9 +14,9 @@
  *   - the scalar functions of exec_impl.h (sigmoid, gelu, their gradients);
  *   - deterministic warp and block reductions: a fixed shuffle tree, then the warps'
  *     partials combined in warp order by warp 0. No atomics;
- *   - the tensor-core pieces of the generated GEMMs (max-autotune): one warp's
- *     mma.sync m16n8k16 with f32 accumulation, asynchronous 16-byte copies to shared
- *     memory (cp.async) and the tile loader built on them. sm_80 and later; the
+ *   - the tensor-core pieces of the generated GEMMs and fused MLPs (max-autotune): one
+ *     warp's mma.sync m16n8k16 with f32 accumulation, asynchronous 16-byte copies to
+ *     shared memory (cp.async) and the tile loader built on them. sm_80 and later; the
  *     emulation gives the same fragments the same meaning (tests/emu/cuda_emu.h).
  * Reductions need blockDim.x to be a multiple of 32 (every reducing kernel uses 256).
  */
@@ -386,6 +386,14 @@ __device__ __forceinline__ uint32_t cgc_pair(unsigned short lo, unsigned short h
     return (uint32_t)lo | (uint32_t)hi << 16;
 }
 
+/* F32 values LO and HI rounded to f16 (or bf16 when BF16) as one fragment register, the
+ * bits cgc_store would write: a fused MLP's layer output becoming the next one's input. */
+__device__ __forceinline__ uint32_t cgc_pack2(float lo, float hi, bool bf16)
+{
+    return bf16 ? cgc_pair(cgc_bf16_bits(lo), cgc_bf16_bits(hi))
+                : cgc_pair(cgc_f16_bits(lo), cgc_f16_bits(hi));
+}
+
 /* 16 bytes from global SRC to shared DST, asynchronously (cp.async.cg, sm_80), both
  * 16-byte aligned; zeros instead when !VALID (SRC is then not read). Complete once
  * cgc_cp_async_wait has returned for the group committed after it. */
@@ -416,6 +424,14 @@ __device__ __forceinline__ void cgc_cp_async_wait_prior()
 {
 #if !defined(CGC_EMULATE) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+
+/* Waits until every group has landed. */
+__device__ __forceinline__ void cgc_cp_async_wait_all()
+{
+#if !defined(CGC_EMULATE) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
 }
 

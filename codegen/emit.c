@@ -164,6 +164,13 @@ void plan_print(FILE *out, const Plan *pl)
             fprintf(out, "\n       ");
             if (st->kind == STEP_GEMM) print_gemm(out, pl, &st->gemm);
             else print_launch(out, pl, &st->launch);
+            int run = plan_mlp_at(pl, (PlanGraphId)g, s);
+            if (run < 0) continue;
+            fprintf(out, "       steps %d-%d or one fused MLP kernel (max-autotune's candidates):",
+                     s + 1, s + pl->mlps[run].nlayers);
+            for (int k = 0; k < PLAN_MLP_SHAPES; k++)
+                fprintf(out, "%s %s", k ? "," : "", pl->kernels[pl->mlps[run].kernel[k]].name);
+            fputc('\n', out);
         }
     }
     fprintf(out, "\ndata pipeline kernels:");

@@ -12,6 +12,7 @@
  * time. Within one graph a node buffer is live from the first step that names it (a
  * launch's ARG_BUFFER argument, a GEMM's a, b or c) to the last, inclusive: a step's
  * inputs and outputs are live together, so no kernel ever writes over what it reads.
+ * The steps of a fused MLP run (max-autotune's candidate) count as one step.
  * Buffers no step names are live nowhere and take no room (offset 0).
  *
  * Placement is the classic greedy for offline dynamic storage allocation: the graph's
@@ -64,16 +65,18 @@ typedef struct Live {
     int first, last;        /* steps; first < 0: no step names the buffer */
 } Live;
 
-static void touch(const Plan *plan, PlanGraphId g, int step, int b, Live *live)
+/* Step STEP of graph G names buffer B. The steps of a fused MLP run (plan.h) count as
+ * one, [LO, HI]: its kernel reads and writes them all at once. */
+static void touch(const Plan *plan, PlanGraphId g, int lo, int hi, int b, Live *live)
 {
     CGC_ASSERT(b >= 0 && b < plan->nbuffers);
     b = root_of(plan, b);
     const PlanBuffer *buf = &plan->buffers[b];
     if (buf->kind == PB_NODE && buf->graph != (int)g)
-        CGC_INTERNAL("plan step %d of graph %d uses buffer %d (%s) of graph %d", step, (int)g, b,
-                     buf->what, buf->graph);
-    if (live[b].first < 0) live[b].first = step;
-    live[b].last = step;
+        CGC_INTERNAL("plan steps %d-%d of graph %d use buffer %d (%s) of graph %d", lo, hi, (int)g,
+                     b, buf->what, buf->graph);
+    if (live[b].first < 0) live[b].first = lo;
+    if (hi > live[b].last) live[b].last = hi;
 }
 
 /* Live ranges of the buffers graph G's steps name (indexed by buffer). */
@@ -82,18 +85,22 @@ static Live *live_ranges(const Plan *plan, PlanGraphId g)
     Live *live = xmalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1) * sizeof *live);
     for (int b = 0; b < plan->nbuffers; b++) live[b] = (Live){ -1, -1 };
     const PlanGraph *pg = &plan->graph[g];
+    int lo = 0, hi = -1;    /* the fused run step i is in, or [i, i] */
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
+        int run = plan_mlp_at(plan, g, i);
+        if (run >= 0) lo = i, hi = i + plan->mlps[run].nlayers - 1;
+        else if (i > hi) lo = hi = i;
         if (s->kind == STEP_GEMM) {
-            touch(plan, g, i, s->gemm.a, live);
-            touch(plan, g, i, s->gemm.b, live);
-            touch(plan, g, i, s->gemm.c, live);
-            if (s->gemm.bias >= 0) touch(plan, g, i, s->gemm.bias, live);   /* epilogue operands */
-            if (s->gemm.aux >= 0) touch(plan, g, i, s->gemm.aux, live);
+            touch(plan, g, lo, hi, s->gemm.a, live);
+            touch(plan, g, lo, hi, s->gemm.b, live);
+            touch(plan, g, lo, hi, s->gemm.c, live);
+            if (s->gemm.bias >= 0) touch(plan, g, lo, hi, s->gemm.bias, live);   /* epilogue operands */
+            if (s->gemm.aux >= 0) touch(plan, g, lo, hi, s->gemm.aux, live);
             continue;
         }
         for (int a = 0; a < s->launch.nargs; a++)
-            if (s->launch.arg[a].kind == ARG_BUFFER) touch(plan, g, i, s->launch.arg[a].index, live);
+            if (s->launch.arg[a].kind == ARG_BUFFER) touch(plan, g, lo, hi, s->launch.arg[a].index, live);
     }
     return live;
 }

@@ -869,6 +869,8 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
             for (int t = 0; t < PLAN_GEMM_TILES; t++) pl->graph[gid].steps[i].gemm.tile_kernel[t] = -1;
     pl->gemm_kernels_from = pl->nkernels;
     if (mode == PLAN_MAX_AUTOTUNE) plan_add_gemm_kernels(pl);
+    pl->mlp_kernels_from = pl->nkernels;
+    if (mode == PLAN_MAX_AUTOTUNE) plan_add_mlp_kernels(pl);
     return pl;
 }
 
@@ -882,6 +884,7 @@ void plan_free(Plan *plan)
     }
     free(plan->kernels);
     free(plan->buffers);
+    free(plan->mlps);
     for (int g = 0; g < PG_NUM; g++) {
         free(plan->graph[g].steps);
         free(plan->graph[g].node_buffer);

@@ -240,6 +240,29 @@ typedef enum PlanDataKernel {
     PDK_TRACK_EVAL, PDK_STEP_ADVANCE, PDK_NUM,
 } PlanDataKernel;
 
+/* ---- fully fused MLP passes (codegen/mlp_fused.c) ----
+ * max-autotune's other candidate for a narrow MLP's forward pass: a run of consecutive
+ * GEMM steps of a training graph, each layer's input the previous layer's output, run as
+ * one kernel that keeps every layer's activations in registers and each weight matrix in
+ * shared memory, in the manner of tiny-cuda-nn. A run qualifies when every GEMM is
+ * plain, x @ W^T (W stored [n, k]), f16 or bf16 with f32 accumulation, no epilogue or
+ * bias + relu, every layer at most PLAN_MLP_MAX_WIDTH wide (the first layer's k is
+ * free: its input streams through shared memory), and every output but the last of the
+ * operands' type. The kernel still writes every layer's output (the backward pass reads
+ * them); what it saves is a launch per layer and the reads of the activations.
+ * Its parameters, in order: c_0 .. c_{L-1} (the outputs), a (the input), w_0 .. w_{L-1},
+ * bias_0 .. bias_{L-1} (device pointers; 0 where a layer has none), m (int64_t). A block
+ * computes PLAN_MLP_ROWS[shape] rows (grid-stride), one warp per 16 rows; any grid >= 1
+ * is correct, plan_mlp_grid gives one block per rows. sm_80 and later, like the GEMMs. */
+enum { PLAN_MLP_MAX_LAYERS = 8, PLAN_MLP_MAX_WIDTH = 128, PLAN_MLP_SHAPES = 3 };
+extern const int plan_mlp_rows[PLAN_MLP_SHAPES];     /* 16, 32, 64 */
+
+typedef struct PlanMlp {
+    PlanGraphId graph;
+    int first, nlayers;         /* its steps: [first, first + nlayers) of the graph */
+    int kernel[PLAN_MLP_SHAPES];    /* the fused kernel per shape (Plan.kernels) */
+} PlanMlp;
+
 typedef struct Plan {
     const IrProgram *p;
     PlanMode mode;
@@ -256,7 +279,12 @@ typedef struct Plan {
     int gemm_kernels_from;      /* kernels [gemm_kernels_from, nkernels) are the generated
                                  * GEMMs (max-autotune's candidates; none elsewhere): a
                                  * module of their own, compiled only when tuning or the
-                                 * choices need it (plan_gemm_module_source) */
+                                 * choices need it (plan_gemm_module_source);
+                                 * the fused MLP kernels are part of it */
+    int mlp_kernels_from;       /* of those, [mlp_kernels_from, nkernels) are the fused
+                                 * MLP kernels */
+    PlanMlp *mlps;              /* max-autotune: the fused MLP candidates; none elsewhere */
+    int nmlps;
 } Plan;
 
 /* ---- building (codegen/plan.c, codegen/cuda.c) ---- */
@@ -296,6 +324,15 @@ unsigned plan_gemm_tile_grid(int tile, int64_t m, int64_t n);
  * tile_kernel is -1; they come last, from Plan.gemm_kernels_from) and sets the
  * tile_kernel of the GEMMs they compute. */
 void plan_add_gemm_kernels(Plan *plan);
+
+/* ---- fully fused MLP passes (codegen/mlp_fused.c; PlanMlp above) ---- */
+/* One block per plan_mlp_rows[SHAPE] rows of M. */
+unsigned plan_mlp_grid(int shape, int64_t m);
+/* The runs of PLAN's training graphs that qualify get a PlanMlp each (Plan.mlps) and
+ * their kernels, after the generated GEMMs (plan_build does, for max-autotune). */
+void plan_add_mlp_kernels(Plan *plan);
+/* The run of graph GID that starts at step I, or -1. */
+int plan_mlp_at(const Plan *plan, PlanGraphId gid, int i);
 
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);

@@ -131,6 +131,39 @@ static bool parse_gemm_choice(const char *s, const PlanGemm *g, DevStepChoice *c
     return false;
 }
 
+/* A fused MLP run's key: its batch and its kernel's name without the prefix and the
+ * shape, "m256.bf16_784_128r_128r_128r_10" (runs with one key share one choice). */
+static void mlp_key(const Plan *plan, const PlanMlp *run, const int64_t *symvals, char *buf,
+                    size_t len)
+{
+    const char *name = plan->kernels[run->kernel[0]].name, *prefix = "mlp_fused_";
+    char key[320];
+    size_t n = strlen(name), skip = strncmp(name, prefix, strlen(prefix)) == 0 ? strlen(prefix) : 0;
+    const char *shape = strrchr(name, '_');     /* "_rows16" */
+    if (shape && shape > name + skip) n = (size_t)(shape - name);
+    int64_t m = dim(plan->graph[run->graph].steps[run->first].gemm.m, symvals);
+    snprintf(key, sizeof key, "m%lld.%.*s", (long long)m, (int)(n - skip), name + skip);
+    kernel_key(key, buf, len);
+}
+
+/* A fused MLP run's choice: "steps" (its GEMMs, each by its own choice) or
+ * "fused:rows64" (the fused kernel of that shape). */
+static void mlp_choice(int shape, char *buf, size_t len)
+{
+    if (shape < 0) snprintf(buf, len, "steps");
+    else snprintf(buf, len, "fused:rows%d", plan_mlp_rows[shape]);
+}
+
+static bool parse_mlp_choice(const char *s, int *shape)
+{
+    for (*shape = -1; *shape < PLAN_MLP_SHAPES; (*shape)++) {
+        char want[32];
+        mlp_choice(*shape, want, sizeof want);
+        if (strcmp(s, want) == 0) return true;
+    }
+    return false;
+}
+
 /* ---- timing ---- */
 
 typedef struct Tuner {
@@ -150,21 +183,35 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The median time in ms of one issue of step I of GID with choice C. Returns 0; 1 when
- * the device refused a GEMM algorithm at its first issue (a library's status, which
- * leaves the device as it was: the candidate is dropped); -1 for any other error. */
-static int time_candidate(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, double *ms)
+/* What a candidate issues: step I of GID with choice C, or (C NULL) fused MLP run MLP
+ * with shape SHAPE (-1: its steps). */
+typedef struct Issue {
+    PlanGraphId gid;
+    int i;
+    const DevStepChoice *c;
+    int mlp, shape;
+} Issue;
+
+static int issue(Tuner *t, const Issue *x)
+{
+    return x->c ? devexec_step(t->e, x->gid, x->i, t->feed, x->c) : devexec_mlp(t->e, x->mlp, x->shape);
+}
+
+/* The median time in ms of one issue of X. Returns 0; 1 when the device refused a GEMM
+ * algorithm at its first issue (a library's status, which leaves the device as it was:
+ * the candidate is dropped); -1 for any other error. */
+static int time_candidate(Tuner *t, const Issue *x, double *ms)
 {
     const DeviceOps *ops = t->d->ops;
     double sample[SAMPLES];
-    bool gemm = t->plan->graph[gid].steps[i].kind == STEP_GEMM;
+    bool library = x->c && t->plan->graph[x->gid].steps[x->i].kind == STEP_GEMM && x->c->algo > 0 &&
+                   x->c->tile == 0;
     for (int w = 0; w < WARMUP; w++)
-        if (devexec_step(t->e, gid, i, t->feed, c) != 0)
-            return w == 0 && gemm && c->algo > 0 && c->tile == 0 ? 1 : -1;
+        if (issue(t, x) != 0) return w == 0 && library ? 1 : -1;
     for (int s = 0; s < SAMPLES; s++) {
         if (ops->fence_record(t->d, t->from) != 0) return -1;
         for (int r = 0; r < REPS; r++)
-            if (devexec_step(t->e, gid, i, t->feed, c) != 0) return -1;
+            if (issue(t, x) != 0) return -1;
         bool done;
         float elapsed;
         if (ops->fence_record(t->d, t->to) != 0 || ops->fence_done(t->d, t->to, true, &done) != 0 ||
@@ -186,7 +233,7 @@ static int pick(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, int n,
     *best_ms = -1;
     for (int k = 0; k < n; k++) {
         double ms;
-        int rc = time_candidate(t, gid, i, &c[k], &ms);
+        int rc = time_candidate(t, &(Issue){.gid = gid, .i = i, .c = &c[k]}, &ms);
         if (rc < 0) return -1;
         if (rc > 0) t->report->refused++;
         else if (*best_ms < 0 || ms < *best_ms) *best = c[k], *best_ms = ms;
@@ -280,6 +327,38 @@ static int tune_gemm(Tuner *t, PlanGraphId gid, int i)
     return 0;
 }
 
+/* A fused MLP run: its steps (each by the choice just made for it) or its fused kernel
+ * in each shape, on sm_80 and later. */
+static int tune_mlp(Tuner *t, int r)
+{
+    char key[TUNE_TOKEN_MAX + 1], choice[32];
+    mlp_key(t->plan, &t->plan->mlps[r], t->feed->symvals, key, sizeof key);
+    const TuneChoice *known = tune_find(t->out, TUNE_MLP, key);
+    int best = -1;
+    if (known) {
+        bool ok = parse_mlp_choice(known->choice, &best);
+        CGC_ASSERT(ok);     /* written below, by mlp_choice */
+        devexec_choose_mlp(t->e, r, best);
+        return 0;
+    }
+    double best_ms = -1;
+    int n = devexec_gemm_kernels_loaded(t->e) ? 1 + PLAN_MLP_SHAPES : 1;
+    if (n > 1 && over_budget(t)) {
+        t->report->untimed++;
+    } else if (n > 1) {
+        for (int shape = -1; shape < PLAN_MLP_SHAPES; shape++) {
+            double ms;
+            if (time_candidate(t, &(Issue){.mlp = r, .shape = shape}, &ms) != 0) return -1;
+            if (best_ms < 0 || ms < best_ms) best = shape, best_ms = ms;
+        }
+        t->report->mlps++;
+    }
+    devexec_choose_mlp(t->e, r, best);
+    mlp_choice(best, choice, sizeof choice);
+    add(t, TUNE_MLP, key, choice, best_ms);
+    return 0;
+}
+
 int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budget_s,
                  TuneFile *out, AutotuneReport *report)
 {
@@ -297,6 +376,8 @@ int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budge
         for (int i = 0; i < pg->nsteps && rc == 0; i++)
             rc = pg->steps[i].kind == STEP_GEMM ? tune_gemm(&t, (PlanGraphId)gid, i)
                                                 : tune_launch(&t, (PlanGraphId)gid, i);
+        for (int r = 0; r < plan->nmlps && rc == 0; r++)    /* against its steps' choices */
+            if ((int)plan->mlps[r].graph == gid) rc = tune_mlp(&t, r);
     }
     if (rc == 0 && ops->sync) rc = ops->sync(t.d);
     if (t.from) ops->fence_free(t.d, t.from);
@@ -350,6 +431,21 @@ int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const Tune
             devexec_choose(e, (PlanGraphId)gid, i, &c);
         }
     }
+    for (int r = 0; r < plan->nmlps; r++) {
+        char key[TUNE_TOKEN_MAX + 1];
+        int shape;
+        mlp_key(plan, &plan->mlps[r], feed->symvals, key, sizeof key);
+        const TuneChoice *ch = tune_find(t, TUNE_MLP, key);
+        if (!ch) return refuse(why, why_len, "no choice for the fused MLP run", key);
+        if (!parse_mlp_choice(ch->choice, &shape))
+            return refuse(why, why_len, "not a fused MLP choice the tuner writes:", ch->choice);
+        if (shape >= 0 && devexec_device(e)->arch < 80)
+            return refuse(why, why_len, "a fused MLP kernel needs sm_80 or later:", ch->choice);
+        double seconds;
+        if (shape >= 0 && devexec_load_gemm_kernels(e, &seconds) != 0)
+            return refuse(why, why_len, "cannot load the fused MLP kernel for", key);
+        devexec_choose_mlp(e, r, shape);
+    }
     return 0;
 }
 
@@ -377,6 +473,12 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
                 CGC_INTERNAL("autotune: %s", why);
         }
     }
+    for (int r = 0; r < plan->nmlps; r++) {
+        mlp_key(plan, &plan->mlps[r], symvals, key, sizeof key);
+        mlp_choice(-1, choice, sizeof choice);
+        if (!tune_find(out, TUNE_MLP, key) && !tune_add(out, TUNE_MLP, key, choice, -1, why, sizeof why))
+            CGC_INTERNAL("autotune: %s", why);
+    }
     out->tuning_ms = -1;
 }
 
@@ -387,24 +489,29 @@ void autotune_explain(const Plan *plan, FILE *out)
     char why[256];
     if (!tune_init(&t, "explain", 90, "none", 0, why, sizeof why)) CGC_INTERNAL("%s", why);
     autotune_heuristics(plan, symvals, &t);
-    int kernels = 0, gemms = 0;
-    for (int i = 0; i < t.nchoices; i++) {
-        if (t.choices[i].kind == TUNE_GEMM) gemms++;
-        else kernels++;
-    }
-    int generated = plan->nkernels - plan->gemm_kernels_from;
+    int count[TUNE_NKINDS] = {0};
+    for (int i = 0; i < t.nchoices; i++) count[t.choices[i].kind]++;
+    static const char *const kind_name[TUNE_NKINDS] = {"gemm", "kernel", "mlp"};
+    int generated = plan->mlp_kernels_from - plan->gemm_kernels_from;
     fprintf(out, "\nAutotune: %d kernels and %d GEMM shapes of the training step have a "
                  "choice. On a GPU\neach is timed and the fastest is kept in the cache "
                  "(cgc/tune/): a launch's items per\nblock x 1, 2, 4, 8; a GEMM's cuBLAS "
-                 "algorithm, cuBLASLt's heuristic list", kernels, gemms);
+                 "algorithm, cuBLASLt's heuristic list", count[TUNE_KERNEL], count[TUNE_GEMM]);
     if (generated > 0)
         fprintf(out, " and, from\nsm_80, the plan's generated tensor-core kernels (%d here, "
                      "in %d tile shapes, the\nepilogue fused; compiled when tuning starts)",
                 generated, PLAN_GEMM_TILES);
-    fprintf(out, ".\n--explain times nothing: these are the choices before tuning.\n");
+
+    fprintf(out, ".\n");
+    if (plan->nmlps > 0)
+        fprintf(out, "From sm_80 too, %d run%s of GEMMs that %s a narrow MLP's forward pass: "
+                     "the steps\nagainst one fully fused kernel (%d kernels here, in %d shapes).\n",
+                plan->nmlps, plan->nmlps == 1 ? "" : "s", plan->nmlps == 1 ? "is" : "are",
+                plan->nkernels - plan->mlp_kernels_from, PLAN_MLP_SHAPES);
+    fprintf(out, "--explain times nothing: these are the choices before tuning.\n");
     fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
     for (int i = 0; i < t.nchoices; i++)
-        fprintf(out, "  %-6s  %-56s  %s\n", t.choices[i].kind == TUNE_GEMM ? "gemm" : "kernel",
-                t.choices[i].key, t.choices[i].choice);
+        fprintf(out, "  %-6s  %-56s  %s\n", kind_name[t.choices[i].kind], t.choices[i].key,
+                t.choices[i].choice);
     tune_free(&t);
 }

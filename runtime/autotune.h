@@ -11,8 +11,14 @@
  *   - on sm_80 and later, for GEMMs with f16 or bf16 operands, the plan's generated
  *     tensor-core kernels, one per tile shape, the epilogue fused (codegen/gemm_tc.c):
  *     their module is compiled when tuning starts (AutotuneReport.gemm_compile_s), and
- *     by a later run only when its choices name one.
- * Not yet: the kernels' own block sizes, and the fused narrow-MLP kernel (issue 5).
+ *     by a later run only when its choices name one;
+ *   - on sm_80 and later, for each run of GEMMs that is a narrow MLP's forward pass
+ *     (Plan.mlps, codegen/mlp_fused.c), its steps, each by the choice just made for it,
+ *     against the run's fully fused kernel with 16, 32 or 64 rows per block (in the same
+ *     module as the generated GEMMs). Its key names the batch and the layers
+ *     ("m64.f16_512_128r_10": k 512, widths 128 with bias + relu, then 10), its choice
+ *     is "steps" or "fused:rows16" (32, 64).
+ * Not yet: the kernels' own block sizes.
  *
  * Tuning runs on the arena before the tensors are initialised: each candidate is issued
  * a few times over whatever the buffers hold, which the initialisation then overwrites,
@@ -30,7 +36,7 @@
 enum { AUTOTUNE_GRID_FACTORS = 4 };     /* items per block x 1, 2, 4, 8 */
 
 typedef struct AutotuneReport {
-    int kernels, gemms;         /* choices timed */
+    int kernels, gemms, mlps;   /* choices timed (mlps: fused MLP runs) */
     int candidates;             /* candidates timed in all */
     int untimed;                /* left to heuristics: the budget ran out */
     int refused;                /* GEMM algorithms the device refused (left out) */

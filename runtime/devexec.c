@@ -39,6 +39,7 @@ struct DevExec {
      * (0: the plan's); per step of each graph, its GEMM's algorithm or generated kernel */
     int64_t *items;
     DevStepChoice *gemm[PG_NUM];
+    int *mlp;                   /* per fused MLP run (Plan.mlps): its shape + 1, 0: its steps */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
     /* devexec_timing_start .. devexec_timing_collect: each launch and GEMM between two
      * fences; times are taken from BASE, recorded at the first start */
@@ -333,6 +334,7 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     e->items = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->items);
     for (int g = 0; g < PG_NUM; g++)
         e->gemm[g] = xcalloc((size_t)(plan->graph[g].nsteps + 1), sizeof *e->gemm[g]);
+    e->mlp = xcalloc((size_t)plan->nmlps + 1, sizeof *e->mlp);
     e->reuse = reuse;
     layout(e);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
@@ -378,6 +380,7 @@ void devexec_free(DevExec *e)
     free(e->kernel);
     free(e->items);
     for (int g = 0; g < PG_NUM; g++) free(e->gemm[g]);
+    free(e->mlp);
     free(e);
 }
 
@@ -529,6 +532,57 @@ const char *devexec_gemm_kernel(const DevExec *e, PlanGraphId gid, int i)
     return tile > 0 ? e->plan->kernels[s->gemm.tile_kernel[tile - 1]].name : NULL;
 }
 
+/* Fused MLP run R (Plan.mlps) in one launch of its kernel of shape SHAPE (plan.h's ABI:
+ * c_0 .. c_{L-1}, a, w_0 .. w_{L-1}, bias_0 .. bias_{L-1}, m). */
+static int run_mlp_kernel(DevExec *e, int r, int shape)
+{
+    const PlanMlp *run = &e->plan->mlps[r];
+    const PlanStep *st = &e->plan->graph[run->graph].steps[run->first];
+    int k = run->kernel[shape], L = run->nlayers;
+    CGC_ASSERT(k >= 0 && k < e->plan->nkernels && e->gemm_kernels_loaded);
+    DevPtr ptr[3 * PLAN_MLP_MAX_LAYERS + 1];
+    int64_t m = bind_dim(e, st->gemm.m);
+    void *args[3 * PLAN_MLP_MAX_LAYERS + 2];
+    for (int j = 0; j < L; j++) {
+        const PlanGemm *g = &st[j].gemm;
+        ptr[j] = devexec_buffer(e, g->c);
+        ptr[L + 1 + j] = devexec_buffer(e, g->b);
+        ptr[2 * L + 1 + j] = g->bias >= 0 ? devexec_buffer(e, g->bias) : 0;
+    }
+    ptr[L] = devexec_buffer(e, st->gemm.a);
+    for (int i = 0; i < 3 * L + 1; i++) args[i] = &ptr[i];
+    args[3 * L + 1] = &m;
+    if (m == 0) return 0;   /* nothing to write */
+    DeviceSite site = site_of(e, st, e->plan->kernels[k].name);
+    return e->d->ops->launch(e->d, e->kernel[k], plan_mlp_grid(shape, m),
+                             (unsigned)e->plan->kernels[k].block, args, &site);
+}
+
+int devexec_mlp(DevExec *e, int r, int shape)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nmlps && shape >= -1 && shape < PLAN_MLP_SHAPES);
+    if (shape >= 0) return run_mlp_kernel(e, r, shape);
+    const PlanMlp *run = &e->plan->mlps[r];
+    for (int j = 0; j < run->nlayers; j++) {
+        const PlanStep *s = &e->plan->graph[run->graph].steps[run->first + j];
+        if (run_gemm(e, s, &e->gemm[run->graph][run->first + j]) != 0) return -1;
+    }
+    return 0;
+}
+
+void devexec_choose_mlp(DevExec *e, int r, int shape)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nmlps && shape >= -1 && shape < PLAN_MLP_SHAPES);
+    CGC_ASSERT(shape < 0 || e->gemm_kernels_loaded);
+    e->mlp[r] = shape + 1;
+}
+
+const char *devexec_mlp_kernel(const DevExec *e, int r)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nmlps);
+    return e->mlp[r] > 0 ? e->plan->kernels[e->plan->mlps[r].kernel[e->mlp[r] - 1]].name : NULL;
+}
+
 /* Uploads the host inputs of FEED into their PB_INPUT buffers. */
 static int upload_inputs(DevExec *e, const DevFeed *feed)
 {
@@ -609,6 +663,16 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     int gid = graph_id(e, pg);
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
+        int r = plan_mlp_at(e->plan, (PlanGraphId)gid, i);
+        if (r >= 0 && e->mlp[r] > 0) {   /* the run's steps in one launch */
+            const char *kernel = devexec_mlp_kernel(e, r);
+            DevTimedEvent ev = {s->what, kernel, g->name, s->loc.line, false};
+            if ((e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||
+                (e->timing && timed_end(e) != 0))
+                return -1;
+            i += e->plan->mlps[r].nlayers - 1;
+            continue;
+        }
         bool gemm = s->kind == STEP_GEMM;
         if (e->timing) {
             const char *kernel = gemm ? devexec_gemm_kernel(e, (PlanGraphId)gid, i)

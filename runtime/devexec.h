@@ -70,6 +70,14 @@ typedef struct DevStepChoice {
  * reporting. */
 int devexec_load_gemm_kernels(DevExec *e, double *seconds);
 bool devexec_gemm_kernels_loaded(const DevExec *e);
+/* Fused MLP run R of the plan (Plan.mlps): SHAPE >= 0 runs its fused kernel of that
+ * shape, -1 its steps with the choices in force (issued alone, for timing; the symbols
+ * bound). devexec_choose_mlp puts SHAPE in force for devexec_run (-1: the steps, the
+ * default); the generated kernels must be loaded first. devexec_mlp_kernel: the fused
+ * kernel in force, or NULL. */
+int devexec_mlp(DevExec *e, int r, int shape);
+void devexec_choose_mlp(DevExec *e, int r, int shape);
+const char *devexec_mlp_kernel(const DevExec *e, int r);
 /* Binds FEED's symbols (as devexec_run does first), for devexec_step. */
 int devexec_bind(DevExec *e, const DevFeed *feed);
 /* Issues step I of graph GID alone, with choice C (NULL: the choice in force). */

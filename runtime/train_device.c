@@ -316,17 +316,18 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     double budget = t->o->tune_budget_s > 0 ? t->o->tune_budget_s : AUTOTUNE_BUDGET_S;
     say_autotune(t, "timing the launch shapes and GEMM algorithms%s of %s on %s (at most %g s)",
                  plan->gemm_kernels_from < plan->nkernels && b->d->arch >= 80
-                     ? " (generated GEMMs included)" : "",
+                     ? (plan->nmlps ? " (generated GEMMs and fused MLPs included)"
+                                    : " (generated GEMMs included)") : "",
                  t->p->model_name, b->d->name, budget);
     AutotuneReport r;
     if (autotune_run(b->e, plan, &feed, budget, &want, &r) != 0) {
         tune_free(&want);
         return -1;
     }
-    say_autotune(t, "%d candidates timed for %d kernels and %d GEMMs in %.1f s", r.candidates,
-                 r.kernels, r.gemms, r.seconds);
+    say_autotune(t, "%d candidates timed for %d kernels, %d GEMMs and %d fused MLP runs in %.1f s",
+                 r.candidates, r.kernels, r.gemms, r.mlps, r.seconds);
     if (r.gemm_compile_s > 0)
-        say_autotune(t, "of which %.1f s compiled the generated GEMMs (%d kernels)",
+        say_autotune(t, "of which %.1f s compiled the generated GEMMs and MLPs (%d kernels)",
                      r.gemm_compile_s, plan->nkernels - plan->gemm_kernels_from);
     if (r.refused)
         say_autotune(t, "%d GEMM algorithm%s refused by the device (the error%s above) %s left out",

@@ -60,7 +60,8 @@ typedef struct Model {
 static bool model_open(Model *m, const char *file, const Override *ov, int nov)
 {
     memset(m, 0, sizeof *m);
-    snprintf(m->path, sizeof m->path, "%s/%s", CGC_MODELS_DIR, file);
+    if (file[0] == '/') snprintf(m->path, sizeof m->path, "%s", file);     /* tests/models/ */
+    else snprintf(m->path, sizeof m->path, "%s/%s", CGC_MODELS_DIR, file);
     m->src = source_load(m->path);
     m->p = m->src ? pipeline_compile(m->src, ov, nov) : NULL;
     CHECK(m->p != NULL);
@@ -721,30 +722,43 @@ static void check_autotune(const char *file, const Override *ov, int nov)
  * back, the GEMMs' module is loaded once, and the run trains as the default mode does,
  * to the rounding of the kernels' own order of summation (2e-2, as the fp16 runs above).
  * A file whose choices name no generated kernel loads nothing. */
+/* The choices in force in check_autotune_tiles: the heuristics, every GEMM on a
+ * generated kernel (tile shapes in turn), every fused MLP run on its kernel (shapes in
+ * turn, its GEMMs on the library). */
+enum { WITH_HEURISTICS, WITH_TILES, WITH_FUSED_MLPS, WITH_NUM };
+
 static void check_autotune_tiles(const char *file, const Override *ov, int nov)
 {
-    printf("max-autotune with generated GEMMs chosen: loaded once, trains as the default mode\n");
+    printf("max-autotune with generated GEMMs or fused MLPs chosen: loaded once, trains as the "
+           "default mode\n");
     char want[256], got[256], path[4200], why[256];
     snprintf(want, sizeof want, "%s", tmp_path("default.safetensors"));
     snprintf(got, sizeof got, "%s", tmp_path("tiles.safetensors"));
     char *saved_xdg = cache_start("tile-cache");
     train_default(file, ov, nov, want);
     mode = PLAN_MAX_AUTOTUNE;
-    Model m;
-    if (model_open(&m, file, ov, nov)) {
-        for (int with_tiles = 0; with_tiles < 2; with_tiles++) {
+    int heuristic_gemms = 0;
+    for (int with = 0; with < WITH_NUM; with++) {
+        Model m;    /* a device of its own: a device loads a second module once */
+        if (model_open(&m, file, ov, nov)) {
             TuneFile t;
             CHECK(tune_init(&t, m.p->model_name, m.d->arch, m.d->model,
                             autotune_plan_hash(m.plan, m.p->cfg.batch), why, sizeof why));
             autotune_heuristics(m.plan, (int64_t[8]){m.p->cfg.batch}, &t);
-            int tiles = 0;
-            for (int i = 0; i < t.nchoices && with_tiles; i++) {
-                if (t.choices[i].kind != TUNE_GEMM) continue;
-                char name[32];
-                plan_gemm_tile_name(tiles++ % PLAN_GEMM_TILES, name, sizeof name);
-                snprintf(t.choices[i].choice, sizeof t.choices[i].choice, "tile:%s", name);
+            int changed = 0;
+            for (int i = 0; i < t.nchoices; i++) {
+                TuneChoice *c = &t.choices[i];
+                if (with == WITH_TILES && c->kind == TUNE_GEMM) {
+                    char name[32];
+                    plan_gemm_tile_name(changed++ % PLAN_GEMM_TILES, name, sizeof name);
+                    snprintf(c->choice, sizeof c->choice, "tile:%s", name);
+                } else if (with == WITH_FUSED_MLPS && c->kind == TUNE_MLP) {
+                    CHECK(strcmp(c->choice, "steps") == 0);     /* the heuristics' */
+                    snprintf(c->choice, sizeof c->choice, "fused:rows%d",
+                             plan_mlp_rows[changed++ % PLAN_MLP_SHAPES]);
+                }
             }
-            CHECK(!with_tiles || tiles > 0);
+            CHECK(with == WITH_HEURISTICS || changed > 0);
             CHECK_EQ_INT(tune_store(&t, path, sizeof path, why, sizeof why), 0);
             tune_free(&t);
             int loads = emu_device_kernel_loads(m.d), library = emu_device_gemm_calls(m.d, 0);
@@ -753,11 +767,65 @@ static void check_autotune_tiles(const char *file, const Override *ov, int nov)
             const char *err = capture_end();
             CHECK(strstr(err, "choices from ") != NULL && strstr(err, "timing the") == NULL);
             if (!strstr(err, "choices from ")) fprintf(stderr, "%s", err);
-            CHECK_EQ_INT(emu_device_kernel_loads(m.d), loads + with_tiles);
-            /* the library still runs the evaluation's GEMMs, and every GEMM without tiles */
-            CHECK(emu_device_gemm_calls(m.d, 0) > library);
-            compare_checkpoints(got, want, with_tiles ? 2e-2 : 0.0);
+            CHECK_EQ_INT(emu_device_kernel_loads(m.d), loads + (with != WITH_HEURISTICS));
+            /* the library still runs the evaluation's GEMMs, and every GEMM without tiles;
+             * a fused run's GEMMs are not among them */
+            int gemms = emu_device_gemm_calls(m.d, 0) - library;
+            CHECK(gemms > 0);
+            if (with == WITH_HEURISTICS) heuristic_gemms = gemms;
+            if (with == WITH_FUSED_MLPS) CHECK(gemms < heuristic_gemms);
+            compare_checkpoints(got, want, with != WITH_HEURISTICS ? 2e-2 : 0.0);
         }
+        model_close(&m);
+    }
+    cache_end(saved_xdg);
+}
+
+/* max-autotune times a fused MLP run against its steps: the choice is written with its
+ * time, read back, and whichever it is trains as the default mode does. */
+static void check_autotune_mlp(void)
+{
+    printf("max-autotune times a fused MLP run against its steps\n");
+    char file[4200], want[256], got[256], path[4200];
+    snprintf(file, sizeof file, "%s/../tests/models/odd_mlp.net", CGC_MODELS_DIR);  /* 37-24-10-40-6 */
+    snprintf(want, sizeof want, "%s", tmp_path("default.safetensors"));
+    snprintf(got, sizeof got, "%s", tmp_path("mlp.safetensors"));
+    Override ov[2] = {{"precision", "precision", "fp16"}, {"steps", "steps", "6"}};
+    char *saved_xdg = cache_start("mlp-cache");
+    train_default(file, ov, 2, want);
+    mode = PLAN_MAX_AUTOTUNE;
+    Model m;
+    if (model_open(&m, file, ov, 2)) {
+        CHECK_EQ_INT(m.plan->nmlps, 1);
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .tune_budget_s = 1e9}), 0);
+        const char *err = capture_end();
+        CHECK(strstr(err, "(generated GEMMs and fused MLPs included)") != NULL);
+        CHECK(strstr(err, " and 1 fused MLP runs in ") != NULL);
+        if (!strstr(err, " and 1 fused MLP runs in ")) fprintf(stderr, "%s", err);
+        compare_checkpoints(got, want, 2e-2);
+        TuneFile have;
+        int mlps = 0;
+        CHECK_EQ_INT(load_choices(&m, &have, path, sizeof path), TUNE_FOUND);
+        for (int i = 0; i < have.nchoices; i++) {
+            const TuneChoice *c = &have.choices[i];
+            if (c->kind != TUNE_MLP) continue;
+            mlps++;
+            CHECK(strcmp(c->key, "m16.f16_37_24r_10r_40r_6") == 0);     /* batch 16 */
+            CHECK(strcmp(c->choice, "steps") == 0 || strncmp(c->choice, "fused:rows", 10) == 0);
+            CHECK(c->ms >= 0);
+        }
+        CHECK_EQ_INT(mlps, 1);
+        tune_free(&have);
+    }
+    model_close(&m);
+    if (model_open(&m, file, ov, 2)) {     /* read back, on a device of its own */
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
+        const char *err = capture_end();
+        CHECK(strstr(err, "choices from ") != NULL && strstr(err, "timing the") == NULL);
+        if (!strstr(err, "choices from ")) fprintf(stderr, "%s", err);
+        compare_checkpoints(got, want, 2e-2);
     }
     model_close(&m);
     cache_end(saved_xdg);
@@ -872,6 +940,7 @@ int main(int argc, char **argv)
     Override tiles[3] = {{"precision", "precision", "fp16"}, {"batch", "batch", "40"},
                          {"steps", "steps", "12"}};
     check_autotune_tiles("mlp.net", tiles, 3);
+    check_autotune_mlp();
     mode = PLAN_DEFAULT;
     check_profile("regression.net", prof, 3);
     check_step_times();

@@ -73,7 +73,8 @@ if "$cgc" "$root/models/mlp.net" --mode max-autotune --check --arch none --emit 
    grep -q "^tuning none$" "$tmp/ma/autotune.tune" &&
    grep -q "^kernel cast_x items:1024 -$" "$tmp/ma/autotune.tune" &&
    [ "$(grep -c '^gemm ' "$tmp/ma/autotune.tune")" = 8 ] &&
-   grep -q "^end $(grep -c '^\(gemm\|kernel\) ' "$tmp/ma/autotune.tune")$" "$tmp/ma/autotune.tune"; then
+   grep -q "^mlp m64\.f16_512_128r_10 steps -$" "$tmp/ma/autotune.tune" &&
+   grep -q "^end $(grep -c '^\(gemm\|kernel\|mlp\) ' "$tmp/ma/autotune.tune")$" "$tmp/ma/autotune.tune"; then
     passes=$((passes + 1))
 else
     fail "--emit with max-autotune: autotune.tune" "$(cat "$tmp/ma/autotune.tune" 2>&1)"

@@ -1,6 +1,6 @@
-/* test_emu_gemm.c: max-autotune's generated tensor-core GEMMs (codegen/gemm_tc.c) on the
- * CUDA emulation, each against the reference GEMM (OpenBLAS in f32, the emulated
- * device's library call).
+/* test_emu_gemm.c: max-autotune's generated tensor-core GEMMs (codegen/gemm_tc.c) and
+ * fused MLPs (codegen/mlp_fused.c) on the CUDA emulation, each against the reference GEMM
+ * (OpenBLAS in f32, the emulated device's library call).
  *
  * For each model and precision below: the max-autotune plan, every buffer filled with
  * random values exact in f16 and bf16 (k / 256, k in [-256, 256], never all zero), then
@@ -11,6 +11,9 @@
  * the batch is the GEMM's k (weight gradients); odd widths (10 logits) take the copy path
  * that is not cp.async. The emulation gives the mma fragments the PTX ISA's layout
  * (cuda_emu.h), so this checks the kernels' indexing, tiling, pipeline and epilogues.
+ * Then every fused MLP run of the plan (codegen/mlp_fused.c) in each shape, every
+ * layer's output first NaN: layer by layer, against the reference GEMM fed the kernel's
+ * own output of the layer before, so that each comparison sees one layer's rounding.
  * With --cuda the same comparisons run on the first CUDA device, against cuBLAS (the
  * `gpu` test test_gpu_gemm, which exits 77 where there is none): that checks the
  * fragment layout itself on the hardware.
@@ -31,7 +34,7 @@
 
 static bool asan, on_cuda;
 static int cuda_arch;
-static int kernels_run[PLAN_GEMM_TILES];
+static int kernels_run[PLAN_GEMM_TILES], mlp_kernels_run[PLAN_MLP_SHAPES];
 static int epilogues_run[GEMM_EPI_GELU_BIAS + 1];
 
 /* ---- values: exact in f16 and bf16 ---- */
@@ -137,6 +140,48 @@ static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGr
     free(c.got);
 }
 
+/* ---- one fused MLP run ----
+ * Layer by layer: the fused kernel's outputs (every c_j first NaN), then each layer
+ * through the library from the fused kernel's own output of the layer before (put back
+ * in c_{j-1}), so that each comparison sees one layer's rounding and no drift. */
+static void check_mlp(const Plan *plan, DevExec *e, int r)
+{
+    Device *d = devexec_device(e);
+    const PlanMlp *run = &plan->mlps[r];
+    const PlanStep *st = &plan->graph[run->graph].steps[run->first];
+    Matrix c[PLAN_MLP_MAX_LAYERS];
+    int64_t m = 0;
+    for (int j = 0; j < run->nlayers; j++) {
+        GemmCall call = devexec_gemm_call(e, &st[j]);
+        m = call.m;
+        c[j] = (Matrix){.at = call.c, .bytes = (size_t)(call.m * call.n) * ir_dtype_size(st[j].gemm.c_type)};
+        c[j].want = malloc(c[j].bytes);
+        c[j].got = malloc(c[j].bytes);
+    }
+    for (int shape = 0; shape < PLAN_MLP_SHAPES; shape++) {
+        for (int j = 0; j < run->nlayers; j++) poison(d, &c[j]);
+        CHECK_EQ_INT(devexec_mlp(e, r, shape), 0);
+        for (int j = 0; j < run->nlayers; j++)
+            CHECK_EQ_INT(d->ops->download(d, c[j].got, c[j].at, c[j].bytes), 0);
+        for (int j = 0; j < run->nlayers; j++) {
+            if (j > 0) CHECK_EQ_INT(d->ops->upload(d, c[j - 1].at, c[j - 1].got, c[j - 1].bytes), 0);
+            GemmCall call = devexec_gemm_call(e, &st[j]);
+            CHECK_EQ_INT(d->ops->gemm(d, &call, &(DeviceSite){"reference", st[j].what, "test", 0}), 0);
+            CHECK_EQ_INT(d->ops->download(d, c[j].want, c[j].at, c[j].bytes), 0);
+            char what[512];
+            snprintf(what, sizeof what, "%s layer %d (%s, m %lld n %lld k %lld)",
+                     plan->kernels[run->kernel[shape]].name, j, st[j].what, (long long)m,
+                     (long long)call.n, (long long)call.k);
+            CHECK_EQ_INT(compare(&c[j], st[j].gemm.c_type, call.m * call.n, what), 0);
+        }
+        mlp_kernels_run[shape]++;
+    }
+    for (int j = 0; j < run->nlayers; j++) {
+        free(c[j].want);
+        free(c[j].got);
+    }
+}
+
 /* ---- one case ---- */
 
 /* The plan's module on the device this run checks: built into a .so (SO) for the
@@ -197,6 +242,7 @@ static void check_case(const char *model, const char *precision, int64_t batch)
                 gemms++;
             }
         CHECK(gemms > 0);   /* every model here has f16 or bf16 GEMMs in its step */
+        for (int r = 0; r < plan->nmlps; r++) check_mlp(plan, e, r);
         devexec_free(e);
     }
     if (d) d->ops->close(d);
@@ -237,11 +283,14 @@ int main(int argc, char **argv)
         }
         return check_result();
     }
-    check_case("mlp", "fp16", 37);          /* nt with bias + relu, nn, tn; n = 10 */
+    check_case("mlp", "fp16", 37);          /* nt with bias + relu, nn, tn; n = 10; MLP 512-128-10 */
     check_case("mlp", "bf16", 64);          /* whole tiles in m, cp.async for every k */
     check_case("resmlp", "bf16", 20);       /* layer widths 256 and 512 */
     check_case("resmlp", "fp16", 33);
+    check_case("narrow_mlp", "bf16", 70);   /* fused MLP 784-128-128-128-10 */
+    check_case("../tests/models/odd_mlp", "fp16", 45);     /* fused MLP 37-24-10-40-6 */
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
+    for (int s = 0; s < PLAN_MLP_SHAPES; s++) CHECK(mlp_kernels_run[s] >= 3);   /* 3 models */
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
     return check_result();
 }
