@@ -6,7 +6,15 @@
  * IEEE arithmetic stated explicitly (no fast math, precise division and square root,
  * denormals kept, and no contraction of a * b + c into an FMA, which the CPU reference
  * and the emulation do not do), because device results are checked against the CPU
- * reference. (Library functions such as expf still differ from glibc's by an ulp or two.) */
+ * reference. (Library functions such as expf still differ from glibc's by an ulp or two.)
+ *
+ * One more option is passed but is no part of the key: --split-compile=0, which lets
+ * NVRTC optimise the module's kernels on every core at once. It changes how long a
+ * compile takes, not the machine code (the .text of every kernel of mlp.net's two
+ * modules came out byte for byte the same with and without it, NVRTC 13.0); the
+ * generated GEMMs' module of mlp.net took 7.7 to 9.3 s with it against 10.7 to 11.1 s
+ * without, on 2 cores (BENCHMARKS.md). An NVRTC that does not know the option refuses
+ * it, and the compile is retried without. */
 #define _GNU_SOURCE
 #include <nvrtc.h>
 #include <stdio.h>
@@ -109,7 +117,16 @@ static int nvrtc_build(const CompileJob *job, const CudaCompileOptions *o, void 
     nvrtcProgram prog;
     nvrtcResult r = nvrtcCreateProgram(&prog, job->source, job->module, 0, NULL, NULL);
     if (r != NVRTC_SUCCESS) return nvrtc_fail(r, "nvrtcCreateProgram", job);
-    r = nvrtcCompileProgram(prog, NUM_OPTIONS, job->options);
+    const char *options[NUM_OPTIONS + 1];
+    memcpy(options, job->options, sizeof job->options);
+    options[NUM_OPTIONS] = "--split-compile=0";     /* as many threads as there are cores */
+    r = nvrtcCompileProgram(prog, NUM_OPTIONS + 1, options);
+    if (r == NVRTC_ERROR_INVALID_OPTION) {     /* an NVRTC before the option: a new program */
+        nvrtcDestroyProgram(&prog);
+        r = nvrtcCreateProgram(&prog, job->source, job->module, 0, NULL, NULL);
+        if (r != NVRTC_SUCCESS) return nvrtc_fail(r, "nvrtcCreateProgram", job);
+        r = nvrtcCompileProgram(prog, NUM_OPTIONS, job->options);
+    }
     if (r != NVRTC_SUCCESS) {
         nvrtc_fail(r, "nvrtcCompileProgram", job);
         print_log(prog, job, o);
