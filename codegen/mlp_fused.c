@@ -348,13 +348,27 @@ static void set_params(PlanKernel *k, const MlpSpec *s)
     k->nparams = n;
 }
 
+/* Whether step NEXT's weights or bias is the output of one of the N steps from FIRST: the
+ * fused kernel reads a layer's weights whole while the outputs before it are still being
+ * written, block by block, so such a step cannot join the run. (No layer of today's
+ * language is such: a weight that is an activation has the batch for a dimension, and
+ * layer_ok wants concrete sizes. This keeps it so.) */
+static bool reads_run_output(const PlanStep *first, int n, const PlanGemm *next)
+{
+    for (int j = 0; j < n; j++)
+        if (next->b == first[j].gemm.c || (next->bias >= 0 && next->bias == first[j].gemm.c))
+            return true;
+    return false;
+}
+
 /* The length of the run that starts at step I of PG (0 or 1: none). */
 static int run_length(const PlanGraph *pg, int i)
 {
     if (!layer_ok(&pg->steps[i])) return 0;
     int n = 1;
     while (n < PLAN_MLP_MAX_LAYERS && i + n < pg->nsteps && layer_ok(&pg->steps[i + n]) &&
-           follows(&pg->steps[i + n - 1].gemm, &pg->steps[i + n].gemm))
+           follows(&pg->steps[i + n - 1].gemm, &pg->steps[i + n].gemm) &&
+           !reads_run_output(&pg->steps[i], n, &pg->steps[i + n].gemm))
         n++;
     return n;
 }

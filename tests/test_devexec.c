@@ -790,12 +790,13 @@ static void check_autotune_mlp(void)
     snprintf(file, sizeof file, "%s/../tests/models/odd_mlp.net", CGC_MODELS_DIR);  /* 37-24-10-40-6 */
     snprintf(want, sizeof want, "%s", tmp_path("default.safetensors"));
     snprintf(got, sizeof got, "%s", tmp_path("mlp.safetensors"));
-    Override ov[2] = {{"precision", "precision", "fp16"}, {"steps", "steps", "6"}};
+    /* batch 80: more than one block in every shape, and a last batch of 16 in the epoch */
+    Override ov[3] = {{"precision", "precision", "fp16"}, {"steps", "steps", "6"}, {"batch", "batch", "80"}};
     char *saved_xdg = cache_start("mlp-cache");
-    train_default(file, ov, 2, want);
+    train_default(file, ov, 3, want);
     mode = PLAN_MAX_AUTOTUNE;
     Model m;
-    if (model_open(&m, file, ov, 2)) {
+    if (model_open(&m, file, ov, 3)) {
         CHECK_EQ_INT(m.plan->nmlps, 1);
         capture_start();
         CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .tune_budget_s = 1e9}), 0);
@@ -811,7 +812,7 @@ static void check_autotune_mlp(void)
             const TuneChoice *c = &have.choices[i];
             if (c->kind != TUNE_MLP) continue;
             mlps++;
-            CHECK(strcmp(c->key, "m16.f16_37_24r_10r_40r_6") == 0);     /* batch 16 */
+            CHECK(strcmp(c->key, "m80.f16_37_24r_10r_40r_6") == 0);     /* batch 80 */
             CHECK(strcmp(c->choice, "steps") == 0 || strncmp(c->choice, "fused:rows", 10) == 0);
             CHECK(c->ms >= 0);
         }
@@ -819,7 +820,7 @@ static void check_autotune_mlp(void)
         tune_free(&have);
     }
     model_close(&m);
-    if (model_open(&m, file, ov, 2)) {     /* read back, on a device of its own */
+    if (model_open(&m, file, ov, 3)) {     /* read back, on a device of its own */
         capture_start();
         CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
         const char *err = capture_end();

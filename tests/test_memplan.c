@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 
 #include "codegen/plan.h"
+#include "compiler/passes.h"
 #include "compiler/pipeline.h"
 #include "runtime/devexec.h"
 #include "tests/testfiles.h"
@@ -65,17 +66,24 @@ static int step_buffers(const Plan *pl, const PlanStep *s, int *out)
     return n;
 }
 
-/* Per buffer of graph G: the first and last step naming it (-1: none). */
+/* Per buffer of graph G: the first and last step naming it (-1: none). The steps of a
+ * fused MLP run (max-autotune) are one launch: a buffer one of them names is live over
+ * the whole run. */
 static void step_span(const Plan *pl, int g, int *first, int *last)
 {
     for (int b = 0; b < pl->nbuffers; b++) first[b] = last[b] = -1;
     const PlanGraph *pg = &pl->graph[g];
     int used[3 + PLAN_MAX_PARAMS];
     for (int s = 0; s < pg->nsteps; s++) {
+        int lo = s, hi = s;
+        for (int r = 0; r < pl->nmlps; r++)
+            if ((int)pl->mlps[r].graph == g && pl->mlps[r].first <= s &&
+                s < pl->mlps[r].first + pl->mlps[r].nlayers)
+                lo = pl->mlps[r].first, hi = pl->mlps[r].first + pl->mlps[r].nlayers - 1;
         int n = step_buffers(pl, &pg->steps[s], used);
         for (int i = 0; i < n; i++) {
-            if (first[used[i]] < 0) first[used[i]] = s;
-            last[used[i]] = s;
+            if (first[used[i]] < 0 || lo < first[used[i]]) first[used[i]] = lo;
+            if (hi > last[used[i]]) last[used[i]] = hi;
         }
     }
 }
@@ -173,7 +181,8 @@ static bool same_layout(const Plan *pl, const PlanLayout *a, const PlanLayout *b
 
 /* ---- every model at every precision ---- */
 
-static Plan *compile_model(const char *file, const char *precision, IrProgram **p, Source **src)
+static Plan *compile_model(const char *file, const char *precision, PlanMode mode, IrProgram **p,
+                           Source **src)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", CGC_MODELS_DIR, file);
@@ -181,15 +190,17 @@ static Plan *compile_model(const char *file, const char *precision, IrProgram **
     *src = source_load(path);
     *p = *src ? pipeline_compile(*src, ov, 2) : NULL;
     CHECK(*p != NULL);
-    return *p ? plan_build(*p, PLAN_EAGER, path) : NULL;
+    if (*p && mode != PLAN_EAGER) fusion_assign(*p);
+    return *p ? plan_build(*p, mode, path) : NULL;
 }
 
-static void test_model(const char *file, const char *precision)
+static void test_model(const char *file, const char *precision, PlanMode mode)
 {
     IrProgram *p;
     Source *src;
-    Plan *pl = compile_model(file, precision, &p, &src);
+    Plan *pl = compile_model(file, precision, mode, &p, &src);
     if (!pl) return;
+    CHECK(mode != PLAN_MAX_AUTOTUNE || pl->nmlps > 0);
     int64_t symmax[8] = {64};
     PlanLayout shared, again, apart;
     plan_layout(pl, symmax, true, &shared);
@@ -429,7 +440,7 @@ static void test_runner(const char *precision, bool lower_precision_fix)
 {
     IrProgram *p;
     Source *src;
-    Plan *pl = compile_model("mlp.net", precision, &p, &src);
+    Plan *pl = compile_model("mlp.net", precision, PLAN_EAGER, &p, &src);
     if (!pl) return;
     int64_t symmax[8] = {64};
     PlanLayout l;
@@ -491,7 +502,10 @@ int main(void)
     static const char *const models[] = {"mlp.net", "resmlp.net", "regression.net"};
     static const char *const precisions[] = {"fp32", "tf32", "bf16", "fp16"};
     for (int m = 0; m < 3; m++)
-        for (int k = 0; k < 4; k++) test_model(models[m], precisions[k]);
+        for (int k = 0; k < 4; k++) test_model(models[m], precisions[k], PLAN_EAGER);
+    /* max-autotune: the fused MLP runs' steps live as one (mlp 512-128-10, narrow 4 layers) */
+    test_model("mlp.net", "fp16", PLAN_MAX_AUTOTUNE);
+    test_model("narrow_mlp.net", "bf16", PLAN_MAX_AUTOTUNE);
     test_hand_plan();
     test_runner("fp32", true);
     test_runner("fp16", false);

@@ -11,8 +11,9 @@
  * the batch is the GEMM's k (weight gradients); odd widths (10 logits) take the copy path
  * that is not cp.async. The emulation gives the mma fragments the PTX ISA's layout
  * (cuda_emu.h), so this checks the kernels' indexing, tiling, pipeline and epilogues.
- * Then every fused MLP run of the plan (codegen/mlp_fused.c) in each shape, every
- * layer's output first NaN: layer by layer, against the reference GEMM fed the kernel's
+ * Then every fused MLP run of the plan (codegen/mlp_fused.c) in each shape, with its
+ * grid and with one block (the grid-stride loop over the rows), every layer's output
+ * first NaN: layer by layer, against the reference GEMM fed the kernel's
  * own output of the layer before, so that each comparison sees one layer's rounding.
  * With --cuda the same comparisons run on the first CUDA device, against cuBLAS (the
  * `gpu` test test_gpu_gemm, which exits 77 where there is none): that checks the
@@ -144,6 +145,27 @@ static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGr
  * Layer by layer: the fused kernel's outputs (every c_j first NaN), then each layer
  * through the library from the fused kernel's own output of the layer before (put back
  * in c_{j-1}), so that each comparison sees one layer's rounding and no drift. */
+/* Run R's kernel of SHAPE with one block, so that its grid-stride loop visits every
+ * group of rows; the arguments in plan.h's order, written out again here. */
+static int launch_one_block(const Plan *plan, DevExec *e, int r, int shape)
+{
+    const PlanMlp *run = &plan->mlps[r];
+    const PlanStep *st = &plan->graph[run->graph].steps[run->first];
+    int L = run->nlayers;
+    DevPtr ptr[3 * PLAN_MLP_MAX_LAYERS + 1];
+    void *args[3 * PLAN_MLP_MAX_LAYERS + 2];
+    int64_t m = devexec_gemm_call(e, st).m;
+    ptr[L] = devexec_buffer(e, st[0].gemm.a);
+    for (int j = 0; j < L; j++) {
+        ptr[j] = devexec_buffer(e, st[j].gemm.c);
+        ptr[L + 1 + j] = devexec_buffer(e, st[j].gemm.b);
+        ptr[2 * L + 1 + j] = st[j].gemm.bias >= 0 ? devexec_buffer(e, st[j].gemm.bias) : 0;
+    }
+    for (int i = 0; i < 3 * L + 1; i++) args[i] = &ptr[i];
+    args[3 * L + 1] = &m;
+    return devexec_launch(e, run->kernel[shape], 1, args, "one block");
+}
+
 static void check_mlp(const Plan *plan, DevExec *e, int r)
 {
     Device *d = devexec_device(e);
@@ -158,9 +180,10 @@ static void check_mlp(const Plan *plan, DevExec *e, int r)
         c[j].want = malloc(c[j].bytes);
         c[j].got = malloc(c[j].bytes);
     }
-    for (int shape = 0; shape < PLAN_MLP_SHAPES; shape++) {
+    for (int k = 0; k < 2 * PLAN_MLP_SHAPES; k++) {   /* each shape, then each with one block */
+        int shape = k % PLAN_MLP_SHAPES;
         for (int j = 0; j < run->nlayers; j++) poison(d, &c[j]);
-        CHECK_EQ_INT(devexec_mlp(e, r, shape), 0);
+        CHECK_EQ_INT(k < PLAN_MLP_SHAPES ? devexec_mlp(e, r, shape) : launch_one_block(plan, e, r, shape), 0);
         for (int j = 0; j < run->nlayers; j++)
             CHECK_EQ_INT(d->ops->download(d, c[j].got, c[j].at, c[j].bytes), 0);
         for (int j = 0; j < run->nlayers; j++) {
@@ -169,9 +192,9 @@ static void check_mlp(const Plan *plan, DevExec *e, int r)
             CHECK_EQ_INT(d->ops->gemm(d, &call, &(DeviceSite){"reference", st[j].what, "test", 0}), 0);
             CHECK_EQ_INT(d->ops->download(d, c[j].want, c[j].at, c[j].bytes), 0);
             char what[512];
-            snprintf(what, sizeof what, "%s layer %d (%s, m %lld n %lld k %lld)",
-                     plan->kernels[run->kernel[shape]].name, j, st[j].what, (long long)m,
-                     (long long)call.n, (long long)call.k);
+            snprintf(what, sizeof what, "%s%s layer %d (%s, m %lld n %lld k %lld)",
+                     plan->kernels[run->kernel[shape]].name, k < PLAN_MLP_SHAPES ? "" : " (one block)",
+                     j, st[j].what, (long long)m, (long long)call.n, (long long)call.k);
             CHECK_EQ_INT(compare(&c[j], st[j].gemm.c_type, call.m * call.n, what), 0);
         }
         mlp_kernels_run[shape]++;
@@ -290,7 +313,7 @@ int main(int argc, char **argv)
     check_case("narrow_mlp", "bf16", 70);   /* fused MLP 784-128-128-128-10 */
     check_case("../tests/models/odd_mlp", "fp16", 45);     /* fused MLP 37-24-10-40-6 */
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
-    for (int s = 0; s < PLAN_MLP_SHAPES; s++) CHECK(mlp_kernels_run[s] >= 3);   /* 3 models */
+    for (int s = 0; s < PLAN_MLP_SHAPES; s++) CHECK(mlp_kernels_run[s] >= 6);   /* 3 models, 2 grids */
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
     return check_result();
 }
