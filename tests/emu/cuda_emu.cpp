@@ -4,12 +4,13 @@
  * calling OS thread, switched by a few lines of assembly (x86-64: callee-saved registers
  * and the stack pointer, nothing else, so a switch costs nanoseconds; ucontext would make
  * a system call per switch). A thread runs until it finishes, reaches __syncthreads, or
- * reaches a warp shuffle or a tensor-core product; when every thread has stopped, the
- * scheduler releases what can be released: a warp whose live threads all wait at a
- * shuffle, or whose 32 threads all wait at a product (computed then, for the whole warp),
- * else the block when all of its live threads wait at the same barrier. When nothing can be released, the
- * barrier can never complete (divergent code): the launch fails with a report of where
- * each thread waits.
+ * reaches a warp shuffle or a tensor-core product. The warps run one at a time, each as
+ * far as it can go: a warp whose live threads all wait at a shuffle, or whose 32 threads
+ * all wait at a product (computed then, for the whole warp), is released and goes on; when
+ * every warp has stopped, the block is released if all of its live threads wait at the
+ * same barrier, and the warps go on in the opposite order (run_block). When nothing can
+ * be released, the barrier can never complete (divergent code): the launch fails with a
+ * report of where each thread waits.
  *
  * Stacks come from a pool and go back as soon as their thread finishes, so a kernel
  * without barriers runs its threads one by one on a single stack. Under AddressSanitizer
@@ -393,22 +394,32 @@ void abandon_block()
     }
 }
 
-/* Runs every thread of one block to completion; -1 on a deadlock. */
+/* Runs every thread of one block to completion; -1 on a deadlock. Between two block
+ * barriers the warps run one after another, each as far as it can go (its shuffles and
+ * tensor-core products released as its lanes reach them): in ascending order after an
+ * even number of barriers, descending after an odd one. CUDA orders nothing between the
+ * warps of a block but the barriers, so this is one of its schedules, and one in which a
+ * warp is a whole barrier interval ahead of the others: a kernel that lacks a
+ * __syncthreads between one warp's use of shared memory and another's overwriting it
+ * computes wrong values here instead of passing by luck. */
 int run_block(unsigned block, unsigned grid, const char *name)
 {
     cgc_emu_block_idx.x = block;
     for (unsigned i = 0; i < nthreads; i++) fibers[i] = Fiber{};
-    for (;;) {
+    unsigned nwarps = (nthreads + WARP - 1) / WARP;
+    for (unsigned phase = 0;; phase++) {
         bool any_live = false;
-        for (unsigned i = 0; i < nthreads; i++) {
-            if (fibers[i].state == F_READY) fiber_resume(i);
-            any_live |= fibers[i].state != F_DONE;
+        for (unsigned k = 0; k < nwarps; k++) {
+            unsigned w = phase & 1 ? nwarps - 1 - k : k;
+            unsigned first = w * WARP, end = first + WARP < nthreads ? first + WARP : nthreads;
+            do {
+                for (unsigned i = first; i < end; i++)
+                    if (fibers[i].state == F_READY) fiber_resume(i);
+            } while (release_warp(w) || release_mma(w));
+            for (unsigned i = first; i < end; i++) any_live |= fibers[i].state != F_DONE;
         }
         if (!any_live) return 0;
-        bool released = false;
-        for (unsigned w = 0; w * WARP < nthreads; w++) released |= release_warp(w) || release_mma(w);
-        if (!released) released = release_barrier();
-        if (!released) {
+        if (!release_barrier()) {
             report_deadlock(name, block, grid);
             abandon_block();
             return -1;

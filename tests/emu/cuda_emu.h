@@ -9,9 +9,11 @@
  * The execution model (cuda_emu.cpp): the blocks of a grid run one after another; the
  * threads of a block run as fibers on one OS thread and switch only at __syncthreads (a
  * barrier of the block's live threads), at warp shuffles (a rendezvous of the live
- * threads of a warp of 32) and at tensor-core products (a rendezvous of a whole warp). So `__shared__` can be a function-local `static` (one block
- * at a time owns it), atomics need no locking, and a kernel without barriers runs each
- * thread straight through. A barrier that can never complete fails the launch with a
+ * threads of a warp of 32) and at tensor-core products (a rendezvous of a whole warp).
+ * Between two barriers the warps run one after another, each as far as it can go, in
+ * ascending and descending order by turns, so a missing barrier shows as wrong values.
+ * So `__shared__` can be a function-local `static` (one block at a time owns it), atomics
+ * need no locking, and a kernel without barriers runs each thread straight through. A barrier that can never complete fails the launch with a
  * message naming the kernel and block, instead of hanging.
  */
 #ifndef CGC_CUDA_EMU_H
