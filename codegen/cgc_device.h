@@ -400,8 +400,7 @@ __device__ __forceinline__ uint32_t cgc_pack2(float lo, float hi, bool bf16)
 __device__ __forceinline__ void cgc_cp_async16(void *dst, const void *src, bool valid)
 {
 #ifdef CGC_EMULATE
-    if (valid) memcpy(dst, src, 16);
-    else memset(dst, 0, 16);
+    cgc_emu_cp_async16(dst, src, valid);
 #elif __CUDA_ARCH__ >= 800
     uint32_t to;
     asm volatile("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }"
@@ -415,14 +414,18 @@ __device__ __forceinline__ void cgc_cp_async16(void *dst, const void *src, bool 
 /* Closes the group of copies issued since the last commit (a group may be empty). */
 __device__ __forceinline__ void cgc_cp_async_commit()
 {
-#if !defined(CGC_EMULATE) && __CUDA_ARCH__ >= 800
+#ifdef CGC_EMULATE
+    cgc_emu_cp_async_commit();
+#elif __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
 /* Waits until at most the newest group is still in flight. */
 __device__ __forceinline__ void cgc_cp_async_wait_prior()
 {
-#if !defined(CGC_EMULATE) && __CUDA_ARCH__ >= 800
+#ifdef CGC_EMULATE
+    cgc_emu_cp_async_wait(1);
+#elif __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group 1;" ::: "memory");
 #endif
 }
@@ -430,7 +433,9 @@ __device__ __forceinline__ void cgc_cp_async_wait_prior()
 /* Waits until every group has landed. */
 __device__ __forceinline__ void cgc_cp_async_wait_all()
 {
-#if !defined(CGC_EMULATE) && __CUDA_ARCH__ >= 800
+#ifdef CGC_EMULATE
+    cgc_emu_cp_async_wait(0);
+#elif __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
 }

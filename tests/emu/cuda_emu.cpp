@@ -4,13 +4,15 @@
  * calling OS thread, switched by a few lines of assembly (x86-64: callee-saved registers
  * and the stack pointer, nothing else, so a switch costs nanoseconds; ucontext would make
  * a system call per switch). A thread runs until it finishes, reaches __syncthreads, or
- * reaches a warp shuffle or a tensor-core product. The warps run one at a time, each as
- * far as it can go: a warp whose live threads all wait at a shuffle, or whose 32 threads
- * all wait at a product (computed then, for the whole warp), is released and goes on; when
- * every warp has stopped, the block is released if all of its live threads wait at the
- * same barrier, and the warps go on in the opposite order (run_block). When nothing can
- * be released, the barrier can never complete (divergent code): the launch fails with a
- * report of where each thread waits.
+ * reaches a warp shuffle or a tensor-core product. cp.async copies are held per thread
+ * and land only when that thread's wait_group completes their group, so that a read of
+ * shared memory before the wait sees what was there before. The warps run one at a
+ * time, each as far as it can go: a warp whose live threads all wait at a shuffle, or
+ * whose 32 threads all wait at a product (computed then, for the whole warp), is
+ * released and goes on; when every warp has stopped, the block is released if all of
+ * its live threads wait at the same barrier, and the warps go on in the opposite order
+ * (run_block). When nothing can be released, the barrier can never complete (divergent
+ * code): the launch fails with a report of where each thread waits.
  *
  * Stacks come from a pool and go back as soon as their thread finishes, so a kernel
  * without barriers runs its threads one by one on a single stack. Under AddressSanitizer
@@ -92,6 +94,14 @@ struct Stack {
     bool dirty;     /* abandoned mid-kernel: ASan's shadow may still mark frames */
 };
 
+/* A cp.async copy in flight (cgc_emu_cp_async16): its 16 bytes read when issued, written
+ * when a wait completes its group. */
+struct PendingCopy {
+    void *dst;
+    unsigned char bytes[16];
+    unsigned group;
+};
+
 struct Fiber {
     FiberState state;
     bool started;
@@ -106,6 +116,8 @@ struct Fiber {
     float *mma_d;                       /* F_MMA: the thread's fragments, on its stack */
     const uint32_t *mma_a, *mma_b;
     bool mma_bf16;
+    std::vector<PendingCopy> copies;    /* cp.async copies not yet completed */
+    unsigned open_group;                /* the group cp.async adds to; those below are committed */
 };
 
 /* One launch at a time: the indices above are process globals. */
@@ -460,6 +472,28 @@ extern "C" void cgc_emu_mma_16816(float d[4], const uint32_t a[4], const uint32_
     f->mma_b = b;
     f->mma_bf16 = bf16;
     fiber_yield(f);
+}
+
+extern "C" void cgc_emu_cp_async16(void *dst, const void *src, bool valid)
+{
+    Fiber *f = running_fiber("cp.async");
+    PendingCopy c = {dst, {0}, f->open_group};
+    if (valid) memcpy(c.bytes, src, sizeof c.bytes);
+    f->copies.push_back(c);
+}
+
+extern "C" void cgc_emu_cp_async_commit(void) { running_fiber("cp.async.commit_group")->open_group++; }
+
+extern "C" void cgc_emu_cp_async_wait(unsigned newest)
+{
+    Fiber *f = running_fiber("cp.async.wait_group");
+    size_t kept = 0;
+    for (size_t i = 0; i < f->copies.size(); i++) {
+        PendingCopy &c = f->copies[i];
+        if (c.group + newest < f->open_group) memcpy(c.dst, c.bytes, sizeof c.bytes);   /* done */
+        else f->copies[kept++] = c;
+    }
+    f->copies.resize(kept);
 }
 
 extern "C" int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **),

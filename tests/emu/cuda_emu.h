@@ -11,7 +11,8 @@
  * barrier of the block's live threads), at warp shuffles (a rendezvous of the live
  * threads of a warp of 32) and at tensor-core products (a rendezvous of a whole warp).
  * Between two barriers the warps run one after another, each as far as it can go, in
- * ascending and descending order by turns, so a missing barrier shows as wrong values.
+ * ascending and descending order by turns, so a missing barrier shows as wrong values;
+ * cp.async copies land at their thread's wait for their group, so a missing wait does.
  * So `__shared__` can be a function-local `static` (one block at a time owns it), atomics
  * need no locking, and a kernel without barriers runs each thread straight through. A barrier that can never complete fails the launch with a
  * message naming the kernel and block, instead of hanging.
@@ -69,6 +70,13 @@ int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **), void *
  * D + A @ B, the fragments laid out as cgc_mma_16816 (cgc_device.h) says. The products
  * are exact in f32 and summed in k order, in f32. */
 void cgc_emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
+/* cp.async.cg.shared.global of 16 bytes (zeros when !VALID), commit_group and
+ * wait_group NEWEST, per thread as in PTX: the bytes are read from SRC at once but land
+ * in DST only when a wait of the same thread completes their (committed) group, so a
+ * kernel that reads a stage before waiting for it reads stale data, as it may on a GPU. */
+void cgc_emu_cp_async16(void *dst, const void *src, bool valid);
+void cgc_emu_cp_async_commit(void);
+void cgc_emu_cp_async_wait(unsigned newest);
 }
 
 #define __syncthreads() cgc_emu_syncthreads(__FILE__, __LINE__)

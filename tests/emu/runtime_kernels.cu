@@ -128,7 +128,49 @@ extern "C" __global__ void write_at(float *out, int64_t i)
     if (threadIdx.x == 0) out[i] = 1.0f;
 }
 
+// cp.async as PTX has it: each thread copies 16 bytes into one shared tile (group 0)
+// and zeros into another (group 1); what it reads there before any wait, after waiting
+// for all but the newest group, and after waiting for all, goes to OUT[3][64][4].
+extern "C" __global__ void cp_async_groups(float *out, const float *in)
+{
+    __shared__ __align__(16) float a[64][4], b[64][4];
+    unsigned t = threadIdx.x;
+    for (int k = 0; k < 4; k++) a[t][k] = b[t][k] = -1.0f;
+    cgc_emu_cp_async16(a[t], &in[4 * t], true);
+    cgc_emu_cp_async_commit();
+    cgc_emu_cp_async16(b[t], in, false);
+    cgc_emu_cp_async_commit();
+    for (int k = 0; k < 4; k++) out[4 * t + k] = a[t][k] + b[t][k];
+    cgc_emu_cp_async_wait(1);
+    for (int k = 0; k < 4; k++) out[256 + 4 * t + k] = a[t][k] + b[t][k];
+    cgc_emu_cp_async_wait(0);
+    for (int k = 0; k < 4; k++) out[512 + 4 * t + k] = a[t][k] + b[t][k];
+}
+
+// Between two barriers a warp may run far ahead of another: warp 0 writes a flag that
+// warp 1 reads with no barrier between. The emulation runs warps one at a time, in
+// ascending order after an even number of barriers and descending after an odd one, so
+// warp 1 reads before warp 0 writes after the first barrier, and after it after the
+// second.
+extern "C" __global__ void warp_order(float *out)
+{
+    __shared__ float flag[2];
+    unsigned t = threadIdx.x;
+    if (t == 0) flag[0] = flag[1] = 0.0f;
+    __syncthreads();
+    if (t == 0) flag[0] = 1.0f;         // warp 0
+    if (t == 32) out[0] = flag[0];      // warp 1: 0 (it ran first)
+    __syncthreads();
+    if (t == 0) flag[1] = 1.0f;
+    if (t == 32) out[1] = flag[1];      // 1: warp 0 ran first this time
+}
+
 extern "C" {
+void cgc_emu_thunk_cp_async_groups(void **args)
+{
+    cp_async_groups(THUNK_ARG(0, float *), THUNK_ARG(1, const float *));
+}
+void cgc_emu_thunk_warp_order(void **args) { warp_order(THUNK_ARG(0, float *)); }
 void cgc_emu_thunk_write_at(void **args) { write_at(THUNK_ARG(0, float *), THUNK_ARG(1, int64_t)); }
 void cgc_emu_thunk_block_reverse(void **args)
 {

@@ -56,6 +56,39 @@ static void test_block_reverse(void)
     dev->ops->free(dev, dout);
 }
 
+/* cp.async's bytes land at the issuing thread's wait for their group, not before. */
+static void test_cp_async(void)
+{
+    float in[256], out[768];
+    fill(in, 256, 3);
+    DevPtr din = dev_alloc(sizeof in), dout = dev_alloc(sizeof out);
+    dev->ops->upload(dev, din, in, sizeof in);
+    void *args[] = { &dout, &din };
+    CHECK_EQ_INT(launch("cp_async_groups", 1, 64, args), 0);
+    dev->ops->download(dev, out, dout, sizeof out);
+    int bad = 0;
+    for (int i = 0; i < 256; i++) {
+        bad += out[i] != -2.0f;               /* nothing landed before a wait */
+        bad += out[256 + i] != in[i] - 1.0f;  /* group 0 landed, group 1 (zeros) not yet */
+        bad += out[512 + i] != in[i];         /* both */
+    }
+    CHECK_EQ_INT(bad, 0);
+    dev->ops->free(dev, din);
+    dev->ops->free(dev, dout);
+}
+
+/* Warps run one at a time between barriers, the order turning at each barrier. */
+static void test_warp_order(void)
+{
+    float out[2] = { -1.0f, -1.0f };
+    DevPtr dout = dev_alloc(sizeof out);
+    void *args[] = { &dout };
+    CHECK_EQ_INT(launch("warp_order", 1, 64, args), 0);
+    dev->ops->download(dev, out, dout, sizeof out);
+    CHECK(out[0] == 0.0f && out[1] == 1.0f);
+    dev->ops->free(dev, dout);
+}
+
 static void test_block_sum(void)
 {
     enum { B = 128, G = 5 };
@@ -305,6 +338,8 @@ int main(int argc, char **argv)
     }
     test_block_reverse();
     test_block_sum();
+    test_cp_async();
+    test_warp_order();
     test_warp_sums();
     test_atomics();
     test_grid_stride();
