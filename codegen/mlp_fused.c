@@ -126,11 +126,12 @@ static void spec_name(const MlpSpec *s, char *buf, size_t len)
 
 /* ---- the kernel's text ---- */
 
-static const char *const IN = "        ";
+static const char *const IN = "        ";          /* a layer's braces */
+static const char *const EPI = "            ";     /* a layer's epilogue, inside them */
 
-/* Layer J's epilogue on the accumulators acc[NT][4] of the warp's rows r0 and r0 + 8:
- * bias, relu, the store to c_J; and, unless it is the last layer, the packing of the
- * rounded values into the next layer's A fragments x[KS][4]. */
+/* Layer J's epilogue, inside its braces, on the accumulators acc[NT][4] of the warp's
+ * rows r0 and r0 + 8: bias, relu, the store to c_J; and, unless it is the last layer, the
+ * packing of the rounded values into the next layer's A fragments x[KS][4]. */
 static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
 {
     const MlpLayer *l = &s->layer[j];
@@ -142,17 +143,17 @@ static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
                  "%s        const int col = j * 8 + 2 * t + (e & 1);\n"
                  "%s        const int64_t row = e < 2 ? r0 : r0 + 8;\n"
                  "%s        float v = acc[j][e];\n",
-              IN, nt, IN, IN, IN, IN);
+              EPI, nt, EPI, EPI, EPI, EPI);
     bool pad = l->n % 8 != 0;
     if (l->epilogue != GEMM_EPI_NONE)
-        sb_printf(o, "%s        v += %scgc_load(bias%d[col]);\n", IN, pad ? "col >= N ? 0.0f : " : "", j);
-    if (l->epilogue == GEMM_EPI_RELU_BIAS) sb_printf(o, "%s        v = v < 0.0f ? 0.0f : v;\n", IN);
-    sb_printf(o, "%s        if (row < m%s) cgc_store(&c%d[row * N + col], v);\n", IN,
+        sb_printf(o, "%s        v += %scgc_load(bias%d[col]);\n", EPI, pad ? "col >= N ? 0.0f : " : "", j);
+    if (l->epilogue == GEMM_EPI_RELU_BIAS) sb_printf(o, "%s        v = v < 0.0f ? 0.0f : v;\n", EPI);
+    sb_printf(o, "%s        if (row < m%s) cgc_store(&c%d[row * N + col], v);\n", EPI,
               pad ? " && col < N" : "", j);
     if (j + 1 < s->nlayers)
-        sb_printf(o, "%s        acc[j][e] = %sv;   /* the next layer's input */\n", IN,
+        sb_printf(o, "%s        acc[j][e] = %sv;   /* the next layer's input */\n", EPI,
                   pad ? "col >= N ? 0.0f : " : "");
-    sb_printf(o, "%s    }\n", IN);
+    sb_printf(o, "%s    }\n", EPI);
     if (j + 1 == s->nlayers) return;
     int ks = round_up(l->n, 16) / 16;
     const char *bf = s->in_type == DT_BF16 ? "true" : "false";
@@ -161,31 +162,16 @@ static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
                  "%sfor (int q = 0; q < %d; q++) {\n"
                  "%s    x[q][0] = cgc_pack2(acc[2 * q][0], acc[2 * q][1], %s);\n"
                  "%s    x[q][1] = cgc_pack2(acc[2 * q][2], acc[2 * q][3], %s);\n",
-              IN, IN, ks, IN, bf, IN, bf);
+              EPI, EPI, ks, EPI, bf, EPI, bf);
     if (nt % 2 == 0)
         sb_printf(o, "%s    x[q][2] = cgc_pack2(acc[2 * q + 1][0], acc[2 * q + 1][1], %s);\n"
                      "%s    x[q][3] = cgc_pack2(acc[2 * q + 1][2], acc[2 * q + 1][3], %s);\n",
-                  IN, bf, IN, bf);
+                  EPI, bf, EPI, bf);
     else    /* an odd number of tiles: the last slice's upper half is padding */
         sb_printf(o, "%s    x[q][2] = 2 * q + 1 < %d ? cgc_pack2(acc[2 * q + 1][0], acc[2 * q + 1][1], %s) : 0u;\n"
                      "%s    x[q][3] = 2 * q + 1 < %d ? cgc_pack2(acc[2 * q + 1][2], acc[2 * q + 1][3], %s) : 0u;\n",
-                  IN, nt, bf, IN, nt, bf);
-    sb_printf(o, "%s}\n", IN);
-}
-
-/* The epilogue of layer J one level deeper, inside the layer's braces. */
-static void render_epilogue_within(StrBuf *o, const MlpSpec *s, int j)
-{
-    StrBuf inner = { 0 };
-    render_epilogue(&inner, s, j);
-    for (const char *line = inner.s; line && *line;) {
-        const char *end = strchr(line, '\n');
-        size_t n = end ? (size_t)(end - line) : strlen(line);
-        if (n > 0 && line[0] != '#') sb_puts(o, "    ");
-        sb_printf(o, "%.*s\n", (int)n, line);
-        line = end ? end + 1 : NULL;
-    }
-    sb_free(&inner);
+                  EPI, nt, bf, EPI, nt, bf);
+    sb_printf(o, "%s}\n", EPI);
 }
 
 /* Layer 0: the input streams through two stages of k STAGE_K. */
@@ -230,7 +216,7 @@ static void render_first(StrBuf *o, const MlpSpec *s)
                  "%s    }\n",
               IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN,
               IN, IN, IN, IN, s->in_type == DT_BF16 ? "true" : "false", IN, IN, IN, IN);
-    render_epilogue_within(o, s, 0);
+    render_epilogue(o, s, 0);
     sb_printf(o, "%s}\n", IN);
 }
 
@@ -260,7 +246,7 @@ static void render_layer(StrBuf *o, const MlpSpec *s, int j)
                  "%s        }\n",
               IN, IN, j, IN, IN, IN, j, IN, IN, IN, IN, IN, IN, IN, IN,
               s->in_type == DT_BF16 ? "true" : "false", IN);
-    render_epilogue_within(o, s, j);
+    render_epilogue(o, s, j);
     sb_printf(o, "%s}\n", IN);
 }
 
