@@ -235,22 +235,29 @@ static int write_text(const char *dir, const char *name, const char *a, const ch
     return close_checked(f, path);
 }
 
-/* DIR/repro: the module again, and the reproducer that replays it (codegen/repro.c). */
-static int emit_repro(const Plan *plan, const char *dir, const char *module)
+/* DIR/repro: the module again (and the generated kernels' module when CHOICES use it),
+ * and the reproducer that replays the step (codegen/repro.c). */
+static int emit_repro(const Plan *plan, const char *dir, const char *module, const PlanChoices *choices)
 {
     char sub[4352], path[4480];
     snprintf(sub, sizeof sub, "%s/repro", dir);
     if (make_dirs(sub) != 0 || write_text(sub, "module.cu", module, NULL) != 0) return -1;
+    if (plan_repro_uses_gemm_module(plan, choices)) {
+        char *gemm_module = plan_gemm_module_source(plan);
+        int rc = write_text(sub, "gemm_module.cu", gemm_module, NULL);
+        free(gemm_module);
+        if (rc != 0) return -1;
+    }
     FILE *f = open_in(sub, "repro.c", path, sizeof path);
     if (!f) return -1;
-    plan_write_repro(f, plan);
+    plan_write_repro(f, plan, choices);
     if (close_checked(f, path) != 0) return -1;
     if (!(f = open_in(sub, "Makefile", path, sizeof path))) return -1;
-    plan_write_repro_makefile(f, plan);
+    plan_write_repro_makefile(f, plan, choices);
     return close_checked(f, path);
 }
 
-int plan_emit(const Plan *plan, const char *dir)
+int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices)
 {
     if (make_dirs(dir) != 0) return -1;
     if (write_text(dir, "cgc_device.h", plan_device_prelude, NULL) != 0) return -1;
@@ -262,7 +269,7 @@ int plan_emit(const Plan *plan, const char *dir)
     }
     char *module = plan_module_source(plan);
     int rc = write_text(dir, "module.cu", module, NULL);
-    if (rc == 0 && plan->graph[PG_TRAIN].ir) rc = emit_repro(plan, dir, module);   /* a step to replay */
+    if (rc == 0 && plan->graph[PG_TRAIN].ir) rc = emit_repro(plan, dir, module, choices);   /* a step to replay */
     free(module);
     if (rc != 0) return -1;
     char path[4352];

@@ -894,6 +894,34 @@ void plan_free(Plan *plan)
     free(owner);
 }
 
+void plan_choices_init(PlanChoices *c, const Plan *plan)
+{
+    memset(c, 0, sizeof *c);
+    c->arch = 90;
+    for (int g = 0; g < PG_NUM; g++)
+        if ((g == PG_TRAIN || g == PG_TRAIN_MICRO) && plan->graph[g].ir)
+            c->step[g] = xcalloc((size_t)plan->graph[g].nsteps + 1, sizeof *c->step[g]);
+    c->mlp_shape = xcalloc((size_t)plan->nmlps + 1, sizeof *c->mlp_shape);
+    for (int r = 0; r < plan->nmlps; r++) c->mlp_shape[r] = -1;
+}
+
+void plan_choices_free(PlanChoices *c)
+{
+    for (int g = 0; g < PG_NUM; g++) free(c->step[g]);
+    free(c->mlp_shape);
+    memset(c, 0, sizeof *c);
+}
+
+bool plan_choices_generated(const PlanChoices *c, const Plan *plan)
+{
+    for (int r = 0; r < plan->nmlps; r++)
+        if (c->mlp_shape[r] >= 0) return true;
+    for (int g = 0; g < PG_NUM; g++)
+        for (int i = 0; c->step[g] && i < plan->graph[g].nsteps; i++)
+            if (plan->graph[g].steps[i].kind == STEP_GEMM && c->step[g][i].tile > 0) return true;
+    return false;
+}
+
 const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g)
 {
     for (int i = 0; i < PG_NUM; i++)

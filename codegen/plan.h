@@ -287,6 +287,37 @@ typedef struct Plan {
     int nmlps;
 } Plan;
 
+/* ---- max-autotune's choices ----
+ * A step's tunable choice: for a launch, the items per block of its kernel (0: the
+ * plan's), which every launch of that kernel then takes; for a GEMM, the library's
+ * algorithm (0: its own; K >= 1: the K-th of cuBLASLt's heuristic list, best first) or,
+ * with TILE >= 1, the plan's generated kernel of tile shape TILE - 1
+ * (PlanGemm.tile_kernel) instead of the library. None changes what is computed: kernels
+ * loop over their work whatever the grid, and every algorithm and kernel computes the
+ * same product (to the rounding of its own order of accumulation). */
+enum { PLAN_GEMM_ALGOS = 8 };       /* cuBLASLt's algorithms a GEMM chooses among, at most */
+typedef struct PlanStepChoice {
+    int64_t items;
+    int algo;
+    int tile;
+} PlanStepChoice;
+
+/* The choices of a whole plan, as read from a choices file (runtime/autotune.h,
+ * autotune_resolve): what the runtime puts in force and what --emit's reproducer
+ * replays. */
+typedef struct PlanChoices {
+    PlanStepChoice *step[PG_NUM];   /* per step of the training graphs; NULL for the others */
+    int *mlp_shape;                 /* per fused MLP run (Plan.mlps): its shape, -1 its steps */
+    int arch;                       /* what they were made for: 90 for sm_90 */
+    char device[128];               /* the GPU they were timed on, or "" (heuristics) */
+} PlanChoices;
+
+/* Every step and run with the plan's own choice (items 0, algo 0, tile 0, shape -1). */
+void plan_choices_init(PlanChoices *c, const Plan *plan);
+void plan_choices_free(PlanChoices *c);
+/* Whether C runs any generated GEMM or fused MLP kernel (they need that module). */
+bool plan_choices_generated(const PlanChoices *c, const Plan *plan);
+
 /* ---- building (codegen/plan.c, codegen/cuda.c) ---- */
 
 /* The plan of P (lowered by training_lower) in MODE. NET_PATH names the source in the
@@ -379,17 +410,23 @@ void plan_print(FILE *out, const Plan *plan);
 
 /* --emit DIR: creates DIR if needed and writes cgc_device.h, one NAME.cu per kernel
  * (each compiles alone: `nvcc -cubin -arch=sm_90 NAME.cu`), host_plan.txt, and the
- * standalone reproducer DIR/repro/ (module.cu, repro.c, Makefile; below) when the plan
- * has a train graph. Returns 0, or -1 after "cgc: error: DIR/FILE: ..." . */
-int plan_emit(const Plan *plan, const char *dir);
+ * standalone reproducer DIR/repro/ (module.cu, repro.c, Makefile, and gemm_module.cu
+ * when CHOICES name a generated kernel; below) when the plan has a train graph. Returns
+ * 0, or -1 after "cgc: error: DIR/FILE: ..." . */
+int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices);
 
 /* The reproducer (codegen/repro.c): one host C file that loads the module's cubin with the
  * driver API, lays out the arena (plan_layout, reuse on, the batch symbol at cfg.batch),
  * fills it, and replays the training step (train_micro accumulate - 1 times, then train)
  * with CUDA events around each step; and the Makefile that builds it and the cubin with
- * nvcc alone. The text holds no .net text but sanitised names. Needs the train graph. */
-void plan_write_repro(FILE *out, const Plan *plan);
-void plan_write_repro_makefile(FILE *out, const Plan *plan);
+ * nvcc alone. The text holds no .net text but sanitised names. Needs the train graph.
+ * CHOICES (max-autotune's; NULL: the plan's own) decide each step's grid, library
+ * algorithm or generated kernel; when they name a generated kernel the reproducer also
+ * loads gemm_module.cubin, built from gemm_module.cu (plan_gemm_module_source), which
+ * plan_repro_uses_gemm_module says. */
+void plan_write_repro(FILE *out, const Plan *plan, const PlanChoices *choices);
+void plan_write_repro_makefile(FILE *out, const Plan *plan, const PlanChoices *choices);
+bool plan_repro_uses_gemm_module(const Plan *plan, const PlanChoices *choices);
 
 /* For the CPU emulation of CUDA: C++ source with one
  *   extern "C" void cgc_emu_thunk_NAME(void **args)

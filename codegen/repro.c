@@ -14,6 +14,12 @@
  * model name passed through the same sanitising; never PlanStep.what or tensor names.
  * The GEMM mapping (row-major plan, column-major cuBLAS) follows runtime/cuda/gemm.c,
  * which stays its source of truth; the generated file says so where it applies it.
+ *
+ * In max-autotune the step is replayed with the choices --emit writes beside it
+ * (PlanChoices: the tuned ones when cgc has them, else the plan's own): each launch's
+ * grid, each GEMM's cuBLASLt algorithm or generated kernel, and each narrow MLP's forward
+ * pass as its fused kernel or its steps. The generated kernels they name come from a
+ * second module, gemm_module.cu, which the Makefile then builds as well.
  */
 #include "codegen_impl.h"
 
@@ -36,6 +42,10 @@ typedef struct Repro {
     PlanLayout layout;
     char model[80];             /* model_name through the source-name sanitising */
     int ngemms;                 /* GEMM steps replayed: the rows of the GEMM table */
+    const PlanChoices *choices; /* what each step runs (max-autotune's; else the plan's) */
+    bool *used;                 /* per kernel: replayed (all of the step module's, and the
+                                 * generated ones the choices name) */
+    bool generated;             /* some of them are in gemm_module.cu */
 } Repro;
 
 static int64_t bind(const Repro *r, int64_t dim)
@@ -71,6 +81,60 @@ static bool gemm_is_empty(const Repro *r, const PlanGemm *g)
     return bind(r, g->m) == 0 || bind(r, g->n) == 0 || batch == 0;
 }
 
+/* ---- what the choices make of a step (as runtime/devexec.c runs them) ---- */
+
+static PlanStepChoice choice_at(const Repro *r, PlanGraphId gid, int i)
+{
+    const PlanStepChoice *c = r->choices->step[gid];
+    return c ? c[i] : (PlanStepChoice){0};
+}
+
+/* The fused MLP run whose kernel replaces steps I.. of GID, or -1. */
+static int fused_run(const Repro *r, PlanGraphId gid, int i)
+{
+    int run = plan_mlp_at(r->plan, gid, i);
+    return run >= 0 && r->choices->mlp_shape[run] >= 0 ? run : -1;
+}
+
+/* The generated kernel GEMM step I of GID runs instead of the library, or -1. */
+static int gemm_kernel(const Repro *r, PlanGraphId gid, int i)
+{
+    PlanStepChoice c = choice_at(r, gid, i);
+    return c.tile > 0 ? r->plan->graph[gid].steps[i].gemm.tile_kernel[c.tile - 1] : -1;
+}
+
+/* Whether GEMM step I of GID goes through cublasLtMatmul (runtime/cuda/gemm.c's rule):
+ * an epilogue, or a plain GEMM given one of cuBLASLt's algorithms. */
+static bool through_lt(const Repro *r, PlanGraphId gid, int i)
+{
+    const PlanGemm *g = &r->plan->graph[gid].steps[i].gemm;
+    int64_t batch = g->batch.rank ? ir_numel(&g->batch, r->symvals) : 1;
+    return g->epilogue != GEMM_EPI_NONE || (choice_at(r, gid, i).algo > 0 && batch == 1 && bind(r, g->k) > 0);
+}
+
+/* The steps of GID replayed as one unit from step I: a fused run's layers, else 1. */
+static int unit_steps(const Repro *r, PlanGraphId gid, int i)
+{
+    int run = fused_run(r, gid, i);
+    return run >= 0 ? r->plan->mlps[run].nlayers : 1;
+}
+
+/* Marks the kernels the replay launches (Repro.used). */
+static void mark_used(Repro *r)
+{
+    const Plan *pl = r->plan;
+    for (int k = 0; k < pl->gemm_kernels_from; k++) r->used[k] = true;
+    for (PlanGraphId g = 0; g < PG_NUM; g++) {
+        const PlanGraph *pg = &pl->graph[g];
+        for (int i = 0; replays(r, g) && i < pg->nsteps; i += unit_steps(r, g, i)) {
+            int run = fused_run(r, g, i), k = -1;
+            if (run >= 0) k = pl->mlps[run].kernel[r->choices->mlp_shape[run]];
+            else if (pg->steps[i].kind == STEP_GEMM) k = gemm_kernel(r, g, i);
+            if (k >= 0) r->used[k] = r->generated = true;
+        }
+    }
+}
+
 
 /* ---- the header comment and the fixed part ---- */
 
@@ -80,12 +144,15 @@ static void counts(const Repro *r, int64_t *launches, int64_t *gemms, int64_t *l
     for (int g = 0; g < PG_NUM; g++) {
         int64_t times = runs_per_step(r, (PlanGraphId)g);
         const PlanGraph *pg = &r->plan->graph[g];
-        for (int i = 0; times && i < pg->nsteps; i++) {
+        for (int i = 0; times && i < pg->nsteps; i += unit_steps(r, (PlanGraphId)g, i)) {
             const PlanStep *s = &pg->steps[i];
             if (s->kind == STEP_LAUNCH) *launches += times;
-            else if (!gemm_is_empty(r, &s->gemm)) {
+            else if (gemm_is_empty(r, &s->gemm)) continue;
+            else if (fused_run(r, (PlanGraphId)g, i) >= 0 || gemm_kernel(r, (PlanGraphId)g, i) >= 0)
+                *launches += times;
+            else {
                 *gemms += times;
-                if (s->gemm.epilogue != GEMM_EPI_NONE) *lt += times;
+                if (through_lt(r, (PlanGraphId)g, i)) *lt += times;
             }
         }
         if (r->plan->step_state >= 0 && (g == PG_TRAIN || g == PG_TRAIN_MICRO))
@@ -113,8 +180,18 @@ static void write_header(Repro *r)
     else
         fprintf(r->out, " *     a step: the graph train, once;\n");
     fprintf(r->out,
-            " *     %" PRId64 " kernel launches and %" PRId64 " GEMMs per step, %" PRId64
-            " of them cuBLASLt matmuls with an epilogue.\n", launches, gemms, lt);
+            " *     %" PRId64 " kernel launches and %" PRId64 " library GEMMs per step, %" PRId64
+            " of them cuBLASLt matmuls.\n", launches, gemms, lt);
+    if (r->plan->mode == PLAN_MAX_AUTOTUNE) {
+        const PlanChoices *ch = r->choices;
+        if (ch->device[0])
+            fprintf(r->out, " * The autotune choices are those tuned on sm_%d (../autotune.tune)%s.\n",
+                    ch->arch, r->generated ? ", some of\n * them generated kernels, from gemm_module.cu"
+                                           : "");
+        else
+            fprintf(r->out, " * The autotune choices are the plan's own, as without a GPU "
+                            "(../autotune.tune).\n");
+    }
     if (r->plan->step_state >= 0)
         fprintf(r->out,
                 " * As in training in this mode, the kernels read the micro-step from the device's\n"
@@ -125,13 +202,15 @@ static void write_header(Repro *r)
           " * Build (nvcc, cuBLAS and cuBLASLt from the CUDA Toolkit; no GPU needed to build):\n"
           " *     make                  module.cubin (nvcc -cubin, cgc's NVRTC options) and repro\n"
           " *     make ARCH=sm_80       for another GPU; CUDA_HOME=... for another toolkit\n"
+          " *     (in max-autotune, with generated kernels: gemm_module.cubin as well)\n"
           " * Run on an NVIDIA GPU (device 0; choose with CUDA_VISIBLE_DEVICES):\n"
           " *     ./repro [steps]       20 warm-up steps, then STEPS timed ones (default 200)\n"
           " * It prints the median, 10th and 90th percentile of the time per training step (CUDA\n"
           " * events around each step) and the launches and GEMMs per step.\n"
           " *\n"
-          " * What it does, in order: loads module.cubin (beside this program) and looks up\n"
-          " * every kernel of the plan; allocates the plan's arena, laid out as cgc lays it out\n"
+          " * What it does, in order: loads module.cubin (beside this program; gemm_module.cubin\n"
+          " * too where it is built) and looks up every kernel the step launches; allocates\n"
+          " * the plan's arena, laid out as cgc lays it out\n"
           " * (codegen/memplan.c, buffers sharing memory, batch symbol at the train batch; cgc's\n"
           " * trainer sizes it for its evaluation batch too when that is larger, so its offsets\n"
           " * can differ from these); zeroes it (the launch counter included) and fills it\n"
@@ -234,21 +313,41 @@ static void write_constants(Repro *r)
 
 /* ---- kernels ---- */
 
+/* The C initialiser of N numbers V[0..N), sixteen to a line. */
+static void write_numbers(FILE *o, const int *v, int n)
+{
+    for (int i = 0; i < n; i++) fprintf(o, "%s%d", i == 0 ? "\n    " : i % 16 ? ", " : ",\n    ", v[i]);
+}
+
 static void write_kernels(Repro *r)
 {
     const Plan *pl = r->plan;
-    fprintf(r->out, "/* ---- kernels: every kernel of the plan's module, looked up once in\n"
-                    " * module.cubin (max-autotune's generated GEMMs, in a module of their\n"
-                    " * own, are not replayed here) ---- */\n\n"
-                    "enum {\n");
-    for (int k = 0; k < pl->gemm_kernels_from; k++) fprintf(r->out, "    K_%s,\n", pl->kernels[k].name);
-    fprintf(r->out, "    NUM_KERNELS\n};\n\nstatic const char *const kernel_name[NUM_KERNELS] = {\n");
-    for (int k = 0; k < pl->gemm_kernels_from; k++) fprintf(r->out, "    \"%s\",\n", pl->kernels[k].name);
-    fprintf(r->out, "};\n\n/* threads per block: each kernel's __launch_bounds__ */\n"
-                    "static const unsigned kernel_block[NUM_KERNELS] = {");
-    for (int k = 0; k < pl->gemm_kernels_from; k++)
-        fprintf(r->out, "%s%d", k == 0 ? "\n    " : k % 16 ? ", " : ",\n    ", pl->kernels[k].block);
-    fprintf(r->out, "\n};\n\nstatic CUfunction kernel[NUM_KERNELS];\n\n");
+    FILE *o = r->out;
+    int n = 0, *block = xcalloc((size_t)pl->nkernels + 1, sizeof *block);
+    int *module = xcalloc((size_t)pl->nkernels + 1, sizeof *module);
+    fprintf(o, "/* ---- kernels: every kernel the step launches, looked up once in its module:\n"
+               " * module.cubin, or gemm_module.cubin for the generated GEMM and fused MLP kernels\n"
+               " * that max-autotune's choices name ---- */\n\n"
+               "enum { NUM_MODULES = %d };\n"
+               "static const char *const module_file[NUM_MODULES] = { \"module.cubin\"%s };\n\n"
+               "enum {\n", r->generated ? 2 : 1, r->generated ? ", \"gemm_module.cubin\"" : "");
+    for (int k = 0; k < pl->nkernels; k++) {
+        if (!r->used[k]) continue;
+        fprintf(o, "    K_%s,\n", pl->kernels[k].name);
+        block[n] = pl->kernels[k].block;
+        module[n++] = k >= pl->gemm_kernels_from;
+    }
+    fprintf(o, "    NUM_KERNELS\n};\n\nstatic const char *const kernel_name[NUM_KERNELS] = {\n");
+    for (int k = 0; k < pl->nkernels; k++)
+        if (r->used[k]) fprintf(o, "    \"%s\",\n", pl->kernels[k].name);
+    fprintf(o, "};\n\n/* threads per block: each kernel's __launch_bounds__; and its module */\n"
+               "static const unsigned kernel_block[NUM_KERNELS] = {");
+    write_numbers(o, block, n);
+    fprintf(o, "\n};\nstatic const unsigned char kernel_module[NUM_KERNELS] = {");
+    write_numbers(o, module, n);
+    fprintf(o, "\n};\n\nstatic CUfunction kernel[NUM_KERNELS];\n\n");
+    free(block);
+    free(module);
 }
 
 /* ---- the arena ---- */
@@ -475,9 +574,11 @@ static const char gemm_code[] =
     " * is our B, its B our A, its D our C^T [n, m], so the bias (one value per column of C)\n"
     " * runs over D's n rows and the aux output (GELU's input) has D's layout, ld n. Scalars\n"
     " * alpha = 1 and beta = 0 are host floats; cuBLASLt gets a 32 MiB workspace and the\n"
-    " * heuristic's first algorithm for the operands' alignments. */\n"
+    " * heuristic's first algorithm for the operands' alignments, or its lt_algo-th (of at\n"
+    " * most LT_ALGOS) where max-autotune chose one, which also sends a plain GEMM through\n"
+    " * cublasLtMatmul (epilogue DEFAULT, no bias). */\n"
     "\n"
-    "enum { LT_WORKSPACE = 32 << 20 };\n"
+    "enum { LT_WORKSPACE = 32 << 20, LT_ALGOS = %d };\n"
     "\n"
     "typedef struct Gemm {\n"
     "    const char *graph;          /* where it is, for messages */\n"
@@ -489,6 +590,7 @@ static const char gemm_code[] =
     "    cudaDataType a_type, b_type, c_type;\n"
     "    cublasComputeType_t compute;\n"
     "    int lt;                     /* through cublasLtMatmul with `epilogue` */\n"
+    "    int lt_algo;                /* the heuristic's lt_algo-th algorithm; 0: its first */\n"
     "    cublasLtEpilogue_t epilogue;\n"
     "    int bias, aux;              /* buffers; aux -1 when none */\n"
     "    cudaDataType bias_type;\n"
@@ -541,12 +643,14 @@ static const char gemm_run[] =
     "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulDescCreate, &g->desc, g->compute, CUDA_R_32F);\n"
     "    cublasOperation_t op_a = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's A: our B */\n"
     "    cublasOperation_t op_b = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;\n"
-    "    const void *bias = (const void *)(uintptr_t)(arena + offset_of[g->bias]);\n"
     "    lt_set(g, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);\n"
     "    lt_set(g, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);\n"
     "    lt_set(g, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epilogue, sizeof g->epilogue);\n"
-    "    lt_set(g, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);\n"
-    "    lt_set(g, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &g->bias_type, sizeof g->bias_type);\n"
+    "    if (g->bias >= 0) {\n"
+    "        const void *bias = (const void *)(uintptr_t)(arena + offset_of[g->bias]);\n"
+    "        lt_set(g, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);\n"
+    "        lt_set(g, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &g->bias_type, sizeof g->bias_type);\n"
+    "    }\n"
     "    if (g->aux >= 0) {\n"
     "        void *aux = (void *)(uintptr_t)(arena + offset_of[g->aux]);\n"
     "        int64_t aux_ld = g->n;\n"
@@ -568,17 +672,22 @@ static const char gemm_run[] =
     "    lt_prefer(g, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);\n"
     "    lt_prefer(g, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c);\n"
     "    lt_prefer(g, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c);\n"
-    "    cublasLtMatmulHeuristicResult_t result;\n"
-    "    int found = 0;\n"
+    "    cublasLtMatmulHeuristicResult_t result[LT_ALGOS];\n"
+    "    int found = 0, want = g->lt_algo > 0 ? g->lt_algo : 1;\n"
     "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulAlgoGetHeuristic, blas_lt, g->desc, g->la, g->lb, g->lc,\n"
-    "               g->lc, pref, 1, &result, &found);\n"
+    "               g->lc, pref, LT_ALGOS, result, &found);\n"
     "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulPreferenceDestroy, pref);\n"
     "    if (found == 0) {\n"
     "        where(g->graph, g->step, \"cublasLtMatmul\", g->line);\n"
     "        fprintf(stderr, \"cublasLtMatmulAlgoGetHeuristic found no algorithm\\n\");\n"
     "        exit(1);\n"
     "    }\n"
-    "    g->algo = result.algo;\n"
+    "    if (found < want) {     /* another GPU or library than the choices were tuned with */\n"
+    "        fprintf(stderr, \"repro: note: graph %s step %d: cuBLASLt lists %d algorithms here, not the \"\n"
+    "                        \"%d-th that was tuned; using its first\\n\", g->graph, g->step, found, want);\n"
+    "        want = 1;\n"
+    "    }\n"
+    "    g->algo = result[want - 1].algo;\n"
     "}\n"
     "\n"
     "static void gemm_setup(void)\n"
@@ -676,7 +785,15 @@ static int64_t checked_int(int64_t v)
     return v;
 }
 
-/* One row of the GEMM table. */
+/* Whether step I of GID is a row of the GEMM table: a GEMM the library computes. */
+static bool library_gemm(const Repro *r, PlanGraphId gid, int i)
+{
+    const PlanStep *s = &r->plan->graph[gid].steps[i];
+    return s->kind == STEP_GEMM && !gemm_is_empty(r, &s->gemm) && fused_run(r, gid, i) < 0 &&
+           gemm_kernel(r, gid, i) < 0;
+}
+
+/* One row of the GEMM table: step STEP (1-based) of GID. */
 static void gemm_row(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
 {
     const PlanGemm *g = &s->gemm;
@@ -697,7 +814,11 @@ static void gemm_row(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
         CGC_ASSERT(g->batch.rank == 0 && g->bias >= 0);
         fprintf(o, ",\n      .lt = 1, .epilogue = %s, .bias = %d, .bias_type = %s, .aux = %d",
                 lt_epilogue(g), g->bias, cuda_type(g->bias_type), g->aux);
+    } else if (through_lt(r, gid, step - 1)) {
+        fprintf(o, ",\n      .lt = 1, .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .bias = -1, .aux = -1");
     }
+    int algo = choice_at(r, gid, step - 1).algo;
+    if (algo > 0) fprintf(o, ", .lt_algo = %d", algo);
     fprintf(o, " },\n");
 }
 
@@ -707,16 +828,15 @@ static const PlanGraphId replay_order[] = { PG_TRAIN_MICRO, PG_TRAIN };
 
 static void write_gemms(Repro *r)
 {
-    fputs(gemm_code, r->out);
+    fprintf(r->out, gemm_code, PLAN_GEMM_ALGOS);
     fprintf(r->out, "static Gemm gemms[] = {\n");
     for (size_t o = 0; o < sizeof replay_order / sizeof replay_order[0]; o++) {
         PlanGraphId gid = replay_order[o];
         if (!replays(r, gid)) continue;
         const PlanGraph *pg = &r->plan->graph[gid];
-        for (int i = 0; i < pg->nsteps; i++) {
-            const PlanStep *s = &pg->steps[i];
-            if (s->kind != STEP_GEMM || gemm_is_empty(r, &s->gemm)) continue;
-            gemm_row(r, (PlanGraphId)gid, i + 1, s);
+        for (int i = 0; i < pg->nsteps; i += unit_steps(r, gid, i)) {
+            if (!library_gemm(r, gid, i)) continue;
+            gemm_row(r, gid, i + 1, &pg->steps[i]);
             r->ngemms++;
         }
     }
@@ -739,6 +859,7 @@ static const char launch_code[] =
     "} Arg;\n"
     "\n"
     "#define PTR(b) { .ptr = arena + offset_of[b] }\n"
+    "#define NO_PTR { .ptr = 0 }   /* a generated kernel's absent bias or aux */\n"
     "#define I64(v) { .i64 = (v) }\n"
     "#define U64(v) { .u64 = (v) }\n"
     "#define F32(v) { .f32 = (v) }\n"
@@ -776,28 +897,77 @@ static void write_arg(Repro *r, const PlanKernel *k, int i, const PlanArg *a)
     }
 }
 
+/* Before argument I of a launch's argument list: six to a line. */
+static void arg_sep(FILE *o, int i)
+{
+    fprintf(o, "%s", i == 0 ? " " : i % 6 ? ", " : ",\n                   ");
+}
+
+/* The end of a launch: the call, with N arguments written. */
+static void end_launch(Repro *r, PlanGraphId gid, int step, int line, const char *kernel, unsigned grid,
+                       int n)
+{
+    if (n == 0) fprintf(r->out, " I64(0)");     /* C has no empty arrays; nothing is passed */
+    fprintf(r->out, " };\n        launch(\"%s\", %d, %d, K_%s, %u, a, %d);\n    }\n", graph_label[gid], step,
+            line, kernel, grid, n);
+}
+
 static void write_launch(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
 {
     const PlanLaunch *l = &s->launch;
     const PlanKernel *k = &r->plan->kernels[l->kernel];
     CGC_ASSERT(l->nargs == k->nparams && l->nargs <= PLAN_MAX_PARAMS);
-    int64_t work = ir_numel(&l->work, r->symvals);
-    unsigned grid = plan_launch_grid(l, r->symvals);   /* as the runtime launches it */
+    int64_t work = ir_numel(&l->work, r->symvals), tuned = choice_at(r, gid, step - 1).items;
+    int64_t items = tuned > 0 ? tuned : l->items_per_block;
+    unsigned grid = plan_launch_grid_items(l, items, r->symvals);   /* as the runtime launches it */
     FILE *o = r->out;
     fprintf(o, "    {   /* %d/%d", step, r->plan->graph[gid].nsteps);
     if (s->loc.line > 0) fprintf(o, ", line %d", s->loc.line);
-    fprintf(o, ": %s, %u block%s: ceil(%" PRId64 " / %" PRId64 ") in [1, %" PRId64 "] */\n",
-            k->name, grid, grid == 1 ? "" : "s", work, l->items_per_block, l->max_blocks);
+    fprintf(o, ": %s, %u block%s: ceil(%" PRId64 " / %" PRId64 ") in [1, %" PRId64 "]%s */\n",
+            k->name, grid, grid == 1 ? "" : "s", work, items, l->max_blocks,
+            tuned > 0 && tuned != l->items_per_block ? " (items per block: the autotune choice)" : "");
     fprintf(o, "        Arg a[] = {");
     for (int i = 0; i < l->nargs; i++) {
-        fprintf(o, "%s", i == 0 ? " " : i % 6 ? ", " : ",\n                   ");
+        arg_sep(o, i);
         write_arg(r, k, i, &l->arg[i]);
     }
-    if (l->nargs == 0) fprintf(o, " I64(0)");     /* C has no empty arrays; nothing is passed */
-    fprintf(o, " };\n        launch(\"%s\", %d, %d, K_%s, %u, a, %d);\n    }\n", graph_label[gid], step,
-            s->loc.line, k->name, grid, l->nargs);
+    end_launch(r, gid, step, s->loc.line, k->name, grid, l->nargs);
 }
 
+/* PTR(B), or NO_PTR when B < 0. */
+static void write_ptr(FILE *o, int b)
+{
+    if (b >= 0) fprintf(o, "PTR(%d)", b);
+    else fprintf(o, "NO_PTR");
+}
+
+/* GEMM step STEP of GID by generated kernel K (plan.h's ABI: c, a, b, bias, aux, m, n, k;
+ * a block per tile of C), as runtime/devexec.c launches it. */
+static void write_gemm_launch(Repro *r, PlanGraphId gid, int step, const PlanStep *s, int k)
+{
+    const PlanGemm *g = &s->gemm;
+    int tile = choice_at(r, gid, step - 1).tile - 1;
+    int64_t m = bind(r, g->m), n = bind(r, g->n);
+    unsigned grid = plan_gemm_tile_grid(tile, m, n);
+    char shape[32];
+    plan_gemm_tile_name(tile, shape, sizeof shape);
+    FILE *o = r->out;
+    fprintf(o, "    {   /* by the generated kernel (the autotune choice): %u block%s, one per %s tile of C */\n"
+               "        Arg a[] = {", grid, grid == 1 ? "" : "s", shape);
+    int ptr[5] = {g->c, g->a, g->b, g->bias, g->aux};
+    for (int i = 0; i < 5; i++) {
+        arg_sep(o, i);
+        write_ptr(o, ptr[i]);
+    }
+    int64_t dims[3] = {m, n, bind(r, g->k)};
+    for (int i = 0; i < 3; i++) {
+        arg_sep(o, 5 + i);
+        fprintf(o, "I64(%" PRId64 ")", dims[i]);
+    }
+    end_launch(r, gid, step, s->loc.line, r->plan->kernels[k].name, grid, 8);
+}
+
+/* A GEMM step: its row of the table, or its generated kernel. */
 static void write_gemm_call(Repro *r, PlanGraphId gid, int step, const PlanStep *s, int row)
 {
     const PlanGemm *g = &s->gemm;
@@ -818,7 +988,51 @@ static void write_gemm_call(Repro *r, PlanGraphId gid, int step, const PlanStep 
     if (g->aux >= 0) fprintf(o, ", b%d = the sum before gelu", g->aux);
     fprintf(o, ", m %" PRId64 ", n %" PRId64 ", k %" PRId64, bind(r, g->m), bind(r, g->n), bind(r, g->k));
     if (g->batch.rank) fprintf(o, ", batch %" PRId64, ir_numel(&g->batch, r->symvals));
-    fprintf(o, " */\n    run_gemm(&gemms[%d]);\n", row);
+    int k = gemm_kernel(r, gid, step - 1);
+    if (k >= 0) {
+        fprintf(o, " */\n");
+        write_gemm_launch(r, gid, step, s, k);
+    } else {
+        fprintf(o, " */\n    run_gemm(&gemms[%d]);\n", row);
+    }
+}
+
+/* Fused MLP run RUN, from step STEP of GID, in one launch of its kernel of the chosen
+ * shape (plan.h's ABI: c_0 .. c_{L-1}, a, w_0 .. w_{L-1}, bias_0 .. bias_{L-1}, m; a
+ * block per plan_mlp_rows rows), as runtime/devexec.c launches it. */
+static void write_mlp_launch(Repro *r, PlanGraphId gid, int step, int run)
+{
+    const PlanMlp *mlp = &r->plan->mlps[run];
+    const PlanStep *st = &r->plan->graph[gid].steps[step - 1];
+    int shape = r->choices->mlp_shape[run], L = mlp->nlayers;
+    const PlanKernel *k = &r->plan->kernels[mlp->kernel[shape]];
+    int64_t m = bind(r, st->gemm.m);
+    FILE *o = r->out;
+    fprintf(o, "    /* %d-%d/%d", step, step + L - 1, r->plan->graph[gid].nsteps);
+    if (st[0].loc.line > 0 && st[L - 1].loc.line > 0)
+        fprintf(o, ", lines %d-%d", st[0].loc.line, st[L - 1].loc.line);
+    if (m == 0) {
+        fprintf(o, ": a fused MLP pass skipped: it has no rows (as cgc skips it) */\n");
+        return;
+    }
+    unsigned grid = plan_mlp_grid(shape, m);
+    fprintf(o, ": %d GEMM layers of a narrow MLP's forward pass, m %" PRId64 ", in one launch\n"
+               "     * of its fused kernel (the autotune choice): %u block%s of %d rows */\n"
+               "    {\n        Arg a[] = {", L, m, grid, grid == 1 ? "" : "s", plan_mlp_rows[shape]);
+    int ptr[3 * PLAN_MLP_MAX_LAYERS + 1];
+    for (int j = 0; j < L; j++) {
+        ptr[j] = st[j].gemm.c;
+        ptr[L + 1 + j] = st[j].gemm.b;
+        ptr[2 * L + 1 + j] = st[j].gemm.bias;
+    }
+    ptr[L] = st[0].gemm.a;
+    for (int i = 0; i < 3 * L + 1; i++) {
+        arg_sep(o, i);
+        write_ptr(o, ptr[i]);
+    }
+    arg_sep(o, 3 * L + 1);
+    fprintf(o, "I64(%" PRId64 ")", m);
+    end_launch(r, gid, step, st[0].loc.line, k->name, grid, 3 * L + 2);
 }
 
 /* One function per replayed graph, its steps in order. */
@@ -831,13 +1045,15 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
                "    (void)micro_step;   /* IR_RT_MICRO_STEP: dropout's counter, as in training */\n",
             graph_label[gid], pg->nsteps, graph_label[gid]);
     bool counted = r->plan->step_state >= 0 && (gid == PG_TRAIN || gid == PG_TRAIN_MICRO);
-    for (int i = 0; i < pg->nsteps; i++) {
+    for (int i = 0; i < pg->nsteps; i += unit_steps(r, gid, i)) {
         const PlanStep *s = &pg->steps[i];
-        if (s->kind == STEP_LAUNCH) {
+        if (fused_run(r, gid, i) >= 0) {
+            write_mlp_launch(r, gid, i + 1, fused_run(r, gid, i));
+        } else if (s->kind == STEP_LAUNCH) {
             write_launch(r, gid, i + 1, s);
         } else {
             write_gemm_call(r, gid, i + 1, s, *row);
-            if (!gemm_is_empty(r, &s->gemm)) (*row)++;
+            if (library_gemm(r, gid, i)) (*row)++;
         }
     }
     if (counted)
@@ -890,12 +1106,12 @@ static const char main_code[] =
     "    return sorted[lo] + (pos - lo) * (sorted[hi] - sorted[lo]);\n"
     "}\n"
     "\n"
-    "/* module.cubin beside this program (argv[0]'s directory), or in the current one. */\n"
-    "static void cubin_path(const char *argv0, char *path, size_t n)\n"
+    "/* FILE beside this program (argv[0]'s directory), or in the current one. */\n"
+    "static void cubin_path(const char *argv0, const char *file, char *path, size_t n)\n"
     "{\n"
     "    const char *slash = strrchr(argv0, '/');\n"
-    "    if (slash) snprintf(path, n, \"%.*s/module.cubin\", (int)(slash - argv0), argv0);\n"
-    "    else snprintf(path, n, \"module.cubin\");\n"
+    "    if (slash) snprintf(path, n, \"%.*s/%s\", (int)(slash - argv0), argv0, file);\n"
+    "    else snprintf(path, n, \"%s\", file);\n"
     "}\n"
     "\n"
     "int main(int argc, char **argv)\n"
@@ -910,7 +1126,7 @@ static const char main_code[] =
     "    }\n"
     "    CUdevice dev;\n"
     "    CUcontext ctx;\n"
-    "    CUmodule module;\n"
+    "    CUmodule module[NUM_MODULES];\n"
     "    char name[100] = \"\", path[4096];\n"
     "    CU(\"the CUDA driver\", cuInit, 0);\n"
     "    CU(\"device 0\", cuDeviceGet, &dev, 0);\n"
@@ -918,11 +1134,13 @@ static const char main_code[] =
     "    CU(\"device 0\", cuDevicePrimaryCtxRetain, &ctx, dev);      /* shared with cuBLAS */\n"
     "    CU(\"device 0\", cuCtxSetCurrent, ctx);\n"
     "    CU(\"the stream\", cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);\n"
-    "    cubin_path(argv[0], path, sizeof path);\n"
-    "    CU(path, cuModuleLoad, &module, path);     /* make builds it, for ARCH */\n"
+    "    for (int i = 0; i < NUM_MODULES; i++) {\n"
+    "        cubin_path(argv[0], module_file[i], path, sizeof path);\n"
+    "        CU(path, cuModuleLoad, &module[i], path);     /* make builds it, for ARCH */\n"
+    "    }\n"
     "    for (int k = 0; k < NUM_KERNELS; k++)\n"
-    "        check_cu(cuModuleGetFunction(&kernel[k], module, kernel_name[k]), \"cuModuleGetFunction\", NULL, 0,\n"
-    "                 kernel_name[k], 0);\n"
+    "        check_cu(cuModuleGetFunction(&kernel[k], module[kernel_module[k]], kernel_name[k]),\n"
+    "                 \"cuModuleGetFunction\", NULL, 0, kernel_name[k], 0);\n"
     "    CU(\"the arena\", cuMemAlloc, &arena, ARENA_BYTES ? ARENA_BYTES : 256);\n"
     "    fill_arena();\n"
     "    gemm_setup();\n"
@@ -972,7 +1190,7 @@ static const char main_code[] =
     "\n"
     "    printf(\"%s: \" SOURCE_NAME \" (model \" MODEL_NAME \"), mode \" MODE \", \" PRECISION\n"
     "           \", batch %d, accumulate %d\\n\", name, BATCH, ACCUMULATE);\n"
-    "    printf(\"per training step: %d kernel launches and %d GEMMs (%d of them cuBLASLt epilogues)\\n\",\n"
+    "    printf(\"per training step: %d kernel launches and %d library GEMMs (%d of them cuBLASLt matmuls)\\n\",\n"
     "           LAUNCHES_PER_STEP, GEMMS_PER_STEP, LT_GEMMS_PER_STEP);\n"
     "#if CAPTURE\n"
     "    printf(\"each timed step replayed as one CUDA graph of %zu nodes (captured after the warm-up)\\n\",\n"
@@ -994,7 +1212,7 @@ static const char main_code[] =
     "    free(ms);\n"
     "    gemm_close();\n"
     "    CU(\"the arena\", cuMemFree, arena);\n"
-    "    CU(\"module.cubin\", cuModuleUnload, module);\n"
+    "    for (int i = 0; i < NUM_MODULES; i++) CU(module_file[i], cuModuleUnload, module[i]);\n"
     "    CU(\"the stream\", cuStreamDestroy, stream);\n"
     "    CU(\"device 0\", cuDevicePrimaryCtxRelease, dev);\n"
     "    return 0;\n"
@@ -1013,11 +1231,38 @@ static void write_main(Repro *r)
     fputs(main_code, r->out);
 }
 
-void plan_write_repro(FILE *out, const Plan *plan)
+/* R for PLAN with CHOICES (NULL: the plan's own, in *OWN), its kernels marked. */
+static void repro_init(Repro *r, FILE *out, const Plan *plan, const PlanChoices *choices, PlanChoices *own)
 {
-    Repro r = { .out = out, .plan = plan, .p = plan->p };
+    if (!choices) plan_choices_init(own, plan);
+    *r = (Repro){ .out = out, .plan = plan, .p = plan->p, .choices = choices ? choices : own };
     CGC_ASSERT(plan->graph[PG_TRAIN].ir && plan->p->nsyms <= 8);
-    if (plan->p->nsyms > 0) r.symvals[0] = plan->p->cfg.batch;
+    if (plan->p->nsyms > 0) r->symvals[0] = plan->p->cfg.batch;
+    r->used = xcalloc((size_t)plan->nkernels + 1, sizeof *r->used);
+    mark_used(r);
+}
+
+static void repro_free(Repro *r, const PlanChoices *choices, PlanChoices *own)
+{
+    free(r->used);
+    if (!choices) plan_choices_free(own);
+}
+
+bool plan_repro_uses_gemm_module(const Plan *plan, const PlanChoices *choices)
+{
+    Repro r;
+    PlanChoices own;
+    repro_init(&r, NULL, plan, choices, &own);
+    bool generated = r.generated;
+    repro_free(&r, choices, &own);
+    return generated;
+}
+
+void plan_write_repro(FILE *out, const Plan *plan, const PlanChoices *choices)
+{
+    Repro r;
+    PlanChoices own;
+    repro_init(&r, out, plan, choices, &own);
     codegen_sanitise(r.model, sizeof r.model, plan->p->model_name, "model");
     plan_layout(plan, r.symvals, true, &r.layout);
     write_header(&r);
@@ -1029,39 +1274,43 @@ void plan_write_repro(FILE *out, const Plan *plan)
     write_steps(&r);
     write_main(&r);
     plan_layout_free(&r.layout);
+    repro_free(&r, choices, &own);
 }
 
-void plan_write_repro_makefile(FILE *out, const Plan *plan)
+void plan_write_repro_makefile(FILE *out, const Plan *plan, const PlanChoices *choices)
 {
+    bool generated = plan_repro_uses_gemm_module(plan, choices);
+    /* tuned choices were timed on one architecture: build for it unless told otherwise */
+    int arch = choices && choices->device[0] ? choices->arch : 90;
+    const char *cubins = generated ? "module.cubin gemm_module.cubin" : "module.cubin";
     fprintf(out,
             "# Makefile of the reproducer of %s (see repro.c), generated by cgc --emit.\n"
             "#   make [ARCH=sm_80] [CUDA_HOME=/usr/local/cuda]   then, on a GPU: ./repro [steps]\n"
             "# Needs nvcc, cuBLAS and cuBLASLt; no GPU or driver to build (libcuda from the stubs).\n",
             plan->source_name);
-    fputs("CUDA_HOME ?= /usr/local/cuda\n"
-          "NVCC ?= $(CUDA_HOME)/bin/nvcc\n"
-          "ARCH ?= sm_90\n"
-          "# cgc's NVRTC options (runtime/cuda/nvrtc.c) but -default-device, which nvcc lacks and\n"
+    if (generated)
+        fputs("# gemm_module.cu: the generated GEMM and fused MLP kernels that max-autotune's\n"
+              "# choices name (sm_80 or later).\n", out);
+    fprintf(out,
+            "CUDA_HOME ?= /usr/local/cuda\n"
+            "NVCC ?= $(CUDA_HOME)/bin/nvcc\n"
+            "ARCH ?= sm_%d\n", arch);
+    fputs("# cgc's NVRTC options (runtime/cuda/nvrtc.c) but -default-device, which nvcc lacks and\n"
           "# the module does not need: its device functions say __device__.\n"
           "MODULE_FLAGS = -cubin -arch=$(ARCH) --ftz=false --prec-div=true --prec-sqrt=true --fmad=false\n"
           "HOST_FLAGS = -x c -O2 -Xcompiler -Wall,-Wextra\n"
           "LIBS = -L$(CUDA_HOME)/lib64/stubs -lcuda -lcublas -lcublasLt \\\n"
           "       -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64\n"
-          "\n"
-          "all: module.cubin repro\n"
-          "\n"
-          "module.cubin: module.cu\n"
-          "\t$(NVCC) $(MODULE_FLAGS) -o $@ module.cu\n"
+          "\n", out);
+    fprintf(out, "all: %s repro\n\n", cubins);
+    fputs("%.cubin: %.cu\n"
+          "\t$(NVCC) $(MODULE_FLAGS) -o $@ $<\n"
           "\n"
           "repro: repro.c\n"
           "\t$(NVCC) $(HOST_FLAGS) -o $@ repro.c $(LIBS)\n"
           "\n"
           "run: all\n"
           "\t./repro\n"
-          "\n"
-          "clean:\n"
-          "\trm -f module.cubin repro\n"
-          "\n"
-          ".PHONY: all run clean\n",
-          out);
+          "\n", out);
+    fprintf(out, "clean:\n\trm -f %s repro\n\n.PHONY: all run clean\n", cubins);
 }

@@ -59,6 +59,9 @@ static const char usage_text[] =
     "                          60 s, the fastest kept in the cache's cgc/tune/)\n"
     "  --tune-budget SECONDS   max-autotune: the most time tuning may take (default 60);\n"
     "                          what it leaves untimed keeps the plan's choice\n"
+    "  --tune-file FILE        max-autotune with --emit: the choices to write and replay in\n"
+    "                          the reproducer, from FILE (one cgc wrote under cgc/tune/ for\n"
+    "                          this model and batch) instead of the cache\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
     "                          every epoch and at the end\n"
     "  --resume FILE           continue the run saved in FILE\n"
@@ -96,7 +99,7 @@ static const char usage_text[] =
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
        OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH,
-       OPT_TUNE_BUDGET };
+       OPT_TUNE_BUDGET, OPT_TUNE_FILE };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -116,6 +119,7 @@ typedef struct Cli {
     const char *device;
     const char *lr;
     const char *emit_dir;       /* --emit: NULL for none */
+    const char *tune_file;      /* --tune-file: NULL for the cache's choices */
     int dump_after;             /* --dump-ir-after: a PipelinePass, or -1 */
     bool explain, bench;
     const char *stats_path;     /* --stats: NULL for none */
@@ -234,31 +238,84 @@ static bool tuned_choices(const Plan *plan, int arch, TuneFile *out, char *devic
     return found;
 }
 
-/* --emit DIR with max-autotune: DIR/autotune.tune, in the format of the cache's files
- * (tune.h): the choices tuned on this machine's GPU when the cache holds them for this
- * plan (*TUNED), else those a run without a GPU would make (heuristics, untimed).
- * Returns 0 or -1 (reported). */
-static int emit_autotune(const Plan *plan, const Cli *cli, bool *tuned)
+/* --tune-file FILE: its choices into *OUT, when it is a choices file made for this
+ * model, plan and batch. Returns false after reporting. */
+static bool read_tune_file(const Plan *plan, const char *path, TuneFile *out)
 {
     const IrProgram *p = plan->p;
-    char why[256], path[4200], device[128];
-    TuneFile t;
+    char why[256];
+    uint64_t want = autotune_plan_hash(plan, p->cfg.batch);
+    if (!tune_read(path, out, why, sizeof why)) {
+        cgc_error("--tune-file %s: %s", diag_quote(path, 80), why);
+        return false;
+    }
+    if (strcmp(out->model, p->model_name) != 0 || out->plan_hash != want) {
+        cgc_error("--tune-file %s: the choices were made for %s%s (plan %016llx), not for this "
+                  "plan of %s at batch %lld (plan %016llx): a change to the model, its train "
+                  "block or the flags makes another plan; run it on the GPU in max-autotune to "
+                  "tune it, then pass the new file from cgc/tune/",
+                  diag_quote(path, 80), strcmp(out->model, p->model_name) != 0 ? "model " : "another plan of ",
+                  out->model, (unsigned long long)out->plan_hash, p->model_name, (long long)p->cfg.batch,
+                  (unsigned long long)want);
+        tune_free(out);
+        return false;
+    }
+    return true;
+}
+
+/* --emit DIR with max-autotune: the choices the reproducer replays and DIR/autotune.tune
+ * writes, in the format of the cache's files (tune.h): those of --tune-file; else those
+ * tuned on this machine's GPU when the cache holds them for this plan (*TUNED); else
+ * those a run without a GPU would make (heuristics, untimed). Into *CHOICES (for the
+ * program's batch) and *OUT. Returns 0 or -1 (reported). */
+static int emit_choices(const Plan *plan, const Cli *cli, TuneFile *out, PlanChoices *choices,
+                        bool *tuned)
+{
+    const IrProgram *p = plan->p;
+    char why[256], device[128] = "";
     int64_t symvals[8] = {p->cfg.batch};
-    *tuned = tuned_choices(plan, cli->arch ? backend_parse_arch(cli->arch) : 0, &t, device,
-                           sizeof device);
-    if (*tuned) {
-        if (!cli->quiet)
-            fprintf(stderr, "cgc: --emit: the autotune choices are those tuned on %s, from the "
-                            "cache\n", device);
-    } else if (!tune_init(&t, p->model_name, arch_or_default(cli), "none (heuristics: nothing timed)",
-                          autotune_plan_hash(plan, p->cfg.batch), why, sizeof why)) {
+    char quoted[128];    /* diag_quote's buffers are 128 bytes */
+    const char *file = NULL;
+    if (cli->tune_file) file = strcpy(quoted, diag_quote(cli->tune_file, 80));
+    if (file) {
+        if (!read_tune_file(plan, cli->tune_file, out)) return -1;
+        if (autotune_resolve(plan, symvals, out->arch, out, choices, why, sizeof why) != 0) {
+            cgc_error("--tune-file %s: %s", file, why);
+            tune_free(out);
+            return -1;
+        }
+        *tuned = out->tuning_ms >= 0;
+    } else {
+        *tuned = tuned_choices(plan, cli->arch ? backend_parse_arch(cli->arch) : 0, out, device,
+                               sizeof device);
+        if (*tuned && autotune_resolve(plan, symvals, out->arch, out, choices, why, sizeof why) != 0) {
+            if (!cli->quiet)   /* as a run would, which then tunes again */
+                fprintf(stderr, "cgc: --emit: the cache's autotune choices for %s are refused (%s); "
+                                "using the heuristics'\n", device, why);
+            tune_free(out);
+            *tuned = false;
+        }
+    }
+    if (*tuned && !cli->quiet)
+        fprintf(stderr, "cgc: --emit: the autotune choices are those tuned on %s (sm_%d), from %s\n",
+                out->device, out->arch, file ? file : "the cache");
+    if (file || *tuned) return 0;
+    if (!tune_init(out, p->model_name, arch_or_default(cli), "none (heuristics: nothing timed)",
+                   autotune_plan_hash(plan, p->cfg.batch), why, sizeof why)) {
         cgc_error("--emit: the autotune choices: %s", why);
         return -1;
-    } else {
-        autotune_heuristics(plan, symvals, &t);
     }
-    char *text = tune_format(&t);
-    tune_free(&t);
+    autotune_heuristics(plan, symvals, out);
+    int rc = autotune_resolve(plan, symvals, out->arch, out, choices, why, sizeof why);
+    if (rc != 0) CGC_INTERNAL("the heuristics' choices are refused: %s", why);
+    return 0;
+}
+
+/* DIR/autotune.tune: T as its file. Returns 0 or -1 (reported). */
+static int write_choices(const TuneFile *t, const Cli *cli)
+{
+    char path[4200];
+    char *text = tune_format(t);
     snprintf(path, sizeof path, "%s/autotune.tune", cli->emit_dir);
     FILE *f = text ? fopen(path, "w") : NULL;
     bool ok = f && fputs(text, f) >= 0;
@@ -268,21 +325,28 @@ static int emit_autotune(const Plan *plan, const Cli *cli, bool *tuned)
     return ok ? 0 : -1;
 }
 
-/* --emit DIR: the plan and the IR after each pass written out. Returns 0 or -1
- * (reported). */
+/* --emit DIR: the plan and the IR after each pass written out (in max-autotune, with its
+ * choices). Returns 0 or -1 (reported). */
 static int emit_plan(const Plan *plan, const Cli *cli)
 {
-    int rc = plan_emit(plan, cli->emit_dir);
-    bool tuned = false;
+    bool autotuned = plan->mode == PLAN_MAX_AUTOTUNE, tuned = false;
+    TuneFile t;
+    PlanChoices choices;
+    if (autotuned && emit_choices(plan, cli, &t, &choices, &tuned) != 0) return -1;
+    int rc = plan_emit(plan, cli->emit_dir, autotuned ? &choices : NULL);
     if (rc == 0) rc = emit_pass_irs(cli);
-    if (rc == 0 && plan->mode == PLAN_MAX_AUTOTUNE) rc = emit_autotune(plan, cli, &tuned);
-    const char *choices = plan->mode != PLAN_MAX_AUTOTUNE ? ""
-                          : tuned ? ", the tuned autotune choices (autotune.tune)"
-                                  : ", the autotune choices before tuning (autotune.tune)";
+    if (rc == 0 && autotuned) rc = write_choices(&t, cli);
+    if (autotuned) {
+        tune_free(&t);
+        plan_choices_free(&choices);
+    }
+    const char *what = !autotuned ? ""
+                       : tuned   ? ", the tuned autotune choices (autotune.tune)"
+                                 : ", the autotune choices before tuning (autotune.tune)";
     if (rc == 0 && !cli->quiet)
         fprintf(stderr, "cgc: wrote %d kernels, the host plan, the IR after each pass%s and a "
                         "reproducer to %s (%s/repro: make, then ./repro on a GPU)\n",
-                plan->nkernels, choices, cli->emit_dir, cli->emit_dir);
+                plan->nkernels, what, cli->emit_dir, cli->emit_dir);
     return rc;
 }
 
@@ -327,6 +391,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"profile", required_argument, NULL, OPT_PROFILE};
     opts[n++] = (struct option){"bench", no_argument, NULL, OPT_BENCH};
     opts[n++] = (struct option){"tune-budget", required_argument, NULL, OPT_TUNE_BUDGET};
+    opts[n++] = (struct option){"tune-file", required_argument, NULL, OPT_TUNE_FILE};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
     opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
     opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
@@ -378,6 +443,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
                 return usage_error("--tune-budget takes seconds (a number above 0, at most 86400), "
                                    "not '%s'", optarg);
             break;
+        case OPT_TUNE_FILE: cli->tune_file = optarg; break;
         case OPT_LR: cli->lr = optarg; break;
         case OPT_STOP_AFTER:
             if (!parse_count(optarg, &cli->run.stop_after) || cli->run.stop_after == 0)
@@ -400,6 +466,9 @@ static int parse_args(int argc, char **argv, Cli *cli)
     if (cli->run.tune_budget_s > 0 && cli->mode != PLAN_MAX_AUTOTUNE)
         return usage_error("%s", "--tune-budget goes with --mode max-autotune (the only mode that "
                                  "tunes)");
+    if (cli->tune_file && (cli->mode != PLAN_MAX_AUTOTUNE || !cli->emit_dir))
+        return usage_error("%s", "--tune-file goes with --mode max-autotune and --emit (the "
+                                 "choices the reproducer replays)");
     if (cli->arch && !cli->check && !cli->bench)
         return usage_error("%s", "--arch goes with --check or --bench (a run compiles for its own "
                                  "GPU)");

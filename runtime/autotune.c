@@ -84,7 +84,7 @@ static void items_choice(int64_t items, char *buf, size_t len)
 
 /* A GEMM's choice: "default" (the library's own algorithm), "lt_algo:K" (the K-th of
  * cuBLASLt's list), "tile:64x64x32" (the generated kernel of that tile shape). */
-static void gemm_choice(const DevStepChoice *c, char *buf, size_t len)
+static void gemm_choice(const PlanStepChoice *c, char *buf, size_t len)
 {
     if (c->tile > 0) {
         char tile[32];
@@ -113,10 +113,10 @@ static bool parse_number(const char *s, const char *prefix, long long lo, long l
 
 /* The choice gemm_choice wrote, for GEMM G (a tile shape G has no kernel for is
  * refused). */
-static bool parse_gemm_choice(const char *s, const PlanGemm *g, DevStepChoice *c)
+static bool parse_gemm_choice(const char *s, const PlanGemm *g, PlanStepChoice *c)
 {
     long long v;
-    *c = (DevStepChoice){0};
+    *c = (PlanStepChoice){0};
     if (strcmp(s, "default") == 0) return true;
     if (parse_number(s, "lt_algo:", 1, DEVICE_GEMM_ALGOS, &v)) {
         c->algo = (int)v;
@@ -188,7 +188,7 @@ static int cmp_double(const void *a, const void *b)
 typedef struct Issue {
     PlanGraphId gid;
     int i;
-    const DevStepChoice *c;
+    const PlanStepChoice *c;
     int mlp, shape;
 } Issue;
 
@@ -227,8 +227,8 @@ static int time_candidate(Tuner *t, const Issue *x, double *ms)
 
 /* Times candidates C[0..N) of step I; the fastest into *BEST (the first of equals).
  * Refused candidates are counted and left out; -1 when every one is refused. */
-static int pick(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, int n,
-                DevStepChoice *best, double *best_ms)
+static int pick(Tuner *t, PlanGraphId gid, int i, const PlanStepChoice *c, int n,
+                PlanStepChoice *best, double *best_ms)
 {
     *best_ms = -1;
     for (int k = 0; k < n; k++) {
@@ -246,8 +246,8 @@ static bool over_budget(const Tuner *t) { return clock_seconds() - t->start > t-
 /* Step I's choice among candidates C[0..N): timed when there are two or more and the
  * budget allows (then *TIMED is counted), else *BEST as the caller set it, the plan's;
  * put in force, its time in *MS (-1: untimed). */
-static int choose(Tuner *t, PlanGraphId gid, int i, const DevStepChoice *c, int n,
-                  DevStepChoice *best, double *ms, int *timed)
+static int choose(Tuner *t, PlanGraphId gid, int i, const PlanStepChoice *c, int n,
+                  PlanStepChoice *best, double *ms, int *timed)
 {
     *ms = -1;
     if (n > 1 && over_budget(t)) {
@@ -275,14 +275,14 @@ static int tune_launch(Tuner *t, PlanGraphId gid, int i)
     kernel_key(t->plan->kernels[l->kernel].name, key, sizeof key);
     if (l->max_blocks == 1 || tune_find(t->out, TUNE_KERNEL, key)) return 0;
     int64_t per = l->items_per_block > 0 ? l->items_per_block : 1;    /* as plan_launch_grid */
-    DevStepChoice c[AUTOTUNE_GRID_FACTORS], best = {.items = per};
+    PlanStepChoice c[AUTOTUNE_GRID_FACTORS], best = {.items = per};
     int n = 0;
     unsigned last = 0;
     for (int f = 0; f < AUTOTUNE_GRID_FACTORS; f++) {
         int64_t items = per << f;
         unsigned grid = devexec_grid(t->e, l, items);
         if (n > 0 && grid == last) continue;
-        c[n++] = (DevStepChoice){.items = items};
+        c[n++] = (PlanStepChoice){.items = items};
         last = grid;
     }
     double ms;
@@ -301,7 +301,7 @@ static int tune_gemm(Tuner *t, PlanGraphId gid, int i)
     char key[TUNE_TOKEN_MAX + 1], choice[64];
     autotune_gemm_key(&s->gemm, t->feed->symvals, key, sizeof key);
     const TuneChoice *known = tune_find(t->out, TUNE_GEMM, key);
-    DevStepChoice best = {.algo = 0};
+    PlanStepChoice best = {.algo = 0};
     if (known) {
         bool ok = parse_gemm_choice(known->choice, &s->gemm, &best);
         CGC_ASSERT(ok);     /* written below, by gemm_choice, for a step of the same key */
@@ -314,12 +314,12 @@ static int tune_gemm(Tuner *t, PlanGraphId gid, int i)
     if (t->d->ops->gemm_algos && call.m > 0 && call.n > 0 &&
         t->d->ops->gemm_algos(t->d, &call, &count, &site) != 0)
         return -1;
-    DevStepChoice c[DEVICE_GEMM_ALGOS + 1 + PLAN_GEMM_TILES];
+    PlanStepChoice c[DEVICE_GEMM_ALGOS + 1 + PLAN_GEMM_TILES];
     int n = 0;
-    if (s->gemm.epilogue == GEMM_EPI_NONE || count == 0) c[n++] = (DevStepChoice){.algo = 0};
-    for (int a = 1; a <= count; a++) c[n++] = (DevStepChoice){.algo = a};
+    if (s->gemm.epilogue == GEMM_EPI_NONE || count == 0) c[n++] = (PlanStepChoice){.algo = 0};
+    for (int a = 1; a <= count; a++) c[n++] = (PlanStepChoice){.algo = a};
     for (int k = 0; k < PLAN_GEMM_TILES && devexec_gemm_kernels_loaded(t->e); k++)
-        if (s->gemm.tile_kernel[k] >= 0) c[n++] = (DevStepChoice){.tile = k + 1};
+        if (s->gemm.tile_kernel[k] >= 0) c[n++] = (PlanStepChoice){.tile = k + 1};
     double ms;
     if (choose(t, gid, i, c, n, &best, &ms, &t->report->gemms) != 0) return -1;
     gemm_choice(&best, choice, sizeof choice);
@@ -395,57 +395,79 @@ static int refuse(char *why, size_t why_len, const char *what, const char *key)
     return -1;
 }
 
+/* Step S's choice in T into *C; -1 with WHY when T has none or one the tuner would not
+ * write for S on sm_ARCH. */
+static int resolve_step(const Plan *plan, const PlanStep *s, const int64_t *symvals, int arch,
+                        const TuneFile *t, PlanStepChoice *c, char *why, size_t why_len)
+{
+    char key[TUNE_TOKEN_MAX + 1];
+    if (s->kind == STEP_LAUNCH) {
+        if (s->launch.max_blocks == 1) return 0;    /* no choice: one block */
+        kernel_key(plan->kernels[s->launch.kernel].name, key, sizeof key);
+        const TuneChoice *ch = tune_find(t, TUNE_KERNEL, key);
+        long long items;
+        if (!ch) return refuse(why, why_len, "no choice for kernel", key);
+        if (!parse_number(ch->choice, "items:", 1, 1ll << 30, &items))
+            return refuse(why, why_len, "not a launch shape the tuner writes:", ch->choice);
+        c->items = items;
+        return 0;
+    }
+    autotune_gemm_key(&s->gemm, symvals, key, sizeof key);
+    const TuneChoice *ch = tune_find(t, TUNE_GEMM, key);
+    if (!ch) return refuse(why, why_len, "no choice for GEMM", key);
+    if (!parse_gemm_choice(ch->choice, &s->gemm, c))
+        return refuse(why, why_len, "not a GEMM choice the tuner writes for it:", ch->choice);
+    if (c->tile > 0 && arch < 80)
+        return refuse(why, why_len, "a generated GEMM needs sm_80 or later:", ch->choice);
+    return 0;
+}
+
+int autotune_resolve(const Plan *plan, const int64_t *symvals, int arch, const TuneFile *t,
+                     PlanChoices *out, char *why, size_t why_len)
+{
+    plan_choices_init(out, plan);
+    out->arch = t->arch;
+    if (t->tuning_ms >= 0) snprintf(out->device, sizeof out->device, "%s", t->device);
+    int rc = 0;
+    for (int gid = 0; gid < PG_NUM && rc == 0; gid++) {
+        const PlanGraph *pg = &plan->graph[gid];
+        for (int i = 0; out->step[gid] && i < pg->nsteps && rc == 0; i++)
+            rc = resolve_step(plan, &pg->steps[i], symvals, arch, t, &out->step[gid][i], why, why_len);
+    }
+    for (int r = 0; r < plan->nmlps && rc == 0; r++) {
+        char key[TUNE_TOKEN_MAX + 1];
+        mlp_key(plan, &plan->mlps[r], symvals, key, sizeof key);
+        const TuneChoice *ch = tune_find(t, TUNE_MLP, key);
+        if (!ch) rc = refuse(why, why_len, "no choice for the fused MLP run", key);
+        else if (!parse_mlp_choice(ch->choice, &out->mlp_shape[r]))
+            rc = refuse(why, why_len, "not a fused MLP choice the tuner writes:", ch->choice);
+        else if (out->mlp_shape[r] >= 0 && arch < 80)
+            rc = refuse(why, why_len, "a fused MLP kernel needs sm_80 or later:", ch->choice);
+    }
+    if (rc != 0) plan_choices_free(out);
+    return rc;
+}
+
 int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const TuneFile *t,
                    char *why, size_t why_len)
 {
     if (devexec_bind(e, feed) != 0) return refuse(why, why_len, "cannot bind the batch of", "it");
+    PlanChoices c;
+    if (autotune_resolve(plan, feed->symvals, devexec_device(e)->arch, t, &c, why, why_len) != 0)
+        return -1;
+    double seconds;
+    if (plan_choices_generated(&c, plan) && devexec_load_gemm_kernels(e, &seconds) != 0) {
+        plan_choices_free(&c);
+        return refuse(why, why_len, "cannot load the generated GEMM and MLP kernels", "it names");
+    }
     for (int gid = 0; gid < PG_NUM; gid++) {
-        if (!tuned_graph((PlanGraphId)gid)) continue;
         const PlanGraph *pg = &plan->graph[gid];
-        for (int i = 0; i < pg->nsteps; i++) {
-            const PlanStep *s = &pg->steps[i];
-            DevStepChoice c = {0};
-            if (s->kind == STEP_LAUNCH) {
-                if (s->launch.max_blocks == 1) continue;
-                char key[TUNE_TOKEN_MAX + 1];
-                kernel_key(plan->kernels[s->launch.kernel].name, key, sizeof key);
-                const TuneChoice *ch = tune_find(t, TUNE_KERNEL, key);
-                long long items;
-                if (!ch) return refuse(why, why_len, "no choice for kernel", key);
-                if (!parse_number(ch->choice, "items:", 1, 1ll << 30, &items))
-                    return refuse(why, why_len, "not a launch shape the tuner writes:", ch->choice);
-                c.items = items;
-            } else {
-                char key[TUNE_TOKEN_MAX + 1];
-                autotune_gemm_key(&s->gemm, feed->symvals, key, sizeof key);
-                const TuneChoice *ch = tune_find(t, TUNE_GEMM, key);
-                if (!ch) return refuse(why, why_len, "no choice for GEMM", key);
-                if (!parse_gemm_choice(ch->choice, &s->gemm, &c))
-                    return refuse(why, why_len, "not a GEMM choice the tuner writes for it:", ch->choice);
-                if (c.tile > 0 && devexec_device(e)->arch < 80)
-                    return refuse(why, why_len, "a generated GEMM needs sm_80 or later:", ch->choice);
-                double seconds;
-                if (c.tile > 0 && devexec_load_gemm_kernels(e, &seconds) != 0)
-                    return refuse(why, why_len, "cannot load the generated GEMM for", key);
-            }
-            devexec_choose(e, (PlanGraphId)gid, i, &c);
-        }
+        for (int i = 0; c.step[gid] && i < pg->nsteps; i++)
+            if (pg->steps[i].kind == STEP_GEMM || pg->steps[i].launch.max_blocks != 1)
+                devexec_choose(e, (PlanGraphId)gid, i, &c.step[gid][i]);
     }
-    for (int r = 0; r < plan->nmlps; r++) {
-        char key[TUNE_TOKEN_MAX + 1];
-        int shape;
-        mlp_key(plan, &plan->mlps[r], feed->symvals, key, sizeof key);
-        const TuneChoice *ch = tune_find(t, TUNE_MLP, key);
-        if (!ch) return refuse(why, why_len, "no choice for the fused MLP run", key);
-        if (!parse_mlp_choice(ch->choice, &shape))
-            return refuse(why, why_len, "not a fused MLP choice the tuner writes:", ch->choice);
-        if (shape >= 0 && devexec_device(e)->arch < 80)
-            return refuse(why, why_len, "a fused MLP kernel needs sm_80 or later:", ch->choice);
-        double seconds;
-        if (shape >= 0 && devexec_load_gemm_kernels(e, &seconds) != 0)
-            return refuse(why, why_len, "cannot load the fused MLP kernel for", key);
-        devexec_choose_mlp(e, r, shape);
-    }
+    for (int r = 0; r < plan->nmlps; r++) devexec_choose_mlp(e, r, c.mlp_shape[r]);
+    plan_choices_free(&c);
     return 0;
 }
 
@@ -462,7 +484,7 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
             TuneKind kind = s->kind == STEP_GEMM ? TUNE_GEMM : TUNE_KERNEL;
             if (kind == TUNE_GEMM) {
                 autotune_gemm_key(&s->gemm, symvals, key, sizeof key);
-                gemm_choice(&(DevStepChoice){0}, choice, sizeof choice);
+                gemm_choice(&(PlanStepChoice){0}, choice, sizeof choice);
             } else {
                 if (s->launch.max_blocks == 1) continue;
                 kernel_key(plan->kernels[s->launch.kernel].name, key, sizeof key);

@@ -61,9 +61,17 @@ void autotune_gemm_key(const PlanGemm *g, const int64_t *symvals, char *buf, siz
 int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budget_s,
                  TuneFile *out, AutotuneReport *report);
 
-/* Puts the choices of T (read back from its file, for this plan) in force. Returns 0,
- * or -1 with WHY when T names a kernel or GEMM the plan does not have, or a choice that
- * is not one of a kind the tuner writes (the file is then tuned again). */
+/* The choices of T (read back from its file, for this plan) for each step and fused MLP
+ * run of PLAN's training graphs, with the symbols at SYMVALS, to run on sm_ARCH, into
+ * *OUT (plan_choices_free). Needs no device. Returns 0, or -1 with WHY when T lacks a
+ * choice the plan needs, holds one that is not of a kind the tuner writes for that step,
+ * or names a generated kernel below sm_80. */
+int autotune_resolve(const Plan *plan, const int64_t *symvals, int arch, const TuneFile *t,
+                     PlanChoices *out, char *why, size_t why_len);
+
+/* Puts the choices of T in force on E's device (autotune_resolve; the generated GEMM and
+ * MLP module loaded when they name one of its kernels). Returns 0, or -1 with WHY (the
+ * file is then tuned again). */
 int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const TuneFile *t,
                    char *why, size_t why_len);
 

@@ -138,22 +138,14 @@ int cachedir_open(const char *sub, const char *what, const char *afterwards, cha
     return fd;
 }
 
-const char *cachedir_read(int dfd, const char *name, size_t max, char **out, size_t *size,
-                          bool *missing)
+const char *cachedir_read_fd(int fd, size_t max, bool own, char **out, size_t *size)
 {
-    *missing = false;
-    /* O_NONBLOCK: a FIFO planted as an entry must not block the open (fstat refuses it) */
-    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        *missing = errno == ENOENT;
-        return errno == ELOOP ? "is a symbolic link" : *missing ? "does not exist" : "cannot be opened";
-    }
     struct stat st;
     const char *problem = NULL;
     char *buf = NULL;
     if (fstat(fd, &st) != 0) problem = "cannot be examined";
     else if (!S_ISREG(st.st_mode)) problem = "is not a regular file";
-    else if (st.st_uid != geteuid()) problem = "belongs to another user";
+    else if (own && st.st_uid != geteuid()) problem = "belongs to another user";
     else if ((size_t)st.st_size > max) problem = "is too large";
     else if (!(buf = malloc((size_t)st.st_size + 1))) problem = "is too large to read";
     size_t got = 0;
@@ -172,6 +164,19 @@ const char *cachedir_read(int dfd, const char *name, size_t max, char **out, siz
     *out = buf;
     *size = got;
     return NULL;
+}
+
+const char *cachedir_read(int dfd, const char *name, size_t max, char **out, size_t *size,
+                          bool *missing)
+{
+    *missing = false;
+    /* O_NONBLOCK: a FIFO planted as an entry must not block the open (fstat refuses it) */
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        *missing = errno == ENOENT;
+        return errno == ELOOP ? "is a symbolic link" : *missing ? "does not exist" : "cannot be opened";
+    }
+    return cachedir_read_fd(fd, max, true, out, size);
 }
 
 int cachedir_write(int dfd, const char *name, const void *buf, size_t n)

@@ -30,6 +30,9 @@ int cachedir_open(const char *sub, const char *what, const char *afterwards, cha
  * "is truncated", ...). */
 const char *cachedir_read(int dfd, const char *name, size_t max, char **out, size_t *size,
                           bool *missing);
+/* The same for open file FD (closed here), not necessarily in the cache: a regular file
+ * of at most MAX bytes and, when OWN, of the current user. */
+const char *cachedir_read_fd(int fd, size_t max, bool own, char **out, size_t *size);
 
 /* Writes N bytes of BUF as NAME in directory DFD, replacing any file there: through a
  * private temporary file and a rename, so that readers see the old file or the new one

@@ -38,7 +38,7 @@ struct DevExec {
     /* max-autotune's choices: per plan kernel, the items per block its launches take
      * (0: the plan's); per step of each graph, its GEMM's algorithm or generated kernel */
     int64_t *items;
-    DevStepChoice *gemm[PG_NUM];
+    PlanStepChoice *gemm[PG_NUM];
     int *mlp;                   /* per fused MLP run (Plan.mlps): its shape + 1, 0: its steps */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
     /* devexec_timing_start .. devexec_timing_collect: each launch and GEMM between two
@@ -515,7 +515,7 @@ static int run_gemm_kernel(DevExec *e, const PlanStep *s, const GemmCall *c, int
                              (unsigned)e->plan->kernels[k].block, args, &site);
 }
 
-static int run_gemm(DevExec *e, const PlanStep *s, const DevStepChoice *choice)
+static int run_gemm(DevExec *e, const PlanStep *s, const PlanStepChoice *choice)
 {
     GemmCall c = devexec_gemm_call(e, s);
     c.algo = choice->algo;
@@ -632,7 +632,7 @@ static int graph_id(const DevExec *e, const PlanGraph *pg)
 
 int devexec_bind(DevExec *e, const DevFeed *feed) { return bind_symbols(e, feed); }
 
-int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const DevStepChoice *c)
+int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const PlanStepChoice *c)
 {
     const PlanStep *s = &e->plan->graph[gid].steps[i];
     if (s->kind == STEP_GEMM) return run_gemm(e, s, c ? c : &e->gemm[gid][i]);
@@ -643,7 +643,7 @@ int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const 
     return rc;
 }
 
-void devexec_choose(DevExec *e, PlanGraphId gid, int i, const DevStepChoice *c)
+void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
 {
     const PlanStep *s = &e->plan->graph[gid].steps[i];
     if (s->kind == STEP_GEMM) {

@@ -50,19 +50,7 @@ int devexec_init_tensors(DevExec *e, uint64_t seed);
 /* Issues graph G (one of the program's) once. Does not wait. */
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed);
 
-/* ---- max-autotune (runtime/autotune.h) ----
- * A step's tunable choice: for a launch, the items per block of its kernel (0: the
- * plan's), which every launch of that kernel then takes; for a GEMM, the library's
- * algorithm (GemmCall.algo; 0: its own) or, with TILE >= 1, the plan's generated kernel
- * of tile shape TILE - 1 (PlanGemm.tile_kernel) instead of the library. None changes
- * what is computed: kernels loop over their work whatever the grid (plan.h), and every
- * algorithm and kernel computes the same product (to the rounding of its own order of
- * accumulation). */
-typedef struct DevStepChoice {
-    int64_t items;
-    int algo;
-    int tile;
-} DevStepChoice;
+/* ---- max-autotune (runtime/autotune.h); the choices: PlanStepChoice (plan.h) ---- */
 
 /* Compiles and loads the plan's generated GEMMs (their own module, DeviceOps
  * .load_kernels) and looks their kernels up: before any choice of one. Once; 0 at once
@@ -81,9 +69,9 @@ const char *devexec_mlp_kernel(const DevExec *e, int r);
 /* Binds FEED's symbols (as devexec_run does first), for devexec_step. */
 int devexec_bind(DevExec *e, const DevFeed *feed);
 /* Issues step I of graph GID alone, with choice C (NULL: the choice in force). */
-int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const DevStepChoice *c);
+int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const PlanStepChoice *c);
 /* Puts choice C in force for step I of graph GID (for a launch: for its kernel). */
-void devexec_choose(DevExec *e, PlanGraphId gid, int i, const DevStepChoice *c);
+void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c);
 /* The grid launch L gets with the bound symbols, with ITEMS per block (0: the choice in
  * force, else the plan's). */
 unsigned devexec_grid(const DevExec *e, const PlanLaunch *l, int64_t items);

@@ -20,11 +20,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../codegen/plan.h"
 #include "../compiler/ir.h"
 
 typedef uint64_t DevPtr;            /* a device address; 0 is none */
 
-enum { DEVICE_GEMM_ALGOS = 8 };     /* algorithms a GEMM's tuning chooses among, at most */
+enum { DEVICE_GEMM_ALGOS = PLAN_GEMM_ALGOS };   /* algorithms a GEMM's tuning chooses among */
 
 /* Where a launch or GEMM came from, for error messages. */
 typedef struct DeviceSite {

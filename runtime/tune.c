@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -324,6 +325,27 @@ bool tune_parse(const char *text, size_t n, TuneFile *out, char *why, size_t why
         ok = fail(why, why_len, "%s", stage == H_MAGIC ? "empty: not a cgc autotune file"
                                                        : "no 'end' line: the file is cut short");
     if (!ok) tune_free(out);
+    return ok;
+}
+
+bool tune_read(const char *path, TuneFile *out, char *why, size_t why_len)
+{
+    memset(out, 0, sizeof *out);
+    /* O_NONBLOCK: a FIFO must not block the open (cachedir_read_fd refuses it) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, why_len, "cannot be opened: %s", strerror(errno));
+        return false;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    const char *problem = cachedir_read_fd(fd, FILE_MAX_BYTES, false, &text, &n);
+    if (problem) {
+        snprintf(why, why_len, "%s (a choices file is a regular file of at most 1 MiB)", problem);
+        return false;
+    }
+    bool ok = tune_parse(text, n, out, why, why_len);
+    free(text);
     return ok;
 }
 

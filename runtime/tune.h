@@ -88,6 +88,10 @@ char *tune_format(const TuneFile *t);
  * anything the format above does not allow, *OUT then empty. */
 bool tune_parse(const char *text, size_t n, TuneFile *out, char *why, size_t why_len);
 
+/* Reads the choices file at PATH (any file a user names, not the cache's) into *OUT;
+ * false with WHY when it cannot be read or tune_parse refuses it. */
+bool tune_read(const char *path, TuneFile *out, char *why, size_t why_len);
+
 /* The file name (no directory) for MODEL on DEVICE, sm_ARCH. */
 void tune_file_name(const char *model, int arch, const char *device, char *buf, size_t len);
 

@@ -10,8 +10,11 @@
 #     tensor name.
 # Cases: a copy of models/mlp.net (default, fp16, accumulate 2), models/resmlp.net
 # (default, bf16: layernorm row groups, dropout), models/regression.net (eager), and a
-# small f32 model whose GELU layer is a cuBLASLt GEMM with the aux output. Running
-# ./repro needs a GPU; this checks the build only. Exit 77 (skipped) without nvcc.
+# small f32 model whose GELU layer is a cuBLASLt GEMM with the aux output; in
+# max-autotune, regression.net with the heuristics' choices and mlp.net with tuned ones
+# (--tune-file: a grid, a generated GEMM, cuBLASLt algorithms, the fused MLP), and the
+# --tune-file files that are refused. Running ./repro needs a GPU; this checks the build
+# only. Exit 77 (skipped) without nvcc.
 set -u
 CGC=$1
 ROOT=$2
@@ -66,6 +69,7 @@ case_() {
     for cu in "$dir"/*.cu; do
         k=$(basename "$cu" .cu)
         [ "$k" = module ] && continue
+        case $k in gemm_tc_*|mlp_fused_*) continue ;; esac    # named when chosen (below)
         n=$((n + 1))
         grep -q "^    \"$k\",\$" "$r/repro.c" || fail "$name: repro.c does not name kernel $k"
     done
@@ -92,6 +96,27 @@ case_ gelu "$OUT/gelu.net" --mode default
 case_ resmlp_ro "$ROOT/models/resmlp.net" --mode reduce-overhead --precision bf16 --accumulate 2
 case_ regression_ma "$ROOT/models/regression.net" --mode max-autotune
 
+# max-autotune with tuned choices (--tune-file): the file a GPU run would have written,
+# made here from the heuristics' one by choosing, as the tuner may, a grid for cast_x,
+# a generated kernel for the first layer, cuBLASLt's 3rd and 2nd algorithms for two
+# plain GEMMs, and the fused MLP kernel of 32 rows for layers 2-3 (in both graphs).
+TUNED_FLAGS="--mode max-autotune --precision fp16 --accumulate 2"
+# shellcheck disable=SC2086
+if "$CGC" "$ROOT/models/mlp.net" $TUNED_FLAGS --check --arch none --emit "$OUT/heur" -q > "$OUT/heur.log" 2>&1; then
+    sed -e 's/^device sm_90 .*/device sm_90 NVIDIA H100 80GB HBM3/' -e 's/^tuning none$/tuning 1834.2 ms/' \
+        -e 's/^kernel cast_x items:1024 -$/kernel cast_x items:4096 0.0031/' \
+        -e 's/^\(gemm m64\.n512\.k784\.[^ ]*\) default -$/\1 tile:64x64x32 0.0121/' \
+        -e 's/^\(gemm m128\.n512\.k64\.[^ ]*\) default -$/\1 lt_algo:3 0.0042/' \
+        -e 's/^\(gemm m64\.n128\.k10\.[^ ]*\) default -$/\1 lt_algo:2 0.0041/' \
+        -e 's/^mlp \([^ ]*\) steps -$/mlp \1 fused:rows32 0.0093/' "$OUT/heur/autotune.tune" > "$OUT/tuned.tune"
+    [ "$(diff "$OUT/heur/autotune.tune" "$OUT/tuned.tune" | grep -c '^>')" = 7 ] ||
+        fail "mlp_tuned: the tuned file's fixture did not change 7 lines"
+else
+    fail "mlp_tuned: cgc --emit for the heuristics' choices"; cat "$OUT/heur.log"
+fi
+# shellcheck disable=SC2086
+case_ mlp_tuned "$ROOT/models/mlp.net" $TUNED_FLAGS --tune-file "$OUT/tuned.tune"
+
 # What each case's repro.c says and does.
 want() {   # want CASE TEXT: repro.c of CASE contains the fixed string TEXT
     grep -qF -- "$2" "$OUT/$1/repro/repro.c" || fail "$1: repro.c lacks: $2"
@@ -111,9 +136,78 @@ want resmlp_ro 'CU("the step'"'"'s CUDA graph", cuGraphLaunch, graph_exec, strea
 want regression_ma '#define CAPTURE 1'
 want mlp '#define CAPTURE 0'
 want regression_ma 'mode max-autotune, precision fp32, batch 128, accumulate 1, seed 1;'
-# max-autotune's --emit: the choices before tuning, beside the kernels
+# max-autotune's --emit: the choices before tuning, beside the kernels; they name no
+# generated kernel, so the reproducer has no second module
 grep -q '^tuning none$' "$OUT/regression_ma/autotune.tune" ||
     fail "regression_ma: no autotune.tune with the heuristics' choices"
+[ -e "$OUT/regression_ma/repro/gemm_module.cu" ] && fail "regression_ma: a gemm_module.cu without a generated kernel"
+want regression_ma 'The autotune choices are the plan'"'"'s own, as without a GPU'
+want regression_ma 'enum { NUM_MODULES = 1 };'
+
+# The tuned choices, replayed: DIR/autotune.tune holds them, and the reproducer runs
+# each as the runtime would (runtime/devexec.c), its generated kernels from
+# gemm_module.cubin, which make built.
+t="$OUT/mlp_tuned"
+grep -v '^#' "$OUT/tuned.tune" > "$OUT/tuned.want"
+grep -v '^#' "$t/autotune.tune" | cmp -s - "$OUT/tuned.want" || fail "mlp_tuned: autotune.tune is not the file given"
+[ -s "$t/repro/gemm_module.cubin" ] || fail "mlp_tuned: no gemm_module.cubin"
+want mlp_tuned 'The autotune choices are those tuned on sm_90 (../autotune.tune), some of'
+want mlp_tuned 'enum { NUM_MODULES = 2 };'
+want mlp_tuned ': cast_x, 13 blocks: ceil(50176 / 4096) in [1, 65535] (items per block: the autotune choice) */'
+want mlp_tuned 'K_gemm_tc_nt_f16_to_f16_bias_relu_64x64x32, 8, a, 8);'
+want mlp_tuned 'of its fused kernel (the autotune choice): 2 blocks of 32 rows */'
+want mlp_tuned 'K_mlp_fused_f16_512_128r_10_rows32, 2, a, 8);'
+want mlp_tuned '.lt = 1, .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .bias = -1, .aux = -1, .lt_algo = 2 },'
+want mlp_tuned '.lt = 1, .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .bias = -1, .aux = -1, .lt_algo = 3 },'
+# per step by the plan: 21 launches, 16 GEMMs, 4 of them cuBLASLt (the two epilogues of
+# each of the 2 micro-batches). By the choices, in each micro-batch the first layer and
+# the fused run are launches (3 GEMMs fewer, both epilogues among them, 2 launches
+# more) and 2 plain GEMMs go through cuBLASLt.
+want mlp_tuned 'enum { LAUNCHES_PER_STEP = 25, GEMMS_PER_STEP = 10, LT_GEMMS_PER_STEP = 4 };'
+[ "$(grep -c '^    run_gemm(&gemms' "$t/repro/repro.c")" = 10 ] ||
+    fail "mlp_tuned: not 10 library GEMM calls (5 in each train graph)"
+for k in K_gemm_tc_nt_f16_to_f16_bias_relu_64x64x32 K_mlp_fused_f16_512_128r_10_rows32; do
+    [ "$(grep -c "launch(\"train\(_micro\)\?\", [0-9]*, [0-9]*, $k," "$t/repro/repro.c")" = 2 ] ||
+        fail "mlp_tuned: $k is not launched once in each train graph"
+done
+[ "$(grep -c '^    K_\(gemm_tc\|mlp_fused\)_' "$t/repro/repro.c")" = 2 ] ||
+    fail "mlp_tuned: the kernel table holds generated kernels no choice names"
+
+# --tune-file refused, with nothing written: a file for another batch, one that is not a
+# choices file, a missing one, a FIFO, a generated kernel below sm_80, and the flag
+# without --emit.
+refused() {   # refused NAME STATUS TEXT FLAGS...
+    name=$1 st=$2 text=$3
+    shift 3
+    "$CGC" "$ROOT/models/mlp.net" "$@" > "$OUT/$name.log" 2>&1
+    got=$?
+    [ $got = "$st" ] || fail "$name: exit status $got, not $st"
+    grep -qF -- "$text" "$OUT/$name.log" || { fail "$name: the error lacks: $text"; cat "$OUT/$name.log"; }
+    [ -e "$OUT/$name" ] && fail "$name: a refused --tune-file left $OUT/$name"
+    return 0
+}
+# shellcheck disable=SC2086
+refused tf_batch 1 'the choices were made for another plan of mlp' $TUNED_FLAGS --batch 32 --check --arch none \
+    --emit "$OUT/tf_batch" --tune-file "$OUT/tuned.tune"
+sed 's/^end .*/end 99/' "$OUT/tuned.tune" > "$OUT/corrupt.tune"
+# shellcheck disable=SC2086
+refused tf_corrupt 1 "corrupt.tune: line" $TUNED_FLAGS --check --arch none --emit "$OUT/tf_corrupt" \
+    --tune-file "$OUT/corrupt.tune"
+# shellcheck disable=SC2086
+refused tf_missing 1 'cannot be opened' $TUNED_FLAGS --check --arch none --emit "$OUT/tf_missing" \
+    --tune-file "$OUT/no-such.tune"
+if mkfifo "$OUT/fifo.tune" 2>/dev/null; then    # must not block the open
+    # shellcheck disable=SC2086
+    refused tf_fifo 1 'is not a regular file' $TUNED_FLAGS --check --arch none --emit "$OUT/tf_fifo" \
+        --tune-file "$OUT/fifo.tune"
+fi
+sed 's/^device sm_90 /device sm_75 /' "$OUT/tuned.tune" > "$OUT/sm75.tune"
+# shellcheck disable=SC2086
+refused tf_sm75 1 'a generated GEMM needs sm_80 or later: tile:64x64x32' $TUNED_FLAGS --check --arch none \
+    --emit "$OUT/tf_sm75" --tune-file "$OUT/sm75.tune"
+# shellcheck disable=SC2086
+refused tf_no_emit 2 '--tune-file goes with --mode max-autotune and --emit' $TUNED_FLAGS --check --arch none \
+    --tune-file "$OUT/tuned.tune"
 # reduce-overhead: both train graphs move the step counter their kernels read, on the
 # device as training does (so that a step can be captured); none passes the micro-step as
 # a float
@@ -152,5 +246,5 @@ rm -f "$OUT/mlp/repro/module.cubin"
 make -n -C "$OUT/mlp/repro" ARCH=sm_80 NVCC="$NVCC" CUDA_HOME="$CUDA_HOME" 2>&1 | grep -q -- '-arch=sm_80' ||
     fail "make ARCH=sm_80 does not compile the module for sm_80"
 
-[ $status = 0 ] && echo "repro.sh: 5 reproducers built with nvcc"
+[ $status = 0 ] && echo "repro.sh: 7 reproducers built with nvcc"
 exit $status

@@ -122,12 +122,12 @@ static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGr
     Matrix c = {.at = call.c, .bytes = (size_t)(call.m * call.n) * ir_dtype_size(s->gemm.c_type)};
     c.want = malloc(c.bytes);
     c.got = malloc(c.bytes);
-    CHECK_EQ_INT(devexec_step(e, gid, i, feed, &(DevStepChoice){0}), 0);
+    CHECK_EQ_INT(devexec_step(e, gid, i, feed, &(PlanStepChoice){0}), 0);
     CHECK_EQ_INT(d->ops->download(d, c.want, c.at, c.bytes), 0);
     for (int t = 0; t < PLAN_GEMM_TILES; t++) {
         if (s->gemm.tile_kernel[t] < 0) continue;
         poison(d, &c);
-        CHECK_EQ_INT(devexec_step(e, gid, i, feed, &(DevStepChoice){.tile = t + 1}), 0);
+        CHECK_EQ_INT(devexec_step(e, gid, i, feed, &(PlanStepChoice){.tile = t + 1}), 0);
         CHECK_EQ_INT(d->ops->download(d, c.got, c.at, c.bytes), 0);
         char what[256];
         snprintf(what, sizeof what, "%s (%s, m %lld n %lld k %lld)",
