@@ -87,6 +87,7 @@ static int time_steps(const BenchOptions *o, PlanMode mode, ModeFigures *f)
     if (rc == 0) {
         RunOptions ro = {.net_path = o->net_path, .src = o->src, .quiet = true,
                          .device = b.device, .plan = b.plan, .step_times = &f->steps,
+                         .tune_budget_s = o->tune_budget_s,
                          .stop_after = TRAIN_TIMING_WARMUP + BENCH_TIMED_STEPS};
         if (b.device) rc = train_run(p, &ro);
         backend_close(&b);

@@ -27,6 +27,7 @@ typedef struct BenchOptions {
     PlanMode mode;              /* the compiled mode set against eager */
     const char *device;         /* --device */
     int arch;                   /* NVRTC's target as 90; 0: the default; -1: no compiles */
+    double tune_budget_s;       /* max-autotune: --tune-budget (0: the default) */
 } BenchOptions;
 
 /* Runs the comparison and prints it. Returns 0, or 1 after an error in the model. */

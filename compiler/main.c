@@ -59,9 +59,10 @@ static const char usage_text[] =
     "                          60 s, the fastest kept in the cache's cgc/tune/)\n"
     "  --tune-budget SECONDS   max-autotune: the most time tuning may take (default 60);\n"
     "                          what it leaves untimed keeps the plan's choice\n"
-    "  --tune-file FILE        max-autotune with --emit: the choices to write and replay in\n"
-    "                          the reproducer, from FILE (one cgc wrote under cgc/tune/ for\n"
-    "                          this model and batch) instead of the cache\n"
+    "  --tune-file FILE        max-autotune: keep the choices in FILE instead of the cache,\n"
+    "                          as a lockfile: read when it is there (an error when it was\n"
+    "                          made for another plan, batch or GPU), tuned and written when\n"
+    "                          not; with --emit, the choices the reproducer replays\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
     "                          every epoch and at the end\n"
     "  --resume FILE           continue the run saved in FILE\n"
@@ -245,15 +246,18 @@ static bool read_tune_file(const Plan *plan, const char *path, TuneFile *out)
     const IrProgram *p = plan->p;
     char why[256];
     uint64_t want = autotune_plan_hash(plan, p->cfg.batch);
-    if (!tune_read(path, out, why, sizeof why)) {
-        cgc_error("--tune-file %s: %s", diag_quote(path, 80), why);
+    bool missing;
+    if (!tune_read(path, out, &missing, why, sizeof why)) {
+        cgc_error("--tune-file %s: %s%s", diag_quote(path, 80), why,
+                  missing ? " (--emit replays the choices of a file that is there: a run in "
+                            "max-autotune on a GPU with --tune-file writes it)" : "");
         return false;
     }
     if (strcmp(out->model, p->model_name) != 0 || out->plan_hash != want) {
         cgc_error("--tune-file %s: the choices were made for %s%s (plan %016llx), not for this "
                   "plan of %s at batch %lld (plan %016llx): a change to the model, its train "
-                  "block or the flags makes another plan; run it on the GPU in max-autotune to "
-                  "tune it, then pass the new file from cgc/tune/",
+                  "block or the flags makes another plan; tune this one on the GPU (a run in "
+                  "max-autotune with --tune-file writes the file)",
                   diag_quote(path, 80), strcmp(out->model, p->model_name) != 0 ? "model " : "another plan of ",
                   out->model, (unsigned long long)out->plan_hash, p->model_name, (long long)p->cfg.batch,
                   (unsigned long long)want);
@@ -466,8 +470,10 @@ static int parse_args(int argc, char **argv, Cli *cli)
     if (cli->run.tune_budget_s > 0 && cli->mode != PLAN_MAX_AUTOTUNE)
         return usage_error("%s", "--tune-budget goes with --mode max-autotune (the only mode that "
                                  "tunes)");
-    if (cli->tune_file && (cli->mode != PLAN_MAX_AUTOTUNE || !cli->emit_dir))
-        return usage_error("%s", "--tune-file goes with --mode max-autotune and --emit (the "
+    if (cli->tune_file && (cli->mode != PLAN_MAX_AUTOTUNE || cli->bench || cli->explain || cli->dump_ir ||
+                           cli->dump_after >= 0 || (cli->check && !cli->emit_dir)))
+        return usage_error("%s", "--tune-file goes with --mode max-autotune, in a training run (the "
+                                 "choices it reads, or tunes and writes) or with --emit (the "
                                  "choices the reproducer replays)");
     if (cli->arch && !cli->check && !cli->bench)
         return usage_error("%s", "--arch goes with --check or --bench (a run compiles for its own "
@@ -553,6 +559,7 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     cli->run.net_path = cli->path;
     cli->run.src = src;
     cli->run.quiet = cli->quiet;
+    cli->run.tune_file = cli->tune_file;
     cli->run.verbose = cli->verbose;
     cli->run.device = b.device;
     cli->run.plan = b.plan;
@@ -622,7 +629,8 @@ int main(int argc, char **argv)
     if (cli.bench) {
         BenchOptions bo = {.net_path = cli.path, .src = src, .overrides = cli.overrides,
                            .noverrides = cli.noverrides, .mode = cli.mode, .device = cli.device,
-                           .arch = cli.arch ? backend_parse_arch(cli.arch) : 0};
+                           .arch = cli.arch ? backend_parse_arch(cli.arch) : 0,
+                           .tune_budget_s = cli.run.tune_budget_s};
         rc = bench_run(&bo);
         source_free(src);
         return rc;

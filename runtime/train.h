@@ -37,6 +37,8 @@ typedef struct RunOptions {
     StepTimes *step_times;      /* when not NULL: the step times of a device run */
     double tune_budget_s;       /* max-autotune: --tune-budget, the most seconds tuning may
                                  * take (0: 60) */
+    const char *tune_file;      /* max-autotune: --tune-file, the choices file to read, or to
+                                 * write when there is none, instead of the cache's (NULL) */
     /* Where to run: NULL is the CPU reference executor. A device runs PLAN (the plan whose
      * module it loaded), or, when PLAN is NULL, the eager plan built here; the kernels'
      * names are stable, so that plan matches a module built from an eager plan of P. */

@@ -278,8 +278,10 @@ static void say_autotune(const Trainer *t, const char *fmt, ...)
 }
 
 /* max-autotune: the choices of the file in the cache when it was made for this plan
- * and batch on this device, else tuned now and kept there. Runs before the tensors are
- * initialised (autotune.h), so tuning leaves nothing behind in the arena. */
+ * and batch on this device, else tuned now and kept there. With --tune-file FILE, FILE
+ * takes the cache's place, but as a lockfile: one that is there and cannot be used is an
+ * error, never tuned again and replaced. Runs before the tensors are initialised
+ * (autotune.h), so tuning leaves nothing behind in the arena. */
 static int dev_autotune(Trainer *t, DeviceBackend *b)
 {
     const Plan *plan = b->plan;
@@ -291,10 +293,17 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     char why[512], path[4200] = "";
     TuneFile want, have;
     bool keep = tune_init(&want, t->p->model_name, b->d->arch, b->d->model, hash, why, sizeof why);
+    const char *file = t->o->tune_file;
     TuneLoad load = TUNE_NO_CACHE;
-    if (!keep) {
+    if (!keep && file) {
+        cgc_error("--tune-file %s: %s", diag_quote(file, 80), why);
+        return -1;
+    } else if (!keep) {
         say_autotune(t, "%s: the choices will not be kept", why);
         tune_init(&want, "model", 90, "device", hash, why, sizeof why);   /* a scratch file */
+    } else if (file) {
+        snprintf(path, sizeof path, "%s", file);
+        load = tune_load_file(&want, file, &have, why, sizeof why);
     } else {
         load = tune_load(&want, &have, path, sizeof path, why, sizeof why);
     }
@@ -310,6 +319,13 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         snprintf(why, sizeof why, "%s", apply_why);
         tune_free(&have);
         load = TUNE_REFUSED;
+    }
+    if (load == TUNE_REFUSED && file) {
+        cgc_error("--tune-file %s: %s; this run is model %s on %s (sm_%d), and the file is left "
+                  "as it is: delete it, or name another file, to tune again", diag_quote(file, 80),
+                  why, t->p->model_name, b->d->model, b->d->arch);
+        tune_free(&want);
+        return -1;
     }
     if (load == TUNE_REFUSED) say_autotune(t, "%s: %s; tuning again", path, why);
     if (load == TUNE_NO_CACHE && keep) say_autotune(t, "%s", why);
@@ -337,10 +353,10 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         say_autotune(t, "the time ran out: %d kernels and GEMMs keep the plan's choices, untimed "
                         "(delete the choices file to tune again)", r.untimed);
     if (load != TUNE_NO_CACHE) {
-        if (tune_store(&want, path, sizeof path, why, sizeof why) == 0)
-            say_autotune(t, "the choices are in %s", path);
-        else
-            say_autotune(t, "%s; the choices are not kept", why);
+        int rc = file ? tune_store_file(&want, file, why, sizeof why)
+                      : tune_store(&want, path, sizeof path, why, sizeof why);
+        if (rc == 0) say_autotune(t, "the choices are in %s", path);
+        else say_autotune(t, "%s; the choices are not kept", why);
     }
     tune_free(&want);
     return 0;

@@ -328,11 +328,12 @@ bool tune_parse(const char *text, size_t n, TuneFile *out, char *why, size_t why
     return ok;
 }
 
-bool tune_read(const char *path, TuneFile *out, char *why, size_t why_len)
+bool tune_read(const char *path, TuneFile *out, bool *missing, char *why, size_t why_len)
 {
     memset(out, 0, sizeof *out);
     /* O_NONBLOCK: a FIFO must not block the open (cachedir_read_fd refuses it) */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    *missing = fd < 0 && errno == ENOENT;
     if (fd < 0) {
         snprintf(why, why_len, "cannot be opened: %s", strerror(errno));
         return false;
@@ -347,6 +348,57 @@ bool tune_read(const char *path, TuneFile *out, char *why, size_t why_len)
     bool ok = tune_parse(text, n, out, why, why_len);
     free(text);
     return ok;
+}
+
+/* TUNE_FOUND when OUT, as read, was made for WANT's model, device and plan; else
+ * TUNE_REFUSED with WHY, OUT freed. */
+static TuneLoad match(const TuneFile *want, TuneFile *out, char *why, size_t why_len)
+{
+    const char *other = strcmp(out->model, want->model) != 0     ? "another model"
+                        : out->arch != want->arch                ? "another architecture"
+                        : strcmp(out->device, want->device) != 0 ? "another device"
+                        : out->plan_hash != want->plan_hash      ? "another plan"
+                                                                 : NULL;
+    if (!other) return TUNE_FOUND;
+    snprintf(why, why_len, "was written for %s", other);
+    tune_free(out);
+    return TUNE_REFUSED;
+}
+
+TuneLoad tune_load_file(const TuneFile *want, const char *path, TuneFile *out, char *why,
+                        size_t why_len)
+{
+    bool missing;
+    if (!tune_read(path, out, &missing, why, why_len)) return missing ? TUNE_MISSING : TUNE_REFUSED;
+    return match(want, out, why, why_len);
+}
+
+/* T as NAME in directory DFD (closed here), whole or not at all; PATH for messages. */
+static int write_in(int dfd, const char *name, const TuneFile *t, const char *path, char *why,
+                    size_t why_len)
+{
+    char *text = tune_format(t);
+    int err = text ? cachedir_write(dfd, name, text, strlen(text)) : ENOMEM;
+    free(text);
+    close(dfd);
+    if (err) snprintf(why, why_len, "cannot write %s: %s", path, strerror(err));
+    return err ? -1 : 0;
+}
+
+int tune_store_file(const TuneFile *t, const char *path, char *why, size_t why_len)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    const char *name = slash ? slash + 1 : path;
+    int dfd = *name ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (dfd < 0) {
+        snprintf(why, why_len, "cannot write %s: %s", path, *name ? strerror(errno) : "it names a directory");
+        return -1;
+    }
+    return write_in(dfd, name, t, path, why, why_len);
 }
 
 /* ---- the file in the cache ---- */
@@ -379,16 +431,7 @@ TuneLoad tune_load(const TuneFile *want, TuneFile *out, char *path, size_t path_
     }
     bool parsed = tune_parse(text, n, out, why, why_len);
     free(text);
-    if (!parsed) return TUNE_REFUSED;
-    const char *other = strcmp(out->model, want->model) != 0     ? "another model"
-                        : out->arch != want->arch                ? "another architecture"
-                        : strcmp(out->device, want->device) != 0 ? "another device"
-                        : out->plan_hash != want->plan_hash      ? "another plan"
-                                                                 : NULL;
-    if (!other) return TUNE_FOUND;
-    snprintf(why, why_len, "was written for %s", other);
-    tune_free(out);
-    return TUNE_REFUSED;
+    return parsed ? match(want, out, why, why_len) : TUNE_REFUSED;
 }
 
 int tune_store(const TuneFile *t, char *path, size_t path_len, char *why, size_t why_len)
@@ -399,10 +442,5 @@ int tune_store(const TuneFile *t, char *path, size_t path_len, char *why, size_t
     if (dfd < 0) return -1;
     tune_file_name(t->model, t->arch, t->device, name, sizeof name);
     snprintf(path, path_len, "%s/%s", dir, name);
-    char *text = tune_format(t);
-    int err = text ? cachedir_write(dfd, name, text, strlen(text)) : ENOMEM;
-    free(text);
-    close(dfd);
-    if (err) snprintf(why, why_len, "cannot write %s: %s", path, strerror(err));
-    return err ? -1 : 0;
+    return write_in(dfd, name, t, path, why, why_len);
 }

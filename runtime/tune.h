@@ -89,8 +89,9 @@ char *tune_format(const TuneFile *t);
 bool tune_parse(const char *text, size_t n, TuneFile *out, char *why, size_t why_len);
 
 /* Reads the choices file at PATH (any file a user names, not the cache's) into *OUT;
- * false with WHY when it cannot be read or tune_parse refuses it. */
-bool tune_read(const char *path, TuneFile *out, char *why, size_t why_len);
+ * false with WHY when it cannot be read (*MISSING: it is not there) or tune_parse
+ * refuses it. */
+bool tune_read(const char *path, TuneFile *out, bool *missing, char *why, size_t why_len);
 
 /* The file name (no directory) for MODEL on DEVICE, sm_ARCH. */
 void tune_file_name(const char *model, int arch, const char *device, char *buf, size_t len);
@@ -103,5 +104,13 @@ TuneLoad tune_load(const TuneFile *want, TuneFile *out, char *path, size_t path_
 
 /* Writes T as its file, replacing any; 0, or -1 with WHY. PATH as for tune_load. */
 int tune_store(const TuneFile *t, char *path, size_t path_len, char *why, size_t why_len);
+
+/* The same two for a file at PATH that a user names (--tune-file), outside the cache:
+ * tune_load_file reads it (tune_read; TUNE_MISSING when there is none, never
+ * TUNE_NO_CACHE) and checks it as tune_load does; tune_store_file replaces it whole
+ * (a temporary file beside it, then a rename). */
+TuneLoad tune_load_file(const TuneFile *want, const char *path, TuneFile *out, char *why,
+                        size_t why_len);
+int tune_store_file(const TuneFile *t, const char *path, char *why, size_t why_len);
 
 #endif

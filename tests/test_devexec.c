@@ -162,6 +162,7 @@ typedef struct RunSpec {
     int64_t stop_after;
     bool tty;                   /* stdout a terminal: the progress bar is drawn */
     double tune_budget_s;       /* max-autotune; 0: the runtime's */
+    const char *tune_file;      /* max-autotune: --tune-file; NULL: the cache */
 } RunSpec;
 
 static int median_reports;      /* device runs long enough to report a median step time */
@@ -173,7 +174,7 @@ static int run(Model *m, const RunSpec *s)
         .net_path = m->path, .src = m->src, .save_path = s->save, .resume_path = s->resume,
         .metrics_path = s->metrics, .stop_after = s->stop_after, .device = s->device,
         .profile_path = s->profile, .step_times = s->times, .tune_budget_s = s->tune_budget_s,
-        .plan = s->device ? m->plan : NULL, .verbose = s->device != NULL,
+        .tune_file = s->tune_file, .plan = s->device ? m->plan : NULL, .verbose = s->device != NULL,
     };
     Tty tty;
     int saved = -1;
@@ -717,6 +718,73 @@ static void check_autotune(const char *file, const Override *ov, int nov)
     cache_end(saved_xdg);
 }
 
+/* FILE's bytes (at most 64 KiB), for comparing a file before and after. */
+static char *file_bytes(const char *file, size_t *n)
+{
+    static char buf[2][65536];
+    static int next;
+    char *b = buf[next++ & 1];
+    FILE *f = fopen(file, "rb");
+    *n = f ? fread(b, 1, sizeof buf[0], f) : 0;
+    if (f) fclose(f);
+    return b;
+}
+
+/* --tune-file: the choices kept in a file of the user's instead of the cache, as a
+ * lockfile: the run that finds none tunes and writes it, the next reads it back, and one
+ * made for another plan is an error that leaves the file as it is (never tuned again and
+ * replaced, as the cache's would be). The cache is not used. */
+static void check_tune_file(const char *file, const Override *ov, int nov)
+{
+    printf("max-autotune with --tune-file: tuned and written, read back, refused when foreign\n");
+    char lock[256], why[256], line[400], path[4200];
+    snprintf(lock, sizeof lock, "%s", tmp_path("lock.tune"));
+    char *saved_xdg = cache_start("cache_tune_file");
+    Model m;
+    mode = PLAN_MAX_AUTOTUNE;
+    if (model_open(&m, file, ov, nov)) {
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .tune_file = lock, .tune_budget_s = 1e9}), 0);
+        const char *err = capture_end();
+        fprintf(stderr, "%s", err);
+        snprintf(line, sizeof line, "cgc: autotune: the choices are in %s\n", lock);
+        CHECK(strstr(err, "timing the") != NULL && strstr(err, line) != NULL);
+        TuneFile have, cached;
+        bool missing;
+        CHECK(tune_read(lock, &have, &missing, why, sizeof why));
+        CHECK(have.tuning_ms >= 0 && have.nchoices > 0);
+        CHECK_EQ_INT(load_choices(&m, &cached, path, sizeof path), TUNE_MISSING);
+
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .tune_file = lock}), 0);
+        err = capture_end();
+        snprintf(line, sizeof line, "choices from %s (tuned in ", lock);
+        CHECK(strstr(err, line) != NULL && strstr(err, "timing the") == NULL);
+
+        /* made for another plan: the run stops before training, the file unchanged */
+        have.plan_hash ^= 1;
+        CHECK_EQ_INT(tune_store_file(&have, lock, why, sizeof why), 0);
+        size_t n_before, n_after;
+        const char *before = file_bytes(lock, &n_before);
+        RunOptions o = {.net_path = m.path, .src = m.src, .device = m.d, .plan = m.plan,
+                        .tune_file = lock};
+        int saved = stdout_start();
+        capture_start();
+        CHECK(train_run(m.p, &o) != 0);
+        err = capture_end();
+        stdout_end(saved);
+        fprintf(stderr, "%s", err);
+        CHECK(strstr(err, "cgc: error: --tune-file ") != NULL);
+        CHECK(strstr(err, "was written for another plan") != NULL);
+        CHECK(strstr(err, "the file is left as it is") != NULL && strstr(err, "timing the") == NULL);
+        const char *after = file_bytes(lock, &n_after);
+        CHECK(n_before > 0 && n_before == n_after && memcmp(before, after, n_before) == 0);
+        tune_free(&have);
+    }
+    model_close(&m);
+    cache_end(saved_xdg);
+}
+
 /* max-autotune's generated tensor-core GEMMs in a whole training run: a choices file
  * that gives every training GEMM a generated kernel (the tile shapes in turn) is read
  * back, the GEMMs' module is loaded once, and the run trains as the default mode does,
@@ -937,6 +1005,7 @@ int main(int argc, char **argv)
     /* max-autotune: reduce-overhead with its launch shapes and GEMM algorithms tuned */
     check_autotune("mlp.net", mlp, 3);
     check_autotune("regression.net", reg, 4);     /* accumulation: train_micro tuned too */
+    check_tune_file("regression.net", reg, 4);
     /* generated GEMMs: mlp in fp16 (nt with bias and relu, nt, nn, tn) */
     Override tiles[3] = {{"precision", "precision", "fp16"}, {"batch", "batch", "40"},
                          {"steps", "steps", "12"}};

@@ -1,6 +1,7 @@
 /* test_tune.c: the autotune choices file (runtime/tune.h): a round trip through the text,
  * every kind of damage refused with its line, and the file in the cache: missing, stored,
- * read back, refused when made for another plan or corrupt, and rebuilt by a store. */
+ * read back, refused when made for another plan or corrupt, and rebuilt by a store; and a
+ * file a user names instead (--tune-file). */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -263,6 +264,46 @@ static void test_cache(void)
     tune_free(&t);
 }
 
+/* A file a user names (--tune-file): missing, stored (a relative path too), read back,
+ * refused when made for another plan or when not a regular file; a path that names a
+ * directory or lies in none cannot be written. */
+static void test_user_file(void)
+{
+    TuneFile t, other, got;
+    char why[256], path[300];
+    bool missing;
+    sample(&t, 7);
+    sample(&other, 8);
+    snprintf(path, sizeof path, "%s", tmp_path("lock.tune"));
+    CHECK_EQ_INT(tune_load_file(&t, path, &got, why, sizeof why), TUNE_MISSING);
+    CHECK(!tune_read(path, &got, &missing, why, sizeof why) && missing);
+    CHECK_EQ_INT(tune_store_file(&t, path, why, sizeof why), 0);
+    CHECK_EQ_INT(tune_load_file(&t, path, &got, why, sizeof why), TUNE_FOUND);
+    CHECK_EQ_INT(got.nchoices, 3);
+    tune_free(&got);
+    CHECK_EQ_INT(tune_load_file(&other, path, &got, why, sizeof why), TUNE_REFUSED);
+    CHECK_STR(why, "was written for another plan");
+    CHECK(tune_read(path, &got, &missing, why, sizeof why) && !missing);   /* as it is */
+    tune_free(&got);
+    CHECK_EQ_INT(chdir(tmpdir), 0);
+    CHECK_EQ_INT(tune_store_file(&other, "relative.tune", why, sizeof why), 0);
+    CHECK_EQ_INT(tune_load_file(&other, tmp_path("relative.tune"), &got, why, sizeof why), TUNE_FOUND);
+    tune_free(&got);
+    CHECK(mkfifo(tmp_path("fifo.tune"), 0600) == 0);
+    CHECK_EQ_INT(tune_load_file(&t, tmp_path("fifo.tune"), &got, why, sizeof why), TUNE_REFUSED);
+    CHECK(strstr(why, "is not a regular file") != NULL);
+    write_text(tmp_path("short.tune"), "cgc-autotune 1\n");
+    CHECK_EQ_INT(tune_load_file(&t, tmp_path("short.tune"), &got, why, sizeof why), TUNE_REFUSED);
+    CHECK(strstr(why, "line") != NULL);
+    CHECK_EQ_INT(tune_store_file(&t, tmp_path("no/such/dir.tune"), why, sizeof why), -1);
+    CHECK(strstr(why, "cannot write ") != NULL);
+    snprintf(path, sizeof path, "%s/", tmpdir);
+    CHECK_EQ_INT(tune_store_file(&t, path, why, sizeof why), -1);
+    CHECK(strstr(why, "it names a directory") != NULL);
+    tune_free(&other);
+    tune_free(&t);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc-test-tune-XXXXXX");
@@ -272,6 +313,7 @@ int main(void)
     test_lenient();
     test_names();
     test_cache();
+    test_user_file();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "test_tune: could not remove %s\n", tmpdir);
