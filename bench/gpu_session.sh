@@ -12,8 +12,9 @@
 #            the wide MLP against the bf16 matrix peak (bench/bench_default.py)
 #   modes    issue 5: a reduce-overhead run (its CUDA graph captures, accuracy, step
 #            time), a max-autotune run that tunes and one that reads the choices back,
-#            --bench of default, reduce-overhead and max-autotune against eager, a device
-#            trace
+#            the same with --tune-file (a lockfile) and the reproducer --emit writes from
+#            it, built and run beside the default mode's, --bench of default,
+#            reduce-overhead and max-autotune against eager, a device trace
 #   table    issue 5's table: cgc's four modes against PyTorch eager and torch.compile
 #            default and max-autotune on mlp.net (batch 64, 256), the narrow and the wide
 #            MLP, compile times included (bench/bench_modes.py); BENCH_MODELS=mlp64,wide
@@ -83,6 +84,22 @@ if part modes; then
     grep -hE "autotune|captured|median step|test_accuracy" "$OUT/ma_train.log" "$OUT/ma_again.log" |
         tee -a "$OUT/summary.txt"
     cp "$OUT"/cache/cgc/tune/*.tune "$OUT/" 2>/dev/null
+    # --tune-file: tuned into the lockfile, read back; --emit replays it in the reproducer
+    # (its generated kernels from gemm_module.cubin), whose step time is set beside the
+    # run's median and the default mode's reproducer
+    LOCK="$OUT/mlp.lock.tune"
+    rm -f "$LOCK"
+    run ma_lock "$CGC" models/mlp.net --mode max-autotune --steps 200 -v --tune-file "$LOCK"
+    run ma_lock_again "$CGC" models/mlp.net --mode max-autotune --steps 200 -v --tune-file "$LOCK"
+    grep -hE "autotune|median step" "$OUT/ma_lock.log" "$OUT/ma_lock_again.log" | tee -a "$OUT/summary.txt"
+    run ma_emit "$CGC" models/mlp.net --mode max-autotune --check --emit "$OUT/emit_ma" --tune-file "$LOCK"
+    run df_emit "$CGC" models/mlp.net --mode default --check --emit "$OUT/emit_default"
+    for e in ma default; do
+        run "repro_make_$e" make -C "$OUT/emit_$e/repro" -j8
+        run "repro_run_$e" "$OUT/emit_$e/repro/repro" 500
+        grep -hE "per training step|ms per step|graph of" "$OUT/repro_run_$e.log" | sed "s/^/repro $e: /" |
+            tee -a "$OUT/summary.txt"
+    done
     for mode in default reduce-overhead max-autotune; do
         run "bench_$mode" "$CGC" models/mlp.net --bench --mode "$mode"
         grep -E "^(launches per step|compile, |step, )" "$OUT/bench_$mode.log" | tee -a "$OUT/summary.txt"
