@@ -62,7 +62,9 @@ static const char usage_text[] =
     "  --tune-file FILE        max-autotune: keep the choices in FILE instead of the cache,\n"
     "                          as a lockfile: read when it is there (an error when it was\n"
     "                          made for another plan, batch or GPU), tuned and written when\n"
-    "                          not; with --emit, the choices the reproducer replays\n"
+    "                          not (on a GPU); with --emit, the choices the reproducer\n"
+    "                          replays (--check --emit needs FILE to be there; a training\n"
+    "                          run that has yet to write it emits the heuristics')\n"
     "  --save FILE             save parameters and training state (safetensors) after\n"
     "                          every epoch and at the end\n"
     "  --resume FILE           continue the run saved in FILE\n"
@@ -240,17 +242,22 @@ static bool tuned_choices(const Plan *plan, int arch, TuneFile *out, char *devic
 }
 
 /* --tune-file FILE: its choices into *OUT, when it is a choices file made for this
- * model, plan and batch. Returns false after reporting. */
-static bool read_tune_file(const Plan *plan, const char *path, TuneFile *out)
+ * model, plan and batch. Returns false after reporting, or, when MISSING is not NULL and
+ * there is no FILE, silently with *MISSING set. */
+static bool read_tune_file(const Plan *plan, const char *path, TuneFile *out, bool *missing)
 {
     const IrProgram *p = plan->p;
     char why[256];
     uint64_t want = autotune_plan_hash(plan, p->cfg.batch);
-    bool missing;
-    if (!tune_read(path, out, &missing, why, sizeof why)) {
+    bool absent;
+    if (!tune_read(path, out, &absent, why, sizeof why)) {
+        if (absent && missing) {
+            *missing = true;
+            return false;
+        }
         cgc_error("--tune-file %s: %s%s", diag_quote(path, 80), why,
-                  missing ? " (--emit replays the choices of a file that is there: a run in "
-                            "max-autotune on a GPU with --tune-file writes it)" : "");
+                  absent ? " (--emit --check replays the choices of a file that is there: a run "
+                           "in max-autotune on a GPU with --tune-file writes it)" : "");
         return false;
     }
     if (strcmp(out->model, p->model_name) != 0 || out->plan_hash != want) {
@@ -270,8 +277,9 @@ static bool read_tune_file(const Plan *plan, const char *path, TuneFile *out)
 /* --emit DIR with max-autotune: the choices the reproducer replays and DIR/autotune.tune
  * writes, in the format of the cache's files (tune.h): those of --tune-file; else those
  * tuned on this machine's GPU when the cache holds them for this plan (*TUNED); else
- * those a run without a GPU would make (heuristics, untimed). Into *CHOICES (for the
- * program's batch) and *OUT. Returns 0 or -1 (reported). */
+ * those a run without a GPU would make (heuristics, untimed). A training run whose
+ * --tune-file is not there yet (it tunes and writes it) emits the heuristics', and says
+ * so. Into *CHOICES (for the program's batch) and *OUT. Returns 0 or -1 (reported). */
 static int emit_choices(const Plan *plan, const Cli *cli, TuneFile *out, PlanChoices *choices,
                         bool *tuned)
 {
@@ -281,8 +289,16 @@ static int emit_choices(const Plan *plan, const Cli *cli, TuneFile *out, PlanCho
     char quoted[128];    /* diag_quote's buffers are 128 bytes */
     const char *file = NULL;
     if (cli->tune_file) file = strcpy(quoted, diag_quote(cli->tune_file, 80));
-    if (file) {
-        if (!read_tune_file(plan, cli->tune_file, out)) return -1;
+    bool missing = false;
+    if (file && !read_tune_file(plan, cli->tune_file, out, cli->check ? NULL : &missing)) {
+        if (!missing) return -1;
+        if (!cli->quiet)
+            fprintf(stderr, "cgc: --emit: --tune-file %s is not there yet, so the reproducer "
+                            "replays the heuristics' choices; once a run on a GPU has tuned "
+                            "and written it, --check --emit DIR --tune-file %s writes one that "
+                            "replays the tuned choices\n", file, file);
+        file = NULL;
+    } else if (file) {
         if (autotune_resolve(plan, symvals, out->arch, out, choices, why, sizeof why) != 0) {
             cgc_error("--tune-file %s: %s", file, why);
             tune_free(out);
@@ -331,12 +347,13 @@ static int write_choices(const TuneFile *t, const Cli *cli)
 
 /* --emit DIR: the plan and the IR after each pass written out (in max-autotune, with its
  * choices). Returns 0 or -1 (reported). */
-static int emit_plan(const Plan *plan, const Cli *cli)
+static int emit_plan(const Plan *plan, const Cli *cli, bool *tuned_out)
 {
     bool autotuned = plan->mode == PLAN_MAX_AUTOTUNE, tuned = false;
     TuneFile t;
     PlanChoices choices;
     if (autotuned && emit_choices(plan, cli, &t, &choices, &tuned) != 0) return -1;
+    *tuned_out = tuned;
     int rc = plan_emit(plan, cli->emit_dir, autotuned ? &choices : NULL);
     if (rc == 0) rc = emit_pass_irs(cli);
     if (rc == 0 && autotuned) rc = write_choices(&t, cli);
@@ -556,6 +573,9 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
                         "executor runs every step op by op\n", plan_mode_name(cli->mode),
                 cli->mode == PLAN_MAX_AUTOTUNE ? "tunes kernels and captures CUDA graphs"
                                                : "captures CUDA graphs");
+    if (!b.device && cli->tune_file && !cli->quiet)
+        fprintf(stderr, "cgc: note: --tune-file %s is neither read nor written on the CPU\n",
+                diag_quote(cli->tune_file, 80));
     cli->run.net_path = cli->path;
     cli->run.src = src;
     cli->run.quiet = cli->quiet;
@@ -568,15 +588,18 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     return rc;
 }
 
-/* --check: the front end's verdict, then NVRTC. */
-static int check(const IrProgram *p, const Plan *plan, const Cli *cli)
+/* --check: the front end's verdict, then NVRTC. TUNED: --emit wrote tuned choices. */
+static int check(const IrProgram *p, const Plan *plan, const Cli *cli, bool tuned)
 {
     int64_t nparams = 0;
     for (int i = 0; i < p->nparams; i++) nparams += ir_numel(&p->tensors[i].shape, NULL);
     if (!cli->quiet)
         printf("%s: ok: model %s, %lld parameters in %d tensors\n", cli->path, p->model_name,
                (long long)nparams, p->nparams);
-    if (plan->mode == PLAN_MAX_AUTOTUNE && !cli->quiet)
+    if (plan->mode == PLAN_MAX_AUTOTUNE && !cli->quiet && tuned)
+        printf("%s: max-autotune: --check times nothing; the choices --emit wrote are the tuned "
+               "ones it named\n", cli->path);
+    else if (plan->mode == PLAN_MAX_AUTOTUNE && !cli->quiet)
         printf("%s: max-autotune: --check times nothing, so its choices are heuristics: the "
                "plan's launch shapes, cuBLAS's own GEMM algorithms and no fused MLP kernel; a run "
                "on a GPU times them and keeps the fastest in the cache (cgc/tune/)\n", cli->path);
@@ -597,6 +620,7 @@ static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
         fprintf(stderr, "cgc: note: --mode eager does not fuse; the IR after fusion is the IR "
                         "after checkpoint\n");
     Compiled c;
+    bool tuned = false;   /* --emit wrote tuned autotune choices */
     int rc = compile_program(p, &co, &c) != 0;
     if (rc == 0 && (cli->dump_ir || cli->dump_after >= 0)) {
         rc = dump_ir(p, cli->dump_ir ? cli->dump_ir : "");
@@ -606,8 +630,8 @@ static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
             compiled_explain(&c, stdout);
             if (c.plan->mode == PLAN_MAX_AUTOTUNE) autotune_explain(c.plan, stdout);
         }
-        else if (rc == 0 && cli->emit_dir && emit_plan(c.plan, cli) != 0) rc = 1;
-        else if (rc == 0 && cli->check) rc = check(p, c.plan, cli);
+        else if (rc == 0 && cli->emit_dir && emit_plan(c.plan, cli, &tuned) != 0) rc = 1;
+        else if (rc == 0 && cli->check) rc = check(p, c.plan, cli, tuned);
         else if (rc == 0) rc = run(p, c.plan, src, cli);
     }
     compiled_free(&c);

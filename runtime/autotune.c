@@ -451,14 +451,19 @@ int autotune_resolve(const Plan *plan, const int64_t *symvals, int arch, const T
 int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const TuneFile *t,
                    char *why, size_t why_len)
 {
-    if (devexec_bind(e, feed) != 0) return refuse(why, why_len, "cannot bind the batch of", "it");
+    if (devexec_bind(e, feed) != 0) {
+        snprintf(why, why_len, "cannot bind the batch (the error above)");
+        return -2;
+    }
     PlanChoices c;
     if (autotune_resolve(plan, feed->symvals, devexec_device(e)->arch, t, &c, why, why_len) != 0)
         return -1;
     double seconds;
     if (plan_choices_generated(&c, plan) && devexec_load_gemm_kernels(e, &seconds) != 0) {
         plan_choices_free(&c);
-        return refuse(why, why_len, "cannot load the generated GEMM and MLP kernels", "it names");
+        snprintf(why, why_len, "cannot load the generated GEMM and MLP kernels it names (the "
+                               "error above)");
+        return -2;
     }
     for (int gid = 0; gid < PG_NUM; gid++) {
         const PlanGraph *pg = &plan->graph[gid];

@@ -70,8 +70,10 @@ int autotune_resolve(const Plan *plan, const int64_t *symvals, int arch, const T
                      PlanChoices *out, char *why, size_t why_len);
 
 /* Puts the choices of T in force on E's device (autotune_resolve; the generated GEMM and
- * MLP module loaded when they name one of its kernels). Returns 0, or -1 with WHY (the
- * file is then tuned again). */
+ * MLP module loaded when they name one of its kernels). Returns 0; -1 with WHY when T is
+ * refused (autotune_resolve: the file is then tuned again); -2 with WHY when this device
+ * fails (the batch cannot be bound, or the generated kernels T names cannot be loaded),
+ * which is no fault of T's. */
 int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const TuneFile *t,
                    char *why, size_t why_len);
 

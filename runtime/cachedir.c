@@ -179,14 +179,15 @@ const char *cachedir_read(int dfd, const char *name, size_t max, char **out, siz
     return cachedir_read_fd(fd, max, true, out, size);
 }
 
-int cachedir_write(int dfd, const char *name, const void *buf, size_t n)
+int cachedir_write(int dfd, const char *name, const void *buf, size_t n, mode_t mode)
 {
-    /* A private temporary name, so that concurrent cgc processes never share one. No
-     * fsync: a file torn by a crash fails its reader's checks and is made again. */
+    /* A temporary name beside NAME's, private to this process, so that concurrent cgc
+     * processes never share one and a leftover says whose it was. No fsync: a file torn
+     * by a crash fails its reader's checks and is made again. */
     static unsigned counter;
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, ".tmp.%ld.%u", (long)getpid(), counter++);
-    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, ".%.64s.tmp.%ld.%u", name, (long)getpid(), counter++);
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) return errno;
     int err = 0;
     for (const char *p = buf; n > 0 && !err;) {

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Opens cgc/SUB, its path into PATH: the directory's fd, or -1 when the caches are off
  * (WHY says so; no warning) or the directory is unusable (WHY says why; warned once,
@@ -35,8 +36,9 @@ const char *cachedir_read(int dfd, const char *name, size_t max, char **out, siz
 const char *cachedir_read_fd(int fd, size_t max, bool own, char **out, size_t *size);
 
 /* Writes N bytes of BUF as NAME in directory DFD, replacing any file there: through a
- * private temporary file and a rename, so that readers see the old file or the new one
- * whole. Returns 0, or an errno value. */
-int cachedir_write(int dfd, const char *name, const void *buf, size_t n);
+ * private temporary file beside it and a rename, so that readers see the old file or the
+ * new one whole. A new file gets MODE less the umask: 0600 in the cache, 0666 for a file
+ * of the user's. Returns 0, or an errno value. */
+int cachedir_write(int dfd, const char *name, const void *buf, size_t n, mode_t mode);
 
 #endif

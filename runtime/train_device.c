@@ -309,15 +309,19 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     }
     if (load == TUNE_FOUND) {
         char apply_why[300];
-        if (autotune_apply(b->e, plan, &feed, &have, apply_why, sizeof apply_why) == 0) {
+        int rc = autotune_apply(b->e, plan, &feed, &have, apply_why, sizeof apply_why);
+        if (rc == 0)
             say_autotune(t, "%d choices from %s (tuned in %.1f s when written; delete it to "
                             "tune again)", have.nchoices, path, have.tuning_ms / 1e3);
-            tune_free(&have);
-            tune_free(&want);
-            return 0;
+        tune_free(&have);
+        if (rc == 0 || (rc == -2 && file)) tune_free(&want);
+        if (rc == 0) return 0;
+        if (rc == -2 && file) {   /* this device's failure, not the file's */
+            cgc_error("--tune-file %s: the choices were made for this plan on this GPU, but %s; "
+                      "the file is left as it is", diag_quote(file, 80), apply_why);
+            return -1;
         }
         snprintf(why, sizeof why, "%s", apply_why);
-        tune_free(&have);
         load = TUNE_REFUSED;
     }
     if (load == TUNE_REFUSED && file) {
@@ -328,6 +332,12 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         return -1;
     }
     if (load == TUNE_REFUSED) say_autotune(t, "%s: %s; tuning again", path, why);
+    if (load == TUNE_MISSING && file && tune_check_file(file, why, sizeof why) != 0) {
+        cgc_error("--tune-file %s: %s; nothing was tuned (name a file cgc can write)",
+                  diag_quote(file, 80), why);
+        tune_free(&want);
+        return -1;
+    }
     if (load == TUNE_NO_CACHE && keep) say_autotune(t, "%s", why);
     double budget = t->o->tune_budget_s > 0 ? t->o->tune_budget_s : AUTOTUNE_BUDGET_S;
     say_autotune(t, "timing the launch shapes and GEMM algorithms%s of %s on %s (at most %g s)",
@@ -355,8 +365,15 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     if (load != TUNE_NO_CACHE) {
         int rc = file ? tune_store_file(&want, file, why, sizeof why)
                       : tune_store(&want, path, sizeof path, why, sizeof why);
-        if (rc == 0) say_autotune(t, "the choices are in %s", path);
-        else say_autotune(t, "%s; the choices are not kept", why);
+        if (rc == 0) {
+            say_autotune(t, "the choices are in %s", path);
+        } else if (file) {   /* the user asked for the file: not a note -q would silence */
+            cgc_error("--tune-file: %s, after tuning; nothing was trained", why);
+            tune_free(&want);
+            return -1;
+        } else {
+            say_autotune(t, "%s; the choices are not kept", why);
+        }
     }
     tune_free(&want);
     return 0;

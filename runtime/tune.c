@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cachedir.h"
@@ -342,7 +343,9 @@ bool tune_read(const char *path, TuneFile *out, bool *missing, char *why, size_t
     size_t n = 0;
     const char *problem = cachedir_read_fd(fd, FILE_MAX_BYTES, false, &text, &n);
     if (problem) {
-        snprintf(why, why_len, "%s (a choices file is a regular file of at most 1 MiB)", problem);
+        bool kind = strcmp(problem, "is not a regular file") == 0 || strcmp(problem, "is too large") == 0;
+        snprintf(why, why_len, "%s%s", problem,
+                 kind ? " (a choices file is a regular file of at most 1 MiB)" : "");
         return false;
     }
     bool ok = tune_parse(text, n, out, why, why_len);
@@ -373,32 +376,55 @@ TuneLoad tune_load_file(const TuneFile *want, const char *path, TuneFile *out, c
     return match(want, out, why, why_len);
 }
 
-/* T as NAME in directory DFD (closed here), whole or not at all; PATH for messages. */
-static int write_in(int dfd, const char *name, const TuneFile *t, const char *path, char *why,
-                    size_t why_len)
+/* T as NAME in directory DFD (closed here), whole or not at all, a new file with MODE
+ * less the umask; PATH for messages. */
+static int write_in(int dfd, const char *name, const TuneFile *t, mode_t mode, const char *path,
+                    char *why, size_t why_len)
 {
     char *text = tune_format(t);
-    int err = text ? cachedir_write(dfd, name, text, strlen(text)) : ENOMEM;
+    int err = text ? cachedir_write(dfd, name, text, strlen(text), mode) : ENOMEM;
     free(text);
     close(dfd);
     if (err) snprintf(why, why_len, "cannot write %s: %s", path, strerror(err));
     return err ? -1 : 0;
 }
 
-int tune_store_file(const TuneFile *t, const char *path, char *why, size_t why_len)
+/* The directory of a user's PATH, opened, and the file's name in it: the fd, or -1 with
+ * WHY. */
+static int open_parent(const char *path, const char **name, char *why, size_t why_len)
 {
     const char *slash = strrchr(path, '/');
     char dir[PATH_MAX];
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == path) snprintf(dir, sizeof dir, "/");
     else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    const char *name = slash ? slash + 1 : path;
-    int dfd = *name ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (dfd < 0) {
-        snprintf(why, why_len, "cannot write %s: %s", path, *name ? strerror(errno) : "it names a directory");
-        return -1;
-    }
-    return write_in(dfd, name, t, path, why, why_len);
+    *name = slash ? slash + 1 : path;
+    int dfd = **name ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (dfd < 0)
+        snprintf(why, why_len, "cannot write %s: %s", path, **name ? strerror(errno) : "it names a directory");
+    return dfd;
+}
+
+int tune_check_file(const char *path, char *why, size_t why_len)
+{
+    const char *name;
+    int dfd = open_parent(path, &name, why, why_len);
+    if (dfd < 0) return -1;
+    struct stat st;
+    int rc = 0;
+    if (faccessat(dfd, ".", W_OK | X_OK, AT_EACCESS) != 0)
+        rc = -1, snprintf(why, why_len, "cannot write %s: its directory: %s", path, strerror(errno));
+    else if (fstatat(dfd, name, &st, 0) == 0 && S_ISDIR(st.st_mode))
+        rc = -1, snprintf(why, why_len, "cannot write %s: it is a directory", path);
+    close(dfd);
+    return rc;
+}
+
+int tune_store_file(const TuneFile *t, const char *path, char *why, size_t why_len)
+{
+    const char *name;
+    int dfd = open_parent(path, &name, why, why_len);
+    return dfd < 0 ? -1 : write_in(dfd, name, t, 0666, path, why, why_len);
 }
 
 /* ---- the file in the cache ---- */
@@ -442,5 +468,5 @@ int tune_store(const TuneFile *t, char *path, size_t path_len, char *why, size_t
     if (dfd < 0) return -1;
     tune_file_name(t->model, t->arch, t->device, name, sizeof name);
     snprintf(path, path_len, "%s/%s", dir, name);
-    return write_in(dfd, name, t, path, why, why_len);
+    return write_in(dfd, name, t, 0600, path, why, why_len);
 }

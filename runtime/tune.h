@@ -108,9 +108,12 @@ int tune_store(const TuneFile *t, char *path, size_t path_len, char *why, size_t
 /* The same two for a file at PATH that a user names (--tune-file), outside the cache:
  * tune_load_file reads it (tune_read; TUNE_MISSING when there is none, never
  * TUNE_NO_CACHE) and checks it as tune_load does; tune_store_file replaces it whole
- * (a temporary file beside it, then a rename). */
+ * (a temporary file beside it, then a rename; a new file is 0666 less the umask). */
 TuneLoad tune_load_file(const TuneFile *want, const char *path, TuneFile *out, char *why,
                         size_t why_len);
 int tune_store_file(const TuneFile *t, const char *path, char *why, size_t why_len);
+/* Whether tune_store_file could write PATH: its directory writable, PATH not a directory.
+ * 0, or -1 with WHY; checked before tuning, so that the time is not spent for nothing. */
+int tune_check_file(const char *path, char *why, size_t why_len);
 
 #endif

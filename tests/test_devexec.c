@@ -731,9 +731,10 @@ static char *file_bytes(const char *file, size_t *n)
 }
 
 /* --tune-file: the choices kept in a file of the user's instead of the cache, as a
- * lockfile: the run that finds none tunes and writes it, the next reads it back, and one
+ * lockfile: the run that finds none tunes and writes it, the next reads it back, one
  * made for another plan is an error that leaves the file as it is (never tuned again and
- * replaced, as the cache's would be). The cache is not used. */
+ * replaced, as the cache's would be), and one that cannot be written is an error before
+ * tuning. The cache is not used. */
 static void check_tune_file(const char *file, const Override *ov, int nov)
 {
     printf("max-autotune with --tune-file: tuned and written, read back, refused when foreign\n");
@@ -779,6 +780,19 @@ static void check_tune_file(const char *file, const Override *ov, int nov)
         CHECK(strstr(err, "the file is left as it is") != NULL && strstr(err, "timing the") == NULL);
         const char *after = file_bytes(lock, &n_after);
         CHECK(n_before > 0 && n_before == n_after && memcmp(before, after, n_before) == 0);
+
+        /* one that cannot be written: an error before any tuning, which -q keeps */
+        snprintf(path, sizeof path, "%s", tmp_path("no-such-dir/lock.tune"));
+        o.tune_file = path;
+        o.quiet = true;
+        saved = stdout_start();
+        capture_start();
+        CHECK(train_run(m.p, &o) != 0);
+        err = capture_end();
+        stdout_end(saved);
+        fprintf(stderr, "%s", err);
+        CHECK(strstr(err, "cgc: error: --tune-file ") != NULL && strstr(err, "cannot write ") != NULL);
+        CHECK(strstr(err, "nothing was tuned") != NULL && strstr(err, "timing the") == NULL);
         tune_free(&have);
     }
     model_close(&m);

@@ -3,6 +3,7 @@
  * read back, refused when made for another plan or corrupt, and rebuilt by a store; and a
  * file a user names instead (--tune-file). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -300,6 +301,27 @@ static void test_user_file(void)
     snprintf(path, sizeof path, "%s/", tmpdir);
     CHECK_EQ_INT(tune_store_file(&t, path, why, sizeof why), -1);
     CHECK(strstr(why, "it names a directory") != NULL);
+    /* checked before tuning: a writable place, or why not */
+    CHECK_EQ_INT(tune_check_file(tmp_path("lock.tune"), why, sizeof why), 0);
+    CHECK_EQ_INT(tune_check_file(tmp_path("new.tune"), why, sizeof why), 0);
+    CHECK_EQ_INT(tune_check_file(tmp_path("no/such/dir.tune"), why, sizeof why), -1);
+    CHECK(strstr(why, "cannot write ") != NULL);
+    CHECK_EQ_INT(tune_check_file(path, why, sizeof why), -1);
+    CHECK(strstr(why, "it names a directory") != NULL);
+    CHECK_EQ_INT(mkdir(tmp_path("adir.tune"), 0700), 0);
+    CHECK_EQ_INT(tune_check_file(tmp_path("adir.tune"), why, sizeof why), -1);
+    CHECK(strstr(why, "it is a directory") != NULL);
+    /* a user's file is made as other files are (0666 less the umask), the cache's 0600;
+     * no temporary file is left beside it */
+    mode_t saved_mask = umask(022);
+    CHECK_EQ_INT(tune_store_file(&t, tmp_path("mode.tune"), why, sizeof why), 0);
+    umask(saved_mask);
+    struct stat st;
+    CHECK(stat(tmp_path("mode.tune"), &st) == 0 && (st.st_mode & 0777) == 0644);
+    DIR *d = opendir(tmpdir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        CHECK(strstr(e->d_name, ".tmp.") == NULL);
+    if (d) closedir(d);
     tune_free(&other);
     tune_free(&t);
 }

@@ -141,7 +141,7 @@ void kcache_store(const void *key, size_t key_len, const void *payload, size_t s
         memcpy(entry, &h, sizeof h);
         memcpy(entry + HEADER_BYTES, key, key_len);
         memcpy(entry + HEADER_BYTES + key_len, payload, size);
-        err = cachedir_write(dfd, name, entry, n);   /* a torn entry fails its checksum */
+        err = cachedir_write(dfd, name, entry, n, 0600);   /* a torn entry fails its checksum */
         free(entry);
     }
     if (err)

@@ -12,7 +12,8 @@
 # (default, bf16: layernorm row groups, dropout), models/regression.net (eager), and a
 # small f32 model whose GELU layer is a cuBLASLt GEMM with the aux output; in
 # max-autotune, regression.net with the heuristics' choices and mlp.net with tuned ones
-# (--tune-file: a grid, a generated GEMM, cuBLASLt algorithms, the fused MLP), and the
+# (--tune-file: a grid, a generated GEMM, cuBLASLt algorithms, the fused MLP), the
+# Makefile's ARCH, what --check and a CPU training run say of --tune-file, and the
 # --tune-file files that are refused. Running ./repro needs a GPU; this checks the build
 # only. Exit 77 (skipped) without nvcc.
 set -u
@@ -173,17 +174,50 @@ done
 [ "$(grep -c '^    K_\(gemm_tc\|mlp_fused\)_' "$t/repro/repro.c")" = 2 ] ||
     fail "mlp_tuned: the kernel table holds generated kernels no choice names"
 
-# --tune-file refused, with nothing written: a file for another batch, one that is not a
-# choices file, a missing one, a FIFO, a generated kernel below sm_80, and the flag
-# without --emit.
+# --check says whose choices --emit wrote: the tuned ones here, not the heuristics'
+# shellcheck disable=SC2086
+"$CGC" "$ROOT/models/mlp.net" $TUNED_FLAGS --check --arch none --emit "$OUT/tf_say" \
+    --tune-file "$OUT/tuned.tune" > "$OUT/tf_say.log" 2>&1 || fail "tf_say: cgc --check --emit"
+grep -qF 'the choices --emit wrote are the tuned ones' "$OUT/tf_say.log" ||
+    fail "tf_say: --check does not say the choices are tuned"
+grep -qF 'heuristics' "$OUT/tf_say.log" && fail "tf_say: --check calls tuned choices heuristics"
+# The Makefile builds for the architecture the choices were made for: sm_90 for the
+# tuned file, sm_80 for one tuned there, and --check's --arch for the heuristics'.
+grep -qx 'ARCH ?= sm_90' "$OUT/mlp_tuned/repro/Makefile" || fail "mlp_tuned: the Makefile's ARCH is not sm_90"
+sed 's/^device sm_90 /device sm_80 /' "$OUT/tuned.tune" > "$OUT/sm80.tune"
+# shellcheck disable=SC2086
+"$CGC" "$ROOT/models/mlp.net" $TUNED_FLAGS --check --arch none --emit "$OUT/tf_sm80" -q \
+    --tune-file "$OUT/sm80.tune" || fail "tf_sm80: cgc --check --emit"
+grep -qx 'ARCH ?= sm_80' "$OUT/tf_sm80/repro/Makefile" || fail "tf_sm80: the Makefile's ARCH is not sm_80"
+"$CGC" "$ROOT/models/regression.net" --mode max-autotune --check --arch sm_80 --emit "$OUT/heur80" -q ||
+    fail "heur80: cgc --check --arch sm_80 --emit"
+grep -qx 'ARCH ?= sm_80' "$OUT/heur80/repro/Makefile" || fail "heur80: the Makefile's ARCH is not sm_80"
+
+# A training run whose --tune-file is not there yet (a GPU run would tune and write it)
+# emits the heuristics' choices and says so; on the CPU the file is neither read nor
+# written, and the run says that too.
+"$CGC" "$ROOT/models/regression.net" --mode max-autotune --steps 1 --device cpu --emit "$OUT/tf_train" \
+    --tune-file "$OUT/later.tune" > "$OUT/tf_train.log" 2>&1 || fail "tf_train: the run failed"
+grep -qF -- "--tune-file $OUT/later.tune is not there yet" "$OUT/tf_train.log" ||
+    fail "tf_train: --emit does not say the file is not there yet"
+grep -qF -- "--tune-file $OUT/later.tune is neither read nor written on the CPU" "$OUT/tf_train.log" ||
+    fail "tf_train: the CPU run does not say it ignores --tune-file"
+grep -qx 'tuning none' "$OUT/tf_train/autotune.tune" || fail "tf_train: autotune.tune is not the heuristics'"
+[ -e "$OUT/later.tune" ] && fail "tf_train: the CPU run wrote the --tune-file"
+
+# --tune-file refused, with nothing written and the file given left as it was: a file
+# for another batch, one that is not a choices file, a missing one, a FIFO, a generated
+# kernel below sm_80, and the flag without --emit.
 refused() {   # refused NAME STATUS TEXT FLAGS...
     name=$1 st=$2 text=$3
     shift 3
+    before=$(cksum < "$OUT/tuned.tune")
     "$CGC" "$ROOT/models/mlp.net" "$@" > "$OUT/$name.log" 2>&1
     got=$?
     [ $got = "$st" ] || fail "$name: exit status $got, not $st"
     grep -qF -- "$text" "$OUT/$name.log" || { fail "$name: the error lacks: $text"; cat "$OUT/$name.log"; }
     [ -e "$OUT/$name" ] && fail "$name: a refused --tune-file left $OUT/$name"
+    [ "$(cksum < "$OUT/tuned.tune")" = "$before" ] || fail "$name: tuned.tune was changed"
     return 0
 }
 # shellcheck disable=SC2086
@@ -194,7 +228,7 @@ sed 's/^end .*/end 99/' "$OUT/tuned.tune" > "$OUT/corrupt.tune"
 refused tf_corrupt 1 "corrupt.tune: line" $TUNED_FLAGS --check --arch none --emit "$OUT/tf_corrupt" \
     --tune-file "$OUT/corrupt.tune"
 # shellcheck disable=SC2086
-refused tf_missing 1 'cannot be opened' $TUNED_FLAGS --check --arch none --emit "$OUT/tf_missing" \
+refused tf_missing 1 'cannot be opened: No such file or directory (--emit --check replays' $TUNED_FLAGS --check --arch none --emit "$OUT/tf_missing" \
     --tune-file "$OUT/no-such.tune"
 if mkfifo "$OUT/fifo.tune" 2>/dev/null; then    # must not block the open
     # shellcheck disable=SC2086
