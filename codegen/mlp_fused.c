@@ -9,7 +9,9 @@
  *     layer's product (two 16 x 8 output tiles make one 16 x 16 input slice), so no
  *     activation goes through memory on its way to the next layer;
  *   - each layer's weights ([n, k], at most 128 x 128) are copied whole into shared
- *     memory by cp.async and read as B fragments by every warp of the block;
+ *     memory by cp.async and read as B fragments by every warp of the block. The copy
+ *     starts as soon as the layer before has done its products, so that it lands while
+ *     that layer's epilogue (bias, relu, the stores) runs;
  *   - the first layer's input may be wide (784 pixels): it streams through two
  *     shared-memory stages, k 32 at a time, as in the generated GEMMs (gemm_tc.c);
  *   - every layer's output is still stored, rounded once, bias and relu applied: the
@@ -174,6 +176,20 @@ static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
     sb_printf(o, "%s}\n", EPI);
 }
 
+/* Layer J >= 1's weights, whole, into the shared memory, by cp.async: issued by layer
+ * J - 1 once every warp is done with its products (the caller's barrier), before its
+ * epilogue; layer J waits for them. */
+static void render_weights_load(StrBuf *o, const MlpSpec *s, int j)
+{
+    const MlpLayer *l = &s->layer[j];
+    int np = round_up(l->n, 8), kp = round_up(l->k, 16);
+    sb_printf(o, "%s    /* layer %d's weights come in while this layer's epilogue runs */\n"
+                 "%s    cgc_tile_load<%d, %d, THREADS>((unsigned short (*)[%d + 8])smem, "
+                 "(const unsigned short *)w%d, %lld, %lld, 0, 0);\n"
+                 "%s    cgc_cp_async_commit();\n",
+              IN, j, IN, np, kp, kp, j, (long long)l->n, (long long)l->k, IN);
+}
+
 /* Layer 0: the input streams through two stages of k STAGE_K. */
 static void render_first(StrBuf *o, const MlpSpec *s)
 {
@@ -216,11 +232,13 @@ static void render_first(StrBuf *o, const MlpSpec *s)
                  "%s    }\n",
               IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN,
               IN, IN, IN, IN, s->in_type == DT_BF16 ? "true" : "false", IN, IN, IN, IN);
+    if (s->nlayers > 1) render_weights_load(o, s, 1);   /* the loop's last barrier frees the stages */
     render_epilogue(o, s, 0);
     sb_printf(o, "%s}\n", IN);
 }
 
-/* Layer J >= 1: the weights whole into shared memory, the input from the registers. */
+/* Layer J >= 1: the weights whole in shared memory (their copy issued by layer J - 1),
+ * the input from the registers. */
 static void render_layer(StrBuf *o, const MlpSpec *s, int j)
 {
     const MlpLayer *l = &s->layer[j];
@@ -229,13 +247,10 @@ static void render_layer(StrBuf *o, const MlpSpec *s, int j)
     sb_printf(o, "%s    enum { N = %lld, K = %lld, NP = %d, KP = %d };\n", IN, (long long)l->n,
               (long long)l->k, np, kp);
     sb_printf(o, "%s    typedef unsigned short WRow[KP + 8];\n"
-                 "%s    WRow *sw = (WRow *)smem;   /* w%d, NP x KP */\n"
+                 "%s    WRow *sw = (WRow *)smem;   /* w%d, NP x KP: the layer before began the copy */\n"
                  "%s    float acc[NP / 8][4] = {};\n"
-                 "%s    __syncthreads();   /* every warp is done with the shared memory */\n"
-                 "%s    cgc_tile_load<NP, KP, THREADS>(sw, (const unsigned short *)w%d, N, K, 0, 0);\n"
-                 "%s    cgc_cp_async_commit();\n"
                  "%s    cgc_cp_async_wait_all();\n"
-                 "%s    __syncthreads();\n"
+                 "%s    __syncthreads();   /* every thread's part of the copy has landed */\n"
                  "#pragma unroll\n"
                  "%s    for (int q = 0; q < KP / 16; q++)\n"
                  "#pragma unroll\n"
@@ -244,8 +259,12 @@ static void render_layer(StrBuf *o, const MlpSpec *s, int j)
                  "%s            const uint32_t fb[2] = { cgc_pair_at(&sw[j * 8 + g][kk]), cgc_pair_at(&sw[j * 8 + g][kk + 8]) };\n"
                  "%s            cgc_mma_16816(acc[j], x[q], fb, %s);\n"
                  "%s        }\n",
-              IN, IN, j, IN, IN, IN, j, IN, IN, IN, IN, IN, IN, IN, IN,
+              IN, IN, j, IN, IN, IN, IN, IN, IN, IN, IN,
               s->in_type == DT_BF16 ? "true" : "false", IN);
+    if (j + 1 < s->nlayers) {
+        sb_printf(o, "%s    __syncthreads();   /* every warp is done with w%d */\n", IN, j);
+        render_weights_load(o, s, j + 1);
+    }
     render_epilogue(o, s, j);
     sb_printf(o, "%s}\n", IN);
 }
@@ -286,8 +305,9 @@ static char *render(const MlpSpec *s, const char *name, const char *uses)
     }
     sb_printf(&o, " * A block per %d rows (grid-stride), a warp per 16 of them: its activations stay in\n"
                   " * its registers from layer to layer; each layer's weights are copied whole into\n"
-                  " * shared memory; layer 0's input streams through two stages of k %d. Every output\n"
-                  " * is stored (the backward pass reads them), rounded once. */\n",
+                  " * shared memory, while the layer before runs its epilogue; layer 0's input streams\n"
+                  " * through two stages of k %d. Every output is stored (the backward pass reads\n"
+                  " * them), rounded once. */\n",
               rows, STAGE_K);
     sb_printf(&o, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(\n", 32 * warps, name);
     for (int j = 0; j < s->nlayers; j++)
