@@ -197,17 +197,26 @@ static int issue(Tuner *t, const Issue *x)
     return x->c ? devexec_step(t->e, x->gid, x->i, t->feed, x->c) : devexec_mlp(t->e, x->mlp, x->shape);
 }
 
-/* The median time in ms of one issue of X. Returns 0; 1 when the device refused a GEMM
- * algorithm at its first issue (a library's status, which leaves the device as it was:
- * the candidate is dropped); -1 for any other error. */
+/* Whether X is a candidate the device may refuse and the run go on without: a GEMM
+ * algorithm of the library's (a library's status leaves the device as it was), or a
+ * generated kernel (a launch the driver cannot make, for its registers or shared memory
+ * on this GPU, is refused before it runs). */
+static bool may_be_refused(const Tuner *t, const Issue *x)
+{
+    if (!x->c) return x->shape >= 0;    /* a fused MLP kernel, not its steps */
+    return x->c->tile > 0 || (t->plan->graph[x->gid].steps[x->i].kind == STEP_GEMM && x->c->algo > 0);
+}
+
+/* The median time in ms of one issue of X. Returns 0; 1 when the device refused X at
+ * its first issue and may_be_refused, and then still works (a sync succeeds; an error
+ * that breaks the context fails it): the candidate is dropped; -1 for any other error. */
 static int time_candidate(Tuner *t, const Issue *x, double *ms)
 {
     const DeviceOps *ops = t->d->ops;
     double sample[SAMPLES];
-    bool library = x->c && t->plan->graph[x->gid].steps[x->i].kind == STEP_GEMM && x->c->algo > 0 &&
-                   x->c->tile == 0;
     for (int w = 0; w < WARMUP; w++)
-        if (issue(t, x) != 0) return w == 0 && library ? 1 : -1;
+        if (issue(t, x) != 0)
+            return w == 0 && may_be_refused(t, x) && (!ops->sync || ops->sync(t->d) == 0) ? 1 : -1;
     for (int s = 0; s < SAMPLES; s++) {
         if (ops->fence_record(t->d, t->from) != 0) return -1;
         for (int r = 0; r < REPS; r++)
@@ -348,8 +357,10 @@ static int tune_mlp(Tuner *t, int r)
     } else if (n > 1) {
         for (int shape = -1; shape < PLAN_MLP_SHAPES; shape++) {
             double ms;
-            if (time_candidate(t, &(Issue){.mlp = r, .shape = shape}, &ms) != 0) return -1;
-            if (best_ms < 0 || ms < best_ms) best = shape, best_ms = ms;
+            int rc = time_candidate(t, &(Issue){.mlp = r, .shape = shape}, &ms);
+            if (rc < 0) return -1;
+            if (rc > 0) t->report->refused++;
+            else if (best_ms < 0 || ms < best_ms) best = shape, best_ms = ms;
         }
         t->report->mlps++;
     }

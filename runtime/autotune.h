@@ -39,7 +39,8 @@ typedef struct AutotuneReport {
     int kernels, gemms, mlps;   /* choices timed (mlps: fused MLP runs) */
     int candidates;             /* candidates timed in all */
     int untimed;                /* left to heuristics: the budget ran out */
-    int refused;                /* GEMM algorithms the device refused (left out) */
+    int refused;                /* candidates the device refused (left out): GEMM
+                                 * algorithms, generated GEMM and fused MLP kernels */
     double gemm_compile_s;      /* of SECONDS: compiling the generated GEMMs' module */
     double seconds;             /* wall time of the tuning */
 } AutotuneReport;
@@ -56,8 +57,9 @@ void autotune_gemm_key(const PlanGemm *g, const int64_t *symvals, char *buf, siz
 /* Times the candidates of every step of PLAN's training graphs with the symbols at
  * their training values (FEED) and puts the fastest in force; OUT (tune_init'd) receives
  * every choice. Stops timing once BUDGET_S seconds are spent: the steps left keep the
- * plan's defaults, written untimed. A GEMM algorithm the device refuses (its error
- * printed) is left out. Returns 0, or -1 after reporting a device error. */
+ * plan's defaults, written untimed. A GEMM algorithm, generated GEMM or fused MLP kernel
+ * that the device refuses at its first issue (its error printed), the device working on,
+ * is left out. Returns 0, or -1 after reporting a device error. */
 int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budget_s,
                  TuneFile *out, AutotuneReport *report);
 

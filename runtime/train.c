@@ -203,6 +203,13 @@ static void draw_progress(Trainer *t, const TrainProgress *pr, double seconds, b
     fflush(stdout);
 }
 
+void train_clear_progress(const Trainer *t)
+{
+    if (!t->live || t->o->quiet) return;
+    printf("\r\033[K");
+    fflush(stdout);
+}
+
 static void json_number(FILE *f, const char *key, double v)
 {
     if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
@@ -215,7 +222,7 @@ static void report_epoch(Trainer *t, const TrainProgress *pr, int64_t micro_done
     double train_loss = pr->loss_count ? pr->loss_sum / (double)pr->loss_count : NAN;
     double rate = seconds > 0 ? (double)(micro_done * t->p->cfg.batch) / seconds : 0;
     if (!t->o->quiet) {
-        if (t->live) printf("\r\033[K");
+        train_clear_progress(t);
         printf("epoch %lld/%lld  step %lld  train_loss %.4f", (long long)pr->epoch + 1,
                (long long)t->epochs, (long long)pr->step, train_loss);
         if (ev) printf("  test_loss %.4f", ev->loss);
@@ -242,6 +249,7 @@ static void report_epoch(Trainer *t, const TrainProgress *pr, int64_t micro_done
 int train_loss_not_finite(const Trainer *t, int64_t step, const char *what)
 {
     const IrNode *n = &t->p->train.nodes[t->p->train.output[IR_OUT_LOSS]];
+    train_clear_progress(t);
     cgc_error("the loss became %s at step %lld (the loss at %s:%d); try a lower learning rate, "
               "clip_norm, or fp32", what, (long long)step + 1, t->o->net_path, n->loc.line);
     return -1;

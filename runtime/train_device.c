@@ -356,7 +356,7 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         say_autotune(t, "of which %.1f s compiled the generated GEMMs and MLPs (%d kernels)",
                      r.gemm_compile_s, plan->nkernels - plan->gemm_kernels_from);
     if (r.refused)
-        say_autotune(t, "%d GEMM algorithm%s refused by the device (the error%s above) %s left out",
+        say_autotune(t, "%d candidate%s refused by the device (the error%s above) %s left out",
                      r.refused, r.refused == 1 ? "" : "s", r.refused == 1 ? " is" : "s are",
                      r.refused == 1 ? "was" : "were");
     if (r.untimed)
@@ -534,6 +534,7 @@ static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_
     if (ops->capture_begin(b->d) == 0) {
         int work = micro_batch_work(t, g, pr, start, count, micro_step);
         if (ops->capture_end(b->d, &sc->graph, &sc->nodes) == 0 && work == 0) {
+            train_clear_progress(t);
             if (!t->o->quiet)
                 printf("cgc: %s: graph %s captured at step %lld: its micro-batch is one "
                        "CUDA graph of %d nodes from now on\n", plan_mode_name(b->plan->mode),
@@ -544,6 +545,7 @@ static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_
         sc->graph = NULL;
     }
     b->capture_failed = true;
+    train_clear_progress(t);
     cgc_warning("%s: the micro-batch of graph %s could not be captured as a CUDA graph (the "
                 "error is above); the run goes on without graphs, as the default mode runs",
                 plan_mode_name(b->plan->mode), g->name);

@@ -93,6 +93,11 @@ typedef struct CaptureQuery {
  * it runs launch by launch, as a sentence fragment. */
 const char *train_capture_refusal(const CaptureQuery *q);
 
+/* On a terminal, clears the progress bar's line, so that a message printed mid-epoch
+ * (a capture, an error) starts a line of its own; the bar is drawn again below it at
+ * its next update. */
+void train_clear_progress(const Trainer *t);
+
 /* Reports a non-finite loss at optimizer step STEP (0-based); WHAT is "NaN",
  * "infinite", or "not finite". Returns -1. */
 int train_loss_not_finite(const Trainer *t, int64_t step, const char *what);

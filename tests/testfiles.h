@@ -25,7 +25,7 @@ static char *tmp_path(const char *name)
 /* ---- capturing stderr ---- */
 
 static int saved_stderr = -1;
-static char captured[8192];
+static char captured[65536];   /* a tuning run with refusals says much */
 
 /* The capture's own path, kept out of tmp_path's buffers, which callers hold. */
 static const char *capture_path(void)

@@ -83,6 +83,8 @@ typedef struct EmuDevice {
     bool fail_captures;                 /* emu_device_fail_captures */
     int gemm_algos;                     /* emu_device_gemm_algos */
     int refused_algo;                   /* emu_device_gemm_algos: one that fails, or 0 */
+    char refused_kernels[4][64];        /* emu_device_refuse_kernels: name prefixes */
+    int nrefused_kernels;
     int gemm_algo_calls[DEVICE_GEMM_ALGOS + 1];   /* GEMMs run, per GemmCall.algo */
     int loads;                          /* load_kernels calls */
 } EmuDevice;
@@ -275,9 +277,16 @@ static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, vo
                       const DeviceSite *site)
 {
     EmuKernel *k = kernel;
+    char buf[512];
+    for (int i = 0; i < impl(d)->nrefused_kernels; i++) {
+        const char *prefix = impl(d)->refused_kernels[i];
+        if (strncmp(k->name, prefix, strlen(prefix)) != 0) continue;
+        fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s refused (as the test "
+                        "asked: emu_device_refuse_kernels)\n", k->name, site_str(site, buf, sizeof buf));
+        return -1;
+    }
     if (impl(d)->recording) return record_launch(d, k, grid, block, args, site);
     if (impl(d)->launch(grid, block, k->thunk, args, k->name) == 0) return 0;
-    char buf[512];
     fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s failed (see above)\n",
             k->name, site_str(site, buf, sizeof buf));
     return -1;
@@ -615,6 +624,13 @@ void emu_device_gemm_algos(Device *d, int count, int refused)
     CGC_ASSERT(refused >= 0 && refused <= count);
     impl(d)->gemm_algos = count;
     impl(d)->refused_algo = refused;
+}
+
+void emu_device_refuse_kernels(Device *d, const char *prefix)
+{
+    EmuDevice *e = impl(d);
+    CGC_ASSERT(d->ops == &emu_ops && e->nrefused_kernels < 4 && strlen(prefix) < 64);
+    snprintf(e->refused_kernels[e->nrefused_kernels++], sizeof e->refused_kernels[0], "%s", prefix);
 }
 
 int emu_device_kernel_loads(Device *d)

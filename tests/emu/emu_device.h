@@ -27,6 +27,10 @@ void emu_device_fail_captures(Device *d, bool fail);
  * default, offers none). Each runs the reference GEMM: they test the choosing. Algorithm
  * REFUSED (1 to COUNT; 0: none) fails every call, as a library may refuse one. */
 void emu_device_gemm_algos(Device *d, int count, int refused);
+/* Makes every later launch on D of a kernel whose name starts with PREFIX fail before it
+ * runs, leaving the device usable, as a driver refuses a launch it cannot make (too many
+ * registers or too much shared memory for the GPU). Up to 4 prefixes. */
+void emu_device_refuse_kernels(Device *d, const char *prefix);
 /* GEMMs D has run with GemmCall.algo == ALGO (recorded graphs' GEMMs count when replayed). */
 int emu_device_gemm_calls(Device *d, int algo);
 
