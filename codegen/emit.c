@@ -237,7 +237,8 @@ static int write_text(const char *dir, const char *name, const char *a, const ch
 
 /* DIR/repro: the module again (and the generated kernels' module when CHOICES use it),
  * and the reproducer that replays the step (codegen/repro.c). */
-static int emit_repro(const Plan *plan, const char *dir, const char *module, const PlanChoices *choices)
+static int emit_repro(const Plan *plan, const char *dir, const char *module, const PlanChoices *choices,
+                      int arch)
 {
     char sub[4352], path[4480];
     snprintf(sub, sizeof sub, "%s/repro", dir);
@@ -253,11 +254,11 @@ static int emit_repro(const Plan *plan, const char *dir, const char *module, con
     plan_write_repro(f, plan, choices);
     if (close_checked(f, path) != 0) return -1;
     if (!(f = open_in(sub, "Makefile", path, sizeof path))) return -1;
-    plan_write_repro_makefile(f, plan, choices);
+    plan_write_repro_makefile(f, plan, choices, arch);
     return close_checked(f, path);
 }
 
-int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices)
+int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices, int arch)
 {
     if (make_dirs(dir) != 0) return -1;
     if (write_text(dir, "cgc_device.h", plan_device_prelude, NULL) != 0) return -1;
@@ -269,7 +270,7 @@ int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices)
     }
     char *module = plan_module_source(plan);
     int rc = write_text(dir, "module.cu", module, NULL);
-    if (rc == 0 && plan->graph[PG_TRAIN].ir) rc = emit_repro(plan, dir, module, choices);   /* a step to replay */
+    if (rc == 0 && plan->graph[PG_TRAIN].ir) rc = emit_repro(plan, dir, module, choices, arch);   /* a step to replay */
     free(module);
     if (rc != 0) return -1;
     char path[4352];

@@ -411,9 +411,10 @@ void plan_print(FILE *out, const Plan *plan);
 /* --emit DIR: creates DIR if needed and writes cgc_device.h, one NAME.cu per kernel
  * (each compiles alone: `nvcc -cubin -arch=sm_90 NAME.cu`), host_plan.txt, and the
  * standalone reproducer DIR/repro/ (module.cu, repro.c, Makefile, and gemm_module.cu
- * when CHOICES name a generated kernel; below) when the plan has a train graph. Returns
- * 0, or -1 after "cgc: error: DIR/FILE: ..." . */
-int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices);
+ * when CHOICES name a generated kernel; below) when the plan has a train graph. The
+ * reproducer's Makefile builds for CHOICES' architecture, else for sm_ARCH (0: sm_90).
+ * Returns 0, or -1 after "cgc: error: DIR/FILE: ..." . */
+int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices, int arch);
 
 /* The reproducer (codegen/repro.c): one host C file that loads the module's cubin with the
  * driver API, lays out the arena (plan_layout, reuse on, the batch symbol at cfg.batch),
@@ -425,7 +426,7 @@ int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices);
  * loads gemm_module.cubin, built from gemm_module.cu (plan_gemm_module_source), which
  * plan_repro_uses_gemm_module says. */
 void plan_write_repro(FILE *out, const Plan *plan, const PlanChoices *choices);
-void plan_write_repro_makefile(FILE *out, const Plan *plan, const PlanChoices *choices);
+void plan_write_repro_makefile(FILE *out, const Plan *plan, const PlanChoices *choices, int arch);
 bool plan_repro_uses_gemm_module(const Plan *plan, const PlanChoices *choices);
 
 /* For the CPU emulation of CUDA: C++ source with one

@@ -354,7 +354,7 @@ static int emit_plan(const Plan *plan, const Cli *cli, bool *tuned_out)
     PlanChoices choices;
     if (autotuned && emit_choices(plan, cli, &t, &choices, &tuned) != 0) return -1;
     *tuned_out = tuned;
-    int rc = plan_emit(plan, cli->emit_dir, autotuned ? &choices : NULL);
+    int rc = plan_emit(plan, cli->emit_dir, autotuned ? &choices : NULL, arch_or_default(cli));
     if (rc == 0) rc = emit_pass_irs(cli);
     if (rc == 0 && autotuned) rc = write_choices(&t, cli);
     if (autotuned) {
@@ -574,8 +574,8 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
                 cli->mode == PLAN_MAX_AUTOTUNE ? "tunes kernels and captures CUDA graphs"
                                                : "captures CUDA graphs");
     if (!b.device && cli->tune_file && !cli->quiet)
-        fprintf(stderr, "cgc: note: --tune-file %s is neither read nor written on the CPU\n",
-                diag_quote(cli->tune_file, 80));
+        fprintf(stderr, "cgc: note: a training run on the CPU tunes nothing: it neither reads "
+                        "nor writes --tune-file %s\n", diag_quote(cli->tune_file, 80));
     cli->run.net_path = cli->path;
     cli->run.src = src;
     cli->run.quiet = cli->quiet;

@@ -247,7 +247,11 @@ static int pick(Tuner *t, PlanGraphId gid, int i, const PlanStepChoice *c, int n
         if (rc > 0) t->report->refused++;
         else if (*best_ms < 0 || ms < *best_ms) *best = c[k], *best_ms = ms;
     }
-    return *best_ms < 0 ? -1 : 0;
+    if (*best_ms >= 0) return 0;
+    const PlanStep *s = &t->plan->graph[gid].steps[i];
+    cgc_error("autotune: the device refused every candidate of %s (line %d of the model): "
+              "the errors are above", s->what, s->loc.line);
+    return -1;
 }
 
 static bool over_budget(const Tuner *t) { return clock_seconds() - t->start > t->budget_s; }

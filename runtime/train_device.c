@@ -314,11 +314,11 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
             say_autotune(t, "%d choices from %s (tuned in %.1f s when written; delete it to "
                             "tune again)", have.nchoices, path, have.tuning_ms / 1e3);
         tune_free(&have);
-        if (rc == 0 || (rc == -2 && file)) tune_free(&want);
+        if (rc != -1) tune_free(&want);
         if (rc == 0) return 0;
-        if (rc == -2 && file) {   /* this device's failure, not the file's */
-            cgc_error("--tune-file %s: the choices were made for this plan on this GPU, but %s; "
-                      "the file is left as it is", diag_quote(file, 80), apply_why);
+        if (rc == -2) {   /* this device's failure, not the file's: tuning would meet it too */
+            cgc_error("%s%s: the choices were made for this plan on this GPU, but %s; the file "
+                      "is left as it is", file ? "--tune-file " : "", diag_quote(path, 80), apply_why);
             return -1;
         }
         snprintf(why, sizeof why, "%s", apply_why);
@@ -355,10 +355,11 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     if (r.gemm_compile_s > 0)
         say_autotune(t, "of which %.1f s compiled the generated GEMMs and MLPs (%d kernels)",
                      r.gemm_compile_s, plan->nkernels - plan->gemm_kernels_from);
-    if (r.refused)
-        say_autotune(t, "%d candidate%s refused by the device (the error%s above) %s left out",
-                     r.refused, r.refused == 1 ? "" : "s", r.refused == 1 ? " is" : "s are",
-                     r.refused == 1 ? "was" : "were");
+    if (r.refused)   /* even under -q: it explains the errors printed, which cost nothing */
+        fprintf(stderr, "cgc: autotune: %d candidate%s refused by the device (the error%s above) "
+                        "%s left out; the run goes on without %s\n", r.refused,
+                r.refused == 1 ? "" : "s", r.refused == 1 ? " is" : "s are",
+                r.refused == 1 ? "was" : "were", r.refused == 1 ? "it" : "them");
     if (r.untimed)
         say_autotune(t, "the time ran out: %d kernels and GEMMs keep the plan's choices, untimed "
                         "(delete the choices file to tune again)", r.untimed);
@@ -368,7 +369,11 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         if (rc == 0) {
             say_autotune(t, "the choices are in %s", path);
         } else if (file) {   /* the user asked for the file: not a note -q would silence */
-            cgc_error("--tune-file: %s, after tuning; nothing was trained", why);
+            char cache_why[256];   /* the time spent tuning is not lost: the cache keeps it */
+            bool cached = tune_store(&want, path, sizeof path, cache_why, sizeof cache_why) == 0;
+            cgc_error("--tune-file: %s, after tuning; nothing was trained%s%s%s", why,
+                      cached ? " (the choices are kept in the cache, " : "", cached ? path : "",
+                      cached ? ": copy that file to the --tune-file, or run without it)" : "");
             tune_free(&want);
             return -1;
         } else {

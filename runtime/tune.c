@@ -412,10 +412,18 @@ int tune_check_file(const char *path, char *why, size_t why_len)
     if (dfd < 0) return -1;
     struct stat st;
     int rc = 0;
-    if (faccessat(dfd, ".", W_OK | X_OK, AT_EACCESS) != 0)
-        rc = -1, snprintf(why, why_len, "cannot write %s: its directory: %s", path, strerror(errno));
-    else if (fstatat(dfd, name, &st, 0) == 0 && S_ISDIR(st.st_mode))
-        rc = -1, snprintf(why, why_len, "cannot write %s: it is a directory", path);
+    if (faccessat(dfd, ".", W_OK | X_OK, AT_EACCESS) != 0) {
+        rc = -1;
+        snprintf(why, why_len, "cannot write %s: its directory: %s", path, strerror(errno));
+    } else if (fstatat(dfd, name, &st, 0) != 0) {
+        if (errno != ENOENT) {   /* a name too long, a loop of links, ... */
+            rc = -1;
+            snprintf(why, why_len, "cannot write %s: %s", path, strerror(errno));
+        }
+    } else if (S_ISDIR(st.st_mode)) {
+        rc = -1;
+        snprintf(why, why_len, "cannot write %s: it is a directory", path);
+    }
     close(dfd);
     return rc;
 }

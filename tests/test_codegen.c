@@ -327,12 +327,12 @@ static void test_emit_errors(void)
     char dir[300];
     snprintf(dir, sizeof dir, "%s/sub", file);
     capture_start();
-    int rc = plan_emit(pl, dir, NULL);
+    int rc = plan_emit(pl, dir, NULL, 0);
     const char *err = capture_end();
     CHECK_EQ_INT(rc, -1);
     CHECK(strstr(err, "cgc: error: ") != NULL && strstr(err, "a_file") != NULL);
     /* mkdir -p of a fresh nested path works, and writes the prelude and the plan */
-    rc = plan_emit(pl, tmp_path("x/y/z"), NULL);
+    rc = plan_emit(pl, tmp_path("x/y/z"), NULL, 0);
     CHECK_EQ_INT(rc, 0);
     struct stat st;
     CHECK(stat(tmp_path("x/y/z/cgc_device.h"), &st) == 0 && st.st_size > 1000);

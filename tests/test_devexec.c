@@ -194,7 +194,11 @@ static int run(Model *m, const RunSpec *s)
         median_reports += strstr(text, "cgc: median step ") != NULL;
         char capture_line[64];
         snprintf(capture_line, sizeof capture_line, "cgc: %s: graph ", plan_mode_name(mode));
-        for (const char *c = text; (c = strstr(c, capture_line)); c++) captures++;
+        for (const char *c = text; (c = strstr(c, capture_line)); c++) {
+            captures++;
+            /* on a terminal, on a line of its own: the progress bar's cleared first */
+            if (s->tty) CHECK(c - text >= 4 && memcmp(c - 4, "\r\033[K", 4) == 0);
+        }
         /* only a reduce-overhead or max-autotune plan captures */
         CHECK(plan_mode_captures(mode) || !strstr(text, ": graph "));
         /* and the memory line bench/bench_default.py reads; the emulation cannot tell the
@@ -781,18 +785,21 @@ static void check_tune_file(const char *file, const Override *ov, int nov)
         const char *after = file_bytes(lock, &n_after);
         CHECK(n_before > 0 && n_before == n_after && memcmp(before, after, n_before) == 0);
 
-        /* one that cannot be written: an error before any tuning, which -q keeps */
+        /* one that cannot be written: an error before any tuning (which would say "timing
+         * the"), and one that -q keeps */
         snprintf(path, sizeof path, "%s", tmp_path("no-such-dir/lock.tune"));
         o.tune_file = path;
-        o.quiet = true;
-        saved = stdout_start();
-        capture_start();
-        CHECK(train_run(m.p, &o) != 0);
-        err = capture_end();
-        stdout_end(saved);
-        fprintf(stderr, "%s", err);
-        CHECK(strstr(err, "cgc: error: --tune-file ") != NULL && strstr(err, "cannot write ") != NULL);
-        CHECK(strstr(err, "nothing was tuned") != NULL && strstr(err, "timing the") == NULL);
+        for (int quiet = 0; quiet < 2; quiet++) {
+            o.quiet = quiet;
+            saved = stdout_start();
+            capture_start();
+            CHECK(train_run(m.p, &o) != 0);
+            err = capture_end();
+            stdout_end(saved);
+            fprintf(stderr, "%s", err);
+            CHECK(strstr(err, "cgc: error: --tune-file ") != NULL && strstr(err, "cannot write ") != NULL);
+            CHECK(strstr(err, "nothing was tuned") != NULL && strstr(err, "timing the") == NULL);
+        }
         tune_free(&have);
     }
     model_close(&m);
@@ -933,6 +940,24 @@ static void check_autotune_mlp(void)
         emu_device_refuse_kernels(m.d, "mlp_fused_");
         emu_device_refuse_kernels(m.d, "gemm_tc_");
         tune_odd_mlp(&m, " refused by the device (the errors are above) were left out", got, want, false);
+    }
+    model_close(&m);
+    cache_end(saved_xdg);
+    /* a GEMM whose every candidate is refused (its one library algorithm, its generated
+     * kernels; a GEMM with an epilogue has no other) ends the run, saying which */
+    saved_xdg = cache_start("mlp-all-refused-cache");
+    if (model_open(&m, file, ov, 3)) {
+        emu_device_gemm_algos(m.d, 1, 1);
+        emu_device_refuse_kernels(m.d, "gemm_tc_");
+        RunOptions o = {.net_path = m.path, .src = m.src, .device = m.d, .plan = m.plan,
+                        .tune_budget_s = 1e9};
+        int saved = stdout_start();
+        capture_start();
+        CHECK(train_run(m.p, &o) != 0);
+        const char *err = capture_end();
+        stdout_end(saved);
+        CHECK(strstr(err, "cgc: error: autotune: the device refused every candidate of ") != NULL);
+        if (!strstr(err, "every candidate of")) fprintf(stderr, "%s", err);
     }
     model_close(&m);
     cache_end(saved_xdg);

@@ -311,6 +311,10 @@ static void test_user_file(void)
     CHECK_EQ_INT(mkdir(tmp_path("adir.tune"), 0700), 0);
     CHECK_EQ_INT(tune_check_file(tmp_path("adir.tune"), why, sizeof why), -1);
     CHECK(strstr(why, "it is a directory") != NULL);
+    char longname[400];    /* the temporary name is short: only the rename would fail */
+    snprintf(longname, sizeof longname, "%s/%0300d.tune", tmpdir, 0);
+    CHECK_EQ_INT(tune_check_file(longname, why, sizeof why), -1);
+    CHECK(strncmp(why, "cannot write ", 13) == 0);   /* the long path fills WHY */
     /* a user's file is made as other files are (0666 less the umask), the cache's 0600;
      * no temporary file is left beside it */
     mode_t saved_mask = umask(022);

@@ -757,7 +757,7 @@ int emu_build_plan(const Plan *plan, bool asan, char *so_path, size_t so_path_le
     snprintf(unity, sizeof unity, "%s/all_kernels.cu", dir);
     snprintf(thunks, sizeof thunks, "%s/thunks.cpp", dir);
     snprintf(so_path, so_path_len, "%s/kernels.so", dir);
-    if (plan_emit(plan, dir, NULL) != 0 || write_thunks(plan, thunks) != 0 ||
+    if (plan_emit(plan, dir, NULL, 0) != 0 || write_thunks(plan, thunks) != 0 ||
         write_unity(plan, unity, "thunks.cpp") != 0)
         return -1;
     const char *srcs[] = { unity };
