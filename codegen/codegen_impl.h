@@ -64,6 +64,18 @@ extern const char *const codegen_graph_label[PG_NUM];
 /* A shared kernel's comment lists its first uses, this many at most. */
 enum { CODEGEN_MAX_LISTED_USES = 6 };
 
+/* The uses of a kernel that its comment lists (plan.c): where each comes from. */
+typedef struct KernelUses {
+    StrBuf lines;       /* the listed ones, each ending in a newline */
+    int n;              /* every use noted, listed or not */
+} KernelUses;
+/* Notes one more use; the first CODEGEN_MAX_LISTED_USES keep their line (no newline). */
+void kernel_uses_add(KernelUses *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends to OUT the comment's opening that lists U: "/\* USE", "\n * USE" for each
+ * other, "\n * and N more uses" for the rest, then CLOSE (" *\/\n" to end the comment,
+ * "\n" to go on with it); nothing when U has no use. */
+void kernel_uses_comment(StrBuf *out, const KernelUses *u, const char *close);
+
 /* "float *", "const cgc_half *": a pointer to values of T (f32, f16, bf16, i32). */
 const char *cuda_storage_ctype(DType t, bool is_const);
 DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype, const char *name,

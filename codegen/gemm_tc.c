@@ -276,8 +276,7 @@ static char *render(const GemmSpec *s, const char *name, const char *uses)
 
 typedef struct GemmKernel {
     GemmSpec spec;
-    StrBuf uses;
-    int nuses;
+    KernelUses uses;
     int kernel;         /* its index in the plan */
 } GemmKernel;
 
@@ -315,12 +314,8 @@ void plan_add_gemm_kernels(Plan *plan)
                     gk[n++] = (GemmKernel){ .spec = s, .kernel = plan->nkernels + k };
                 }
                 st->gemm.tile_kernel[t] = gk[k].kernel;
-                int use = ++gk[k].nuses;
-                if (use <= CODEGEN_MAX_LISTED_USES)
-                    sb_printf(&gk[k].uses, "%s %s line %d: %s (%s graph)\n", use == 1 ? "/*" : " *",
-                              plan->source_name, st->loc.line, st->what, codegen_graph_label[gid]);
-                else if (use == CODEGEN_MAX_LISTED_USES + 1)
-                    sb_puts(&gk[k].uses, " * and more\n");
+                kernel_uses_add(&gk[k].uses, "%s line %d: %s (%s graph)", plan->source_name,
+                                st->loc.line, st->what, codegen_graph_label[gid]);
             }
         }
     }
@@ -334,8 +329,11 @@ void plan_add_gemm_kernels(Plan *plan)
         const PlanGemmTile *t = &plan_gemm_tiles[gk[k].spec.tile];
         pk->block = 32 * t->warps_m * t->warps_n;
         set_params(pk, &gk[k].spec);
-        pk->source = render(&gk[k].spec, name, gk[k].uses.s);
-        sb_free(&gk[k].uses);
+        StrBuf uses = { 0 };
+        kernel_uses_comment(&uses, &gk[k].uses, "\n");
+        pk->source = render(&gk[k].spec, name, uses.s);
+        sb_free(&uses);
+        sb_free(&gk[k].uses.lines);
     }
     free(gk);
 }

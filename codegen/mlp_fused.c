@@ -336,8 +336,7 @@ static char *render(const MlpSpec *s, const char *name, const char *uses)
 
 typedef struct MlpKernel {
     MlpSpec spec;
-    StrBuf uses;
-    int nuses;
+    KernelUses uses;
     int kernel;
 } MlpKernel;
 
@@ -403,15 +402,9 @@ void plan_add_mlp_kernels(Plan *plan)
                     mk[n++] = (MlpKernel){ .spec = s, .kernel = plan->nkernels + k };
                 }
                 run->kernel[shape] = mk[k].kernel;
-                int use = ++mk[k].nuses;
-                if (use <= CODEGEN_MAX_LISTED_USES) {
-                    const PlanStep *a = &pg->steps[i], *z = &pg->steps[i + len - 1];
-                    sb_printf(&mk[k].uses, "%s %s lines %d-%d: %s .. %s (%s graph)\n",
-                              use == 1 ? "/*" : " *", plan->source_name, a->loc.line, z->loc.line,
-                              a->what, z->what, codegen_graph_label[gid]);
-                } else if (use == CODEGEN_MAX_LISTED_USES + 1) {
-                    sb_puts(&mk[k].uses, " * and more\n");
-                }
+                const PlanStep *a = &pg->steps[i], *z = &pg->steps[i + len - 1];
+                kernel_uses_add(&mk[k].uses, "%s lines %d-%d: %s .. %s (%s graph)", plan->source_name,
+                                a->loc.line, z->loc.line, a->what, z->what, codegen_graph_label[gid]);
             }
             i += len - 1;
         }
@@ -425,8 +418,11 @@ void plan_add_mlp_kernels(Plan *plan)
         pk->name = xstrdup(name);
         pk->block = 2 * plan_mlp_rows[mk[k].spec.shape];    /* a warp per 16 rows */
         set_params(pk, &mk[k].spec);
-        pk->source = render(&mk[k].spec, name, mk[k].uses.s);
-        sb_free(&mk[k].uses);
+        StrBuf uses = { 0 };
+        kernel_uses_comment(&uses, &mk[k].uses, "\n");
+        pk->source = render(&mk[k].spec, name, uses.s);
+        sb_free(&uses);
+        sb_free(&mk[k].uses.lines);
     }
     free(mk);
 }

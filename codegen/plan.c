@@ -38,8 +38,7 @@ typedef struct KernelInfo {
     char *key;          /* block, parameters and body: everything but name and comment */
     char *signature;    /* the parameter list */
     char *body;
-    StrBuf uses;        /* comment lines */
-    int nuses;
+    KernelUses uses;    /* the comment's lines */
 } KernelInfo;
 
 typedef struct Builder {
@@ -235,12 +234,36 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     return pl->nkernels++;
 }
 
+void kernel_uses_add(KernelUses *u, const char *fmt, ...)
+{
+    if (++u->n > CODEGEN_MAX_LISTED_USES) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    sb_printf(&u->lines, "%s\n", line);
+}
+
+void kernel_uses_comment(StrBuf *out, const KernelUses *u, const char *close)
+{
+    const char *line = u->lines.s ? u->lines.s : "";
+    bool first = true;
+    while (*line) {
+        const char *end = strchr(line, '\n');
+        sb_printf(out, "%s%.*s", first ? "/* " : "\n * ", (int)(end - line), line);
+        first = false;
+        line = end + 1;
+    }
+    if (u->n > CODEGEN_MAX_LISTED_USES)
+        sb_printf(out, "\n * and %d more uses", u->n - CODEGEN_MAX_LISTED_USES);
+    if (!first) sb_puts(out, close);
+}
+
 /* Adds LINE to the comment of kernel K: where this use of it comes from. */
 static void add_use_line(Builder *b, int k, const char *line)
 {
-    KernelInfo *info = &b->info[k];
-    if (++info->nuses > CODEGEN_MAX_LISTED_USES) return;
-    sb_printf(&info->uses, "%s\n", line);
+    kernel_uses_add(&b->info[k].uses, "%s", line);
 }
 
 static void note_use(Builder *b, int k, const IrNode *n, int id, const char *what)
@@ -301,17 +324,7 @@ static void note_group_use(Builder *b, int kernel, int k)
 static char *kernel_source(const PlanKernel *k, const KernelInfo *info)
 {
     StrBuf s = { 0 };
-    const char *line = info->uses.s ? info->uses.s : "";
-    bool first = true;
-    while (*line) {
-        const char *end = strchr(line, '\n');
-        sb_printf(&s, "%s%.*s", first ? "/* " : "\n * ", (int)(end - line), line);
-        first = false;
-        line = end + 1;
-    }
-    if (info->nuses > CODEGEN_MAX_LISTED_USES)
-        sb_printf(&s, "\n * and %d more uses", info->nuses - CODEGEN_MAX_LISTED_USES);
-    if (!first) sb_puts(&s, " */\n");
+    kernel_uses_comment(&s, &info->uses, " */\n");
     sb_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(", k->block, k->name);
     if (strlen(info->signature) + strlen(k->name) < 96) {
         sb_puts(&s, info->signature);
@@ -860,7 +873,7 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
         free(b.info[k].key);
         free(b.info[k].signature);
         free(b.info[k].body);
-        sb_free(&b.info[k].uses);
+        sb_free(&b.info[k].uses.lines);
     }
     free(b.info);
     add_data_kernels(&b);
