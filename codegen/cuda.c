@@ -812,6 +812,18 @@ typedef struct DataKernelSpec {
     const char *body;
 } DataKernelSpec;
 
+/* The batch gathers, f32 and i32 alike: rows [first, first + count) of the epoch's order
+ * (FIRST from the step state when the step counter lives on the device). */
+#define GATHER_PARAMS \
+    "const int32_t *order, int64_t start, int64_t count, int64_t row, const int64_t *state"
+#define GATHER_BODY \
+    "    const int64_t first = state ? state[1] : start;\n" \
+    "    for (int64_t i = cgc_thread_index(); i < count * row; i += cgc_thread_count()) {\n" \
+    "        const int64_t r = i / row, col = i % row;\n" \
+    "        const int64_t src = order ? (int64_t)order[first + r] : first + r;\n" \
+    "        out[i] = data[src * row + col];\n" \
+    "    }\n"
+
 static const DataKernelSpec data_kernels[PDK_NUM] = {
     [PDK_ORDER_DRAWS] = {
         "cgc_order_draws", 256, "int32_t *draws, int64_t n, uint64_t seed, int64_t epoch",
@@ -835,24 +847,10 @@ static const DataKernelSpec data_kernels[PDK_NUM] = {
         "    }\n" },
     [PDK_GATHER_F32] = {
         "cgc_gather_f32", 256,
-        "float *out, const float *data, const int32_t *order, int64_t start, int64_t count, int64_t row, "
-        "const int64_t *state",
-        "    const int64_t first = state ? state[1] : start;\n"
-        "    for (int64_t i = cgc_thread_index(); i < count * row; i += cgc_thread_count()) {\n"
-        "        const int64_t r = i / row, col = i % row;\n"
-        "        const int64_t src = order ? (int64_t)order[first + r] : first + r;\n"
-        "        out[i] = data[src * row + col];\n"
-        "    }\n" },
+        "float *out, const float *data, " GATHER_PARAMS, GATHER_BODY },
     [PDK_GATHER_I32] = {
         "cgc_gather_i32", 256,
-        "int32_t *out, const int32_t *data, const int32_t *order, int64_t start, int64_t count, int64_t row, "
-        "const int64_t *state",
-        "    const int64_t first = state ? state[1] : start;\n"
-        "    for (int64_t i = cgc_thread_index(); i < count * row; i += cgc_thread_count()) {\n"
-        "        const int64_t r = i / row, col = i % row;\n"
-        "        const int64_t src = order ? (int64_t)order[first + r] : first + r;\n"
-        "        out[i] = data[src * row + col];\n"
-        "    }\n" },
+        "int32_t *out, const int32_t *data, " GATHER_PARAMS, GATHER_BODY },
     [PDK_TRACK_LOSS] = {
         "cgc_track_loss", 1,
         "double *totals, const float *loss, const float *skipped, int64_t step, int64_t check_finite, "
