@@ -618,27 +618,13 @@ static void assign_steps(Builder *b)
 
 /* ---- fusion groups ---- */
 
-/* Per node of G: whether a node outside its group reads it, or it is a graph output. */
-static bool *read_outside(const IrGraph *g)
-{
-    bool *out = xcalloc((size_t)g->nnodes, sizeof *out);
-    for (int id = 0; id < g->nnodes; id++) {
-        const IrNode *n = &g->nodes[id];
-        for (int j = 0; j < n->nin; j++)
-            if (n->group == 0 || g->nodes[n->in[j]].group != n->group) out[n->in[j]] = true;
-    }
-    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
-        if (g->output[r] >= 0) out[g->output[r]] = true;
-    return out;
-}
-
-/* A member whose value stays in registers: no buffer. Placed members (views, constants)
- * keep theirs. */
-static bool in_registers(const IrGraph *g, int id, const bool *outside)
+/* A member whose value stays in registers: no buffer (ir_member_stored says who must
+ * store). Placed members (views, constants) keep theirs. */
+static bool in_registers(const IrGraph *g, int id)
 {
     const IrNode *n = &g->nodes[id];
     bool placed = n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST;
-    return n->group != 0 && !placed && !outside[id];
+    return n->group != 0 && !placed && !ir_member_stored(g, id);
 }
 
 /* Per group k (index k - 1): its last member. */
@@ -764,12 +750,11 @@ static void build_graph(Builder *b, PlanGraphId gid)
     b->gid = gid;
     b->capsteps = 0;
     bool fused = b->plan->mode != PLAN_EAGER && g->ngroups > 0;
-    bool *outside = read_outside(g);
     int *last = group_last(g);
     if (fused) check_group_order(g, last);
     pg->node_buffer = xmalloc((size_t)g->nnodes * sizeof *pg->node_buffer);
     for (int id = 0; id < g->nnodes; id++)
-        pg->node_buffer[id] = fused && in_registers(g, id, outside) ? -1 : node_buffer(b, g, id);
+        pg->node_buffer[id] = fused && in_registers(g, id) ? -1 : node_buffer(b, g, id);
     for (int id = 0; id < g->nnodes; id++) {
         int k = fused ? g->nodes[id].group : 0;
         if (k) {
@@ -780,7 +765,6 @@ static void build_graph(Builder *b, PlanGraphId gid)
         }
     }
     assign_steps(b);
-    free(outside);
     free(last);
 }
 
