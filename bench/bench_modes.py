@@ -190,8 +190,8 @@ def cgc_compile_times(a, m, batch):
 def parse_autotune(text):
     """What max-autotune's `cgc: autotune:` lines say (runtime/train_device.c)."""
     r = {"tuning_s": None, "candidates": None, "read_back": False, "untimed": 0, "refused": 0}
-    g = re.search(r"cgc: autotune: (\d+) candidates timed for \d+ kernels and \d+ GEMMs in "
-                  r"([0-9.]+) s", text)
+    g = re.search(r"cgc: autotune: (\d+) candidates timed for \d+ kernels, \d+ GEMMs and \d+ "
+                  r"fused MLP runs in ([0-9.]+) s", text)
     if g:
         r["candidates"], r["tuning_s"] = int(g.group(1)), float(g.group(2))
     g = re.search(r"cgc: autotune: (\d+) choices from .* \(tuned in ([0-9.]+) s when written",
@@ -202,7 +202,7 @@ def parse_autotune(text):
     g = re.search(r"cgc: autotune: the time ran out: (\d+) kernels", text)
     if g:
         r["untimed"] = int(g.group(1))
-    g = re.search(r"cgc: autotune: (\d+) GEMM algorithms? refused", text)
+    g = re.search(r"cgc: autotune: (\d+) candidates? refused", text)
     if g:
         r["refused"] = int(g.group(1))
     return r
@@ -481,7 +481,7 @@ def notes(res):
             continue
         out.append(f"{where}: tuned in {tr['tuning_s']:.1f} s by a first run "
                    f"({tr['candidates']} candidates, {tr['untimed']} left untimed, "
-                   f"{tr['refused']} GEMM algorithms refused); the timed run "
+                   f"{tr['refused']} candidates refused by the device); the timed run "
                    + ("read the choices back" if read else
                       "did not read them back (see its log)"))
     return out
