@@ -22,3 +22,11 @@ add_executable(mutate_cli mutate_cli.c)
 add_test(NAME e2e_mutate COMMAND mutate_cli ${CGC_BIN} ${CMAKE_SOURCE_DIR}/models/mlp.net
          ${CMAKE_SOURCE_DIR}/models/resmlp.net ${CMAKE_SOURCE_DIR}/models/regression.net)
 set_tests_properties(e2e_mutate PROPERTIES LABELS "cpu;e2e" TIMEOUT 600)
+
+# The benchmark scripts' parsers (bench/) read the lines runtime/train_device.c prints.
+if(CGC_PYTHON3)
+  add_test(NAME bench_parsers COMMAND ${CGC_PYTHON3} ${TESTS_DIR}/bench_parsers.py ${CMAKE_SOURCE_DIR})
+else()
+  add_test(NAME bench_parsers COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
+endif()
+set_tests_properties(bench_parsers PROPERTIES LABELS cpu TIMEOUT 60 SKIP_RETURN_CODE 77)
