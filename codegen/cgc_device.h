@@ -369,21 +369,51 @@ __device__ __forceinline__ void cgc_mma_16816(float d[4], const uint32_t a[4], c
 #endif
 }
 
-/* Two 16-bit values as one fragment register: LO at P, HI at P + 1 (adjacent, 4-byte
- * aligned), or LO and HI from anywhere. */
-__device__ __forceinline__ uint32_t cgc_pair_at(const unsigned short *p)
-{
-#ifdef CGC_EMULATE
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-#else
-    return *(const uint32_t *)p;
-#endif
-}
+/* Two 16-bit values as one fragment register, LO in the lower half. */
 __device__ __forceinline__ uint32_t cgc_pair(unsigned short lo, unsigned short hi)
 {
     return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+/* Fragment registers straight from shared memory (ldmatrix): N 8x8 matrices of 16-bit
+ * values (N = 4 or 2, a constant at each call), matrix i's rows at the addresses lanes 8i
+ * to 8i + 7 give as ROW (each 16-byte aligned; with N = 2 only lanes 0 to 15 give one).
+ * Lane l receives in r[i] matrix i's row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (the
+ * lower column in the lower half); with TRANS its column l / 4, rows 2 (l % 4) and
+ * 2 (l % 4) + 1: the pair a fragment takes from a tile whose k runs down the rows. One
+ * instruction instead of a load (or two and a pack) per register. Every lane of the warp
+ * must call it (ldmatrix.sync.aligned); sm_75 and later. */
+__device__ __forceinline__ void cgc_ldmatrix(uint32_t *r, int n, const unsigned short *row, bool trans)
+{
+#ifdef CGC_EMULATE
+    /* each lane reads its values itself, through the row addresses the others give */
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    for (int i = 0; i < n; i++) {
+        const int at = 8 * i + (trans ? 2 * t : g);
+        const unsigned short *p = (const unsigned short *)(uintptr_t)__shfl_sync(
+            0xffffffffu, (unsigned long long)(uintptr_t)row, at);
+        const unsigned short *q = (const unsigned short *)(uintptr_t)__shfl_sync(
+            0xffffffffu, (unsigned long long)(uintptr_t)row, at + 1);
+        r[i] = trans ? cgc_pair(p[g], q[g]) : cgc_pair(p[2 * t], p[2 * t + 1]);
+    }
+#elif __CUDA_ARCH__ >= 750
+    uint32_t at;
+    asm volatile("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(at) : "l"(row));
+    if (n == 4 && trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+    else if (n == 4)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+    else if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(at));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(at));
+#else
+    __trap();
+#endif
 }
 
 /* F32 values LO and HI rounded to f16 (or bf16 when BF16) as one fragment register, the

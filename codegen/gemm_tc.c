@@ -143,37 +143,25 @@ static void render_loads(StrBuf *o, const GemmSpec *s, const char *indent, const
         sb_printf(o, "%scgc_tile_load<BK, BN, THREADS>(sb[%s], b16, k, n, %s, n0);\n", indent, stage, k0);
 }
 
-/* One fragment register from stage s: the values at (row R, k KK) and (R, KK + 1) of
- * op(X), as X's stage holds them. */
-static void render_pair(StrBuf *o, const char *stage, bool k_contiguous, const char *r,
-                        const char *kk)
-{
-    if (k_contiguous) sb_printf(o, "cgc_pair_at(&%s[s][%s][%s])", stage, r, kk);
-    else sb_printf(o, "cgc_pair(%s[s][%s][%s], %s[s][%s + 1][%s])", stage, kk, r, stage, kk, r);
-}
-
+/* The warp's fragments of stage s for k [ks, ks + 16), each by ldmatrix (cgc_device.h),
+ * every lane giving the address of one row of an 8x8 matrix: A's MT 16x16 tiles as four
+ * matrices each (rows r..r+7 and r+8..r+15 at k and k + 8, in the order of a[0..3]), B's NT
+ * 16x8 tiles as two (k and k + 8). Where op(X)'s stage runs k along its rows rather
+ * than its columns (A^T, B not transposed), the matrices are read transposed. */
 static void render_fragments(StrBuf *o, const GemmSpec *s)
 {
-    static const char *const a_at[4][2] = { { "r", "kk" }, { "r + 8", "kk" },
-                                            { "r", "kk + 8" }, { "r + 8", "kk + 8" } };
     sb_puts(o, "#pragma unroll\n"
-               "                for (int i = 0; i < MT; i++) {\n"
-               "                    const int r = wm + i * 16 + g;\n");
-    for (int q = 0; q < 4; q++) {
-        sb_printf(o, "                    fa[i][%d] = ", q);
-        render_pair(o, "sa", !s->trans_a, a_at[q][0], a_at[q][1]);
-        sb_puts(o, ";\n");
-    }
-    sb_puts(o, "                }\n"
-               "#pragma unroll\n"
-               "                for (int j = 0; j < NT; j++) {\n"
-               "                    const int col = wn + j * 8 + g;\n");
-    for (int q = 0; q < 2; q++) {
-        sb_printf(o, "                    fb[j][%d] = ", q);
-        render_pair(o, "sb", s->trans_b, "col", q ? "kk + 8" : "kk");
-        sb_puts(o, ";\n");
-    }
-    sb_puts(o, "                }\n");
+               "                for (int i = 0; i < MT; i++)\n");
+    if (!s->trans_a)    /* sa[s][m][k]: lane l gives row l % 16 at k + l / 16 * 8 */
+        sb_puts(o, "                    cgc_ldmatrix(fa[i], 4, &sa[s][wm + i * 16 + lane % 16][ks + lane / 16 * 8], false);\n");
+    else                /* sa[s][k][m]: row k + l / 16 * 8 + l % 8, at m + l / 8 % 2 * 8 */
+        sb_puts(o, "                    cgc_ldmatrix(fa[i], 4, &sa[s][ks + lane / 16 * 8 + lane % 8][wm + i * 16 + lane / 8 % 2 * 8], true);\n");
+    sb_puts(o, "#pragma unroll\n"
+               "                for (int j = 0; j < NT; j++)\n");
+    if (s->trans_b)     /* sb[s][n][k]: lanes 0-15 give row n + l % 8 at k + l / 8 * 8 */
+        sb_puts(o, "                    cgc_ldmatrix(fb[j], 2, &sb[s][wn + j * 8 + lane % 8][ks + lane / 8 % 2 * 8], false);\n");
+    else                /* sb[s][k][n]: lanes 0-15 give row k + l % 16 at n */
+        sb_puts(o, "                    cgc_ldmatrix(fb[j], 2, &sb[s][ks + lane % 16][wn + j * 8], true);\n");
 }
 
 static void render_epilogue(StrBuf *o, const GemmSpec *s)
@@ -200,8 +188,9 @@ static char *render(const GemmSpec *s, const char *name, const char *uses)
     sb_puts(&o, " *\n * ");
     render_formula(&o, s);
     sb_printf(&o, " * A block per %dx%d tile of C (grid-stride), %d warps of %dx%d, k %d at a time\n"
-                  " * through two shared-memory stages filled by cp.async; mma.sync m16n8k16 with f32\n"
-                  " * accumulation, the epilogue on the accumulators, one rounding to C's type. */\n",
+                  " * through two shared-memory stages filled by cp.async; fragments read by ldmatrix;\n"
+                  " * mma.sync m16n8k16 with f32 accumulation, the epilogue on the accumulators, one\n"
+                  " * rounding to C's type. */\n",
               t->bm, t->bn, warps, wtm, wtn, t->bk);
     sb_printf(&o, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(\n", 32 * warps, name);
     sb_printf(&o, "    %s__restrict__ c,\n    %s__restrict__ a,\n    %s__restrict__ b,\n"
@@ -247,7 +236,6 @@ static char *render(const GemmSpec *s, const char *name, const char *uses)
                 "            __syncthreads();\n"
                 "#pragma unroll\n"
                 "            for (int ks = 0; ks < BK; ks += 16) {\n"
-                "                const int kk = ks + 2 * t;\n"
                 "                uint32_t fa[MT][4], fb[NT][2];\n");
     render_fragments(&o, s);
     sb_printf(&o, "#pragma unroll\n"

@@ -263,6 +263,8 @@ int shuffle_source(const Fiber *f, unsigned lane)
     unsigned src;
     if (f->shfl_kind == CGC_EMU_SHFL_XOR)
         src = lane ^ (unsigned)f->shfl_arg;
+    else if (f->shfl_kind == CGC_EMU_SHFL_IDX)   /* CUDA: the lane srcLane % width of the segment */
+        src = segment + (unsigned)f->shfl_arg % (unsigned)width;
     else
         src = lane + (unsigned)f->shfl_arg;
     if (src >= segment + (unsigned)width || src >= WARP) return -1;

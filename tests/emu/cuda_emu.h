@@ -54,7 +54,7 @@ extern cgc_emu_uint3 cgc_emu_thread_idx, cgc_emu_block_idx, cgc_emu_block_dim,
 #define warpSize 32
 
 /* ---- synchronisation (cuda_emu.cpp) ---- */
-enum { CGC_EMU_SHFL_XOR, CGC_EMU_SHFL_DOWN };
+enum { CGC_EMU_SHFL_XOR, CGC_EMU_SHFL_DOWN, CGC_EMU_SHFL_IDX };
 
 extern "C" {
 /* FILE and LINE identify the barrier: threads waiting at different barriers never
@@ -108,11 +108,17 @@ template <typename T> static inline T cgc_emu_from_bits(uint64_t b)
     {                                                                                         \
         return cgc_emu_from_bits<T>(                                                          \
             cgc_emu_shuffle(CGC_EMU_SHFL_DOWN, mask, cgc_emu_to_bits(v), (int)delta, width)); \
+    }                                                                                         \
+    static inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32)           \
+    {                                                                                         \
+        return cgc_emu_from_bits<T>(                                                          \
+            cgc_emu_shuffle(CGC_EMU_SHFL_IDX, mask, cgc_emu_to_bits(v), src_lane, width));    \
     }
 CGC_EMU_SHUFFLES(float)
 CGC_EMU_SHUFFLES(double)
 CGC_EMU_SHUFFLES(int)
 CGC_EMU_SHUFFLES(unsigned)
+CGC_EMU_SHUFFLES(unsigned long long)
 #undef CGC_EMU_SHUFFLES
 
 /* ---- atomics: threads switch only at barriers and shuffles, so a plain update is
