@@ -60,12 +60,16 @@ extern "C" __global__ void warp_sums(float *fout, double *dout, int *iout, unsig
     }
 }
 
-// Sub-warp shuffles: width 8 groups, and a down shift that runs off the group's end.
-extern "C" __global__ void shuffle_width(int *xor_out, int *down_out)
+// Sub-warp shuffles: width 8 groups, and a down shift that runs off the group's end;
+// indexed ones (each lane its own source, 64-bit values, and a source past the width).
+extern "C" __global__ void shuffle_width(int *xor_out, int *down_out, unsigned long long *idx_out,
+                                         int *idx8_out)
 {
     int lane = (int)threadIdx.x;
     xor_out[lane] = __shfl_xor_sync(0xffffffffu, lane, 1, 8);
     down_out[lane] = __shfl_down_sync(0xffffffffu, lane, 3, 8);
+    idx_out[lane] = __shfl_sync(0xffffffffu, (unsigned long long)lane << 40 | 7u, lane * 7 % 32);
+    idx8_out[lane] = __shfl_sync(0xffffffffu, lane, 9, 8);
 }
 
 extern "C" __global__ void atomics_all(int *count, float *fsum, double *dsum,
@@ -187,7 +191,8 @@ void cgc_emu_thunk_warp_sums(void **args)
 }
 void cgc_emu_thunk_shuffle_width(void **args)
 {
-    shuffle_width(THUNK_ARG(0, int *), THUNK_ARG(1, int *));
+    shuffle_width(THUNK_ARG(0, int *), THUNK_ARG(1, int *), THUNK_ARG(2, unsigned long long *),
+                  THUNK_ARG(3, int *));
 }
 void cgc_emu_thunk_atomics_all(void **args)
 {

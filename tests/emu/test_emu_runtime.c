@@ -138,16 +138,23 @@ static void test_warp_sums(void)
         CHECK_EQ_INT(k[w], ks);
         CHECK_EQ_INT(u[w], us);
     }
-    int xo[32], down[32];
-    DevPtr dx = dev_alloc(sizeof xo), ddown = dev_alloc(sizeof down);
-    void *args2[] = { &dx, &ddown };
+    int xo[32], down[32], idx8[32];
+    unsigned long long idx[32];
+    DevPtr dx = dev_alloc(sizeof xo), ddown = dev_alloc(sizeof down), didx = dev_alloc(sizeof idx),
+           didx8 = dev_alloc(sizeof idx8);
+    void *args2[] = { &dx, &ddown, &didx, &didx8 };
     CHECK_EQ_INT(launch("shuffle_width", 1, 32, args2), 0);
     dev->ops->download(dev, xo, dx, sizeof xo);
     dev->ops->download(dev, down, ddown, sizeof down);
+    dev->ops->download(dev, idx, didx, sizeof idx);
+    dev->ops->download(dev, idx8, didx8, sizeof idx8);
     for (int lane = 0; lane < 32; lane++) {
         CHECK_EQ_INT(xo[lane], lane ^ 1);
         /* past the end of its group of 8, a lane keeps its own value */
         CHECK_EQ_INT(down[lane], lane % 8 + 3 < 8 ? lane + 3 : lane);
+        /* indexed: all 64 bits of lane 7l % 32's value; source 9 of a group of 8 is its 1 */
+        CHECK(idx[lane] == ((unsigned long long)(lane * 7 % 32) << 40 | 7u));
+        CHECK_EQ_INT(idx8[lane], lane / 8 * 8 + 1);
     }
 }
 
