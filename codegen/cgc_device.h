@@ -15,8 +15,9 @@
  *   - deterministic warp and block reductions: a fixed shuffle tree, then the warps'
  *     partials combined in warp order by warp 0. No atomics;
  *   - the tensor-core pieces of the generated GEMMs and fused MLPs (max-autotune): one
- *     warp's mma.sync m16n8k16 with f32 accumulation, asynchronous 16-byte copies to
- *     shared memory (cp.async) and the tile loader built on them. sm_80 and later; the
+ *     warp's mma.sync m16n8k16 with f32 accumulation, its fragments read from shared
+ *     memory by ldmatrix, asynchronous 16-byte copies to shared memory (cp.async) and
+ *     the tile loader built on them. sm_80 and later; the
  *     emulation gives the same fragments the same meaning (tests/emu/cuda_emu.h).
  * Reductions need blockDim.x to be a multiple of 32 (every reducing kernel uses 256).
  */
@@ -386,7 +387,9 @@ __device__ __forceinline__ uint32_t cgc_pair(unsigned short lo, unsigned short h
 __device__ __forceinline__ void cgc_ldmatrix(uint32_t *r, int n, const unsigned short *row, bool trans)
 {
 #ifdef CGC_EMULATE
-    /* each lane reads its values itself, through the row addresses the others give */
+    /* each lane reads its values itself, through the row addresses the others give; an
+     * address the GPU would fault on (not 16-byte aligned) stops the emulation too */
+    if ((uintptr_t)row % 16 != 0) cgc_emu_fault("ldmatrix: a row address not 16-byte aligned");
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     for (int i = 0; i < n; i++) {
         const int at = 8 * i + (trans ? 2 * t : g);

@@ -11,9 +11,9 @@
  *   - k advances BK = 32 at a time through two shared-memory stages: while the warps
  *     multiply one stage, cp.async fills the other (cgc_tile_load, cgc_device.h);
  *   - each operand's stage keeps its global layout (the contiguous dimension stays
- *     contiguous, so every copy is 16 bytes wide), and the fragment reads follow it: a
- *     register pair is one 32-bit read where k is contiguous, two 16-bit reads where it
- *     is not;
+ *     contiguous, so every copy is 16 bytes wide), and the fragment reads follow it:
+ *     ldmatrix reads a tile's fragments in one instruction, transposed (.trans) where k
+ *     runs down the stage's rows;
  *   - the block's warps split the tile WARPS_M x WARPS_N; a warp's (BM / WARPS_M) x
  *     (BN / WARPS_N) is a grid of 16 x 8 products.
  * Kernels depend only on the transposes, the types, the epilogue and the tile, never on

@@ -237,12 +237,17 @@ static int add_kernel(Builder *b, const KernelDraft *d)
 void kernel_uses_add(KernelUses *u, const char *fmt, ...)
 {
     if (++u->n > CODEGEN_MAX_LISTED_USES) return;
-    char line[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    CGC_ASSERT(n >= 0);
+    char *line = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(line, (size_t)n + 1, fmt, ap);
     va_end(ap);
     sb_printf(&u->lines, "%s\n", line);
+    free(line);
 }
 
 void kernel_uses_comment(StrBuf *out, const KernelUses *u, const char *close)

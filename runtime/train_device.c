@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "autotune.h"
 #include "devexec.h"
@@ -323,6 +324,12 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         }
         snprintf(why, sizeof why, "%s", apply_why);
         load = TUNE_REFUSED;
+    }
+    if (load == TUNE_REFUSED && file && access(file, F_OK) != 0) {   /* a name not to be used */
+        cgc_error("--tune-file %s: %s; name another file (nothing was tuned)", diag_quote(file, 80),
+                  why);
+        tune_free(&want);
+        return -1;
     }
     if (load == TUNE_REFUSED && file) {
         cgc_error("--tune-file %s: %s; this run is model %s on %s (sm_%d), and the file is left "

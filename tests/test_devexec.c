@@ -785,20 +785,24 @@ static void check_tune_file(const char *file, const Override *ov, int nov)
         const char *after = file_bytes(lock, &n_after);
         CHECK(n_before > 0 && n_before == n_after && memcmp(before, after, n_before) == 0);
 
-        /* one that cannot be written: an error before any tuning (which would say "timing
-         * the"), and one that -q keeps */
+        /* one that cannot be written, or a name the system cannot take: an error before
+         * any tuning (which would say "timing the"), and one that -q keeps */
+        char longname[400];
         snprintf(path, sizeof path, "%s", tmp_path("no-such-dir/lock.tune"));
-        o.tune_file = path;
-        for (int quiet = 0; quiet < 2; quiet++) {
-            o.quiet = quiet;
+        snprintf(longname, sizeof longname, "%s", tmp_path("x"));
+        snprintf(longname + strlen(longname) - 1, sizeof longname - strlen(longname) + 1, "%0300d", 0);
+        for (int c = 0; c < 3; c++) {   /* the unwritable one, that with -q, the long name */
+            o.tune_file = c < 2 ? path : longname;
+            o.quiet = c == 1;
             saved = stdout_start();
             capture_start();
             CHECK(train_run(m.p, &o) != 0);
             err = capture_end();
             stdout_end(saved);
             fprintf(stderr, "%s", err);
-            CHECK(strstr(err, "cgc: error: --tune-file ") != NULL && strstr(err, "cannot write ") != NULL);
-            CHECK(strstr(err, "nothing was tuned") != NULL && strstr(err, "timing the") == NULL);
+            CHECK(strstr(err, "cgc: error: --tune-file ") != NULL && strstr(err, "timing the") == NULL);
+            if (c < 2) CHECK(strstr(err, "cannot write ") != NULL && strstr(err, "nothing was tuned") != NULL);
+            else CHECK(strstr(err, "File name too long; name another file (nothing was tuned)") != NULL);
         }
         tune_free(&have);
     }

@@ -443,6 +443,13 @@ int run_block(unsigned block, unsigned grid, const char *name)
 
 }  // namespace
 
+extern "C" void cgc_emu_fault(const char *what)
+{
+    fprintf(stderr, "cgc: CUDA emulation: block %u, thread %u: %s\n", cgc_emu_block_idx.x,
+            cgc_emu_thread_idx.x, what);
+    abort();
+}
+
 extern "C" void cgc_emu_syncthreads(const char *file, int line)
 {
     Fiber *f = running_fiber("__syncthreads");

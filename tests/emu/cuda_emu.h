@@ -60,8 +60,10 @@ extern "C" {
 /* FILE and LINE identify the barrier: threads waiting at different barriers never
  * release each other (divergent __syncthreads is an error, reported). */
 void cgc_emu_syncthreads(const char *file, int line);
+/* What the GPU would fault on (WHAT says it): reported, then the process aborts. */
+void cgc_emu_fault(const char *what) __attribute__((noreturn));
 /* Exchanges the 64-bit pattern BITS among the warp's threads in MASK; returns the
- * pattern of the source lane that KIND and ARG (lane mask or delta) select. */
+ * pattern of the source lane that KIND and ARG (lane mask, delta or lane) select. */
 uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width);
 int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **), void **args,
                    const char *name);
