@@ -202,7 +202,7 @@ def parse_autotune(text):
     g = re.search(r"cgc: autotune: the time ran out: (\d+) kernels", text)
     if g:
         r["untimed"] = int(g.group(1))
-    g = re.search(r"cgc: autotune: (\d+) candidates? refused", text)
+    g = re.search(r"cgc: warning: autotune: (\d+) candidates? refused", text)
     if g:
         r["refused"] = int(g.group(1))
     return r

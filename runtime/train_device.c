@@ -362,11 +362,11 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     if (r.gemm_compile_s > 0)
         say_autotune(t, "of which %.1f s compiled the generated GEMMs and MLPs (%d kernels)",
                      r.gemm_compile_s, plan->nkernels - plan->gemm_kernels_from);
-    if (r.refused)   /* even under -q: it explains the errors printed, which cost nothing */
-        fprintf(stderr, "cgc: autotune: %d candidate%s refused by the device (the error%s above) "
-                        "%s left out; the run goes on without %s\n", r.refused,
-                r.refused == 1 ? "" : "s", r.refused == 1 ? " is" : "s are",
-                r.refused == 1 ? "was" : "were", r.refused == 1 ? "it" : "them");
+    if (r.refused)   /* a warning, which -q keeps: it explains the errors printed above */
+        cgc_warning("autotune: %d candidate%s refused by the device (the error%s above) %s left "
+                    "out; the run goes on without %s", r.refused, r.refused == 1 ? "" : "s",
+                    r.refused == 1 ? " is" : "s are", r.refused == 1 ? "was" : "were",
+                    r.refused == 1 ? "it" : "them");
     if (r.untimed)
         say_autotune(t, "the time ran out: %d kernels and GEMMs keep the plan's choices, untimed "
                         "(delete the choices file to tune again)", r.untimed);

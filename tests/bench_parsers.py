@@ -73,12 +73,14 @@ check((r["step_ms"], r["p10_ms"], r["p90_ms"]) == (1.25, 1.0, 2.5), f"step times
 check((r["arena_bytes"], r["in_use_bytes"]) == (123456, 654321), f"memory: {r} from {text!r}")
 
 # max-autotune: say_autotune puts its prefix before each line
-prefix = "cgc: autotune: "
+prefix = "cgc: autotune: "   # the refused line is a warning: cgc_warning's prefix, checked below
+check(re.search(r'cgc_warning\("autotune: %d candidate%s refused', SOURCE),
+      "the refused line is no longer a cgc_warning")
 check(re.search(r'static void say_autotune\(.*?fprintf\(stderr, "cgc: autotune: "\);', SOURCE, re.S),
       "say_autotune no longer begins its line with 'cgc: autotune: '")
 tuned = (prefix + line("candidates timed for", 41, 6, 5, 1, 11.5) + "\n" +
          prefix + line("the time ran out:", 3) + "\n" +
-         line("candidate%s refused by the device", 8, "s", "s are", "were", "them"))
+         "cgc: warning: " + line("candidate%s refused by the device", 8, "s", "s are", "were", "them"))
 r = parse_autotune(tuned)
 check((r["candidates"], r["tuning_s"]) == (41, 11.5), f"candidates and tuning time: {r} from {tuned!r}")
 check(r["untimed"] == 3 and r["refused"] == 8, f"untimed and refused: {r} from {tuned!r}")
