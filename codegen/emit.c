@@ -166,8 +166,12 @@ void plan_print(FILE *out, const Plan *pl)
             else print_launch(out, pl, &st->launch);
             int run = plan_mlp_at(pl, (PlanGraphId)g, s);
             if (run < 0) continue;
-            fprintf(out, "       steps %d-%d or one fused MLP kernel (max-autotune's candidates):",
-                     s + 1, s + pl->mlps[run].nlayers);
+            const PlanMlp *m = &pl->mlps[run];
+            fprintf(out, "       steps");
+            for (int j = 0; j < m->nlayers; j++)
+                fprintf(out, "%s%d", j == 0 ? " " : j + 1 < m->nlayers ? ", " : " and ", m->step[j] + 1);
+            fprintf(out, " or one fused MLP %s kernel (max-autotune's candidates):",
+                    m->backward ? "backward" : "forward");
             for (int k = 0; k < PLAN_MLP_SHAPES; k++)
                 fprintf(out, "%s %s", k ? "," : "", pl->kernels[pl->mlps[run].kernel[k]].name);
             fputc('\n', out);

@@ -12,7 +12,8 @@
  * time. Within one graph a node buffer is live from the first step that names it (a
  * launch's ARG_BUFFER argument, a GEMM's a, b or c) to the last, inclusive: a step's
  * inputs and outputs are live together, so no kernel ever writes over what it reads.
- * The steps of a fused MLP run (max-autotune's candidate) count as one step.
+ * A fused MLP run (max-autotune's candidate) may compute all its layers at its first
+ * layer's step: every buffer its kernel names is named there too.
  * Buffers no step names are live nowhere and take no room (offset 0).
  *
  * Placement is the classic greedy for offline dynamic storage allocation: the graph's
@@ -34,12 +35,6 @@ enum { ALIGN = 256 };
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
-static int root_of(const Plan *plan, int b)
-{
-    while (plan->buffers[b].alias_of >= 0) b = plan->buffers[b].alias_of;
-    return b;
-}
-
 /* ---- what outlives a graph run ---- */
 
 /* Per buffer: whether it belongs to the persistent region (roots only). */
@@ -47,13 +42,13 @@ static bool *persistent_buffers(const Plan *plan)
 {
     bool *keep = xcalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1), sizeof *keep);
     for (int b = 0; b < plan->nbuffers; b++)
-        if (plan->buffers[b].kind != PB_NODE) keep[root_of(plan, b)] = true;
+        if (plan->buffers[b].kind != PB_NODE) keep[plan_buffer_root(plan, b)] = true;
     for (int g = 0; g < PG_NUM; g++) {
         const PlanGraph *pg = &plan->graph[g];
         if (!pg->ir) continue;
         for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) {
             int id = pg->ir->output[r];
-            if (id >= 0 && pg->node_buffer[id] >= 0) keep[root_of(plan, pg->node_buffer[id])] = true;
+            if (id >= 0 && pg->node_buffer[id] >= 0) keep[plan_buffer_root(plan, pg->node_buffer[id])] = true;
         }
     }
     return keep;
@@ -65,42 +60,45 @@ typedef struct Live {
     int first, last;        /* steps; first < 0: no step names the buffer */
 } Live;
 
-/* Step STEP of graph G names buffer B. The steps of a fused MLP run (plan.h) count as
- * one, [LO, HI]: its kernel reads and writes them all at once. */
-static void touch(const Plan *plan, PlanGraphId g, int lo, int hi, int b, Live *live)
+/* Step I of graph G names buffer B. */
+static void touch(const Plan *plan, PlanGraphId g, int i, int b, Live *live)
 {
     CGC_ASSERT(b >= 0 && b < plan->nbuffers);
-    b = root_of(plan, b);
+    b = plan_buffer_root(plan, b);
     const PlanBuffer *buf = &plan->buffers[b];
     if (buf->kind == PB_NODE && buf->graph != (int)g)
-        CGC_INTERNAL("plan steps %d-%d of graph %d use buffer %d (%s) of graph %d", lo, hi, (int)g,
-                     b, buf->what, buf->graph);
-    if (live[b].first < 0) live[b].first = lo;
-    if (hi > live[b].last) live[b].last = hi;
+        CGC_INTERNAL("plan step %d of graph %d uses buffer %d (%s) of graph %d", i, (int)g, b,
+                     buf->what, buf->graph);
+    if (live[b].first < 0 || i < live[b].first) live[b].first = i;
+    if (i > live[b].last) live[b].last = i;
 }
 
-/* Live ranges of the buffers graph G's steps name (indexed by buffer). */
+/* Live ranges of the buffers graph G's steps name (indexed by buffer). A fused MLP run
+ * (plan.h) may run its layers at its first step instead of their own: every buffer its
+ * kernel names is also touched there. */
 static Live *live_ranges(const Plan *plan, PlanGraphId g)
 {
     Live *live = xmalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1) * sizeof *live);
     for (int b = 0; b < plan->nbuffers; b++) live[b] = (Live){ -1, -1 };
     const PlanGraph *pg = &plan->graph[g];
-    int lo = 0, hi = -1;    /* the fused run step i is in, or [i, i] */
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
         int run = plan_mlp_at(plan, g, i);
-        if (run >= 0) lo = i, hi = i + plan->mlps[run].nlayers - 1;
-        else if (i > hi) lo = hi = i;
+        if (run >= 0) {
+            int arg[3 * PLAN_MLP_MAX_LAYERS + 1], n = plan_mlp_args(plan, run, arg);
+            for (int a = 0; a < n; a++)
+                if (arg[a] >= 0) touch(plan, g, i, arg[a], live);
+        }
         if (s->kind == STEP_GEMM) {
-            touch(plan, g, lo, hi, s->gemm.a, live);
-            touch(plan, g, lo, hi, s->gemm.b, live);
-            touch(plan, g, lo, hi, s->gemm.c, live);
-            if (s->gemm.bias >= 0) touch(plan, g, lo, hi, s->gemm.bias, live);   /* epilogue operands */
-            if (s->gemm.aux >= 0) touch(plan, g, lo, hi, s->gemm.aux, live);
+            touch(plan, g, i, s->gemm.a, live);
+            touch(plan, g, i, s->gemm.b, live);
+            touch(plan, g, i, s->gemm.c, live);
+            if (s->gemm.bias >= 0) touch(plan, g, i, s->gemm.bias, live);   /* epilogue operands */
+            if (s->gemm.aux >= 0) touch(plan, g, i, s->gemm.aux, live);
             continue;
         }
         for (int a = 0; a < s->launch.nargs; a++)
-            if (s->launch.arg[a].kind == ARG_BUFFER) touch(plan, g, lo, hi, s->launch.arg[a].index, live);
+            if (s->launch.arg[a].kind == ARG_BUFFER) touch(plan, g, i, s->launch.arg[a].index, live);
     }
     return live;
 }
@@ -222,7 +220,7 @@ void plan_layout(const Plan *plan, const int64_t *symmax, bool reuse, PlanLayout
         else if (out->graph_bytes[g] > graphs) graphs = out->graph_bytes[g];
     }
     for (int b = 0; b < plan->nbuffers; b++)
-        if (plan->buffers[b].alias_of >= 0) out->offset[b] = out->offset[root_of(plan, b)];
+        if (plan->buffers[b].alias_of >= 0) out->offset[b] = out->offset[plan_buffer_root(plan, b)];
     out->arena_bytes = out->persistent_bytes + graphs;
     free(keep);
 }

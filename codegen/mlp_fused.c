@@ -17,6 +17,14 @@
  *   - every layer's output is still stored, rounded once, bias and relu applied: the
  *     backward pass reads them. What the kernel saves is a launch per layer and the
  *     activations' reads.
+ * The backward pass's input gradients are such a chain too, read the other way: layer
+ * j's input is relu_grad(c_{j-1}, h) = h > 0 ? c_{j-1} : 0, h the forward activation,
+ * and its weights are used as stored, [k, n], so their copy is read by ldmatrix .trans.
+ * The chain's layers are not consecutive steps: between two of them the plan runs the
+ * relu_grad (fused with the bias gradient's sum) and the weight gradient's GEMM. Those
+ * still run where they are; the kernel runs every layer at the first one's step, which
+ * backward_run checks is the same computation (can_move), and memplan keeps its outputs
+ * live from there.
  * Kernels depend on the layers' widths, epilogues and types and on the rows per block,
  * never on the batch (m is a parameter), and the comment lists the runs they serve.
  */
@@ -40,55 +48,217 @@ unsigned plan_mlp_grid(int shape, int64_t m)
 int plan_mlp_at(const Plan *plan, PlanGraphId gid, int i)
 {
     for (int c = 0; c < plan->nmlps; c++)
-        if (plan->mlps[c].graph == gid && plan->mlps[c].first == i) return c;
+        if (plan->mlps[c].graph == gid && plan->mlps[c].step[0] == i) return c;
     return -1;
+}
+
+int plan_mlp_layer_of(const Plan *plan, PlanGraphId gid, int i)
+{
+    for (int c = 0; c < plan->nmlps; c++)
+        for (int j = 0; j < plan->mlps[c].nlayers; j++)
+            if (plan->mlps[c].graph == gid && plan->mlps[c].step[j] == i) return c;
+    return -1;
+}
+
+int plan_mlp_args(const Plan *plan, int r, int *buf)
+{
+    CGC_ASSERT(r >= 0 && r < plan->nmlps);
+    const PlanMlp *run = &plan->mlps[r];
+    const PlanStep *steps = plan->graph[run->graph].steps;
+    int L = run->nlayers;
+    buf[L] = steps[run->step[0]].gemm.a;
+    for (int j = 0; j < L; j++) {
+        const PlanGemm *g = &steps[run->step[j]].gemm;
+        buf[j] = g->c;
+        buf[L + 1 + j] = g->b;
+        buf[2 * L + 1 + j] = run->backward ? run->mask[j] : g->bias;
+    }
+    return 3 * L + 1;
 }
 
 /* ---- which runs qualify ---- */
 
 static int round_up(int64_t n, int to) { return (int)((n + to - 1) / to * to); }
 
-/* Step S as one layer of a run: a generable GEMM x @ W^T of concrete width at most
- * PLAN_MLP_MAX_WIDTH (and concrete k). */
-static bool layer_ok(const PlanStep *s)
+/* Step S as one layer of a run: a generable GEMM of concrete width n at most
+ * PLAN_MLP_MAX_WIDTH and concrete k, A untransposed; forward x @ W^T, backward x @ W
+ * without an epilogue. */
+static bool layer_ok(const PlanStep *s, bool backward)
 {
     if (s->kind != STEP_GEMM || !plan_gemm_generable(&s->gemm)) return false;
     const PlanGemm *g = &s->gemm;
-    return !g->trans_a && g->trans_b && !IR_DIM_IS_SYM(g->n) && !IR_DIM_IS_SYM(g->k) &&
-           g->n >= 1 && g->n <= PLAN_MLP_MAX_WIDTH && g->k >= 1;
+    return !g->trans_a && g->trans_b == !backward && (!backward || g->epilogue == GEMM_EPI_NONE) &&
+           !IR_DIM_IS_SYM(g->n) && !IR_DIM_IS_SYM(g->k) && g->n >= 1 && g->n <= PLAN_MLP_MAX_WIDTH &&
+           g->k >= 1;
 }
 
-/* Whether NEXT continues a run whose last layer is PREV: it reads PREV's output, which
- * is of the operands' type, for the same rows. */
+/* Whether NEXT can take its input from PREV's output, which is of the operands' type,
+ * for the same rows. */
 static bool follows(const PlanGemm *prev, const PlanGemm *next)
 {
-    return next->a == prev->c && prev->c_type == prev->a_type && next->a_type == prev->a_type &&
-           next->m == prev->m && next->k == prev->n;
+    return prev->c_type == prev->a_type && next->a_type == prev->a_type && next->m == prev->m &&
+           next->k == prev->n;
+}
+
+/* ---- forward runs ---- */
+
+/* Whether step NEXT's weights or bias is the output of one of the N steps from FIRST: the
+ * fused kernel reads a layer's weights whole while the outputs before it are still being
+ * written, block by block, so such a step cannot join the run. (No layer of today's
+ * language is such: a weight that is an activation has the batch for a dimension, and
+ * layer_ok wants concrete sizes. This keeps it so.) */
+static bool reads_run_output(const PlanStep *first, int n, const PlanGemm *next)
+{
+    for (int j = 0; j < n; j++)
+        if (next->b == first[j].gemm.c || (next->bias >= 0 && next->bias == first[j].gemm.c))
+            return true;
+    return false;
+}
+
+/* The forward run that starts at step I of PG, into RUN; returns its layers (0 or 1:
+ * none). */
+static int forward_run(const PlanGraph *pg, int i, PlanMlp *run)
+{
+    if (!layer_ok(&pg->steps[i], false)) return 0;
+    int n = 1;
+    while (n < PLAN_MLP_MAX_LAYERS && i + n < pg->nsteps && layer_ok(&pg->steps[i + n], false) &&
+           pg->steps[i + n].gemm.a == pg->steps[i + n - 1].gemm.c &&
+           follows(&pg->steps[i + n - 1].gemm, &pg->steps[i + n].gemm) &&
+           !reads_run_output(&pg->steps[i], n, &pg->steps[i + n].gemm))
+        n++;
+    run->nlayers = n;
+    for (int j = 0; j < n; j++) run->step[j] = i + j, run->link[j] = run->mask[j] = -1;
+    return n;
+}
+
+/* ---- backward runs ---- */
+
+static bool same(const Plan *plan, int a, int b)
+{
+    return a >= 0 && b >= 0 && plan_buffer_root(plan, a) == plan_buffer_root(plan, b);
+}
+
+/* Whether step S writes buffer B (a launch writes through its kernel's parameters that
+ * are not const). */
+static bool step_writes(const Plan *plan, const PlanStep *s, int b)
+{
+    if (s->kind == STEP_GEMM) return same(plan, s->gemm.c, b) || same(plan, s->gemm.aux, b);
+    const PlanKernel *k = &plan->kernels[s->launch.kernel];
+    for (int a = 0; a < s->launch.nargs; a++)
+        if (s->launch.arg[a].kind == ARG_BUFFER && same(plan, s->launch.arg[a].index, b) &&
+            (!k->param_ctype[a] || strncmp(k->param_ctype[a], "const ", 6) != 0))
+            return true;
+    return false;
+}
+
+/* Whether step S reads or writes buffer B. */
+static bool step_names(const Plan *plan, const PlanStep *s, int b)
+{
+    if (s->kind == STEP_GEMM)
+        return same(plan, s->gemm.a, b) || same(plan, s->gemm.b, b) || same(plan, s->gemm.c, b) ||
+               same(plan, s->gemm.bias, b) || same(plan, s->gemm.aux, b);
+    for (int a = 0; a < s->launch.nargs; a++)
+        if (s->launch.arg[a].kind == ARG_BUFFER && same(plan, s->launch.arg[a].index, b)) return true;
+    return false;
+}
+
+/* The next layer of a backward run whose last layer is step P of PG: a later GEMM step
+ * whose A is the value relu_grad(c_P, mask) that a launch step between them stores (a
+ * member of that step's fusion group). Sets *LINK (that step) and *MASK (the buffer);
+ * -1: none. */
+static int next_layer(const Plan *plan, const PlanGraph *pg, int p, int *link, int *mask)
+{
+    const PlanGemm *prev = &pg->steps[p].gemm;
+    const IrGraph *ir = pg->ir;
+    for (int l = p + 1; l < pg->nsteps; l++) {
+        const PlanStep *ls = &pg->steps[l];
+        if (ls->kind != STEP_LAUNCH || ls->group <= 0) continue;
+        for (int id = 0; id < ir->nnodes; id++) {
+            const IrNode *n = &ir->nodes[id];
+            if (n->group != ls->group || n->op != IR_RELU_GRAD || !ir_member_stored(ir, id)) continue;
+            int x = pg->node_buffer[id], y = pg->node_buffer[n->in[1]];
+            if (!same(plan, pg->node_buffer[n->in[0]], prev->c) || y < 0 || x < 0 ||
+                !ir_shape_equal(&n->shape, &ir->nodes[n->in[0]].shape) ||
+                !ir_shape_equal(&n->shape, &ir->nodes[n->in[1]].shape))
+                continue;
+            for (int s = l + 1; s < pg->nsteps; s++) {
+                const PlanGemm *g = &pg->steps[s].gemm;
+                if (pg->steps[s].kind == STEP_GEMM && same(plan, g->a, x) && layer_ok(&pg->steps[s], true) &&
+                    follows(prev, g) && n->dtype == g->a_type) {
+                    *link = l, *mask = y;
+                    return s;
+                }
+            }
+        }
+    }
+    return -1;
+}
+
+/* Whether layer S of a backward run (RUN so far), its input made by step LINK from the
+ * run's last output and MASK, can run at the run's first step: no step between them but
+ * the run's layers writes what the kernel reads for it (its weights, MASK, the last
+ * output) or its input, but LINK, and none names its output. */
+static bool can_move(const Plan *plan, const PlanGraph *pg, const PlanMlp *run, int s, int link, int mask)
+{
+    const PlanGemm *g = &pg->steps[s].gemm, *prev = &pg->steps[run->step[run->nlayers - 1]].gemm;
+    for (int t = run->step[0] + 1, j = 1; t < s; t++) {
+        if (j < run->nlayers && t == run->step[j]) {
+            j++;
+            continue;
+        }
+        const PlanStep *ts = &pg->steps[t];
+        if (step_writes(plan, ts, g->b) || step_writes(plan, ts, mask) || step_names(plan, ts, g->c) ||
+            (t != link && (step_writes(plan, ts, prev->c) || step_writes(plan, ts, g->a))))
+            return false;
+    }
+    return true;
+}
+
+/* The backward run that starts at step I of PG, into RUN; returns its layers. */
+static int backward_run(const Plan *plan, const PlanGraph *pg, int i, PlanMlp *run)
+{
+    if (!layer_ok(&pg->steps[i], true)) return 0;
+    run->nlayers = 1;
+    run->step[0] = i;
+    run->link[0] = run->mask[0] = -1;
+    while (run->nlayers < PLAN_MLP_MAX_LAYERS) {
+        int link, mask, s = next_layer(plan, pg, run->step[run->nlayers - 1], &link, &mask);
+        if (s < 0 || !can_move(plan, pg, run, s, link, mask)) break;
+        run->step[run->nlayers] = s;
+        run->link[run->nlayers] = link;
+        run->mask[run->nlayers++] = mask;
+    }
+    return run->nlayers;
 }
 
 /* ---- what a kernel depends on ---- */
 
 typedef struct MlpLayer {
     int64_t n, k;
-    DType c_type, bias_type;
+    DType c_type;
+    DType aux_type;             /* forward: the bias's type; backward: the mask's */
     GemmEpilogue epilogue;
 } MlpLayer;
 
 typedef struct MlpSpec {
+    bool backward;
     DType in_type;
     int nlayers;
     MlpLayer layer[PLAN_MLP_MAX_LAYERS];
     int shape;
 } MlpSpec;
 
-static MlpSpec spec_of(const PlanGraph *pg, int first, int nlayers, int shape)
+static MlpSpec spec_of(const Plan *plan, const PlanMlp *run, int shape)
 {
-    MlpSpec s = { .in_type = pg->steps[first].gemm.a_type, .nlayers = nlayers, .shape = shape };
-    for (int j = 0; j < nlayers; j++) {
-        const PlanGemm *g = &pg->steps[first + j].gemm;
-        bool epi = g->epilogue != GEMM_EPI_NONE;
-        s.layer[j] = (MlpLayer){ .n = g->n, .k = g->k, .c_type = g->c_type,
-                                 .bias_type = epi ? g->bias_type : g->c_type,
+    const PlanStep *steps = plan->graph[run->graph].steps;
+    MlpSpec s = { .backward = run->backward, .in_type = steps[run->step[0]].gemm.a_type,
+                  .nlayers = run->nlayers, .shape = shape };
+    for (int j = 0; j < run->nlayers; j++) {
+        const PlanGemm *g = &steps[run->step[j]].gemm;
+        DType aux = g->c_type;
+        if (run->mask[j] >= 0) aux = plan->buffers[run->mask[j]].dtype;
+        else if (g->epilogue != GEMM_EPI_NONE) aux = g->bias_type;
+        s.layer[j] = (MlpLayer){ .n = g->n, .k = g->k, .c_type = g->c_type, .aux_type = aux,
                                  .epilogue = g->epilogue };
     }
     return s;
@@ -96,11 +266,13 @@ static MlpSpec spec_of(const PlanGraph *pg, int first, int nlayers, int shape)
 
 static bool spec_eq(const MlpSpec *x, const MlpSpec *y)
 {
-    if (x->in_type != y->in_type || x->nlayers != y->nlayers || x->shape != y->shape) return false;
+    if (x->backward != y->backward || x->in_type != y->in_type || x->nlayers != y->nlayers ||
+        x->shape != y->shape)
+        return false;
     for (int j = 0; j < x->nlayers; j++) {
         const MlpLayer *a = &x->layer[j], *b = &y->layer[j];
         if (a->n != b->n || a->k != b->k || a->c_type != b->c_type ||
-            a->bias_type != b->bias_type || a->epilogue != b->epilogue)
+            a->aux_type != b->aux_type || a->epilogue != b->epilogue)
             return false;
     }
     return true;
@@ -108,17 +280,20 @@ static bool spec_eq(const MlpSpec *x, const MlpSpec *y)
 
 /* "mlp_fused_bf16_784_128r_128r_128r_10_rows64": the operands' type, the first k, each
  * layer's width (r: bias + relu; b: bias), a type where it is not the operands', the
- * rows per block. */
+ * rows per block. A backward pass is "mlp_fused_bwd_...", its masks' type given where
+ * it is not the operands'. */
 static void spec_name(const MlpSpec *s, char *buf, size_t len)
 {
     StrBuf o = { 0 };
-    sb_printf(&o, "mlp_fused_%s_%lld", ir_dtype_name(s->in_type), (long long)s->layer[0].k);
+    sb_printf(&o, "mlp_fused_%s%s_%lld", s->backward ? "bwd_" : "", ir_dtype_name(s->in_type),
+              (long long)s->layer[0].k);
     for (int j = 0; j < s->nlayers; j++) {
         const MlpLayer *l = &s->layer[j];
         sb_printf(&o, "_%lld%s", (long long)l->n,
                   l->epilogue == GEMM_EPI_RELU_BIAS ? "r" : l->epilogue == GEMM_EPI_BIAS ? "b" : "");
-        if (l->epilogue != GEMM_EPI_NONE && l->bias_type != s->in_type)
-            sb_printf(&o, "%s", ir_dtype_name(l->bias_type));
+        bool aux = s->backward ? j > 0 : l->epilogue != GEMM_EPI_NONE;
+        if (aux && l->aux_type != s->in_type)
+            sb_printf(&o, "%s%s", s->backward ? "mask" : "", ir_dtype_name(l->aux_type));
         if (l->c_type != s->in_type) sb_printf(&o, "to%s", ir_dtype_name(l->c_type));
     }
     sb_printf(&o, "_rows%d", plan_mlp_rows[s->shape]);
@@ -133,7 +308,8 @@ static const char *const EPI = "            ";     /* a layer's epilogue, inside
 
 /* Layer J's epilogue, inside its braces, on the accumulators acc[NT][4] of the warp's
  * rows r0 and r0 + 8: bias, relu, the store to c_J; and, unless it is the last layer, the
- * packing of the rounded values into the next layer's A fragments x[KS][4]. */
+ * packing of the rounded values (backward: masked by mask_{J+1}) into the next layer's A
+ * fragments x[KS][4]. */
 static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
 {
     const MlpLayer *l = &s->layer[j];
@@ -152,7 +328,11 @@ static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
     if (l->epilogue == GEMM_EPI_RELU_BIAS) sb_printf(o, "%s        v = v < 0.0f ? 0.0f : v;\n", EPI);
     sb_printf(o, "%s        if (row < m%s) cgc_store(&c%d[row * N + col], v);\n", EPI,
               pad ? " && col < N" : "", j);
-    if (j + 1 < s->nlayers)
+    if (j + 1 < s->nlayers && s->backward)
+        sb_printf(o, "%s        /* the next layer's input: relu_grad(c%d, mask%d), as the plan's own step makes it */\n"
+                     "%s        acc[j][e] = row < m && %scgc_load(mask%d[row * N + col]) > 0.0f ? v : 0.0f;\n",
+                  EPI, j, j + 1, EPI, pad ? "col < N && " : "", j + 1);
+    else if (j + 1 < s->nlayers)
         sb_printf(o, "%s        acc[j][e] = %sv;   /* the next layer's input */\n", EPI,
                   pad ? "col >= N ? 0.0f : " : "");
     sb_printf(o, "%s    }\n", EPI);
@@ -176,62 +356,80 @@ static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
     sb_printf(o, "%s}\n", EPI);
 }
 
-/* Layer J >= 1's weights, whole, into the shared memory, by cp.async: issued by layer
- * J - 1 once every warp is done with its products (the caller's barrier), before its
- * epilogue; layer J waits for them. */
+/* Layer J >= 1's weights, whole, into the shared memory as they are stored ([n, k]
+ * forward, [k, n] backward), by cp.async: issued by layer J - 1 once every warp is done
+ * with its products (the caller's barrier), before its epilogue; layer J waits for
+ * them. */
 static void render_weights_load(StrBuf *o, const MlpSpec *s, int j)
 {
     const MlpLayer *l = &s->layer[j];
     int np = round_up(l->n, 8), kp = round_up(l->k, 16);
+    int rows = s->backward ? kp : np, cols = s->backward ? np : kp;   /* as W is stored */
     sb_printf(o, "%s    /* layer %d's weights come in while this layer's epilogue runs */\n"
                  "%s    cgc_tile_load<%d, %d, THREADS>((unsigned short (*)[%d + 8])smem, "
                  "(const unsigned short *)w%d, %lld, %lld, 0, 0);\n"
                  "%s    cgc_cp_async_commit();\n",
-              IN, j, IN, np, kp, kp, j, (long long)l->n, (long long)l->k, IN);
+              IN, j, IN, rows, cols, cols, j, (long long)(s->backward ? l->k : l->n),
+              (long long)(s->backward ? l->n : l->k), IN);
 }
 
-/* Layer 0: the input streams through two stages of k STAGE_K. */
+/* Layer 0: the input streams through two stages of k STAGE_K, and so do its weights:
+ * rows of n, k along them (forward), or rows of k, n along them (backward), as stored. */
 static void render_first(StrBuf *o, const MlpSpec *s)
 {
     const MlpLayer *l = &s->layer[0];
     int np = round_up(l->n, 8);
+    bool bwd = s->backward;
     sb_printf(o, "%s{   /* layer 0: [m, %lld] -> [m, %lld] */\n", IN, (long long)l->k, (long long)l->n);
     sb_printf(o, "%s    enum { N = %lld, K = %lld, NP = %d, STEPS = (K + BK - 1) / BK };\n", IN,
               (long long)l->n, (long long)l->k, np);
     sb_printf(o, "%s    typedef unsigned short ARow[BK + 8];\n"
+                 "%s    typedef unsigned short WRow[%s + 8];\n"
                  "%s    ARow *const sa = (ARow *)smem;            /* stage s: the input, rows [s * BM, s * BM + BM) */\n"
-                 "%s    ARow *const sw = (ARow *)smem + 2 * BM;   /* stage s: w0, rows [s * NP, s * NP + NP) */\n"
+                 "%s    WRow *const sw = (WRow *)(sa + 2 * BM);   /* stage s: w0, rows [s * %s, s * %s + %s) */\n"
                  "%s    const unsigned short *w16 = (const unsigned short *)w0;\n"
                  "%s    float acc[NP / 8][4] = {};\n"
                  "%s    __syncthreads();   /* the shared memory is free (the last layer of the rows before) */\n"
-                 "%s    cgc_tile_load<BM, BK, THREADS>(sa, a16, m, K, m0, 0);\n"
-                 "%s    cgc_tile_load<NP, BK, THREADS>(sw, w16, N, K, 0, 0);\n"
-                 "%s    cgc_cp_async_commit();\n"
+                 "%s    cgc_tile_load<BM, BK, THREADS>(sa, a16, m, K, m0, 0);\n",
+              IN, IN, bwd ? "NP" : "BK", IN, IN, bwd ? "BK" : "NP", bwd ? "BK" : "NP", bwd ? "BK" : "NP",
+              IN, IN, IN, IN);
+    sb_printf(o, bwd ? "%s    cgc_tile_load<BK, NP, THREADS>(sw, w16, K, N, 0, 0);\n"
+                     : "%s    cgc_tile_load<NP, BK, THREADS>(sw, w16, N, K, 0, 0);\n", IN);
+    sb_printf(o, "%s    cgc_cp_async_commit();\n"
                  "%s    for (int step = 0; step < STEPS; step++) {\n"
                  "%s        const int s = step & 1;\n"
                  "%s        if (step + 1 < STEPS) {   /* the next stage, while this one is used */\n"
-                 "%s            cgc_tile_load<BM, BK, THREADS>(sa + (s ^ 1) * BM, a16, m, K, m0, (step + 1) * BK);\n"
-                 "%s            cgc_tile_load<NP, BK, THREADS>(sw + (s ^ 1) * NP, w16, N, K, 0, (step + 1) * BK);\n"
-                 "%s        }\n"
+                 "%s            cgc_tile_load<BM, BK, THREADS>(sa + (s ^ 1) * BM, a16, m, K, m0, (step + 1) * BK);\n",
+              IN, IN, IN, IN, IN);
+    sb_printf(o, bwd ? "%s            cgc_tile_load<BK, NP, THREADS>(sw + (s ^ 1) * BK, w16, K, N, (step + 1) * BK, 0);\n"
+                     : "%s            cgc_tile_load<NP, BK, THREADS>(sw + (s ^ 1) * NP, w16, N, K, 0, (step + 1) * BK);\n",
+              IN);
+    sb_printf(o, "%s        }\n"
                  "%s        cgc_cp_async_commit();\n"
                  "%s        cgc_cp_async_wait_prior();   /* this stage has landed */\n"
                  "%s        __syncthreads();\n"
                  "#pragma unroll\n"
                  "%s        for (int ks = 0; ks < BK; ks += 16) {\n"
                  "%s            uint32_t fa[4];   /* lane l gives row l %% 16 of the warp's, at k ks + l / 16 * 8 */\n"
-                 "%s            cgc_ldmatrix(fa, 4, &sa[s * BM + warp * 16 + lane %% 16][ks + lane / 16 * 8], false);\n"
-                 "%s            /* B's fragments: lanes 0-15 give row (n) l %% 8 of the tile, at k ks + l / 8 * 8 */\n"
-                 "#pragma unroll\n"
+                 "%s            cgc_ldmatrix(fa, 4, &sa[s * BM + warp * 16 + lane %% 16][ks + lane / 16 * 8], false);\n",
+              IN, IN, IN, IN, IN, IN, IN);
+    if (bwd)
+        sb_printf(o, "%s            /* B's fragments, transposed: lane l gives k row ks + l %% 16 of the stage, at n j * 8 */\n", IN);
+    else
+        sb_printf(o, "%s            /* B's fragments: lanes 0-15 give row (n) l %% 8 of the tile, at k ks + l / 8 * 8 */\n", IN);
+    sb_printf(o, "#pragma unroll\n"
                  "%s            for (int j = 0; j < NP / 8; j++) {\n"
-                 "%s                uint32_t fb[2];\n"
-                 "%s                cgc_ldmatrix(fb, 2, &sw[s * NP + j * 8 + lane %% 8][ks + lane / 8 %% 2 * 8], false);\n"
-                 "%s                cgc_mma_16816(acc[j], fa, fb, %s);\n"
+                 "%s                uint32_t fb[2];\n", IN, IN);
+    if (bwd)
+        sb_printf(o, "%s                cgc_ldmatrix(fb, 2, &sw[s * BK + ks + lane %% 16][j * 8], true);\n", IN);
+    else
+        sb_printf(o, "%s                cgc_ldmatrix(fb, 2, &sw[s * NP + j * 8 + lane %% 8][ks + lane / 8 %% 2 * 8], false);\n", IN);
+    sb_printf(o, "%s                cgc_mma_16816(acc[j], fa, fb, %s);\n"
                  "%s            }\n"
                  "%s        }\n"
                  "%s        __syncthreads();   /* before the next loads overwrite this stage */\n"
                  "%s    }\n",
-              IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN, IN,
-              IN, IN, IN, IN, s->in_type == DT_BF16 ? "true" : "false", IN, IN, IN, IN);
+              IN, s->in_type == DT_BF16 ? "true" : "false", IN, IN, IN, IN);
     if (s->nlayers > 1) render_weights_load(o, s, 1);   /* the loop's last barrier frees the stages */
     render_epilogue(o, s, 0);
     sb_printf(o, "%s}\n", IN);
@@ -246,21 +444,26 @@ static void render_layer(StrBuf *o, const MlpSpec *s, int j)
     sb_printf(o, "%s{   /* layer %d: [m, %lld] -> [m, %lld] */\n", IN, j, (long long)l->k, (long long)l->n);
     sb_printf(o, "%s    enum { N = %lld, K = %lld, NP = %d, KP = %d };\n", IN, (long long)l->n,
               (long long)l->k, np, kp);
-    sb_printf(o, "%s    typedef unsigned short WRow[KP + 8];\n"
-                 "%s    WRow *sw = (WRow *)smem;   /* w%d, NP x KP: the layer before began the copy */\n"
+    bool bwd = s->backward;
+    sb_printf(o, "%s    typedef unsigned short WRow[%s + 8];\n"
+                 "%s    WRow *sw = (WRow *)smem;   /* w%d, %s: the layer before began the copy */\n"
                  "%s    float acc[NP / 8][4] = {};\n"
                  "%s    cgc_cp_async_wait_all();\n"
                  "%s    __syncthreads();   /* every thread's part of the copy has landed */\n"
                  "#pragma unroll\n"
                  "%s    for (int q = 0; q < KP / 16; q++)\n"
                  "#pragma unroll\n"
-                 "%s        for (int j = 0; j < NP / 8; j++) {\n"
-                 "%s            uint32_t fb[2];   /* lanes 0-15 give row (n) l %% 8 of the tile, at k q * 16 + l / 8 * 8 */\n"
-                 "%s            cgc_ldmatrix(fb, 2, &sw[j * 8 + lane %% 8][q * 16 + lane / 8 %% 2 * 8], false);\n"
-                 "%s            cgc_mma_16816(acc[j], x[q], fb, %s);\n"
+                 "%s        for (int j = 0; j < NP / 8; j++) {\n",
+              IN, bwd ? "NP" : "KP", IN, j, bwd ? "KP x NP" : "NP x KP", IN, IN, IN, IN, IN);
+    if (bwd)
+        sb_printf(o, "%s            uint32_t fb[2];   /* transposed: lane l gives k row q * 16 + l %% 16, at n j * 8 */\n"
+                     "%s            cgc_ldmatrix(fb, 2, &sw[q * 16 + lane %% 16][j * 8], true);\n", IN, IN);
+    else
+        sb_printf(o, "%s            uint32_t fb[2];   /* lanes 0-15 give row (n) l %% 8 of the tile, at k q * 16 + l / 8 * 8 */\n"
+                     "%s            cgc_ldmatrix(fb, 2, &sw[j * 8 + lane %% 8][q * 16 + lane / 8 %% 2 * 8], false);\n", IN, IN);
+    sb_printf(o, "%s            cgc_mma_16816(acc[j], x[q], fb, %s);\n"
                  "%s        }\n",
-              IN, IN, j, IN, IN, IN, IN, IN, IN, IN, IN,
-              s->in_type == DT_BF16 ? "true" : "false", IN);
+              IN, s->in_type == DT_BF16 ? "true" : "false", IN);
     if (j + 1 < s->nlayers) {
         sb_printf(o, "%s    __syncthreads();   /* every warp is done with w%d */\n", IN, j);
         render_weights_load(o, s, j + 1);
@@ -273,9 +476,11 @@ static void render_layer(StrBuf *o, const MlpSpec *s, int j)
  * layer's weights, whichever is larger (they take turns). */
 static int smem_halves(const MlpSpec *s, int rows)
 {
-    int need = 2 * (rows + round_up(s->layer[0].n, 8)) * (STAGE_K + 8);
+    int np = round_up(s->layer[0].n, 8);
+    int need = 2 * rows * (STAGE_K + 8) + (s->backward ? 2 * STAGE_K * (np + 8) : 2 * np * (STAGE_K + 8));
     for (int j = 1; j < s->nlayers; j++) {
-        int w = round_up(s->layer[j].n, 8) * (round_up(s->layer[j].k, 16) + 8);
+        int n = round_up(s->layer[j].n, 8), k = round_up(s->layer[j].k, 16);
+        int w = s->backward ? k * (n + 8) : n * (k + 8);
         if (w > need) need = w;
     }
     return need;
@@ -288,27 +493,35 @@ static char *render(const MlpSpec *s, const char *name, const char *uses)
         if (round_up(s->layer[j].n, 16) / 16 > ks_max) ks_max = round_up(s->layer[j].n, 16) / 16;
     StrBuf o = { 0 };
     sb_puts(&o, uses);
-    sb_printf(&o, " *\n * A fully fused MLP forward pass of %d layers on tensor cores, %s operands:\n",
-              s->nlayers, ir_dtype_name(s->in_type));
+    sb_printf(&o, " *\n * A fully fused MLP %s pass of %d layers on tensor cores, %s operands:\n",
+              s->backward ? "backward" : "forward", s->nlayers, ir_dtype_name(s->in_type));
     for (int j = 0; j < s->nlayers; j++) {
         const MlpLayer *l = &s->layer[j];
-        char input[16];
+        char input[64];
         snprintf(input, sizeof input, j ? "c%d" : "a", j - 1);
         sb_printf(&o, " *   c%d [m, %lld] %s = ", j, (long long)l->n, ir_dtype_name(l->c_type));
-        if (l->epilogue == GEMM_EPI_NONE)
+        if (s->backward && j > 0)
+            sb_printf(&o, "relu_grad(c%d, mask%d %s) @ w%d\n", j - 1, j, ir_dtype_name(l->aux_type), j);
+        else if (s->backward)
+            sb_printf(&o, "a @ w0\n");
+        else if (l->epilogue == GEMM_EPI_NONE)
             sb_printf(&o, "%s @ w%d^T\n", input, j);
         else
             sb_printf(&o, "%s%s @ w%d^T + bias%d [%lld] %s%s\n",
                       l->epilogue == GEMM_EPI_RELU_BIAS ? "relu(" : "", input, j, j,
-                      (long long)l->n, ir_dtype_name(l->bias_type),
+                      (long long)l->n, ir_dtype_name(l->aux_type),
                       l->epilogue == GEMM_EPI_RELU_BIAS ? ")" : "");
     }
+    if (s->backward)
+        sb_puts(&o, " * the input gradients of a chain of layers. relu_grad(d, y) = y > 0 ? d : 0, of d\n"
+                    " * rounded as stored: the same bits as the plan's own steps, which still compute it\n"
+                    " * (with the bias gradients) from the stored c_j. mask0 is unused (0).\n");
     sb_printf(&o, " * A block per %d rows (grid-stride), a warp per 16 of them: its activations stay in\n"
                   " * its registers from layer to layer; each layer's weights are copied whole into\n"
                   " * shared memory, while the layer before runs its epilogue; layer 0's input streams\n"
-                  " * through two stages of k %d. Every output is stored (the backward pass reads\n"
-                  " * them), rounded once. */\n",
-              rows, STAGE_K);
+                  " * through two stages of k %d. Every output is stored, rounded once: %s\n"
+                  " * read them. */\n",
+              rows, STAGE_K, s->backward ? "the plan's later steps" : "the backward pass's steps");
     sb_printf(&o, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(\n", 32 * warps, name);
     for (int j = 0; j < s->nlayers; j++)
         sb_printf(&o, "    %s__restrict__ c%d,\n", cuda_storage_ctype(s->layer[j].c_type, false), j);
@@ -316,7 +529,8 @@ static char *render(const MlpSpec *s, const char *name, const char *uses)
     for (int j = 0; j < s->nlayers; j++)
         sb_printf(&o, "    %s__restrict__ w%d,\n", cuda_storage_ctype(s->in_type, true), j);
     for (int j = 0; j < s->nlayers; j++)
-        sb_printf(&o, "    %s__restrict__ bias%d,\n", cuda_storage_ctype(s->layer[j].bias_type, true), j);
+        sb_printf(&o, "    %s__restrict__ %s%d,\n", cuda_storage_ctype(s->layer[j].aux_type, true),
+                  s->backward ? "mask" : "bias", j);
     sb_puts(&o, "    int64_t m)\n{\n");
     sb_printf(&o, "    enum { BM = %d, THREADS = %d, BK = %d };\n", rows, 32 * warps, STAGE_K);
     sb_printf(&o, "    __shared__ __align__(16) unsigned short smem[%d];\n", smem_halves(s, rows));
@@ -346,36 +560,11 @@ static void set_params(PlanKernel *k, const MlpSpec *s)
     for (int j = 0; j < s->nlayers; j++) k->param_ctype[n++] = cuda_storage_ctype(s->layer[j].c_type, false);
     k->param_ctype[n++] = cuda_storage_ctype(s->in_type, true);
     for (int j = 0; j < s->nlayers; j++) k->param_ctype[n++] = cuda_storage_ctype(s->in_type, true);
-    for (int j = 0; j < s->nlayers; j++) k->param_ctype[n++] = cuda_storage_ctype(s->layer[j].bias_type, true);
+    for (int j = 0; j < s->nlayers; j++) k->param_ctype[n++] = cuda_storage_ctype(s->layer[j].aux_type, true);
     for (int i = 0; i < n; i++) k->param[i] = PP_PTR;
     k->param[n] = PP_I64;
     k->param_ctype[n++] = "int64_t";
     k->nparams = n;
-}
-
-/* Whether step NEXT's weights or bias is the output of one of the N steps from FIRST: the
- * fused kernel reads a layer's weights whole while the outputs before it are still being
- * written, block by block, so such a step cannot join the run. (No layer of today's
- * language is such: a weight that is an activation has the batch for a dimension, and
- * layer_ok wants concrete sizes. This keeps it so.) */
-static bool reads_run_output(const PlanStep *first, int n, const PlanGemm *next)
-{
-    for (int j = 0; j < n; j++)
-        if (next->b == first[j].gemm.c || (next->bias >= 0 && next->bias == first[j].gemm.c))
-            return true;
-    return false;
-}
-
-/* The length of the run that starts at step I of PG (0 or 1: none). */
-static int run_length(const PlanGraph *pg, int i)
-{
-    if (!layer_ok(&pg->steps[i])) return 0;
-    int n = 1;
-    while (n < PLAN_MLP_MAX_LAYERS && i + n < pg->nsteps && layer_ok(&pg->steps[i + n]) &&
-           follows(&pg->steps[i + n - 1].gemm, &pg->steps[i + n].gemm) &&
-           !reads_run_output(&pg->steps[i], n, &pg->steps[i + n].gemm))
-        n++;
-    return n;
 }
 
 void plan_add_mlp_kernels(Plan *plan)
@@ -385,13 +574,14 @@ void plan_add_mlp_kernels(Plan *plan)
     for (int gid = PG_TRAIN; gid <= PG_TRAIN_MICRO; gid++) {   /* the graphs tuned */
         const PlanGraph *pg = &plan->graph[gid];
         for (int i = 0; i < pg->nsteps; i++) {
-            int len = run_length(pg, i);
-            if (len < 2) continue;
-            plan->mlps = xrealloc(plan->mlps, (size_t)(plan->nmlps + 1) * sizeof *plan->mlps);
-            PlanMlp *run = &plan->mlps[plan->nmlps++];
-            *run = (PlanMlp){ .graph = (PlanGraphId)gid, .first = i, .nlayers = len };
+            PlanMlp run = { .graph = (PlanGraphId)gid };
+            if (plan_mlp_layer_of(plan, (PlanGraphId)gid, i) >= 0) continue;   /* a later layer */
+            if (forward_run(pg, i, &run) < 2) {
+                run.backward = true;
+                if (backward_run(plan, pg, i, &run) < 2) continue;
+            }
             for (int shape = 0; shape < PLAN_MLP_SHAPES; shape++) {
-                MlpSpec s = spec_of(pg, i, len, shape);
+                MlpSpec s = spec_of(plan, &run, shape);
                 int k = 0;
                 while (k < n && !spec_eq(&mk[k].spec, &s)) k++;
                 if (k == n) {
@@ -401,12 +591,22 @@ void plan_add_mlp_kernels(Plan *plan)
                     }
                     mk[n++] = (MlpKernel){ .spec = s, .kernel = plan->nkernels + k };
                 }
-                run->kernel[shape] = mk[k].kernel;
-                const PlanStep *a = &pg->steps[i], *z = &pg->steps[i + len - 1];
-                kernel_uses_add(&mk[k].uses, "%s lines %d-%d: %s .. %s (%s graph)", plan->source_name,
-                                a->loc.line, z->loc.line, a->what, z->what, codegen_graph_label[gid]);
+                run.kernel[shape] = mk[k].kernel;
+                const PlanStep *a = &pg->steps[run.step[0]], *z = &pg->steps[run.step[run.nlayers - 1]];
+                if (run.backward) {
+                    StrBuf lines = { 0 };
+                    for (int j = 0; j < run.nlayers; j++)
+                        sb_printf(&lines, "%s%d", j ? ", " : "", pg->steps[run.step[j]].loc.line);
+                    kernel_uses_add(&mk[k].uses, "%s lines %s: %s .. %s (%s graph, input gradients)",
+                                    plan->source_name, lines.s, a->what, z->what, codegen_graph_label[gid]);
+                    sb_free(&lines);
+                } else {
+                    kernel_uses_add(&mk[k].uses, "%s lines %d-%d: %s .. %s (%s graph)", plan->source_name,
+                                    a->loc.line, z->loc.line, a->what, z->what, codegen_graph_label[gid]);
+                }
             }
-            i += len - 1;
+            plan->mlps = xrealloc(plan->mlps, (size_t)(plan->nmlps + 1) * sizeof *plan->mlps);
+            plan->mlps[plan->nmlps++] = run;
         }
     }
     plan->kernels = xrealloc(plan->kernels, (size_t)(plan->nkernels + n + 1) * sizeof *plan->kernels);

@@ -128,8 +128,7 @@ static int add_buffer(Builder *b, PlanBuffer buf)
     return pl->nbuffers++;
 }
 
-/* The buffer that owns B's memory. */
-static int root_of(const Plan *pl, int b)
+int plan_buffer_root(const Plan *pl, int b)
 {
     while (pl->buffers[b].alias_of >= 0) b = pl->buffers[b].alias_of;
     return b;
@@ -157,7 +156,7 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
         break;
     case IR_RESHAPE:
         if (g->nodes[n->in[0]].dtype == n->dtype)
-            buf.alias_of = root_of(pl, b->graph->node_buffer[n->in[0]]);
+            buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
     default: break;
     }
@@ -404,7 +403,7 @@ static void root_args(const Plan *pl, KernelDraft *d)
 {
     for (int i = 0; i < d->nparams; i++)
         if (d->param[i].arg.kind == ARG_BUFFER)
-            d->param[i].arg.index = root_of(pl, d->param[i].arg.index);
+            d->param[i].arg.index = plan_buffer_root(pl, d->param[i].arg.index);
 }
 
 static void launch_node(Builder *b, int id)
@@ -461,7 +460,7 @@ static int gemm_operand(Builder *b, int id, int which, const Shape *c_lead, DTyp
 {
     const IrGraph *g = b->graph->ir;
     const IrNode *x = &g->nodes[g->nodes[id].in[which]];
-    int buf = root_of(b->plan, b->graph->node_buffer[g->nodes[id].in[which]]);
+    int buf = plan_buffer_root(b->plan, b->graph->node_buffer[g->nodes[id].in[which]]);
     Shape lead = lead_dims(&x->shape);
     *batched = !all_ones(&lead);
     if (x->dtype == type && (!*batched || ir_shape_equal(&lead, c_lead))) return buf;
@@ -519,7 +518,7 @@ static void gemm_group_step(Builder *b, int k, int last)
     PlanGemm gm = plain_gemm(b, mm);
     gm.c = b->graph->node_buffer[last];
     gm.c_type = end->dtype;
-    gm.bias = root_of(b->plan, b->graph->node_buffer[bias]);
+    gm.bias = plan_buffer_root(b->plan, b->graph->node_buffer[bias]);
     gm.bias_type = g->nodes[bias].dtype;
     gm.epilogue = last == add ? GEMM_EPI_BIAS : end->op == IR_RELU ? GEMM_EPI_RELU_BIAS : GEMM_EPI_GELU_BIAS;
     gm.aux = last != add && b->graph->node_buffer[add] >= 0 ? b->graph->node_buffer[add] : -1;
@@ -592,7 +591,7 @@ static void assign_steps(Builder *b)
         if (n->op != IR_ASSIGN || in_kernel(b, n)) continue;
         const IrTensor *t = &pl->p->tensors[n->index];
         int dst = pl->tensor_buffer_base + n->index;
-        src[id] = root_of(pl, b->graph->node_buffer[n->in[0]]);
+        src[id] = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         int tensor = src[id] - pl->tensor_buffer_base;
         bool is_tensor = pl->buffers[src[id]].kind == PB_TENSOR;
         if (is_tensor && assigned_in_place(b, tensor))   /* the copy would read the new value */

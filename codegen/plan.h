@@ -241,25 +241,40 @@ typedef enum PlanDataKernel {
 } PlanDataKernel;
 
 /* ---- fully fused MLP passes (codegen/mlp_fused.c) ----
- * max-autotune's other candidate for a narrow MLP's forward pass: a run of consecutive
- * GEMM steps of a training graph, each layer's input the previous layer's output, run as
- * one kernel that keeps every layer's activations in registers and each weight matrix in
- * shared memory, in the manner of tiny-cuda-nn. A run qualifies when every GEMM is
- * plain, x @ W^T (W stored [n, k]), f16 or bf16 with f32 accumulation, no epilogue or
- * bias + relu, every layer at most PLAN_MLP_MAX_WIDTH wide (the first layer's k is
- * free: its input streams through shared memory), and every output but the last of the
- * operands' type. The kernel still writes every layer's output (the backward pass reads
- * them); what it saves is a launch per layer and the reads of the activations.
- * Its parameters, in order: c_0 .. c_{L-1} (the outputs), a (the input), w_0 .. w_{L-1},
- * bias_0 .. bias_{L-1} (device pointers; 0 where a layer has none), m (int64_t). A block
- * computes PLAN_MLP_ROWS[shape] rows (grid-stride), one warp per 16 rows; any grid >= 1
- * is correct, plan_mlp_grid gives one block per rows. sm_80 and later, like the GEMMs. */
+ * max-autotune's other candidate for a narrow MLP's passes, in the manner of
+ * tiny-cuda-nn: a chain of GEMM steps of a training graph (its layers), each layer's
+ * input made from the layer before's output, run as one kernel that keeps every layer's
+ * activations in registers and each weight matrix in shared memory. Every layer is a
+ * plain GEMM, f16 or bf16 with f32 accumulation, at most PLAN_MLP_MAX_WIDTH wide in n,
+ * its k the layer before's n (the first layer's k is free: its input streams through
+ * shared memory), and every output but the last of the operands' type. Two kinds:
+ *   - forward: consecutive steps c_j = x_j @ W_j^T (W stored [n, k]), no epilogue or
+ *     bias + relu, x_0 = a, x_j = c_{j-1};
+ *   - backward (the input gradients): steps c_j = x_j @ W_j (W stored [k, n]), no
+ *     epilogue, x_0 = a, x_j = relu_grad(c_{j-1}, mask_j) (mask_j > 0 ? c_{j-1} : 0),
+ *     which a launch step between them (PlanMlp.link) computes into layer j's A; the
+ *     steps between the layers (that launch, the weight gradients' GEMMs) neither write
+ *     what the kernel reads nor touch a c_j before its layer, so the kernel can run every
+ *     layer at the first one's step. Those steps still run: the kernel does not store x_j.
+ * The kernel writes every layer's output c_j, rounded once, as its step would; what it
+ * saves is a launch per layer and the reads of the activations.
+ * Its parameters, in order (plan_mlp_args): c_0 .. c_{L-1} (the outputs), a (the input),
+ * w_0 .. w_{L-1}, then per layer bias_j (forward) or mask_j (backward; mask_0 is 0),
+ * 0 where a layer has none, all device pointers, and m (int64_t). A block computes
+ * plan_mlp_rows[shape] rows (grid-stride), one warp per 16 rows; any grid >= 1 is
+ * correct, plan_mlp_grid gives one block per rows. sm_80 and later, like the GEMMs. */
 enum { PLAN_MLP_MAX_LAYERS = 8, PLAN_MLP_MAX_WIDTH = 128, PLAN_MLP_SHAPES = 3 };
 extern const int plan_mlp_rows[PLAN_MLP_SHAPES];     /* 16, 32, 64 */
 
 typedef struct PlanMlp {
     PlanGraphId graph;
-    int first, nlayers;         /* its steps: [first, first + nlayers) of the graph */
+    bool backward;
+    int nlayers;
+    int step[PLAN_MLP_MAX_LAYERS];  /* layer j's GEMM step of the graph, ascending; the
+                                     * kernel runs at step[0] and the others are skipped */
+    int link[PLAN_MLP_MAX_LAYERS];  /* backward, j >= 1: the launch step that computes
+                                     * x_j = relu_grad(c_{j-1}, mask_j); else -1 */
+    int mask[PLAN_MLP_MAX_LAYERS];  /* backward, j >= 1: the buffer mask_j; else -1 */
     int kernel[PLAN_MLP_SHAPES];    /* the fused kernel per shape (Plan.kernels) */
 } PlanMlp;
 
@@ -362,9 +377,16 @@ unsigned plan_mlp_grid(int shape, int64_t m);
 /* The runs of PLAN's training graphs that qualify get a PlanMlp each (Plan.mlps) and
  * their kernels, after the generated GEMMs (plan_build does, for max-autotune). */
 void plan_add_mlp_kernels(Plan *plan);
-/* The run of graph GID that starts at step I, or -1. */
+/* The run of graph GID whose kernel runs at step I (its first layer), or -1. */
 int plan_mlp_at(const Plan *plan, PlanGraphId gid, int i);
+/* The run of graph GID that has step I for a layer, or -1. */
+int plan_mlp_layer_of(const Plan *plan, PlanGraphId gid, int i);
+/* Run R's kernel's buffer parameters in order (plan.h's ABI above), -1 for a null
+ * pointer, into BUF[3 * PLAN_MLP_MAX_LAYERS + 1]; returns how many (3 * nlayers + 1). */
+int plan_mlp_args(const Plan *plan, int r, int *buf);
 
+/* The buffer whose memory B is: B, or the root of the view B. */
+int plan_buffer_root(const Plan *plan, int b);
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);
 

@@ -89,7 +89,7 @@ static PlanStepChoice choice_at(const Repro *r, PlanGraphId gid, int i)
     return c ? c[i] : (PlanStepChoice){0};
 }
 
-/* The fused MLP run whose kernel replaces steps I.. of GID, or -1. */
+/* The fused MLP run whose kernel is launched at step I of GID (its first layer's), or -1. */
 static int fused_run(const Repro *r, PlanGraphId gid, int i)
 {
     int run = plan_mlp_at(r->plan, gid, i);
@@ -112,11 +112,12 @@ static bool through_lt(const Repro *r, PlanGraphId gid, int i)
     return g->epilogue != GEMM_EPI_NONE || (choice_at(r, gid, i).algo > 0 && batch == 1 && bind(r, g->k) > 0);
 }
 
-/* The steps of GID replayed as one unit from step I: a fused run's layers, else 1. */
-static int unit_steps(const Repro *r, PlanGraphId gid, int i)
+/* Whether step I of GID is a later layer of a fused run: the run's kernel, launched at
+ * its first layer's step, computes it. */
+static bool in_fused_run(const Repro *r, PlanGraphId gid, int i)
 {
-    int run = fused_run(r, gid, i);
-    return run >= 0 ? r->plan->mlps[run].nlayers : 1;
+    int run = plan_mlp_layer_of(r->plan, gid, i);
+    return run >= 0 && r->choices->mlp_shape[run] >= 0 && r->plan->mlps[run].step[0] != i;
 }
 
 /* Marks the kernels the replay launches (Repro.used). */
@@ -126,8 +127,9 @@ static void mark_used(Repro *r)
     for (int k = 0; k < pl->gemm_kernels_from; k++) r->used[k] = true;
     for (PlanGraphId g = 0; g < PG_NUM; g++) {
         const PlanGraph *pg = &pl->graph[g];
-        for (int i = 0; replays(r, g) && i < pg->nsteps; i += unit_steps(r, g, i)) {
+        for (int i = 0; replays(r, g) && i < pg->nsteps; i++) {
             int run = fused_run(r, g, i), k = -1;
+            if (in_fused_run(r, g, i)) continue;
             if (run >= 0) k = pl->mlps[run].kernel[r->choices->mlp_shape[run]];
             else if (pg->steps[i].kind == STEP_GEMM) k = gemm_kernel(r, g, i);
             if (k >= 0) r->used[k] = r->generated = true;
@@ -144,8 +146,9 @@ static void counts(const Repro *r, int64_t *launches, int64_t *gemms, int64_t *l
     for (int g = 0; g < PG_NUM; g++) {
         int64_t times = runs_per_step(r, (PlanGraphId)g);
         const PlanGraph *pg = &r->plan->graph[g];
-        for (int i = 0; times && i < pg->nsteps; i += unit_steps(r, (PlanGraphId)g, i)) {
+        for (int i = 0; times && i < pg->nsteps; i++) {
             const PlanStep *s = &pg->steps[i];
+            if (in_fused_run(r, (PlanGraphId)g, i)) continue;
             if (s->kind == STEP_LAUNCH) *launches += times;
             else if (gemm_is_empty(r, &s->gemm)) continue;
             else if (fused_run(r, (PlanGraphId)g, i) >= 0 || gemm_kernel(r, (PlanGraphId)g, i) >= 0)
@@ -791,7 +794,7 @@ static bool library_gemm(const Repro *r, PlanGraphId gid, int i)
 {
     const PlanStep *s = &r->plan->graph[gid].steps[i];
     return s->kind == STEP_GEMM && !gemm_is_empty(r, &s->gemm) && fused_run(r, gid, i) < 0 &&
-           gemm_kernel(r, gid, i) < 0;
+           !in_fused_run(r, gid, i) && gemm_kernel(r, gid, i) < 0;
 }
 
 /* One row of the GEMM table: step STEP (1-based) of GID. */
@@ -835,7 +838,7 @@ static void write_gemms(Repro *r)
         PlanGraphId gid = replay_order[o];
         if (!replays(r, gid)) continue;
         const PlanGraph *pg = &r->plan->graph[gid];
-        for (int i = 0; i < pg->nsteps; i += unit_steps(r, gid, i)) {
+        for (int i = 0; i < pg->nsteps; i++) {
             if (!library_gemm(r, gid, i)) continue;
             gemm_row(r, gid, i + 1, &pg->steps[i]);
             r->ngemms++;
@@ -998,42 +1001,40 @@ static void write_gemm_call(Repro *r, PlanGraphId gid, int step, const PlanStep 
     }
 }
 
-/* Fused MLP run RUN, from step STEP of GID, in one launch of its kernel of the chosen
- * shape (plan.h's ABI: c_0 .. c_{L-1}, a, w_0 .. w_{L-1}, bias_0 .. bias_{L-1}, m; a
- * block per plan_mlp_rows rows), as runtime/devexec.c launches it. */
-static void write_mlp_launch(Repro *r, PlanGraphId gid, int step, int run)
+/* Fused MLP run RUN of GID in one launch of its kernel of the chosen shape, at its first
+ * layer's step (plan.h's ABI: plan_mlp_args, then m; a block per plan_mlp_rows rows), as
+ * runtime/devexec.c launches it. */
+static void write_mlp_launch(Repro *r, PlanGraphId gid, int run)
 {
     const PlanMlp *mlp = &r->plan->mlps[run];
-    const PlanStep *st = &r->plan->graph[gid].steps[step - 1];
+    const PlanStep *steps = r->plan->graph[gid].steps, *st = &steps[mlp->step[0]];
     int shape = r->choices->mlp_shape[run], L = mlp->nlayers;
     const PlanKernel *k = &r->plan->kernels[mlp->kernel[shape]];
     int64_t m = bind(r, st->gemm.m);
     FILE *o = r->out;
-    fprintf(o, "    /* %d-%d/%d", step, step + L - 1, r->plan->graph[gid].nsteps);
-    if (st[0].loc.line > 0 && st[L - 1].loc.line > 0)
-        fprintf(o, ", lines %d-%d", st[0].loc.line, st[L - 1].loc.line);
+    fprintf(o, "    /* ");
+    for (int j = 0; j < L; j++) fprintf(o, "%s%d", j ? ", " : "", mlp->step[j] + 1);
+    fprintf(o, "/%d", r->plan->graph[gid].nsteps);
+    bool lines = true;
+    for (int j = 0; j < L; j++) lines = lines && steps[mlp->step[j]].loc.line > 0;
+    for (int j = 0; lines && j < L; j++) fprintf(o, "%s %d", j ? "," : ", lines", steps[mlp->step[j]].loc.line);
     if (m == 0) {
         fprintf(o, ": a fused MLP pass skipped: it has no rows (as cgc skips it) */\n");
         return;
     }
     unsigned grid = plan_mlp_grid(shape, m);
-    fprintf(o, ": %d GEMM layers of a narrow MLP's forward pass, m %" PRId64 ", in one launch\n"
-               "     * of its fused kernel (the autotune choice): %u block%s of %d rows */\n"
-               "    {\n        Arg a[] = {", L, m, grid, grid == 1 ? "" : "s", plan_mlp_rows[shape]);
-    int ptr[3 * PLAN_MLP_MAX_LAYERS + 1];
-    for (int j = 0; j < L; j++) {
-        ptr[j] = st[j].gemm.c;
-        ptr[L + 1 + j] = st[j].gemm.b;
-        ptr[2 * L + 1 + j] = st[j].gemm.bias;
-    }
-    ptr[L] = st[0].gemm.a;
-    for (int i = 0; i < 3 * L + 1; i++) {
+    fprintf(o, ": %d GEMM layers of a narrow MLP's %s, m %" PRId64 ", in one\n"
+               "     * launch of its fused kernel (the autotune choice): %u block%s of %d rows */\n"
+               "    {\n        Arg a[] = {", L, mlp->backward ? "input gradients" : "forward pass", m, grid,
+            grid == 1 ? "" : "s", plan_mlp_rows[shape]);
+    int ptr[3 * PLAN_MLP_MAX_LAYERS + 1], n = plan_mlp_args(r->plan, run, ptr);
+    for (int i = 0; i < n; i++) {
         arg_sep(o, i);
         write_ptr(o, ptr[i]);
     }
-    arg_sep(o, 3 * L + 1);
+    arg_sep(o, n);
     fprintf(o, "I64(%" PRId64 ")", m);
-    end_launch(r, gid, step, st[0].loc.line, k->name, grid, 3 * L + 2);
+    end_launch(r, gid, mlp->step[0] + 1, st->loc.line, k->name, grid, n + 1);
 }
 
 /* One function per replayed graph, its steps in order. */
@@ -1046,10 +1047,13 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
                "    (void)micro_step;   /* IR_RT_MICRO_STEP: dropout's counter, as in training */\n",
             graph_label[gid], pg->nsteps, graph_label[gid]);
     bool counted = r->plan->step_state >= 0 && (gid == PG_TRAIN || gid == PG_TRAIN_MICRO);
-    for (int i = 0; i < pg->nsteps; i += unit_steps(r, gid, i)) {
+    for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
-        if (fused_run(r, gid, i) >= 0) {
-            write_mlp_launch(r, gid, i + 1, fused_run(r, gid, i));
+        if (in_fused_run(r, gid, i)) {
+            fprintf(o, "    /* %d/%d: computed by the fused kernel launched at step %d */\n", i + 1, pg->nsteps,
+                    r->plan->mlps[plan_mlp_layer_of(r->plan, gid, i)].step[0] + 1);
+        } else if (fused_run(r, gid, i) >= 0) {
+            write_mlp_launch(r, gid, fused_run(r, gid, i));
         } else if (s->kind == STEP_LAUNCH) {
             write_launch(r, gid, i + 1, s);
         } else {

@@ -132,7 +132,8 @@ static bool parse_gemm_choice(const char *s, const PlanGemm *g, PlanStepChoice *
 }
 
 /* A fused MLP run's key: its batch and its kernel's name without the prefix and the
- * shape, "m256.bf16_784_128r_128r_128r_10" (runs with one key share one choice). */
+ * shape, "m256.bf16_784_128r_128r_128r_10", "m256.bwd_bf16_10_128_128_128" (runs with
+ * one key share one choice). */
 static void mlp_key(const Plan *plan, const PlanMlp *run, const int64_t *symvals, char *buf,
                     size_t len)
 {
@@ -141,7 +142,7 @@ static void mlp_key(const Plan *plan, const PlanMlp *run, const int64_t *symvals
     size_t n = strlen(name), skip = strncmp(name, prefix, strlen(prefix)) == 0 ? strlen(prefix) : 0;
     const char *shape = strrchr(name, '_');     /* "_rows16" */
     if (shape && shape > name + skip) n = (size_t)(shape - name);
-    int64_t m = dim(plan->graph[run->graph].steps[run->first].gemm.m, symvals);
+    int64_t m = dim(plan->graph[run->graph].steps[run->step[0]].gemm.m, symvals);
     snprintf(key, sizeof key, "m%lld.%.*s", (long long)m, (int)(n - skip), name + skip);
     kernel_key(key, buf, len);
 }
@@ -545,11 +546,14 @@ void autotune_explain(const Plan *plan, FILE *out)
                 generated, PLAN_GEMM_TILES);
 
     fprintf(out, ".\n");
+    int backward = 0;
+    for (int r = 0; r < plan->nmlps; r++) backward += plan->mlps[r].backward;
     if (plan->nmlps > 0)
-        fprintf(out, "From sm_80 too, %d run%s of GEMMs that %s a narrow MLP's forward pass: "
-                     "the steps\nagainst one fully fused kernel (%d kernels here, in %d shapes).\n",
+        fprintf(out, "From sm_80 too, %d run%s of GEMMs that %s a narrow MLP's pass (%d forward, %d "
+                     "backward: the\ninput gradients): the steps against one fully fused kernel (%d "
+                     "kernels here, in %d\nshapes).\n",
                 plan->nmlps, plan->nmlps == 1 ? "" : "s", plan->nmlps == 1 ? "is" : "are",
-                plan->nkernels - plan->mlp_kernels_from, PLAN_MLP_SHAPES);
+                plan->nmlps - backward, backward, plan->nkernels - plan->mlp_kernels_from, PLAN_MLP_SHAPES);
     fprintf(out, "--explain times nothing: these are the choices before tuning.\n");
     fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
     for (int i = 0; i < t.nchoices; i++)

@@ -532,26 +532,23 @@ const char *devexec_gemm_kernel(const DevExec *e, PlanGraphId gid, int i)
     return tile > 0 ? e->plan->kernels[s->gemm.tile_kernel[tile - 1]].name : NULL;
 }
 
-/* Fused MLP run R (Plan.mlps) in one launch of its kernel of shape SHAPE (plan.h's ABI:
- * c_0 .. c_{L-1}, a, w_0 .. w_{L-1}, bias_0 .. bias_{L-1}, m). */
+/* Fused MLP run R (Plan.mlps) in one launch of its kernel of shape SHAPE (plan.h's ABI,
+ * plan_mlp_args, then m). */
 static int run_mlp_kernel(DevExec *e, int r, int shape)
 {
     const PlanMlp *run = &e->plan->mlps[r];
-    const PlanStep *st = &e->plan->graph[run->graph].steps[run->first];
-    int k = run->kernel[shape], L = run->nlayers;
+    const PlanStep *st = &e->plan->graph[run->graph].steps[run->step[0]];
+    int k = run->kernel[shape];
     CGC_ASSERT(k >= 0 && k < e->plan->nkernels && e->gemm_kernels_loaded);
+    int buf[3 * PLAN_MLP_MAX_LAYERS + 1], n = plan_mlp_args(e->plan, r, buf);
     DevPtr ptr[3 * PLAN_MLP_MAX_LAYERS + 1];
-    int64_t m = bind_dim(e, st->gemm.m);
     void *args[3 * PLAN_MLP_MAX_LAYERS + 2];
-    for (int j = 0; j < L; j++) {
-        const PlanGemm *g = &st[j].gemm;
-        ptr[j] = devexec_buffer(e, g->c);
-        ptr[L + 1 + j] = devexec_buffer(e, g->b);
-        ptr[2 * L + 1 + j] = g->bias >= 0 ? devexec_buffer(e, g->bias) : 0;
+    int64_t m = bind_dim(e, st->gemm.m);
+    for (int i = 0; i < n; i++) {
+        ptr[i] = buf[i] >= 0 ? devexec_buffer(e, buf[i]) : 0;
+        args[i] = &ptr[i];
     }
-    ptr[L] = devexec_buffer(e, st->gemm.a);
-    for (int i = 0; i < 3 * L + 1; i++) args[i] = &ptr[i];
-    args[3 * L + 1] = &m;
+    args[n] = &m;
     if (m == 0) return 0;   /* nothing to write */
     DeviceSite site = site_of(e, st, e->plan->kernels[k].name);
     return e->d->ops->launch(e->d, e->kernel[k], plan_mlp_grid(shape, m),
@@ -564,8 +561,8 @@ int devexec_mlp(DevExec *e, int r, int shape)
     if (shape >= 0) return run_mlp_kernel(e, r, shape);
     const PlanMlp *run = &e->plan->mlps[r];
     for (int j = 0; j < run->nlayers; j++) {
-        const PlanStep *s = &e->plan->graph[run->graph].steps[run->first + j];
-        if (run_gemm(e, s, &e->gemm[run->graph][run->first + j]) != 0) return -1;
+        const PlanStep *s = &e->plan->graph[run->graph].steps[run->step[j]];
+        if (run_gemm(e, s, &e->gemm[run->graph][run->step[j]]) != 0) return -1;
     }
     return 0;
 }
@@ -663,16 +660,16 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     int gid = graph_id(e, pg);
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
-        int r = plan_mlp_at(e->plan, (PlanGraphId)gid, i);
-        if (r >= 0 && e->mlp[r] > 0) {   /* the run's steps in one launch */
+        int r = plan_mlp_layer_of(e->plan, (PlanGraphId)gid, i);
+        if (r >= 0 && e->mlp[r] > 0 && e->plan->mlps[r].step[0] == i) {   /* the run's layers in one launch */
             const char *kernel = devexec_mlp_kernel(e, r);
             DevTimedEvent ev = {s->what, kernel, g->name, s->loc.line, false};
             if ((e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||
                 (e->timing && timed_end(e) != 0))
                 return -1;
-            i += e->plan->mlps[r].nlayers - 1;
             continue;
         }
+        if (r >= 0 && e->mlp[r] > 0) continue;      /* a later layer: done at the run's first */
         bool gemm = s->kind == STEP_GEMM;
         if (e->timing) {
             const char *kernel = gemm ? devexec_gemm_kernel(e, (PlanGraphId)gid, i)

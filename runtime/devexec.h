@@ -59,8 +59,9 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed);
 int devexec_load_gemm_kernels(DevExec *e, double *seconds);
 bool devexec_gemm_kernels_loaded(const DevExec *e);
 /* Fused MLP run R of the plan (Plan.mlps): SHAPE >= 0 runs its fused kernel of that
- * shape, -1 its steps with the choices in force (issued alone, for timing; the symbols
- * bound). devexec_choose_mlp puts SHAPE in force for devexec_run (-1: the steps, the
+ * shape, -1 its layers' GEMM steps with the choices in force (issued alone, for timing;
+ * the symbols bound; a backward run's other steps between them run either way, so they
+ * are not part of it). devexec_choose_mlp puts SHAPE in force for devexec_run (-1: the steps, the
  * default); the generated kernels must be loaded first. devexec_mlp_kernel: the fused
  * kernel in force, or NULL. */
 int devexec_mlp(DevExec *e, int r, int shape);

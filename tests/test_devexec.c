@@ -895,13 +895,80 @@ static void tune_odd_mlp(Model *m, const char *need, const char *got, const char
         const TuneChoice *c = &have.choices[i];
         if (!generated) CHECK(strncmp(c->choice, "tile:", 5) != 0 && strncmp(c->choice, "fused:", 6) != 0);
         if (c->kind != TUNE_MLP) continue;
-        mlps++;
-        CHECK(strcmp(c->key, "m80.f16_37_24r_10r_40r_6") == 0);     /* batch 80 */
+        /* batch 80: the forward pass, then the input gradients */
+        CHECK(strcmp(c->key, mlps++ ? "m80.bwd_f16_6_40_10_24" : "m80.f16_37_24r_10r_40r_6") == 0);
         CHECK(strcmp(c->choice, "steps") == 0 || strncmp(c->choice, "fused:rows", 10) == 0);
         CHECK(c->ms >= 0);
     }
-    CHECK_EQ_INT(mlps, 1);
+    CHECK_EQ_INT(mlps, 2);
     tune_free(&have);
+}
+
+/* Both fused MLP kernels of odd_mlp (FILE, batch 80) chosen, whatever timing would
+ * choose (the heuristics' choices, the runs' set to the fused kernels of 16 and of 32
+ * rows, given as --tune-file): the forward pass's kernel, and the input gradients' (a
+ * backward run, its relu_grad steps between its layers) train FILE as the default mode
+ * trained it into WANT; --profile shows each launched once per step, the later layers'
+ * own steps not at all. */
+static void check_fused_mlps(const char *file, const Override *ov, int nov, const char *got,
+                             const char *want)
+{
+    printf("max-autotune with both fused MLP kernels chosen (%d overrides)\n", nov);
+    char tuned[256], trace[256], why[256];
+    snprintf(tuned, sizeof tuned, "%s", tmp_path("fused.tune"));
+    snprintf(trace, sizeof trace, "%s", tmp_path("fused-trace.json"));
+    Model m;
+    TuneFile have;
+    if (!model_open(&m, file, ov, nov)) {
+        model_close(&m);
+        return;
+    }
+    CHECK_EQ_INT(m.plan->nmlps, 2);
+    if (m.plan->nmlps != 2 || !m.plan->mlps[1].backward) {
+        model_close(&m);
+        return;
+    }
+    int64_t symvals[8] = {m.p->cfg.batch};
+    CHECK(tune_init(&have, m.p->model_name, m.d->arch, m.d->model,
+                    autotune_plan_hash(m.plan, m.p->cfg.batch), why, sizeof why));
+    autotune_heuristics(m.plan, symvals, &have);
+    int fused = 0;
+    for (int i = 0; i < have.nchoices; i++)
+        if (have.choices[i].kind == TUNE_MLP)
+            snprintf(have.choices[i].choice, sizeof have.choices[i].choice, "fused:rows%d",
+                     plan_mlp_rows[fused++ % 2]);
+    CHECK_EQ_INT(fused, 2);
+    CHECK_EQ_INT(tune_store_file(&have, tuned, why, sizeof why), 0);
+    tune_free(&have);
+    capture_start();
+    CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .tune_file = tuned, .profile = trace}), 0);
+    const char *err = capture_end();
+    CHECK(strstr(err, "timing the") == NULL);
+    compare_checkpoints(got, want, 2e-2);
+    FILE *f = fopen(trace, "rb");
+    static char text[1 << 22];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    static const char *const launched[] = {"\"mlp_fused_f16_37_24r_10r_40r_6_rows16\"",
+                                           "\"mlp_fused_bwd_f16_6_40_10_24_rows32\""};
+    for (int k = 0; k < 2; k++) {
+        int count = 0;
+        for (const char *at = strstr(text, launched[k]); at; at = strstr(at + 1, launched[k])) count++;
+        CHECK_EQ_INT(count, 2);     /* steps 2 and 3 of 3 */
+    }
+    /* the backward run's later layers, which its kernel computes: no event of their own
+     * (the forward's share their names with the eval graph's steps) */
+    const PlanGraph *train = &m.plan->graph[PG_TRAIN];
+    const PlanMlp *bwd = &m.plan->mlps[1];
+    for (int j = 1; j < bwd->nlayers; j++) {
+        char step[64];
+        snprintf(step, sizeof step, "\"%s\"", train->steps[bwd->step[j]].what);
+        CHECK(strstr(text, step) == NULL);
+    }
+    snprintf(why, sizeof why, "\"%s\"", train->steps[bwd->link[1]].what);
+    CHECK(strstr(text, why) != NULL);   /* the relu_grad step between them still runs */
+    model_close(&m);
 }
 
 /* max-autotune times a fused MLP run against its steps: the choice is written with its
@@ -921,8 +988,9 @@ static void check_autotune_mlp(void)
     mode = PLAN_MAX_AUTOTUNE;
     Model m;
     if (model_open(&m, file, ov, 3)) {
-        CHECK_EQ_INT(m.plan->nmlps, 1);
-        tune_odd_mlp(&m, " and 1 fused MLP runs in ", got, want, true);
+        CHECK_EQ_INT(m.plan->nmlps, 2);
+        CHECK(!m.plan->mlps[0].backward && m.plan->mlps[1].backward);
+        tune_odd_mlp(&m, " and 2 fused MLP runs in ", got, want, true);
     }
     model_close(&m);
     if (model_open(&m, file, ov, 3)) {     /* read back, on a device of its own */
@@ -934,6 +1002,12 @@ static void check_autotune_mlp(void)
         compare_checkpoints(got, want, 2e-2);
     }
     model_close(&m);
+    check_fused_mlps(file, ov, 3, got, want);
+    /* checkpointing moves the backward's steps about (an optimizer update and weight
+     * casts come before the input gradients' run, now steps 13, 15 and 18) and leaves
+     * every result as it was */
+    Override all[4] = {ov[0], ov[1], ov[2], {"checkpoint", "checkpoint", "all"}};
+    check_fused_mlps(file, all, 4, got, want);
     cache_end(saved_xdg);
 
     /* the device refuses every generated kernel's launch (as a GPU short of registers or

@@ -66,24 +66,31 @@ static int step_buffers(const Plan *pl, const PlanStep *s, int *out)
     return n;
 }
 
-/* Per buffer of graph G: the first and last step naming it (-1: none). The steps of a
- * fused MLP run (max-autotune) are one launch: a buffer one of them names is live over
- * the whole run. */
+/* Per buffer of graph G: the first and last step naming it (-1: none). A fused MLP run
+ * (max-autotune) may run all its layers at its first layer's step: the buffers its
+ * kernel names (each layer's weights and output, the first's input, the biases or the
+ * masks) are named there too. */
 static void step_span(const Plan *pl, int g, int *first, int *last)
 {
     for (int b = 0; b < pl->nbuffers; b++) first[b] = last[b] = -1;
     const PlanGraph *pg = &pl->graph[g];
-    int used[3 + PLAN_MAX_PARAMS];
+    int used[3 + PLAN_MAX_PARAMS + 4 * PLAN_MLP_MAX_LAYERS];
     for (int s = 0; s < pg->nsteps; s++) {
-        int lo = s, hi = s;
-        for (int r = 0; r < pl->nmlps; r++)
-            if ((int)pl->mlps[r].graph == g && pl->mlps[r].first <= s &&
-                s < pl->mlps[r].first + pl->mlps[r].nlayers)
-                lo = pl->mlps[r].first, hi = pl->mlps[r].first + pl->mlps[r].nlayers - 1;
         int n = step_buffers(pl, &pg->steps[s], used);
+        for (int r = 0; r < pl->nmlps; r++) {
+            const PlanMlp *run = &pl->mlps[r];
+            if ((int)run->graph != g || run->step[0] != s) continue;
+            for (int j = 0; j < run->nlayers; j++) {
+                const PlanGemm *gm = &pg->steps[run->step[j]].gemm;
+                used[n++] = root(pl, gm->b);
+                used[n++] = root(pl, gm->c);
+                if (gm->bias >= 0) used[n++] = root(pl, gm->bias);
+                if (run->mask[j] >= 0) used[n++] = root(pl, run->mask[j]);
+            }
+        }
         for (int i = 0; i < n; i++) {
-            if (first[used[i]] < 0 || lo < first[used[i]]) first[used[i]] = lo;
-            if (hi > last[used[i]]) last[used[i]] = hi;
+            if (first[used[i]] < 0) first[used[i]] = s;
+            last[used[i]] = s;
         }
     }
 }

@@ -11,8 +11,9 @@
 # Cases: a copy of models/mlp.net (default, fp16, accumulate 2), models/resmlp.net
 # (default, bf16: layernorm row groups, dropout), models/regression.net (eager), and a
 # small f32 model whose GELU layer is a cuBLASLt GEMM with the aux output; in
-# max-autotune, regression.net with the heuristics' choices and mlp.net with tuned ones
-# (--tune-file: a grid, a generated GEMM, cuBLASLt algorithms, the fused MLP), the
+# max-autotune, regression.net with the heuristics' choices, mlp.net with tuned ones
+# (--tune-file: a grid, a generated GEMM, cuBLASLt algorithms, the fused MLP) and
+# narrow_mlp.net with both fused MLP kernels (forward, input gradients), the
 # Makefile's ARCH, what --check and a CPU training run say of --tune-file, and the
 # --tune-file files that are refused. Running ./repro needs a GPU; this checks the build
 # only. Exit 77 (skipped) without nvcc.
@@ -174,6 +175,28 @@ done
 [ "$(grep -c '^    K_\(gemm_tc\|mlp_fused\)_' "$t/repro/repro.c")" = 2 ] ||
     fail "mlp_tuned: the kernel table holds generated kernels no choice names"
 
+# The narrow MLP with both fused kernels chosen: the forward pass's (steps 3-6) and the
+# backward pass's input gradients (steps 11, 14 and 17, launched at 11: the relu_grad
+# steps and the weight gradients' GEMMs between them still run).
+if "$CGC" "$ROOT/models/narrow_mlp.net" --mode max-autotune --check --arch none --emit "$OUT/nheur" -q \
+        > "$OUT/nheur.log" 2>&1; then
+    sed -e 's/^mlp \([^ ]*\) steps -$/mlp \1 fused:rows16 0.0051/' "$OUT/nheur/autotune.tune" > "$OUT/narrow.tune"
+    [ "$(diff "$OUT/nheur/autotune.tune" "$OUT/narrow.tune" | grep -c '^>')" = 2 ] ||
+        fail "narrow_tuned: the tuned file's fixture did not change 2 lines"
+else
+    fail "narrow_tuned: cgc --emit for the heuristics' choices"; cat "$OUT/nheur.log"
+fi
+case_ narrow_tuned "$ROOT/models/narrow_mlp.net" --mode max-autotune --tune-file "$OUT/narrow.tune"
+t="$OUT/narrow_tuned"
+want narrow_tuned '/* 11, 14, 17/21, lines 12, 11, 10: 3 GEMM layers of a narrow MLP'"'"'s input gradients, m 256, in one'
+want narrow_tuned 'K_mlp_fused_bwd_bf16_10_128_128_128_rows16, 16, a, 11);'
+want narrow_tuned 'K_mlp_fused_bf16_784_128r_128r_128r_10_rows16, 16, a, 14);'
+for s in 14 17; do want narrow_tuned "/* $s/21: computed by the fused kernel launched at step 11 */"; done
+for s in 4 5 6; do want narrow_tuned "/* $s/21: computed by the fused kernel launched at step 3 */"; done
+want narrow_tuned "launch(\"train\", 13, 11, K_relu_grad_reduce_to_h3_bias,"
+[ "$(grep -c '^    run_gemm(&gemms' "$t/repro/repro.c")" = 4 ] ||
+    fail "narrow_tuned: not 4 library GEMM calls (the weight gradients)"
+
 # --check says whose choices --emit wrote: the tuned ones here, not the heuristics'
 # shellcheck disable=SC2086
 "$CGC" "$ROOT/models/mlp.net" $TUNED_FLAGS --check --arch none --emit "$OUT/tf_say" \
@@ -283,5 +306,5 @@ rm -f "$OUT/mlp/repro/module.cubin"
 make -n -C "$OUT/mlp/repro" ARCH=sm_80 NVCC="$NVCC" CUDA_HOME="$CUDA_HOME" 2>&1 | grep -q -- '-arch=sm_80' ||
     fail "make ARCH=sm_80 does not compile the module for sm_80"
 
-[ $status = 0 ] && echo "repro.sh: 7 reproducers built with nvcc"
+[ $status = 0 ] && echo "repro.sh: 8 reproducers built with nvcc"
 exit $status

@@ -68,7 +68,7 @@ expect "tune budget hex" 2 "--tune-budget takes seconds .*not '0x10'" -- "$root/
 expect "tune budget ok" 0 "ok: model mlp" -- "$root/models/mlp.net" --mode max-autotune --tune-budget 2.5 --check --arch none
 expect "explain max-autotune" 0 "^  gemm    m64\.n512\.k784\.b1\.nt\.f16\.f16\.f16\.f32acc\.relu_bias +default" -- "$root/models/mlp.net" --mode max-autotune --explain
 expect "explain fused MLP" 0 "^  mlp     m64\.f16_512_128r_10 +steps$" -- "$root/models/mlp.net" --mode max-autotune --explain
-expect "explain fused MLP runs" 0 "^From sm_80 too, 1 run of GEMMs that is a narrow MLP's forward pass" -- "$root/models/narrow_mlp.net" --mode max-autotune --explain
+expect "explain fused MLP runs" 0 "^From sm_80 too, 2 runs of GEMMs that are a narrow MLP's pass \(1 forward, 1 backward: the$" -- "$root/models/narrow_mlp.net" --mode max-autotune --explain
 # --emit in max-autotune: the choices before tuning, in the cache's format
 if "$cgc" "$root/models/mlp.net" --mode max-autotune --check --arch none --emit "$tmp/ma" -q &&
    head -1 "$tmp/ma/autotune.tune" | grep -q "^# cgc autotune choices: model mlp on none (heuristics: nothing timed) (sm_90)\.$" &&
@@ -76,7 +76,7 @@ if "$cgc" "$root/models/mlp.net" --mode max-autotune --check --arch none --emit 
    grep -q "^kernel cast_x items:1024 -$" "$tmp/ma/autotune.tune" &&
    [ "$(grep -c '^gemm ' "$tmp/ma/autotune.tune")" = 8 ] &&
    grep -q "^mlp m64\.f16_512_128r_10 steps -$" "$tmp/ma/autotune.tune" &&
-   grep -q "^       steps 4-5 or one fused MLP kernel (max-autotune's candidates): mlp_fused_f16_512_128r_10_rows16, mlp_fused_f16_512_128r_10_rows32, mlp_fused_f16_512_128r_10_rows64$" "$tmp/ma/host_plan.txt" &&
+   grep -q "^       steps 4 and 5 or one fused MLP forward kernel (max-autotune's candidates): mlp_fused_f16_512_128r_10_rows16, mlp_fused_f16_512_128r_10_rows32, mlp_fused_f16_512_128r_10_rows64$" "$tmp/ma/host_plan.txt" &&
    grep -q "^ \* A fully fused MLP forward pass of 2 layers" "$tmp/ma/mlp_fused_f16_512_128r_10_rows32.cu" &&
    grep -q "^end $(grep -c '^\(gemm\|kernel\|mlp\) ' "$tmp/ma/autotune.tune")$" "$tmp/ma/autotune.tune"; then
     passes=$((passes + 1))

@@ -35,7 +35,7 @@
 
 static bool asan, on_cuda;
 static int cuda_arch;
-static int kernels_run[PLAN_GEMM_TILES], mlp_kernels_run[PLAN_MLP_SHAPES];
+static int kernels_run[PLAN_GEMM_TILES], mlp_kernels_run[2][PLAN_MLP_SHAPES];   /* [backward] */
 static int epilogues_run[GEMM_EPI_GELU_BIAS + 1];
 
 /* ---- values: exact in f16 and bf16 ---- */
@@ -144,39 +144,43 @@ static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGr
 /* ---- one fused MLP run ----
  * Layer by layer: the fused kernel's outputs (every c_j first NaN), then each layer
  * through the library from the fused kernel's own output of the layer before (put back
- * in c_{j-1}), so that each comparison sees one layer's rounding and no drift. */
+ * in c_{j-1}; for a backward run, through the plan's own relu_grad step, PlanMlp.link),
+ * so that each comparison sees one layer's rounding and no drift. */
 /* Run R's kernel of SHAPE with one block, so that its grid-stride loop visits every
  * group of rows; the arguments in plan.h's order, written out again here. */
 static int launch_one_block(const Plan *plan, DevExec *e, int r, int shape)
 {
     const PlanMlp *run = &plan->mlps[r];
-    const PlanStep *st = &plan->graph[run->graph].steps[run->first];
+    const PlanStep *steps = plan->graph[run->graph].steps;
     int L = run->nlayers;
     DevPtr ptr[3 * PLAN_MLP_MAX_LAYERS + 1];
     void *args[3 * PLAN_MLP_MAX_LAYERS + 2];
-    int64_t m = devexec_gemm_call(e, st).m;
-    ptr[L] = devexec_buffer(e, st[0].gemm.a);
+    int64_t m = devexec_gemm_call(e, &steps[run->step[0]]).m;
+    ptr[L] = devexec_buffer(e, steps[run->step[0]].gemm.a);
     for (int j = 0; j < L; j++) {
-        ptr[j] = devexec_buffer(e, st[j].gemm.c);
-        ptr[L + 1 + j] = devexec_buffer(e, st[j].gemm.b);
-        ptr[2 * L + 1 + j] = st[j].gemm.bias >= 0 ? devexec_buffer(e, st[j].gemm.bias) : 0;
+        const PlanGemm *g = &steps[run->step[j]].gemm;
+        int aux = run->backward ? run->mask[j] : g->bias;
+        ptr[j] = devexec_buffer(e, g->c);
+        ptr[L + 1 + j] = devexec_buffer(e, g->b);
+        ptr[2 * L + 1 + j] = aux >= 0 ? devexec_buffer(e, aux) : 0;
     }
     for (int i = 0; i < 3 * L + 1; i++) args[i] = &ptr[i];
     args[3 * L + 1] = &m;
     return devexec_launch(e, run->kernel[shape], 1, args, "one block");
 }
 
-static void check_mlp(const Plan *plan, DevExec *e, int r)
+static void check_mlp(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
 {
     Device *d = devexec_device(e);
     const PlanMlp *run = &plan->mlps[r];
-    const PlanStep *st = &plan->graph[run->graph].steps[run->first];
+    const PlanStep *steps = plan->graph[run->graph].steps;
     Matrix c[PLAN_MLP_MAX_LAYERS];
     int64_t m = 0;
     for (int j = 0; j < run->nlayers; j++) {
-        GemmCall call = devexec_gemm_call(e, &st[j]);
+        const PlanStep *st = &steps[run->step[j]];
+        GemmCall call = devexec_gemm_call(e, st);
         m = call.m;
-        c[j] = (Matrix){.at = call.c, .bytes = (size_t)(call.m * call.n) * ir_dtype_size(st[j].gemm.c_type)};
+        c[j] = (Matrix){.at = call.c, .bytes = (size_t)(call.m * call.n) * ir_dtype_size(st->gemm.c_type)};
         c[j].want = malloc(c[j].bytes);
         c[j].got = malloc(c[j].bytes);
     }
@@ -187,17 +191,20 @@ static void check_mlp(const Plan *plan, DevExec *e, int r)
         for (int j = 0; j < run->nlayers; j++)
             CHECK_EQ_INT(d->ops->download(d, c[j].got, c[j].at, c[j].bytes), 0);
         for (int j = 0; j < run->nlayers; j++) {
+            const PlanStep *st = &steps[run->step[j]];
             if (j > 0) CHECK_EQ_INT(d->ops->upload(d, c[j - 1].at, c[j - 1].got, c[j - 1].bytes), 0);
-            GemmCall call = devexec_gemm_call(e, &st[j]);
-            CHECK_EQ_INT(d->ops->gemm(d, &call, &(DeviceSite){"reference", st[j].what, "test", 0}), 0);
+            if (run->backward && j > 0)     /* layer j's input: relu_grad(c_{j-1}, mask_j) */
+                CHECK_EQ_INT(devexec_step(e, run->graph, run->link[j], feed, &(PlanStepChoice){0}), 0);
+            GemmCall call = devexec_gemm_call(e, st);
+            CHECK_EQ_INT(d->ops->gemm(d, &call, &(DeviceSite){"reference", st->what, "test", 0}), 0);
             CHECK_EQ_INT(d->ops->download(d, c[j].want, c[j].at, c[j].bytes), 0);
             char what[512];
             snprintf(what, sizeof what, "%s%s layer %d (%s, m %lld n %lld k %lld)",
                      plan->kernels[run->kernel[shape]].name, k < PLAN_MLP_SHAPES ? "" : " (one block)",
-                     j, st[j].what, (long long)m, (long long)call.n, (long long)call.k);
-            CHECK_EQ_INT(compare(&c[j], st[j].gemm.c_type, call.m * call.n, what), 0);
+                     j, st->what, (long long)m, (long long)call.n, (long long)call.k);
+            CHECK_EQ_INT(compare(&c[j], st->gemm.c_type, call.m * call.n, what), 0);
         }
-        mlp_kernels_run[shape]++;
+        mlp_kernels_run[run->backward][shape]++;
     }
     for (int j = 0; j < run->nlayers; j++) {
         free(c[j].want);
@@ -221,16 +228,19 @@ static int open_device(const Plan *plan, char *so, size_t so_len, Device **d)
     return rc;
 }
 
-static void check_case(const char *model, const char *precision, int64_t batch)
+/* MODEL in PRECISION at BATCH; CHECKPOINT: the model's checkpoint setting, NULL its own. */
+static void check_case(const char *model, const char *precision, int64_t batch, const char *checkpoint)
 {
-    printf("%s, %s, batch %lld\n", model, precision, (long long)batch);
+    printf("%s, %s, batch %lld%s%s\n", model, precision, (long long)batch,
+           checkpoint ? ", checkpoint " : "", checkpoint ? checkpoint : "");
     fflush(stdout);
     char path[4200], b[32];
     snprintf(path, sizeof path, "%s/%s.net", CGC_MODELS_DIR, model);
     snprintf(b, sizeof b, "%lld", (long long)batch);
-    Override ov[2] = {{"precision", "precision", precision}, {"batch", "batch", b}};
+    Override ov[3] = {{"precision", "precision", precision}, {"batch", "batch", b},
+                      {"checkpoint", "checkpoint", checkpoint}};
     Source *src = source_load(path);
-    IrProgram *p = src ? pipeline_compile(src, ov, 2) : NULL;
+    IrProgram *p = src ? pipeline_compile(src, ov, checkpoint ? 3 : 2) : NULL;
     CHECK(p != NULL);
     if (!p) {
         if (src) source_free(src);
@@ -265,7 +275,7 @@ static void check_case(const char *model, const char *precision, int64_t batch)
                 gemms++;
             }
         CHECK(gemms > 0);   /* every model here has f16 or bf16 GEMMs in its step */
-        for (int r = 0; r < plan->nmlps; r++) check_mlp(plan, e, r);
+        for (int r = 0; r < plan->nmlps; r++) check_mlp(plan, e, &feed, r);
         devexec_free(e);
     }
     if (d) d->ops->close(d);
@@ -302,18 +312,24 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: test_emu_gemm [--asan | --cuda] [MODEL:PRECISION:BATCH ...]\n");
                 return 2;
             }
-            check_case(model, precision, batch);
+            check_case(model, precision, batch, NULL);
         }
         return check_result();
     }
-    check_case("mlp", "fp16", 37);          /* nt with bias + relu, nn, tn; n = 10; MLP 512-128-10 */
-    check_case("mlp", "bf16", 64);          /* whole tiles in m, cp.async for every k */
-    check_case("resmlp", "bf16", 20);       /* layer widths 256 and 512 */
-    check_case("resmlp", "fp16", 33);
-    check_case("narrow_mlp", "bf16", 70);   /* fused MLP 784-128-128-128-10 */
-    check_case("../tests/models/odd_mlp", "fp16", 45);     /* fused MLP 37-24-10-40-6 */
+    check_case("mlp", "fp16", 37, NULL);          /* nt with bias + relu, nn, tn; n = 10; MLP 512-128-10 */
+    check_case("mlp", "bf16", 64, NULL);          /* whole tiles in m, cp.async for every k */
+    check_case("resmlp", "bf16", 20, NULL);       /* layer widths 256 and 512 */
+    check_case("resmlp", "fp16", 33, NULL);
+    check_case("narrow_mlp", "bf16", 70, NULL);   /* fused MLP 784-128-128-128-10, back 10-128-128-128 */
+    check_case("../tests/models/odd_mlp", "fp16", 45, NULL);     /* fused MLP 37-24-10-40-6, back 6-40-10-24 */
+    /* checkpointing moves the backward's steps about: the input gradients' run is steps
+     * 15, 17 and 20, an optimizer update and weight casts before it */
+    check_case("narrow_mlp", "bf16", 33, "all");
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
-    for (int s = 0; s < PLAN_MLP_SHAPES; s++) CHECK(mlp_kernels_run[s] >= 6);   /* 3 models, 2 grids */
+    for (int s = 0; s < PLAN_MLP_SHAPES; s++) {
+        CHECK(mlp_kernels_run[0][s] >= 6);     /* forward: 3 models, 2 grids */
+        CHECK(mlp_kernels_run[1][s] >= 6);     /* backward: narrow_mlp twice and odd_mlp, 2 grids */
+    }
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
     return check_result();
 }
