@@ -8,7 +8,7 @@
  *     operands' type as the store rounds them, are exactly the A fragments of the next
  *     layer's product (two 16 x 8 output tiles make one 16 x 16 input slice), so no
  *     activation goes through memory on its way to the next layer;
- *   - each layer's weights ([n, k], at most 128 x 128) are copied whole into shared
+ *   - each layer's weights ([n, k] here, at most 128 x 128) are copied whole into shared
  *     memory by cp.async and read as B fragments by every warp of the block. The copy
  *     starts as soon as the layer before has done its products, so that it lands while
  *     that layer's epilogue (bias, relu, the stores) runs;
@@ -214,6 +214,25 @@ static bool can_move(const Plan *plan, const PlanGraph *pg, const PlanMlp *run, 
     return true;
 }
 
+/* Whether layer S of a backward run (RUN so far), its mask MASK, shares memory with what
+ * the kernel writes while it reads: its weights or mask an earlier output, its output
+ * the run's input, an earlier layer's output, weights or mask, or its own weights or
+ * mask. (The kernel's parameters are __restrict__, and blocks write while others read.
+ * No plan of today's language has such a layer: each is a node of its own.) */
+static bool aliases_run(const Plan *plan, const PlanGraph *pg, const PlanMlp *run, int s, int mask)
+{
+    const PlanGemm *g = &pg->steps[s].gemm;
+    if (same(plan, g->c, pg->steps[run->step[0]].gemm.a) || same(plan, g->c, g->b) || same(plan, g->c, mask))
+        return true;
+    for (int j = 0; j < run->nlayers; j++) {
+        const PlanGemm *l = &pg->steps[run->step[j]].gemm;
+        if (same(plan, g->b, l->c) || same(plan, mask, l->c) || same(plan, g->c, l->c) ||
+            same(plan, g->c, l->b) || same(plan, g->c, run->mask[j]))
+            return true;
+    }
+    return false;
+}
+
 /* The backward run that starts at step I of PG, into RUN; returns its layers. */
 static int backward_run(const Plan *plan, const PlanGraph *pg, int i, PlanMlp *run)
 {
@@ -223,7 +242,7 @@ static int backward_run(const Plan *plan, const PlanGraph *pg, int i, PlanMlp *r
     run->link[0] = run->mask[0] = -1;
     while (run->nlayers < PLAN_MLP_MAX_LAYERS) {
         int link, mask, s = next_layer(plan, pg, run->step[run->nlayers - 1], &link, &mask);
-        if (s < 0 || !can_move(plan, pg, run, s, link, mask)) break;
+        if (s < 0 || !can_move(plan, pg, run, s, link, mask) || aliases_run(plan, pg, run, s, mask)) break;
         run->step[run->nlayers] = s;
         run->link[run->nlayers] = link;
         run->mask[run->nlayers++] = mask;

@@ -18,7 +18,7 @@
  * In max-autotune the step is replayed with the choices --emit writes beside it
  * (PlanChoices: the tuned ones when cgc has them, else the plan's own): each launch's
  * grid, each GEMM's cuBLASLt algorithm or generated kernel, and each narrow MLP's forward
- * pass as its fused kernel or its steps. The generated kernels they name come from a
+ * pass or input gradients as its fused kernel or its steps. The generated kernels they name come from a
  * second module, gemm_module.cu, which the Makefile then builds as well.
  */
 #include "codegen_impl.h"

@@ -548,12 +548,17 @@ void autotune_explain(const Plan *plan, FILE *out)
     fprintf(out, ".\n");
     int backward = 0;
     for (int r = 0; r < plan->nmlps; r++) backward += plan->mlps[r].backward;
-    if (plan->nmlps > 0)
-        fprintf(out, "From sm_80 too, %d run%s of GEMMs that %s a narrow MLP's pass (%d forward, %d "
+    if (plan->nmlps > 0 && backward == 0)
+        fprintf(out, "From sm_80 too, %d run%s of GEMMs that %s a narrow MLP's forward pass: "
+                     "the steps\nagainst one fully fused kernel (%d kernels here, in %d shapes).\n",
+                plan->nmlps, plan->nmlps == 1 ? "" : "s", plan->nmlps == 1 ? "is" : "are",
+                plan->nkernels - plan->mlp_kernels_from, PLAN_MLP_SHAPES);
+    else if (plan->nmlps > 0)
+        fprintf(out, "From sm_80 too, %d runs of GEMMs that are a narrow MLP's pass (%d forward, %d "
                      "backward: the\ninput gradients): the steps against one fully fused kernel (%d "
                      "kernels here, in %d\nshapes).\n",
-                plan->nmlps, plan->nmlps == 1 ? "" : "s", plan->nmlps == 1 ? "is" : "are",
-                plan->nmlps - backward, backward, plan->nkernels - plan->mlp_kernels_from, PLAN_MLP_SHAPES);
+                plan->nmlps, plan->nmlps - backward, backward, plan->nkernels - plan->mlp_kernels_from,
+                PLAN_MLP_SHAPES);
     fprintf(out, "--explain times nothing: these are the choices before tuning.\n");
     fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
     for (int i = 0; i < t.nchoices; i++)

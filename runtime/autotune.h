@@ -12,12 +12,13 @@
  *     tensor-core kernels, one per tile shape, the epilogue fused (codegen/gemm_tc.c):
  *     their module is compiled when tuning starts (AutotuneReport.gemm_compile_s), and
  *     by a later run only when its choices name one;
- *   - on sm_80 and later, for each run of GEMMs that is a narrow MLP's forward pass
- *     (Plan.mlps, codegen/mlp_fused.c), its steps, each by the choice just made for it,
- *     against the run's fully fused kernel with 16, 32 or 64 rows per block (in the same
- *     module as the generated GEMMs). Its key names the batch and the layers
- *     ("m64.f16_512_128r_10": k 512, widths 128 with bias + relu, then 10), its choice
- *     is "steps" or "fused:rows16" (32, 64).
+ *   - on sm_80 and later, for each run of GEMMs that is a narrow MLP's forward pass or
+ *     its input gradients (Plan.mlps, codegen/mlp_fused.c), its layers' GEMM steps,
+ *     each by the choice just made for it, against the run's fully fused kernel with 16,
+ *     32 or 64 rows per block (in the same module as the generated GEMMs). Its key names
+ *     the batch and the layers ("m64.f16_512_128r_10": k 512, widths 128 with bias +
+ *     relu, then 10; "m256.bwd_bf16_10_128_128_128": the input gradients from a width
+ *     of 10), its choice is "steps" or "fused:rows16" (32, 64).
  * Not yet: the kernels' own block sizes.
  *
  * Tuning runs on the arena before the tensors are initialised: each candidate is issued

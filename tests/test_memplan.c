@@ -8,6 +8,9 @@
  *    every buffer inside the arena and its graph's region; views at their root; offsets
  *    aligned; the same layout twice; reuse never larger, and smaller for mlp.net;
  *  - a hand-built plan whose peak is worked out by hand in the comments;
+ *  - max-autotune's fused MLP runs of narrow_mlp.net: which steps the backward run takes,
+ *    and that it stops where a step between its layers would make running them all at
+ *    its first step wrong (the plan edited so, then its runs found again);
  *  - the runner on a fake device: a plan too big for the free memory stops before any
  *    allocation with the numbers and the fixes; the padding it marks is exactly the bytes
  *    no buffer covers; reading a value the plan does not keep is an internal error.
@@ -225,6 +228,91 @@ static void test_model(const char *file, const char *precision, PlanMode mode)
     plan_layout_free(&shared);
     plan_layout_free(&again);
     plan_layout_free(&apart);
+    plan_free(pl);
+    ir_program_free(p);
+    source_free(src);
+}
+
+/* ---- the fused backward run's steps ---- */
+
+/* PL's fused MLP runs found again (plan_add_mlp_kernels) after an edit: the ones there
+ * and their kernels dropped first. Returns the train graph's backward run from step 10
+ * (0-based), or NULL. */
+static const PlanMlp *find_runs_again(Plan *pl)
+{
+    for (int k = pl->mlp_kernels_from; k < pl->nkernels; k++) {
+        free(pl->kernels[k].name);
+        free(pl->kernels[k].source);
+    }
+    pl->nkernels = pl->mlp_kernels_from;
+    free(pl->mlps);
+    pl->mlps = NULL;
+    pl->nmlps = 0;
+    plan_add_mlp_kernels(pl);
+    for (int r = 0; r < pl->nmlps; r++)
+        if (pl->mlps[r].backward && pl->mlps[r].graph == PG_TRAIN && pl->mlps[r].step[0] == 10)
+            return &pl->mlps[r];
+    return NULL;
+}
+
+/* The input gradients of narrow_mlp (layers 10-128-128-128): steps 11, 14 and 17 (1-based),
+ * linked by the relu_grad launches 13 and 16 with masks h3 and h2; the weight gradients'
+ * GEMMs 12 and 15 between them. Each edit below makes one of those steps write what the
+ * kernel reads, or touch a layer's output before its own step, or share the kernel's
+ * memory; the run from step 11 must stop before that layer (a run may then start at
+ * the layer refused: the steps before it do not matter to it). */
+static void test_backward_run(void)
+{
+    IrProgram *p;
+    Source *src;
+    Plan *pl = compile_model("narrow_mlp.net", "bf16", PLAN_MAX_AUTOTUNE, &p, &src);
+    if (!pl) return;
+    const PlanMlp *run = find_runs_again(pl);
+    CHECK(run != NULL);
+    if (!run) goto done;
+    CHECK_EQ_INT(run->nlayers, 3);
+    CHECK(run->step[0] == 10 && run->step[1] == 13 && run->step[2] == 16);
+    CHECK(run->link[0] == -1 && run->link[1] == 12 && run->link[2] == 15);
+    CHECK(run->mask[0] == -1 && strcmp(pl->buffers[run->mask[1]].what, "h3") == 0 &&
+          strcmp(pl->buffers[run->mask[2]].what, "h2") == 0);
+    PlanStep *steps = pl->graph[PG_TRAIN].steps;
+    CHECK(steps[11].kind == STEP_GEMM && steps[14].kind == STEP_GEMM && steps[12].kind == STEP_LAUNCH);
+    int c1 = steps[13].gemm.c, w1 = steps[13].gemm.b, c0 = steps[10].gemm.c, mask2 = run->mask[2];
+    struct { const char *what; int *field, value, layers; } edits[] = {
+        {"dW4 reads c1 before layer 1", &steps[11].gemm.a, c1, 1},
+        {"dW4 writes w1", &steps[11].gemm.c, w1, 1},
+        {"dW3 writes mask2", &steps[14].gemm.c, mask2, 2},
+        {"layer 2's weights are c0", &steps[16].gemm.b, c0, 2},
+        {"layer 2 writes w1", &steps[16].gemm.c, w1, 2},
+    };
+    for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+        int was = *edits[e].field;
+        *edits[e].field = edits[e].value;
+        run = find_runs_again(pl);
+        int layers = run ? run->nlayers : 1;    /* a run of 1 is none */
+        if (layers != edits[e].layers)
+            fprintf(stderr, "  %s: a run of %d layers, want %d\n", edits[e].what, layers, edits[e].layers);
+        CHECK_EQ_INT(layers, edits[e].layers);
+        *edits[e].field = was;
+    }
+    /* the relu_grad launch between layers 0 and 1 writes w1 (its bias gradient's output) */
+    PlanLaunch *link = &steps[12].launch;
+    int out = -1;
+    for (int a = 0; a < link->nargs && out < 0; a++)
+        if (link->arg[a].kind == ARG_BUFFER && strncmp(pl->kernels[link->kernel].param_ctype[a], "const ", 6) != 0 &&
+            link->arg[a].index != steps[13].gemm.a)
+            out = a;
+    CHECK(out >= 0);
+    if (out >= 0) {
+        int was = link->arg[out].index;
+        link->arg[out].index = w1;
+        run = find_runs_again(pl);
+        CHECK(run == NULL);
+        link->arg[out].index = was;
+    }
+    run = find_runs_again(pl);      /* as built */
+    CHECK(run != NULL && run->nlayers == 3);
+done:
     plan_free(pl);
     ir_program_free(p);
     source_free(src);
@@ -510,9 +598,11 @@ int main(void)
     static const char *const precisions[] = {"fp32", "tf32", "bf16", "fp16"};
     for (int m = 0; m < 3; m++)
         for (int k = 0; k < 4; k++) test_model(models[m], precisions[k], PLAN_EAGER);
-    /* max-autotune: the fused MLP runs' steps live as one (mlp 512-128-10, narrow 4 layers) */
+    /* max-autotune: a fused MLP run's buffers live from its first layer's step (mlp
+     * 512-128-10; narrow 4 layers, and its input gradients 10-128-128-128) */
     test_model("mlp.net", "fp16", PLAN_MAX_AUTOTUNE);
     test_model("narrow_mlp.net", "bf16", PLAN_MAX_AUTOTUNE);
+    test_backward_run();
     test_hand_plan();
     test_runner("fp32", true);
     test_runner("fp16", false);

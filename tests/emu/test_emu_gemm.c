@@ -36,6 +36,7 @@
 static bool asan, on_cuda;
 static int cuda_arch;
 static int kernels_run[PLAN_GEMM_TILES], mlp_kernels_run[2][PLAN_MLP_SHAPES];   /* [backward] */
+static int graphs_run;      /* backward runs checked inside their graph */
 static int epilogues_run[GEMM_EPI_GELU_BIAS + 1];
 
 /* ---- values: exact in f16 and bf16 ---- */
@@ -212,6 +213,62 @@ static void check_mlp(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
     }
 }
 
+/* ---- the backward runs inside their graph ----
+ * The train graph run whole (devexec_run) with its steps, then again from the same
+ * buffers with every backward run's fused kernel chosen: every value the graph stores
+ * agrees within the rounding compare allows. This is the runtime's order on a whole plan
+ * (the kernel at its run's first layer, the later layers' steps skipped, the relu_grad
+ * steps and the weight gradients' GEMMs between them still run), where check_mlp checks
+ * each kernel on its own. The arena has no reuse, so every stored value is still there
+ * after the run. */
+static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed,
+                                    const int64_t *symmax)
+{
+    Device *d = devexec_device(e);
+    const IrGraph *train = plan->graph[PG_TRAIN].ir;
+    int nb = plan->nbuffers, runs = 0, compared = 0;
+    for (int r = 0; r < plan->nmlps; r++) runs += plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN;
+    if (runs == 0) return;
+    size_t *bytes = calloc((size_t)nb, sizeof *bytes);
+    void **start = calloc((size_t)nb, sizeof *start);
+    Matrix *x = calloc((size_t)nb, sizeof *x);
+    for (int b = 0; b < nb; b++) {
+        if (plan->buffers[b].alias_of >= 0 || !(bytes[b] = plan_buffer_bytes(plan, b, symmax))) continue;
+        start[b] = malloc(bytes[b]);
+        CHECK_EQ_INT(d->ops->download(d, start[b], devexec_buffer(e, b), bytes[b]), 0);
+        x[b] = (Matrix){.at = devexec_buffer(e, b), .bytes = bytes[b], .want = malloc(bytes[b]),
+                        .got = malloc(bytes[b])};
+    }
+    for (int pass = 0; pass < 2; pass++) {      /* the steps, then the fused kernels */
+        for (int b = 0; b < nb; b++)
+            if (start[b]) CHECK_EQ_INT(d->ops->upload(d, x[b].at, start[b], bytes[b]), 0);
+        for (int r = 0; r < plan->nmlps; r++)
+            devexec_choose_mlp(e, r, pass && plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN ? 0 : -1);
+        CHECK_EQ_INT(devexec_run(e, train, feed), 0);
+        for (int b = 0; b < nb; b++)
+            if (start[b]) CHECK_EQ_INT(d->ops->download(d, pass ? x[b].got : x[b].want, x[b].at, bytes[b]), 0);
+    }
+    for (int b = 0; b < nb; b++) {
+        const PlanBuffer *pb = &plan->buffers[b];
+        if (!start[b] || pb->kind != PB_NODE || pb->graph != PG_TRAIN || pb->dtype == DT_I32) continue;
+        char what[256];
+        snprintf(what, sizeof what, "train graph with the fused backward kernels: buffer %d (%s)", b, pb->what);
+        CHECK_EQ_INT(compare(&x[b], pb->dtype, (int64_t)(bytes[b] / ir_dtype_size(pb->dtype)), what), 0);
+        compared++;
+    }
+    CHECK(compared > 0);
+    for (int r = 0; r < plan->nmlps; r++) devexec_choose_mlp(e, r, -1);
+    for (int b = 0; b < nb; b++) {
+        free(start[b]);
+        free(x[b].want);
+        free(x[b].got);
+    }
+    free(start);
+    free(x);
+    free(bytes);
+    graphs_run += runs;
+}
+
 /* ---- one case ---- */
 
 /* The plan's module on the device this run checks: built into a .so (SO) for the
@@ -276,6 +333,7 @@ static void check_case(const char *model, const char *precision, int64_t batch, 
             }
         CHECK(gemms > 0);   /* every model here has f16 or bf16 GEMMs in its step */
         for (int r = 0; r < plan->nmlps; r++) check_mlp(plan, e, &feed, r);
+        check_backward_in_graph(plan, e, &feed, symmax);
         devexec_free(e);
     }
     if (d) d->ops->close(d);
@@ -330,6 +388,7 @@ int main(int argc, char **argv)
         CHECK(mlp_kernels_run[0][s] >= 6);     /* forward: 3 models, 2 grids */
         CHECK(mlp_kernels_run[1][s] >= 6);     /* backward: narrow_mlp twice and odd_mlp, 2 grids */
     }
+    CHECK(graphs_run >= 3);
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
     return check_result();
 }
