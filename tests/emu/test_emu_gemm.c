@@ -285,19 +285,20 @@ static int open_device(const Plan *plan, char *so, size_t so_len, Device **d)
     return rc;
 }
 
-/* MODEL in PRECISION at BATCH; CHECKPOINT: the model's checkpoint setting, NULL its own. */
-static void check_case(const char *model, const char *precision, int64_t batch, const char *checkpoint)
+/* MODEL in PRECISION at BATCH, and with KEY set to VALUE where KEY is not NULL (a
+ * training setting: "checkpoint", "accumulate"). */
+static void check_case(const char *model, const char *precision, int64_t batch, const char *key,
+                       const char *value)
 {
-    printf("%s, %s, batch %lld%s%s\n", model, precision, (long long)batch,
-           checkpoint ? ", checkpoint " : "", checkpoint ? checkpoint : "");
+    printf("%s, %s, batch %lld%s%s%s%s\n", model, precision, (long long)batch, key ? ", " : "",
+           key ? key : "", key ? " " : "", key ? value : "");
     fflush(stdout);
     char path[4200], b[32];
     snprintf(path, sizeof path, "%s/%s.net", CGC_MODELS_DIR, model);
     snprintf(b, sizeof b, "%lld", (long long)batch);
-    Override ov[3] = {{"precision", "precision", precision}, {"batch", "batch", b},
-                      {"checkpoint", "checkpoint", checkpoint}};
+    Override ov[3] = {{"precision", "precision", precision}, {"batch", "batch", b}, {key, key, value}};
     Source *src = source_load(path);
-    IrProgram *p = src ? pipeline_compile(src, ov, checkpoint ? 3 : 2) : NULL;
+    IrProgram *p = src ? pipeline_compile(src, ov, key ? 3 : 2) : NULL;
     CHECK(p != NULL);
     if (!p) {
         if (src) source_free(src);
@@ -370,25 +371,27 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: test_emu_gemm [--asan | --cuda] [MODEL:PRECISION:BATCH ...]\n");
                 return 2;
             }
-            check_case(model, precision, batch, NULL);
+            check_case(model, precision, batch, NULL, NULL);
         }
         return check_result();
     }
-    check_case("mlp", "fp16", 37, NULL);          /* nt with bias + relu, nn, tn; n = 10; MLP 512-128-10 */
-    check_case("mlp", "bf16", 64, NULL);          /* whole tiles in m, cp.async for every k */
-    check_case("resmlp", "bf16", 20, NULL);       /* layer widths 256 and 512 */
-    check_case("resmlp", "fp16", 33, NULL);
-    check_case("narrow_mlp", "bf16", 70, NULL);   /* fused MLP 784-128-128-128-10, back 10-128-128-128 */
-    check_case("../tests/models/odd_mlp", "fp16", 45, NULL);     /* fused MLP 37-24-10-40-6, back 6-40-10-24 */
+    check_case("mlp", "fp16", 37, NULL, NULL);       /* nt with bias + relu, nn, tn; n = 10; MLP 512-128-10 */
+    check_case("mlp", "bf16", 64, NULL, NULL);       /* whole tiles in m, cp.async for every k */
+    check_case("resmlp", "bf16", 20, NULL, NULL);    /* layer widths 256 and 512 */
+    check_case("resmlp", "fp16", 33, NULL, NULL);
+    check_case("narrow_mlp", "bf16", 70, NULL, NULL);  /* fused MLP 784-128-128-128-10, back 10-128-128-128 */
+    check_case("../tests/models/odd_mlp", "fp16", 45, NULL, NULL);  /* fused MLP 37-24-10-40-6, back 6-40-10-24 */
     /* checkpointing moves the backward's steps about: the input gradients' run is steps
      * 15, 17 and 20, an optimizer update and weight casts before it */
-    check_case("narrow_mlp", "bf16", 33, "all");
+    check_case("narrow_mlp", "bf16", 33, "checkpoint", "all");
+    /* accumulation: the train_micro graph's runs too (check_mlp) */
+    check_case("narrow_mlp", "fp16", 24, "accumulate", "2");
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
     for (int s = 0; s < PLAN_MLP_SHAPES; s++) {
         CHECK(mlp_kernels_run[0][s] >= 6);     /* forward: 3 models, 2 grids */
-        CHECK(mlp_kernels_run[1][s] >= 6);     /* backward: narrow_mlp twice and odd_mlp, 2 grids */
+        CHECK(mlp_kernels_run[1][s] >= 10);    /* backward: narrow_mlp 3 cases (2 graphs in one) and odd_mlp, 2 grids */
     }
-    CHECK(graphs_run >= 3);
+    CHECK(graphs_run >= 4);
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
     return check_result();
 }
