@@ -164,8 +164,8 @@ static bool step_names(const Plan *plan, const PlanStep *s, int b)
 
 /* The next layer of a backward run whose last layer is step P of PG: a later GEMM step
  * whose A is the value relu_grad(c_P, mask) that a launch step between them stores (a
- * member of that step's fusion group). Sets *LINK (that step) and *MASK (the buffer);
- * -1: none. */
+ * member of that step's fusion group, its operands read from memory). Sets *LINK (that
+ * step) and *MASK (the buffer); -1: none. */
 static int next_layer(const Plan *plan, const PlanGraph *pg, int p, int *link, int *mask)
 {
     const PlanGemm *prev = &pg->steps[p].gemm;
@@ -176,6 +176,9 @@ static int next_layer(const Plan *plan, const PlanGraph *pg, int p, int *link, i
         for (int id = 0; id < ir->nnodes; id++) {
             const IrNode *n = &ir->nodes[id];
             if (n->group != ls->group || n->op != IR_RELU_GRAD || !ir_member_stored(ir, id)) continue;
+            /* both operands loaded from memory, as the kernel has them: a member of the
+             * group would be used unrounded (fp16 rounds a tiny positive h to 0) */
+            if (ir->nodes[n->in[0]].group == ls->group || ir->nodes[n->in[1]].group == ls->group) continue;
             int x = pg->node_buffer[id], y = pg->node_buffer[n->in[1]];
             if (!same(plan, pg->node_buffer[n->in[0]], prev->c) || y < 0 || x < 0 ||
                 !ir_shape_equal(&n->shape, &ir->nodes[n->in[0]].shape) ||
