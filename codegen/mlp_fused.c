@@ -18,10 +18,13 @@
  *     backward pass reads them. What the kernel saves is a launch per layer and the
  *     activations' reads.
  * The backward pass's input gradients are such a chain too, read the other way: layer
- * j's input is relu_grad(c_{j-1}, h) = h > 0 ? c_{j-1} : 0, h the forward activation,
- * and its weights are used as stored, [k, n], so their copy is read by ldmatrix .trans.
- * The chain's layers are not consecutive steps: between two of them the plan runs the
- * relu_grad (fused with the bias gradient's sum) and the weight gradient's GEMM. Those
+ * j's input is the gradient of the forward layer's activation, g(c_{j-1}, h) (relu_grad:
+ * h > 0 ? c_{j-1} : 0; tanh, sigmoid, gelu and silu's too), h the activation's output
+ * or input, computed in registers by the expression the plan's own kernels use
+ * (cuda_elementwise_expr); its weights are used as stored, [k, n], so their copy is read
+ * by ldmatrix .trans. The chain's layers are not consecutive steps: between two of them
+ * the plan runs the gradient g (fused with the bias gradient's sum) and the weight
+ * gradient's GEMM. Those
  * still run where they are; the kernel runs every layer at the first one's step, which
  * backward_run checks is the same computation (can_move), and memplan keeps its outputs
  * live from there.
@@ -71,7 +74,7 @@ int plan_mlp_args(const Plan *plan, int r, int *buf)
         const PlanGemm *g = &steps[run->step[j]].gemm;
         buf[j] = g->c;
         buf[L + 1 + j] = g->b;
-        buf[2 * L + 1 + j] = run->backward ? run->mask[j] : g->bias;
+        buf[2 * L + 1 + j] = run->backward ? run->act[j] : g->bias;
     }
     return 3 * L + 1;
 }
@@ -127,7 +130,7 @@ static int forward_run(const PlanGraph *pg, int i, PlanMlp *run)
            !reads_run_output(&pg->steps[i], n, &pg->steps[i + n].gemm))
         n++;
     run->nlayers = n;
-    for (int j = 0; j < n; j++) run->step[j] = i + j, run->link[j] = run->mask[j] = -1;
+    for (int j = 0; j < n; j++) run->step[j] = i + j, run->link[j] = run->act[j] = -1;
     return n;
 }
 
@@ -162,11 +165,20 @@ static bool step_names(const Plan *plan, const PlanStep *s, int b)
     return false;
 }
 
+/* Whether OP is an activation's gradient g(d, act) a backward run can apply in its
+ * kernel: elementwise in f32 on d and one activation value (cuda_elementwise_expr's a
+ * and b), as the plan's own step computes it. */
+static bool link_op(IrOp op)
+{
+    return op == IR_RELU_GRAD || op == IR_TANH_GRAD || op == IR_SIGMOID_GRAD || op == IR_GELU_GRAD ||
+           op == IR_GELU_TANH_GRAD || op == IR_SILU_GRAD;
+}
+
 /* The next layer of a backward run whose last layer is step P of PG: a later GEMM step
- * whose A is the value relu_grad(c_P, mask) that a launch step between them stores (a
+ * whose A is the value g(c_P, act) (link_op) that a launch step between them stores (a
  * member of that step's fusion group, its operands read from memory). Sets *LINK (that
- * step) and *MASK (the buffer); -1: none. */
-static int next_layer(const Plan *plan, const PlanGraph *pg, int p, int *link, int *mask)
+ * step), *ACT (the buffer) and *GRAD (g); -1: none. */
+static int next_layer(const Plan *plan, const PlanGraph *pg, int p, int *link, int *act, IrOp *grad)
 {
     const PlanGemm *prev = &pg->steps[p].gemm;
     const IrGraph *ir = pg->ir;
@@ -175,7 +187,7 @@ static int next_layer(const Plan *plan, const PlanGraph *pg, int p, int *link, i
         if (ls->kind != STEP_LAUNCH || ls->group <= 0) continue;
         for (int id = 0; id < ir->nnodes; id++) {
             const IrNode *n = &ir->nodes[id];
-            if (n->group != ls->group || n->op != IR_RELU_GRAD || !ir_member_stored(ir, id)) continue;
+            if (n->group != ls->group || !link_op(n->op) || !ir_member_stored(ir, id)) continue;
             /* both operands loaded from memory, as the kernel has them: a member of the
              * group would be used unrounded (fp16 rounds a tiny positive h to 0) */
             if (ir->nodes[n->in[0]].group == ls->group || ir->nodes[n->in[1]].group == ls->group) continue;
@@ -188,7 +200,7 @@ static int next_layer(const Plan *plan, const PlanGraph *pg, int p, int *link, i
                 const PlanGemm *g = &pg->steps[s].gemm;
                 if (pg->steps[s].kind == STEP_GEMM && same(plan, g->a, x) && layer_ok(&pg->steps[s], true) &&
                     follows(prev, g) && n->dtype == g->a_type) {
-                    *link = l, *mask = y;
+                    *link = l, *act = y, *grad = n->op;
                     return s;
                 }
             }
@@ -198,10 +210,10 @@ static int next_layer(const Plan *plan, const PlanGraph *pg, int p, int *link, i
 }
 
 /* Whether layer S of a backward run (RUN so far), its input made by step LINK from the
- * run's last output and MASK, can run at the run's first step: no step between them but
- * the run's layers writes what the kernel reads for it (its weights, MASK, the last
+ * run's last output and ACT, can run at the run's first step: no step between them but
+ * the run's layers writes what the kernel reads for it (its weights, ACT, the last
  * output) or its input, but LINK, and none names its output. */
-static bool can_move(const Plan *plan, const PlanGraph *pg, const PlanMlp *run, int s, int link, int mask)
+static bool can_move(const Plan *plan, const PlanGraph *pg, const PlanMlp *run, int s, int link, int act)
 {
     const PlanGemm *g = &pg->steps[s].gemm, *prev = &pg->steps[run->step[run->nlayers - 1]].gemm;
     for (int t = run->step[0] + 1, j = 1; t < s; t++) {
@@ -210,27 +222,28 @@ static bool can_move(const Plan *plan, const PlanGraph *pg, const PlanMlp *run, 
             continue;
         }
         const PlanStep *ts = &pg->steps[t];
-        if (step_writes(plan, ts, g->b) || step_writes(plan, ts, mask) || step_names(plan, ts, g->c) ||
+        if (step_writes(plan, ts, g->b) || step_writes(plan, ts, act) || step_names(plan, ts, g->c) ||
             (t != link && (step_writes(plan, ts, prev->c) || step_writes(plan, ts, g->a))))
             return false;
     }
     return true;
 }
 
-/* Whether layer S of a backward run (RUN so far), its mask MASK, shares memory with what
- * the kernel writes while it reads: its weights or mask an earlier output, its output
- * the run's input, an earlier layer's output, weights or mask, or its own weights or
- * mask. (The kernel's parameters are __restrict__, and blocks write while others read.
- * No plan of today's language has such a layer: each is a node of its own.) */
-static bool aliases_run(const Plan *plan, const PlanGraph *pg, const PlanMlp *run, int s, int mask)
+/* Whether layer S of a backward run (RUN so far), its activation value ACT, shares
+ * memory with what the kernel writes while it reads: its weights or ACT an earlier
+ * output, its output the run's input, an earlier layer's output, weights or activation
+ * value, or its own weights or ACT. (The kernel's parameters are __restrict__, and
+ * blocks write while others read. No plan of today's language has such a layer: each is
+ * a node of its own.) */
+static bool aliases_run(const Plan *plan, const PlanGraph *pg, const PlanMlp *run, int s, int act)
 {
     const PlanGemm *g = &pg->steps[s].gemm;
-    if (same(plan, g->c, pg->steps[run->step[0]].gemm.a) || same(plan, g->c, g->b) || same(plan, g->c, mask))
+    if (same(plan, g->c, pg->steps[run->step[0]].gemm.a) || same(plan, g->c, g->b) || same(plan, g->c, act))
         return true;
     for (int j = 0; j < run->nlayers; j++) {
         const PlanGemm *l = &pg->steps[run->step[j]].gemm;
-        if (same(plan, g->b, l->c) || same(plan, mask, l->c) || same(plan, g->c, l->c) ||
-            same(plan, g->c, l->b) || same(plan, g->c, run->mask[j]))
+        if (same(plan, g->b, l->c) || same(plan, act, l->c) || same(plan, g->c, l->c) ||
+            same(plan, g->c, l->b) || same(plan, g->c, run->act[j]))
             return true;
     }
     return false;
@@ -242,13 +255,16 @@ static int backward_run(const Plan *plan, const PlanGraph *pg, int i, PlanMlp *r
     if (!layer_ok(&pg->steps[i], true)) return 0;
     run->nlayers = 1;
     run->step[0] = i;
-    run->link[0] = run->mask[0] = -1;
+    run->link[0] = run->act[0] = -1;
     while (run->nlayers < PLAN_MLP_MAX_LAYERS) {
-        int link, mask, s = next_layer(plan, pg, run->step[run->nlayers - 1], &link, &mask);
-        if (s < 0 || !can_move(plan, pg, run, s, link, mask) || aliases_run(plan, pg, run, s, mask)) break;
+        int link, act;
+        IrOp grad;
+        int s = next_layer(plan, pg, run->step[run->nlayers - 1], &link, &act, &grad);
+        if (s < 0 || !can_move(plan, pg, run, s, link, act) || aliases_run(plan, pg, run, s, act)) break;
         run->step[run->nlayers] = s;
         run->link[run->nlayers] = link;
-        run->mask[run->nlayers++] = mask;
+        run->grad[run->nlayers] = grad;
+        run->act[run->nlayers++] = act;
     }
     return run->nlayers;
 }
@@ -258,8 +274,9 @@ static int backward_run(const Plan *plan, const PlanGraph *pg, int i, PlanMlp *r
 typedef struct MlpLayer {
     int64_t n, k;
     DType c_type;
-    DType aux_type;             /* forward: the bias's type; backward: the mask's */
+    DType aux_type;             /* forward: the bias's type; backward: the activation value's */
     GemmEpilogue epilogue;
+    IrOp grad;                  /* backward, j >= 1: the gradient that makes its input */
 } MlpLayer;
 
 typedef struct MlpSpec {
@@ -278,10 +295,11 @@ static MlpSpec spec_of(const Plan *plan, const PlanMlp *run, int shape)
     for (int j = 0; j < run->nlayers; j++) {
         const PlanGemm *g = &steps[run->step[j]].gemm;
         DType aux = g->c_type;
-        if (run->mask[j] >= 0) aux = plan->buffers[run->mask[j]].dtype;
+        if (run->act[j] >= 0) aux = plan->buffers[run->act[j]].dtype;
         else if (g->epilogue != GEMM_EPI_NONE) aux = g->bias_type;
         s.layer[j] = (MlpLayer){ .n = g->n, .k = g->k, .c_type = g->c_type, .aux_type = aux,
-                                 .epilogue = g->epilogue };
+                                 .epilogue = g->epilogue,
+                                 .grad = run->backward && j > 0 ? run->grad[j] : IR_RELU_GRAD };
     }
     return s;
 }
@@ -294,7 +312,7 @@ static bool spec_eq(const MlpSpec *x, const MlpSpec *y)
     for (int j = 0; j < x->nlayers; j++) {
         const MlpLayer *a = &x->layer[j], *b = &y->layer[j];
         if (a->n != b->n || a->k != b->k || a->c_type != b->c_type ||
-            a->aux_type != b->aux_type || a->epilogue != b->epilogue)
+            a->aux_type != b->aux_type || a->epilogue != b->epilogue || a->grad != b->grad)
             return false;
     }
     return true;
@@ -302,8 +320,9 @@ static bool spec_eq(const MlpSpec *x, const MlpSpec *y)
 
 /* "mlp_fused_bf16_784_128r_128r_128r_10_rows64": the operands' type, the first k, each
  * layer's width (r: bias + relu; b: bias), a type where it is not the operands', the
- * rows per block. A backward pass is "mlp_fused_bwd_...", its masks' type given where
- * it is not the operands'. */
+ * rows per block. A backward pass is "mlp_fused_bwd_...", each layer's width followed by
+ * its input's gradient where that is not relu's ("_24tanh": tanh_grad), and the
+ * activation values' type where it is not the operands'. */
 static void spec_name(const MlpSpec *s, char *buf, size_t len)
 {
     StrBuf o = { 0 };
@@ -313,9 +332,13 @@ static void spec_name(const MlpSpec *s, char *buf, size_t len)
         const MlpLayer *l = &s->layer[j];
         sb_printf(&o, "_%lld%s", (long long)l->n,
                   l->epilogue == GEMM_EPI_RELU_BIAS ? "r" : l->epilogue == GEMM_EPI_BIAS ? "b" : "");
+        if (s->backward && j > 0 && l->grad != IR_RELU_GRAD) {
+            const char *g = ir_op_name(l->grad);    /* "tanh_grad" */
+            sb_printf(&o, "%.*s", (int)(strlen(g) - strlen("_grad")), g);
+        }
         bool aux = s->backward ? j > 0 : l->epilogue != GEMM_EPI_NONE;
         if (aux && l->aux_type != s->in_type)
-            sb_printf(&o, "%s%s", s->backward ? "mask" : "", ir_dtype_name(l->aux_type));
+            sb_printf(&o, "%s%s", s->backward ? "act" : "", ir_dtype_name(l->aux_type));
         if (l->c_type != s->in_type) sb_printf(&o, "to%s", ir_dtype_name(l->c_type));
     }
     sb_printf(&o, "_rows%d", plan_mlp_rows[s->shape]);
@@ -330,8 +353,8 @@ static const char *const EPI = "            ";     /* a layer's epilogue, inside
 
 /* Layer J's epilogue, inside its braces, on the accumulators acc[NT][4] of the warp's
  * rows r0 and r0 + 8: bias, relu, the store to c_J; and, unless it is the last layer, the
- * packing of the rounded values (backward: masked by mask_{J+1}) into the next layer's A
- * fragments x[KS][4]. */
+ * packing of the rounded values (backward: g_{J+1}(them, act_{J+1})) into the next
+ * layer's A fragments x[KS][4]. */
 static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
 {
     const MlpLayer *l = &s->layer[j];
@@ -350,13 +373,21 @@ static void render_epilogue(StrBuf *o, const MlpSpec *s, int j)
     if (l->epilogue == GEMM_EPI_RELU_BIAS) sb_printf(o, "%s        v = v < 0.0f ? 0.0f : v;\n", EPI);
     sb_printf(o, "%s        if (row < m%s) cgc_store(&c%d[row * N + col], v);\n", EPI,
               pad ? " && col < N" : "", j);
-    if (j + 1 < s->nlayers && s->backward)
-        sb_printf(o, "%s        /* the next layer's input: relu_grad(c%d, mask%d), as the plan's own step makes it */\n"
-                     "%s        acc[j][e] = row < m && %scgc_load(mask%d[row * N + col]) > 0.0f ? v : 0.0f;\n",
-                  EPI, j, j + 1, EPI, pad ? "col < N && " : "", j + 1);
-    else if (j + 1 < s->nlayers)
+    if (j + 1 < s->nlayers && s->backward) {   /* cuda_elementwise_expr, as the step's kernel */
+        IrOp grad = s->layer[j + 1].grad;
+        StrBuf g = { 0 };
+        fused_substitute(&g, cuda_elementwise_expr(grad), "", "d", "h", "");
+        sb_printf(o, "%s        /* the next layer's input: %s(c%d as stored, act%d), as the plan's own step makes it */\n"
+                     "%s        const bool in = row < m%s;\n"
+                     "%s        const float d = %s(v), h = in ? cgc_load(act%d[row * N + col]) : 0.0f;\n"
+                     "%s        acc[j][e] = in ? (%s) : 0.0f;\n",
+                  EPI, ir_op_name(grad), j, j + 1, EPI, pad ? " && col < N" : "", EPI,
+                  fused_rounding(s->in_type), j + 1, EPI, g.s);
+        sb_free(&g);
+    } else if (j + 1 < s->nlayers) {
         sb_printf(o, "%s        acc[j][e] = %sv;   /* the next layer's input */\n", EPI,
                   pad ? "col >= N ? 0.0f : " : "");
+    }
     sb_printf(o, "%s    }\n", EPI);
     if (j + 1 == s->nlayers) return;
     int ks = round_up(l->n, 16) / 16;
@@ -523,7 +554,8 @@ static char *render(const MlpSpec *s, const char *name, const char *uses)
         snprintf(input, sizeof input, j ? "c%d" : "a", j - 1);
         sb_printf(&o, " *   c%d [m, %lld] %s = ", j, (long long)l->n, ir_dtype_name(l->c_type));
         if (s->backward && j > 0)
-            sb_printf(&o, "relu_grad(c%d, mask%d %s) @ w%d\n", j - 1, j, ir_dtype_name(l->aux_type), j);
+            sb_printf(&o, "%s(c%d, act%d %s) @ w%d\n", ir_op_name(l->grad), j - 1, j,
+                      ir_dtype_name(l->aux_type), j);
         else if (s->backward)
             sb_printf(&o, "a @ w0\n");
         else if (l->epilogue == GEMM_EPI_NONE)
@@ -535,9 +567,10 @@ static char *render(const MlpSpec *s, const char *name, const char *uses)
                       l->epilogue == GEMM_EPI_RELU_BIAS ? ")" : "");
     }
     if (s->backward)
-        sb_puts(&o, " * the input gradients of a chain of layers. relu_grad(d, y) = y > 0 ? d : 0, of d\n"
-                    " * rounded as stored: the same bits as the plan's own steps, which still compute it\n"
-                    " * (with the bias gradients) from the stored c_j. mask0 is unused (0).\n");
+        sb_puts(&o, " * the input gradients of a chain of layers: each next input is the gradient of the\n"
+                    " * layer's activation (relu_grad(d, y) = y > 0 ? d : 0, ...) of c as stored, the\n"
+                    " * same bits as the plan's own steps, which still compute it (with the bias\n"
+                    " * gradients) from the stored c_j. act0 is unused (0).\n");
     sb_printf(&o, " * A block per %d rows (grid-stride), a warp per 16 of them: its activations stay in\n"
                   " * its registers from layer to layer; each layer's weights are copied whole into\n"
                   " * shared memory, while the layer before runs its epilogue; layer 0's input streams\n"
@@ -552,7 +585,7 @@ static char *render(const MlpSpec *s, const char *name, const char *uses)
         sb_printf(&o, "    %s__restrict__ w%d,\n", cuda_storage_ctype(s->in_type, true), j);
     for (int j = 0; j < s->nlayers; j++)
         sb_printf(&o, "    %s__restrict__ %s%d,\n", cuda_storage_ctype(s->layer[j].aux_type, true),
-                  s->backward ? "mask" : "bias", j);
+                  s->backward ? "act" : "bias", j);
     sb_puts(&o, "    int64_t m)\n{\n");
     sb_printf(&o, "    enum { BM = %d, THREADS = %d, BK = %d };\n", rows, 32 * warps, STAGE_K);
     sb_printf(&o, "    __shared__ __align__(16) unsigned short smem[%d];\n", smem_halves(s, rows));

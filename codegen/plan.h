@@ -251,15 +251,18 @@ typedef enum PlanDataKernel {
  *   - forward: consecutive steps c_j = x_j @ W_j^T (W stored [n, k]), no epilogue or
  *     bias + relu, x_0 = a, x_j = c_{j-1};
  *   - backward (the input gradients): steps c_j = x_j @ W_j (W stored [k, n]), no
- *     epilogue, x_0 = a, x_j = relu_grad(c_{j-1}, mask_j) (mask_j > 0 ? c_{j-1} : 0),
- *     which a launch step between them (PlanMlp.link) computes into layer j's A; the
+ *     epilogue, x_0 = a, x_j = g_j(c_{j-1}, act_j): g_j the gradient of the layer's
+ *     activation (relu_grad: act_j > 0 ? c_{j-1} : 0; tanh_grad, sigmoid_grad,
+ *     gelu_grad, gelu_tanh_grad, silu_grad), act_j the activation's output or input as
+ *     g_j takes it, which a launch step between them (PlanMlp.link) computes into layer
+ *     j's A; the
  *     steps between the layers (that launch, the weight gradients' GEMMs) neither write
  *     what the kernel reads nor touch a c_j before its layer, so the kernel can run every
  *     layer at the first one's step. Those steps still run: the kernel does not store x_j.
  * The kernel writes every layer's output c_j, rounded once, as its step would; what it
  * saves is a launch per layer and the reads of the activations.
  * Its parameters, in order (plan_mlp_args): c_0 .. c_{L-1} (the outputs), a (the input),
- * w_0 .. w_{L-1}, then per layer bias_j (forward) or mask_j (backward; mask_0 is 0),
+ * w_0 .. w_{L-1}, then per layer bias_j (forward) or act_j (backward; act_0 is 0),
  * 0 where a layer has none, all device pointers, and m (int64_t). A block computes
  * plan_mlp_rows[shape] rows (grid-stride), one warp per 16 rows; any grid >= 1 is
  * correct, plan_mlp_grid gives one block per rows. sm_80 and later, like the GEMMs. */
@@ -273,8 +276,9 @@ typedef struct PlanMlp {
     int step[PLAN_MLP_MAX_LAYERS];  /* layer j's GEMM step of the graph, ascending; the
                                      * kernel runs at step[0] and the others are skipped */
     int link[PLAN_MLP_MAX_LAYERS];  /* backward, j >= 1: the launch step that computes
-                                     * x_j = relu_grad(c_{j-1}, mask_j); else -1 */
-    int mask[PLAN_MLP_MAX_LAYERS];  /* backward, j >= 1: the buffer mask_j; else -1 */
+                                     * x_j = g_j(c_{j-1}, act_j); else -1 */
+    int act[PLAN_MLP_MAX_LAYERS];   /* backward, j >= 1: the buffer act_j; else -1 */
+    IrOp grad[PLAN_MLP_MAX_LAYERS]; /* backward, j >= 1: g_j (IR_RELU_GRAD, ...) */
     int kernel[PLAN_MLP_SHAPES];    /* the fused kernel per shape (Plan.kernels) */
 } PlanMlp;
 

@@ -72,7 +72,7 @@ static int step_buffers(const Plan *pl, const PlanStep *s, int *out)
 /* Per buffer of graph G: the first and last step naming it (-1: none). A fused MLP run
  * (max-autotune) may run all its layers at its first layer's step: the buffers its
  * kernel names (each layer's weights and output, the first's input, the biases or the
- * masks) are named there too. */
+ * activation values) are named there too. */
 static void step_span(const Plan *pl, int g, int *first, int *last)
 {
     for (int b = 0; b < pl->nbuffers; b++) first[b] = last[b] = -1;
@@ -88,7 +88,7 @@ static void step_span(const Plan *pl, int g, int *first, int *last)
                 used[n++] = root(pl, gm->b);
                 used[n++] = root(pl, gm->c);
                 if (gm->bias >= 0) used[n++] = root(pl, gm->bias);
-                if (run->mask[j] >= 0) used[n++] = root(pl, run->mask[j]);
+                if (run->act[j] >= 0) used[n++] = root(pl, run->act[j]);
             }
         }
         for (int i = 0; i < n; i++) {
@@ -273,15 +273,16 @@ static void test_backward_run(void)
     CHECK_EQ_INT(run->nlayers, 3);
     CHECK(run->step[0] == 10 && run->step[1] == 13 && run->step[2] == 16);
     CHECK(run->link[0] == -1 && run->link[1] == 12 && run->link[2] == 15);
-    CHECK(run->mask[0] == -1 && strcmp(pl->buffers[run->mask[1]].what, "h3") == 0 &&
-          strcmp(pl->buffers[run->mask[2]].what, "h2") == 0);
+    CHECK(run->act[0] == -1 && strcmp(pl->buffers[run->act[1]].what, "h3") == 0 &&
+          strcmp(pl->buffers[run->act[2]].what, "h2") == 0);
+    CHECK(run->grad[1] == IR_RELU_GRAD && run->grad[2] == IR_RELU_GRAD);
     PlanStep *steps = pl->graph[PG_TRAIN].steps;
     CHECK(steps[11].kind == STEP_GEMM && steps[14].kind == STEP_GEMM && steps[12].kind == STEP_LAUNCH);
-    int c1 = steps[13].gemm.c, w1 = steps[13].gemm.b, c0 = steps[10].gemm.c, mask2 = run->mask[2];
+    int c1 = steps[13].gemm.c, w1 = steps[13].gemm.b, c0 = steps[10].gemm.c, act2 = run->act[2];
     struct { const char *what; int *field, value, layers; } edits[] = {
         {"dW4 reads c1 before layer 1", &steps[11].gemm.a, c1, 1},
         {"dW4 writes w1", &steps[11].gemm.c, w1, 1},
-        {"dW3 writes mask2", &steps[14].gemm.c, mask2, 2},
+        {"dW3 writes act2 (h2)", &steps[14].gemm.c, act2, 2},
         {"layer 2's weights are c0", &steps[16].gemm.b, c0, 2},
         {"layer 2 writes w1", &steps[16].gemm.c, w1, 2},
     };

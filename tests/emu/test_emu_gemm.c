@@ -160,7 +160,7 @@ static int launch_one_block(const Plan *plan, DevExec *e, int r, int shape)
     ptr[L] = devexec_buffer(e, steps[run->step[0]].gemm.a);
     for (int j = 0; j < L; j++) {
         const PlanGemm *g = &steps[run->step[j]].gemm;
-        int aux = run->backward ? run->mask[j] : g->bias;
+        int aux = run->backward ? run->act[j] : g->bias;
         ptr[j] = devexec_buffer(e, g->c);
         ptr[L + 1 + j] = devexec_buffer(e, g->b);
         ptr[2 * L + 1 + j] = aux >= 0 ? devexec_buffer(e, aux) : 0;
@@ -194,7 +194,7 @@ static void check_mlp(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
         for (int j = 0; j < run->nlayers; j++) {
             const PlanStep *st = &steps[run->step[j]];
             if (j > 0) CHECK_EQ_INT(d->ops->upload(d, c[j - 1].at, c[j - 1].got, c[j - 1].bytes), 0);
-            if (run->backward && j > 0)     /* layer j's input: relu_grad(c_{j-1}, mask_j) */
+            if (run->backward && j > 0)     /* layer j's input: g_j(c_{j-1}, act_j) */
                 CHECK_EQ_INT(devexec_step(e, run->graph, run->link[j], feed, &(PlanStepChoice){0}), 0);
             GemmCall call = devexec_gemm_call(e, st);
             CHECK_EQ_INT(d->ops->gemm(d, &call, &(DeviceSite){"reference", st->what, "test", 0}), 0);
@@ -386,12 +386,15 @@ int main(int argc, char **argv)
     check_case("narrow_mlp", "bf16", 33, "checkpoint", "all");
     /* accumulation: the train_micro graph's runs too (check_mlp) */
     check_case("narrow_mlp", "fp16", 24, "accumulate", "2");
+    /* the input gradients through silu, gelu (both forms), tanh and sigmoid */
+    check_case("../tests/models/act_mlp", "fp16", 37, NULL, NULL);
+    check_case("../tests/models/act_mlp", "bf16", 16, NULL, NULL);
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
     for (int s = 0; s < PLAN_MLP_SHAPES; s++) {
         CHECK(mlp_kernels_run[0][s] >= 6);     /* forward: 3 models, 2 grids */
-        CHECK(mlp_kernels_run[1][s] >= 10);    /* backward: narrow_mlp 3 cases (2 graphs in one) and odd_mlp, 2 grids */
+        CHECK(mlp_kernels_run[1][s] >= 14);    /* backward: narrow_mlp 3 cases (2 graphs in one), odd_mlp, act_mlp twice; 2 grids */
     }
-    CHECK(graphs_run >= 4);
+    CHECK(graphs_run >= 6);
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
     return check_result();
 }
