@@ -18,8 +18,8 @@
  * In max-autotune the step is replayed with the choices --emit writes beside it
  * (PlanChoices: the tuned ones when cgc has them, else the plan's own): each launch's
  * grid, each GEMM's cuBLASLt algorithm or generated kernel, and each narrow MLP's forward
- * pass or input gradients as its fused kernel or its steps. The generated kernels they name come from a
- * second module, gemm_module.cu, which the Makefile then builds as well.
+ * pass or input gradients as its fused kernel or its steps. The generated kernels they
+ * name come from a second module, gemm_module.cu, which the Makefile then builds as well.
  */
 #include "codegen_impl.h"
 
@@ -1017,7 +1017,8 @@ static void write_mlp_launch(Repro *r, PlanGraphId gid, int run)
     fprintf(o, "/%d", r->plan->graph[gid].nsteps);
     bool lines = true;
     for (int j = 0; j < L; j++) lines = lines && steps[mlp->step[j]].loc.line > 0;
-    for (int j = 0; lines && j < L; j++) fprintf(o, "%s %d", j ? "," : ", lines", steps[mlp->step[j]].loc.line);
+    for (int j = 0; lines && j < L; j++)
+        fprintf(o, "%s %d", j ? "," : ", lines", steps[mlp->step[j]].loc.line);
     if (m == 0) {
         fprintf(o, ": a fused MLP pass skipped: it has no rows (as cgc skips it) */\n");
         return;

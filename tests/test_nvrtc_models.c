@@ -108,7 +108,7 @@ int main(void)
     /* one arch each (the module takes NVRTC about 12 s on a CI core): both types, both archs */
     compile_model(mlp, "mlp.net", "fp16", PLAN_MAX_AUTOTUNE, true, &ARCHS[0], 1);
     compile_model(mlp, "mlp.net", "bf16", PLAN_MAX_AUTOTUNE, true, &ARCHS[1], 1);
-    /* the fused backward kernel with every activation's gradient it applies */
+    /* the fused backward kernel with each activation gradient it applies */
     char act[1024];
     snprintf(act, sizeof act, "%s/../tests/models/act_mlp.net", CGC_MODELS_DIR);
     compile_model(act, "act_mlp.net", "fp16", PLAN_MAX_AUTOTUNE, true, &ARCHS[0], 1);
