@@ -102,10 +102,13 @@ def cgc_stats(cgc, net, mode, batch, data_dir, out, name):
 def parse_cgc_verbose(text):
     """The step times and memory cgc -v prints on a device (runtime/train_device.c)."""
     r = {"step_ms": None, "p10_ms": None, "p90_ms": None, "arena_bytes": None,
-         "in_use_bytes": None}
+         "in_use_bytes": None, "launches_as_run": None, "gemms_as_run": None}
     m = re.search(r"cgc: median step ([0-9.]+) ms \(p10 ([0-9.]+), p90 ([0-9.]+);", text)
     if m:
         r["step_ms"], r["p10_ms"], r["p90_ms"] = (float(g) for g in m.groups())
+    m = re.search(r"cgc: (\d+) launches per step as run, of which (\d+) GEMMs", text)
+    if m:
+        r["launches_as_run"], r["gemms_as_run"] = (int(g) for g in m.groups())
     m = re.search(r"cgc: device memory: plan arena (\d+) bytes", text)
     if m:
         r["arena_bytes"] = int(m.group(1))
@@ -132,6 +135,8 @@ def bench_cgc(cgc, net, mode, batch, steps, device, data_dir, out, name):
     r.update(kernels_per_step=stats["kernels_per_step"], gemms_per_step=stats["gemms_per_step"],
              planned_bytes=stats["peak_bytes"], parameters=stats["parameters"],
              batch=stats["batch"], precision=stats["precision"])
+    if r["launches_as_run"] is not None:    # the plan's count changed by max-autotune's choices
+        r.update(kernels_per_step=r["launches_as_run"], gemms_per_step=r["gemms_as_run"])
     return r
 
 

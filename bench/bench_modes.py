@@ -29,9 +29,10 @@ Runners, for each model (every run with the dataset already on the GPU):
   PyTorch: 50 steps of warm-up, then 200 timed with CUDA events around each step (median,
   p10, p90), as bench_default.timed_steps_ms does.
 
-Kernels per step: cgc's `--stats` kernels_per_step (its launches and GEMM calls, a cuBLAS
-GEMM counted once; in reduce-overhead and max-autotune these run inside one CUDA graph
-launch); PyTorch's, the CUDA kernels torch.profiler records over 5 steps divided by 5
+Kernels per step: cgc's launches and GEMM calls per step as its -v line reports them
+after the run (a cuBLAS GEMM counted once; max-autotune's fused MLP runs counted as one
+launch each; in reduce-overhead and max-autotune these run inside one CUDA graph launch),
+or `--stats` kernels_per_step (the plan's) when the run printed none; PyTorch's, the CUDA kernels torch.profiler records over 5 steps divided by 5
 (bench_default.kernels_per_step).
 
 Compile times:

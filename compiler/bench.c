@@ -192,5 +192,9 @@ int bench_run(const BenchOptions *o)
         printf("%-26s %12.4f ms %12.4f ms", rows[i], ev[i], mv[i]);
         print_ratio(ev[i], mv[i], "faster");
     }
+    /* The plan's counts above are before max-autotune's choices; these are what ran. */
+    printf("%-26s %15d %15d", "launches per step, as run", e.steps.launches, m.steps.launches);
+    print_ratio(e.steps.launches, m.steps.launches, "fewer");
+    printf("%-26s %15d %15d\n", "  of which GEMMs", e.steps.gemms, m.steps.gemms);
     return 0;
 }

@@ -651,6 +651,30 @@ void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
     else e->items[s->launch.kernel] = c->items;
 }
 
+/* What devexec_run issues for step I of GID with the choices in force: the step itself,
+ * its fused MLP run's kernel (*RUN: the run), or nothing (a later layer of a fused run). */
+typedef enum Issue { ISSUE_STEP, ISSUE_RUN, ISSUE_NOTHING } Issue;
+
+static Issue issue_of(const DevExec *e, PlanGraphId gid, int i, int *run)
+{
+    int r = *run = plan_mlp_layer_of(e->plan, gid, i);
+    if (r < 0 || e->mlp[r] == 0) return ISSUE_STEP;
+    return e->plan->mlps[r].step[0] == i ? ISSUE_RUN : ISSUE_NOTHING;
+}
+
+int devexec_launches(const DevExec *e, PlanGraphId gid, int *gemms)
+{
+    const PlanGraph *pg = &e->plan->graph[gid];
+    int n = 0, ng = 0, r;
+    for (int i = 0; i < pg->nsteps; i++) {
+        Issue what = issue_of(e, gid, i, &r);
+        n += what != ISSUE_NOTHING;
+        ng += what == ISSUE_RUN || (what == ISSUE_STEP && pg->steps[i].kind == STEP_GEMM);
+    }
+    if (gemms) *gemms = ng;
+    return n;
+}
+
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
 {
     const PlanGraph *pg = plan_graph_of(e->plan, g);
@@ -660,16 +684,16 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     int gid = graph_id(e, pg);
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
-        int r = plan_mlp_layer_of(e->plan, (PlanGraphId)gid, i);
-        if (r >= 0 && e->mlp[r] > 0 && e->plan->mlps[r].step[0] == i) {   /* the run's layers in one launch */
-            const char *kernel = devexec_mlp_kernel(e, r);
-            DevTimedEvent ev = {s->what, kernel, g->name, s->loc.line, false};
+        int r;
+        Issue what = issue_of(e, (PlanGraphId)gid, i, &r);
+        if (what == ISSUE_NOTHING) continue;        /* a later layer: done at the run's first */
+        if (what == ISSUE_RUN) {                    /* the run's layers in one launch */
+            DevTimedEvent ev = {s->what, devexec_mlp_kernel(e, r), g->name, s->loc.line, true};
             if ((e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||
                 (e->timing && timed_end(e) != 0))
                 return -1;
             continue;
         }
-        if (r >= 0 && e->mlp[r] > 0) continue;      /* a later layer: done at the run's first */
         bool gemm = s->kind == STEP_GEMM;
         if (e->timing) {
             const char *kernel = gemm ? devexec_gemm_kernel(e, (PlanGraphId)gid, i)

@@ -67,6 +67,10 @@ bool devexec_gemm_kernels_loaded(const DevExec *e);
 int devexec_mlp(DevExec *e, int r, int shape);
 void devexec_choose_mlp(DevExec *e, int r, int shape);
 const char *devexec_mlp_kernel(const DevExec *e, int r);
+/* The launches a run of graph GID issues with the choices in force (each fused MLP run
+ * one, its later layers none), and in *GEMMS (when not NULL) how many of them are GEMMs:
+ * cuBLAS calls, generated GEMM kernels and fused MLP kernels. */
+int devexec_launches(const DevExec *e, PlanGraphId gid, int *gemms);
 /* Binds FEED's symbols (as devexec_run does first), for devexec_step. */
 int devexec_bind(DevExec *e, const DevFeed *feed);
 /* Issues step I of graph GID alone, with choice C (NULL: the choice in force). */
@@ -99,7 +103,7 @@ typedef struct DevTimedEvent {
     const char *kernel;             /* its kernel's name, or "cuBLAS" for a GEMM */
     const char *graph;              /* the IR graph's name, or "data pipeline" */
     int line;                       /* its .net line, or 0 */
-    bool gemm;
+    bool gemm;                      /* a GEMM: cuBLAS, a generated GEMM or a fused MLP kernel */
 } DevTimedEvent;
 typedef void (*DevTimedFn)(void *ctx, const DevTimedEvent *ev, double start, double end);
 int devexec_timing_start(DevExec *e);

@@ -22,6 +22,9 @@ enum { TRAIN_TIMING_WARMUP = 50, TRAIN_TIMING_STEPS = 500 };
 typedef struct StepTimes {
     int n;                      /* steps timed; 0: the run was too short (or on the CPU) */
     double median_ms, p10_ms, p90_ms;
+    /* The train graph's launches as run, with the choices in force (devexec_launches:
+     * max-autotune's fused MLP runs change the plan's count), and of them GEMMs. */
+    int launches, gemms;
 } StepTimes;
 
 typedef struct RunOptions {

@@ -129,7 +129,9 @@ static int step_times(DeviceBackend *b, StepTimes *out)
             return -1;
     if (st->n == 0) return 0;
     qsort(ms, (size_t)st->n, sizeof ms[0], compare_float);
-    *out = (StepTimes){st->n, ms[st->n / 2], ms[st->n / 10], ms[st->n * 9 / 10]};
+    *out = (StepTimes){.n = st->n, .median_ms = ms[st->n / 2], .p10_ms = ms[st->n / 10],
+                       .p90_ms = ms[st->n * 9 / 10]};
+    if (b->e) out->launches = devexec_launches(b->e, PG_TRAIN, &out->gemms);
     return 0;
 }
 
@@ -147,6 +149,9 @@ static void report_timing(const Trainer *t, DeviceBackend *b)
         printf("cgc: median step %.4f ms (p10 %.4f, p90 %.4f; device time between events around "
                "%d steps after %d of warm-up)\n", times.median_ms, times.p10_ms, times.p90_ms,
                times.n, TIMING_WARMUP);
+    if (times.n > 0)
+        printf("cgc: %d launches per step as run, of which %d GEMMs (with the choices in force)\n",
+               times.launches, times.gemms);
 }
 
 /* Prints (-v) the device memory the plan's arena takes and the memory in use as the

@@ -2,7 +2,7 @@
 """bench_parsers.py ROOT: the lines the benchmark scripts read from cgc's output are the
 lines cgc prints.
 
-bench/bench_default.py (parse_cgc_verbose: step times, memory) and bench/bench_modes.py
+bench/bench_default.py (parse_cgc_verbose: step times, launches as run, memory) and bench/bench_modes.py
 (parse_autotune: tuning time, candidates, choices read back, untimed, refused) read
 lines that runtime/train_device.c prints. Each sample line here is made from the
 format string found in that file, with known values, and each parser must read those
@@ -66,11 +66,13 @@ parse_autotune, = parsers("bench_modes.py", ["parse_autotune"])
 
 # -v on a device: the step times, then the memory (two printf calls make its line)
 text = (line("cgc: median step ", 1.25, 1.0, 2.5, 10, 50) +
+        line("launches per step as run", 17, 6) +
         line("cgc: device memory: plan arena ", 123456, 0.1) +
         line("in use %zu bytes", 654321, 0.6))
 r = parse_cgc_verbose(text)
 check((r["step_ms"], r["p10_ms"], r["p90_ms"]) == (1.25, 1.0, 2.5), f"step times: {r} from {text!r}")
 check((r["arena_bytes"], r["in_use_bytes"]) == (123456, 654321), f"memory: {r} from {text!r}")
+check((r["launches_as_run"], r["gemms_as_run"]) == (17, 6), f"launches as run: {r} from {text!r}")
 
 # max-autotune: say_autotune puts its prefix before each line
 prefix = "cgc: autotune: "   # the refused line is a warning: cgc_warning's prefix, checked below

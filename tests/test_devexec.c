@@ -485,7 +485,7 @@ static void check_profile(const char *file, const Override *ov, int nov)
 }
 
 /* The step times a run hands over (--bench's): every step after the warm-up timed, in
- * order p10 <= median <= p90. */
+ * order p10 <= median <= p90, and the train graph's launches and GEMMs as run. */
 static void check_step_times(void)
 {
     printf("step times of a run on the emulation (%s mode)\n", plan_mode_name(mode));
@@ -497,6 +497,12 @@ static void check_step_times(void)
         CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .times = &st}), 0);
         CHECK_EQ_INT(st.n, 60 - TRAIN_TIMING_WARMUP);
         CHECK(st.p10_ms > 0 && st.p10_ms <= st.median_ms && st.median_ms <= st.p90_ms);
+        int gemms = 0;      /* no fused MLP run here: the plan's train graph as it is */
+        for (int i = 0; i < m.plan->graph[PG_TRAIN].nsteps; i++)
+            gemms += m.plan->graph[PG_TRAIN].steps[i].kind == STEP_GEMM;
+        CHECK_EQ_INT(st.launches, m.plan->graph[PG_TRAIN].nsteps);
+        CHECK_EQ_INT(st.gemms, gemms);
+        CHECK(gemms > 0);
     }
     model_close(&m);
 }

@@ -71,8 +71,8 @@ grep -q "eager against default" "$dir/eager.txt" ||
 "$cgc" "$root/models/mlp.net" --bench --mode reduce-overhead --device cpu --arch none > "$dir/ro.txt"
 grep -q "eager against reduce-overhead" "$dir/ro.txt" && grep -q "one CUDA graph launch" "$dir/ro.txt" ||
     { cat "$dir/ro.txt"; fail "--mode reduce-overhead --bench"; }
-[ "$(grep '^launches per step' "$dir/ro.txt" | awk '{print $5}')" = \
-  "$(grep '^launches per step' "$dir/mlp.txt" | awk '{print $5}')" ] ||
+[ "$(grep '^launches per step ' "$dir/ro.txt" | awk '{print $5}')" = \
+  "$(grep '^launches per step ' "$dir/mlp.txt" | awk '{print $5}')" ] ||
     { cat "$dir/ro.txt" "$dir/mlp.txt"; fail "reduce-overhead's launches are not default's"; }
 for other in "--check" "--explain" "--emit $dir/e" "--stats $dir/s.json" "--profile $dir/p.json"; do
     # shellcheck disable=SC2086  # the flag and its value

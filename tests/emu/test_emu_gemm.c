@@ -213,6 +213,19 @@ static void check_mlp(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
     }
 }
 
+/* devexec_launches's counts, against what a timed run issues. */
+typedef struct Issued {
+    int launches, gemms;
+} Issued;
+
+static void count_issued(void *ctx, const DevTimedEvent *ev, double start, double end)
+{
+    (void)start, (void)end;
+    Issued *n = ctx;
+    n->launches++;
+    n->gemms += ev->gemm;
+}
+
 /* ---- the backward runs inside their graph ----
  * The train graph run whole (devexec_run) with its steps, then again from the same
  * buffers with every backward run's fused kernel chosen: every value the graph stores
@@ -220,7 +233,8 @@ static void check_mlp(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
  * (the kernel at its run's first layer, the later layers' steps skipped, the relu_grad
  * steps and the weight gradients' GEMMs between them still run), where check_mlp checks
  * each kernel on its own. The arena has no reuse, so every stored value is still there
- * after the run. */
+ * after the run. Each run's launches and GEMMs, as the timing records them, are the ones
+ * devexec_launches counts (--bench's and -v's "as run"), fewer by the later layers. */
 static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed,
                                     const int64_t *symmax)
 {
@@ -239,12 +253,22 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
         x[b] = (Matrix){.at = devexec_buffer(e, b), .bytes = bytes[b], .want = malloc(bytes[b]),
                         .got = malloc(bytes[b])};
     }
+    Issued counted[2];
+    int fewer = 0;      /* launches the fused kernels save: each run's later layers */
+    for (int r = 0; r < plan->nmlps; r++)
+        if (plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN) fewer += plan->mlps[r].nlayers - 1;
     for (int pass = 0; pass < 2; pass++) {      /* the steps, then the fused kernels */
         for (int b = 0; b < nb; b++)
             if (start[b]) CHECK_EQ_INT(d->ops->upload(d, x[b].at, start[b], bytes[b]), 0);
         for (int r = 0; r < plan->nmlps; r++)
             devexec_choose_mlp(e, r, pass && plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN ? 0 : -1);
+        Issued issued = {0};
+        counted[pass].launches = devexec_launches(e, PG_TRAIN, &counted[pass].gemms);
+        CHECK_EQ_INT(devexec_timing_start(e), 0);
         CHECK_EQ_INT(devexec_run(e, train, feed), 0);
+        CHECK_EQ_INT(devexec_timing_collect(e, count_issued, &issued), 0);
+        CHECK_EQ_INT(issued.launches, counted[pass].launches);
+        CHECK_EQ_INT(issued.gemms, counted[pass].gemms);
         for (int b = 0; b < nb; b++)
             if (start[b]) CHECK_EQ_INT(d->ops->download(d, pass ? x[b].got : x[b].want, x[b].at, bytes[b]), 0);
     }
@@ -257,6 +281,9 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
         compared++;
     }
     CHECK(compared > 0);
+    CHECK_EQ_INT(counted[0].launches, plan->graph[PG_TRAIN].nsteps);
+    CHECK_EQ_INT(counted[1].launches, counted[0].launches - fewer);
+    CHECK_EQ_INT(counted[1].gemms, counted[0].gemms - fewer);
     for (int r = 0; r < plan->nmlps; r++) devexec_choose_mlp(e, r, -1);
     for (int b = 0; b < nb; b++) {
         free(start[b]);
