@@ -281,6 +281,34 @@ static void set_params(PlanKernel *k, const GemmSpec *s)
     }
 }
 
+/* Whether tile shape T is no better than a smaller one of the same warps for an M x N
+ * GEMM: the smaller gives as many blocks of as many threads, and T's larger tile only
+ * adds rows or columns of C that are not there, each block loading and multiplying them
+ * for nothing. Such a tile is neither generated nor timed for the GEMM. A dim < 0 (not
+ * known when the plan is made): never. */
+static bool tile_dominated(int t, int64_t m, int64_t n)
+{
+    const PlanGemmTile *x = &plan_gemm_tiles[t];
+    if (m < 0 || n < 0) return false;
+    for (int u = 0; u < PLAN_GEMM_TILES; u++) {
+        const PlanGemmTile *y = &plan_gemm_tiles[u];
+        if (u == t || y->warps_m != x->warps_m || y->warps_n != x->warps_n || y->bk != x->bk ||
+            y->bm > x->bm || y->bn > x->bn)
+            continue;
+        if (plan_gemm_tile_grid(u, m, n) == plan_gemm_tile_grid(t, m, n)) return true;
+    }
+    return false;
+}
+
+/* Dim D of a training graph's GEMM at its largest: the batch symbol at the configured
+ * batch (each micro-batch's rows, the most a train graph runs with); -1 for another
+ * symbol. */
+static int64_t train_dim(const Plan *plan, int64_t d)
+{
+    if (!IR_DIM_IS_SYM(d)) return d;
+    return IR_DIM_SYMBOL(d) == 0 ? plan->p->cfg.batch : -1;
+}
+
 void plan_add_gemm_kernels(Plan *plan)
 {
     GemmKernel *gk = NULL;
@@ -290,7 +318,9 @@ void plan_add_gemm_kernels(Plan *plan)
         for (int i = 0; i < pg->nsteps; i++) {
             PlanStep *st = &pg->steps[i];     /* tile_kernel is -1 (plan_build) */
             if (st->kind != STEP_GEMM || !plan_gemm_generable(&st->gemm)) continue;
+            int64_t rows = train_dim(plan, st->gemm.m), cols = train_dim(plan, st->gemm.n);
             for (int t = 0; t < PLAN_GEMM_TILES; t++) {
+                if (tile_dominated(t, rows, cols)) continue;
                 GemmSpec s = spec_of(&st->gemm, t);
                 int k = 0;
                 while (k < n && !spec_eq(&gk[k].spec, &s)) k++;

@@ -177,7 +177,9 @@ typedef struct PlanGemm {
     int aux;                /* GEMM_EPI_GELU_BIAS: the pre-activation buffer, or -1 */
     /* max-autotune: the generated tensor-core kernel per tile shape (plan_gemm_tiles)
      * that computes this GEMM, epilogue included; -1 where there is none (other modes,
-     * graphs other than train and train_micro, GEMMs plan_gemm_generable refuses). */
+     * graphs other than train and train_micro, GEMMs plan_gemm_generable refuses, and
+     * a tile shape that a smaller one of the same warps beats at this GEMM's size:
+     * as many blocks, less of C that is not there; gemm_tc.c's tile_dominated). */
     int tile_kernel[PLAN_GEMM_TILES];
 } PlanGemm;
 

@@ -817,8 +817,8 @@ static void check_tune_file(const char *file, const Override *ov, int nov)
 }
 
 /* max-autotune's generated tensor-core GEMMs in a whole training run: a choices file
- * that gives every training GEMM a generated kernel (the tile shapes in turn) is read
- * back, the GEMMs' module is loaded once, and the run trains as the default mode does,
+ * that gives every training GEMM a generated kernel (the tile shapes it has, in turn) is
+ * read back, the GEMMs' module is loaded once, and the run trains as the default mode does,
  * to the rounding of the kernels' own order of summation (2e-2, as the fp16 runs above).
  * A file whose choices name no generated kernel loads nothing. */
 /* The choices in force in check_autotune_tiles: the heuristics, every GEMM on a
@@ -845,13 +845,29 @@ static void check_autotune_tiles(const char *file, const Override *ov, int nov)
                             autotune_plan_hash(m.plan, m.p->cfg.batch), why, sizeof why));
             autotune_heuristics(m.plan, (int64_t[8]){m.p->cfg.batch}, &t);
             int changed = 0;
+            for (int gid = PG_TRAIN; with == WITH_TILES && gid <= PG_TRAIN_MICRO; gid++)
+                for (int i = 0; i < m.plan->graph[gid].nsteps; i++) {
+                    /* each GEMM, in turn, one of the tile shapes the plan has a kernel for */
+                    const PlanStep *s = &m.plan->graph[gid].steps[i];
+                    char key[TUNE_TOKEN_MAX + 1], name[32];
+                    if (s->kind != STEP_GEMM) continue;
+                    autotune_gemm_key(&s->gemm, (int64_t[8]){m.p->cfg.batch}, key, sizeof key);
+                    TuneChoice *c = (TuneChoice *)tune_find(&t, TUNE_GEMM, key);
+                    if (!c || strncmp(c->choice, "tile:", 5) == 0) continue;    /* a key seen */
+                    for (int k = 0; k < PLAN_GEMM_TILES; k++) {
+                        int tile = (changed + k) % PLAN_GEMM_TILES;
+                        if (s->gemm.tile_kernel[tile] < 0) continue;
+                        plan_gemm_tile_name(tile, name, sizeof name);
+                        snprintf(c->choice, sizeof c->choice, "tile:%s", name);
+                        changed++;
+                        break;
+                    }
+                }
             for (int i = 0; i < t.nchoices; i++) {
                 TuneChoice *c = &t.choices[i];
-                if (with == WITH_TILES && c->kind == TUNE_GEMM) {
-                    char name[32];
-                    plan_gemm_tile_name(changed++ % PLAN_GEMM_TILES, name, sizeof name);
-                    snprintf(c->choice, sizeof c->choice, "tile:%s", name);
-                } else if (with == WITH_FUSED_MLPS && c->kind == TUNE_MLP) {
+                if (with == WITH_TILES && c->kind == TUNE_GEMM)     /* every GEMM has a tile */
+                    CHECK(strncmp(c->choice, "tile:", 5) == 0);
+                if (with == WITH_FUSED_MLPS && c->kind == TUNE_MLP) {
                     CHECK(strcmp(c->choice, "steps") == 0);     /* the heuristics' */
                     snprintf(c->choice, sizeof c->choice, "fused:rows%d",
                              plan_mlp_rows[changed++ % PLAN_MLP_SHAPES]);

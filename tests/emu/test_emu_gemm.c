@@ -35,6 +35,7 @@
 
 static bool asan, on_cuda;
 static int cuda_arch;
+static int tiles_left_out;   /* tile shapes a GEMM has no kernel for (tile_wasted) */
 static int kernels_run[PLAN_GEMM_TILES], mlp_kernels_run[2][PLAN_MLP_SHAPES];   /* [backward] */
 static int graphs_run;      /* backward runs checked inside their graph */
 static int epilogues_run[GEMM_EPI_GELU_BIAS + 1];
@@ -114,6 +115,20 @@ static int compare(const Matrix *x, DType t, int64_t n, const char *what)
     return bad;
 }
 
+/* Whether tile shape T gives no fewer blocks than a smaller one of the same warps for an
+ * M x N GEMM, so that the plan leaves it out (gemm_tc.c's tile_dominated). */
+static bool tile_wasted(int t, int64_t m, int64_t n)
+{
+    const PlanGemmTile *x = &plan_gemm_tiles[t];
+    for (int u = 0; u < PLAN_GEMM_TILES; u++) {
+        const PlanGemmTile *y = &plan_gemm_tiles[u];
+        if (u != t && y->warps_m == x->warps_m && y->warps_n == x->warps_n && y->bm <= x->bm &&
+            y->bn <= x->bn && plan_gemm_tile_grid(u, m, n) == plan_gemm_tile_grid(t, m, n))
+            return true;
+    }
+    return false;
+}
+
 static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGraphId gid, int i)
 {
     Device *d = devexec_device(e);
@@ -126,7 +141,11 @@ static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGr
     CHECK_EQ_INT(devexec_step(e, gid, i, feed, &(PlanStepChoice){0}), 0);
     CHECK_EQ_INT(d->ops->download(d, c.want, c.at, c.bytes), 0);
     for (int t = 0; t < PLAN_GEMM_TILES; t++) {
-        if (s->gemm.tile_kernel[t] < 0) continue;
+        CHECK_EQ_INT(s->gemm.tile_kernel[t] < 0, tile_wasted(t, call.m, call.n));
+        if (s->gemm.tile_kernel[t] < 0) {
+            tiles_left_out++;
+            continue;
+        }
         poison(d, &c);
         CHECK_EQ_INT(devexec_step(e, gid, i, feed, &(PlanStepChoice){.tile = t + 1}), 0);
         CHECK_EQ_INT(d->ops->download(d, c.got, c.at, c.bytes), 0);
@@ -417,6 +436,7 @@ int main(int argc, char **argv)
     check_case("../tests/models/act_mlp", "fp16", 37, NULL, NULL);
     check_case("../tests/models/act_mlp", "bf16", 16, NULL, NULL);
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
+    CHECK(tiles_left_out > 0);
     for (int s = 0; s < PLAN_MLP_SHAPES; s++) {
         CHECK(mlp_kernels_run[0][s] >= 6);     /* forward: 3 models, 2 grids */
         /* backward: narrow_mlp 3 cases (2 graphs in one), odd_mlp, act_mlp twice; 2 grids */
