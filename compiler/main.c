@@ -49,14 +49,16 @@ static const char usage_text[] =
     "  --emit DIR              write the generated CUDA kernels (one .cu each, module.cu),\n"
     "                          the device prelude, the host plan, the IR after each pass\n"
     "                          (ir/) and a reproducer that builds with nvcc (repro/) to\n"
-    "                          DIR, then go on (with --check: compile only)\n"
+    "                          DIR, then go on (with --check: compile only; not with\n"
+    "                          --explain or --dump-ir)\n"
     "  --mode MODE             eager (the default: one kernel or GEMM per IR op), default\n"
     "                          (fused kernels, optimizer updates in place and multi-tensor)\n"
     "                          reduce-overhead (default's kernels, each micro-batch's\n"
     "                          launches replayed as one CUDA graph from the second batch on)\n"
     "                          or max-autotune (reduce-overhead, with each launch's grid and\n"
-    "                          each GEMM's cuBLAS(Lt) algorithm timed on the GPU, at most\n"
-    "                          60 s, the fastest kept in the cache's cgc/tune/)\n"
+    "                          each GEMM's cuBLAS(Lt) algorithm, and from sm_80 generated\n"
+    "                          GEMM and fused MLP kernels, timed on the GPU, at most 60 s,\n"
+    "                          the fastest kept in the cache's cgc/tune/)\n"
     "  --tune-budget SECONDS   max-autotune: the most time tuning may take (default 60);\n"
     "                          what it leaves untimed keeps the plan's choice\n"
     "  --tune-file FILE        max-autotune: keep the choices in FILE instead of the cache,\n"
@@ -79,8 +81,9 @@ static const char usage_text[] =
     "                          reference executor, or every launch and GEMM on a device\n"
     "  -q, --quiet             print only errors\n"
     "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
-    "                          cache) and, on a GPU, the median step time\n"
-    "  --version, --help\n"
+    "                          cache) and, on a GPU, the median step time, the launches\n"
+    "                          and GEMMs per step as run, and the device memory\n"
+    "  --version, -h, --help\n"
     "\n"
     "Train keys (override the file's train block; values are .net expressions):\n"
     "  --data SPEC             idx(\"DIR\", scale = S) or synthetic(samples = K)\n"
@@ -492,6 +495,10 @@ static int parse_args(int argc, char **argv, Cli *cli)
         return usage_error("%s", "--tune-file goes with --mode max-autotune, in a training run (the "
                                  "choices it reads, or tunes and writes) or with --emit (the "
                                  "choices the reproducer replays)");
+    if (cli->emit_dir && (cli->explain || cli->dump_ir || cli->dump_after >= 0))
+        return usage_error("%s", "--emit writes its files before a check or a training run; it "
+                                 "does not go with --explain or --dump-ir (run them one after "
+                                 "the other)");
     if (cli->arch && !cli->check && !cli->bench)
         return usage_error("%s", "--arch goes with --check or --bench (a run compiles for its own "
                                  "GPU)");

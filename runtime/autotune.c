@@ -542,7 +542,8 @@ void autotune_explain(const Plan *plan, FILE *out)
                  "algorithm, cuBLASLt's heuristic list", count[TUNE_KERNEL], count[TUNE_GEMM]);
     if (generated > 0)
         fprintf(out, " and, from\nsm_80, the plan's generated tensor-core kernels (%d here, "
-                     "in %d tile shapes, the\nepilogue fused; compiled when tuning starts)",
+                     "in %d tile shapes less\nthose a smaller one matches in blocks, the "
+                     "epilogue fused; compiled when tuning\nstarts)",
                 generated, PLAN_GEMM_TILES);
 
     fprintf(out, ".\n");

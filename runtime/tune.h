@@ -5,30 +5,43 @@
  * file that a user can read, diff and commit, and read back on the next run of the same
  * plan instead of tuning again. It lives in cgc/tune/ of the user's cache (cachedir.h),
  * named MODEL.sm_ARCH.DEVICE.tune (DEVICE: the driver's name in lower case, other
- * characters as '-', at most 64 of them). An example, whole:
+ * characters as '-', at most 64 of them). What `cgc models/mlp.net --check --mode
+ * max-autotune --emit DIR` writes (the heuristics' choices; 14 of its 18 choice lines
+ * left out here, "..."):
  *
- *     # cgc autotune choices: model mlp on NVIDIA H100 80GB HBM3 (sm_90).
+ *     # cgc autotune choices: model mlp on none (heuristics: nothing timed) (sm_90).
  *     # Read back by cgc for the same plan; delete this file to tune again.
  *     # A choice: KIND KEY CHOICE MS (the chosen candidate's median time; - when chosen
  *     # by heuristics, untimed).
  *     cgc-autotune 1
  *     model mlp
- *     device sm_90 NVIDIA H100 80GB HBM3
- *     plan 5f0c1e2d3b4a6978
- *     tuning 1834.2 ms
- *     gemm m64.n512.k784.f16.bias_relu lt_algo:3 0.0121
- *     kernel fused_add_relu_h1 block:256 0.0043
- *     end 2
+ *     device sm_90 none (heuristics: nothing timed)
+ *     plan 7e6dbd6565eda5b8
+ *     tuning none
+ *     kernel cast_x items:1024 -
+ *     gemm m64.n512.k784.b1.nt.f16.f16.f16.f32acc.relu_bias default -
+ *     gemm m64.n10.k128.b1.nt.f16.f16.f16.f32acc.none default -
+ *     ...
+ *     mlp m64.f16_512_128r_10 steps -
+ *     end 18
  *
- * `plan` is a hash of what the choices were made for (the generated module and the GEMM
- * calls); `tuning` is the time tuning took ("tuning none" for heuristics); `end N`
- * closes the file with its number of choices, so that a truncated file is told apart.
- * Blank lines and lines starting with '#' are ignored, as are blanks around words (one
- * or more spaces or tabs separate them). KIND is gemm, kernel or mlp; KEY and CHOICE are
- * tokens of 1 to 127 characters from [A-Za-z0-9_.:+=,-]; no KIND and KEY twice, at most
- * 8192 choices in a file of at most 1 MiB. Numbers are read as strtod reads them (finite,
- * >= 0). Anything else refuses the whole file, with the line and what is wrong: cgc then
- * says so, tunes again and replaces it. */
+ * A tuned file names the GPU on its device line, says `tuning T ms`, and gives each
+ * timed choice its median in ms instead of '-'. The choices (autotune.c writes them and
+ * refuses any other when reading back): a kernel's `items:N` (items per block); a GEMM's
+ * `default` (the library's own algorithm), `lt_algo:K` (the K-th of cuBLASLt's list,
+ * 1 to 8) or `tile:BMxBNxBK` (a generated kernel the plan has for it); a fused MLP run's
+ * `steps` or `fused:rowsR` (R = 16, 32 or 64).
+ *
+ * `plan` is a hash of what the choices were made for (the generated module, the GEMM
+ * calls and the training batch); `tuning` is the time tuning took ("tuning none" for
+ * heuristics); `end N` closes the file with its number of choices, so that a truncated
+ * file is told apart. Lines are at most 512 bytes, comments included; blank lines and
+ * lines starting with '#' are ignored, as are blanks around words (one or more spaces or
+ * tabs separate them). KIND is gemm, kernel or mlp; KEY and CHOICE are tokens of 1 to 127
+ * characters from [A-Za-z0-9_.:+=,-]; no KIND and KEY twice, at most 8192 choices in a
+ * file of at most 1 MiB. Numbers are read as strtod reads them (finite, >= 0). Anything
+ * else refuses the whole file, with the line and what is wrong: cgc then says so, tunes
+ * again and replaces it. */
 #ifndef CGC_TUNE_H
 #define CGC_TUNE_H
 

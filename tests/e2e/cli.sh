@@ -55,6 +55,11 @@ if ! "$cgc" --devices | grep -q '^cuda:0'; then
         "$root/models/regression.net" --device cuda:x
 fi
 expect "arch needs check" 2 "--arch goes with --check" -- "$root/models/mlp.net" --arch sm_90
+expect "emit with explain" 2 "--emit writes its files .* not go with --explain or --dump-ir" -- \
+    "$root/models/mlp.net" --check --emit "$tmp/never" --explain
+expect "emit with dump-ir" 2 "not go with --explain or --dump-ir" -- \
+    "$root/models/mlp.net" --emit "$tmp/never" --dump-ir-after=fusion
+[ ! -e "$tmp/never" ] || { echo "FAIL: a refused --emit wrote $tmp/never"; fails=$((fails + 1)); }
 expect "bad arch" 2 "--arch takes sm_XX" -- "$root/models/mlp.net" --check --arch 90
 expect "check sm_80" 0 "165 kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80
 expect "check default" 0 "kernels compiled for sm_80 by NVRTC" -- "$root/models/mlp.net" --check --arch sm_80 --mode default
