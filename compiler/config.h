@@ -56,6 +56,11 @@ typedef struct TrainConfig {
     uint64_t seed;              /* 0 */
 
     bool has_train_block;       /* false: compile, check and run one step on synthetic data */
+    /* Where the file wrote the train block and its optimizer, schedule and precision keys
+     * ({0,0}: not written, or the key given by a flag instead): the lines that the
+     * training step's own nodes (the learning rate, Adam's shared factors, the loss
+     * scale, the step counters) and so their kernels name (training.c). */
+    SrcLoc train_loc, optimizer_loc, schedule_loc, precision_loc;
 } TrainConfig;
 
 /* dsl.md's defaults. */

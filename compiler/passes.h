@@ -19,6 +19,11 @@ IrProgram *sema_check(Source *src, const AstFile *file);
 int sema_train_entry(Source *src, IrProgram *p, const char *key, SrcLoc key_loc,
                      const AstExpr *value);
 
+/* train_config.c: records LOC as where KEY was written (TrainConfig.optimizer_loc and
+ * the like; other keys are not kept): the train block gives its entries' locations, an
+ * override {0,0}, since the file's line no longer says what is computed. */
+void sema_train_key_loc(TrainConfig *cfg, const char *key, SrcLoc loc);
+
 /* train_config.c: --lr: checks VALUE as the `lr` argument of P's optimizer (`adamw(lr =
  * VALUE)`: a constant expression, > 0) and stores it in P->cfg.lr. Returns 0, or -1 after
  * a diagnostic, as sema_train_entry. */

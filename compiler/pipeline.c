@@ -22,6 +22,7 @@ static int apply_override(IrProgram *p, const Override *o)
     int rc = -1;
     if (e && o->key) rc = sema_train_entry(src, p, o->key, (SrcLoc){1, 1}, e);
     else if (e) rc = sema_train_lr(src, p, e);
+    if (rc == 0 && o->key) sema_train_key_loc(&p->cfg, o->key, (SrcLoc){0, 0});   /* no line says it now */
     ast_expr_free(e);
     source_free(src);
     return rc;

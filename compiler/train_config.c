@@ -321,10 +321,18 @@ int sema_train_entry(Source *src, IrProgram *p, const char *key, SrcLoc key_loc,
     return train_keys[k].fn(src, &p->cfg, value);
 }
 
+void sema_train_key_loc(TrainConfig *cfg, const char *key, SrcLoc loc)
+{
+    if (strcmp(key, "optimizer") == 0) cfg->optimizer_loc = loc;
+    else if (strcmp(key, "schedule") == 0) cfg->schedule_loc = loc;
+    else if (strcmp(key, "precision") == 0) cfg->precision_loc = loc;
+}
+
 void sema_train_block(Source *src, IrProgram *p, const AstBlock *train)
 {
     const AstEntry *seen[NUM_TRAIN_KEYS] = {0};
     p->cfg.has_train_block = true;
+    p->cfg.train_loc = train->loc;
     for (int i = 0; i < train->nentries; i++) {
         const AstEntry *e = &train->entries[i];
         int k = train_key_index(e->key);
@@ -334,7 +342,8 @@ void sema_train_block(Source *src, IrProgram *p, const AstBlock *train)
             continue;
         }
         if (k >= 0) seen[k] = e;
-        sema_train_entry(src, p, e->key, e->key_loc, e->value);
+        if (sema_train_entry(src, p, e->key, e->key_loc, e->value) == 0)
+            sema_train_key_loc(&p->cfg, e->key, e->key_loc);
     }
 }
 

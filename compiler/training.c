@@ -14,8 +14,11 @@
  * tensors named "cgc.*" that checkpoints save with the parameters.
  *
  * Locations: per-parameter nodes carry the parameter's location (the call that created
- * it), gradient-wide nodes (seed, unscale, clipping) the loss's; the schedule and the
- * counters come from the train block, which has no single token, so they carry none.
+ * it), gradient-wide nodes (seed, unscale, clipping) the loss's; the learning rate its
+ * `schedule` key's (else `optimizer`'s), Adam's shared factors the `optimizer` key's,
+ * the loss scale the `precision` key's, and the counters the `train` keyword's, so that
+ * every kernel names a line. A key given by a flag instead falls back to the train
+ * block; a model without one has no line for them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -254,9 +257,15 @@ static int cosine_lr(Lower *L, int t)
     return sel(L, bin(L, IR_LESS, t, cst(L, w)), warm, annealed);
 }
 
+/* The first of A and B that the file wrote, else the train block's. */
+static SrcLoc key_loc(const Lower *L, SrcLoc a, SrcLoc b)
+{
+    return a.line ? a : b.line ? b : L->p->cfg.train_loc;
+}
+
 static int learning_rate(Lower *L)
 {
-    L->loc = NO_LOC;
+    L->loc = key_loc(L, L->p->cfg.schedule_loc, L->p->cfg.optimizer_loc);
     switch (L->p->cfg.schedule) {
     case SCHED_CONSTANT: return cst(L, L->p->cfg.lr);
     case SCHED_STEP: return step_lr(L, rd(L, L->step));
@@ -294,7 +303,7 @@ typedef struct AdamScalars {
 static AdamScalars adam_scalars(Lower *L, int lr)
 {
     const TrainConfig *c = &L->p->cfg;
-    L->loc = NO_LOC;
+    L->loc = key_loc(L, c->optimizer_loc, NO_LOC);
     int t = add(L, rd(L, L->optim_step), cst(L, 1));
     int bc1 = bin(L, IR_SUB, cst(L, 1), bin(L, IR_POW, cst(L, c->beta1), t));
     int bc2 = bin(L, IR_SUB, cst(L, 1), bin(L, IR_POW, cst(L, c->beta2), t));
@@ -346,7 +355,7 @@ static void optimizer_update(Lower *L, int lr)
  * growth_interval clean steps in a row. */
 static void update_scaler(Lower *L)
 {
-    L->loc = NO_LOC;
+    L->loc = key_loc(L, L->p->cfg.precision_loc, NO_LOC);
     int scale = rd(L, L->scale), tracker = rd(L, L->growth_tracker);
     int next = add(L, tracker, cst(L, 1));
     int grow = bin(L, IR_EQUAL, next, cst(L, SCALER_GROWTH_INTERVAL));
@@ -363,7 +372,7 @@ static void increment(Lower *L, int tensor)
 
 static void advance_counters(Lower *L)
 {
-    L->loc = NO_LOC;
+    L->loc = L->p->cfg.train_loc;
     increment(L, L->step);
     int old = rd(L, L->optim_step);
     assign_unless_skipped(L, L->optim_step, old, add(L, old, cst(L, 1)));

@@ -3,6 +3,8 @@
 # For each case, `cgc --check --arch none --emit DIR`, then:
 #   - DIR/repro holds module.cu (the same as DIR/module.cu), repro.c and a Makefile;
 #   - repro.c names every kernel of the plan (one DIR/NAME.cu each) and states the case;
+#   - every DIR/NAME.cu names the .net lines its kernel comes from, or says it is one of
+#     the data pipeline's (which come from no line), in all four modes;
 #   - gcc -fsyntax-only -Wall -Wextra -Werror accepts repro.c;
 #   - `make -C DIR/repro -j1` (nvcc) builds module.cubin and repro without a warning;
 #   - no text of the .net file but its names reaches DIR: the model copy's comment and
@@ -71,6 +73,8 @@ case_() {
     for cu in "$dir"/*.cu; do
         k=$(basename "$cu" .cu)
         [ "$k" = module ] && continue
+        grep -qE '\.net lines? [0-9]|^/\* data pipeline: ' "$cu" ||
+            fail "$name: $k.cu names no .net line"
         case $k in gemm_tc_*|mlp_fused_*) continue ;; esac    # named when chosen (below)
         n=$((n + 1))
         grep -q "^    \"$k\",\$" "$r/repro.c" || fail "$name: repro.c does not name kernel $k"
