@@ -24,10 +24,9 @@
  * (cuda_elementwise_expr); its weights are used as stored, [k, n], so their copy is read
  * by ldmatrix .trans. The chain's layers are not consecutive steps: between two of them
  * the plan runs the gradient g (fused with the bias gradient's sum) and the weight
- * gradient's GEMM. Those
- * still run where they are; the kernel runs every layer at the first one's step, which
- * backward_run checks is the same computation (can_move), and memplan keeps its outputs
- * live from there.
+ * gradient's GEMM. Those still run where they are; the kernel runs every layer at the
+ * first one's step, which backward_run checks is the same computation (can_move), and
+ * memplan keeps its outputs live from there.
  * Kernels depend on the layers' widths, epilogues and types and on the rows per block,
  * never on the batch (m is a parameter), and the comment lists the runs they serve.
  */
