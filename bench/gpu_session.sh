@@ -21,8 +21,11 @@
 #            runs a subset (its --models)
 # BENCH_DRY_RUN=1 runs bench_default.py and bench_modes.py on the CPU (a check of the
 # scripts, on a machine without a GPU).
+# STEP_TIMEOUT (seconds, default 600) ends any one step that runs longer, so that a hang
+# costs one step and not the whole call.
 set -u
 PARTS=${PARTS:-tests eager default modes table}
+STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 [ -f build-gpu/libs.tar.xz ] && [ ! -d build-gpu/lib ] && tar -xJf build-gpu/libs.tar.xz -C build-gpu
@@ -33,10 +36,10 @@ export XDG_CACHE_HOME="$OUT/cache"
 CGC=$PWD/build-gpu/cgc
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 step() { echo "== $*" | tee -a "$OUT/summary.txt"; }
-run() {   # run NAME CMD...: logs to $OUT/NAME.log, records the exit status
+run() {   # run NAME CMD...: logs to $OUT/NAME.log, records the exit status (124: timed out)
     local name=$1; shift
     local t0=$(date +%s)
-    "$@" >"$OUT/$name.log" 2>&1
+    timeout "$STEP_TIMEOUT" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
     echo "$name: exit $rc ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/summary.txt"
     return $rc
