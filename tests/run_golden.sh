@@ -6,7 +6,9 @@
 #   NAME.out  the exact standard output, when the file exists (IR dumps and the like)
 # A first line `# args: FLAGS...` adds FLAGS to the command (e.g. --dump-ir=forward).
 # Runs inside DIR, so messages name files as just NAME.net. Prints a unified diff for each
-# mismatch and "N passed, M failed" last; exits 1 if anything failed.
+# mismatch and "N passed, M failed" last; exits 1 if anything failed. CGC_UPDATE_GOLDEN=1
+# rewrites the NAME.out files instead (review the diff before committing); NAME.err files
+# are written by hand.
 set -u
 
 if [ $# -ne 2 ]; then
@@ -57,7 +59,9 @@ run_one() {
     if [ -s "$want_err" ]; then want_status=1; else want_status=0; fi
 
     compare "$name (stderr)" "$err_label" "$want_err" "$tmp/err" || ok=1
-    if [ -f "$name.out" ]; then
+    if [ -f "$name.out" ] && [ "${CGC_UPDATE_GOLDEN:-}" = 1 ]; then
+        cp -- "$tmp/out" "$name.out"
+    elif [ -f "$name.out" ]; then
         compare "$name (stdout)" "$name.out" "$name.out" "$tmp/out" || ok=1
     fi
     if [ "$status" -ne "$want_status" ]; then

@@ -8,7 +8,8 @@ CGC=$1
 ROOT=$2
 GOLDEN=$ROOT/tests/codegen/mlp
 FILES="host_plan.txt relu_h1.cu add_train_8.cu cross_entropy_train_24.cu ce_grad_train_26.cu
-       reduce_to_train_28.cu sum_all_train_48.cu runtime_train_102.cu assign_f32_512x784.cu
+       reduce_to_train_28.cu sum_axis1_train_48.cu sum_all_train_49.cu runtime_train_108.cu
+       assign_f32_512x784.cu
        cgc_order_shuffle.cu"
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/cgc_golden.XXXXXX") || exit 1
 trap 'rm -rf "$OUT"' EXIT

@@ -43,7 +43,7 @@ want = [
     ("  g7 gemm_bias_relu_h1 <- g1 cast_x, g2 cast_h1_weight", "a GEMM (cuBLAS) reads its operands"),
     ("  g7 gemm_bias_relu_h1 <- g3 cast_h1_bias", "a GEMM group holds the product, the bias add"),
     ("  %24 cross_entropy <- g9 add_logits", "cross_entropy runs as a kernel of its own"),
-    ("  g19, g20, g21, g22, g23, g24, g25, g26 <- g18, g17, g16, g15, g14, g13",
+    ("  g25 add_sqrt_grad_norm <- g22, g15, g23, g14, g24, g13",
      "a reduction is whole only when its kernel ends"),
 ]
 for head, why in want:

@@ -1,8 +1,8 @@
 #include "cgc_device.h"
 
-/* mlp.net line 6: assign, computes cgc_adam_exp_avg_h1_weight (train graph, node %163)
- * mlp.net line 6: assign, computes cgc_adam_exp_avg_sq_h1_weight (train graph, node %165)
- * mlp.net line 6: assign, computes h1_weight (train graph, node %168) */
+/* mlp.net line 6: assign, computes cgc_adam_exp_avg_h1_weight (train graph, node %169)
+ * mlp.net line 6: assign, computes cgc_adam_exp_avg_sq_h1_weight (train graph, node %171)
+ * mlp.net line 6: assign, computes h1_weight (train graph, node %174) */
 extern "C" __global__ void __launch_bounds__(256)
 assign_f32_512x784(float *__restrict__ out, const float *__restrict__ in_x)
 {

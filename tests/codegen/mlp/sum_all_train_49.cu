@@ -1,11 +1,13 @@
 #include "cgc_device.h"
 
-/* mlp.net line 11: sum (train graph, node %48)
- * mlp.net line 11: sum (train graph, node %72) */
+/* mlp.net line 11: sum (train graph, node %49)
+ * mlp.net line 11: sum (train graph, node %52)
+ * mlp.net line 11: sum (train graph, node %76)
+ * mlp.net line 11: sum (train graph, node %78) */
 extern "C" __global__ void __launch_bounds__(256)
-sum_all_train_48(float *__restrict__ out, const float *__restrict__ in_x)
+sum_all_train_49(float *__restrict__ out, const float *__restrict__ in_x)
 {
-    const int64_t rows = 1, len = 401408, inner = 1;
+    const int64_t rows = 1, len = 512, inner = 1;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t base = (r / inner) * len * inner + r % inner;
         double acc = 0.0;
