@@ -149,7 +149,7 @@ def last_line(path):
 # ---- cgc ----
 
 def seconds(token):
-    """'3.05 s', '12.3 ms' or '-' (as compiler/bench.c prints them) in seconds, or None."""
+    """'3.05 s', '12.3 ms' or '-' (as driver/bench.c prints them) in seconds, or None."""
     if token == "-":
         return None
     value, unit = token.split()
@@ -157,7 +157,7 @@ def seconds(token):
 
 
 def cgc_compile_times(a, m, batch):
-    """Cold and warm compile seconds of each cgc mode from `cgc --bench` (compiler/bench.c's
+    """Cold and warm compile seconds of each cgc mode from `cgc --bench` (driver/bench.c's
     "compile, cold" and "compile, warm" rows: eager's column, then the mode's)."""
     res = {}
     for mode in CGC_MODES[1:]:

@@ -11,6 +11,5 @@ add_custom_command(
   COMMENT "Embedding codegen/cgc_device.h as plan_device_prelude"
   VERBATIM)
 add_library(cgc_codegen STATIC codegen/plan.c codegen/cuda.c codegen/fused.c codegen/fused_row.c codegen/gemm_tc.c codegen/mlp_fused.c codegen/emit.c
-            codegen/memplan.c codegen/compile.c codegen/explain.c codegen/repro.c ${CGC_PRELUDE_C})
-target_link_libraries(cgc_codegen PUBLIC cgc_passes)
+            codegen/memplan.c codegen/repro.c ${CGC_PRELUDE_C})
 target_link_libraries(cgc_codegen PUBLIC cgc_base)

@@ -169,7 +169,7 @@ typedef struct IrNode {
                              * table's name or ir_intern'ed, so it outlives the AST */
     int group;              /* fusion (compiler/fusion.c): 0 = a kernel (or GEMM) of its
                              * own, else k for the graph's groups[k - 1] */
-    bool recompute;         /* checkpointing (compiler/checkpoint.c) inserted it: the
+    bool recompute;         /* checkpointing (compiler/recompute.c) inserted it: the
                              * backward's copy of a forward node, recomputed, not kept */
 } IrNode;
 

@@ -57,23 +57,23 @@ void autodiff(IrGraph *g, const IrProgram *p, int loss, int dloss, int *grads);
  * tensors it needs. */
 void training_lower(IrProgram *p);
 
-/* checkpoint.c: activation checkpointing on P->train and P->train_micro.
+/* recompute.c: activation checkpointing on P->train and P->train_micro.
  *
  * A candidate is a forward node (an id below nforward, the same in both graphs) whose
  * value the backward reads (or a candidate's copy does) and which can be recomputed:
  * elementwise ops, BROADCAST, CAST and DROPOUT (same mask: same counter and stream), and
  * whose recomputation saves memory: every input is a leaf, recomputed too,
- * kept for the backward anyway, or smaller (checkpoint.c says why). Matrix products,
+ * kept for the backward anyway, or smaller (recompute.c says why). Matrix products,
  * reductions, softmax, losses and leaves are never recomputed.
- * checkpoint_candidates returns how many there are and, in *NODES (malloc'd), their ids,
+ * recompute_candidates returns how many there are and, in *NODES (malloc'd), their ids,
  * cheapest first: by FLOPs to recompute per byte no longer kept, ties by id. */
-int checkpoint_candidates(const IrProgram *p, int **nodes);
+int recompute_candidates(const IrProgram *p, int **nodes);
 /* Rebuilds P->train (and P->train_micro) so that the backward recomputes forward nodes
  * NODES[0..N) (candidate ids) instead of reading them: each gets one copy (marked
  * IrNode.recompute), placed just before its first backward reader, which reads the
  * copies of any other recomputed inputs. Gradients are unchanged bit for bit (the same
  * ops on the same values). N = 0 leaves the graphs as they are. */
-void checkpoint_apply(IrProgram *p, const int *nodes, int n);
+void recompute_apply(IrProgram *p, const int *nodes, int n);
 
 /* fusion.c: groups the nodes of every graph of P into kernels (IrGraph.groups, see
  * ir.h): elementwise chains, elementwise prologues of reductions, scalar chains recomputed

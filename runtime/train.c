@@ -327,7 +327,7 @@ static int save(Trainer *t, const TrainProgress *pr)
 {
     if (!t->o->save_path) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
-    return checkpoint_save(t->o->save_path, t->p, t->tensors, pr, t->total_steps);
+    return train_state_save(t->o->save_path, t->p, t->tensors, pr, t->total_steps);
 }
 
 typedef enum { RUN_ON, RUN_DONE, RUN_INTERRUPTED, RUN_FAILED } RunState;
@@ -411,7 +411,7 @@ static int init_state(Trainer *t, TrainProgress *pr)
     if (t->ops->init_tensors(t) != 0) return -1;
     if (!t->o->resume_path) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
-    if (checkpoint_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0) return -1;
+    if (train_state_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0) return -1;
     return t->ops->push_tensors(t);
 }
 

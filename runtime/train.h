@@ -64,12 +64,12 @@ typedef struct TrainProgress {
 /* Trains P (already lowered) as P->cfg says. Returns the process exit status. */
 int train_run(IrProgram *p, const RunOptions *o);
 
-/* checkpoint.c: --save / --resume files (safetensors; see README). TENSORS[i] holds
+/* train_state.c: --save / --resume files (safetensors; see README). TENSORS[i] holds
  * persistent tensor i of P as f32 (ir_numel of its shape): read by save, written by load.
  * TOTAL_STEPS: the optimizer steps the run spans (saved, and compared on resume). */
-int checkpoint_save(const char *path, const IrProgram *p, float *const *tensors,
+int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
                     const TrainProgress *pr, int64_t total_steps);
-int checkpoint_load(const char *path, const IrProgram *p, float *const *tensors,
+int train_state_load(const char *path, const IrProgram *p, float *const *tensors,
                     TrainProgress *pr, int64_t total_steps);
 
 #endif

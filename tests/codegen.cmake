@@ -1,7 +1,7 @@
 # Generated kernels: the plan's structure, golden text, and every kernel compiled by nvcc.
 # Regenerate the goldens after an intended change to the generated code:
 #   CGC_UPDATE_GOLDEN=1 tests/codegen/golden.sh BUILD/cgc .   (then review the diff)
-cgc_c_test(test_codegen cgc_codegen cgc_passes)
+cgc_c_test(test_codegen cgc_driver)
 
 add_test(NAME codegen_golden_mlp
          COMMAND sh ${TESTS_DIR}/codegen/golden.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})

@@ -2,7 +2,7 @@
 # Toolkit is), and the device itself (label gpu: exits 77, skipped, without a GPU).
 if(CUDAToolkit_FOUND)
   cgc_c_test(test_kcache cgc_device cgc_base)
-  cgc_c_test(test_nvrtc_models cgc_device cgc_passes cgc_base)
+  cgc_c_test(test_nvrtc_models cgc_driver)
   target_compile_definitions(test_nvrtc_models PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
   # 24 whole-module NVRTC compiles: about 2.5 minutes on the 2-core machine.
   set_tests_properties(test_nvrtc_models PROPERTIES TIMEOUT 1200)

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "codegen/plan.h"
-#include "compiler/pipeline.h"
+#include "driver/pipeline.h"
 #include "tests/testfiles.h"
 
 /* Legal but unusual binding names: CUDA keywords and C type names, and a symbol whose

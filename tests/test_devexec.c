@@ -29,8 +29,8 @@
 #include <pty.h>
 #include <stdlib.h>
 
-#include "codegen/compile.h"
-#include "compiler/pipeline.h"
+#include "driver/compile.h"
+#include "driver/pipeline.h"
 #include "runtime/data.h"
 #include "runtime/autotune.h"
 #include "runtime/devexec.h"

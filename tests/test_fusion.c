@@ -27,7 +27,7 @@
 #include <stdlib.h>
 
 #include "compiler/passes.h"
-#include "compiler/pipeline.h"
+#include "driver/pipeline.h"
 #include "runtime/cpu/exec.h"
 #include "tests/check.h"
 
@@ -507,8 +507,8 @@ static bool train_identically(IrProgram *plain, IrProgram *fused)
 /* checkpoint = all, as compile_program runs it: recomputation before fusion. */
 static void recompute_all(IrProgram *p)
 {
-    int *cand = NULL, n = checkpoint_candidates(p, &cand);
-    checkpoint_apply(p, cand, n);
+    int *cand = NULL, n = recompute_candidates(p, &cand);
+    recompute_apply(p, cand, n);
     free(cand);
 }
 

@@ -21,7 +21,7 @@
 
 #include "codegen/plan.h"
 #include "compiler/passes.h"
-#include "compiler/pipeline.h"
+#include "driver/pipeline.h"
 #include "runtime/devexec.h"
 #include "tests/testfiles.h"
 

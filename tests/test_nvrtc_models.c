@@ -8,8 +8,8 @@
 #include <dirent.h>
 #include <stdlib.h>
 
-#include "codegen/compile.h"
-#include "compiler/pipeline.h"
+#include "driver/compile.h"
+#include "driver/pipeline.h"
 #include "runtime/device.h"
 #include "tests/check.h"
 

@@ -1,12 +1,10 @@
 # Training on a device (runtime/devexec.c, runtime/train_device.c), run on the CUDA
 # emulation (tests/emu) and compared with the CPU reference executor; label emu. Needs
-# cgc_emu_device from emu/emu.cmake, so it is included after it. The training loop is
-# part of the cgc binary, not a library: its sources are compiled in here too.
+# cgc_emu_device from emu/emu.cmake, so it is included after it.
 foreach(variant test_devexec test_devexec_asan)
-  add_executable(${variant} test_devexec.c ${CMAKE_SOURCE_DIR}/runtime/train.c
-                 ${CMAKE_SOURCE_DIR}/runtime/train_device.c ${CMAKE_SOURCE_DIR}/runtime/checkpoint.c)
+  add_executable(${variant} test_devexec.c)
   target_compile_definitions(${variant} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
-  target_link_libraries(${variant} PRIVATE cgc_passes cgc_data cgc_device cgc_codegen cgc_cpu)
+  target_link_libraries(${variant} PRIVATE cgc_driver)
 endforeach()
 target_link_libraries(test_devexec PRIVATE cgc_emu_device)
 target_link_libraries(test_devexec_asan PRIVATE cgc_emu_device_asan)

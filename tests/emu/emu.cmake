@@ -28,7 +28,7 @@ target_link_options(cgc_emu_device_asan PUBLIC -Wl,--as-needed)
 
 function(cgc_emu_test name src device labels)   # one test binary and its ctest entry
   add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE ${device} cgc_passes cgc_device cgc_codegen cgc_cpu)
+  target_link_libraries(${name} PRIVATE ${device} cgc_driver)
   add_test(NAME ${name} COMMAND ${name} ${ARGN})
   set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT 1500
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")

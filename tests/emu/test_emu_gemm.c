@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/compile.h"
-#include "compiler/pipeline.h"
+#include "driver/compile.h"
+#include "driver/pipeline.h"
 #include "runtime/devexec.h"
 #include "runtime/device.h"
 #include "tests/check.h"

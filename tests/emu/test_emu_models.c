@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "codegen/compile.h"
-#include "compiler/pipeline.h"
+#include "driver/compile.h"
+#include "driver/pipeline.h"
 #include "runtime/cpu/exec.h"
 #include "runtime/devexec.h"
 #include "runtime/device.h"

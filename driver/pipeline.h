@@ -3,8 +3,8 @@
 #ifndef CGC_PIPELINE_H
 #define CGC_PIPELINE_H
 
-#include "diag.h"
-#include "ir.h"
+#include "../compiler/diag.h"
+#include "../compiler/ir.h"
 
 /* One command-line override of a train key: KEY NULL means --lr. FLAG is the flag
  * without its dashes ("batch"), used as the file name in messages ("--batch:1:1: ..."). */
@@ -15,7 +15,7 @@ typedef struct Override {
 } Override;
 
 /* The passes in order, as --dump-ir-after names them. The first three run here; the
- * rest in compile_program (codegen/compile.h), which also builds the plan. */
+ * rest in compile_program (driver/compile.h), which also builds the plan. */
 typedef enum PipelinePass {
     PASS_SEMA, PASS_PRECISION, PASS_TRAINING, PASS_CHECKPOINT, PASS_FUSION, PASS_NUM,
 } PipelinePass;
@@ -30,7 +30,7 @@ IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int no
                                   PipelinePass last);
 
 /* Called with the program after each pass (--emit writes the IR of each): here after
- * sema, precision and training; compile_program (codegen/compile.h) after checkpoint and
+ * sema, precision and training; compile_program (driver/compile.h) after checkpoint and
  * fusion. */
 typedef struct PassObserver {
     void (*after)(void *ctx, PipelinePass pass, const IrProgram *p);

@@ -3,7 +3,7 @@
  *   parse -> sema -> command-line overrides -> precision -> training lowering
  *         -> checkpoint -> fusion -> plan and memory plan -> check, inspect or run
  *
- * (compiler/pipeline.c does everything up to training lowering, codegen/compile.c the
+ * (driver/pipeline.c does everything up to training lowering, driver/compile.c the
  * rest up to the plan). Exit status: 0 success, 1 an error in the model, data
  * or run, 2 a malformed command line.
  */
@@ -16,9 +16,9 @@
 
 #include "bench.h"
 #include "build_config.h"
-#include "passes.h"
+#include "../compiler/passes.h"
 #include "pipeline.h"
-#include "../codegen/compile.h"
+#include "compile.h"
 #include "../runtime/autotune.h"
 #include "../runtime/backend.h"
 #include "../runtime/train.h"

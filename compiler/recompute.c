@@ -1,4 +1,4 @@
-/* compiler/checkpoint.c: activation checkpointing on the training graphs.
+/* recompute.c: activation checkpointing (the `checkpoint` key) on the training graphs.
  *
  * The backward pass reads forward values (activations) long after the forward made them,
  * so they stay in memory across the whole step. For cheap elementwise values it pays to
@@ -23,7 +23,7 @@
  * chain keeps none of it); backward readers then read the copy. The copy is the same op
  * on the same values, so every gradient is unchanged bit for bit.
  *
- * Which candidates `auto` recomputes first (codegen/compile.c takes a prefix of the
+ * Which candidates `auto` recomputes first (driver/compile.c takes a prefix of the
  * list): the cheapest, by FLOPs to recompute per byte no longer kept,
  *     flops = numel * op_cost(op),  bytes = numel * dtype size,
  * with the batch symbol bound to cfg.batch and other symbols to 1; ties by node id. The
@@ -117,7 +117,7 @@ static int by_cost(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-int checkpoint_candidates(const IrProgram *p, int **nodes)
+int recompute_candidates(const IrProgram *p, int **nodes)
 {
     const IrGraph *g = &p->train;
     CGC_ASSERT(!p->train_micro.nnodes || p->train_micro.nforward == g->nforward);
@@ -198,7 +198,7 @@ static void rebuild_graph(IrGraph *g, const bool *chosen)
     *g = out;
 }
 
-void checkpoint_apply(IrProgram *p, const int *nodes, int n)
+void recompute_apply(IrProgram *p, const int *nodes, int n)
 {
     if (n == 0) return;
     IrGraph *graphs[2] = { &p->train, &p->train_micro };

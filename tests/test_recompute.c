@@ -1,4 +1,4 @@
-/* test_checkpoint.c: activation checkpointing (compiler/checkpoint.c).
+/* test_recompute.c: activation checkpointing (compiler/recompute.c).
  *
  *  1. Gradients unchanged: every model in models/ at fp32, bf16 and fp16 (and mlp and
  *     resmlp with gradient accumulation, so that train_micro is rebuilt too) is compiled
@@ -8,21 +8,21 @@
  *     for shape: the forward untouched, no backward node reads a recomputed node's
  *     original, and every recompute node is one copy of a candidate, reading the copies
  *     of its recomputed inputs and the originals of the others. n = 0 changes nothing.
- *  2. Peak memory (codegen/compile.h, default mode): recomputing every candidate of
+ *  2. Peak memory (driver/compile.h, default mode): recomputing every candidate of
  *     mlp.net (fp16) must lower the planned activation bytes; `auto` with a budget
  *     between the two must fit it, and with a budget no plan reaches must warn and keep
  *     all.
  *  3. Candidate order: sorted by FLOPs per byte from this file's own copy of the cost
- *     table that checkpoint.c documents, ties by id.
+ *     table that recompute.c documents, ties by id.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "codegen/compile.h"
+#include "driver/compile.h"
 #include "compiler/passes.h"
-#include "compiler/pipeline.h"
+#include "driver/pipeline.h"
 #include "runtime/cpu/exec.h"
 #include "tests/check.h"
 
@@ -220,13 +220,13 @@ static void test_same_training(const char *path, const char *precision, const ch
     IrProgram *plain = compile_model(path, ov, 2), *ckpt = compile_model(path, ov, 2);
     if (!plain || !ckpt) return;
     int *cand = NULL;
-    int n = checkpoint_candidates(ckpt, &cand);
+    int n = recompute_candidates(ckpt, &cand);
     /* regression's one activation, tanh(linear), does not pay (see test_candidates), nor
      * do the relus of mlp and narrow_mlp in f32 (whose gradient reads their output, kept
      * anyway) */
     bool relu_mlp = strstr(path, "/mlp.net") || strstr(path, "/narrow_mlp.net");
     CHECK(n > 0 || strstr(path, "regression.net") || (relu_mlp && !strcmp(precision, "fp32")));
-    checkpoint_apply(ckpt, cand, n);
+    recompute_apply(ckpt, cand, n);
     check_rebuilt(&plain->train, &ckpt->train, cand, n);
     if (plain->train_micro.nnodes) check_rebuilt(&plain->train_micro, &ckpt->train_micro, cand, n);
     CHECK_EQ_INT(ckpt->train.nnodes, plain->train.nnodes + n);   /* the backward reads each */
@@ -261,7 +261,7 @@ static void test_apply_none(const char *path)
     ir_graph_init(&micro, "train_micro");
     ir_graph_copy(&train, &p->train, "train");
     ir_graph_copy(&micro, &p->train_micro, "train_micro");
-    checkpoint_apply(p, NULL, 0);
+    recompute_apply(p, NULL, 0);
     CHECK(p->train_micro.nnodes > 0);
     CHECK(same_graph(&p->train, &train));
     CHECK(same_graph(&p->train_micro, &micro));
@@ -272,7 +272,7 @@ static void test_apply_none(const char *path)
 
 /* ---- candidates ---- */
 
-/* The cost table checkpoint.c documents, kept here on its own so that a change to
+/* The cost table recompute.c documents, kept here on its own so that a change to
  * either shows. */
 static double documented_cost(IrOp op)
 {
@@ -360,7 +360,7 @@ static int check_candidates(const char *path, const char *precision, IrOp op, bo
     if (!p) return 0;
     const IrGraph *g = &p->train;
     int *cand = NULL;
-    int n = checkpoint_candidates(p, &cand);
+    int n = recompute_candidates(p, &cand);
     int expected = 0, unsorted = 0;
     bool *set = calloc((size_t)g->nforward + 1, sizeof *set);
     paying_set(p, g, set);
@@ -411,7 +411,7 @@ static void test_candidates(void)
     IrProgram *p = compile_model(mlp, ov, 1);
     if (!p) return;
     int *cand = NULL;
-    int n = checkpoint_candidates(p, &cand);
+    int n = recompute_candidates(p, &cand);
     CHECK(n > 0 && p->train.nodes[cand[0]].op == IR_CAST && p->train.nodes[cand[0]].dtype == DT_F32);
     free(cand);
     ir_program_free(p);
@@ -518,7 +518,7 @@ static void test_peak(const char *batch)
 
     int *cand = NULL;
     IrProgram *p = compile_mlp(batch, "none", NULL);
-    int n = p ? checkpoint_candidates(p, &cand) : 0;
+    int n = p ? recompute_candidates(p, &cand) : 0;
     free(cand);
     ir_program_free(p);
     /* Not all - 1: recomputing fewer can need less than recomputing all (a copy keeps

@@ -1,4 +1,4 @@
-/* checkpoint.c: --save and --resume.
+/* train_state.c: the state of a training run on disk (--save and --resume).
  *
  * A checkpoint is one safetensors file. Parameters are stored under the names dsl.md
  * gives them (`h1.weight`, F32, PyTorch's shapes), so `safetensors.torch.load_file`
@@ -86,7 +86,7 @@ static void describe_config(const TrainConfig *c, Setting s[NUM_SETTINGS])
     setting(&s[9], "cgc.clip_norm", "--clip-norm", "%.9g", c->clip_norm);
 }
 
-int checkpoint_save(const char *path, const IrProgram *p, float *const *tensors,
+int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
                     const TrainProgress *pr, int64_t total_steps)
 {
     StTensor *t = xcalloc((size_t)p->ntensors, sizeof *t);
@@ -190,7 +190,7 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
     return 0;
 }
 
-int checkpoint_load(const char *path, const IrProgram *p, float *const *tensors,
+int train_state_load(const char *path, const IrProgram *p, float *const *tensors,
                     TrainProgress *pr, int64_t total_steps)
 {
     StFile *f = st_load(path);

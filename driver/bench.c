@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codegen/compile.h"
+#include "compile.h"
 #include "../runtime/backend.h"
 #include "../runtime/clock.h"
 #include "../runtime/device.h"

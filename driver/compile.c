@@ -49,7 +49,7 @@ static void trial(IrProgram *p, const CompileOptions *o, const Saved *s, const i
                   Compiled *c)
 {
     restore_graphs(p, s);
-    checkpoint_apply(p, cand, k);
+    recompute_apply(p, cand, k);
     if (o->observer) o->observer->after(o->observer->ctx, PASS_CHECKPOINT, p);
     if (o->mode != PLAN_EAGER) fusion_assign(p);
     if (o->observer) o->observer->after(o->observer->ctx, PASS_FUSION, p);
@@ -94,7 +94,7 @@ int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out)
     for (int k = 0; k < 8; k++)
         out->symmax[k] = o->symmax[k] > 0 ? o->symmax[k] : k == 0 ? p->cfg.batch : 1;
     int *cand = NULL;
-    int n = checkpoint_candidates(p, &cand);
+    int n = recompute_candidates(p, &cand);
     Saved saved;
     save_graphs(p, &saved);
     switch (p->cfg.checkpoint) {
@@ -104,7 +104,7 @@ int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out)
     }
     if (o->stop_after_checkpoint) {
         restore_graphs(p, &saved);
-        checkpoint_apply(p, cand, out->nrecomputed);
+        recompute_apply(p, cand, out->nrecomputed);
         plan_free(out->plan);
         out->plan = NULL;
         plan_layout_free(&out->layout);

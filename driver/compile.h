@@ -17,8 +17,8 @@
 
 #include <stdio.h>
 
-#include "../compiler/pipeline.h"
-#include "plan.h"
+#include "pipeline.h"
+#include "../codegen/plan.h"
 
 typedef struct CompileOptions {
     PlanMode mode;

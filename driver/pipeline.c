@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "passes.h"
+#include "../compiler/passes.h"
 
 /* Applies one override: the value is parsed and checked as the train block would. */
 static int apply_override(IrProgram *p, const Override *o)

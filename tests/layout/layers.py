@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""layers.py ROOT: the sources include downward only.
+
+The stages, lowest first: grammar, compiler, codegen, runtime, driver. A file may include
+headers of its own stage and of the stages below it, never above; the one exception is
+the grammar, whose parser builds the compiler's AST and reports through its diagnostics
+(compiler/ast.h, compiler/diag.h). Passes are run by the driver alone: below it, only
+compiler/ includes compiler/passes.h. Generated headers (parser.h, lexer.h,
+build_config.h) live in the build tree and are not checked.
+"""
+import os
+import re
+import sys
+
+STAGES = ["grammar", "compiler", "codegen", "runtime", "driver"]
+GRAMMAR_MAY = {"compiler/ast.h", "compiler/diag.h"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def stage_of(rel):
+    top = rel.split("/", 1)[0]
+    return STAGES.index(top) if top in STAGES else None
+
+
+def resolve(root, src_dir, name):
+    """The included file as a path relative to ROOT, or None when it is not in the tree."""
+    for base in (src_dir, root):
+        path = os.path.normpath(os.path.join(base, name))
+        if os.path.isfile(path):
+            return os.path.relpath(path, root)
+    return None
+
+
+def problems(root):
+    found = []
+    for stage in STAGES:
+        for dirpath, _, files in os.walk(os.path.join(root, stage)):
+            for f in sorted(files):
+                if not f.endswith((".c", ".h", ".y", ".l", ".cu", ".cpp")):
+                    continue
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, root)
+                text = open(path, encoding="utf-8", errors="replace").read()
+                for name in INCLUDE.findall(text):
+                    target = resolve(root, dirpath, name)
+                    if target is None:
+                        continue
+                    want = stage_of(target)
+                    own = STAGES.index(stage)
+                    if want is None:
+                        found.append(f"{rel}: includes {target}, outside the stages")
+                    elif want > own and not (stage == "grammar" and target in GRAMMAR_MAY):
+                        found.append(f"{rel}: includes {target}, a stage above {stage}/")
+                    elif target == "compiler/passes.h" and stage not in ("compiler", "driver"):
+                        found.append(f"{rel}: includes compiler/passes.h: only the driver runs passes")
+    return found
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+    found = problems(root)
+    for p in found:
+        print(p)
+    checked = sum(len(fs) for s in STAGES for _, _, fs in os.walk(os.path.join(root, s)))
+    print(f"layers: {checked} files checked, {len(found)} upward includes")
+    return 1 if found or checked == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
