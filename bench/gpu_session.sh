@@ -1,5 +1,5 @@
 #!/bin/bash
-# gpu_session.sh: everything a lent GPU machine is for, in one call (see ../shared/gpu.md
+# gpu_session.sh: everything a lent GPU machine is for, in one call (see docs/testing.md
 # and bench/README.md). Run from the repository root on the GPU machine, with the
 # Release build carried in build-gpu/ (scripts/pack_gpu.sh) and Fashion-MNIST in
 # data/fashion-mnist/. Logs go to $OUT (default ./gpu-out); a summary is printed last.

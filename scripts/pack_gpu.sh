@@ -1,5 +1,5 @@
 #!/bin/bash
-# pack_gpu.sh: prepares what a GPU-machine session carries (see ../shared/gpu.md):
+# pack_gpu.sh: prepares what a GPU-machine session carries (see docs/testing.md):
 #   build-gpu/   a Release build (that machine has no flex/bison), its test programs, and
 #                build-gpu/libs.tar.xz: the Debian libraries cgc links that a stock
 #                machine lacks (OpenBLAS and its Fortran runtime, cJSON, libgomp),

@@ -30,3 +30,7 @@ else()
   add_test(NAME bench_parsers COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
 endif()
 set_tests_properties(bench_parsers PROPERTIES LABELS cpu TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+# README.md and docs/usage.md mention every flag of cgc --help, and no other.
+add_test(NAME docs_readme_flags COMMAND bash ${TESTS_DIR}/docs/readme_flags.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
+set_tests_properties(docs_readme_flags PROPERTIES LABELS cpu TIMEOUT 60)

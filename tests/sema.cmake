@@ -10,3 +10,6 @@ cgc_c_test(test_sema cgc_front)
 # A 20,000-statement model: no per-line or per-name cost may grow with the file.
 add_test(NAME sema_large_model COMMAND bash ${TESTS_DIR}/diag/large_model.sh ${CGC_BIN} 20000)
 set_tests_properties(sema_large_model PROPERTIES LABELS cpu TIMEOUT 60)
+# docs/language.md names every built-in and train key of the compiler's tables; its examples compile.
+add_test(NAME docs_language COMMAND bash ${TESTS_DIR}/docs/language.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
+set_tests_properties(docs_language PROPERTIES LABELS cpu TIMEOUT 120)
