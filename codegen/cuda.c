@@ -187,46 +187,12 @@ static void launch_single_block(KernelDraft *d, int block)
 /* ---- elementwise ops ---- */
 
 /* The f32 expression of an elementwise op over locals x (unary), a, b (binary) and c, a,
- * b (select): exec_impl.h's unary_span, binary_loop and select_span. */
+ * b (select): ops.def's column EXPR, which the CPU executor compiles too. */
 const char *cuda_elementwise_expr(IrOp op)
 {
-    switch (op) {
-    case IR_NEG: return "-x";
-    case IR_EXP: return "expf(x)";
-    case IR_LOG: return "logf(x)";
-    case IR_SQRT: return "sqrtf(x)";
-    case IR_RSQRT: return "1.0f / sqrtf(x)";
-    case IR_ABS: return "fabsf(x)";
-    case IR_SIGN: return "x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x";
-    case IR_RELU: return "x < 0.0f ? 0.0f : x";
-    case IR_GELU: return "cgc_gelu(x)";
-    case IR_GELU_TANH: return "cgc_gelu_tanh(x)";
-    case IR_TANH: return "tanhf(x)";
-    case IR_SIGMOID: return "cgc_sigmoid(x)";
-    case IR_SILU: return "x * cgc_sigmoid(x)";
-    case IR_COS: return "cosf(x)";
-    case IR_FLOOR: return "floorf(x)";
-    case IR_NONFINITE: return "cgc_isfinite(x) ? 0.0f : 1.0f";
-    case IR_CAST: return "x";   /* the store rounds */
-    case IR_BROADCAST: return "x";
-    case IR_ADD: return "a + b";
-    case IR_SUB: return "a - b";
-    case IR_MUL: return "a * b";
-    case IR_DIV: return "a / b";
-    case IR_MAXIMUM: return "(a >= b || a != a) ? a : b";   /* NaN wins, a on ties */
-    case IR_MINIMUM: return "(a <= b || a != a) ? a : b";
-    case IR_POW: return "powf(a, b)";
-    case IR_LESS: return "a < b ? 1.0f : 0.0f";
-    case IR_EQUAL: return "a == b ? 1.0f : 0.0f";
-    case IR_RELU_GRAD: return "b > 0.0f ? a : 0.0f";
-    case IR_GELU_GRAD: return "a * cgc_gelu_grad(b)";
-    case IR_GELU_TANH_GRAD: return "a * cgc_gelu_tanh_grad(b)";
-    case IR_TANH_GRAD: return "a * (1.0f - b * b)";
-    case IR_SIGMOID_GRAD: return "a * b * (1.0f - b)";
-    case IR_SILU_GRAD: return "a * cgc_silu_grad(b)";
-    case IR_SELECT: return "c != 0.0f ? a : b";
-    default: CGC_INTERNAL("%s is not an elementwise op", ir_op_info[op].name);
-    }
+    const char *e = ir_op_info[op].expr;
+    if (!e) CGC_INTERNAL("%s is not an elementwise op", ir_op_info[op].name);
+    return e;
 }
 
 /* One operand of an elementwise kernel: a buffer, or a constant inlined as a literal. */

@@ -8,9 +8,9 @@
  *      tensor to the loss (gradients of anything else are never built, so a branch fed
  *      only by data costs nothing);
  *   2. walk the nodes from the loss down to 0; each active node with an accumulated
- *      gradient ("adjoint") applies its op's derivative rule (ir.h's table, column
- *      "derivative", which this file must follow) and adds the result to the adjoints of
- *      its active inputs;
+ *      gradient ("adjoint") applies its op's derivative rule (compiler/ops.def, column
+ *      GRAD: a generic rule, or one of the grad_ functions below) and adds the result to
+ *      the adjoints of its active inputs;
  *   3. the adjoints of the READ nodes, cast to f32, become the tensors' gradients (a
  *      tensor read twice gets the sum).
  * Every contribution is summed down to its input's shape (undoing broadcasting) and
@@ -32,32 +32,12 @@ typedef struct Autodiff {
 
 /* --- which edges carry a gradient --- */
 
-/* Ops whose derivative is zero everywhere it exists: they stop propagation. */
-static bool op_has_zero_derivative(IrOp op)
-{
-    switch (op) {
-    case IR_INPUT: case IR_READ: case IR_CONST: case IR_RUNTIME:
-    case IR_SIGN: case IR_FLOOR: case IR_NONFINITE: case IR_LESS: case IR_EQUAL:
-    case IR_COUNT_CORRECT: case IR_ASSIGN:
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* Whether the gradient flows from node N into its input number SLOT: never into
- * conditions, counters and labels, nor into integers. */
+/* Whether the gradient flows from node N into its input number SLOT: as the table's DIFF
+ * says (never into conditions, counters and labels, nor through ops whose derivative is
+ * zero wherever it exists), and never into integers. */
 static bool edge_carries_gradient(const IrGraph *g, const IrNode *n, int slot)
 {
-    if (op_has_zero_derivative(n->op))
-        return false;
-    if (n->op == IR_SELECT && slot == 0)
-        return false;
-    if ((n->op == IR_DROPOUT || n->op == IR_CROSS_ENTROPY) && slot == 1)
-        return false;
-    if (n->op == IR_CE_GRAD && slot == 2)
-        return false;
-    return ir_dtype_is_float(g->nodes[n->in[slot]].dtype);
+    return (ir_op_info[n->op].diff >> slot & 1) && ir_dtype_is_float(g->nodes[n->in[slot]].dtype);
 }
 
 /* Step 1: active = depends on a persistent tensor and reaches the loss. */
@@ -145,46 +125,100 @@ static void accumulate(Autodiff *ad, int x, int c, SrcLoc loc)
     ad->adj[x] = ad->adj[x] < 0 ? c : ir_binary(ad->g, IR_ADD, ad->adj[x], c, loc);
 }
 
-/* --- derivative rules, one function per op class (ir.h's "derivative" column) --- */
+/* --- derivative rules: the grad_ functions that ops.def's FN(name) names --- */
 
-/* The unary elementwise ops; Y is the node's own value, X its input. */
-static int unary_grad(Autodiff *ad, const IrNode *n, int y, int d)
+/* Contribution C flows into N's only differentiable input. */
+static void to_input(Autodiff *ad, const IrNode *n, int c)
+{
+    accumulate(ad, n->in[0], c, n->loc);
+}
+
+static void grad_neg(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, ir_unary(ad->g, IR_NEG, d, n->loc));
+}
+
+/* d / (2y) */
+static void grad_sqrt(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    IrGraph *g = ad->g;
+    int two_y = ir_binary(g, IR_MUL, scalar(ad, 2, n->dtype, n->loc), y, n->loc);
+    to_input(ad, n, ir_binary(g, IR_DIV, d, two_y, n->loc));
+}
+
+/* -d * y^3 / 2 */
+static void grad_rsqrt(Autodiff *ad, const IrNode *n, int y, int d)
 {
     IrGraph *g = ad->g;
     SrcLoc loc = n->loc;
-    int x = n->in[0];
-    DType t = n->dtype;
-    switch (n->op) {
-    case IR_NEG: return ir_unary(g, IR_NEG, d, loc);
-    case IR_EXP: return ir_binary(g, IR_MUL, d, y, loc);
-    case IR_LOG: return ir_binary(g, IR_DIV, d, x, loc);
-    case IR_SQRT: /* d / (2y) */
-        return ir_binary(g, IR_DIV, d, ir_binary(g, IR_MUL, scalar(ad, 2, t, loc), y, loc), loc);
-    case IR_RSQRT: { /* -d * y^3 / 2 */
-        int y3 = ir_binary(g, IR_MUL, ir_binary(g, IR_MUL, y, y, loc), y, loc);
-        return ir_binary(g, IR_MUL, ir_binary(g, IR_MUL, d, y3, loc), scalar(ad, -0.5, t, loc), loc);
+    int y3 = ir_binary(g, IR_MUL, ir_binary(g, IR_MUL, y, y, loc), y, loc);
+    to_input(ad, n, ir_binary(g, IR_MUL, ir_binary(g, IR_MUL, d, y3, loc),
+                              scalar(ad, -0.5, n->dtype, loc), loc));
+}
+
+/* -d * sin x, with sin x = cos(x - pi/2): the IR has no SIN */
+static void grad_cos(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    IrGraph *g = ad->g;
+    SrcLoc loc = n->loc;
+    int shifted = ir_binary(g, IR_SUB, n->in[0], scalar(ad, M_PI / 2, n->dtype, loc), loc);
+    int sin = ir_unary(g, IR_COS, shifted, loc);
+    to_input(ad, n, ir_unary(g, IR_NEG, ir_binary(g, IR_MUL, d, sin, loc), loc));
+}
+
+/* The broadcasting binary ops; accumulate() sums each side down to its shape. */
+static void grad_add(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    accumulate(ad, n->in[0], d, n->loc);
+    accumulate(ad, n->in[1], d, n->loc);
+}
+
+static void grad_sub(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    accumulate(ad, n->in[0], d, n->loc);
+    if (ad->active[n->in[1]])
+        accumulate(ad, n->in[1], ir_unary(ad->g, IR_NEG, d, n->loc), n->loc);
+}
+
+static void grad_mul(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    int a = n->in[0], b = n->in[1];
+    if (ad->active[a]) accumulate(ad, a, ir_binary(ad->g, IR_MUL, d, b, n->loc), n->loc);
+    if (ad->active[b]) accumulate(ad, b, ir_binary(ad->g, IR_MUL, d, a, n->loc), n->loc);
+}
+
+/* d/b and -d*a/b^2 = -(d/b) * y */
+static void grad_div(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    IrGraph *g = ad->g;
+    SrcLoc loc = n->loc;
+    int a = n->in[0], b = n->in[1];
+    bool da = ad->active[a], db = ad->active[b];
+    int d_over_b = ir_binary(g, IR_DIV, d, b, loc);
+    if (da) accumulate(ad, a, d_over_b, loc);
+    if (db) accumulate(ad, b, ir_unary(g, IR_NEG, ir_binary(g, IR_MUL, d_over_b, y, loc), loc), loc);
+}
+
+/* d * b * a^(b-1) and d * y * ln a */
+static void grad_pow(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    IrGraph *g = ad->g;
+    SrcLoc loc = n->loc;
+    int a = n->in[0], b = n->in[1];
+    bool da = ad->active[a], db = ad->active[b];
+    if (da) {
+        int b_minus_1 = ir_binary(g, IR_SUB, b, scalar(ad, 1, g->nodes[b].dtype, loc), loc);
+        int slope = ir_binary(g, IR_MUL, b, ir_binary(g, IR_POW, a, b_minus_1, loc), loc);
+        accumulate(ad, a, ir_binary(g, IR_MUL, d, slope, loc), loc);
     }
-    case IR_ABS: return ir_binary(g, IR_MUL, d, ir_unary(g, IR_SIGN, x, loc), loc);
-    /* from the output: relu(x) > 0 exactly where x > 0, and the pre-activation need not
-     * be kept (with the relu in a GEMM epilogue, it is never stored) */
-    case IR_RELU: return ir_binary(g, IR_RELU_GRAD, d, y, loc);
-    case IR_GELU: return ir_binary(g, IR_GELU_GRAD, d, x, loc);
-    case IR_GELU_TANH: return ir_binary(g, IR_GELU_TANH_GRAD, d, x, loc);
-    case IR_TANH: return ir_binary(g, IR_TANH_GRAD, d, y, loc);
-    case IR_SIGMOID: return ir_binary(g, IR_SIGMOID_GRAD, d, y, loc);
-    case IR_SILU: return ir_binary(g, IR_SILU_GRAD, d, x, loc);
-    case IR_COS: { /* -d * sin x, with sin x = cos(x - pi/2): the IR has no SIN */
-        int shifted = ir_binary(g, IR_SUB, x, scalar(ad, M_PI / 2, t, loc), loc);
-        int sin = ir_unary(g, IR_COS, shifted, loc);
-        return ir_unary(g, IR_NEG, ir_binary(g, IR_MUL, d, sin, loc), loc);
-    }
-    case IR_CAST: return d;   /* accumulate() casts it back to the input's dtype */
-    default: CGC_INTERNAL("autodiff: no derivative for op %s", ir_op_info[n->op].name);
+    if (db) {
+        int slope = ir_binary(g, IR_MUL, y, ir_unary(g, IR_LOG, a, loc), loc);
+        accumulate(ad, b, ir_binary(g, IR_MUL, d, slope, loc), loc);
     }
 }
 
 /* MAXIMUM and MINIMUM: the gradient goes to the winner, to A on ties. */
-static void minmax_grad(Autodiff *ad, const IrNode *n, int d)
+static void grad_minmax(Autodiff *ad, const IrNode *n, int y, int d)
 {
     IrGraph *g = ad->g;
     int a = n->in[0], b = n->in[1];
@@ -197,53 +231,8 @@ static void minmax_grad(Autodiff *ad, const IrNode *n, int d)
         accumulate(ad, b, ir_select(g, b_wins, d, zero, n->loc), n->loc);
 }
 
-/* The broadcasting binary ops; accumulate() sums each side down to its shape. */
-static void binary_grad(Autodiff *ad, const IrNode *n, int y, int d)
-{
-    IrGraph *g = ad->g;
-    SrcLoc loc = n->loc;
-    int a = n->in[0], b = n->in[1];
-    bool da = ad->active[a], db = ad->active[b];
-    switch (n->op) {
-    case IR_ADD:
-        if (da) accumulate(ad, a, d, loc);
-        if (db) accumulate(ad, b, d, loc);
-        return;
-    case IR_SUB:
-        if (da) accumulate(ad, a, d, loc);
-        if (db) accumulate(ad, b, ir_unary(g, IR_NEG, d, loc), loc);
-        return;
-    case IR_MUL:
-        if (da) accumulate(ad, a, ir_binary(g, IR_MUL, d, b, loc), loc);
-        if (db) accumulate(ad, b, ir_binary(g, IR_MUL, d, a, loc), loc);
-        return;
-    case IR_DIV: { /* d/b and -d*a/b^2 = -(d/b) * y */
-        int d_over_b = ir_binary(g, IR_DIV, d, b, loc);
-        if (da) accumulate(ad, a, d_over_b, loc);
-        if (db) accumulate(ad, b, ir_unary(g, IR_NEG, ir_binary(g, IR_MUL, d_over_b, y, loc), loc), loc);
-        return;
-    }
-    case IR_POW: /* d * b * a^(b-1) and d * y * ln a */
-        if (da) {
-            int b_minus_1 = ir_binary(g, IR_SUB, b, scalar(ad, 1, g->nodes[b].dtype, loc), loc);
-            int slope = ir_binary(g, IR_MUL, b, ir_binary(g, IR_POW, a, b_minus_1, loc), loc);
-            accumulate(ad, a, ir_binary(g, IR_MUL, d, slope, loc), loc);
-        }
-        if (db) {
-            int slope = ir_binary(g, IR_MUL, y, ir_unary(g, IR_LOG, a, loc), loc);
-            accumulate(ad, b, ir_binary(g, IR_MUL, d, slope, loc), loc);
-        }
-        return;
-    case IR_MAXIMUM: case IR_MINIMUM:
-        minmax_grad(ad, n, d);
-        return;
-    default:
-        CGC_INTERNAL("autodiff: no derivative for op %s", ir_op_info[n->op].name);
-    }
-}
-
 /* SELECT: the branch taken gets d, the other 0; the condition gets nothing. */
-static void select_grad(Autodiff *ad, const IrNode *n, int d)
+static void grad_select(Autodiff *ad, const IrNode *n, int y, int d)
 {
     int c = n->in[0], a = n->in[1], b = n->in[2];
     int zero = scalar(ad, 0, n->dtype, n->loc);
@@ -255,41 +244,44 @@ static void select_grad(Autodiff *ad, const IrNode *n, int d)
 
 /* SUM, MEAN, MAX over one axis or all of them. MAX splits d evenly among the elements
  * equal to the maximum, as torch.amax does. */
-static int reduce_grad(Autodiff *ad, const IrNode *n, int y, int d)
+static void grad_sum(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, unreduce(ad, d, ad->g->nodes[n->in[0]].shape, n->axis, n->loc));
+}
+
+static void grad_mean(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    IrGraph *g = ad->g;
+    Shape xs = g->nodes[n->in[0]].shape;
+    int count = ir_cast(g, reduced_count(ad, xs, n->axis, n->loc), n->dtype, n->loc);
+    to_input(ad, n, unreduce(ad, ir_binary(g, IR_DIV, d, count, n->loc), xs, n->axis, n->loc));
+}
+
+static void grad_max(Autodiff *ad, const IrNode *n, int y, int d)
 {
     IrGraph *g = ad->g;
     SrcLoc loc = n->loc;
     int x = n->in[0];
     Shape xs = g->nodes[x].shape;
-    switch (n->op) {
-    case IR_SUM:
-        return unreduce(ad, d, xs, n->axis, loc);
-    case IR_MEAN: {
-        int count = ir_cast(g, reduced_count(ad, xs, n->axis, loc), n->dtype, loc);
-        return unreduce(ad, ir_binary(g, IR_DIV, d, count, loc), xs, n->axis, loc);
-    }
-    case IR_MAX: {
-        int mask = ir_binary(g, IR_EQUAL, x, unreduce(ad, y, xs, n->axis, loc), loc);
-        int ties = ir_reduce(g, IR_SUM, mask, n->axis, loc);
-        int share = unreduce(ad, ir_binary(g, IR_DIV, d, ties, loc), xs, n->axis, loc);
-        return ir_binary(g, IR_MUL, share, mask, loc);
-    }
-    default:
-        CGC_INTERNAL("autodiff: no derivative for op %s", ir_op_info[n->op].name);
-    }
+    int mask = ir_binary(g, IR_EQUAL, x, unreduce(ad, y, xs, n->axis, loc), loc);
+    int ties = ir_reduce(g, IR_SUM, mask, n->axis, loc);
+    int share = unreduce(ad, ir_binary(g, IR_DIV, d, ties, loc), xs, n->axis, loc);
+    to_input(ad, n, ir_binary(g, IR_MUL, share, mask, loc));
 }
 
-static int shape_grad(Autodiff *ad, const IrNode *n, int d)
+static void grad_reshape(Autodiff *ad, const IrNode *n, int y, int d)
 {
-    IrGraph *g = ad->g;
-    Shape xs = g->nodes[n->in[0]].shape;
-    switch (n->op) {
-    case IR_RESHAPE: return ir_reshape(g, d, xs, n->loc);
-    case IR_BROADCAST: return d;   /* accumulate() reduces it to the input's shape */
-    case IR_REDUCE_TO: return broadcast_to(ad, d, xs, n->loc);
-    case IR_TRANSPOSE: return ir_transpose(g, d, n->loc);
-    default: CGC_INTERNAL("autodiff: no derivative for op %s", ir_op_info[n->op].name);
-    }
+    to_input(ad, n, ir_reshape(ad->g, d, ad->g->nodes[n->in[0]].shape, n->loc));
+}
+
+static void grad_reduce_to(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, broadcast_to(ad, d, ad->g->nodes[n->in[0]].shape, n->loc));
+}
+
+static void grad_transpose(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, ir_transpose(ad->g, d, n->loc));
 }
 
 /* MATMUL y = op(A) @ op(B), op() transposing when the flag says so. With a = op(A) and
@@ -297,7 +289,7 @@ static int shape_grad(Autodiff *ad, const IrNode *n, int d)
  * b @ d^T; likewise dB = db^T = d^T @ a. Each case is one matmul with the right flags,
  * so no transpose is materialised; the tf32 bit is kept. accumulate() sums over the batch
  * dimensions an operand was broadcast along. */
-static void matmul_grad(Autodiff *ad, const IrNode *n, int d)
+static void grad_matmul(Autodiff *ad, const IrNode *n, int y, int d)
 {
     int A = n->in[0], B = n->in[1];
     bool ta = n->flags & IR_MATMUL_TRANS_A, tb = n->flags & IR_MATMUL_TRANS_B;
@@ -315,54 +307,65 @@ static void matmul_grad(Autodiff *ad, const IrNode *n, int d)
     }
 }
 
-/* Softmax family, dropout and the loss. */
-static int other_grad(Autodiff *ad, const IrNode *n, int y, int d)
+static void grad_softmax(Autodiff *ad, const IrNode *n, int y, int d)
 {
-    IrGraph *g = ad->g;
-    switch (n->op) {
-    case IR_SOFTMAX:
-        return ir_softmax_grad(g, IR_SOFTMAX_GRAD, d, y, n->axis, n->loc);
-    case IR_LOG_SOFTMAX:
-        return ir_softmax_grad(g, IR_LOG_SOFTMAX_GRAD, d, y, n->axis, n->loc);
-    case IR_DROPOUT: /* same counter, p and stream: the same mask, drawn again */
-        return ir_dropout(g, d, n->in[1], n->value, n->index, n->loc);
-    case IR_CROSS_ENTROPY:
-        return ir_ce_grad(g, d, n->in[0], n->in[1], n->loc);
-    default:
-        CGC_INTERNAL("autodiff: no derivative for op %s", ir_op_info[n->op].name);
-    }
+    to_input(ad, n, ir_softmax_grad(ad->g, IR_SOFTMAX_GRAD, d, y, n->axis, n->loc));
 }
+
+static void grad_log_softmax(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, ir_softmax_grad(ad->g, IR_LOG_SOFTMAX_GRAD, d, y, n->axis, n->loc));
+}
+
+/* The same counter, p and stream: the same mask, drawn again. */
+static void grad_dropout(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, ir_dropout(ad->g, d, n->in[1], n->value, n->index, n->loc));
+}
+
+static void grad_cross_entropy(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, ir_ce_grad(ad->g, d, n->in[0], n->in[1], n->loc));
+}
+
+/* --- the table's rules, one function per op --- */
+
+#define NONE
+#define D to_input(ad, n, d)
+#define DX(op) to_input(ad, n, ir_binary(ad->g, IR_##op, d, n->in[0], n->loc))
+#define DY(op) to_input(ad, n, ir_binary(ad->g, IR_##op, d, y, n->loc))
+#define D_TIMES(op, v)                                                                      \
+    to_input(ad, n, ir_binary(ad->g, IR_MUL, d, ir_unary(ad->g, IR_##op, v, n->loc), n->loc))
+#define FN(name) grad_##name(ad, n, y, d)
+#define NOT_NEEDED \
+    CGC_INTERNAL("autodiff: %s is a gradient op, never differentiated", ir_op_info[n->op].name)
+#define IR_OP(name, arity, cls, shape, autocast, cost, diff, grad, meaning, deriv)         \
+    static void rule_##name(Autodiff *ad, const IrNode *n, int y, int d)                  \
+    {                                                                                       \
+        int x = n->in[0];                                                                   \
+        (void)x, (void)y, (void)d;                                                          \
+        grad;                                                                               \
+    }
+#include "ops.def"
+
+typedef void GradRule(Autodiff *ad, const IrNode *n, int y, int d);
+static GradRule *const grad_rule[IR_NUM_OPS] = {
+#define IR_OP(name, ...) [IR_##name] = rule_##name,
+#include "ops.def"
+};
+#undef NONE
+#undef D
+#undef DX
+#undef DY
+#undef D_TIMES
+#undef FN
+#undef NOT_NEEDED
 
 /* Step 2 for one node: its adjoint D flows into its inputs. */
 static void backprop_node(Autodiff *ad, int id)
 {
     IrNode n = ad->g->nodes[id];   /* a copy: builders may move the node array */
-    int d = ad->adj[id];
-    switch (ir_op_info[n.op].cls) {
-    case IR_CLASS_UNARY:
-        accumulate(ad, n.in[0], unary_grad(ad, &n, id, d), n.loc);
-        break;
-    case IR_CLASS_BINARY:
-        binary_grad(ad, &n, id, d);
-        break;
-    case IR_CLASS_TERNARY:
-        select_grad(ad, &n, d);
-        break;
-    case IR_CLASS_REDUCE:
-        accumulate(ad, n.in[0], reduce_grad(ad, &n, id, d), n.loc);
-        break;
-    case IR_CLASS_SHAPE:
-        accumulate(ad, n.in[0], shape_grad(ad, &n, d), n.loc);
-        break;
-    case IR_CLASS_MATMUL:
-        matmul_grad(ad, &n, d);
-        break;
-    case IR_CLASS_OTHER:
-        accumulate(ad, n.in[0], other_grad(ad, &n, id, d), n.loc);
-        break;
-    case IR_CLASS_LEAF: case IR_CLASS_EFFECT:
-        break;   /* READs are collected by the caller; nothing else is active */
-    }
+    grad_rule[n.op](ad, &n, id, ad->adj[id]);
 }
 
 /* Step 3: a tensor's gradient is the f32 sum of the adjoints of all its READs. */

@@ -12,11 +12,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The GRAD column read as one fact: whether the op is a gradient op. */
+#define NONE false
+#define D false
+#define DX(op) false
+#define DY(op) false
+#define D_TIMES(op, v) false
+#define FN(name) false
+#define NOT_NEEDED true
 const IrOpInfo ir_op_info[IR_NUM_OPS] = {
-#define X(name, arity, cls, meaning, deriv) {#name, arity, IR_CLASS_##cls, meaning, deriv},
-    IR_OPS(X)
-#undef X
+#define IR_OP(name, arity, cls, shape, autocast, cost, diff, grad, meaning, deriv)        \
+    {#name, arity, IR_CLASS_##cls, IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, \
+     grad, meaning, deriv, NULL},
+#define IR_EW(name, arity, cls, shape, autocast, cost, diff, grad, meaning, deriv, ...)   \
+    {#name, arity, IR_CLASS_##cls, IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, \
+     grad, meaning, deriv, #__VA_ARGS__},
+#include "ops.def"
 };
+#undef NONE
+#undef D
+#undef DX
+#undef DY
+#undef D_TIMES
+#undef FN
+#undef NOT_NEEDED
 
 /* Lower-case op names, made once from the table's upper-case ones. */
 static char op_names[IR_NUM_OPS][24];
@@ -738,54 +757,47 @@ static void verify_fail(const IrGraph *g, int id, const char *what)
 
 static Shape in_shape(const IrGraph *g, const IrNode *n, int k) { return g->nodes[n->in[k]].shape; }
 
-/* The shape N's op produces from its inputs, by the builders' rules; false where the
- * op's shape is its own attribute (RESHAPE, BROADCAST, REDUCE_TO, leaves). */
+/* The shape N's op produces from its inputs, by the table's rule (ops.def, SHAPE); false
+ * where the shape is the node's own attribute (RESHAPE, BROADCAST, REDUCE_TO, leaves).
+ * A rank of -1 says the inputs admit no shape. */
 static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n, Shape *s)
 {
-    Shape a, b;
-    switch (ir_op_info[n->op].cls) {
-    case IR_CLASS_UNARY: *s = in_shape(g, n, 0); return true;
-    case IR_CLASS_BINARY:
-        a = in_shape(g, n, 0), b = in_shape(g, n, 1);
-        return ir_broadcast_shape(&a, &b, s) || (s->rank = -1, true);
-    case IR_CLASS_TERNARY: {
-        Shape c = in_shape(g, n, 0), t;
-        a = in_shape(g, n, 1), b = in_shape(g, n, 2);
-        if (!ir_broadcast_shape(&a, &b, &t) || !ir_broadcast_shape(&t, &c, s)) s->rank = -1;
+    Shape a, b, t;
+    switch (ir_op_info[n->op].shape) {
+    case IR_SHAPE_OWN: return false;
+    case IR_SHAPE_IN0: *s = in_shape(g, n, 0); return true;
+    case IR_SHAPE_IN1: *s = in_shape(g, n, 1); return true;
+    case IR_SHAPE_BROADCAST:
+        *s = in_shape(g, n, 0);
+        for (int k = 1; k < n->nin; k++) {
+            a = *s, b = in_shape(g, n, k);
+            if (!ir_broadcast_shape(&a, &b, s)) s->rank = -1;
+            if (s->rank < 0) break;
+        }
         return true;
-    }
-    case IR_CLASS_REDUCE:
+    case IR_SHAPE_REDUCE:
         a = in_shape(g, n, 0);
         if (n->axis != IR_AXIS_ALL && (n->axis < 0 || n->axis >= a.rank)) s->rank = -1;
         else *s = ir_shape_reduce(&a, n->axis);
         return true;
-    case IR_CLASS_MATMUL:
+    case IR_SHAPE_MATMUL:
         a = in_shape(g, n, 0), b = in_shape(g, n, 1);
         if (!matmul_shape(&a, &b, n->flags, s)) s->rank = -1;
         return true;
-    case IR_CLASS_EFFECT:
+    case IR_SHAPE_TRANSPOSE:
+        *s = t = in_shape(g, n, 0);
+        if (t.rank < 2) s->rank = -1;
+        else s->dim[t.rank - 1] = t.dim[t.rank - 2], s->dim[t.rank - 2] = t.dim[t.rank - 1];
+        return true;
+    case IR_SHAPE_SCALAR: *s = ir_shape0(); return true;
+    case IR_SHAPE_ASSIGN:
         *s = ir_shape0();
         a = in_shape(g, n, 0);
         if (n->index < 0 || n->index >= p->ntensors || !ir_shape_equal(&a, &p->tensors[n->index].shape))
             s->rank = -1;
         return true;
-    default: break;
     }
-    switch (n->op) {
-    case IR_TRANSPOSE:
-        *s = in_shape(g, n, 0);
-        if (s->rank < 2) { s->rank = -1; return true; }
-        int64_t t = s->dim[s->rank - 1];
-        s->dim[s->rank - 1] = s->dim[s->rank - 2], s->dim[s->rank - 2] = t;
-        return true;
-    case IR_SOFTMAX: case IR_LOG_SOFTMAX: case IR_DROPOUT:
-    case IR_SOFTMAX_GRAD: case IR_LOG_SOFTMAX_GRAD:
-        *s = in_shape(g, n, n->op == IR_SOFTMAX_GRAD || n->op == IR_LOG_SOFTMAX_GRAD ? 1 : 0);
-        return true;
-    case IR_CE_GRAD: *s = in_shape(g, n, 1); return true;
-    case IR_CROSS_ENTROPY: case IR_COUNT_CORRECT: *s = ir_shape0(); return true;
-    default: return false;
-    }
+    return false;
 }
 
 void ir_verify(const IrProgram *p, const IrGraph *g)

@@ -48,82 +48,11 @@ typedef struct Shape {
 /* Reductions over every axis (to a scalar) use this axis. */
 #define IR_AXIS_ALL (-1000)
 
-/* The op table. Columns: name, number of inputs, class, meaning, derivative (d = the
- * incoming gradient; implemented in compiler/autodiff.c, which must stay in step with
- * this table, as must ir.c's shape rules, the CPU executor and the CUDA renderer).
- * Attributes: axis (a), value (v), index (i), flags (f). */
-#define IR_OPS(X)                                                                          \
-    /* leaves */                                                                           \
-    X(INPUT,      0, LEAF,   "data input number i of the program",         "none")         \
-    X(READ,       0, LEAF,   "value of persistent tensor i before the step", "accumulated into that tensor's gradient") \
-    X(CONST,      0, LEAF,   "scalar v (shape [])",                        "none")         \
-    X(RUNTIME,    0, LEAF,   "scalar the runtime supplies: i = IrRuntimeScalar", "none")   \
-    /* elementwise, one input */                                                           \
-    X(NEG,        1, UNARY,  "-x",                                         "-d")           \
-    X(EXP,        1, UNARY,  "e^x",                                        "d*y")          \
-    X(LOG,        1, UNARY,  "ln x",                                       "d/x")          \
-    X(SQRT,       1, UNARY,  "sqrt x",                                     "d/(2y)")       \
-    X(RSQRT,      1, UNARY,  "1/sqrt x",                                   "-d*y^3/2")     \
-    X(ABS,        1, UNARY,  "|x|",                                        "d*sign(x)")    \
-    X(SIGN,       1, UNARY,  "-1, 0 or 1",                                 "0")            \
-    X(RELU,       1, UNARY,  "max(x, 0)",                                  "relu_grad(d, y)") \
-    X(GELU,       1, UNARY,  "x*Phi(x) (erf form)",                        "gelu_grad(d, x)") \
-    X(GELU_TANH,  1, UNARY,  "gelu, tanh approximation",                   "gelu_tanh_grad(d, x)") \
-    X(TANH,       1, UNARY,  "tanh x",                                     "tanh_grad(d, y)") \
-    X(SIGMOID,    1, UNARY,  "1/(1+e^-x)",                                 "sigmoid_grad(d, y)") \
-    X(SILU,       1, UNARY,  "x*sigmoid(x)",                               "silu_grad(d, x)") \
-    X(COS,        1, UNARY,  "cos x (learning-rate schedules)",            "-d*sin x (not needed)") \
-    X(FLOOR,      1, UNARY,  "floor x (step schedule)",                    "0")            \
-    X(NONFINITE,  1, UNARY,  "1 where x is inf or nan, else 0",            "0")            \
-    X(CAST,       1, UNARY,  "x rounded to the node's dtype",              "cast(d) to the input's dtype") \
-    /* elementwise, two inputs, broadcasting */                                            \
-    X(ADD,        2, BINARY, "a + b",                                      "d, d (summed to each shape)") \
-    X(SUB,        2, BINARY, "a - b",                                      "d, -d")        \
-    X(MUL,        2, BINARY, "a * b",                                      "d*b, d*a")     \
-    X(DIV,        2, BINARY, "a / b",                                      "d/b, -d*a/b^2") \
-    X(MAXIMUM,    2, BINARY, "max(a, b)",                                  "to the larger (a on ties)") \
-    X(MINIMUM,    2, BINARY, "min(a, b)",                                  "to the smaller (a on ties)") \
-    X(POW,        2, BINARY, "a^b (bias corrections)",                     "not needed")   \
-    X(LESS,       2, BINARY, "1 if a < b else 0",                          "0")            \
-    X(EQUAL,      2, BINARY, "1 if a == b else 0",                         "0")            \
-    /* gradients of elementwise ops: (d, x or y), shape of the inputs */                   \
-    X(RELU_GRAD,      2, BINARY, "d * (y > 0), y = relu(x) (or x: same test)", "not needed") \
-    X(GELU_GRAD,      2, BINARY, "d * gelu'(x)",                           "not needed")   \
-    X(GELU_TANH_GRAD, 2, BINARY, "d * gelu_tanh'(x)",                      "not needed")   \
-    X(TANH_GRAD,      2, BINARY, "d * (1 - y^2), y = tanh x",              "not needed")   \
-    X(SIGMOID_GRAD,   2, BINARY, "d * y * (1 - y), y = sigmoid x",         "not needed")   \
-    X(SILU_GRAD,      2, BINARY, "d * silu'(x)",                           "not needed")   \
-    /* three inputs */                                                                     \
-    X(SELECT,     3, TERNARY, "c != 0 ? a : b (broadcasting)",             "0, select(c, d, 0), select(c, 0, d)") \
-    /* random */                                                                           \
-    X(DROPOUT,    2, OTHER,  "(x, counter): x * keep / (1 - v), keep drawn with p = v, stream i", "dropout(d, counter), same mask") \
-    /* reductions: axis a (>= 0) removed, or IR_AXIS_ALL to a scalar */                    \
-    X(SUM,        1, REDUCE, "sum over axis a",                            "broadcast d back") \
-    X(MEAN,       1, REDUCE, "mean over axis a",                           "broadcast d back / count") \
-    X(MAX,        1, REDUCE, "max over axis a",                            "d split evenly over the maxima (torch.amax)") \
-    /* shape */                                                                            \
-    X(RESHAPE,    1, SHAPE,  "same elements, the node's shape",            "reshape d back") \
-    X(BROADCAST,  1, SHAPE,  "x stretched (NumPy rules) to the node's shape", "reduce_to(d, x's shape)") \
-    X(REDUCE_TO,  1, SHAPE,  "sum x down to the node's shape (undoes broadcasting)", "broadcast d") \
-    X(TRANSPOSE,  1, SHAPE,  "swap the last two dimensions",               "transpose d")  \
-    /* matrix product: f bit 0 transposes a, bit 1 transposes b, bit 2 rounds inputs to tf32 */ \
-    X(MATMUL,     2, MATMUL, "batched a @ b over the last two dims, leading dims broadcast", "d @ b^T, a^T @ d (reduced to shapes)") \
-    /* along axis a (>= 0) */                                                              \
-    X(SOFTMAX,        1, OTHER, "softmax along axis a",                    "softmax_grad(d, y)") \
-    X(LOG_SOFTMAX,    1, OTHER, "log softmax along axis a",                "log_softmax_grad(d, y)") \
-    X(SOFTMAX_GRAD,   2, OTHER, "(d, y): y * (d - sum(d*y))",              "not needed")   \
-    X(LOG_SOFTMAX_GRAD, 2, OTHER, "(d, y): d - e^y * sum(d)",              "not needed")   \
-    /* losses and metrics: logits [N, C] (fp32), labels i32 [N] */                         \
-    X(CROSS_ENTROPY, 2, OTHER, "(logits, labels): mean of -log_softmax(logits)[label]", "ce_grad(d, logits, labels)") \
-    X(CE_GRAD,       3, OTHER, "(d, logits, labels): d * (softmax - onehot) / N", "not needed") \
-    X(COUNT_CORRECT, 2, OTHER, "(logits, labels): number of rows whose argmax is the label", "none") \
-    /* effects */                                                                          \
-    X(ASSIGN,     1, EFFECT, "persistent tensor i := x after the step (shape [] result)", "none")
-
+/* The ops: compiler/ops.def lists each once, with everything the passes, the renderers
+ * and the executors need to know of it (its columns are described there). */
 typedef enum IrOp {
-#define X(name, arity, cls, meaning, deriv) IR_##name,
-    IR_OPS(X)
-#undef X
+#define IR_OP(name, ...) IR_##name,
+#include "ops.def"
     IR_NUM_OPS
 } IrOp;
 
@@ -132,12 +61,27 @@ typedef enum IrOpClass {
     IR_CLASS_SHAPE, IR_CLASS_MATMUL, IR_CLASS_OTHER, IR_CLASS_EFFECT,
 } IrOpClass;
 
+/* How a node's shape follows from its inputs (ops.def, column SHAPE). */
+typedef enum IrShapeRule {
+    IR_SHAPE_OWN, IR_SHAPE_IN0, IR_SHAPE_IN1, IR_SHAPE_BROADCAST, IR_SHAPE_REDUCE,
+    IR_SHAPE_MATMUL, IR_SHAPE_TRANSPOSE, IR_SHAPE_SCALAR, IR_SHAPE_ASSIGN,
+} IrShapeRule;
+
+/* What an op runs in under bf16 or fp16 autocast (ops.def, column AUTOCAST). */
+typedef enum IrAutocast { IR_AUTOCAST_FOLLOW, IR_AUTOCAST_F32, IR_AUTOCAST_HALF } IrAutocast;
+
 typedef struct IrOpInfo {
     const char *name;       /* as in the table: "RELU_GRAD"; ir_op_name() prints "relu_grad" */
     int arity;
     IrOpClass cls;
+    IrShapeRule shape;
+    IrAutocast autocast;
+    int cost;               /* FLOPs per element to recompute it */
+    unsigned diff;          /* bit k: input k receives a gradient */
+    bool backward_only;     /* a gradient op (GRAD NOT_NEEDED): never differentiated */
     const char *meaning;
     const char *derivative;
+    const char *expr;       /* the elementwise expression (ops.def, EXPR), or NULL */
 } IrOpInfo;
 
 extern const IrOpInfo ir_op_info[IR_NUM_OPS];

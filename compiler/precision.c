@@ -36,14 +36,7 @@ typedef struct Autocast {
 
 bool precision_runs_in_f32(IrOp op)
 {
-    switch (op) {
-    case IR_EXP: case IR_LOG: case IR_RSQRT: case IR_POW:
-    case IR_SOFTMAX: case IR_LOG_SOFTMAX: case IR_SUM: case IR_MEAN: case IR_MAX:
-    case IR_CROSS_ENTROPY: case IR_COUNT_CORRECT:
-        return true;
-    default:
-        return false;
-    }
+    return ir_op_info[op].autocast == IR_AUTOCAST_F32;
 }
 
 /* Source node X as dtype T in the new graph; integers are left alone. */
@@ -82,7 +75,7 @@ static bool is_bias_add(const Autocast *ac, const IrNode *n)
 static void autocast_inputs(Autocast *ac, IrNode *n, int *in)
 {
     bool half = ac->half != DT_F32;
-    bool to_half = half && (n->op == IR_MATMUL || is_bias_add(ac, n));
+    bool to_half = half && (ir_op_info[n->op].autocast == IR_AUTOCAST_HALF || is_bias_add(ac, n));
     bool to_f32 = half && precision_runs_in_f32(n->op);
     for (int k = 0; k < n->nin; k++) {
         if (to_half)

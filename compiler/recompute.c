@@ -27,13 +27,10 @@
  * list): the cheapest, by FLOPs to recompute per byte no longer kept,
  *     flops = numel * op_cost(op),  bytes = numel * dtype size,
  * with the batch symbol bound to cfg.batch and other symbols to 1; ties by node id. The
- * op costs (FLOPs per element, roughly what one costs on a GPU's arithmetic units):
- *     1   arithmetic, comparisons, selects, casts, broadcasts, relu and its kin
- *     4   DIV, SQRT, RSQRT (multi-instruction on the special-function unit)
- *     10  transcendental: EXP, LOG, TANH, SIGMOID, SILU, GELU (erf), GELU_TANH, COS,
- *         POW, and GELU_GRAD, GELU_TANH_GRAD, SILU_GRAD (which evaluate theirs again;
- *         TANH_GRAD and SIGMOID_GRAD work from the output: 1); DROPOUT (a Philox draw
- *         per element)
+ * op costs are ops.def's column COST: 1 for arithmetic, comparisons, selects, casts and
+ * relu's kin; 4 for DIV, SQRT and RSQRT (multi-instruction on the special-function unit);
+ * 10 for transcendental functions, the gradients that evaluate theirs again (GELU_GRAD;
+ * TANH_GRAD works from the output: 1) and DROPOUT (a Philox draw per element).
  * For one op the element count cancels, so the order is the op's cost per byte of its
  * dtype: an f32 cast goes before an f16 relu, which goes before an f16 gelu.
  */
@@ -44,19 +41,10 @@
 
 /* ---- candidates ---- */
 
-/* FLOPs per element to recompute OP (the table at the top of the file). */
+/* FLOPs per element to recompute OP (ops.def, column COST). */
 static int op_cost(IrOp op)
 {
-    switch (op) {
-    case IR_DIV: case IR_SQRT: case IR_RSQRT:
-        return 4;
-    case IR_EXP: case IR_LOG: case IR_TANH: case IR_SIGMOID: case IR_SILU: case IR_GELU:
-    case IR_GELU_TANH: case IR_COS: case IR_POW: case IR_DROPOUT: case IR_GELU_GRAD:
-    case IR_GELU_TANH_GRAD: case IR_SILU_GRAD:
-        return 10;
-    default:
-        return 1;
-    }
+    return ir_op_info[op].cost;
 }
 
 /* Marks in READ every forward node of G that its backward region reads. */

@@ -263,7 +263,7 @@ static void test_fused_plan(void)
         CHECK_STR(k2->name, "neg_sum");
         CHECK(strstr(k1->source, "grouped.net line 3: mul, exp, assign (train graph, nodes %2..%4)"));
         CHECK(strstr(k1->source, "const float v0 = x0 * 2.0f;   /* mul */"));
-        CHECK(strstr(k1->source, "const float v1 = expf(v0);   /* exp */"));
+        CHECK(strstr(k1->source, "const float v1 = exp(v0);   /* exp */"));
         CHECK(strstr(k1->source, "/* in place */"));
         /* out0 is e's buffer, out1 the tensor t0 */
         CHECK_EQ_INT(pg->steps[0].launch.arg[1].index, pl->tensor_buffer_base + 0);
@@ -309,7 +309,7 @@ static void test_fused_rounding(void)
     CHECK_EQ_INT(pg->node_buffer[half], -1);
     const char *src = pl->kernels[pg->steps[0].launch.kernel].source;
     CHECK(strstr(src, "const float v0 = cgc_round_f16(x0);   /* cast */") != NULL);
-    CHECK(strstr(src, "const float v1 = cgc_round_f16(expf(v0));   /* exp */") != NULL);
+    CHECK(strstr(src, "const float v1 = cgc_round_f16(exp(v0));   /* exp */") != NULL);
     CHECK(strstr(src, "cgc_half *__restrict__ out0") != NULL);
     plan_free(pl);
     ir_program_free(p);

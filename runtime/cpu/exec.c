@@ -30,6 +30,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+/* The elementwise ops' expressions (compiler/ops.def) name math functions as CUDA C++
+ * overloads them, exp(x) for expf on a float; <tgmath.h> gives C the same, so that the
+ * float and double executors compile one expression. After the other headers: it defines
+ * the macros I and complex. */
+#include <tgmath.h>
 
 enum {
     PAR_MIN = 32768,    /* elements below which a loop stays serial */

@@ -134,113 +134,115 @@ static inline REAL SFX(silu_grad)(REAL x)
     return s * (1 + x * (1 - s));
 }
 
-/* ---- elementwise spans (called by walk_run) ---- */
+/* ---- elementwise spans (called by walk_run) ----
+ * One span function per elementwise op, made from ops.def's EXPR: the same expression the
+ * CUDA renderer prints, compiled here for REAL. Its math functions are type-generic
+ * (exec.c includes <tgmath.h>), and its helpers are this file's. */
+
+#define cgc_sigmoid SFX(sigmoid)
+#define cgc_gelu SFX(gelu)
+#define cgc_gelu_grad SFX(gelu_grad)
+#define cgc_gelu_tanh SFX(gelu_tanh)
+#define cgc_gelu_tanh_grad SFX(gelu_tanh_grad)
+#define cgc_silu_grad SFX(silu_grad)
+#define cgc_isfinite isfinite
 
 typedef struct SFX(Elementwise) {
-    IrOp op;
     REAL *out;
     const REAL *in[IR_MAX_IN];
     const HalfFormat *round;    /* the output's storage format, or NULL */
 } SFX(Elementwise);
 
 /* A unary op's operand has the output's shape, so it is read contiguously. */
-static void SFX(unary_span)(void *ctx, int64_t o, const int64_t *off, const int64_t *step,
-                            int64_t n)
-{
-    const SFX(Elementwise) *c = ctx;
-    REAL *restrict out = c->out + o;
-    const REAL *in = c->in[0] + off[0];
-#define EACH(expr)                                  \
-    _Pragma("omp simd")                             \
-    for (int64_t i = 0; i < n; i++) {               \
-        REAL x = in[i];                             \
-        out[i] = (expr);                            \
-    }                                               \
-    break
-    switch (c->op) {
-    case IR_NEG: EACH(-x);
-    case IR_EXP: EACH(MATH(exp)(x));
-    case IR_LOG: EACH(MATH(log)(x));
-    case IR_SQRT: EACH(MATH(sqrt)(x));
-    case IR_RSQRT: EACH(1 / MATH(sqrt)(x));
-    case IR_ABS: EACH(MATH(fabs)(x));
-    case IR_SIGN: EACH(x > 0 ? 1 : x < 0 ? -1 : x);
-    case IR_RELU: EACH(x < 0 ? 0 : x);
-    case IR_GELU: EACH(SFX(gelu)(x));
-    case IR_GELU_TANH: EACH(SFX(gelu_tanh)(x));
-    case IR_TANH: EACH(MATH(tanh)(x));
-    case IR_SIGMOID: EACH(SFX(sigmoid)(x));
-    case IR_SILU: EACH(x * SFX(sigmoid)(x));
-    case IR_COS: EACH(MATH(cos)(x));
-    case IR_FLOOR: EACH(MATH(floor)(x));
-    case IR_NONFINITE: EACH(isfinite(x) ? 0 : 1);
-    case IR_CAST: EACH(x);   /* the rounding below is the cast */
-    default: CGC_INTERNAL("%s is not a unary op", ir_op_info[c->op].name);
+#define SPAN_UNARY(name, ...)                                                              \
+    static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,                \
+                                 const int64_t *step, int64_t n)                          \
+    {                                                                                      \
+        const SFX(Elementwise) *c = ctx;                                                   \
+        REAL *restrict out = c->out + o;                                                   \
+        const REAL *in = c->in[0] + off[0];                                                \
+        _Pragma("omp simd")                                                                \
+        for (int64_t i = 0; i < n; i++) {                                                  \
+            REAL x = in[i];                                                                \
+            out[i] = (__VA_ARGS__);                                                        \
+        }                                                                                  \
+        SFX(round_to)(out, n, c->round);                                                   \
     }
-#undef EACH
-    SFX(round_to)(out, n, c->round);
-}
 
-/* One binary op over a span; inlined with constant strides at each call site below,
- * so that the same-shape, scalar and row-vector cases vectorize. MAXIMUM and MINIMUM
- * propagate NaN and prefer a on ties, as torch.maximum does. */
-static inline __attribute__((always_inline)) void
-SFX(binary_loop)(IrOp op, REAL *restrict out, const REAL *pa, int64_t sa, const REAL *pb,
-                 int64_t sb, int64_t n)
-{
-#define EACH(expr)                                  \
-    _Pragma("omp simd")                             \
-    for (int64_t i = 0; i < n; i++) {               \
-        REAL a = pa[i * sa], b = pb[i * sb];        \
-        out[i] = (expr);                            \
-    }                                               \
-    return
-    switch (op) {
-    case IR_ADD: EACH(a + b);
-    case IR_SUB: EACH(a - b);
-    case IR_MUL: EACH(a * b);
-    case IR_DIV: EACH(a / b);
-    case IR_MAXIMUM: EACH((a >= b || a != a) ? a : b);
-    case IR_MINIMUM: EACH((a <= b || a != a) ? a : b);
-    case IR_POW: EACH(MATH(pow)(a, b));
-    case IR_LESS: EACH(a < b ? 1 : 0);
-    case IR_EQUAL: EACH(a == b ? 1 : 0);
-    /* gradients: a is the incoming gradient d, b the forward input x or output y */
-    case IR_RELU_GRAD: EACH(b > 0 ? a : 0);
-    case IR_GELU_GRAD: EACH(a * SFX(gelu_grad)(b));
-    case IR_GELU_TANH_GRAD: EACH(a * SFX(gelu_tanh_grad)(b));
-    case IR_TANH_GRAD: EACH(a * (1 - b * b));
-    case IR_SIGMOID_GRAD: EACH(a * b * (1 - b));
-    case IR_SILU_GRAD: EACH(a * SFX(silu_grad)(b));
-    default: CGC_INTERNAL("%s is not a binary op", ir_op_info[op].name);
+/* A binary op over a span: the loop inlined with constant strides at each call, so that
+ * the same-shape, scalar and row-vector cases vectorize. */
+#define SPAN_BINARY(name, ...)                                                             \
+    static inline __attribute__((always_inline)) void                                     \
+    SFX(loop_##name)(REAL *restrict out, const REAL *pa, int64_t sa, const REAL *pb,      \
+                     int64_t sb, int64_t n)                                               \
+    {                                                                                      \
+        _Pragma("omp simd")                                                                \
+        for (int64_t i = 0; i < n; i++) {                                                  \
+            REAL a = pa[i * sa], b = pb[i * sb];                                           \
+            out[i] = (__VA_ARGS__);                                                        \
+        }                                                                                  \
+    }                                                                                      \
+    static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,                \
+                                 const int64_t *step, int64_t n)                          \
+    {                                                                                      \
+        const SFX(Elementwise) *c = ctx;                                                   \
+        REAL *out = c->out + o;                                                            \
+        const REAL *a = c->in[0] + off[0], *b = c->in[1] + off[1];                         \
+        if (step[0] == 1 && step[1] == 1) SFX(loop_##name)(out, a, 1, b, 1, n);            \
+        else if (step[0] == 1 && step[1] == 0) SFX(loop_##name)(out, a, 1, b, 0, n);       \
+        else if (step[0] == 0 && step[1] == 1) SFX(loop_##name)(out, a, 0, b, 1, n);       \
+        else SFX(loop_##name)(out, a, step[0], b, step[1], n);                             \
+        SFX(round_to)(out, n, c->round);                                                   \
     }
-#undef EACH
-}
 
-static void SFX(binary_span)(void *ctx, int64_t o, const int64_t *off, const int64_t *step,
-                             int64_t n)
-{
-    const SFX(Elementwise) *c = ctx;
-    REAL *out = c->out + o;
-    const REAL *a = c->in[0] + off[0], *b = c->in[1] + off[1];
-    if (step[0] == 1 && step[1] == 1) SFX(binary_loop)(c->op, out, a, 1, b, 1, n);
-    else if (step[0] == 1 && step[1] == 0) SFX(binary_loop)(c->op, out, a, 1, b, 0, n);
-    else if (step[0] == 0 && step[1] == 1) SFX(binary_loop)(c->op, out, a, 0, b, 1, n);
-    else SFX(binary_loop)(c->op, out, a, step[0], b, step[1], n);
-    SFX(round_to)(out, n, c->round);
-}
+#define SPAN_TERNARY(name, ...)                                                            \
+    static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,                \
+                                 const int64_t *step, int64_t n)                          \
+    {                                                                                      \
+        const SFX(Elementwise) *e = ctx;                                                   \
+        REAL *out = e->out + o;                                                            \
+        const REAL *pc = e->in[0] + off[0], *pa = e->in[1] + off[1], *pb = e->in[2] + off[2]; \
+        _Pragma("omp simd")                                                                \
+        for (int64_t i = 0; i < n; i++) {                                                  \
+            REAL c = pc[i * step[0]], a = pa[i * step[1]], b = pb[i * step[2]];            \
+            out[i] = (__VA_ARGS__);                                                        \
+        }                                                                                  \
+        SFX(round_to)(out, n, e->round);                                                   \
+    }
 
-static void SFX(select_span)(void *ctx, int64_t o, const int64_t *off, const int64_t *step,
-                             int64_t n)
-{
-    const SFX(Elementwise) *c = ctx;
-    REAL *out = c->out + o;
-    const REAL *cond = c->in[0] + off[0], *a = c->in[1] + off[1], *b = c->in[2] + off[2];
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++)
-        out[i] = cond[i * step[0]] != 0 ? a[i * step[1]] : b[i * step[2]];
-    SFX(round_to)(out, n, c->round);
-}
+/* BROADCAST moves elements (broadcast_span below); its EXPR serves the renderer alone. */
+#define SPAN_SHAPE(name, ...)
+
+#define IR_OP(...)
+#define IR_EW(name, arity, cls, shape, autocast, cost, diff, grad, meaning, deriv, ...)   \
+    SPAN_##cls(name, __VA_ARGS__)
+#include "../../compiler/ops.def"
+
+#define SPAN_ENTRY_UNARY(name) [IR_##name] = SFX(span_##name),
+#define SPAN_ENTRY_BINARY(name) [IR_##name] = SFX(span_##name),
+#define SPAN_ENTRY_TERNARY(name) [IR_##name] = SFX(span_##name),
+#define SPAN_ENTRY_SHAPE(name)
+static const SpanFn SFX(elementwise_span)[IR_NUM_OPS] = {
+#define IR_OP(...)
+#define IR_EW(name, arity, cls, ...) SPAN_ENTRY_##cls(name)
+#include "../../compiler/ops.def"
+};
+
+#undef SPAN_UNARY
+#undef SPAN_BINARY
+#undef SPAN_TERNARY
+#undef SPAN_SHAPE
+#undef SPAN_ENTRY_UNARY
+#undef SPAN_ENTRY_BINARY
+#undef SPAN_ENTRY_TERNARY
+#undef SPAN_ENTRY_SHAPE
+#undef cgc_sigmoid
+#undef cgc_gelu
+#undef cgc_gelu_grad
+#undef cgc_gelu_tanh
+#undef cgc_gelu_tanh_grad
+#undef cgc_silu_grad
+#undef cgc_isfinite
 
 static void SFX(broadcast_span)(void *ctx, int64_t o, const int64_t *off, const int64_t *step,
                                 int64_t n)
@@ -258,7 +260,7 @@ static void SFX(broadcast_span)(void *ctx, int64_t o, const int64_t *off, const 
 static void SFX(elementwise)(CpuExec *e, const IrGraph *g, const IrNode *node, const Dims *od,
                              REAL *out, SpanFn span)
 {
-    SFX(Elementwise) c = { .op = node->op, .out = out };
+    SFX(Elementwise) c = { .out = out };
     if (SFX(rounds_in_span)(node)) c.round = node_format(g, node);
     Dims in[IR_MAX_IN];
     for (int k = 0; k < node->nin; k++) {
@@ -697,9 +699,10 @@ static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const 
                         REAL *out)
 {
     switch (ir_op_info[node->op].cls) {
-    case IR_CLASS_UNARY: SFX(elementwise)(e, g, node, od, out, SFX(unary_span)); return 0;
-    case IR_CLASS_BINARY: SFX(elementwise)(e, g, node, od, out, SFX(binary_span)); return 0;
-    case IR_CLASS_TERNARY: SFX(elementwise)(e, g, node, od, out, SFX(select_span)); return 0;
+    case IR_CLASS_UNARY: case IR_CLASS_BINARY: case IR_CLASS_TERNARY:
+        CGC_ASSERT(SFX(elementwise_span)[node->op]);
+        SFX(elementwise)(e, g, node, od, out, SFX(elementwise_span)[node->op]);
+        return 0;
     case IR_CLASS_REDUCE: {
         Dims xd = bind_shape(&g->nodes[node->in[0]].shape, e->symvals);
         SFX(reduce)(e, node->op, out, SFX(value)(e, g, node->in[0]), axis_plan(&xd, node->axis));

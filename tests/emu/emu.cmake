@@ -44,6 +44,14 @@ foreach(t test_emu_models test_emu_models_asan)
   target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
 endforeach()
 
+# Every elementwise op of compiler/ops.def on its own, eager and fused, against the CPU.
+cgc_emu_test(test_emu_ops emu/test_emu_ops.c cgc_emu_device emu)
+cgc_emu_test(test_emu_ops_asan emu/test_emu_ops.c cgc_emu_device_asan "emu;asan" --asan)
+if(CUDAToolkit_FOUND)
+  target_compile_definitions(test_emu_ops PRIVATE CGC_HAVE_NVRTC)
+  target_compile_definitions(test_emu_ops_asan PRIVATE CGC_HAVE_NVRTC)
+endif()
+
 # max-autotune's generated tensor-core GEMMs, each against the reference GEMM.
 cgc_emu_test(test_emu_gemm emu/test_emu_gemm.c cgc_emu_device emu)
 cgc_emu_test(test_emu_gemm_asan emu/test_emu_gemm.c cgc_emu_device_asan "emu;asan" --asan mlp:fp16:37)

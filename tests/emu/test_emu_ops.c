@@ -1,0 +1,211 @@
+/* test_emu_ops.c: every elementwise op of compiler/ops.def on its own, rendered for CUDA,
+ * compiled by NVRTC and run on the CUDA emulation against the CPU executor. The ops come
+ * from the table (its rows with an expression, of the unary, binary and ternary classes),
+ * so a new row is tested without a line here.
+ *
+ * One program holds them all: for each storage type (f32, f16, bf16) the operands are
+ * parameters cast to the type, and each op is applied to signed operands and to positive
+ * ones (so that log, sqrt and pow meet their domain, and NaN where they leave it); binary
+ * ops broadcast a [37] operand over a [5, 37] one, select a [5, 1] condition of zeros and
+ * ones. The train graph is planned twice: eager (each op its own kernel) and default with
+ * each op a pointwise group of its own (the fused renderer); each module is compiled by
+ * NVRTC for sm_90 and run on the emulation. Both executors compute in f32 and round
+ * stores to the node's type, so every value must agree bit for bit (NaN with NaN).
+ *
+ *     test_emu_ops [--asan]
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/plan.h"
+#include "runtime/cpu/exec.h"
+#include "runtime/devexec.h"
+#include "runtime/device.h"
+#include "runtime/rng.h"
+#include "tests/check.h"
+#include "tests/emu/emu_device.h"
+
+enum { ROWS = 5, COLS = 37, MAX_OPS = 64 * 6 };
+static const SrcLoc L0 = {1, 1};
+static const DType types[] = {DT_F32, DT_F16, DT_BF16};
+enum { NTYPES = sizeof types / sizeof types[0] };
+
+/* The parameters: signed and positive operands of both shapes, and the condition. */
+enum { SIGNED_MAT, SIGNED_ROW, POSITIVE_MAT, POSITIVE_ROW, COND, NPARAMS };
+
+typedef struct OpsProgram {
+    IrProgram *p;
+    int op_node[MAX_OPS];       /* the nodes compared */
+    int nops;
+} OpsProgram;
+
+static Shape shape2(int64_t r, int64_t c)
+{
+    return (Shape){.rank = 2, .dim = {r, c}};
+}
+
+/* Node OP over the operands IN (of one type), built as its class's builder does. */
+static int apply(IrGraph *g, IrOp op, const int *in)
+{
+    IrOpClass c = ir_op_info[op].cls;
+    if (c == IR_CLASS_UNARY) return ir_unary(g, op, in[0], L0);
+    if (c == IR_CLASS_BINARY) return ir_binary(g, op, in[0], in[1], L0);
+    return ir_select(g, in[2], in[0], in[1], L0);
+}
+
+static bool tested(IrOp op)
+{
+    IrOpClass c = ir_op_info[op].cls;
+    /* CAST is built by ir_cast: the operands' casts to each type are its cases */
+    return ir_op_info[op].expr && op != IR_CAST &&
+           (c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY);
+}
+
+/* Each tested op, per type and sign, stored (read by an add outside its group). */
+static void build(OpsProgram *o)
+{
+    IrProgram *p = o->p = ir_program_new();
+    p->model_name = xstrdup("ops");
+    IrGraph *g = &p->train;
+    Shape shapes[NPARAMS] = {shape2(ROWS, COLS), shape2(1, COLS), shape2(ROWS, COLS),
+                             shape2(1, COLS), shape2(ROWS, 1)};
+    const char *names[NPARAMS] = {"s", "s_row", "p", "p_row", "c"};
+    int read[NPARAMS];
+    for (int i = 0; i < NPARAMS; i++)
+        read[i] = ir_read(g, p, ir_add_tensor(p, names[i], IR_PARAM, shapes[i], IR_INIT_ZEROS, 0, -1, L0), L0);
+    for (int t = 0; t < NTYPES; t++) {
+        int in[NPARAMS];
+        for (int i = 0; i < NPARAMS; i++) in[i] = ir_cast(g, read[i], types[t], L0);
+        for (int op = 0; op < IR_NUM_OPS; op++) {
+            if (!tested(op)) continue;
+            for (int positive = 0; positive < 2; positive++) {
+                int a = in[positive ? POSITIVE_MAT : SIGNED_MAT], b = in[positive ? POSITIVE_ROW : SIGNED_ROW];
+                int y = apply(g, op, (int[]){a, b, in[COND]});
+                CHECK(o->nops < MAX_OPS);
+                if (o->nops < MAX_OPS) o->op_node[o->nops++] = y;
+                ir_binary(g, IR_ADD, y, y, L0);   /* a reader outside the op's group */
+            }
+        }
+    }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) g->output[r] = -1;
+}
+
+/* Default mode's groups: each op alone, a pointwise group of its output's shape. */
+static void group_each_op(OpsProgram *o)
+{
+    IrGraph *g = &o->p->train;
+    for (int k = 0; k < o->nops; k++) {
+        IrNode *n = &g->nodes[o->op_node[k]];
+        char name[64];
+        snprintf(name, sizeof name, "%s_%d", ir_op_name(n->op), k);
+        n->group = ir_add_group(g, &(IrGroup){.kind = IR_GROUP_POINTWISE,
+                                              .name = ir_intern(o->p, name), .work = n->shape});
+    }
+}
+
+/* Parameter values: signed ones away from 0, positive ones in [0.25, 4], conditions 0 or 1;
+ * the same for both executors. */
+static void fill(const IrProgram *p, int i, float *v)
+{
+    int64_t n = ir_numel(&p->tensors[i].shape, NULL);
+    for (int64_t k = 0; k < n; k++) {
+        double u = rng_uniform(5, (uint64_t)i, (uint64_t)k);
+        if (i == COND) v[k] = u < 0.5 ? 0.0f : 1.0f;
+        else if (i == POSITIVE_MAT || i == POSITIVE_ROW) v[k] = (float)(0.25 + 3.75 * u);
+        else v[k] = (float)((u < 0.5 ? -1 : 1) * (0.125 + 4 * fabs(u - 0.5)));
+    }
+}
+
+static bool same_bits(float c, float d)
+{
+    return (isnan(c) && isnan(d)) || memcmp(&c, &d, sizeof c) == 0;
+}
+
+/* Every tested node of the run on D against the CPU executor's. */
+static void compare(const OpsProgram *o, CpuExec *cpu, DevExec *dev, const char *mode)
+{
+    float *got = malloc(ROWS * COLS * sizeof *got);
+    for (int k = 0; k < o->nops; k++) {
+        int id = o->op_node[k];
+        const IrNode *n = &o->p->train.nodes[id];
+        int64_t cn = 0, dn = 0;
+        const float *want = cpu_exec_value(cpu, id, &cn);
+        CHECK_EQ_INT(devexec_value(dev, &o->p->train, id, got, &dn), 0);
+        CHECK_EQ_INT(dn, cn);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < cn && i < dn; i++)
+            if (!same_bits(want[i], got[i]) && bad++ == 0) first = i;
+        check_count++;
+        if (bad) {
+            check_failures++;
+            fprintf(stderr, "  %s, %s %s (node %%%d): %lld of %lld elements differ; first [%lld]: "
+                    "cpu %.9g, device %.9g\n", mode, ir_op_name(n->op), ir_dtype_name(n->dtype), id,
+                    (long long)bad, (long long)cn, (long long)first, want[first], got[first]);
+        }
+    }
+    free(got);
+}
+
+/* NVRTC compiles the plan's module for sm_90 (no GPU needed; without the CUDA Toolkit,
+ * cgc has no NVRTC and this part is left out). */
+static void nvrtc_compiles(const Plan *plan)
+{
+#ifndef CGC_HAVE_NVRTC
+    (void)plan;
+    return;
+#endif
+    char *source = plan_module_source(plan);
+    CudaCompileResult r = {0};
+    CHECK_EQ_INT(cuda_compile(source, plan->p->model_name, &(CudaCompileOptions){.arch = 90}, &r), 0);
+    CHECK(r.cubin_size > 0);
+    free(r.cubin);
+    free(source);
+}
+
+static void run_mode(OpsProgram *o, PlanMode mode, bool asan)
+{
+    const char *name = mode == PLAN_EAGER ? "eager" : "default";
+    Plan *plan = plan_build(o->p, mode, "ops.net");
+    nvrtc_compiles(plan);
+    char so[256];
+    Device *d = NULL;
+    int rc = emu_build_plan(plan, asan, so, sizeof so);
+    if (rc == 0) rc = emu_device_open(so, &d);
+    CHECK_EQ_INT(rc, 0);
+    if (rc == 0) {
+        int64_t symmax[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        DevExec *dev = devexec_new_unshared(plan, d, symmax, "ops.net");
+        CpuExec *cpu = cpu_exec_new(o->p, CPU_F32);
+        for (int i = 0; i < o->p->ntensors; i++) {
+            fill(o->p, i, cpu_exec_tensor(cpu, i));
+            CHECK_EQ_INT(devexec_tensor_set(dev, i, cpu_exec_tensor(cpu, i)), 0);
+        }
+        CpuFeed cf = {.symvals = {0}};
+        DevFeed df = {.symvals = {0}};
+        CHECK_EQ_INT(cpu_exec_run(cpu, &o->p->train, &cf), 0);
+        CHECK_EQ_INT(devexec_run(dev, &o->p->train, &df), 0);
+        int before = check_failures;
+        compare(o, cpu, dev, name);
+        printf("%s: %d op nodes, %d kernels: %s\n", name, o->nops, plan->nkernels,
+               check_failures == before ? "all equal" : "MISMATCHES");
+        if (check_failures == before) emu_remove_build(so);
+        cpu_exec_free(cpu);
+        devexec_free(dev);
+        d->ops->close(d);
+    }
+    plan_free(plan);
+}
+
+int main(int argc, char **argv)
+{
+    bool asan = argc > 1 && strcmp(argv[1], "--asan") == 0;
+    OpsProgram o = {0};
+    build(&o);
+    CHECK(o.nops >= 2 * NTYPES * 30);   /* the table's elementwise ops, each way */
+    run_mode(&o, PLAN_EAGER, asan);
+    group_each_op(&o);
+    run_mode(&o, PLAN_DEFAULT, asan);
+    ir_program_free(o.p);
+    return check_result();
+}
