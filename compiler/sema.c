@@ -733,6 +733,22 @@ static int lower_gelu(Sema *S, const Builtin *b, const AstExpr *call, const AstE
     return x == POISON ? POISON : ir_unary(S->g, op, x, call->loc);
 }
 
+/* leaky_relu(x, slope): x where x > 0, else slope * x, as torch's; a composition
+ * (0 < x ? x : slope * x) that fusion keeps in one kernel and autodiff differentiates as
+ * torch does: d where x > 0, else slope * d. */
+static int lower_leaky_relu(Sema *S, const Builtin *b, const AstExpr *call, const AstExpr **args)
+{
+    int x = tensor_arg(S, b, args[0], 0);
+    double slope = 0.01;
+    if ((args[1] && sema_const_real(S->src, args[1], "leaky_relu: slope", REAL_ANY, &slope) < 0) ||
+        x == POISON)
+        return POISON;
+    SrcLoc loc = call->loc;
+    int positive = ir_binary(S->g, IR_LESS, ir_const(S->g, 0, loc), x, loc);
+    int scaled = ir_binary(S->g, IR_MUL, x, ir_const(S->g, slope, loc), loc);
+    return ir_select(S->g, positive, x, scaled, loc);
+}
+
 /* The counter that keys dropout masks: the global micro-batch index, which the runtime
  * supplies (so a resumed run draws the masks the uninterrupted one would). One node
  * serves every dropout of the model. */
@@ -1097,6 +1113,8 @@ static const Builtin builtins[] = {
     UNARY("tanh", IR_TANH),
     UNARY("sigmoid", IR_SIGMOID),
     UNARY("silu", IR_SILU),
+    UNARY("softplus", IR_SOFTPLUS),
+    {{"leaky_relu", {"x", "slope"}, 1}, lower_leaky_relu, IR_SELECT, false},
     UNARY("exp", IR_EXP),
     UNARY("log", IR_LOG),
     UNARY("sqrt", IR_SQRT),

@@ -117,6 +117,12 @@ def mlp_forward(p, x):
     return F.linear(h2, p["logits.weight"], p["logits.bias"])
 
 
+def act_forward(p, x):
+    h1 = F.leaky_relu(F.linear(x, p["h1.weight"], p["h1.bias"]), 0.2)
+    h2 = F.softplus(F.linear(h1, p["h2.weight"], p["h2.bias"]))
+    return F.linear(h2, p["logits.weight"], p["logits.bias"])
+
+
 def resmlp_forward(p, x):
     def ln(name, v):
         return F.layer_norm(v, v.shape[-1:], p[name + ".weight"], p[name + ".bias"], 1e-5)
@@ -205,6 +211,14 @@ def main():
         with open(resmlp, "w") as f:   # dropout's masks come from different generators
             f.write(re.sub(r"dropout\((\w+), 0\.1\)", r"dropout(\1, 0)", text))
 
+        act = os.path.join(work, "act.net")   # mlp.net with leaky_relu and softplus
+        with open(mlp) as f:
+            text = f.read()
+        text = re.sub(r"relu\(linear\(x, 512\)\)", "leaky_relu(linear(x, 512), slope = 0.2)", text)
+        text = re.sub(r"relu\(linear\(h1, 128\)\)", "softplus(linear(h1, 128))", text)
+        with open(act, "w") as f:
+            f.write(text)
+
         # 1. The init re-implementation reproduces cgc's bits: an SGD step with a vanishing
         #    learning rate leaves the initial weights in the checkpoint.
         got, _ = run_cgc(cgc, mlp, ["--steps", "1", "--optimizer", "sgd(lr = 1e-30)"], work, "init")
@@ -227,6 +241,10 @@ def main():
              ["--optimizer", "adam(lr = 2e-3, weight_decay = 1e-3)", "--schedule", "constant", "--clip-norm", "0"],
              lambda ps: torch.optim.Adam(ps, lr=2e-3, weight_decay=1e-3),
              lambda t: 1.0, mlp_forward),
+            ("mlp with leaky_relu and softplus, adamw, constant", act, 42, 64, 1, 0.0, 25,
+             ["--schedule", "constant", "--clip-norm", "0"],
+             lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=1e-4),
+             lambda t: 1.0, act_forward),
             ("resmlp (layernorm, gelu, residuals) adamw, cosine", resmlp, 7, 128, 1, 0.0, 30,
              ["--schedule", "cosine(warmup = 10, min_lr = 1e-5)"],
              lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01),
