@@ -266,6 +266,30 @@ static bool siblings(const Cluster *a, const Cluster *b)
     return a->kind == IR_GROUP_POINTWISE || (a->axis == b->axis && !a->reduce_to && !b->reduce_to);
 }
 
+/* Whether a member of cluster A reads a member of cluster B. */
+static bool reads_cluster(Fuser *f, int a, int b)
+{
+    int x = a;
+    do {
+        const IrNode *n = &f->g->nodes[x];
+        for (int j = 0; j < n->nin; j++)
+            if (cluster_of(f, n->in[j]) == b) return true;
+        x = f->next[x];
+    } while (x != a);
+    return false;
+}
+
+/* Sibling clusters A and B may become one kernel: the kernels' graph stays acyclic, and
+ * reductions stay apart from what reads them. A reduction's value exists only when its
+ * kernel ends, so in a reduce group no member may read another's (the gradient of
+ * max(t) compares t with max(t), then sums the ties over the same elements). */
+static bool may_merge(Fuser *f, int a, int b)
+{
+    if (f->cl[a].kind == IR_GROUP_REDUCE && (reads_cluster(f, a, b) || reads_cluster(f, b, a)))
+        return false;
+    return acyclic_merge(f, a, b);
+}
+
 /* V is read by several clusters over V's own shape: merge those that can be one kernel,
  * so that V is computed once and read from registers. */
 static void merge_consumers(Fuser *f, int v)
@@ -282,7 +306,7 @@ static void merge_consumers(Fuser *f, int v)
             if (b < 0 || b == a || b == cluster_of(f, v) || !reads_original(f, v, f->uses[j]) ||
                 !siblings(&f->cl[a], &f->cl[b]))
                 continue;
-            if (acyclic_merge(f, a, b)) merge(f, b, a);
+            if (may_merge(f, a, b)) merge(f, b, a);
         }
     }
 }

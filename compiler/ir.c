@@ -828,4 +828,12 @@ void ir_verify(const IrProgram *p, const IrGraph *g)
         }
         last = k;
     }
+    /* a reduce group's reductions are whole only when its kernel ends: no member reads one */
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (!n->group || n->group > g->ngroups || g->groups[n->group - 1].kind != IR_GROUP_REDUCE) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (g->nodes[n->in[j]].group == n->group && ir_op_is_reduction(g->nodes[n->in[j]].op))
+                verify_fail(g, i, "reads a reduction of its own reduce group");
+    }
 }
