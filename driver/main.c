@@ -26,7 +26,8 @@
 static const char usage_text[] =
     "usage: cgc FILE.net [options]\n"
     "\n"
-    "Compiles a .net model and trains it (see README.md and the language in dsl.md).\n"
+    "Compiles a .net model and trains it (see README.md, and docs/language.md for the\n"
+    "language).\n"
     "\n"
     "What to do:\n"
     "  --check                 compile everything (front end, IR, kernels, NVRTC for\n"
@@ -51,10 +52,11 @@ static const char usage_text[] =
     "                          (ir/) and a reproducer that builds with nvcc (repro/) to\n"
     "                          DIR, then go on (with --check: compile only; not with\n"
     "                          --explain or --dump-ir)\n"
-    "  --mode MODE             eager (the default: one kernel or GEMM per IR op), default\n"
-    "                          (fused kernels, optimizer updates in place and multi-tensor)\n"
-    "                          reduce-overhead (default's kernels, each micro-batch's\n"
-    "                          launches replayed as one CUDA graph from the second batch on)\n"
+    "  --mode MODE             default (the default: fused kernels, optimizer updates in\n"
+    "                          place and multi-tensor), eager (one kernel or GEMM per IR\n"
+    "                          op, the baseline), reduce-overhead (default's kernels, each\n"
+    "                          micro-batch's launches replayed as one CUDA graph from the\n"
+    "                          second batch on)\n"
     "                          or max-autotune (reduce-overhead, with each launch's grid and\n"
     "                          each GEMM's cuBLAS(Lt) algorithm, and from sm_80 generated\n"
     "                          GEMM and fused MLP kernels, timed on the GPU, at most 60 s,\n"
@@ -99,8 +101,9 @@ static const char usage_text[] =
     "                          bit for bit the same)\n"
     "  --memory SIZE           budget for checkpoint = auto, e.g. 512MB: the planned bytes of\n"
     "                          activations and temporaries of a step (default: the GPU's\n"
-    "                          memory less parameters, optimizer state and data; none on\n"
-    "                          the CPU)\n";
+    "                          free memory less the plan's persistent buffers: parameters,\n"
+    "                          optimizer state, inputs; the data set a GPU run uploads is\n"
+    "                          not counted; none on the CPU)\n";
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
@@ -649,6 +652,7 @@ int main(int argc, char **argv)
 {
     Cli cli;
     memset(&cli, 0, sizeof cli);
+    cli.mode = PLAN_DEFAULT;   /* the compiler's fused kernels, as torch.compile's default */
     int rc = parse_args(argc, argv, &cli);
     if (rc) return rc;
     if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;

@@ -14,7 +14,7 @@ FILES="host_plan.txt relu_h1.cu add_train_8.cu cross_entropy_train_24.cu ce_grad
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/cgc_golden.XXXXXX") || exit 1
 trap 'rm -rf "$OUT"' EXIT
 # Run from ROOT so that the plan names the model as mlp.net, whatever the build dir.
-(cd "$ROOT" && "$CGC" models/mlp.net --check --emit "$OUT/emit" -q) || {
+(cd "$ROOT" && "$CGC" models/mlp.net --mode eager --check --emit "$OUT/emit" -q) || {
     echo "golden.sh: cgc --check --emit failed"; exit 1; }
 if [ "${CGC_UPDATE_GOLDEN:-}" = 1 ]; then
     mkdir -p "$GOLDEN"
