@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "compile.h"
-#include "../runtime/backend.h"
+#include "backend.h"
 #include "../runtime/clock.h"
 #include "../runtime/device.h"
 #include "../runtime/train.h"

@@ -20,7 +20,7 @@
 #include "pipeline.h"
 #include "compile.h"
 #include "../runtime/autotune.h"
-#include "../runtime/backend.h"
+#include "backend.h"
 #include "../runtime/train.h"
 
 static const char usage_text[] =

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 
 #include "../codegen/plan.h"
-#include "device.h"
+#include "../runtime/device.h"
 
 typedef struct Backend {
     Device *device;         /* NULL: the CPU reference executor */
