@@ -28,6 +28,10 @@ void sb_free(StrBuf *b);
 
 enum { DRAFT_NAME_MAX = 80 };
 
+/* KernelDraft.symbols and the coordinate sets of cuda_operand_offset are bits of an
+ * unsigned: one per symbol, one per dimension. */
+_Static_assert(IR_MAX_SYMBOLS <= 32 && IR_MAX_RANK <= 32, "symbol and coordinate bits fit an unsigned");
+
 typedef struct DraftParam {
     PlanParamType type;
     const char *ctype;      /* static string: "float *", "const cgc_half *", "int64_t" */

@@ -89,7 +89,7 @@ void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is
 /* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
 void draft_finish_symbols(KernelDraft *d)
 {
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < IR_MAX_SYMBOLS; k++) {
         if (!(d->symbols & (1u << k))) continue;
         char name[16];
         snprintf(name, sizeof name, "sym%d", k);
@@ -111,7 +111,7 @@ void cuda_dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf,
             continue;
         }
         int k = IR_DIM_SYMBOL(v);
-        CGC_ASSERT(k >= 0 && k < 8);
+        CGC_ASSERT(k >= 0 && k < IR_MAX_SYMBOLS);
         d->symbols |= 1u << k;
         size_t used = strlen(syms);
         snprintf(syms + used, sizeof syms - used, "%ssym%d", used ? " * " : "", k);

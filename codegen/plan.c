@@ -776,7 +776,7 @@ static void add_tables(Builder *b)
 {
     Plan *pl = b->plan;
     const IrProgram *p = pl->p;
-    CGC_ASSERT(p->ninputs <= 16 && p->nsyms <= 8);
+    CGC_ASSERT(p->ninputs <= IR_MAX_INPUTS && p->nsyms <= IR_MAX_SYMBOLS);
     pl->tensor_buffer_base = pl->nbuffers;
     for (int i = 0; i < p->ntensors; i++)
         add_buffer(b, (PlanBuffer){ .kind = PB_TENSOR, .dtype = DT_F32, .shape = p->tensors[i].shape,

@@ -292,7 +292,7 @@ typedef struct Plan {
     PlanKernel *kernels;   int nkernels;
     PlanGraph graph[PG_NUM];
     int data_kernel[PDK_NUM];
-    int input_buffer[16];       /* per program input: its PB_INPUT buffer */
+    int input_buffer[IR_MAX_INPUTS];       /* per program input: its PB_INPUT buffer */
     int tensor_buffer_base;     /* buffers [base, base + ntensors) are the tensors */
     int launch_counter;         /* the PB_COUNTER buffer, or -1 when no launch has `last`
                                  * groups */

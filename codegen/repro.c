@@ -38,7 +38,7 @@ typedef struct Repro {
     FILE *out;
     const Plan *plan;
     const IrProgram *p;
-    int64_t symvals[8];         /* symbol 0 at the train batch, the others 0 (as the trainer) */
+    int64_t symvals[IR_MAX_SYMBOLS];         /* symbol 0 at the train batch, the others 0 (as the trainer) */
     PlanLayout layout;
     char model[80];             /* model_name through the source-name sanitising */
     int ngemms;                 /* GEMM steps replayed: the rows of the GEMM table */
@@ -1242,7 +1242,7 @@ static void repro_init(Repro *r, FILE *out, const Plan *plan, const PlanChoices 
 {
     if (!choices) plan_choices_init(own, plan);
     *r = (Repro){ .out = out, .plan = plan, .p = plan->p, .choices = choices ? choices : own };
-    CGC_ASSERT(plan->graph[PG_TRAIN].ir && plan->p->nsyms <= 8);
+    CGC_ASSERT(plan->graph[PG_TRAIN].ir && plan->p->nsyms <= IR_MAX_SYMBOLS);
     if (plan->p->nsyms > 0) r->symvals[0] = plan->p->cfg.batch;
     r->used = xcalloc((size_t)plan->nkernels + 1, sizeof *r->used);
     mark_used(r);

@@ -235,10 +235,18 @@ const char *ir_intern(IrProgram *p, const char *s)
     return p->strings[p->nstrings++];
 }
 
-int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
+int ir_find_symbol(const IrProgram *p, const char *name)
 {
     for (int i = 0; i < p->nsyms; i++)
         if (strcmp(p->syms[i].name, name) == 0) return i;
+    return -1;
+}
+
+int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
+{
+    int k = ir_find_symbol(p, name);
+    if (k >= 0) return k;
+    CGC_ASSERT(p->nsyms < IR_MAX_SYMBOLS);
     p->syms = xrealloc(p->syms, (size_t)(p->nsyms + 1) * sizeof *p->syms);
     p->syms[p->nsyms] = (IrSymbol){ir_intern(p, name), loc};
     return p->nsyms++;
@@ -246,6 +254,7 @@ int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
 
 int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc)
 {
+    CGC_ASSERT(p->ninputs < IR_MAX_INPUTS);
     p->inputs = xrealloc(p->inputs, (size_t)(p->ninputs + 1) * sizeof *p->inputs);
     p->inputs[p->ninputs] = (IrInput){ir_intern(p, name), t, s, loc};
     return p->ninputs++;

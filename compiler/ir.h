@@ -30,7 +30,15 @@
 #include "config.h"
 #include "diag.h"
 
-enum { IR_MAX_RANK = 8, IR_MAX_IN = 3 };
+/* The IR's fixed sizes. Every array of one of these kinds is sized by its constant, and
+ * each limit a .net file can reach is checked where the file is read (sema.c, the
+ * parser), so that a program past the front end fits them all:
+ *   IR_MAX_RANK     dimensions of a shape (Shape.dim)
+ *   IR_MAX_IN       inputs of a node: the widest op's arity, which no file can change
+ *   IR_MAX_SYMBOLS  dimension names of a program (IrProgram.syms): the batch and the
+ *                   others; a feed's symvals[], a plan's symmax[], kernels' sym<k>
+ *   IR_MAX_INPUTS   `input` statements of a program (IrProgram.inputs): a feed's inputs[] */
+enum { IR_MAX_RANK = 8, IR_MAX_IN = 3, IR_MAX_SYMBOLS = 8, IR_MAX_INPUTS = 16 };
 
 typedef enum DType { DT_F32, DT_F16, DT_BF16, DT_I32 } DType;
 
@@ -355,7 +363,10 @@ void ir_program_free(IrProgram *p);
 /* A copy of S owned by P (freed with it), for names that must outlive their source: the
  * tables' names and IrNode.name. Equal strings give the same pointer. */
 const char *ir_intern(IrProgram *p, const char *s);
+/* Symbol NAME's number, adding it when new (at most IR_MAX_SYMBOLS in all). */
 int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc);
+int ir_find_symbol(const IrProgram *p, const char *name);   /* -1 when absent */
+/* Input number ninputs, of at most IR_MAX_INPUTS. */
 int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc);
 int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, IrInit init,
                   double init_value, int param_of, SrcLoc loc);

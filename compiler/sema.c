@@ -356,6 +356,7 @@ typedef struct Sema {
     int *slots;
     size_t nslots;
 
+    bool too_many_inputs, too_many_symbols;   /* past IR_MAX_INPUTS, IR_MAX_SYMBOLS: said */
     BatchState batch;              /* the first input's first dimension */
     const AstStmt *batch_input;    /* the input that set it */
 
@@ -849,10 +850,8 @@ static bool reshape_target(Sema *S, const AstExpr *list, Shape *t, int *hole)
     for (int i = 0; i < list->nargs; i++) {
         const AstExpr *d = list->args[i].value;
         if (d->kind == AST_NAME) {
-            int k;
-            for (k = 0; k < S->p->nsyms; k++)
-                if (strcmp(S->p->syms[k].name, d->name) == 0) break;
-            if (k == S->p->nsyms) {
+            int k = ir_find_symbol(S->p, d->name);
+            if (k < 0) {
                 diag_error(S->src, d->loc, "reshape: '%s' is not a dimension symbol of the inputs",
                            diag_quote(d->name, 60));
                 return false;
@@ -1200,12 +1199,25 @@ static bool check_batch_dim(Sema *S, const AstStmt *st, const AstDim *d)
     return false;
 }
 
+/* A dimension name the program does not have yet must fit in IR_MAX_SYMBOLS. */
+static bool check_symbol_room(Sema *S, const AstDim *d)
+{
+    if (ir_find_symbol(S->p, d->sym) >= 0 || S->p->nsyms < IR_MAX_SYMBOLS) return true;
+    if (!S->too_many_symbols)   /* said once: every later new name is the same mistake */
+        diag_error(S->src, d->loc, "'%s' would be dimension name %d: a model may use at most %d "
+                   "(the batch included); write this dimension as a number, or reuse a name",
+                   diag_quote(d->sym, 60), IR_MAX_SYMBOLS + 1, IR_MAX_SYMBOLS);
+    S->too_many_symbols = true;
+    return false;
+}
+
 /* One dimension of an input type into *OUT; *NUMEL accumulates the numeric ones. */
 static bool input_dim(Sema *S, const AstStmt *st, int i, int64_t *out, int64_t *numel)
 {
     const AstDim *d = &st->type.dims[i];
     if (i == 0 && !check_batch_dim(S, st, d)) return false;
     if (d->sym) {
+        if (!check_symbol_room(S, d)) return false;
         *out = IR_SYM(ir_add_symbol(S->p, d->sym, d->loc));
         return true;
     }
@@ -1246,9 +1258,25 @@ static bool input_shape(Sema *S, const AstStmt *st, Shape *s)
     return true;
 }
 
+/* The program's inputs must fit in IR_MAX_INPUTS. */
+static bool check_input_room(Sema *S, const AstStmt *st)
+{
+    if (S->p->ninputs < IR_MAX_INPUTS) return true;
+    if (!S->too_many_inputs)   /* said once: every later input is the same mistake */
+        diag_error(S->src, st->name_loc, "input '%s' would be input %d: a model takes at most %d; "
+                   "combine some of them into one input with more features",
+                   diag_quote(st->name, 60), IR_MAX_INPUTS + 1, IR_MAX_INPUTS);
+    S->too_many_inputs = true;
+    return false;
+}
+
 static void check_input(Sema *S, const AstStmt *st)
 {
     bool fresh = check_new_name(S, st->name, st->name_loc);
+    if (!check_input_room(S, st)) {
+        if (fresh) bind(S, st->name, st->name_loc, POISON, -1);   /* later uses stay silent */
+        return;
+    }
     DType t = DT_F32;
     bool ok = input_dtype(S, &st->type, &t);
     Shape s;

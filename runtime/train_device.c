@@ -402,7 +402,7 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     if (!b->plan) b->plan = b->own_plan = plan_build(t->p, PLAN_EAGER, t->o->net_path);
     const TrainConfig *c = &t->p->cfg;
     int64_t eval_rows = t->data.has_test ? (t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH) : 0;
-    int64_t symmax[8] = {c->batch > eval_rows ? c->batch : eval_rows};
+    int64_t symmax[IR_MAX_SYMBOLS] = {c->batch > eval_rows ? c->batch : eval_rows};
     b->e = devexec_new(b->plan, b->d, symmax, t->o->net_path);
     if (!b->e) return -1;
     b->step = b->plan->step_state >= 0 ? devexec_buffer(b->e, b->plan->step_state) : 0;

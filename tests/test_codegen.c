@@ -152,7 +152,7 @@ static void test_weird_names(void)
     if (relu >= 0) CHECK(strstr(pl->kernels[relu].source, "(eval graph, node %") != NULL);
     /* bf16 storage: the relu reads and writes 16-bit patterns */
     if (relu >= 0) CHECK(strstr(pl->kernels[relu].source, "cgc_bf16 *__restrict__ out") != NULL);
-    int64_t symmax[8] = { 32 };
+    int64_t symmax[IR_MAX_SYMBOLS] = { 32 };
     CHECK_EQ_INT(plan_buffer_bytes(pl, pl->input_buffer[0], symmax), 32 * 8 * 4);
     CHECK_EQ_INT(plan_buffer_bytes(pl, pl->graph[PG_TRAIN].node_buffer[0], symmax), 0);
     char *module = plan_module_source(pl);

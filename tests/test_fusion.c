@@ -390,7 +390,7 @@ static void make_feed(const IrProgram *p, CpuFeed *feed, void **bufs, int64_t st
 {
     memset(feed, 0, sizeof *feed);
     feed->symvals[0] = BATCH;
-    for (int k = 1; k < 8; k++) feed->symvals[k] = 1;
+    for (int k = 1; k < IR_MAX_SYMBOLS; k++) feed->symvals[k] = 1;
     for (int i = 0; i < p->ninputs; i++) {
         int64_t n = ir_numel(&p->inputs[i].shape, feed->symvals);
         if (p->inputs[i].dtype == DT_I32) {
