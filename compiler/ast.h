@@ -112,7 +112,7 @@ void ast_expr_free(AstExpr *e);
 enum {
     AST_MAX_NESTING = 200,       /* brackets and unary minus nested */
     AST_MAX_TOKEN_BYTES = 4096,  /* one identifier, number or string */
-    AST_MAX_DIMS = 8,            /* dimensions of an input type */
+    AST_MAX_DIMS = 8,            /* dimensions of an input type: IR_MAX_RANK (sema.c checks) */
 };
 
 #endif

@@ -27,6 +27,9 @@ enum {
     NAME_BUF = 256,        /* shape and type strings in messages */
 };
 
+/* The parser's limit on an input's dimensions is the one every Shape has. */
+_Static_assert((int)AST_MAX_DIMS == (int)IR_MAX_RANK, "an input type fits a Shape");
+
 /* Tensors larger than this (elements, not counting symbolic dimensions) are refused, so
  * that nothing later tries to allocate absurd amounts of memory. */
 #define MAX_ELEMENTS ((int64_t)1 << 31)
@@ -844,7 +847,8 @@ static bool reshape_target(Sema *S, const AstExpr *list, Shape *t, int *hole)
     }
     if (list->nargs > IR_MAX_RANK) {
         diag_error(S->src, list->args[IR_MAX_RANK].value->loc,
-                   "reshape: at most %d dimensions", IR_MAX_RANK);
+                   "reshape: a shape has at most %d dimensions; merge some of them into one",
+                   IR_MAX_RANK);
         return false;
     }
     for (int i = 0; i < list->nargs; i++) {
@@ -1245,11 +1249,7 @@ static bool input_shape(Sema *S, const AstStmt *st, Shape *s)
                    "(e.g. %s[N, 784])", st->name, t->dtype);
         return false;
     }
-    if (t->ndims > AST_MAX_DIMS || t->ndims > IR_MAX_RANK) {
-        diag_error(S->src, t->dims[AST_MAX_DIMS].loc, "an input has at most %d dimensions",
-                   AST_MAX_DIMS);
-        return false;
-    }
+    CGC_ASSERT(t->ndims <= AST_MAX_DIMS);   /* the parser refuses more */
     int64_t numel = 1;
     for (int i = 0; i < t->ndims; i++) {
         if (!input_dim(S, st, i, &s->dim[i], &numel)) return false;

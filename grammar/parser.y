@@ -399,8 +399,8 @@ static AstType dims_push(yyscan_t scanner, AstType type, AstDim dim, YYLTYPE loc
 {
     *ok = type.ndims < AST_MAX_DIMS;
     if (!*ok) {
-        diag_error(lex_state(scanner)->src, at(loc), "too many dimensions (more than %d)",
-                   AST_MAX_DIMS);
+        diag_error(lex_state(scanner)->src, at(loc), "too many dimensions: an input has at "
+                   "most %d; merge some of them into one", AST_MAX_DIMS);
         free(dim.sym);
         ast_type_free(&type);
         return (AstType){0};
