@@ -200,7 +200,7 @@ static void render_loads(Fuser *f, int k, const char *indent)
                 cuda_float_literal(x->value, f->value[in], sizeof f->value[in]);
                 continue;
             }
-            char off[160];
+            char off[CUDA_OFFSET_MAX];
             cuda_operand_offset(f->d, work, &x->shape, off, sizeof off, &coords);
             snprintf(f->value[in], sizeof f->value[in], "x%s", f->param[in] + 2);
             sb_printf(&loads, "%sconst float %s = cgc_load(%s[%s]);\n", indent, f->value[in],
@@ -253,7 +253,7 @@ static void forget_values(Fuser *f)
 
 static void render_pointwise(Fuser *f, int k, const char *first, const char *step)
 {
-    char n[96];
+    char n[CUDA_DIMS_MAX];
     cuda_numel_expr(f->d, &group_of(f->ctx, k)->work, n, sizeof n);
     sb_printf(&f->d->body, "    const int64_t n = %s;\n", n);
     sb_printf(&f->d->body, "    for (int64_t i = %s; i < n; i += %s) {\n", first, step);
