@@ -43,8 +43,13 @@
 #include "../compiler/ir.h"
 
 /* Parameters of one kernel at most: 256 of 8 bytes keep within CUDA's 4 KB of kernel
- * parameters, and let a model's optimizer updates share one multi-tensor launch. */
+ * parameters, and let a model's optimizer updates share one multi-tensor launch. A
+ * fusion group's kernel takes its operands (the fusion pass keeps them within
+ * IR_GROUP_MAX_OPERANDS), a sym<k> per symbol and a counter; a multi-tensor launch
+ * with more is split into several kernels (plan.c), and an eager kernel takes a few. */
 enum { PLAN_MAX_PARAMS = 256 };
+_Static_assert(PLAN_MAX_PARAMS >= IR_GROUP_MAX_OPERANDS + IR_MAX_SYMBOLS + 1,
+               "a fusion group's kernel fits its parameters");
 
 typedef enum PlanMode {
     PLAN_EAGER,             /* one kernel or GEMM per IR op */

@@ -331,6 +331,58 @@ bool ir_member_stored(const IrGraph *g, int id)
     return false;
 }
 
+static bool ir_placed(const IrNode *n)
+{
+    return n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST;
+}
+
+/* Per node: read outside its group, or a graph output (ir_member_stored, for all). */
+static bool *stored_members(const IrGraph *g)
+{
+    bool *stored = xcalloc((size_t)g->nnodes + 1, sizeof *stored);
+    for (int u = 0; u < g->nnodes; u++)
+        for (int j = 0; j < g->nodes[u].nin; j++) {
+            int x = g->nodes[u].in[j];
+            if (g->nodes[x].group != g->nodes[u].group) stored[x] = true;
+        }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] >= 0) stored[g->output[r]] = true;
+    return stored;
+}
+
+/* What member U of group K adds to its operands; SEEN[x] == K marks the values K's
+ * members already read, *SEED a seed already counted. */
+static int member_operands(const IrGraph *g, int u, const bool *stored, int *seen, bool *seed)
+{
+    const IrNode *n = &g->nodes[u];
+    int k = n->group;
+    int count = (stored[u] && n->op != IR_ASSIGN) + (n->op == IR_ASSIGN) + (n->op == IR_RUNTIME);
+    if (n->op == IR_DROPOUT && !*seed) *seed = true, count++;
+    for (int j = 0; j < n->nin; j++) {
+        int x = n->in[j];
+        const IrNode *xn = &g->nodes[x];
+        bool member = xn->group == k && !ir_placed(xn);
+        bool literal = xn->op == IR_CONST && xn->dtype == DT_F32;
+        if (member || literal || seen[x] == k) continue;
+        seen[x] = k;
+        count++;
+    }
+    return count;
+}
+
+void ir_group_operands(const IrGraph *g, int *count)
+{
+    bool *stored = stored_members(g), *seed = xcalloc((size_t)g->ngroups + 1, sizeof *seed);
+    int *seen = xcalloc((size_t)g->nnodes + 1, sizeof *seen);
+    for (int k = 0; k < g->ngroups; k++) count[k] = 0;
+    for (int u = 0; u < g->nnodes; u++) {
+        int k = g->nodes[u].group;
+        if (k && !ir_placed(&g->nodes[u]))
+            count[k - 1] += member_operands(g, u, stored, seen, &seed[k - 1]);
+    }
+    free(stored), free(seed), free(seen);
+}
+
 bool ir_gemm_unrounded(const IrGraph *g, int id)
 {
     int k = g->nodes[id].group;
@@ -797,6 +849,29 @@ static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n
     }
 }
 
+/* Fusion groups: numbers in range, members consecutive, operands within the limit. */
+static void verify_groups(const IrGraph *g)
+{
+    int last = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        int k = g->nodes[i].group;
+        if (k < 0 || k > g->ngroups) verify_fail(g, i, "group number out of range");
+        if (k && k != last && i > 0 && g->nodes[i - 1].group != k) {
+            for (int j = 0; j < i; j++)
+                if (g->nodes[j].group == k) verify_fail(g, i, "members of its group are not consecutive");
+        }
+        last = k;
+    }
+    int *operands = xmalloc(((size_t)g->ngroups + 1) * sizeof *operands);
+    ir_group_operands(g, operands);
+    for (int k = 0; k < g->ngroups; k++)
+        if (operands[k] > IR_GROUP_MAX_OPERANDS)
+            cgc_internal_error(__FILE__, __LINE__, "graph %s, group %d (%s): %d operands, more than "
+                               "%d", g->name, k + 1, g->groups[k].name ? g->groups[k].name : "-",
+                               operands[k], IR_GROUP_MAX_OPERANDS);
+    free(operands);
+}
+
 void ir_verify(const IrProgram *p, const IrGraph *g)
 {
     for (int i = 0; i < g->nnodes; i++) {
@@ -814,15 +889,5 @@ void ir_verify(const IrProgram *p, const IrGraph *g)
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
         if (g->output[r] >= g->nnodes) cgc_internal_error(__FILE__, __LINE__, "graph %s: output out of range", g->name);
-    /* fusion groups: numbers in range, members consecutive */
-    int last = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        int k = g->nodes[i].group;
-        if (k < 0 || k > g->ngroups) verify_fail(g, i, "group number out of range");
-        if (k && k != last && i > 0 && g->nodes[i - 1].group != k) {
-            for (int j = 0; j < i; j++)
-                if (g->nodes[j].group == k) verify_fail(g, i, "members of its group are not consecutive");
-        }
-        last = k;
-    }
+    verify_groups(g);
 }

@@ -244,7 +244,13 @@ typedef struct IrNode {
  * counter, and the block that counts last runs the `last` groups, one after another (and
  * resets the counter). They read nothing the other groups compute, nor each other's
  * results. That is ordering, not a reduction, so results stay deterministic. (Several:
- * the bookkeeping is independent scalar groups, the scaler's and the step counter's.) */
+ * the bookkeeping is independent scalar groups, the scaler's and the step counter's.)
+ *
+ * Every group takes at most IR_GROUP_MAX_OPERANDS operands (ir_group_operands): a kernel's
+ * parameters are few (codegen's PLAN_MAX_PARAMS leaves room for these, the symbols and a
+ * counter), so the fusion pass leaves apart what would need more, however wide the model. */
+enum { IR_GROUP_MAX_OPERANDS = 240 };
+
 typedef enum IrGroupKind { IR_GROUP_POINTWISE, IR_GROUP_REDUCE, IR_GROUP_ROW, IR_GROUP_GEMM } IrGroupKind;
 
 typedef struct IrGroup {
@@ -382,6 +388,11 @@ int ir_add_group(IrGraph *g, const IrGroup *gr);
 /* Whether node ID of G has a value in memory after its kernel: a node in no group, or a
  * group member that a node outside its group reads, or a graph output (IrGroup). */
 bool ir_member_stored(const IrGraph *g, int id);
+/* The operands of every group of G, into COUNT[k - 1] for group k: what its kernel takes
+ * as parameters, the symbols aside. A parameter per value it reads from outside (an f32
+ * CONST is written into the kernel instead), per member it stores or ASSIGN it makes (the
+ * tensor), per RUNTIME member, and one seed for its DROPOUTs. */
+void ir_group_operands(const IrGraph *g, int *count);
 const char *ir_group_kind_name(IrGroupKind kind);   /* "pointwise", "reduce", "row", "gemm" */
 /* Member ID of a GEMM group that is not stored: it stays in cuBLASLt's f32 accumulator,
  * not rounded to its dtype (IR_GROUP_GEMM). */
