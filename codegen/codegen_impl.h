@@ -164,9 +164,13 @@ void cuda_render_copy(const RenderCtx *ctx, const char *name, int out, DType out
  * or the groups of one multi-tensor launch as one kernel with a segment each. D's name
  * is the first group's (with "_x<N>" for a multi). */
 void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d);
-/* How many parameters groups GROUPS[0..N) take in one kernel (those they share counted
- * once); at least what they take in any launch that includes them. */
-int fused_param_count(const RenderCtx *ctx, const int *groups, int n);
+/* How many of the groups of one multi-tensor launch, GROUPS[0..N) in its order, one
+ * kernel takes from the front (at least one): as many as keep its parameters (those
+ * the groups share counted once, and the counter of `last` groups) within
+ * PLAN_MAX_PARAMS. The groups' shapes are static, so no symbol adds a parameter; each
+ * group alone fits (IR_GROUP_MAX_OPERANDS). Counted as fused_render would add them, in
+ * time proportional to the groups, so that a launch of any width splits cheaply. */
+int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n);
 /* EXPR (cuda_elementwise_expr's locals x, a, b, c) over the given operand values. */
 void fused_substitute(StrBuf *out, const char *expr, const char *x, const char *a,
                       const char *b, const char *c);

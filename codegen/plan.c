@@ -656,22 +656,6 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
     add_launch(b, k, &d, &g->nodes[last_member], last_member, what)->group = groups[0];
 }
 
-/* How many of GROUPS[0..N) (at least one) fit one kernel's parameters, from the front.
- * Groups share many parameters (every update reads the loss scale and the inf-check
- * partials), so the count is of the kernel they would make; the group to add is first
- * bounded by what it takes alone, so no kernel tried can exceed the limit. */
-static int groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
-{
-    int fit = 1, params = fused_param_count(ctx, groups, 1);
-    while (fit < n) {
-        if (params + fused_param_count(ctx, groups + fit, 1) > PLAN_MAX_PARAMS) break;
-        params = fused_param_count(ctx, groups, fit + 1);
-        if (params > PLAN_MAX_PARAMS) break;
-        fit++;
-    }
-    return fit;
-}
-
 /* The groups of multi-tensor launch MULTI in node order, launched in as few kernels as
  * their parameters allow. LAST: per group, its last member. */
 static void launch_multi(Builder *b, int multi, const int *last)
@@ -684,7 +668,7 @@ static void launch_multi(Builder *b, int multi, const int *last)
         if (k && g->groups[k - 1].multi == multi && last[k - 1] == id) groups[n++] = k;
     }
     for (int from = 0; from < n;) {
-        int to = from + groups_that_fit(&ctx, groups + from, n - from);
+        int to = from + fused_groups_that_fit(&ctx, groups + from, n - from);
         launch_groups(b, groups + from, to - from, last[groups[to - 1] - 1]);
         from = to;
     }
