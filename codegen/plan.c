@@ -622,13 +622,13 @@ static void assign_steps(Builder *b)
 
 /* ---- fusion groups ---- */
 
-/* A member whose value stays in registers: no buffer (ir_member_stored says who must
- * store). Placed members (views, constants) keep theirs. */
-static bool in_registers(const IrGraph *g, int id)
+/* A member whose value stays in registers: no buffer (STORED, ir_stored_members, says
+ * who must store). Placed members (views, constants) keep theirs. */
+static bool in_registers(const IrGraph *g, int id, const bool *stored)
 {
     const IrNode *n = &g->nodes[id];
     bool placed = n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST;
-    return n->group != 0 && !placed && !ir_member_stored(g, id);
+    return n->group != 0 && !placed && !stored[id];
 }
 
 /* Per group k (index k - 1): its last member. */
@@ -741,8 +741,10 @@ static void build_graph(Builder *b, PlanGraphId gid)
     int *last = group_last(g);
     if (fused) check_group_order(g, last);
     pg->node_buffer = xmalloc((size_t)g->nnodes * sizeof *pg->node_buffer);
+    bool *stored = ir_stored_members(g);
     for (int id = 0; id < g->nnodes; id++)
-        pg->node_buffer[id] = fused && in_registers(g, id) ? -1 : node_buffer(b, g, id);
+        pg->node_buffer[id] = fused && in_registers(g, id, stored) ? -1 : node_buffer(b, g, id);
+    free(stored);
     for (int id = 0; id < g->nnodes; id++) {
         int k = fused ? g->nodes[id].group : 0;
         if (k) {

@@ -336,15 +336,16 @@ static bool ir_placed(const IrNode *n)
     return n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST;
 }
 
-/* Per node: read outside its group, or a graph output (ir_member_stored, for all). */
-static bool *stored_members(const IrGraph *g)
+bool *ir_stored_members(const IrGraph *g)
 {
     bool *stored = xcalloc((size_t)g->nnodes + 1, sizeof *stored);
-    for (int u = 0; u < g->nnodes; u++)
+    for (int u = 0; u < g->nnodes; u++) {
+        stored[u] |= g->nodes[u].group == 0;
         for (int j = 0; j < g->nodes[u].nin; j++) {
             int x = g->nodes[u].in[j];
             if (g->nodes[x].group != g->nodes[u].group) stored[x] = true;
         }
+    }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
         if (g->output[r] >= 0) stored[g->output[r]] = true;
     return stored;
@@ -372,7 +373,7 @@ static int member_operands(const IrGraph *g, int u, const bool *stored, int *see
 
 void ir_group_operands(const IrGraph *g, int *count)
 {
-    bool *stored = stored_members(g), *seed = xcalloc((size_t)g->ngroups + 1, sizeof *seed);
+    bool *stored = ir_stored_members(g), *seed = xcalloc((size_t)g->ngroups + 1, sizeof *seed);
     int *seen = xcalloc((size_t)g->nnodes + 1, sizeof *seen);
     for (int k = 0; k < g->ngroups; k++) count[k] = 0;
     for (int u = 0; u < g->nnodes; u++) {

@@ -388,6 +388,8 @@ int ir_add_group(IrGraph *g, const IrGroup *gr);
 /* Whether node ID of G has a value in memory after its kernel: a node in no group, or a
  * group member that a node outside its group reads, or a graph output (IrGroup). */
 bool ir_member_stored(const IrGraph *g, int id);
+/* ir_member_stored of every node of G at once, in time proportional to G (malloc'd). */
+bool *ir_stored_members(const IrGraph *g);
 /* The operands of every group of G, into COUNT[k - 1] for group k: what its kernel takes
  * as parameters, the symbols aside. A parameter per value it reads from outside (an f32
  * CONST is written into the kernel instead), per member it stores or ASSIGN it makes (the
