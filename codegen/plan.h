@@ -246,6 +246,8 @@ typedef enum PlanDataKernel {
     PDK_ORDER_DRAWS, PDK_ORDER_SHUFFLE, PDK_GATHER_F32, PDK_GATHER_I32, PDK_TRACK_LOSS,
     PDK_TRACK_EVAL, PDK_STEP_ADVANCE, PDK_NUM,
 } PlanDataKernel;
+/* The most parameters a data kernel takes (cgc_gather_* and cgc_track_loss take 7). */
+enum { PLAN_DATA_KERNEL_MAX_PARAMS = 8 };
 
 /* ---- fully fused MLP passes (codegen/mlp_fused.c) ----
  * max-autotune's other candidate for a narrow MLP's passes, in the manner of

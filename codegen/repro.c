@@ -870,7 +870,7 @@ static const char launch_code[] =
     "\n"
     "static void launch(const char *graph, int step, int line, int k, unsigned grid, Arg *arg, int nargs)\n"
     "{\n"
-    "    void *params[256];\n"
+    "    void *params[MAX_PARAMS];\n"
     "    for (int i = 0; i < nargs; i++) params[i] = &arg[i];\n"
     "    check_cu(cuLaunchKernel(kernel[k], grid, 1, 1, kernel_block[k], 1, 1, 0, stream, params, NULL),\n"
     "             \"cuLaunchKernel\", graph, step, kernel_name[k], line);\n"
@@ -1073,6 +1073,8 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
 
 static void write_steps(Repro *r)
 {
+    fprintf(r->out, "enum { MAX_PARAMS = %d };   /* a kernel's parameters at most */\n\n",
+            PLAN_MAX_PARAMS);
     fputs(launch_code, r->out);
     int row = 0;
     for (size_t o = 0; o < sizeof replay_order / sizeof replay_order[0]; o++)

@@ -231,8 +231,8 @@ static int launch(const Trainer *t, PlanDataKernel which, int64_t work, KArg *a,
 {
     DeviceBackend *b = backend(t);
     int k = b->plan->data_kernel[which];
-    void *args[8];
-    CGC_ASSERT(n <= 8 && k >= 0 && k < b->plan->nkernels && b->plan->kernels[k].nparams == n);
+    void *args[PLAN_DATA_KERNEL_MAX_PARAMS];
+    CGC_ASSERT(n <= PLAN_DATA_KERNEL_MAX_PARAMS && k >= 0 && k < b->plan->nkernels && b->plan->kernels[k].nparams == n);
     for (int i = 0; i < n; i++) args[i] = &a[i];
     /* Kernels loop over their work (plan.h), so any grid is correct; WORK 0 means a kernel
      * that must run as one block. */
