@@ -833,7 +833,9 @@ static void gemm_group(Fuser *f, int mm)
         return;
     const IrNode *x = &f->g->nodes[add];
     int bias = x->in[x->in[0] == mm], act = gemm_activation(f, add, k);
-    if (!gemm_cluster_exact(f, k, add, act, bias)) return;
+    int end = act >= 0 ? act : add;   /* stored by the epilogue: only a value someone reads */
+    bool read = f->is_output[end] || f->use_off[end] < f->use_off[end + 1];
+    if (!read || !gemm_cluster_exact(f, k, add, act, bias)) return;
     start_cluster(f, mm, IR_GROUP_GEMM, f->g->nodes[mm].shape, 0, false);
     if (same_phase(&f->cl[mm], &f->cl[k])) gemm_form(f, mm, add, act, bias);
     else f->parent[mm] = -1;   /* checkpointing's copy beside a forward node: stays plain */
