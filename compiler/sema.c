@@ -23,7 +23,6 @@
 
 enum {
     POISON = -1,           /* the value of an expression that already had an error */
-    MAX_EXPR_DEPTH = 1000, /* deeper expressions (long operator chains) are refused */
     NAME_BUF = 256,        /* shape and type strings in messages */
 };
 
@@ -82,9 +81,9 @@ SrcLoc sema_expr_start(const AstExpr *e)
  * may lower the operands without meeting it again. */
 static int fold_const_at(Source *src, const AstExpr *e, double *out, int depth)
 {
-    if (depth > MAX_EXPR_DEPTH) {
-        diag_error(src, e->loc, "expression is nested too deeply (more than %d levels)",
-                   MAX_EXPR_DEPTH);
+    if (depth > AST_MAX_EXPR_DEPTH) {   /* the parser refuses deeper trees already */
+        diag_error(src, e->loc, "expression too deep (more than %d nested operations); split "
+                   "it over several statements", AST_MAX_EXPR_DEPTH);
         return -1;
     }
     double a = 0, b = 0;
@@ -633,7 +632,9 @@ static int lower_call(Sema *S, const AstExpr *call);
 static int lower_expr_inner(Sema *S, const AstExpr *e)
 {
     double v = 0;
-    int r = fold_const_at(S->src, e, &v, S->depth);
+    /* S->depth - 1 operations are above E (lower_expr has counted E itself), so that sema
+     * takes every tree the parser does */
+    int r = fold_const_at(S->src, e, &v, S->depth - 1);
     if (r < 0) return POISON;
     if (r == 1) return ir_const(S->g, v, sema_expr_start(e));
     switch (e->kind) {
@@ -658,9 +659,9 @@ static int lower_expr_inner(Sema *S, const AstExpr *e)
 /* An expression as a tensor value: its node id, or POISON after an error. */
 static int lower_expr(Sema *S, const AstExpr *e)
 {
-    if (S->depth >= MAX_EXPR_DEPTH) {
-        diag_error(S->src, e->loc, "expression is nested too deeply (more than %d levels)",
-                   MAX_EXPR_DEPTH);
+    if (S->depth > AST_MAX_EXPR_DEPTH) {   /* the parser refuses deeper trees already */
+        diag_error(S->src, e->loc, "expression too deep (more than %d nested operations); "
+                   "split it over several statements", AST_MAX_EXPR_DEPTH);
         return POISON;
     }
     S->depth++;
