@@ -28,6 +28,10 @@ void sb_free(StrBuf *b);
 
 enum { DRAFT_NAME_MAX = 80 };
 
+/* KernelDraft.symbols and the coordinate sets of cuda_operand_offset are bits of an
+ * unsigned: one per symbol, one per dimension. */
+_Static_assert(IR_MAX_SYMBOLS <= 32 && IR_MAX_RANK <= 32, "symbol and coordinate bits fit an unsigned");
+
 typedef struct DraftParam {
     PlanParamType type;
     const char *ctype;      /* static string: "float *", "const cgc_half *", "int64_t" */
@@ -90,7 +94,20 @@ void cuda_runtime_value(KernelDraft *d, const RenderCtx *ctx, int id, const char
 /* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
 void draft_finish_symbols(KernelDraft *d);
 
-/* The product of dims [from, to) of S as C: literals multiplied out, symbols sym<k>. */
+/* The longest C expressions of dimensions, from the IR's limits: a product of at most
+ * IR_MAX_RANK dimensions, each factor "sym<k>" (k < IR_MAX_SYMBOLS, written with its
+ * separator " * " in 8 characters) but for one literal of at most 20 digits; and an
+ * operand's offset, a sum of at most IR_MAX_RANK terms " + i<j> * PRODUCT". Buffers of
+ * these sizes hold any such text; the writers assert it, since a cut would change the
+ * generated code. */
+enum {
+    CUDA_DIMS_MAX = IR_MAX_RANK * 8 + 24,
+    CUDA_OFFSET_MAX = IR_MAX_RANK * (CUDA_DIMS_MAX + 9) + 1,
+};
+_Static_assert(IR_MAX_SYMBOLS <= 100, "sym<k> has at most two digits");
+
+/* The product of dims [from, to) of S as C: literals multiplied out, symbols sym<k>. BUF
+ * holds CUDA_DIMS_MAX bytes. */
 void cuda_dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf, size_t n);
 void cuda_numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n);
 bool cuda_shape_is_one(const Shape *s);
@@ -99,8 +116,8 @@ void cuda_float_literal(double v, char *buf, size_t n);
 /* The f32 expression of an elementwise op over locals x (unary), a, b (binary), c, a, b
  * (select). */
 const char *cuda_elementwise_expr(IrOp op);
-/* The offset of IN's element paired with element i of OUT (IN broadcasts to OUT); sets
- * bit j of *COORDS for each coordinate i<j> it uses. */
+/* The offset of IN's element paired with element i of OUT (IN broadcasts to OUT), into
+ * BUF of CUDA_OFFSET_MAX bytes; sets bit j of *COORDS for each coordinate i<j> it uses. */
 void cuda_operand_offset(KernelDraft *d, const Shape *out, const Shape *in, char *buf, size_t n,
                          unsigned *coords);
 /* Declares the coordinates i<j> of element INDEX of OUT that COORDS asks for. */
@@ -112,7 +129,7 @@ void cuda_launch_rows(KernelDraft *d, Shape work);   /* a block per row of WORK 
 
 /* X seen as [outer, len, inner] along an axis (or IR_AXIS_ALL). */
 typedef struct AxisExpr {
-    char rows_n[96], len[96], inner[96];
+    char rows_n[CUDA_DIMS_MAX], len[CUDA_DIMS_MAX], inner[CUDA_DIMS_MAX];
     Shape rows;     /* the shape of the rows: X without the axis */
 } AxisExpr;
 AxisExpr cuda_axis_expr(KernelDraft *d, const Shape *x, int axis);
@@ -125,7 +142,7 @@ void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, 
  * (statements) gives the r<j> and `off` (" + ...") the rest of the input offset. */
 typedef struct ReduceToIndex {
     StrBuf kept, red, base, off;
-    char nout[96], nred[96];
+    char nout[CUDA_DIMS_MAX], nred[CUDA_DIMS_MAX];
 } ReduceToIndex;
 void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, ReduceToIndex *ix);
 void cuda_reduce_to_index_free(ReduceToIndex *ix);
@@ -147,9 +164,13 @@ void cuda_render_copy(const RenderCtx *ctx, const char *name, int out, DType out
  * or the groups of one multi-tensor launch as one kernel with a segment each. D's name
  * is the first group's (with "_x<N>" for a multi). */
 void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d);
-/* How many parameters groups GROUPS[0..N) take in one kernel (those they share counted
- * once); at least what they take in any launch that includes them. */
-int fused_param_count(const RenderCtx *ctx, const int *groups, int n);
+/* How many of the groups of one multi-tensor launch, GROUPS[0..N) in its order, one
+ * kernel takes from the front (at least one): as many as keep its parameters (those
+ * the groups share counted once, and the counter of `last` groups) within
+ * PLAN_MAX_PARAMS. The groups' shapes are static, so no symbol adds a parameter; each
+ * group alone fits (IR_GROUP_MAX_OPERANDS). Counted as fused_render would add them, in
+ * time proportional to the groups, so that a launch of any width splits cheaply. */
+int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n);
 /* EXPR (cuda_elementwise_expr's locals x, a, b, c) over the given operand values. */
 void fused_substitute(StrBuf *out, const char *expr, const char *x, const char *a,
                       const char *b, const char *c);

@@ -89,7 +89,7 @@ void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is
 /* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
 void draft_finish_symbols(KernelDraft *d)
 {
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < IR_MAX_SYMBOLS; k++) {
         if (!(d->symbols & (1u << k))) continue;
         char name[16];
         snprintf(name, sizeof name, "sym%d", k);
@@ -99,11 +99,25 @@ void draft_finish_symbols(KernelDraft *d)
 
 /* ---- dimensions as C expressions ---- */
 
+/* Appends to BUF (of N bytes, holding a string) as snprintf would, asserting that the
+ * text fits: BUF is sized for the longest expression (CUDA_DIMS_MAX, CUDA_OFFSET_MAX),
+ * and a cut one would be wrong code. */
+static void append_expr(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append_expr(char *buf, size_t n, const char *fmt, ...)
+{
+    size_t used = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(buf + used, n - used, fmt, ap);
+    va_end(ap);
+    CGC_ASSERT(len >= 0 && (size_t)len < n - used);
+}
+
 /* The product of dims [from, to) of S: literals multiplied out, symbols by name. */
 void cuda_dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf, size_t n)
 {
     int64_t lit = 1;
-    char syms[96] = "";
+    char syms[CUDA_DIMS_MAX] = "";
     for (int i = from; i < to; i++) {
         int64_t v = s->dim[i];
         if (!IR_DIM_IS_SYM(v)) {
@@ -111,14 +125,14 @@ void cuda_dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf,
             continue;
         }
         int k = IR_DIM_SYMBOL(v);
-        CGC_ASSERT(k >= 0 && k < 8);
+        CGC_ASSERT(k >= 0 && k < IR_MAX_SYMBOLS);
         d->symbols |= 1u << k;
-        size_t used = strlen(syms);
-        snprintf(syms + used, sizeof syms - used, "%ssym%d", used ? " * " : "", k);
+        append_expr(syms, sizeof syms, "%ssym%d", syms[0] ? " * " : "", k);
     }
-    if (!syms[0]) snprintf(buf, n, "%lld", (long long)lit);
-    else if (lit == 1) snprintf(buf, n, "%s", syms);
-    else snprintf(buf, n, "%s * %lld", syms, (long long)lit);
+    buf[0] = '\0';
+    if (!syms[0]) append_expr(buf, n, "%lld", (long long)lit);
+    else if (lit == 1) append_expr(buf, n, "%s", syms);
+    else append_expr(buf, n, "%s * %lld", syms, (long long)lit);
 }
 
 void cuda_numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n)
@@ -221,16 +235,14 @@ void cuda_operand_offset(KernelDraft *d, const Shape *out, const Shape *in, char
     buf[0] = '\0';
     for (int j = 0; j < in->rank; j++) {
         if (in->dim[j] == 1) continue;
-        char stride[64];
+        char stride[CUDA_DIMS_MAX];
         cuda_dims_expr(d, in, j + 1, in->rank, stride, sizeof stride);
-        size_t used = strlen(buf);
+        const char *sep = buf[0] ? " + " : "";
         *coords |= 1u << (j + lead);
-        if (strcmp(stride, "1") == 0)
-            snprintf(buf + used, n - used, "%si%d", used ? " + " : "", j + lead);
-        else
-            snprintf(buf + used, n - used, "%si%d * %s", used ? " + " : "", j + lead, stride);
+        if (strcmp(stride, "1") == 0) append_expr(buf, n, "%si%d", sep, j + lead);
+        else append_expr(buf, n, "%si%d * %s", sep, j + lead, stride);
     }
-    if (!buf[0]) snprintf(buf, n, "0");
+    if (!buf[0]) append_expr(buf, n, "0");
 }
 
 /* The coordinates i<j> of element INDEX of OUT that COORDS asks for, each statement
@@ -246,7 +258,7 @@ void cuda_render_coords(KernelDraft *d, const Shape *out, unsigned coords, const
     }
     sb_printf(&d->body, "%sint64_t rest = %s;\n", indent, index);
     for (int j = out->rank - 1; j > lo; j--) {
-        char dim[32];
+        char dim[CUDA_DIMS_MAX];
         cuda_dims_expr(d, out, j, j + 1, dim, sizeof dim);
         if (coords & (1u << j))
             sb_printf(&d->body, "%sconst int64_t i%d = rest %% %s;\n", indent, j, dim);
@@ -255,7 +267,7 @@ void cuda_render_coords(KernelDraft *d, const Shape *out, unsigned coords, const
     if (lo == 0) {
         sb_printf(&d->body, "%sconst int64_t i0 = rest;\n", indent);
     } else {
-        char dim[32];
+        char dim[CUDA_DIMS_MAX];
         cuda_dims_expr(d, out, lo, lo + 1, dim, sizeof dim);
         sb_printf(&d->body, "%sconst int64_t i%d = rest %% %s;\n", indent, lo, dim);
     }
@@ -265,7 +277,7 @@ void cuda_render_coords(KernelDraft *d, const Shape *out, unsigned coords, const
 static void render_map(KernelDraft *d, const Shape *out_shape, const Operand *ops, int nops,
                        const char *expr)
 {
-    char n[96], off[IR_MAX_IN][160];
+    char n[CUDA_DIMS_MAX], off[IR_MAX_IN][CUDA_OFFSET_MAX];
     unsigned coords = 0;
     cuda_numel_expr(d, out_shape, n, sizeof n);
     for (int k = 0; k < nops; k++)
@@ -336,7 +348,7 @@ static void render_transpose(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]];
-    char n[96], rows[32], cols[32];
+    char n[CUDA_DIMS_MAX], rows[CUDA_DIMS_MAX], cols[CUDA_DIMS_MAX];
     draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
     cuda_numel_expr(d, &node->shape, n, sizeof n);
@@ -362,7 +374,7 @@ void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, Redu
         bool reduced = j < lead || (os->dim[j - lead] == 1 && xs->dim[j] != 1);
         if (reduced) red_dim[rs.rank] = j, rs.dim[rs.rank++] = xs->dim[j];
     }
-    char stride[64], dim[32];
+    char stride[CUDA_DIMS_MAX], dim[CUDA_DIMS_MAX];
     /* kept coordinates from o, innermost first */
     sb_puts(&ix->kept, "        int64_t rest = o;\n");
     for (int j = xs->rank - 1; j >= lead; j--) {
@@ -552,7 +564,7 @@ static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
 /* Declares n and c, and the loop's row lse (in double) for thread-owned row r. */
 static void render_loss_head(KernelDraft *d, const Shape *logits, bool block_stride)
 {
-    char n[32], c[32];
+    char n[CUDA_DIMS_MAX], c[CUDA_DIMS_MAX];
     cuda_dims_expr(d, logits, 0, 1, n, sizeof n);
     cuda_dims_expr(d, logits, 1, 2, c, sizeof c);
     sb_printf(&d->body, "    const int64_t n = %s, c = %s;\n", n, c);
@@ -625,7 +637,7 @@ static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
     draft_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
     add_loss_inputs(ctx, node, d, 1);
     const Shape *ls = &ctx->g->nodes[node->in[1]].shape;
-    char n[32];
+    char n[CUDA_DIMS_MAX];
     cuda_dims_expr(d, ls, 0, 1, n, sizeof n);
     sb_printf(&d->body, "    const double scale = (double)cgc_load(in_d[0]) / (double)%s;\n", n);
     render_loss_head(d, ls, false);
@@ -659,7 +671,7 @@ static void render_dropout(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]], *ctr = &ctx->g->nodes[node->in[1]];
-    char n[96], p[48], scale[48];
+    char n[CUDA_DIMS_MAX], p[48], scale[48];
     draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
     draft_buffer(d, "counter", ctx->node_buffer[node->in[1]], ctr->dtype, true);

@@ -39,6 +39,8 @@ typedef struct Fuser {
                                  * rendered (v<k>, x<n>, a literal), or "" */
     int nin, nout, nrt;
     bool seed;
+    bool counting;              /* parameters only counted (in `counted`), no draft */
+    int counted;
 } Fuser;
 
 static const IrGroup *group_of(const RenderCtx *ctx, int k)
@@ -74,6 +76,13 @@ static bool stored(const Fuser *f, int id)
 
 /* ---- parameters: outputs, then inputs, then seed and runtime values ---- */
 
+/* Buffer parameter NAME: appended to the draft, or only counted. */
+static void fuser_buffer(Fuser *f, const char *name, int buffer, DType t, bool is_const)
+{
+    if (f->counting) f->counted++;
+    else draft_buffer(f->d, name, buffer, t, is_const);
+}
+
 static void add_outputs(Fuser *f, int k)
 {
     const RenderCtx *ctx = f->ctx;
@@ -85,9 +94,9 @@ static void add_outputs(Fuser *f, int k)
         CGC_ASSERT(ir_op_is_reduction(n->op) || ir_shape_equal(shape, work));
         snprintf(f->param[id], sizeof f->param[id], "out%d", f->nout++);
         if (n->op == IR_ASSIGN)
-            draft_buffer(f->d, f->param[id], ctx->plan->tensor_buffer_base + n->index, DT_F32, false);
+            fuser_buffer(f, f->param[id], ctx->plan->tensor_buffer_base + n->index, DT_F32, false);
         else
-            draft_buffer(f->d, f->param[id], ctx->node_buffer[id], n->dtype, false);
+            fuser_buffer(f, f->param[id], ctx->node_buffer[id], n->dtype, false);
     }
 }
 
@@ -102,7 +111,7 @@ static void add_inputs(Fuser *f, int k)
             if (computed_member(g, in, k) || inlinable(x) || f->param[in][0]) continue;
             CGC_ASSERT(f->ctx->node_buffer[in] >= 0);
             snprintf(f->param[in], sizeof f->param[in], "in%d", f->nin++);
-            draft_buffer(f->d, f->param[in], f->ctx->node_buffer[in], x->dtype, true);
+            fuser_buffer(f, f->param[in], f->ctx->node_buffer[in], x->dtype, true);
         }
     }
 }
@@ -114,13 +123,15 @@ static void add_scalars(Fuser *f, int k)
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k)) continue;
         if (n->op == IR_DROPOUT && !f->seed) {
-            draft_param(f->d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
+            if (f->counting) f->counted++;
+            else draft_param(f->d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
             f->seed = true;
         }
         if (n->op == IR_RUNTIME) {
             char name[16];
             snprintf(name, sizeof name, "rt%d", f->nrt++);
-            cuda_runtime_value(f->d, f->ctx, id, name, f->param[id], sizeof f->param[id]);
+            if (f->counting) f->counted++;
+            else cuda_runtime_value(f->d, f->ctx, id, name, f->param[id], sizeof f->param[id]);
         }
     }
 }
@@ -200,7 +211,7 @@ static void render_loads(Fuser *f, int k, const char *indent)
                 cuda_float_literal(x->value, f->value[in], sizeof f->value[in]);
                 continue;
             }
-            char off[160];
+            char off[CUDA_OFFSET_MAX];
             cuda_operand_offset(f->d, work, &x->shape, off, sizeof off, &coords);
             snprintf(f->value[in], sizeof f->value[in], "x%s", f->param[in] + 2);
             sb_printf(&loads, "%sconst float %s = cgc_load(%s[%s]);\n", indent, f->value[in],
@@ -253,7 +264,7 @@ static void forget_values(Fuser *f)
 
 static void render_pointwise(Fuser *f, int k, const char *first, const char *step)
 {
-    char n[96];
+    char n[CUDA_DIMS_MAX];
     cuda_numel_expr(f->d, &group_of(f->ctx, k)->work, n, sizeof n);
     sb_printf(&f->d->body, "    const int64_t n = %s;\n", n);
     sb_printf(&f->d->body, "    for (int64_t i = %s; i < n; i += %s) {\n", first, step);
@@ -560,11 +571,19 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
     free(f.value);
 }
 
-int fused_param_count(const RenderCtx *ctx, const int *groups, int n)
+int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
 {
-    KernelDraft d;
-    memset(&d, 0, sizeof d);
-    fused_render(ctx, groups, n, &d);
-    sb_free(&d.body);
-    return d.nparams + (n == 1 && group_of(ctx, groups[0])->last);   /* a counter with others */
+    Fuser f = { .ctx = ctx, .counting = true };
+    f.param = xcalloc((size_t)ctx->g->nnodes, sizeof *f.param);
+    bool counter = false;
+    int fit = 0;
+    for (; fit < n; fit++) {
+        add_outputs(&f, groups[fit]);
+        add_inputs(&f, groups[fit]);
+        add_scalars(&f, groups[fit]);
+        if (group_of(ctx, groups[fit])->last && !counter) counter = true, f.counted++;
+        if (fit > 0 && f.counted > PLAN_MAX_PARAMS) break;
+    }
+    free(f.param);
+    return fit;
 }

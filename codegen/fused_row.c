@@ -239,7 +239,7 @@ static void render_element_loads(RowKernel *rk, int p, const bool *need)
         for (int j = 0; j < g->nodes[id].nin; j++) {
             int in = g->nodes[id].in[j];
             if (member(rk, in) || rk->value[in][0]) continue;
-            char off[160];
+            char off[CUDA_OFFSET_MAX];
             cuda_operand_offset(rk->d, &rk->work, &g->nodes[in].shape, off, sizeof off, &coords);
             snprintf(rk->value[in], sizeof rk->value[in], "x%s", rk->param[in] + 2);
             sb_printf(&loads, "            const float %s = cgc_load(%s[%s]);\n", rk->value[in],

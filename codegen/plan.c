@@ -622,13 +622,13 @@ static void assign_steps(Builder *b)
 
 /* ---- fusion groups ---- */
 
-/* A member whose value stays in registers: no buffer (ir_member_stored says who must
- * store). Placed members (views, constants) keep theirs. */
-static bool in_registers(const IrGraph *g, int id)
+/* A member whose value stays in registers: no buffer (STORED, ir_stored_members, says
+ * who must store). Placed members (views, constants) keep theirs. */
+static bool in_registers(const IrGraph *g, int id, const bool *stored)
 {
     const IrNode *n = &g->nodes[id];
     bool placed = n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST;
-    return n->group != 0 && !placed && !ir_member_stored(g, id);
+    return n->group != 0 && !placed && !stored[id];
 }
 
 /* Per group k (index k - 1): its last member. */
@@ -656,22 +656,6 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
     add_launch(b, k, &d, &g->nodes[last_member], last_member, what)->group = groups[0];
 }
 
-/* How many of GROUPS[0..N) (at least one) fit one kernel's parameters, from the front.
- * Groups share many parameters (every update reads the loss scale and the inf-check
- * partials), so the count is of the kernel they would make; the group to add is first
- * bounded by what it takes alone, so no kernel tried can exceed the limit. */
-static int groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
-{
-    int fit = 1, params = fused_param_count(ctx, groups, 1);
-    while (fit < n) {
-        if (params + fused_param_count(ctx, groups + fit, 1) > PLAN_MAX_PARAMS) break;
-        params = fused_param_count(ctx, groups, fit + 1);
-        if (params > PLAN_MAX_PARAMS) break;
-        fit++;
-    }
-    return fit;
-}
-
 /* The groups of multi-tensor launch MULTI in node order, launched in as few kernels as
  * their parameters allow. LAST: per group, its last member. */
 static void launch_multi(Builder *b, int multi, const int *last)
@@ -684,7 +668,7 @@ static void launch_multi(Builder *b, int multi, const int *last)
         if (k && g->groups[k - 1].multi == multi && last[k - 1] == id) groups[n++] = k;
     }
     for (int from = 0; from < n;) {
-        int to = from + groups_that_fit(&ctx, groups + from, n - from);
+        int to = from + fused_groups_that_fit(&ctx, groups + from, n - from);
         launch_groups(b, groups + from, to - from, last[groups[to - 1] - 1]);
         from = to;
     }
@@ -757,8 +741,10 @@ static void build_graph(Builder *b, PlanGraphId gid)
     int *last = group_last(g);
     if (fused) check_group_order(g, last);
     pg->node_buffer = xmalloc((size_t)g->nnodes * sizeof *pg->node_buffer);
+    bool *stored = ir_stored_members(g);
     for (int id = 0; id < g->nnodes; id++)
-        pg->node_buffer[id] = fused && in_registers(g, id) ? -1 : node_buffer(b, g, id);
+        pg->node_buffer[id] = fused && in_registers(g, id, stored) ? -1 : node_buffer(b, g, id);
+    free(stored);
     for (int id = 0; id < g->nnodes; id++) {
         int k = fused ? g->nodes[id].group : 0;
         if (k) {
@@ -776,7 +762,7 @@ static void add_tables(Builder *b)
 {
     Plan *pl = b->plan;
     const IrProgram *p = pl->p;
-    CGC_ASSERT(p->ninputs <= 16 && p->nsyms <= 8);
+    CGC_ASSERT(p->ninputs <= IR_MAX_INPUTS && p->nsyms <= IR_MAX_SYMBOLS);
     pl->tensor_buffer_base = pl->nbuffers;
     for (int i = 0; i < p->ntensors; i++)
         add_buffer(b, (PlanBuffer){ .kind = PB_TENSOR, .dtype = DT_F32, .shape = p->tensors[i].shape,

@@ -43,8 +43,13 @@
 #include "../compiler/ir.h"
 
 /* Parameters of one kernel at most: 256 of 8 bytes keep within CUDA's 4 KB of kernel
- * parameters, and let a model's optimizer updates share one multi-tensor launch. */
+ * parameters, and let a model's optimizer updates share one multi-tensor launch. A
+ * fusion group's kernel takes its operands (the fusion pass keeps them within
+ * IR_GROUP_MAX_OPERANDS), a sym<k> per symbol and a counter; a multi-tensor launch
+ * with more is split into several kernels (plan.c), and an eager kernel takes a few. */
 enum { PLAN_MAX_PARAMS = 256 };
+_Static_assert(PLAN_MAX_PARAMS >= IR_GROUP_MAX_OPERANDS + IR_MAX_SYMBOLS + 1,
+               "a fusion group's kernel fits its parameters");
 
 typedef enum PlanMode {
     PLAN_EAGER,             /* one kernel or GEMM per IR op */
@@ -241,6 +246,8 @@ typedef enum PlanDataKernel {
     PDK_ORDER_DRAWS, PDK_ORDER_SHUFFLE, PDK_GATHER_F32, PDK_GATHER_I32, PDK_TRACK_LOSS,
     PDK_TRACK_EVAL, PDK_STEP_ADVANCE, PDK_NUM,
 } PlanDataKernel;
+/* The most parameters a data kernel takes (cgc_gather_* and cgc_track_loss take 7). */
+enum { PLAN_DATA_KERNEL_MAX_PARAMS = 8 };
 
 /* ---- fully fused MLP passes (codegen/mlp_fused.c) ----
  * max-autotune's other candidate for a narrow MLP's passes, in the manner of
@@ -292,7 +299,7 @@ typedef struct Plan {
     PlanKernel *kernels;   int nkernels;
     PlanGraph graph[PG_NUM];
     int data_kernel[PDK_NUM];
-    int input_buffer[16];       /* per program input: its PB_INPUT buffer */
+    int input_buffer[IR_MAX_INPUTS];       /* per program input: its PB_INPUT buffer */
     int tensor_buffer_base;     /* buffers [base, base + ntensors) are the tensors */
     int launch_counter;         /* the PB_COUNTER buffer, or -1 when no launch has `last`
                                  * groups */

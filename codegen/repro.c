@@ -38,7 +38,7 @@ typedef struct Repro {
     FILE *out;
     const Plan *plan;
     const IrProgram *p;
-    int64_t symvals[8];         /* symbol 0 at the train batch, the others 0 (as the trainer) */
+    int64_t symvals[IR_MAX_SYMBOLS];         /* symbol 0 at the train batch, the others 0 (as the trainer) */
     PlanLayout layout;
     char model[80];             /* model_name through the source-name sanitising */
     int ngemms;                 /* GEMM steps replayed: the rows of the GEMM table */
@@ -870,7 +870,7 @@ static const char launch_code[] =
     "\n"
     "static void launch(const char *graph, int step, int line, int k, unsigned grid, Arg *arg, int nargs)\n"
     "{\n"
-    "    void *params[256];\n"
+    "    void *params[MAX_PARAMS];\n"
     "    for (int i = 0; i < nargs; i++) params[i] = &arg[i];\n"
     "    check_cu(cuLaunchKernel(kernel[k], grid, 1, 1, kernel_block[k], 1, 1, 0, stream, params, NULL),\n"
     "             \"cuLaunchKernel\", graph, step, kernel_name[k], line);\n"
@@ -1073,6 +1073,8 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
 
 static void write_steps(Repro *r)
 {
+    fprintf(r->out, "enum { MAX_PARAMS = %d };   /* a kernel's parameters at most */\n\n",
+            PLAN_MAX_PARAMS);
     fputs(launch_code, r->out);
     int row = 0;
     for (size_t o = 0; o < sizeof replay_order / sizeof replay_order[0]; o++)
@@ -1242,7 +1244,7 @@ static void repro_init(Repro *r, FILE *out, const Plan *plan, const PlanChoices 
 {
     if (!choices) plan_choices_init(own, plan);
     *r = (Repro){ .out = out, .plan = plan, .p = plan->p, .choices = choices ? choices : own };
-    CGC_ASSERT(plan->graph[PG_TRAIN].ir && plan->p->nsyms <= 8);
+    CGC_ASSERT(plan->graph[PG_TRAIN].ir && plan->p->nsyms <= IR_MAX_SYMBOLS);
     if (plan->p->nsyms > 0) r->symvals[0] = plan->p->cfg.batch;
     r->used = xcalloc((size_t)plan->nkernels + 1, sizeof *r->used);
     mark_used(r);

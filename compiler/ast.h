@@ -112,7 +112,10 @@ void ast_expr_free(AstExpr *e);
 enum {
     AST_MAX_NESTING = 200,       /* brackets and unary minus nested */
     AST_MAX_TOKEN_BYTES = 4096,  /* one identifier, number or string */
-    AST_MAX_DIMS = 8,            /* dimensions of an input type */
+    AST_MAX_DIMS = 8,            /* dimensions of an input type: IR_MAX_RANK (sema.c checks) */
+    /* Operations on a path through one expression's tree: long chains like a+b+c+... grow
+     * the tree but not the nesting the lexer counts, and the passes over it recurse. */
+    AST_MAX_EXPR_DEPTH = 1000,
 };
 
 #endif

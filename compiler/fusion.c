@@ -24,7 +24,11 @@
  *    order of in-place writes (the loss-scale and step bookkeeping, which writes what the
  *    updates read) join it as its `last` groups, run after every other block is done;
  *  - GEMM groups: a matmul with the bias add and activation after it, where that saves
- *    the add's kernel (cuBLASLt epilogues; see (1c)).
+ *    the add's kernel (cuBLASLt epilogues; see (1c));
+ *  - within a kernel's parameters: no group takes more than IR_GROUP_MAX_OPERANDS
+ *    operands, so a merge that would need more is refused and a wide model (a sum of
+ *    hundreds of layers, the optimizer of hundreds of parameters) fuses into more kernels
+ *    rather than fewer impossible ones (see "operands" below).
  *
  * It works in four steps over each graph. (1) One backward sweep (consumers before
  * producers) builds clusters with a union-find: each elementwise node starts a cluster
@@ -86,6 +90,8 @@ typedef struct Cluster {
     /* Checkpointing's copies belong to the backward: a kernel holding one must not hold
      * a forward node, or the copy would be computed (and kept) in the forward again. */
     bool forward, recompute;
+    int size;               /* members */
+    int operands;           /* a bound on its operands (see "operands") */
 } Cluster;
 
 /* A node of the rebuilt graph before its id is known: an original node (index < n) or a
@@ -106,6 +112,8 @@ typedef struct Fuser {
     int *next;              /* the members of a cluster, a circular list */
     Cluster *cl;            /* by root */
     bool *cloned;           /* a scalar only its readers' clones compute: dropped */
+    bool *wide;             /* a scalar whose chain reads too much to be cloned */
+    int **cone, *ncone;     /* per clonable scalar: the values its cloned chain reads */
     int *seen, stamp, *stack;
 
     WorkNode *w; int nw, capw;
@@ -156,6 +164,9 @@ static void fuser_init(Fuser *f, IrProgram *p, const IrGraph *g)
     f->cloned = xcalloc(n, sizeof *f->cloned);
     f->seen = xcalloc(n, sizeof *f->seen);
     f->stack = xmalloc(n * sizeof *f->stack);
+    f->wide = xcalloc(n, sizeof *f->wide);
+    f->cone = xcalloc(n, sizeof *f->cone);
+    f->ncone = xcalloc(n, sizeof *f->ncone);
 }
 
 static void fuser_free(Fuser *f)
@@ -163,9 +174,86 @@ static void fuser_free(Fuser *f)
     free(f->use_off), free(f->uses), free(f->is_output), free(f->parent), free(f->next);
     free(f->cl);
     free(f->cloned), free(f->seen), free(f->stack), free(f->w), free(f->groups);
+    for (int v = 0; v < f->n; v++) free(f->cone[v]);
+    free(f->wide), free(f->cone), free(f->ncone);
     free(f->memo), free(f->memo_group), free(f->mark), free(f->newid);
     for (int u = 0; u < f->nunits; u++) free(f->adj[u]);
     free(f->adj), free(f->nadj), free(f->capadj);
+}
+
+/* ---- clonable scalars ----
+ *
+ * A scalar chain cloned into a group brings along the values it reads. One that reads
+ * many (the sum of every gradient's squared norm, which clipping and the fp16 inf check
+ * need) would bring them all into every group that reads it, and no kernel takes that
+ * many parameters: such a scalar is not cloned but computed once and read like any
+ * other value. Each chain may read a share of IR_GROUP_MAX_OPERANDS such that a node
+ * with every input a chain still fits one kernel. */
+enum { CLONE_MAX_OPERANDS = IR_GROUP_MAX_OPERANDS / (IR_MAX_IN + 1) };
+_Static_assert(CLONE_MAX_OPERANDS * IR_MAX_IN + 4 <= IR_GROUP_MAX_OPERANDS,
+               "a node alone, every input a cloned chain, fits one kernel");
+
+/* An f32 CONST: written into the kernel that reads it, not a parameter. */
+static bool is_literal(const IrNode *n) { return n->op == IR_CONST && n->dtype == DT_F32; }
+
+/* A scalar that the clusters taking clones recompute (rather than read). */
+static bool clonable(const Fuser *f, int v)
+{
+    return is_scalar(&f->g->nodes[v]) && !f->wide[v];
+}
+
+/* Adds X to the list CONE of N entries (F->seen at F->stamp marks its entries). */
+static void cone_add(Fuser *f, int *cone, int *n, int x)
+{
+    if (f->seen[x] == f->stamp) return;
+    f->seen[x] = f->stamp;
+    if (*n < CLONE_MAX_OPERANDS + 1) cone[*n] = x;
+    (*n)++;
+}
+
+/* Scalar V's cone: the values its cloned chain reads (RUNTIME members are parameters
+ * too); V is wide when they are more than CLONE_MAX_OPERANDS. Inputs come first. */
+static void find_cone(Fuser *f, int v)
+{
+    const IrNode *n = &f->g->nodes[v];
+    int *cone = xmalloc((CLONE_MAX_OPERANDS + 1) * sizeof *cone), count = 0;
+    f->stamp++;
+    if (n->op == IR_RUNTIME) cone_add(f, cone, &count, v);
+    for (int k = 0; k < n->nin; k++) {
+        int x = n->in[k];
+        if (clonable(f, x))
+            for (int i = 0; i < f->ncone[x]; i++) cone_add(f, cone, &count, f->cone[x][i]);
+        else if (!is_literal(&f->g->nodes[x]))
+            cone_add(f, cone, &count, x);
+    }
+    f->wide[v] = count > CLONE_MAX_OPERANDS;
+    if (f->wide[v]) count = 0, free(cone), cone = NULL;
+    f->cone[v] = cone, f->ncone[v] = count;
+}
+
+static void find_cones(Fuser *f)
+{
+    for (int v = 0; v < f->n; v++)
+        if (is_scalar(&f->g->nodes[v])) find_cone(f, v);
+}
+
+/* What reading X from outside adds to a cluster's bound: its chain's values for a
+ * clonable scalar (at least one, for a reader that reads it stored), else 1. */
+static int read_weight(const Fuser *f, int x)
+{
+    if (is_literal(&f->g->nodes[x])) return 0;
+    return clonable(f, x) && f->ncone[x] > 1 ? f->ncone[x] : 1;
+}
+
+/* Node V's bound alone: every read and every use crosses its edge; its own parameter
+ * when it is an output, an ASSIGN (the tensor), a RUNTIME or a DROPOUT (the seed). */
+static int node_bound(const Fuser *f, int v)
+{
+    const IrNode *n = &f->g->nodes[v];
+    int bound = f->use_off[v + 1] - f->use_off[v] + f->is_output[v];
+    bound += n->op == IR_ASSIGN || n->op == IR_RUNTIME || n->op == IR_DROPOUT;
+    for (int k = 0; k < n->nin; k++) bound += read_weight(f, n->in[k]);
+    return bound;
 }
 
 /* ---- (1) clusters ---- */
@@ -184,7 +272,7 @@ static void start_cluster(Fuser *f, int v, IrGroupKind kind, Shape work, int axi
     f->next[v] = v;
     const IrNode *n = &f->g->nodes[v];
     f->cl[v] = (Cluster){ kind, work, axis, reduce_to, .forward = v < f->g->nforward && !n->recompute,
-                          .recompute = n->recompute };
+                          .recompute = n->recompute, .size = 1, .operands = node_bound(f, v) };
 }
 
 /* Scalar chains are cloned into these; other clusters hold scalar nodes themselves. */
@@ -196,7 +284,7 @@ static bool takes_clones(const Cluster *c)
 /* Consumer C of V reads V itself (rather than a clone of it, or being a clone itself). */
 static bool reads_original(Fuser *f, int v, int c)
 {
-    if (!is_scalar(&f->g->nodes[v])) return true;
+    if (!clonable(f, v)) return true;
     if (f->cloned[c]) return false;
     int k = cluster_of(f, c);
     return k < 0 || !takes_clones(&f->cl[k]);
@@ -248,9 +336,102 @@ static bool same_phase(const Cluster *a, const Cluster *b)
     return !(a->recompute && b->forward) && !(a->forward && b->recompute);
 }
 
+/* ---- operands ----
+ *
+ * A cluster's kernel takes a parameter per value it reads from outside, per member it
+ * stores, and a few more (ir_group_operands); no cluster may need more than
+ * IR_GROUP_MAX_OPERANDS. Counting distinct values at every merge would cost time in
+ * proportion to the cluster, so each cluster carries a bound instead, kept as clusters
+ * merge: every read and use that crosses its edge counted once per edge. Only a merge
+ * whose bound is over the limit counts exactly. */
+
+/* Whether the clones of C, wherever they are made, read X itself: a clonable scalar's
+ * clone reads the values of its chain that are not clonable. */
+static bool clone_reads(const Fuser *f, int x, int c)
+{
+    return clonable(f, c) && !clonable(f, x);
+}
+
+/* The bound of clusters A and B as one: theirs, less the edges between them (each seen
+ * from the smaller side), which no longer cross; a use by a reader whose clones read the
+ * value stays counted, as the value is stored for them. */
+static int merged_bound(Fuser *f, int a, int b)
+{
+    int small = f->cl[a].size <= f->cl[b].size ? a : b, other = small == a ? b : a;
+    int bound = f->cl[a].operands + f->cl[b].operands, x = small;
+    do {
+        const IrNode *n = &f->g->nodes[x];
+        for (int k = 0; k < n->nin; k++)
+            if (cluster_of(f, n->in[k]) == other)
+                bound -= read_weight(f, n->in[k]) + !clone_reads(f, n->in[k], x);
+        for (int k = f->use_off[x]; k < f->use_off[x + 1]; k++)
+            if (cluster_of(f, f->uses[k]) == other)
+                bound -= read_weight(f, x) + !clone_reads(f, x, f->uses[k]);
+        x = f->next[x];
+    } while (x != small);
+    return bound;
+}
+
+/* 1 when X is new to the count being taken (F->seen at F->stamp). */
+static int count_new(Fuser *f, int x)
+{
+    if (f->seen[x] == f->stamp) return 0;
+    f->seen[x] = f->stamp;
+    return 1;
+}
+
+/* Member X's share of the exact count of clusters A and B as one (a kernel that takes
+ * clones when CLONES): its own parameters, and the values it reads that are new. */
+static int member_operands(Fuser *f, int x, int a, int b, bool clones, bool *seed)
+{
+    const IrNode *n = &f->g->nodes[x];
+    bool stored = f->is_output[x];
+    for (int k = f->use_off[x]; k < f->use_off[x + 1] && !stored; k++) {
+        int c = f->uses[k], kc = cluster_of(f, c);
+        stored = (kc != a && kc != b && reads_original(f, x, c)) || clone_reads(f, x, c);
+    }
+    int count = (stored && n->op != IR_ASSIGN) + (n->op == IR_ASSIGN) + (n->op == IR_RUNTIME);
+    if (n->op == IR_DROPOUT && !*seed) *seed = true, count++;
+    for (int k = 0; k < n->nin; k++) {
+        int in = n->in[k], c = cluster_of(f, in);
+        if (c == a || c == b || is_literal(&f->g->nodes[in])) continue;
+        if (clones && clonable(f, in))
+            for (int i = 0; i < f->ncone[in]; i++) count += count_new(f, f->cone[in][i]);
+        else
+            count += count_new(f, in);
+    }
+    return count;
+}
+
+/* The operands of clusters A and B as one kernel of B's kind, as ir_group_operands will
+ * count them once the clones are made. */
+static int exact_operands(Fuser *f, int a, int b)
+{
+    bool clones = takes_clones(&f->cl[b]), seed = false;
+    int count = 0, roots[2] = { a, b };
+    f->stamp++;
+    for (int r = 0; r < 2; r++) {
+        int x = roots[r];
+        do {
+            count += member_operands(f, x, a, b, clones, &seed);
+            x = f->next[x];
+        } while (x != roots[r]);
+    }
+    return count;
+}
+
+/* Whether B (a root) may absorb cluster A as far as its kernel's parameters go. */
+static bool operands_fit(Fuser *f, int a, int b)
+{
+    return merged_bound(f, a, b) <= IR_GROUP_MAX_OPERANDS ||
+           exact_operands(f, a, b) <= IR_GROUP_MAX_OPERANDS;
+}
+
 /* B absorbs A (B's work and kind stay); their member lists are spliced into one. */
 static void merge(Fuser *f, int a, int b)
 {
+    f->cl[b].operands = merged_bound(f, a, b);
+    f->cl[b].size += f->cl[a].size;
     f->cl[b].forward |= f->cl[a].forward;
     f->cl[b].recompute |= f->cl[a].recompute;
     f->parent[a] = b;
@@ -306,7 +487,7 @@ static void merge_consumers(Fuser *f, int v)
             if (b < 0 || b == a || b == cluster_of(f, v) || !reads_original(f, v, f->uses[j]) ||
                 !siblings(&f->cl[a], &f->cl[b]))
                 continue;
-            if (may_merge(f, a, b)) merge(f, b, a);
+            if (operands_fit(f, b, a) && may_merge(f, a, b)) merge(f, b, a);
         }
     }
 }
@@ -326,7 +507,8 @@ static bool can_join(Fuser *f, int v, int b)
     const Shape *work = &f->cl[b].work;
     bool shape_ok = stored || n->op == IR_DROPOUT ? ir_shape_equal(&n->shape, work)
                                                   : ir_shape_fits(&n->shape, work);
-    return shape_ok && same_phase(&f->cl[find(f, v)], &f->cl[b]) && acyclic_merge(f, find(f, v), b);
+    return shape_ok && same_phase(&f->cl[find(f, v)], &f->cl[b]) && operands_fit(f, find(f, v), b) &&
+           acyclic_merge(f, find(f, v), b);
 }
 
 /* A scalar that only clusters taking clones read: dropped, each of them computes it. */
@@ -488,11 +670,11 @@ static bool row_absorb(Fuser *f, int g, int r, int k)
     bool ok = true;
     if (r >= 0) {
         start_cluster(f, r, IR_GROUP_POINTWISE, f->g->nodes[r].shape, 0, false);
-        ok = same_phase(&f->cl[r], &f->cl[g]) && acyclic_merge(f, r, g);
+        ok = same_phase(&f->cl[r], &f->cl[g]) && operands_fit(f, r, g) && acyclic_merge(f, r, g);
         if (ok) merge(f, r, g);
     }
     if (ok && k >= 0) {
-        ok = same_phase(&f->cl[k], &f->cl[g]) && acyclic_merge(f, k, g);
+        ok = same_phase(&f->cl[k], &f->cl[g]) && operands_fit(f, k, g) && acyclic_merge(f, k, g);
         if (ok) merge(f, k, g);
     }
     if (!ok) row_restore(f, &s);
@@ -675,7 +857,9 @@ static void gemm_group(Fuser *f, int mm)
         return;
     const IrNode *x = &f->g->nodes[add];
     int bias = x->in[x->in[0] == mm], act = gemm_activation(f, add, k);
-    if (!gemm_cluster_exact(f, k, add, act, bias)) return;
+    int end = act >= 0 ? act : add;   /* stored by the epilogue: only a value someone reads */
+    bool read = f->is_output[end] || f->use_off[end] < f->use_off[end + 1];
+    if (!read || !gemm_cluster_exact(f, k, add, act, bias)) return;
     start_cluster(f, mm, IR_GROUP_GEMM, f->g->nodes[mm].shape, 0, false);
     if (same_phase(&f->cl[mm], &f->cl[k])) gemm_form(f, mm, add, act, bias);
     else f->parent[mm] = -1;   /* checkpointing's copy beside a forward node: stays plain */
@@ -723,7 +907,7 @@ static int clone_scalar(Fuser *f, int gi, int s)
     const IrNode *n = &f->g->nodes[s];
     WorkNode wn = { .src = s, .group = gi };
     for (int k = 0; k < n->nin; k++)
-        wn.in[k] = is_scalar(&f->g->nodes[n->in[k]]) ? clone_scalar(f, gi, n->in[k]) : n->in[k];
+        wn.in[k] = clonable(f, n->in[k]) ? clone_scalar(f, gi, n->in[k]) : n->in[k];
     f->memo_group[s] = gi;
     return f->memo[s] = add_work(f, wn);
 }
@@ -738,7 +922,7 @@ static void clone_scalars(Fuser *f)
         if (gi < 0 || !takes_clones(&f->groups[gi])) continue;
         for (int k = 0; k < f->g->nodes[i].nin; k++) {
             int x = f->g->nodes[i].in[k];
-            if (is_scalar(&f->g->nodes[x])) {
+            if (clonable(f, x)) {
                 int c = clone_scalar(f, gi, x);
                 f->w[i].in[k] = c;
             }
@@ -1181,6 +1365,7 @@ static void fuse_graph(IrProgram *p, IrGraph *g)
     if (g->nnodes == 0) return;
     Fuser f;
     fuser_init(&f, p, g);
+    find_cones(&f);
     for (int v = f.n - 1; v >= 0; v--) cluster_node(&f, v);
     row_groups(&f);
     gemm_groups(&f);

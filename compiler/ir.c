@@ -254,10 +254,18 @@ const char *ir_intern(IrProgram *p, const char *s)
     return p->strings[p->nstrings++];
 }
 
-int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
+int ir_find_symbol(const IrProgram *p, const char *name)
 {
     for (int i = 0; i < p->nsyms; i++)
         if (strcmp(p->syms[i].name, name) == 0) return i;
+    return -1;
+}
+
+int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
+{
+    int k = ir_find_symbol(p, name);
+    if (k >= 0) return k;
+    CGC_ASSERT(p->nsyms < IR_MAX_SYMBOLS);
     p->syms = xrealloc(p->syms, (size_t)(p->nsyms + 1) * sizeof *p->syms);
     p->syms[p->nsyms] = (IrSymbol){ir_intern(p, name), loc};
     return p->nsyms++;
@@ -265,6 +273,7 @@ int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc)
 
 int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc)
 {
+    CGC_ASSERT(p->ninputs < IR_MAX_INPUTS);
     p->inputs = xrealloc(p->inputs, (size_t)(p->ninputs + 1) * sizeof *p->inputs);
     p->inputs[p->ninputs] = (IrInput){ir_intern(p, name), t, s, loc};
     return p->ninputs++;
@@ -339,6 +348,59 @@ bool ir_member_stored(const IrGraph *g, int id)
         for (int j = 0; j < g->nodes[u].nin; j++)
             if (g->nodes[u].in[j] == id && g->nodes[u].group != k) return true;
     return false;
+}
+
+static bool ir_placed(const IrNode *n)
+{
+    return n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST;
+}
+
+bool *ir_stored_members(const IrGraph *g)
+{
+    bool *stored = xcalloc((size_t)g->nnodes + 1, sizeof *stored);
+    for (int u = 0; u < g->nnodes; u++) {
+        stored[u] |= g->nodes[u].group == 0;
+        for (int j = 0; j < g->nodes[u].nin; j++) {
+            int x = g->nodes[u].in[j];
+            if (g->nodes[x].group != g->nodes[u].group) stored[x] = true;
+        }
+    }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] >= 0) stored[g->output[r]] = true;
+    return stored;
+}
+
+/* What member U of group K adds to its operands; SEEN[x] == K marks the values K's
+ * members already read, *SEED a seed already counted. */
+static int member_operands(const IrGraph *g, int u, const bool *stored, int *seen, bool *seed)
+{
+    const IrNode *n = &g->nodes[u];
+    int k = n->group;
+    int count = (stored[u] && n->op != IR_ASSIGN) + (n->op == IR_ASSIGN) + (n->op == IR_RUNTIME);
+    if (n->op == IR_DROPOUT && !*seed) *seed = true, count++;
+    for (int j = 0; j < n->nin; j++) {
+        int x = n->in[j];
+        const IrNode *xn = &g->nodes[x];
+        bool member = xn->group == k && !ir_placed(xn);
+        bool literal = xn->op == IR_CONST && xn->dtype == DT_F32;
+        if (member || literal || seen[x] == k) continue;
+        seen[x] = k;
+        count++;
+    }
+    return count;
+}
+
+void ir_group_operands(const IrGraph *g, int *count)
+{
+    bool *stored = ir_stored_members(g), *seed = xcalloc((size_t)g->ngroups + 1, sizeof *seed);
+    int *seen = xcalloc((size_t)g->nnodes + 1, sizeof *seen);
+    for (int k = 0; k < g->ngroups; k++) count[k] = 0;
+    for (int u = 0; u < g->nnodes; u++) {
+        int k = g->nodes[u].group;
+        if (k && !ir_placed(&g->nodes[u]))
+            count[k - 1] += member_operands(g, u, stored, seen, &seed[k - 1]);
+    }
+    free(stored), free(seed), free(seen);
 }
 
 bool ir_gemm_unrounded(const IrGraph *g, int id)
@@ -800,6 +862,42 @@ static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n
     return false;
 }
 
+/* Fusion groups: numbers in range, members consecutive, operands within the limit. */
+/* A reduce group's reductions are whole only when its kernel ends: no member reads one. */
+static void verify_reduce_groups(const IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (!n->group || n->group > g->ngroups || g->groups[n->group - 1].kind != IR_GROUP_REDUCE) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (g->nodes[n->in[j]].group == n->group && ir_op_is_reduction(g->nodes[n->in[j]].op))
+                verify_fail(g, i, "reads a reduction of its own reduce group");
+    }
+}
+
+static void verify_groups(const IrGraph *g)
+{
+    int last = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        int k = g->nodes[i].group;
+        if (k < 0 || k > g->ngroups) verify_fail(g, i, "group number out of range");
+        if (k && k != last && i > 0 && g->nodes[i - 1].group != k) {
+            for (int j = 0; j < i; j++)
+                if (g->nodes[j].group == k) verify_fail(g, i, "members of its group are not consecutive");
+        }
+        last = k;
+    }
+    int *operands = xmalloc(((size_t)g->ngroups + 1) * sizeof *operands);
+    ir_group_operands(g, operands);
+    for (int k = 0; k < g->ngroups; k++)
+        if (operands[k] > IR_GROUP_MAX_OPERANDS)
+            cgc_internal_error(__FILE__, __LINE__, "graph %s, group %d (%s): %d operands, more than "
+                               "%d", g->name, k + 1, g->groups[k].name ? g->groups[k].name : "-",
+                               operands[k], IR_GROUP_MAX_OPERANDS);
+    free(operands);
+    verify_reduce_groups(g);
+}
+
 void ir_verify(const IrProgram *p, const IrGraph *g)
 {
     for (int i = 0; i < g->nnodes; i++) {
@@ -817,23 +915,5 @@ void ir_verify(const IrProgram *p, const IrGraph *g)
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
         if (g->output[r] >= g->nnodes) cgc_internal_error(__FILE__, __LINE__, "graph %s: output out of range", g->name);
-    /* fusion groups: numbers in range, members consecutive */
-    int last = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        int k = g->nodes[i].group;
-        if (k < 0 || k > g->ngroups) verify_fail(g, i, "group number out of range");
-        if (k && k != last && i > 0 && g->nodes[i - 1].group != k) {
-            for (int j = 0; j < i; j++)
-                if (g->nodes[j].group == k) verify_fail(g, i, "members of its group are not consecutive");
-        }
-        last = k;
-    }
-    /* a reduce group's reductions are whole only when its kernel ends: no member reads one */
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = &g->nodes[i];
-        if (!n->group || n->group > g->ngroups || g->groups[n->group - 1].kind != IR_GROUP_REDUCE) continue;
-        for (int j = 0; j < n->nin; j++)
-            if (g->nodes[n->in[j]].group == n->group && ir_op_is_reduction(g->nodes[n->in[j]].op))
-                verify_fail(g, i, "reads a reduction of its own reduce group");
-    }
+    verify_groups(g);
 }

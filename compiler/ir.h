@@ -30,7 +30,15 @@
 #include "config.h"
 #include "diag.h"
 
-enum { IR_MAX_RANK = 8, IR_MAX_IN = 3 };
+/* The IR's fixed sizes. Every array of one of these kinds is sized by its constant, and
+ * each limit a .net file can reach is checked where the file is read (sema.c, the
+ * parser), so that a program past the front end fits them all:
+ *   IR_MAX_RANK     dimensions of a shape (Shape.dim)
+ *   IR_MAX_IN       inputs of a node: the widest op's arity, which no file can change
+ *   IR_MAX_SYMBOLS  dimension names of a program (IrProgram.syms): the batch and the
+ *                   others; a feed's symvals[], a plan's symmax[], kernels' sym<k>
+ *   IR_MAX_INPUTS   `input` statements of a program (IrProgram.inputs): a feed's inputs[] */
+enum { IR_MAX_RANK = 8, IR_MAX_IN = 3, IR_MAX_SYMBOLS = 8, IR_MAX_INPUTS = 16 };
 
 typedef enum DType { DT_F32, DT_F16, DT_BF16, DT_I32 } DType;
 
@@ -180,7 +188,13 @@ typedef struct IrNode {
  * counter, and the block that counts last runs the `last` groups, one after another (and
  * resets the counter). They read nothing the other groups compute, nor each other's
  * results. That is ordering, not a reduction, so results stay deterministic. (Several:
- * the bookkeeping is independent scalar groups, the scaler's and the step counter's.) */
+ * the bookkeeping is independent scalar groups, the scaler's and the step counter's.)
+ *
+ * Every group takes at most IR_GROUP_MAX_OPERANDS operands (ir_group_operands): a kernel's
+ * parameters are few (codegen's PLAN_MAX_PARAMS leaves room for these, the symbols and a
+ * counter), so the fusion pass leaves apart what would need more, however wide the model. */
+enum { IR_GROUP_MAX_OPERANDS = 240 };
+
 typedef enum IrGroupKind { IR_GROUP_POINTWISE, IR_GROUP_REDUCE, IR_GROUP_ROW, IR_GROUP_GEMM } IrGroupKind;
 
 typedef struct IrGroup {
@@ -299,7 +313,10 @@ void ir_program_free(IrProgram *p);
 /* A copy of S owned by P (freed with it), for names that must outlive their source: the
  * tables' names and IrNode.name. Equal strings give the same pointer. */
 const char *ir_intern(IrProgram *p, const char *s);
+/* Symbol NAME's number, adding it when new (at most IR_MAX_SYMBOLS in all). */
 int ir_add_symbol(IrProgram *p, const char *name, SrcLoc loc);
+int ir_find_symbol(const IrProgram *p, const char *name);   /* -1 when absent */
+/* Input number ninputs, of at most IR_MAX_INPUTS. */
 int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc);
 int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, IrInit init,
                   double init_value, int param_of, SrcLoc loc);
@@ -315,6 +332,13 @@ int ir_add_group(IrGraph *g, const IrGroup *gr);
 /* Whether node ID of G has a value in memory after its kernel: a node in no group, or a
  * group member that a node outside its group reads, or a graph output (IrGroup). */
 bool ir_member_stored(const IrGraph *g, int id);
+/* ir_member_stored of every node of G at once, in time proportional to G (malloc'd). */
+bool *ir_stored_members(const IrGraph *g);
+/* The operands of every group of G, into COUNT[k - 1] for group k: what its kernel takes
+ * as parameters, the symbols aside. A parameter per value it reads from outside (an f32
+ * CONST is written into the kernel instead), per member it stores or ASSIGN it makes (the
+ * tensor), per RUNTIME member, and one seed for its DROPOUTs. */
+void ir_group_operands(const IrGraph *g, int *count);
 const char *ir_group_kind_name(IrGroupKind kind);   /* "pointwise", "reduce", "row", "gemm" */
 /* Member ID of a GEMM group that is not stored: it stays in cuBLASLt's f32 accumulator,
  * not rounded to its dtype (IR_GROUP_GEMM). */

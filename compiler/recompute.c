@@ -63,8 +63,8 @@ typedef struct Candidate {
 /* N's bytes with the batch symbol bound to cfg.batch and other symbols to 1. */
 static double node_bytes(const IrProgram *p, const IrNode *n)
 {
-    int64_t symvals[8];
-    for (int k = 0; k < 8; k++) symvals[k] = k == 0 ? p->cfg.batch : 1;
+    int64_t symvals[IR_MAX_SYMBOLS];
+    for (int k = 0; k < IR_MAX_SYMBOLS; k++) symvals[k] = k == 0 ? p->cfg.batch : 1;
     return (double)ir_numel(&n->shape, symvals) * (double)ir_dtype_size(n->dtype);
 }
 

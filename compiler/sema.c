@@ -23,9 +23,11 @@
 
 enum {
     POISON = -1,           /* the value of an expression that already had an error */
-    MAX_EXPR_DEPTH = 1000, /* deeper expressions (long operator chains) are refused */
     NAME_BUF = 256,        /* shape and type strings in messages */
 };
+
+/* The parser's limit on an input's dimensions is the one every Shape has. */
+_Static_assert((int)AST_MAX_DIMS == (int)IR_MAX_RANK, "an input type fits a Shape");
 
 /* Tensors larger than this (elements, not counting symbolic dimensions) are refused, so
  * that nothing later tries to allocate absurd amounts of memory. */
@@ -79,9 +81,9 @@ SrcLoc sema_expr_start(const AstExpr *e)
  * may lower the operands without meeting it again. */
 static int fold_const_at(Source *src, const AstExpr *e, double *out, int depth)
 {
-    if (depth > MAX_EXPR_DEPTH) {
-        diag_error(src, e->loc, "expression is nested too deeply (more than %d levels)",
-                   MAX_EXPR_DEPTH);
+    if (depth > AST_MAX_EXPR_DEPTH) {   /* the parser refuses deeper trees already */
+        diag_error(src, e->loc, "expression too deep (more than %d nested operations); split "
+                   "it over several statements", AST_MAX_EXPR_DEPTH);
         return -1;
     }
     double a = 0, b = 0;
@@ -356,6 +358,7 @@ typedef struct Sema {
     int *slots;
     size_t nslots;
 
+    bool too_many_inputs, too_many_symbols;   /* past IR_MAX_INPUTS, IR_MAX_SYMBOLS: said */
     BatchState batch;              /* the first input's first dimension */
     const AstStmt *batch_input;    /* the input that set it */
 
@@ -629,7 +632,9 @@ static int lower_call(Sema *S, const AstExpr *call);
 static int lower_expr_inner(Sema *S, const AstExpr *e)
 {
     double v = 0;
-    int r = fold_const_at(S->src, e, &v, S->depth);
+    /* S->depth - 1 operations are above E (lower_expr has counted E itself), so that sema
+     * takes every tree the parser does */
+    int r = fold_const_at(S->src, e, &v, S->depth - 1);
     if (r < 0) return POISON;
     if (r == 1) return ir_const(S->g, v, sema_expr_start(e));
     switch (e->kind) {
@@ -654,9 +659,9 @@ static int lower_expr_inner(Sema *S, const AstExpr *e)
 /* An expression as a tensor value: its node id, or POISON after an error. */
 static int lower_expr(Sema *S, const AstExpr *e)
 {
-    if (S->depth >= MAX_EXPR_DEPTH) {
-        diag_error(S->src, e->loc, "expression is nested too deeply (more than %d levels)",
-                   MAX_EXPR_DEPTH);
+    if (S->depth > AST_MAX_EXPR_DEPTH) {   /* the parser refuses deeper trees already */
+        diag_error(S->src, e->loc, "expression too deep (more than %d nested operations); "
+                   "split it over several statements", AST_MAX_EXPR_DEPTH);
         return POISON;
     }
     S->depth++;
@@ -859,16 +864,15 @@ static bool reshape_target(Sema *S, const AstExpr *list, Shape *t, int *hole)
     }
     if (list->nargs > IR_MAX_RANK) {
         diag_error(S->src, list->args[IR_MAX_RANK].value->loc,
-                   "reshape: at most %d dimensions", IR_MAX_RANK);
+                   "reshape: a shape has at most %d dimensions; merge some of them into one",
+                   IR_MAX_RANK);
         return false;
     }
     for (int i = 0; i < list->nargs; i++) {
         const AstExpr *d = list->args[i].value;
         if (d->kind == AST_NAME) {
-            int k;
-            for (k = 0; k < S->p->nsyms; k++)
-                if (strcmp(S->p->syms[k].name, d->name) == 0) break;
-            if (k == S->p->nsyms) {
+            int k = ir_find_symbol(S->p, d->name);
+            if (k < 0) {
                 diag_error(S->src, d->loc, "reshape: '%s' is not a dimension symbol of the inputs",
                            diag_quote(d->name, 60));
                 return false;
@@ -1218,12 +1222,25 @@ static bool check_batch_dim(Sema *S, const AstStmt *st, const AstDim *d)
     return false;
 }
 
+/* A dimension name the program does not have yet must fit in IR_MAX_SYMBOLS. */
+static bool check_symbol_room(Sema *S, const AstDim *d)
+{
+    if (ir_find_symbol(S->p, d->sym) >= 0 || S->p->nsyms < IR_MAX_SYMBOLS) return true;
+    if (!S->too_many_symbols)   /* said once: every later new name is the same mistake */
+        diag_error(S->src, d->loc, "'%s' would be dimension name %d: a model may use at most %d "
+                   "(the batch included); write this dimension as a number, or reuse a name",
+                   diag_quote(d->sym, 60), IR_MAX_SYMBOLS + 1, IR_MAX_SYMBOLS);
+    S->too_many_symbols = true;
+    return false;
+}
+
 /* One dimension of an input type into *OUT; *NUMEL accumulates the numeric ones. */
 static bool input_dim(Sema *S, const AstStmt *st, int i, int64_t *out, int64_t *numel)
 {
     const AstDim *d = &st->type.dims[i];
     if (i == 0 && !check_batch_dim(S, st, d)) return false;
     if (d->sym) {
+        if (!check_symbol_room(S, d)) return false;
         *out = IR_SYM(ir_add_symbol(S->p, d->sym, d->loc));
         return true;
     }
@@ -1251,11 +1268,7 @@ static bool input_shape(Sema *S, const AstStmt *st, Shape *s)
                    "(e.g. %s[N, 784])", st->name, t->dtype);
         return false;
     }
-    if (t->ndims > AST_MAX_DIMS || t->ndims > IR_MAX_RANK) {
-        diag_error(S->src, t->dims[AST_MAX_DIMS].loc, "an input has at most %d dimensions",
-                   AST_MAX_DIMS);
-        return false;
-    }
+    CGC_ASSERT(t->ndims <= AST_MAX_DIMS);   /* the parser refuses more */
     int64_t numel = 1;
     for (int i = 0; i < t->ndims; i++) {
         if (!input_dim(S, st, i, &s->dim[i], &numel)) return false;
@@ -1264,9 +1277,25 @@ static bool input_shape(Sema *S, const AstStmt *st, Shape *s)
     return true;
 }
 
+/* The program's inputs must fit in IR_MAX_INPUTS. */
+static bool check_input_room(Sema *S, const AstStmt *st)
+{
+    if (S->p->ninputs < IR_MAX_INPUTS) return true;
+    if (!S->too_many_inputs)   /* said once: every later input is the same mistake */
+        diag_error(S->src, st->name_loc, "input '%s' would be input %d: a model takes at most %d; "
+                   "combine some of them into one input with more features",
+                   diag_quote(st->name, 60), IR_MAX_INPUTS + 1, IR_MAX_INPUTS);
+    S->too_many_inputs = true;
+    return false;
+}
+
 static void check_input(Sema *S, const AstStmt *st)
 {
     bool fresh = check_new_name(S, st->name, st->name_loc);
+    if (!check_input_room(S, st)) {
+        if (fresh) bind(S, st->name, st->name_loc, POISON, -1);   /* later uses stay silent */
+        return;
+    }
     DType t = DT_F32;
     bool ok = input_dtype(S, &st->type, &t);
     Shape s;

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "passes.h"
 
@@ -108,13 +109,17 @@ static int scalar_state(IrProgram *p, const char *name, IrInit init, double valu
     return ir_add_tensor(p, name, IR_STATE, ir_shape0(), init, value, -1, NO_LOC);
 }
 
-/* "PREFIX.PARAM", zeros, of the parameter's shape. */
+/* "PREFIX.PARAM", zeros, of the parameter's shape. The name is as long as it needs to
+ * be: two parameters differ somewhere, and so must their states. */
 static int param_state(IrProgram *p, const char *prefix, int param)
 {
-    char name[512];
-    snprintf(name, sizeof name, "%s.%s", prefix, p->tensors[param].name);
     IrTensor pt = p->tensors[param];
-    return ir_add_tensor(p, name, IR_STATE, pt.shape, IR_INIT_ZEROS, 0, param, pt.loc);
+    size_t len = strlen(prefix) + strlen(pt.name) + 2;
+    char *name = xmalloc(len);
+    snprintf(name, len, "%s.%s", prefix, pt.name);
+    int t = ir_add_tensor(p, name, IR_STATE, pt.shape, IR_INIT_ZEROS, 0, param, pt.loc);
+    free(name);
+    return t;
 }
 
 /* Per-parameter ids of PREFIX's state, or all -1 when WANTED is false. */

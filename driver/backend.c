@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_DEVICES = 16, DEFAULT_ARCH = 90 };
+enum { DEFAULT_ARCH = 90 };
 
 int backend_parse_arch(const char *s)
 {
@@ -66,9 +66,9 @@ int backend_check_compile(const BackendOptions *o, int arch)
 size_t backend_device_memory(const char *device)
 {
     if (strncmp(device, "cuda", 4) != 0 && strcmp(device, "auto") != 0) return 0;
-    CudaDeviceInfo info[MAX_DEVICES];
+    CudaDeviceInfo info[CUDA_MAX_DEVICES];
     char why[256];
-    int count = cuda_probe(info, MAX_DEVICES, why, sizeof why);
+    int count = cuda_probe(info, CUDA_MAX_DEVICES, why, sizeof why);
     long ordinal = device[4] == ':' ? strtol(device + 5, NULL, 10) : 0;
     if (ordinal < 0 || ordinal >= count) return 0;
     size_t free_bytes;
@@ -81,7 +81,7 @@ size_t backend_device_memory(const char *device)
 static int pick_ordinal(const BackendOptions *o, CudaDeviceInfo *info, int *count)
 {
     char why[256] = "";
-    *count = cuda_probe(info, MAX_DEVICES, why, sizeof why);
+    *count = cuda_probe(info, CUDA_MAX_DEVICES, why, sizeof why);
     if (strcmp(o->device, "auto") == 0) {
         if (*count > 0) return 0;
         if (!o->quiet) fprintf(stderr, "cgc: no usable CUDA device: %s; running on the CPU\n", why);
@@ -91,7 +91,7 @@ static int pick_ordinal(const BackendOptions *o, CudaDeviceInfo *info, int *coun
     if (o->device[4] == ':') {
         char *end;
         long v = strtol(o->device + 5, &end, 10);
-        if (!o->device[5] || *end || v < 0 || v >= MAX_DEVICES) {
+        if (!o->device[5] || *end || v < 0 || v >= CUDA_MAX_DEVICES) {
             cgc_error("--device %s: expected cuda or cuda:N with N a device number (cgc --devices lists them)",
                       diag_quote(o->device, 40));
             return -2;
@@ -120,7 +120,7 @@ int backend_open(const BackendOptions *o, Backend *out)
         cgc_error("--device: unknown device '%s' (auto, cpu or cuda[:N])", diag_quote(o->device, 40));
         return -1;
     }
-    CudaDeviceInfo info[MAX_DEVICES];
+    CudaDeviceInfo info[CUDA_MAX_DEVICES];
     int count;
     int ordinal = pick_ordinal(o, info, &count);
     if (ordinal == -1) return 0;

@@ -91,7 +91,7 @@ int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out)
 {
     memset(out, 0, sizeof *out);
     out->p = p;
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < IR_MAX_SYMBOLS; k++)
         out->symmax[k] = o->symmax[k] > 0 ? o->symmax[k] : k == 0 ? p->cfg.batch : 1;
     int *cand = NULL;
     int n = recompute_candidates(p, &cand);

@@ -23,7 +23,7 @@
 typedef struct CompileOptions {
     PlanMode mode;
     const char *net_path;       /* for the kernels' comments */
-    int64_t symmax[8];          /* symbol maxima of the memory plan; 0 = cfg.batch for symbol
+    int64_t symmax[IR_MAX_SYMBOLS];          /* symbol maxima of the memory plan; 0 = cfg.batch for symbol
                                  * 0 and 1 for others */
     size_t device_free;         /* bytes free on the device that will run it; 0 = unknown */
     bool stop_after_checkpoint; /* --dump-ir-after checkpoint: decide as MODE would, then
@@ -39,7 +39,7 @@ typedef struct Compiled {
     IrProgram *p;               /* not owned */
     Plan *plan;
     PlanLayout layout;          /* memory reused (the plan the device runs) */
-    int64_t symmax[8];
+    int64_t symmax[IR_MAX_SYMBOLS];
     int nrecomputed;            /* forward nodes the backward recomputes */
     int *recomputed;            /* their ids (forward graph), malloc'd */
     size_t budget;              /* checkpoint = auto: the activation budget; 0 = none */

@@ -16,21 +16,22 @@
 
 /* ---- shared facts ---- */
 
-/* The distinct .net lines of group K's members, ascending, into LINES; returns how many. */
-static int group_lines(const IrGraph *g, int k, int *lines, int max)
+/* The distinct .net lines of group K's members, ascending, into *OUT (malloc'd); returns
+ * how many. */
+static int group_lines(const IrGraph *g, int k, int **out)
 {
-    int n = 0;
+    int n = 0, *lines = xmalloc(((size_t)g->nnodes + 1) * sizeof *lines);
     for (int i = 0; i < g->nnodes; i++) {
         int line = g->nodes[i].loc.line;
         if (g->nodes[i].group != k || line <= 0) continue;
         int at = 0;
         while (at < n && lines[at] < line) at++;
         if (at < n && lines[at] == line) continue;
-        if (n == max) break;
         memmove(&lines[at + 1], &lines[at], (size_t)(n - at) * sizeof *lines);
         lines[at] = line;
         n++;
     }
+    *out = lines;
     return n;
 }
 
@@ -66,10 +67,10 @@ static void stats_group(FILE *out, const IrGraph *g, int k, bool first)
         fprintf(out, "%s\"%s\"", any ? ", " : "", ir_op_name(g->nodes[i].op));
         any = true;
     }
-    int lines[64];
-    int n = group_lines(g, k, lines, 64);
+    int *lines, n = group_lines(g, k, &lines);
     fputs("], \"lines\": [", out);
     for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", lines[i]);
+    free(lines);
     fprintf(out, "], \"multi\": %d}", g->groups[k - 1].multi);
 }
 
@@ -198,10 +199,10 @@ static void explain_groups(const Compiled *c, FILE *out)
         const IrGroup *gr = &g->groups[k - 1];
         fprintf(out, "  g%-3d %-*s %-9s %-14s", k, width, gr->name,
                 ir_group_kind_name(gr->kind), ir_shape_str(p, &gr->work, shape, sizeof shape));
-        int lines[64];
-        int n = group_lines(g, k, lines, 64);
+        int *lines, n = group_lines(g, k, &lines);
         fputs(" lines", out);
         for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? "," : " ", lines[i]);
+        free(lines);
         if (!n) fputs(" -", out);
         if (gr->multi) fprintf(out, "  (multi-tensor launch %d%s)", gr->multi, gr->last ? ", last" : "");
         fputs("\n        ", out);
@@ -327,17 +328,16 @@ static void unit_label(const IrGraph *g, int u, char *buf, size_t n)
 /* The units that read node ID (through views), its own among them. */
 static int reader_units(const IrGraph *g, int id)
 {
-    int n = 0, seen[64];
+    int n = 0;
+    bool *seen = xcalloc((size_t)g->ngroups + (size_t)g->nnodes + 2, sizeof *seen);
     for (int c = 0; c < g->nnodes; c++) {
         if (is_view(&g->nodes[c])) continue;
         for (int k = 0; k < g->nodes[c].nin; k++) {
-            if (producer(g, c, k) != id) continue;
-            int u = unit_of(g, c);
-            bool dup = false;
-            for (int i = 0; i < n && !dup; i++) dup = seen[i] == u;
-            if (!dup && n < 64) seen[n++] = u;
+            int u = unit_of(g, c) + 1;   /* unit_of's -1 (no kernel) is one reader too */
+            if (producer(g, c, k) == id && !seen[u]) seen[u] = true, n++;
         }
     }
+    free(seen);
     return n;
 }
 

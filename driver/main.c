@@ -291,7 +291,7 @@ static int emit_choices(const Plan *plan, const Cli *cli, TuneFile *out, PlanCho
 {
     const IrProgram *p = plan->p;
     char why[256], device[128] = "";
-    int64_t symvals[8] = {p->cfg.batch};
+    int64_t symvals[IR_MAX_SYMBOLS] = {p->cfg.batch};
     char quoted[128];    /* diag_quote's buffers are 128 bytes */
     const char *file = NULL;
     if (cli->tune_file) file = strcpy(quoted, diag_quote(cli->tune_file, 80));

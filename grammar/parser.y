@@ -96,10 +96,6 @@ void ast_block_free(AstBlock *block);
 #include <stdlib.h>
 #include <string.h>
 
-/* The deepest expression tree accepted: long chains like a+b+c+... grow the tree but
- * not the nesting the lexer counts; recursive passes over the tree need a bound. */
-enum { MAX_EXPR_DEPTH = 1000 };
-
 /* Bison's stack is bounded by the lexer's nesting limit (see the file comment). */
 #define YYMAXDEPTH 10000
 
@@ -373,9 +369,9 @@ nls
 
 static bool too_deep(yyscan_t scanner, int depth, YYLTYPE loc)
 {
-    if (depth <= MAX_EXPR_DEPTH) return false;
-    diag_error(lex_state(scanner)->src, at(loc),
-               "expression too deep (more than %d nested operations)", MAX_EXPR_DEPTH);
+    if (depth <= AST_MAX_EXPR_DEPTH) return false;
+    diag_error(lex_state(scanner)->src, at(loc), "expression too deep (more than %d nested "
+               "operations); split it over several statements", AST_MAX_EXPR_DEPTH);
     return true;
 }
 
@@ -399,8 +395,8 @@ static AstType dims_push(yyscan_t scanner, AstType type, AstDim dim, YYLTYPE loc
 {
     *ok = type.ndims < AST_MAX_DIMS;
     if (!*ok) {
-        diag_error(lex_state(scanner)->src, at(loc), "too many dimensions (more than %d)",
-                   AST_MAX_DIMS);
+        diag_error(lex_state(scanner)->src, at(loc), "too many dimensions: an input has at "
+                   "most %d; merge some of them into one", AST_MAX_DIMS);
         free(dim.sym);
         ast_type_free(&type);
         return (AstType){0};

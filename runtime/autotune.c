@@ -527,7 +527,7 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
 
 void autotune_explain(const Plan *plan, FILE *out)
 {
-    int64_t symvals[8] = {plan->p->cfg.batch};
+    int64_t symvals[IR_MAX_SYMBOLS] = {plan->p->cfg.batch};
     TuneFile t;
     char why[256];
     if (!tune_init(&t, "explain", 90, "none", 0, why, sizeof why)) CGC_INTERNAL("%s", why);

@@ -31,7 +31,6 @@
 #define IDX_MAX_BYTES ((uint64_t)1 << 32)
 enum {
     IDX_TYPE_UBYTE = 0x08,
-    IDX_MAX_RANK = 4,
     IDX_FIRST_CHUNK = 16 << 20,     /* the payload buffer starts here and doubles */
     IDX_READ_CHUNK = 64 << 20,      /* bytes per gzread call (its length is an unsigned) */
 };
@@ -112,7 +111,7 @@ static int idx_check_magic(const char *path, const uint8_t magic[4], int64_t got
 
 /* Reads the RANK big-endian u32 dimensions and returns their product (the payload size),
  * or -1 after an error: a truncated header, a zero dimension, or more than 4 GiB. */
-static int64_t idx_read_dims(gzFile f, const char *path, int rank, int64_t dims[8])
+static int64_t idx_read_dims(gzFile f, const char *path, int rank, int64_t dims[IDX_MAX_RANK])
 {
     uint8_t raw[4 * IDX_MAX_RANK];
     int64_t got = idx_read_bytes(f, path, raw, 4 * (uint64_t)rank);
@@ -176,7 +175,7 @@ fail:
     return NULL;
 }
 
-int idx_read(const char *path, int *rank, int64_t dims[8], uint8_t **bytes)
+int idx_read(const char *path, int *rank, int64_t dims[IDX_MAX_RANK], uint8_t **bytes)
 {
     *bytes = NULL;
     errno = 0;
@@ -435,7 +434,7 @@ static const char *dims_str(const int64_t *dims, int rank, char *buf, size_t n)
 static int load_images(const char *path, const InputPlan *plan, double scale, Dataset *d)
 {
     int rank;
-    int64_t dims[8];
+    int64_t dims[IDX_MAX_RANK];
     uint8_t *bytes;
     if (idx_read(path, &rank, dims, &bytes) < 0) return -1;
     int64_t per = 1;
@@ -466,7 +465,7 @@ static int load_labels(const char *path, const char *images, const IrProgram *p,
                        const InputPlan *plan, Dataset *d)
 {
     int rank;
-    int64_t dims[8];
+    int64_t dims[IDX_MAX_RANK];
     uint8_t *bytes;
     if (idx_read(path, &rank, dims, &bytes) < 0) return -1;
     int status = -1;

@@ -42,8 +42,10 @@ void data_free(DataSplits *d);
 /* Reads one IDX file (gzip or plain: zlib decides). Validates magic, type byte (only
  * unsigned byte data, 0x08), rank, that the dimensions' product fits and that the file
  * holds exactly that many bytes. On success DIMS and RANK describe it and BYTES (malloc'd)
- * the values. Returns 0, or -1 after "cgc: error: PATH: what is wrong". */
-int idx_read(const char *path, int *rank, int64_t dims[8], uint8_t **bytes);
+ * the values. Returns 0, or -1 after "cgc: error: PATH: what is wrong". A rank past
+ * IDX_MAX_RANK is such an error. */
+enum { IDX_MAX_RANK = 4 };
+int idx_read(const char *path, int *rank, int64_t dims[IDX_MAX_RANK], uint8_t **bytes);
 
 /* The order of epoch EPOCH: a permutation of 0..n-1 (Fisher-Yates on rng.h's
  * RNG_SHUFFLE stream), or the identity when !shuffle. */

@@ -26,8 +26,8 @@ struct DevExec {
     const IrProgram *p;
     Device *d;
     const char *net_path;
-    int64_t symmax[8];
-    int64_t symvals[8];         /* of the last run, for devexec_value */
+    int64_t symmax[IR_MAX_SYMBOLS];
+    int64_t symvals[IR_MAX_SYMBOLS];         /* of the last run, for devexec_value */
     const IrGraph *last;        /* the graph last run */
     bool reuse;                 /* buffers share memory: only outputs survive a run */
     DevPtr arena;
@@ -262,7 +262,7 @@ static void check_launch(const Plan *plan, const PlanStep *s)
     for (int i = 0; i < l->nargs; i++) {
         const PlanArg *a = &l->arg[i];
         bool in_range = a->kind != ARG_BUFFER || (a->index >= 0 && a->index < plan->nbuffers);
-        in_range = in_range && (a->kind != ARG_SYMBOL || (a->index >= 0 && a->index < 8));
+        in_range = in_range && (a->kind != ARG_SYMBOL || (a->index >= 0 && a->index < IR_MAX_SYMBOLS));
         in_range = in_range && (a->kind != ARG_RUNTIME || (a->index >= 0 && a->index < IR_NUM_RUNTIME));
         if (!arg_fits(k->param[i], a->kind) || !in_range)
             CGC_INTERNAL("plan step '%s': argument %d (kind %d, index %d) does not fit parameter "
@@ -327,8 +327,8 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     e->p = plan->p;
     e->d = d;
     e->net_path = net_path ? net_path : "(model)";
-    CGC_ASSERT(e->p->nsyms <= 8 && e->p->ninputs <= 16);
-    for (int k = 0; k < 8 && k < e->p->nsyms; k++) e->symmax[k] = symmax[k];
+    CGC_ASSERT(e->p->nsyms <= IR_MAX_SYMBOLS && e->p->ninputs <= IR_MAX_INPUTS);
+    for (int k = 0; k < IR_MAX_SYMBOLS && k < e->p->nsyms; k++) e->symmax[k] = symmax[k];
     e->offset = xcalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1), sizeof *e->offset);
     e->kernel = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->kernel);
     e->items = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->items);
@@ -606,7 +606,7 @@ static int upload_inputs(DevExec *e, const DevFeed *feed)
 
 static int bind_symbols(DevExec *e, const DevFeed *feed)
 {
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < IR_MAX_SYMBOLS; k++) {
         e->symvals[k] = k < e->p->nsyms ? feed->symvals[k] : 0;
         if (e->symvals[k] < 0 || e->symvals[k] > e->symmax[k]) {
             cgc_error("%s: symbol %s is %lld in this run, but the device arena was laid out for "

@@ -22,11 +22,11 @@
 typedef struct DevExec DevExec;
 
 typedef struct DevFeed {
-    int64_t symvals[8];             /* symvals[0]: the batch of this run */
+    int64_t symvals[IR_MAX_SYMBOLS];             /* symvals[0]: the batch of this run */
     /* Per program input: host data to upload before the run (f32 or int32, dense in the
      * input's shape), or NULL when the input buffer already holds it (gathered on the
      * device by the data kernels). */
-    const void *inputs[16];
+    const void *inputs[IR_MAX_INPUTS];
     double runtime[IR_NUM_RUNTIME];
 } DevFeed;
 

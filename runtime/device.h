@@ -130,6 +130,9 @@ struct Device {
 /* ---- the CUDA device (runtime/cuda/) ---- */
 
 /* What `cgc --devices` prints and `--device auto` decides from. */
+/* The most devices cgc looks at: cuda:0 to cuda:15. */
+enum { CUDA_MAX_DEVICES = 16 };
+
 typedef struct CudaDeviceInfo {
     char name[128];
     size_t total_bytes;

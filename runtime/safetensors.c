@@ -26,9 +26,8 @@
 
 #include "../compiler/diag.h"
 
-/* The reference implementation's limit on the header, and ours on ranks (StTensor's). */
+/* The reference implementation's limit on the header (ours on ranks is StTensor's). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
-enum { ST_MAX_RANK = 8 };
 /* Integers in the header are read through doubles; beyond 2^53 they would be rounded. */
 #define ST_MAX_INT ((double)((uint64_t)1 << 53))
 

@@ -14,11 +14,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The most dimensions a tensor may have: a file's tensor of higher rank is refused. */
+enum { ST_MAX_RANK = 8 };
+
 typedef struct StTensor {
     const char *name;
     const char *dtype;          /* "F32", "F64", "I32", "I64", "F16", "BF16", "U8" */
     int rank;
-    int64_t shape[8];
+    int64_t shape[ST_MAX_RANK];
     const void *data;           /* shape * dtype size bytes, little-endian */
 } StTensor;
 

@@ -231,8 +231,8 @@ static int launch(const Trainer *t, PlanDataKernel which, int64_t work, KArg *a,
 {
     DeviceBackend *b = backend(t);
     int k = b->plan->data_kernel[which];
-    void *args[8];
-    CGC_ASSERT(n <= 8 && k >= 0 && k < b->plan->nkernels && b->plan->kernels[k].nparams == n);
+    void *args[PLAN_DATA_KERNEL_MAX_PARAMS];
+    CGC_ASSERT(n <= PLAN_DATA_KERNEL_MAX_PARAMS && k >= 0 && k < b->plan->nkernels && b->plan->kernels[k].nparams == n);
     for (int i = 0; i < n; i++) args[i] = &a[i];
     /* Kernels loop over their work (plan.h), so any grid is correct; WORK 0 means a kernel
      * that must run as one block. */
@@ -402,7 +402,7 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     if (!b->plan) b->plan = b->own_plan = plan_build(t->p, PLAN_EAGER, t->o->net_path);
     const TrainConfig *c = &t->p->cfg;
     int64_t eval_rows = t->data.has_test ? (t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH) : 0;
-    int64_t symmax[8] = {c->batch > eval_rows ? c->batch : eval_rows};
+    int64_t symmax[IR_MAX_SYMBOLS] = {c->batch > eval_rows ? c->batch : eval_rows};
     b->e = devexec_new(b->plan, b->d, symmax, t->o->net_path);
     if (!b->e) return -1;
     b->step = b->plan->step_state >= 0 ? devexec_buffer(b->e, b->plan->step_state) : 0;

@@ -23,6 +23,8 @@
 #include "safetensors.h"
 #include "train.h"
 
+_Static_assert((int)ST_MAX_RANK >= (int)IR_MAX_RANK, "every tensor of a program fits a checkpoint");
+
 enum { FORMAT_VERSION = 1 };
 
 enum { MAX_META = 24, META_TEXT = 1024 };

@@ -20,7 +20,8 @@ cgc_e2e(e2e_bench bench.sh)
 # or exit 1 with a diagnostic, within seconds.
 add_executable(mutate_cli mutate_cli.c)
 add_test(NAME e2e_mutate COMMAND mutate_cli ${CGC_BIN} ${CMAKE_SOURCE_DIR}/models/mlp.net
-         ${CMAKE_SOURCE_DIR}/models/resmlp.net ${CMAKE_SOURCE_DIR}/models/regression.net)
+         ${CMAKE_SOURCE_DIR}/models/resmlp.net ${CMAKE_SOURCE_DIR}/models/regression.net
+         ${TESTS_DIR}/diag/ok/limits_inputs_symbols.net)
 set_tests_properties(e2e_mutate PROPERTIES LABELS "cpu;e2e" TIMEOUT 600)
 
 # The benchmark scripts' parsers (bench/) read the lines runtime/train_device.c prints.

@@ -4,9 +4,9 @@
  *
  * For every model, a few hundred seeded mutations (bit flips, random bytes, deleted,
  * duplicated and inserted spans, deep bracket nesting, truncation) are written to a
- * temporary file and run through `cgc --check` or `cgc --dump-ir`; the first few that
- * pass are also trained for two steps, so that data loading, the executor and the
- * training loop see mutated models too. Each run must end within 10 seconds, by exit 0,
+ * temporary file and run through `cgc --check` (eager, or fused in the default mode) or
+ * `cgc --dump-ir`; the first few that pass are also trained for two steps, so that data
+ * loading, the executor and the training loop see mutated models too. Each run must end within 10 seconds, by exit 0,
  * or by exit 1 with an "error:" on standard error. A failing input is kept and its path
  * printed, so it can be replayed.
  */
@@ -151,9 +151,12 @@ int main(int argc, char **argv)
             close(fd);
             char why[512];
             /* --arch none: the front end and the plan, not NVRTC (test_nvrtc_models
-             * compiles every model; here a compile per mutant would dominate) */
-            char *check[] = {argv[1], path, i % 2 ? "--dump-ir" : "--check", "--arch", "none", NULL};
-            if (i % 2) check[3] = NULL;
+             * compiles every model; here a compile per mutant would dominate); a third
+             * of the mutants eager, two thirds fused (one of them dumped), so that both
+             * renderers and the fusion pass see mutants */
+            char *check[] = {argv[1], path, "--mode", i % 3 == 0 ? "eager" : "default",
+                             i % 3 == 1 ? "--dump-ir" : "--check", "--arch", "none", NULL};
+            if (i % 3 == 1) check[5] = NULL;
             char *train[] = {argv[1], path, "--steps", "2", "-q", NULL};
             int code = 1, ok = run_one(check, &code, why, sizeof why) == 0;
             runs++;

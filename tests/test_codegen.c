@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "codegen/plan.h"
+#include "compiler/passes.h"
 #include "driver/pipeline.h"
 #include "tests/testfiles.h"
 
@@ -152,7 +153,7 @@ static void test_weird_names(void)
     if (relu >= 0) CHECK(strstr(pl->kernels[relu].source, "(eval graph, node %") != NULL);
     /* bf16 storage: the relu reads and writes 16-bit patterns */
     if (relu >= 0) CHECK(strstr(pl->kernels[relu].source, "cgc_bf16 *__restrict__ out") != NULL);
-    int64_t symmax[8] = { 32 };
+    int64_t symmax[IR_MAX_SYMBOLS] = { 32 };
     CHECK_EQ_INT(plan_buffer_bytes(pl, pl->input_buffer[0], symmax), 32 * 8 * 4);
     CHECK_EQ_INT(plan_buffer_bytes(pl, pl->graph[PG_TRAIN].node_buffer[0], symmax), 0);
     char *module = plan_module_source(pl);
@@ -412,6 +413,67 @@ out:
     source_free(src);
 }
 
+/* A model of N chained layers relu(linear(h, 8)), adam, fp16 and clipping: every
+ * parameter's update in one multi-tensor launch, had a kernel room for them all. */
+static char *deep_net(int n)
+{
+    size_t cap = (size_t)n * 64 + 512, len = 0;
+    char *s = malloc(cap);
+    len += (size_t)snprintf(s + len, cap - len, "model deep {\n    input x: f32[N, 8]\n"
+                            "    input y: i32[N]\n    h0 = x\n");
+    for (int i = 1; i <= n; i++)
+        len += (size_t)snprintf(s + len, cap - len, "    h%d = relu(linear(h%d, 8))\n", i, i - 1);
+    snprintf(s + len, cap - len, "    out = linear(h%d, 3)\n    output out\n"
+             "    loss cross_entropy(out, y)\n}\ntrain {\n    optimizer = adam(lr = 1e-3)\n"
+             "    precision = fp16\n    clip_norm = 1.0\n}\n", n);
+    return s;
+}
+
+/* Launches of graph G whose kernel's name starts with PREFIX and contains PART. */
+static int count_launches(const Plan *pl, PlanGraphId g, const char *prefix, const char *part)
+{
+    int n = 0;
+    for (int i = 0; i < pl->graph[g].nsteps; i++) {
+        const PlanStep *st = &pl->graph[g].steps[i];
+        if (st->kind != STEP_LAUNCH) continue;
+        const char *name = pl->kernels[st->launch.kernel].name;
+        n += strncmp(name, prefix, strlen(prefix)) == 0 && strstr(name, part) != NULL;
+    }
+    return n;
+}
+
+/* 200 layers: 402 parameters, whose updates take more parameters than one kernel has
+ * (PLAN_MAX_PARAMS). The updates' multi-tensor launch is split into several kernels,
+ * each within the limit, and every step passes what its kernel takes; max-autotune's
+ * fused MLP runs stop at PLAN_MLP_MAX_LAYERS. */
+static void test_wide_plan(void)
+{
+    char *text = deep_net(200);
+    Source *src = source_from_string("deep.net", text, strlen(text));
+    IrProgram *p = pipeline_compile(src, NULL, 0);
+    CHECK(p != NULL);
+    if (!p) goto out;
+    fusion_assign(p);
+    const PlanMode modes[] = { PLAN_DEFAULT, PLAN_MAX_AUTOTUNE };
+    for (int m = 0; m < 2; m++) {
+        Plan *pl = plan_build(p, modes[m], "deep.net");
+        for (int k = 0; k < pl->nkernels; k++) CHECK(pl->kernels[k].nparams <= PLAN_MAX_PARAMS);
+        for (int g = 0; g < PG_NUM; g++)
+            for (int i = 0; i < pl->graph[g].nsteps; i++) {
+                const PlanStep *st = &pl->graph[g].steps[i];
+                if (st->kind == STEP_LAUNCH)
+                    CHECK_EQ_INT(st->launch.nargs, pl->kernels[st->launch.kernel].nparams);
+            }
+        CHECK(count_launches(pl, PG_TRAIN, "adam", "_x") >= 2);
+        for (int r = 0; r < pl->nmlps; r++) CHECK(pl->mlps[r].nlayers <= PLAN_MLP_MAX_LAYERS);
+        plan_free(pl);
+    }
+    ir_program_free(p);
+out:
+    source_free(src);
+    free(text);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc_codegen_XXXXXX");
@@ -424,6 +486,7 @@ int main(void)
     test_fused_plan();
     test_fused_rounding();
     test_reduce_overhead_plan();
+    test_wide_plan();
     test_emit_errors();
     int rc = check_result();
     char cmd[128];

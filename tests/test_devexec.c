@@ -293,7 +293,7 @@ static void compare_metrics(const char *got_path, const char *want_path, double 
  * reuse, no two buffers share a byte. */
 static void check_arena(Model *m, bool reuse)
 {
-    int64_t symmax[8] = {100};
+    int64_t symmax[IR_MAX_SYMBOLS] = {100};
     DevExec *e = reuse ? devexec_new(m->plan, m->d, symmax, m->path)
                        : devexec_new_unshared(m->plan, m->d, symmax, m->path);
     CHECK(e != NULL);
@@ -327,7 +327,7 @@ static void check_arena(Model *m, bool reuse)
 
 static void check_order(Model *m, int64_t n, int64_t epoch, bool shuffle, unsigned draw_grid)
 {
-    int64_t symmax[8] = {1};
+    int64_t symmax[IR_MAX_SYMBOLS] = {1};
     DevExec *e = devexec_new(m->plan, m->d, symmax, m->path);
     CHECK(e != NULL);
     if (!e) return;
@@ -953,7 +953,7 @@ static void check_fused_mlps(const char *file, const Override *ov, int nov, cons
         model_close(&m);
         return;
     }
-    int64_t symvals[8] = {m.p->cfg.batch};
+    int64_t symvals[IR_MAX_SYMBOLS] = {m.p->cfg.batch};
     CHECK(tune_init(&have, m.p->model_name, m.d->arch, m.d->model,
                     autotune_plan_hash(m.plan, m.p->cfg.batch), why, sizeof why));
     autotune_heuristics(m.plan, symvals, &have);

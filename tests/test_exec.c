@@ -55,7 +55,7 @@ static int input(IrProgram *p, const char *name, DType t, Shape s)
 
 typedef struct Feed {
     CpuFeed f;
-    void *owned[16];
+    void *owned[IR_MAX_INPUTS];
 } Feed;
 
 static uint64_t lcg_next(uint64_t *s)
@@ -98,7 +98,7 @@ static void feed_make(Feed *fd, const IrProgram *p, int64_t batch, uint64_t seed
 
 static void feed_free(Feed *fd)
 {
-    for (int i = 0; i < 16; i++) free(fd->owned[i]);
+    for (int i = 0; i < IR_MAX_INPUTS; i++) free(fd->owned[i]);
 }
 
 /* ---- node values as double arrays ---- */

@@ -17,7 +17,9 @@
  * Then for mlp.net: the fused train graph launches at most 40% of eager's kernels, and has
  * an in-place ASSIGN group and a multi-tensor launch, and (fp16 and fp32) every in-place
  * write in one launch: the updates with the scaler and step bookkeeping as its `last`
- * groups; and the checker itself is shown to catch broken groupings.
+ * groups; and the checker itself is shown to catch broken groupings. Last, models too
+ * wide for one kernel's parameters: every group within IR_GROUP_MAX_OPERANDS, and still
+ * trained bit for bit as unfused.
  *
  * Usage: test_fusion, or test_fusion --dump MODEL PRECISION GRAPH to print a fused graph.
  */
@@ -25,6 +27,7 @@
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "compiler/passes.h"
 #include "driver/pipeline.h"
@@ -252,19 +255,33 @@ static void check_in_place(const IrGraph *g, int k, int first, int a)
     }
 }
 
-/* Whether a node of group A reaches a node of group B through the graph. */
-static bool group_reaches(const IrGraph *g, int a, int b)
+/* Whether a group of multi M reads, through any path, what another of its groups
+ * computes. One pass in node order carries, per node, the set of M's groups it depends
+ * on (a bit per group, by its place among M's), so that a launch of hundreds of groups
+ * checks in time proportional to the graph. */
+static void check_multi_independent(const IrGraph *g, int m)
 {
-    bool *hit = calloc((size_t)g->nnodes + 1, sizeof *hit);
-    bool found = false;
-    for (int i = 0; i < g->nnodes && !found; i++) {
+    int *slot = malloc(((size_t)g->ngroups + 1) * sizeof *slot), count = 0;
+    for (int k = 1; k <= g->ngroups; k++) slot[k] = g->groups[k - 1].multi == m ? count++ : -1;
+    size_t words = ((size_t)count + 63) / 64;
+    uint64_t *reach = calloc((size_t)g->nnodes * words + 1, sizeof *reach);
+    for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = &g->nodes[i];
-        hit[i] = n->group == a;
-        for (int k = 0; k < n->nin && !hit[i]; k++) hit[i] = hit[n->in[k]];
-        found = hit[i] && n->group == b;
+        uint64_t *r = reach + (size_t)i * words;
+        for (int j = 0; j < n->nin; j++)
+            for (size_t w = 0; w < words; w++) r[w] |= reach[(size_t)n->in[j] * words + w];
+        int s = n->group ? slot[n->group] : -1;
+        if (s < 0) continue;
+        uint64_t own = 1ull << (s % 64);
+        bool other = false;
+        for (size_t w = 0; w < words; w++) other |= (r[w] & ~(w == (size_t)s / 64 ? own : 0)) != 0;
+        if (other) {
+            violation(g, n->group, "multi member depends on another", i);
+            break;
+        }
+        r[s / 64] |= own;
     }
-    free(hit);
-    return found;
+    free(reach), free(slot);
 }
 
 /* Multi M's `last` groups: after all its other groups (of which there is one at least),
@@ -310,10 +327,8 @@ static void check_multis(const IrGraph *g)
             if (g->groups[a - 1].multi != m) continue;
             count++;
             if (!static_shape(&g->groups[a - 1].work)) violation(g, a, "multi over a symbolic shape", -1);
-            for (int b = 1; b <= g->ngroups; b++)
-                if (b != a && g->groups[b - 1].multi == m && group_reaches(g, a, b))
-                    violation(g, a, "multi member depends on another", -1);
         }
+        check_multi_independent(g, m);
         if (count < 2) violation(g, 0, "multi number with fewer than two groups", -1);
         check_last_groups(g, m);
     }
@@ -390,7 +405,7 @@ static void make_feed(const IrProgram *p, CpuFeed *feed, void **bufs, int64_t st
 {
     memset(feed, 0, sizeof *feed);
     feed->symvals[0] = BATCH;
-    for (int k = 1; k < 8; k++) feed->symvals[k] = 1;
+    for (int k = 1; k < IR_MAX_SYMBOLS; k++) feed->symvals[k] = 1;
     for (int i = 0; i < p->ninputs; i++) {
         int64_t n = ir_numel(&p->inputs[i].shape, feed->symvals);
         if (p->inputs[i].dtype == DT_I32) {
@@ -512,12 +527,28 @@ static void recompute_all(IrProgram *p)
     free(cand);
 }
 
-static void check_case(const char *path, const char *precision, int accumulate, bool recompute)
+/* The most operands any group of P's graphs takes. */
+static int widest_group(const IrProgram *p)
+{
+    const IrGraph *gs[] = { &p->forward, &p->train, &p->train_micro, &p->eval };
+    int most = 0;
+    for (int i = 0; i < 4; i++) {
+        int *count = malloc(((size_t)gs[i]->ngroups + 1) * sizeof *count);
+        ir_group_operands(gs[i], count);
+        for (int k = 0; k < gs[i]->ngroups; k++) most = count[k] > most ? count[k] : most;
+        free(count);
+    }
+    return most;
+}
+
+/* Checks PATH fused against the contract and against its unfused training; returns the
+ * most operands a fused group takes. */
+static int check_case(const char *path, const char *precision, int accumulate, bool recompute)
 {
     IrProgram *plain = compile_model(path, precision, accumulate);
     IrProgram *fused = compile_model(path, precision, accumulate);
     CHECK(plain && fused);
-    if (!plain || !fused) return;
+    if (!plain || !fused) return 0;
     if (recompute) recompute_all(plain), recompute_all(fused);
     fusion_assign(fused);
     IrGraph *gs[] = { &fused->forward, &fused->train, &fused->train_micro, &fused->eval };
@@ -534,8 +565,11 @@ static void check_case(const char *path, const char *precision, int accumulate, 
            accumulate ? accumulate : 1, recompute ? " checkpoint all" : "", kernels(&plain->train),
            kernels(&fused->train), fused->train.ngroups,
            tolerance ? "GEMM epilogues round once: within 2e-2" : "bit-identical");
+    int widest = widest_group(fused);
+    CHECK(widest <= IR_GROUP_MAX_OPERANDS);
     ir_program_free(plain);
     ir_program_free(fused);
+    return widest;
 }
 
 /* How many launches of G write persistent tensors in place: multis (their groups counted
@@ -701,6 +735,61 @@ static void check_rows(const char *path)
     ir_program_free(p);
 }
 
+/* ---- wide models: kernels within their parameters ---- */
+
+/* A model of N layers, written to a file of the test's directory: "deep" chains
+ * relu(linear(...)), "wide" sums N linears of one input in one statement, "rows" chains
+ * N layernorms; clipping on, so that every gradient's norm meets in one sum. */
+static const char *wide_model(const char *dir, const char *kind, int n)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s%d.net", dir, kind, n);
+    FILE *o = fopen(path, "w");
+    if (!o) return NULL;
+    fprintf(o, "model %s {\n    input x: f32[N, 8]\n    input y: i32[N]\n    h0 = x\n", kind);
+    bool wide = strcmp(kind, "wide") == 0;
+    for (int i = 1; i <= n; i++) {
+        if (wide) fprintf(o, "    h%d = linear(x, 8)\n", i);
+        else if (strcmp(kind, "deep") == 0) fprintf(o, "    h%d = relu(linear(h%d, 8))\n", i, i - 1);
+        else fprintf(o, "    h%d = layernorm(h%d)\n", i, i - 1);
+    }
+    if (wide) {
+        fprintf(o, "    h%d = h1", n + 1);
+        for (int i = 2; i <= n; i++) fprintf(o, " + h%d", i);
+        fprintf(o, "\n");
+    }
+    fprintf(o, "    logits = linear(h%d, 3)\n    output logits\n    loss cross_entropy(logits, y)\n"
+            "}\ntrain {\n    clip_norm = 1.0\n}\n", wide ? n + 1 : n);
+    fclose(o);
+    return path;
+}
+
+/* Models whose natural groups would take more operands than a kernel has parameters
+ * (a sum of 125 layers, each a product and a bias; 125 layernorms in one row group with
+ * their 250 parameters; in fp16, the sum of 250 gradients' norms that clipping and the
+ * inf check read, which every update used to clone): fusion stops each group at
+ * IR_GROUP_MAX_OPERANDS, still fills groups up to it, and the fused program trains as
+ * the plain one does. */
+static void check_operand_limit(void)
+{
+    char dir[] = "/tmp/cgc_fusion_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const struct { const char *kind; int n; const char *precision; } cases[] = {
+        { "wide", 125, "fp32" }, { "rows", 125, "fp32" }, { "deep", 125, "fp16" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const char *path = wide_model(dir, cases[c].kind, cases[c].n);
+        CHECK(path != NULL);
+        if (!path) continue;
+        int most = check_case(path, cases[c].precision, 0, false);
+        printf("%s: the widest group takes %d operands (at most %d)\n", path, most,
+               IR_GROUP_MAX_OPERANDS);
+        CHECK(most > IR_GROUP_MAX_OPERANDS / 2);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
 static int model_paths(char paths[][512])
 {
     int n = 0;
@@ -746,5 +835,6 @@ int main(int argc, char **argv)
     check_mlp(mlp);
     check_checker(mlp);
     check_rows(resmlp);
+    check_operand_limit();
     return check_result();
 }

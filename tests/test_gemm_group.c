@@ -4,7 +4,8 @@
  *  - fusion forms the group where it removes a launch and only there: relu when the sum
  *    has no other reader, gelu_tanh with the aux output (the sum also read by another
  *    GEMM) only in f32 and with n a multiple of 8, nothing when the sum's kernel holds
- *    more than the bias add and the activation;
+ *    more than the bias add and the activation, nor for a layer whose result nobody reads
+ *    (the epilogue would have nowhere to store it);
  *  - the plan runs a group as one GEMM step with its epilogue, bias and aux buffers;
  *  - the CPU executor keeps the group's rule: in f16 the grouped relu and gelu equal the
  *    f32 product plus bias, activated in f32 and rounded once, computed here with the
@@ -24,13 +25,13 @@
 
 enum { M = 48, K = 96 };
 
-typedef enum Reader { ONLY_ACT, ALSO_GEMM, ALSO_POINTWISE } Reader;
+typedef enum Reader { ONLY_ACT, ALSO_GEMM, ALSO_POINTWISE, NOBODY } Reader;
 
 typedef struct Case {
     DType type;
     IrOp act;           /* IR_RELU, IR_GELU_TANH, or IR_ADD for none */
     int n;
-    Reader sum_readers; /* who else reads the sum x @ w^T + b */
+    Reader sum_readers; /* who else reads the sum x @ w^T + b (NOBODY: nor the activation) */
 } Case;
 
 /* The program of case C: forward graph only, output the activation (prediction). */
@@ -50,7 +51,7 @@ static IrProgram *build(const Case *c)
     int y = c->act == IR_ADD ? sum : ir_unary(g, c->act, sum, loc);
     if (c->sum_readers == ALSO_POINTWISE) y = ir_binary(g, IR_MUL, y, sum, loc);
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) g->output[r] = -1;
-    g->output[IR_OUT_PREDICTION] = y;
+    g->output[IR_OUT_PREDICTION] = c->sum_readers == NOBODY ? x : y;
     if (c->sum_readers == ALSO_GEMM)   /* as a backward reads a pre-activation */
         g->output[IR_OUT_LOSS] = ir_reduce(g, IR_SUM, ir_matmul(g, sum, w, 0, loc), IR_AXIS_ALL, loc);
     return p;
@@ -69,6 +70,7 @@ static void check_forms(const Case *c, int want)
 {
     IrProgram *p = build(c);
     fusion_assign(p);
+    plan_free(plan_build(p, PLAN_DEFAULT, "gemm_group.net"));   /* and it plans */
     int got = gemm_groups(&p->forward);
     if (got != want)
         fprintf(stderr, "case %s %s n %d readers %d: %d GEMM groups, want %d\n", ir_dtype_name(c->type),
@@ -88,6 +90,7 @@ static void check_forming(void)
     check_forms(&(Case){ DT_F16, IR_GELU_TANH, 72, ALSO_GEMM }, 0);    /* aux would be rounded */
     check_forms(&(Case){ DT_F32, IR_RELU, 72, ALSO_GEMM }, 0);         /* relu: the sum only for it */
     check_forms(&(Case){ DT_F32, IR_RELU, 72, ALSO_POINTWISE }, 0);    /* that kernel stays */
+    check_forms(&(Case){ DT_F32, IR_RELU, 72, NOBODY }, 0);            /* nothing to store */
 }
 
 /* The GEMM step of the grouped gelu-with-aux program: epilogue, bias and aux buffers. */

@@ -71,7 +71,7 @@ static uint8_t payload[4096];
 static void expect_idx_error(const char *path, const char *what)
 {
     int rank;
-    int64_t dims[8];
+    int64_t dims[IDX_MAX_RANK];
     uint8_t *bytes = (uint8_t *)"untouched";
     capture_start();
     int rc = idx_read(path, &rank, dims, &bytes);
@@ -90,7 +90,7 @@ static void test_good_files(void)
         const char *path = tmp_path(gz ? "good.gz" : "good");
         write_idx(path, 0x08, 3, dims, payload, 12, gz);
         int rank = 0;
-        int64_t d[8];
+        int64_t d[IDX_MAX_RANK];
         uint8_t *bytes = NULL;
         CHECK_EQ_INT(idx_read(path, &rank, d, &bytes), 0);
         CHECK_EQ_INT(rank, 3);
@@ -173,7 +173,7 @@ static void test_cut_gzip(void)
     stat(p, &st);
     CHECK(truncate(p, st.st_size / 2) == 0);
     int rank;
-    int64_t dims[8];
+    int64_t dims[IDX_MAX_RANK];
     uint8_t *bytes;
     capture_start();
     int rc = idx_read(p, &rank, dims, &bytes);

@@ -211,7 +211,7 @@ static void test_model(const char *file, const char *precision, PlanMode mode)
     Plan *pl = compile_model(file, precision, mode, &p, &src);
     if (!pl) return;
     CHECK(mode != PLAN_MAX_AUTOTUNE || pl->nmlps > 0);
-    int64_t symmax[8] = {64};
+    int64_t symmax[IR_MAX_SYMBOLS] = {64};
     PlanLayout shared, again, apart;
     plan_layout(pl, symmax, true, &shared);
     plan_layout(pl, symmax, true, &again);
@@ -377,7 +377,7 @@ static void test_hand_plan(void)
     pl.nbuffers = 8;
     pl.graph[PG_TRAIN] = (PlanGraph){ &train, train_steps, 4, train_nodes };
     pl.graph[PG_EVAL] = (PlanGraph){ &eval, eval_steps, 1, eval_nodes };
-    int64_t symmax[8] = {1};
+    int64_t symmax[IR_MAX_SYMBOLS] = {1};
     PlanLayout l;
     plan_layout(&pl, symmax, true, &l);
     check_layout(&pl, &l, symmax, true);
@@ -538,7 +538,7 @@ static void test_runner(const char *precision, bool lower_precision_fix)
     Source *src;
     Plan *pl = compile_model("mlp.net", precision, PLAN_EAGER, &p, &src);
     if (!pl) return;
-    int64_t symmax[8] = {64};
+    int64_t symmax[IR_MAX_SYMBOLS] = {64};
     PlanLayout l;
     plan_layout(pl, symmax, true, &l);
     Fake f;

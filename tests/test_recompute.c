@@ -141,7 +141,7 @@ static uint64_t splitmix(uint64_t *s)
 /* Random values for input I of P: class ids for i32 inputs, else uniform in [-1, 1]. */
 static void *make_input(const IrProgram *p, int i, uint64_t *s)
 {
-    int64_t symvals[8] = {BATCH, 1, 1, 1, 1, 1, 1, 1};
+    int64_t symvals[IR_MAX_SYMBOLS] = {BATCH, 1, 1, 1, 1, 1, 1, 1};
     int64_t n = ir_numel(&p->inputs[i].shape, symvals);
     if (p->inputs[i].dtype == DT_I32) {
         int32_t *v = malloc((size_t)n * sizeof *v);
@@ -290,7 +290,7 @@ static double documented_cost(IrOp op)
 
 static double per_byte(const IrProgram *p, const IrNode *n)
 {
-    int64_t symvals[8] = {p->cfg.batch, 1, 1, 1, 1, 1, 1, 1};
+    int64_t symvals[IR_MAX_SYMBOLS] = {p->cfg.batch, 1, 1, 1, 1, 1, 1, 1};
     int64_t numel = ir_numel(&n->shape, symvals);
     int size = n->dtype == DT_F16 || n->dtype == DT_BF16 ? 2 : 4;
     return (double)numel * documented_cost(n->op) / ((double)numel * size);
@@ -313,7 +313,7 @@ static bool recomputable_op(IrOp op)
 
 static double bytes_of(const IrProgram *p, const IrNode *n)
 {
-    int64_t symvals[8] = {p->cfg.batch, 1, 1, 1, 1, 1, 1, 1};
+    int64_t symvals[IR_MAX_SYMBOLS] = {p->cfg.batch, 1, 1, 1, 1, 1, 1, 1};
     return (double)ir_numel(&n->shape, symvals) * (n->dtype == DT_F16 || n->dtype == DT_BF16 ? 2 : 4);
 }
 

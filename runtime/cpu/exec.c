@@ -67,7 +67,7 @@ struct CpuExec {
     int nslots;
     const IrGraph *graph;   /* the graph of the last run */
     const CpuFeed *feed;    /* during a run */
-    int64_t symvals[8];
+    int64_t symvals[IR_MAX_SYMBOLS];
     uint64_t run;           /* runs started so far */
     Buf scratch[3];         /* tf32 copies of GEMM operands; REDUCE_TO passes; partials */
     double gemm_seconds;
@@ -596,8 +596,8 @@ static void apply_assigns(CpuExec *e, const IrGraph *g)
 
 int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
 {
-    CGC_ASSERT(e->p->nsyms <= 8 && e->p->ninputs <= 16);
-    for (int k = 0; k < 8; k++) {
+    CGC_ASSERT(e->p->nsyms <= IR_MAX_SYMBOLS && e->p->ninputs <= IR_MAX_INPUTS);
+    for (int k = 0; k < IR_MAX_SYMBOLS; k++) {
         e->symvals[k] = k < e->p->nsyms ? feed->symvals[k] : 0;
         CGC_ASSERT(e->symvals[k] >= 0);
     }

@@ -23,10 +23,10 @@ typedef struct CpuExec CpuExec;
 
 /* What one run of a graph is fed. */
 typedef struct CpuFeed {
-    int64_t symvals[8];              /* value of each symbol (symvals[0]: the batch) */
+    int64_t symvals[IR_MAX_SYMBOLS];              /* value of each symbol (symvals[0]: the batch) */
     /* Per program input: float inputs point at f32 values, i32 inputs at int32_t, laid
      * out densely in the input's shape with the symbols bound. */
-    const void *inputs[16];
+    const void *inputs[IR_MAX_INPUTS];
     double runtime[IR_NUM_RUNTIME];  /* IR_RUNTIME scalars */
 } CpuFeed;
 

@@ -146,11 +146,11 @@ int cuda_probe(CudaDeviceInfo *infos, int max, char *why, size_t why_len)
 
 int cuda_print_devices(FILE *out)
 {
-    CudaDeviceInfo infos[16];
+    CudaDeviceInfo infos[CUDA_MAX_DEVICES];
     char why[512];
-    int n = cuda_probe(infos, 16, why, sizeof why);
+    int n = cuda_probe(infos, CUDA_MAX_DEVICES, why, sizeof why);
     if (n == 0) fprintf(out, "no CUDA device: %s\n", why);
-    for (int i = 0; i < n && i < 16; i++)
+    for (int i = 0; i < n && i < CUDA_MAX_DEVICES; i++)
         fprintf(out, "cuda:%d  %s  %.1f GiB  sm_%d%d  %d SMs\n", i, infos[i].name,
                 (double)infos[i].total_bytes / (1024.0 * 1024.0 * 1024.0), infos[i].cc_major,
                 infos[i].cc_minor, infos[i].sm_count);

@@ -4,7 +4,7 @@
 # group named, with ops and .net lines) and launch at most 40% of eager's kernels per
 # training step for mlp.net; --explain must report every section, and in the fused modes a
 # reason for every kernel boundary, none of them the fallback; a --stats file that cannot
-# be written is an error that names it.
+# be written is an error that names it; a group lists all its lines, however many.
 set -euo pipefail
 cgc=$1 root=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -87,4 +87,14 @@ if "$cgc" "$root/models/mlp.net" --check --arch none --stats "$dir/no/such/dir.j
 fi
 grep -q "cgc: error: --stats .*no/such/dir.json.*: cannot create the file" "$dir/err" ||
     { echo "unexpected message:"; cat "$dir/err"; exit 1; }
+# A group lists every .net line it fuses, however many: a chain of 100 statements is one.
+awk 'BEGIN { print "model chain {"; print "    input x: f32[N, 4]"; print "    h0 = x * 2"
+             for (i = 1; i < 100; i++) printf "    h%d = h%d * 2\n", i, i - 1
+             print "    output h99"; print "    loss mean(h99)"; print "}" }' > "$dir/chain.net"
+"$cgc" "$dir/chain.net" --check --arch none --mode default --stats "$dir/chain.json" -q
+python3 - "$dir/chain.json" <<'PY'
+import json, sys
+lines = max((g["lines"] for g in json.load(open(sys.argv[1]))["fusion_groups"]), key=len)
+assert set(range(3, 103)) <= set(lines), f"chain: the group lists lines {lines}"
+PY
 echo "ok"

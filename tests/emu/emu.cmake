@@ -68,6 +68,13 @@ add_test(NAME test_emu_shapes COMMAND test_emu_models)
 set_tests_properties(test_emu_shapes PROPERTIES LABELS emu TIMEOUT 900
                      ENVIRONMENT "CGC_MODELS_DIR=${EMU_DIR}/models;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 
+# Models too wide for one kernel's parameters (tests/emu/wide/*.net): the kernels fusion
+# splits them into, at the limit, in the default mode.
+add_test(NAME test_emu_wide COMMAND test_emu_models wide_sum:fp32:0:default
+         deep_clip:fp16:0:default deep_clip:bf16:2:default)
+set_tests_properties(test_emu_wide PROPERTIES LABELS emu TIMEOUT 900
+                     ENVIRONMENT "CGC_MODELS_DIR=${EMU_DIR}/wide;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+
 # The same comparisons on a real GPU: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_models COMMAND test_emu_models --cuda)
 set_tests_properties(test_gpu_models PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)

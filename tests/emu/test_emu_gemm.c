@@ -382,7 +382,7 @@ static void check_case(const char *model, const char *precision, int64_t batch, 
     char so[256] = "";
     Device *d = NULL;
     DevExec *e = NULL;
-    int64_t symmax[8] = {batch};
+    int64_t symmax[IR_MAX_SYMBOLS] = {batch};
     if (open_device(plan, so, sizeof so, &d) == 0) e = devexec_new_unshared(plan, d, symmax, path);
     CHECK(e != NULL);
     if (e) {

@@ -38,9 +38,9 @@ enum { STEPS = 3, BATCH = 8, LAST_BATCH = 5, SHOW_NODES = 5, SHOW_VALUES = 4, MA
 
 /* Symbol k's value in a run of BATCH rows: the batch for symbol 0, and a different value
  * for every other symbol, so that a kernel reading the wrong symbol shows. */
-static void bind_symbols(int64_t symvals[8], int64_t batch)
+static void bind_symbols(int64_t symvals[IR_MAX_SYMBOLS], int64_t batch)
 {
-    for (int k = 0; k < 8; k++) symvals[k] = batch + k;
+    for (int k = 0; k < IR_MAX_SYMBOLS; k++) symvals[k] = batch + k;
 }
 /* Fixed on the emulation (a failure repeats); fresh per run with --cuda, printed, and
  * CGC_TEST_SEED repeats one. */
@@ -114,7 +114,7 @@ static float random_value(uint64_t *s)
 
 static void *make_input(const IrProgram *p, int i, int64_t batch, uint64_t *s)
 {
-    int64_t symvals[8];
+    int64_t symvals[IR_MAX_SYMBOLS];
     bind_symbols(symvals, batch);
     int64_t n = ir_numel(&p->inputs[i].shape, symvals);
     if (p->inputs[i].dtype == DT_I32) {
@@ -622,7 +622,7 @@ static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step
 {
     CpuFeed cf = { .symvals = { 0 } };
     DevFeed df = { .symvals = { 0 } };
-    void *inputs[16] = { 0 };
+    void *inputs[IR_MAX_INPUTS] = { 0 };
     bind_symbols(cf.symvals, batch);
     bind_symbols(df.symvals, batch);
     for (int i = 0; i < r->p->ninputs; i++) {
@@ -647,7 +647,7 @@ static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step
 
 static int64_t largest_node(const IrProgram *p, const IrGraph *g, int64_t batch)
 {
-    int64_t symvals[8], most = 1;
+    int64_t symvals[IR_MAX_SYMBOLS], most = 1;
     bind_symbols(symvals, batch);
     for (int id = 0; g && id < g->nnodes; id++) {
         int64_t n = ir_numel(&g->nodes[id].shape, symvals);
@@ -786,7 +786,7 @@ static void run_case(const Case *c, bool asan)
         ir_program_free(p);
         return;
     }
-    int64_t symmax[8];
+    int64_t symmax[IR_MAX_SYMBOLS];
     bind_symbols(symmax, BATCH);
     Run r = { .c = c, .p = p, .plan = plan };
     r.dev = devexec_new_unshared(plan, d, symmax, path);
