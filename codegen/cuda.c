@@ -741,42 +741,43 @@ static void base_name(const RenderCtx *ctx, int id, const char *what, KernelDraf
     snprintf(d->name, sizeof d->name, "%s_%s", tag, who);
 }
 
+/* The kernel of NODE's family; false for the families that have none (leaves and views
+ * are buffers, ASSIGNs copies, MATMULs GEMM calls: plan.c never asks). */
+static bool render_family(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    switch (ir_op_info[ctx->g->nodes[id].op].family) {
+    case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST: render_elementwise(ctx, id, d); return true;
+    case IR_FAMILY_REDUCE: render_reduce(ctx, id, d); return true;
+    case IR_FAMILY_RESHAPE: render_reshape(ctx, id, d); return true;
+    case IR_FAMILY_REDUCE_TO: render_reduce_to(ctx, id, d); return true;
+    case IR_FAMILY_TRANSPOSE: render_transpose(ctx, id, d); return true;
+    case IR_FAMILY_SOFTMAX: render_softmax(ctx, id, d); return true;
+    case IR_FAMILY_SOFTMAX_GRAD: render_softmax_grad(ctx, id, d); return true;
+    case IR_FAMILY_CROSS_ENTROPY: render_cross_entropy(ctx, id, d); return true;
+    case IR_FAMILY_CE_GRAD: render_ce_grad(ctx, id, d); return true;
+    case IR_FAMILY_COUNT_CORRECT: render_count_correct(ctx, id, d); return true;
+    case IR_FAMILY_DROPOUT: render_dropout(ctx, id, d); return true;
+    case IR_FAMILY_RUNTIME: render_runtime(ctx, id, d); return true;
+    case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_MATMUL:
+    case IR_FAMILY_ASSIGN:
+        return false;
+    }
+    return false;
+}
+
 void cuda_render_node(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
+    if (!render_family(ctx, id, d))
+        CGC_INTERNAL("no CUDA kernel for %s (node %%%d)", ir_op_info[node->op].name, id);
     char what[48];
-    snprintf(what, sizeof what, "%s", ir_op_name(node->op));
-    switch (ir_op_info[node->op].cls) {
-    case IR_CLASS_UNARY: case IR_CLASS_BINARY: case IR_CLASS_TERNARY:
-        render_elementwise(ctx, id, d);
-        break;
-    case IR_CLASS_REDUCE:
-        if (node->axis == IR_AXIS_ALL) snprintf(what, sizeof what, "%s_all", ir_op_name(node->op));
-        else snprintf(what, sizeof what, "%s_axis%d", ir_op_name(node->op), node->axis);
-        render_reduce(ctx, id, d);
-        break;
-    default:
-        switch (node->op) {
-        case IR_BROADCAST: render_elementwise(ctx, id, d); break;
-        case IR_RESHAPE: render_reshape(ctx, id, d); break;
-        case IR_REDUCE_TO: render_reduce_to(ctx, id, d); break;
-        case IR_TRANSPOSE: render_transpose(ctx, id, d); break;
-        case IR_SOFTMAX: case IR_LOG_SOFTMAX:
-            snprintf(what, sizeof what, "%s_axis%d", ir_op_name(node->op), node->axis);
-            render_softmax(ctx, id, d);
-            break;
-        case IR_SOFTMAX_GRAD: case IR_LOG_SOFTMAX_GRAD:
-            snprintf(what, sizeof what, "%s_axis%d", ir_op_name(node->op), node->axis);
-            render_softmax_grad(ctx, id, d);
-            break;
-        case IR_CROSS_ENTROPY: render_cross_entropy(ctx, id, d); break;
-        case IR_CE_GRAD: render_ce_grad(ctx, id, d); break;
-        case IR_COUNT_CORRECT: render_count_correct(ctx, id, d); break;
-        case IR_DROPOUT: render_dropout(ctx, id, d); break;
-        case IR_RUNTIME: render_runtime(ctx, id, d); break;
-        default: CGC_INTERNAL("no CUDA kernel for %s (node %%%d)", ir_op_info[node->op].name, id);
-        }
-    }
+    IrFamily f = ir_op_info[node->op].family;
+    if (f == IR_FAMILY_REDUCE && node->axis == IR_AXIS_ALL)
+        snprintf(what, sizeof what, "%s_all", ir_op_name(node->op));
+    else if (f == IR_FAMILY_REDUCE || f == IR_FAMILY_SOFTMAX || f == IR_FAMILY_SOFTMAX_GRAD)
+        snprintf(what, sizeof what, "%s_axis%d", ir_op_name(node->op), node->axis);
+    else
+        snprintf(what, sizeof what, "%s", ir_op_name(node->op));
     base_name(ctx, id, what, d);
     draft_finish_symbols(d);
 }

@@ -146,19 +146,24 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
     const Plan *pl = b->plan;
     PlanBuffer buf = { .kind = PB_NODE, .dtype = n->dtype, .shape = n->shape, .alias_of = -1,
                        .index = id, .graph = b->gid, .what = node_what(b, n, id) };
-    switch (n->op) {
-    case IR_ASSIGN: return -1;
-    case IR_READ: buf.alias_of = pl->tensor_buffer_base + n->index; break;
-    case IR_INPUT: buf.alias_of = pl->input_buffer[n->index]; break;
-    case IR_CONST:
+    switch (ir_op_info[n->op].family) {
+    case IR_FAMILY_ASSIGN: return -1;
+    case IR_FAMILY_READ: buf.alias_of = pl->tensor_buffer_base + n->index; break;
+    case IR_FAMILY_INPUT: buf.alias_of = pl->input_buffer[n->index]; break;
+    case IR_FAMILY_CONST:
         buf.kind = PB_CONST;
         buf.value = n->value;
         break;
-    case IR_RESHAPE:
+    case IR_FAMILY_RESHAPE:
         if (g->nodes[n->in[0]].dtype == n->dtype)
             buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
-    default: break;
+    case IR_FAMILY_RUNTIME: case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST:
+    case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:
+    case IR_FAMILY_TRANSPOSE: case IR_FAMILY_MATMUL: case IR_FAMILY_SOFTMAX:
+    case IR_FAMILY_SOFTMAX_GRAD: case IR_FAMILY_CROSS_ENTROPY: case IR_FAMILY_CE_GRAD:
+    case IR_FAMILY_COUNT_CORRECT:
+        break;   /* storage of its own */
     }
     return add_buffer(b, buf);
 }
@@ -167,11 +172,18 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
 static bool computes(const IrGraph *g, int id)
 {
     const IrNode *n = &g->nodes[id];
-    switch (n->op) {
-    case IR_INPUT: case IR_READ: case IR_CONST: case IR_ASSIGN: return false;
-    case IR_RESHAPE: return g->nodes[n->in[0]].dtype != n->dtype;
-    default: return true;
+    switch (ir_op_info[n->op].family) {
+    case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_ASSIGN:
+        return false;
+    case IR_FAMILY_RESHAPE: return g->nodes[n->in[0]].dtype != n->dtype;
+    case IR_FAMILY_RUNTIME: case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST:
+    case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:
+    case IR_FAMILY_TRANSPOSE: case IR_FAMILY_MATMUL: case IR_FAMILY_SOFTMAX:
+    case IR_FAMILY_SOFTMAX_GRAD: case IR_FAMILY_CROSS_ENTROPY: case IR_FAMILY_CE_GRAD:
+    case IR_FAMILY_COUNT_CORRECT:
+        return true;
     }
+    return true;
 }
 
 /* ---- kernels ---- */

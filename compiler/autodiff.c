@@ -339,7 +339,7 @@ static void grad_cross_entropy(Autodiff *ad, const IrNode *n, int y, int d)
 #define FN(name) grad_##name(ad, n, y, d)
 #define NOT_NEEDED \
     CGC_INTERNAL("autodiff: %s is a gradient op, never differentiated", ir_op_info[n->op].name)
-#define IR_OP(name, arity, cls, shape, autocast, cost, diff, grad, meaning, deriv)         \
+#define IR_OP(name, arity, cls, family, shape, autocast, cost, diff, grad, meaning, deriv) \
     static void rule_##name(Autodiff *ad, const IrNode *n, int y, int d)                  \
     {                                                                                       \
         int x = n->in[0];                                                                   \

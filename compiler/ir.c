@@ -21,12 +21,12 @@
 #define FN(name) false
 #define NOT_NEEDED true
 const IrOpInfo ir_op_info[IR_NUM_OPS] = {
-#define IR_OP(name, arity, cls, shape, autocast, cost, diff, grad, meaning, deriv)        \
-    {#name, arity, IR_CLASS_##cls, IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, \
-     grad, meaning, deriv, NULL},
-#define IR_EW(name, arity, cls, shape, autocast, cost, diff, grad, meaning, deriv, ...)   \
-    {#name, arity, IR_CLASS_##cls, IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, \
-     grad, meaning, deriv, #__VA_ARGS__},
+#define IR_OP(name, arity, cls, family, shape, autocast, cost, diff, grad, meaning, deriv)   \
+    {#name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_SHAPE_##shape,                     \
+     IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, NULL},
+#define IR_EW(name, arity, cls, family, shape, autocast, cost, diff, grad, meaning, deriv, ...) \
+    {#name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_SHAPE_##shape,                     \
+     IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, #__VA_ARGS__},
 #include "ops.def"
 };
 #undef NONE
@@ -741,26 +741,33 @@ static const char *runtime_name(int which)
     return "?";
 }
 
+static void print_axis(FILE *out, int axis)
+{
+    if (axis == IR_AXIS_ALL) fputs(" axis=all", out);
+    else fprintf(out, " axis=%d", axis);
+}
+
 static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
 {
-    switch (n->op) {
-    case IR_INPUT: fprintf(out, " %s", p->inputs[n->index].name); break;
-    case IR_READ: fprintf(out, " %s", p->tensors[n->index].name); break;
-    case IR_ASSIGN: fprintf(out, " -> %s", p->tensors[n->index].name); break;
-    case IR_CONST: fprintf(out, " %.9g", n->value); break;
-    case IR_RUNTIME: fprintf(out, " %s", runtime_name(n->index)); break;
-    case IR_DROPOUT: fprintf(out, " p=%.9g stream=%d", n->value, n->index); break;
-    case IR_MATMUL:
+    switch (ir_op_info[n->op].family) {
+    case IR_FAMILY_INPUT: fprintf(out, " %s", p->inputs[n->index].name); break;
+    case IR_FAMILY_READ: fprintf(out, " %s", p->tensors[n->index].name); break;
+    case IR_FAMILY_ASSIGN: fprintf(out, " -> %s", p->tensors[n->index].name); break;
+    case IR_FAMILY_CONST: fprintf(out, " %.9g", n->value); break;
+    case IR_FAMILY_RUNTIME: fprintf(out, " %s", runtime_name(n->index)); break;
+    case IR_FAMILY_DROPOUT: fprintf(out, " p=%.9g stream=%d", n->value, n->index); break;
+    case IR_FAMILY_MATMUL:
         if (n->flags & IR_MATMUL_TRANS_A) fputs(" trans_a", out);
         if (n->flags & IR_MATMUL_TRANS_B) fputs(" trans_b", out);
         if (n->flags & IR_MATMUL_TF32) fputs(" tf32", out);
         break;
-    default: break;
-    }
-    if (ir_op_info[n->op].cls == IR_CLASS_REDUCE || n->op == IR_SOFTMAX ||
-        n->op == IR_LOG_SOFTMAX || n->op == IR_SOFTMAX_GRAD || n->op == IR_LOG_SOFTMAX_GRAD) {
-        if (n->axis == IR_AXIS_ALL) fputs(" axis=all", out);
-        else fprintf(out, " axis=%d", n->axis);
+    case IR_FAMILY_REDUCE: case IR_FAMILY_SOFTMAX: case IR_FAMILY_SOFTMAX_GRAD:
+        print_axis(out, n->axis);
+        break;
+    case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST: case IR_FAMILY_RESHAPE:
+    case IR_FAMILY_REDUCE_TO: case IR_FAMILY_TRANSPOSE: case IR_FAMILY_CROSS_ENTROPY:
+    case IR_FAMILY_CE_GRAD: case IR_FAMILY_COUNT_CORRECT:
+        break;   /* no attributes */
     }
 }
 

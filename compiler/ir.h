@@ -69,6 +69,15 @@ typedef enum IrOpClass {
     IR_CLASS_SHAPE, IR_CLASS_MATMUL, IR_CLASS_OTHER, IR_CLASS_EFFECT,
 } IrOpClass;
 
+/* The ops that share one implementation in every backend (ops.def, column FAMILY). */
+typedef enum IrFamily {
+    IR_FAMILY_INPUT, IR_FAMILY_READ, IR_FAMILY_CONST, IR_FAMILY_RUNTIME, IR_FAMILY_ELEMENTWISE,
+    IR_FAMILY_BROADCAST, IR_FAMILY_DROPOUT, IR_FAMILY_REDUCE, IR_FAMILY_RESHAPE,
+    IR_FAMILY_REDUCE_TO, IR_FAMILY_TRANSPOSE, IR_FAMILY_MATMUL, IR_FAMILY_SOFTMAX,
+    IR_FAMILY_SOFTMAX_GRAD, IR_FAMILY_CROSS_ENTROPY, IR_FAMILY_CE_GRAD, IR_FAMILY_COUNT_CORRECT,
+    IR_FAMILY_ASSIGN,
+} IrFamily;
+
 /* How a node's shape follows from its inputs (ops.def, column SHAPE). */
 typedef enum IrShapeRule {
     IR_SHAPE_OWN, IR_SHAPE_IN0, IR_SHAPE_IN1, IR_SHAPE_BROADCAST, IR_SHAPE_REDUCE,
@@ -82,6 +91,7 @@ typedef struct IrOpInfo {
     const char *name;       /* as in the table: "RELU_GRAD"; ir_op_name() prints "relu_grad" */
     int arity;
     IrOpClass cls;
+    IrFamily family;
     IrShapeRule shape;
     IrAutocast autocast;
     int cost;               /* FLOPs per element to recompute it */

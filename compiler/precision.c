@@ -89,48 +89,38 @@ static void autocast_inputs(Autocast *ac, IrNode *n, int *in)
         n->flags |= IR_MATMUL_TF32;
 }
 
-static int clone_shape_op(IrGraph *g, const IrNode *n, int x)
+/* An elementwise node over inputs IN, by its class's builder. */
+static int clone_elementwise(IrGraph *g, const IrNode *n, const int *in)
 {
-    switch (n->op) {
-    case IR_RESHAPE: return ir_reshape(g, x, n->shape, n->loc);
-    case IR_BROADCAST: return ir_broadcast(g, x, n->shape, n->loc);
-    case IR_REDUCE_TO: return ir_reduce_to(g, x, n->shape, n->loc);
-    case IR_TRANSPOSE: return ir_transpose(g, x, n->loc);
-    default: CGC_INTERNAL("precision: %s is not a shape op", ir_op_info[n->op].name);
-    }
-}
-
-static int clone_other_op(IrGraph *g, const IrNode *n, const int *in)
-{
-    switch (n->op) {
-    case IR_DROPOUT: return ir_dropout(g, in[0], in[1], n->value, n->index, n->loc);
-    case IR_SOFTMAX: case IR_LOG_SOFTMAX: return ir_softmax(g, n->op, in[0], n->axis, n->loc);
-    case IR_SOFTMAX_GRAD: case IR_LOG_SOFTMAX_GRAD:
-        return ir_softmax_grad(g, n->op, in[0], in[1], n->axis, n->loc);
-    case IR_CROSS_ENTROPY: return ir_cross_entropy(g, in[0], in[1], n->loc);
-    case IR_CE_GRAD: return ir_ce_grad(g, in[0], in[1], in[2], n->loc);
-    case IR_COUNT_CORRECT: return ir_count_correct(g, in[0], in[1], n->loc);
-    default: CGC_INTERNAL("precision: unexpected op %s", ir_op_info[n->op].name);
-    }
+    if (n->op == IR_CAST) return ir_cast(g, in[0], n->dtype, n->loc);
+    if (n->nin == 1) return ir_unary(g, n->op, in[0], n->loc);
+    if (n->nin == 2) return ir_binary(g, n->op, in[0], in[1], n->loc);
+    return ir_select(g, in[0], in[1], in[2], n->loc);
 }
 
 /* N rebuilt in G over inputs IN by the builders, which derive its dtype from theirs. */
 static int clone_node(IrGraph *g, const IrProgram *p, const IrNode *n, const int *in)
 {
-    switch (ir_op_info[n->op].cls) {
-    case IR_CLASS_LEAF: return ir_add_node(g, n);
-    case IR_CLASS_UNARY:
-        return n->op == IR_CAST ? ir_cast(g, in[0], n->dtype, n->loc)
-                                : ir_unary(g, n->op, in[0], n->loc);
-    case IR_CLASS_BINARY: return ir_binary(g, n->op, in[0], in[1], n->loc);
-    case IR_CLASS_TERNARY: return ir_select(g, in[0], in[1], in[2], n->loc);
-    case IR_CLASS_REDUCE: return ir_reduce(g, n->op, in[0], n->axis, n->loc);
-    case IR_CLASS_SHAPE: return clone_shape_op(g, n, in[0]);
-    case IR_CLASS_MATMUL: return ir_matmul(g, in[0], in[1], n->flags, n->loc);
-    case IR_CLASS_OTHER: return clone_other_op(g, n, in);
-    case IR_CLASS_EFFECT: return ir_assign(g, p, n->index, ir_cast(g, in[0], DT_F32, n->loc), n->loc);
+    switch (ir_op_info[n->op].family) {
+    case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_RUNTIME:
+        return ir_add_node(g, n);
+    case IR_FAMILY_ELEMENTWISE: return clone_elementwise(g, n, in);
+    case IR_FAMILY_BROADCAST: return ir_broadcast(g, in[0], n->shape, n->loc);
+    case IR_FAMILY_DROPOUT: return ir_dropout(g, in[0], in[1], n->value, n->index, n->loc);
+    case IR_FAMILY_REDUCE: return ir_reduce(g, n->op, in[0], n->axis, n->loc);
+    case IR_FAMILY_RESHAPE: return ir_reshape(g, in[0], n->shape, n->loc);
+    case IR_FAMILY_REDUCE_TO: return ir_reduce_to(g, in[0], n->shape, n->loc);
+    case IR_FAMILY_TRANSPOSE: return ir_transpose(g, in[0], n->loc);
+    case IR_FAMILY_MATMUL: return ir_matmul(g, in[0], in[1], n->flags, n->loc);
+    case IR_FAMILY_SOFTMAX: return ir_softmax(g, n->op, in[0], n->axis, n->loc);
+    case IR_FAMILY_SOFTMAX_GRAD: return ir_softmax_grad(g, n->op, in[0], in[1], n->axis, n->loc);
+    case IR_FAMILY_CROSS_ENTROPY: return ir_cross_entropy(g, in[0], in[1], n->loc);
+    case IR_FAMILY_CE_GRAD: return ir_ce_grad(g, in[0], in[1], in[2], n->loc);
+    case IR_FAMILY_COUNT_CORRECT: return ir_count_correct(g, in[0], in[1], n->loc);
+    case IR_FAMILY_ASSIGN:
+        return ir_assign(g, p, n->index, ir_cast(g, in[0], DT_F32, n->loc), n->loc);
     }
-    CGC_INTERNAL("precision: unknown op class");
+    CGC_INTERNAL("precision: unknown op family");
 }
 
 static void rebuild(Autocast *ac)

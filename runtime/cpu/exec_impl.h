@@ -214,7 +214,7 @@ typedef struct SFX(Elementwise) {
 #define SPAN_SHAPE(name, ...)
 
 #define IR_OP(...)
-#define IR_EW(name, arity, cls, shape, autocast, cost, diff, grad, meaning, deriv, ...)   \
+#define IR_EW(name, arity, cls, family, shape, autocast, cost, diff, grad, meaning, deriv, ...) \
     SPAN_##cls(name, __VA_ARGS__)
 #include "../../compiler/ops.def"
 
@@ -655,62 +655,57 @@ static void SFX(input)(CpuExec *e, const IrNode *node, REAL *out, int64_t n)
     for (int64_t i = 0; i < n; i++) out[i] = src[i];
 }
 
-/* The ops that are neither elementwise, reductions nor matrix products. */
-static int SFX(compute_other)(CpuExec *e, const IrGraph *g, const IrNode *node,
-                              const Dims *od, REAL *out)
+static int SFX(elementwise_node)(CpuExec *e, const IrGraph *g, const IrNode *node,
+                                 const Dims *od, REAL *out)
+{
+    CGC_ASSERT(SFX(elementwise_span)[node->op]);
+    SFX(elementwise)(e, g, node, od, out, SFX(elementwise_span)[node->op]);
+    return 0;
+}
+
+static int SFX(runtime_scalar)(CpuExec *e, const IrNode *node, REAL *out)
+{
+    CGC_ASSERT(node->index >= 0 && node->index < IR_NUM_RUNTIME);
+    out[0] = (REAL)e->feed->runtime[node->index];
+    return 0;
+}
+
+/* NODE's value into OUT, by its op's family (ops.def). READ, and some INPUTs and RESHAPEs,
+ * are placed instead (SFX(place)). */
+static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const Dims *od,
+                        REAL *out)
 {
     int64_t n = dims_numel(od);
     Dims xd = node->nin > 0 ? bind_shape(&g->nodes[node->in[0]].shape, e->symvals) : *od;
     const REAL *x = node->nin > 0 ? SFX(value)(e, g, node->in[0]) : NULL;
-    switch (node->op) {
-    case IR_INPUT: SFX(input)(e, node, out, n); return 0;
-    case IR_CONST: out[0] = (REAL)node->value; return 0;
-    case IR_RUNTIME:
-        CGC_ASSERT(node->index >= 0 && node->index < IR_NUM_RUNTIME);
-        out[0] = (REAL)e->feed->runtime[node->index];
-        return 0;
-    case IR_RESHAPE: memcpy(out, x, (size_t)n * sizeof(REAL)); return 0;
-    case IR_BROADCAST: SFX(elementwise)(e, g, node, od, out, SFX(broadcast_span)); return 0;
-    case IR_REDUCE_TO: SFX(reduce_to)(e, out, x, &xd, od); return 0;
-    case IR_TRANSPOSE: {
+    switch (ir_op_info[node->op].family) {
+    case IR_FAMILY_ELEMENTWISE: return SFX(elementwise_node)(e, g, node, od, out);
+    case IR_FAMILY_REDUCE: SFX(reduce)(e, node->op, out, x, axis_plan(&xd, node->axis)); return 0;
+    case IR_FAMILY_MATMUL: return SFX(matmul)(e, g, node, od, out);
+    case IR_FAMILY_INPUT: SFX(input)(e, node, out, n); return 0;
+    case IR_FAMILY_READ: CGC_INTERNAL("a READ is placed, never computed");
+    case IR_FAMILY_CONST: out[0] = (REAL)node->value; return 0;
+    case IR_FAMILY_RUNTIME: return SFX(runtime_scalar)(e, node, out);
+    case IR_FAMILY_RESHAPE: memcpy(out, x, (size_t)n * sizeof(REAL)); return 0;
+    case IR_FAMILY_BROADCAST: SFX(elementwise)(e, g, node, od, out, SFX(broadcast_span)); return 0;
+    case IR_FAMILY_REDUCE_TO: SFX(reduce_to)(e, out, x, &xd, od); return 0;
+    case IR_FAMILY_TRANSPOSE: {
         Dims batch = dims_prefix(&xd, 2);
         SFX(transpose)(out, x, dims_numel(&batch), xd.d[xd.rank - 2], xd.d[xd.rank - 1]);
         return 0;
     }
-    case IR_DROPOUT:
+    case IR_FAMILY_DROPOUT:
         SFX(dropout)(e, node, out, x, SFX(value)(e, g, node->in[1])[0], n);
         return 0;
-    case IR_SOFTMAX:
-    case IR_LOG_SOFTMAX: SFX(softmax)(node->op, out, x, axis_plan(&xd, node->axis)); return 0;
-    case IR_SOFTMAX_GRAD:
-    case IR_LOG_SOFTMAX_GRAD:
-        SFX(softmax_grad)(node->op, out, x, SFX(value)(e, g, node->in[1]),
-                          axis_plan(&xd, node->axis));
+    case IR_FAMILY_SOFTMAX: SFX(softmax)(node->op, out, x, axis_plan(&xd, node->axis)); return 0;
+    case IR_FAMILY_SOFTMAX_GRAD:
+        SFX(softmax_grad)(node->op, out, x, SFX(value)(e, g, node->in[1]), axis_plan(&xd, node->axis));
         return 0;
-    case IR_CROSS_ENTROPY:
-    case IR_CE_GRAD:
-    case IR_COUNT_CORRECT: return SFX(loss_op)(e, g, node, out);
-    case IR_ASSIGN: out[0] = 0; return 0;   /* the copy happens after the graph */
-    default: CGC_INTERNAL("the CPU executor has no kernel for %s", ir_op_info[node->op].name);
+    case IR_FAMILY_CROSS_ENTROPY: case IR_FAMILY_CE_GRAD: case IR_FAMILY_COUNT_CORRECT:
+        return SFX(loss_op)(e, g, node, out);
+    case IR_FAMILY_ASSIGN: out[0] = 0; return 0;   /* the copy happens after the graph */
     }
-}
-
-static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const Dims *od,
-                        REAL *out)
-{
-    switch (ir_op_info[node->op].cls) {
-    case IR_CLASS_UNARY: case IR_CLASS_BINARY: case IR_CLASS_TERNARY:
-        CGC_ASSERT(SFX(elementwise_span)[node->op]);
-        SFX(elementwise)(e, g, node, od, out, SFX(elementwise_span)[node->op]);
-        return 0;
-    case IR_CLASS_REDUCE: {
-        Dims xd = bind_shape(&g->nodes[node->in[0]].shape, e->symvals);
-        SFX(reduce)(e, node->op, out, SFX(value)(e, g, node->in[0]), axis_plan(&xd, node->axis));
-        return 0;
-    }
-    case IR_CLASS_MATMUL: return SFX(matmul)(e, g, node, od, out);
-    default: return SFX(compute_other)(e, g, node, od, out);
-    }
+    CGC_INTERNAL("the CPU executor has no kernel for %s", ir_op_info[node->op].name);
 }
 
 /* Computes node ID of G into its slot. Returns 0, or -1 after an error. */
