@@ -560,7 +560,7 @@ void autotune_explain(const Plan *plan, FILE *out)
                      "kernels here, in %d\nshapes).\n",
                 plan->nmlps, plan->nmlps - backward, backward, plan->nkernels - plan->mlp_kernels_from,
                 PLAN_MLP_SHAPES);
-    fprintf(out, "--explain times nothing: these are the choices before tuning.\n");
+    fprintf(out, "Nothing is timed here: these are the choices before tuning.\n");
     fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
     for (int i = 0; i < t.nchoices; i++)
         fprintf(out, "  %-6s  %-56s  %s\n", kind_name[t.choices[i].kind], t.choices[i].key,

@@ -180,10 +180,10 @@ static void fixes(const IrProgram *p, char *buf, size_t len)
 {
     const char *fix[3];
     int n = 0;
-    fix[n++] = "a smaller batch (--batch)";
-    if (p->cfg.checkpoint != CKPT_AUTO) fix[n++] = "checkpoint = auto (--checkpoint auto)";
+    fix[n++] = "a smaller batch";
+    if (p->cfg.checkpoint != CKPT_AUTO) fix[n++] = "checkpoint = auto";
     if (p->cfg.precision == PREC_FP32 || p->cfg.precision == PREC_TF32)
-        fix[n++] = "a lower precision (--precision bf16)";
+        fix[n++] = "a lower precision (bf16)";
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < n && used < len; i++) {

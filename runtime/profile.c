@@ -49,7 +49,7 @@ Profile *profile_open(const char *path, const IrProgram *p, const char *net_path
 {
     FILE *f = fopen(path, "w");
     if (!f) {
-        cgc_error("--profile %s: cannot create the file: %s", diag_quote(path, 80), strerror(errno));
+        cgc_error("the trace file %s: cannot create it: %s", diag_quote(path, 80), strerror(errno));
         return NULL;
     }
     Profile *pr = xcalloc(1, sizeof *pr);
@@ -303,7 +303,7 @@ int profile_close(Profile *pr)
     bool failed = ferror(pr->f) != 0;
     if (fclose(pr->f) != 0) failed = true;
     if (failed)
-        cgc_error("--profile %s: cannot write the file: %s", diag_quote(pr->path, 80),
+        cgc_error("the trace file %s: cannot write it: %s", diag_quote(pr->path, 80),
                   errno ? strerror(errno) : "a write failed (disk full?)");
     profile_free(pr);
     return failed ? -1 : 0;

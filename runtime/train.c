@@ -470,7 +470,7 @@ int train_run(IrProgram *p, const RunOptions *o)
     }
     if (o->stop_after && pr.step >= o->stop_after) {
         if (!o->quiet)
-            printf("cgc: nothing to do: the run is at step %lld already (--stop-after %lld)\n",
+            printf("cgc: nothing to do: the run is at step %lld already (asked to stop after %lld)\n",
                    (long long)pr.step, (long long)o->stop_after);
         rc = 0;
         goto out;

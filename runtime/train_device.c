@@ -302,7 +302,7 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     const char *file = t->o->tune_file;
     TuneLoad load = TUNE_NO_CACHE;
     if (!keep && file) {
-        cgc_error("--tune-file %s: %s", diag_quote(file, 80), why);
+        cgc_error("the choices file %s: %s", diag_quote(file, 80), why);
         return -1;
     } else if (!keep) {
         say_autotune(t, "%s: the choices will not be kept", why);
@@ -324,20 +324,20 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         if (rc == 0) return 0;
         if (rc == -2) {   /* this device's failure, not the file's: tuning would meet it too */
             cgc_error("%s%s: the choices were made for this plan on this GPU, but %s; the file "
-                      "is left as it is", file ? "--tune-file " : "", diag_quote(path, 80), apply_why);
+                      "is left as it is", file ? "the choices file " : "", diag_quote(path, 80), apply_why);
             return -1;
         }
         snprintf(why, sizeof why, "%s", apply_why);
         load = TUNE_REFUSED;
     }
     if (load == TUNE_REFUSED && file && access(file, F_OK) != 0) {   /* a name not to be used */
-        cgc_error("--tune-file %s: %s; name another file (nothing was tuned)", diag_quote(file, 80),
+        cgc_error("the choices file %s: %s; name another file (nothing was tuned)", diag_quote(file, 80),
                   why);
         tune_free(&want);
         return -1;
     }
     if (load == TUNE_REFUSED && file) {
-        cgc_error("--tune-file %s: %s; this run is model %s on %s (sm_%d), and the file is left "
+        cgc_error("the choices file %s: %s; this run is model %s on %s (sm_%d), and the file is left "
                   "as it is: delete it, or name another file, to tune again", diag_quote(file, 80),
                   why, t->p->model_name, b->d->model, b->d->arch);
         tune_free(&want);
@@ -345,7 +345,7 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
     }
     if (load == TUNE_REFUSED) say_autotune(t, "%s: %s; tuning again", path, why);
     if (load == TUNE_MISSING && file && tune_check_file(file, why, sizeof why) != 0) {
-        cgc_error("--tune-file %s: %s; nothing was tuned (name a file cgc can write)",
+        cgc_error("the choices file %s: %s; nothing was tuned (name a file cgc can write)",
                   diag_quote(file, 80), why);
         tune_free(&want);
         return -1;
@@ -383,9 +383,9 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         } else if (file) {   /* the user asked for the file: not a note -q would silence */
             char cache_why[256];   /* the time spent tuning is not lost: the cache keeps it */
             bool cached = tune_store(&want, path, sizeof path, cache_why, sizeof cache_why) == 0;
-            cgc_error("--tune-file: %s, after tuning; nothing was trained%s%s%s", why,
+            cgc_error("the choices file: %s, after tuning; nothing was trained%s%s%s", why,
                       cached ? " (the choices are kept in the cache, " : "", cached ? path : "",
-                      cached ? ": copy that file to the --tune-file, or run without it)" : "");
+                      cached ? ": copy that file to the one named, or run without it)" : "");
             tune_free(&want);
             return -1;
         } else {
@@ -505,7 +505,7 @@ const char *train_capture_refusal(const CaptureQuery *q)
     if (!q->device_can) return "the device cannot record graphs";
     if (q->failed) return "an earlier capture failed";
     if (q->count != q->batch) return "a partial batch runs launch by launch";
-    if (q->profiled) return "a step --profile records runs launch by launch, each timed";
+    if (q->profiled) return "a profiled step runs launch by launch, each timed";
     if (q->runs == 0) return "the first full batch runs launch by launch, as a warm-up";
     return NULL;
 }

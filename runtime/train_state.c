@@ -49,23 +49,23 @@ static void meta_add(MetaBuf *m, const char *key, const char *fmt, ...)
     m->n++;
 }
 
-/* The configuration a resumed run must share with the saved one: metadata key, the
- * flag that sets it (for the hint), and its canonical text. */
+/* The configuration a resumed run must share with the saved one: metadata key ("cgc."
+ * and the train key that sets it, which the hint names) and its canonical text. */
 typedef struct Setting {
-    const char *key, *flag;
+    const char *key;
     char value[META_TEXT];
 } Setting;
 
 enum { NUM_SETTINGS = 10 };
 
-static void setting(Setting *s, const char *key, const char *flag, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static void setting(Setting *s, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void setting(Setting *s, const char *key, const char *flag, const char *fmt, ...)
+static void setting(Setting *s, const char *key, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    s->key = key, s->flag = flag;
+    s->key = key;
     vsnprintf(s->value, META_TEXT, fmt, ap);
     va_end(ap);
 }
@@ -76,16 +76,16 @@ static void describe_config(const TrainConfig *c, Setting s[NUM_SETTINGS])
     config_optimizer_str(c, optimizer, sizeof optimizer);
     config_schedule_str(c, schedule, sizeof schedule);
     config_data_str(c, data, sizeof data);
-    setting(&s[0], "cgc.data", "--data", "%s", data);
-    setting(&s[1], "cgc.seed", "--seed", "%llu", (unsigned long long)c->seed);
-    setting(&s[2], "cgc.batch", "--batch", "%lld", (long long)c->batch);
-    setting(&s[3], "cgc.accumulate", "--accumulate", "%lld", (long long)c->accumulate);
-    setting(&s[4], "cgc.shuffle", "--shuffle", "%s", c->shuffle ? "true" : "false");
-    setting(&s[5], "cgc.drop_last", "--drop-last", "%s", c->drop_last ? "true" : "false");
-    setting(&s[6], "cgc.optimizer", "--optimizer", "%s", optimizer);
-    setting(&s[7], "cgc.schedule", "--schedule", "%s", schedule);
-    setting(&s[8], "cgc.precision", "--precision", "%s", config_precision_name(c->precision));
-    setting(&s[9], "cgc.clip_norm", "--clip-norm", "%.9g", c->clip_norm);
+    setting(&s[0], "cgc.data", "%s", data);
+    setting(&s[1], "cgc.seed", "%llu", (unsigned long long)c->seed);
+    setting(&s[2], "cgc.batch", "%lld", (long long)c->batch);
+    setting(&s[3], "cgc.accumulate", "%lld", (long long)c->accumulate);
+    setting(&s[4], "cgc.shuffle", "%s", c->shuffle ? "true" : "false");
+    setting(&s[5], "cgc.drop_last", "%s", c->drop_last ? "true" : "false");
+    setting(&s[6], "cgc.optimizer", "%s", optimizer);
+    setting(&s[7], "cgc.schedule", "%s", schedule);
+    setting(&s[8], "cgc.precision", "%s", config_precision_name(c->precision));
+    setting(&s[9], "cgc.clip_norm", "%.9g", c->clip_norm);
 }
 
 int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
@@ -151,9 +151,9 @@ static int check_settings(const StFile *f, const char *path, const TrainConfig *
         }
         if (strcmp(saved, now[i].value) == 0) continue;
         cgc_error("%s was saved with %s %s, this run has %s; a resumed run continues the same "
-                  "training, so give %s '%s' (only epochs and steps may change)", path,
+                  "training, so set %s to '%s' (only epochs and steps may change)", path,
                   now[i].key + 4, diag_quote(saved, 100), diag_quote(now[i].value, 100),
-                  now[i].flag, diag_quote(saved, 100));
+                  now[i].key + 4, diag_quote(saved, 100));
         return -1;
     }
     return 0;
@@ -202,8 +202,8 @@ int train_state_load(const char *path, const IrProgram *p, float *const *tensors
     const long long big = 1ll << 50;
     const char *format = st_meta(f, "format"), *loss_sum = st_meta(f, "cgc.loss_sum");
     if (!format || strcmp(format, "cgc-checkpoint-1") != 0) {
-        cgc_error("%s: not a cgc checkpoint (metadata 'format' is %s%s%s); --resume takes a file "
-                  "written by cgc --save", path, format ? "'" : "", format ? diag_quote(format, 40) : "missing",
+        cgc_error("%s: not a cgc checkpoint (metadata 'format' is %s%s%s); a run resumes from "
+                  "a file that cgc saved", path, format ? "'" : "", format ? diag_quote(format, 40) : "missing",
                   format ? "'" : "");
         goto out;
     }

@@ -530,7 +530,7 @@ static void check_capture_refusal(void)
          "partial batch"},
         {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64, .batch = 64}, "warm-up"},
         {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64, .batch = 64, .runs = 3,
-          .profiled = true}, "--profile"},
+          .profiled = true}, "profiled step"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const char *why = train_capture_refusal(&refused[i].q);
@@ -785,7 +785,7 @@ static void check_tune_file(const char *file, const Override *ov, int nov)
         err = capture_end();
         stdout_end(saved);
         fprintf(stderr, "%s", err);
-        CHECK(strstr(err, "cgc: error: --tune-file ") != NULL);
+        CHECK(strstr(err, "cgc: error: the choices file ") != NULL);
         CHECK(strstr(err, "was written for another plan") != NULL);
         CHECK(strstr(err, "the file is left as it is") != NULL && strstr(err, "timing the") == NULL);
         const char *after = file_bytes(lock, &n_after);
@@ -806,7 +806,7 @@ static void check_tune_file(const char *file, const Override *ov, int nov)
             err = capture_end();
             stdout_end(saved);
             fprintf(stderr, "%s", err);
-            CHECK(strstr(err, "cgc: error: --tune-file ") != NULL && strstr(err, "timing the") == NULL);
+            CHECK(strstr(err, "cgc: error: the choices file ") != NULL && strstr(err, "timing the") == NULL);
             if (c < 2) CHECK(strstr(err, "cannot write ") != NULL && strstr(err, "nothing was tuned") != NULL);
             else CHECK(strstr(err, "File name too long; name another file (nothing was tuned)") != NULL);
         }

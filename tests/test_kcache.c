@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <pwd.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -282,15 +283,25 @@ static void test_compile_error_shows_log(void)
 {
     use_cache_home("error");
     CudaCompileResult r;
+    static const char broken[] = "extern \"C\" __global__ void broken(float *x) { x[0] = y; }\n";
     capture_start();
-    int rc = cuda_compile("extern \"C\" __global__ void broken(float *x) { x[0] = y; }\n",
-                          "broken mod/../x", &opts, &r);
+    int rc = cuda_compile(broken, "broken mod/../x", &opts, &r);
     const char *err = capture_end();
     CHECK_EQ_INT(rc, -1);
     CHECK(strstr(err, "nvrtcCompileProgram failed") != NULL);
     CHECK(strstr(err, "NVRTC log for module broken_mod_.._x") != NULL);
     CHECK(strstr(err, "identifier \"y\" is undefined") != NULL);
-    CHECK(strstr(err, "--emit DIR") != NULL);
+    /* the refused source is kept in a file of its own, which the note names */
+    const char *note = strstr(err, "the source NVRTC compiled is in ");
+    char path[512] = "";
+    CHECK(note && sscanf(note, "the source NVRTC compiled is in %511[^:]", path) == 1);
+    CHECK(strstr(path, "/cgc-nvrtc-") && strstr(path, "/broken_mod_.._x.cu"));
+    FILE *f = fopen(path, "r");
+    char kept[sizeof broken + 8] = "";
+    CHECK(f && fread(kept, 1, sizeof kept - 1, f) == strlen(broken));
+    CHECK_STR(kept, broken);
+    if (f) fclose(f);
+    if (path[0] && remove(path) == 0) rmdir(dirname(path));
     if (rc != -1 || !strstr(err, "identifier")) fprintf(stderr, "stderr was:\n%s\n", err);
 }
 

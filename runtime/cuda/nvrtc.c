@@ -94,6 +94,25 @@ static char *job_key(const CompileJob *job, size_t *len)
     return key;
 }
 
+/* The source NVRTC refused, written where the lines its log names can be read: a new
+ * directory under $TMPDIR (or /tmp), kept. */
+static void keep_source(const CompileJob *job)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/cgc-nvrtc-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    FILE *f = NULL;
+    if (mkdtemp(dir)) {
+        snprintf(path, sizeof path, "%s/%s.cu", dir, job->module);
+        f = fopen(path, "w");
+    }
+    bool written = f && fputs(job->source, f) >= 0;
+    if (f && fclose(f) != 0) written = false;
+    if (written)
+        fprintf(stderr, "cgc: note: the source NVRTC compiled is in %s: its line numbers are "
+                        "the log's\n", path);
+}
+
 static void print_log(nvrtcProgram prog, const CompileJob *job, const CudaCompileOptions *o)
 {
     size_t size = 0;
@@ -106,8 +125,7 @@ static void print_log(nvrtcProgram prog, const CompileJob *job, const CudaCompil
         fprintf(stderr, "cgc: note: the generated source is in %s (the module is its .cu "
                         "files after cgc_device.h)\n", o->emit_dir);
     else
-        fprintf(stderr, "cgc: note: rerun with --emit DIR to write the generated source and "
-                        "read the lines the log names\n");
+        keep_source(job);
 }
 
 /* NVRTC proper: SOURCE to a cubin. */

@@ -57,7 +57,7 @@ expect_refusal() {  # expect_refusal PATTERN ARGS...
 expect_refusal "saved with optimizer adamw(lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1e-08, weight_decay = 0.0001), this run has adam(" --optimizer "adam(lr = 1e-3, weight_decay = 1e-4)"
 expect_refusal "saved with shuffle true, this run has false" --shuffle false
 expect_refusal "saved with schedule cosine(warmup = 200, min_lr = 0), this run has constant" --schedule constant
-expect_refusal "saved with seed 42, this run has 1; a resumed run continues the same training, so give --seed '42'" --seed 1
+expect_refusal "saved with seed 42, this run has 1; a resumed run continues the same training, so set seed to '42'" --seed 1
 out=$("$cgc" "$root/models/mlp.net" "${small_args[@]}" --resume "$dir/r.st" --stop-after 5 2>&1)
-grep -q "nothing to do: the run is at step 12 already (--stop-after 5)" <<<"$out" || { echo "stop-after below the saved step: $out"; exit 1; }
+grep -q "nothing to do: the run is at step 12 already (asked to stop after 5)" <<<"$out" || { echo "stop-after below the saved step: $out"; exit 1; }
 echo "mismatched resumes refused; --stop-after below the saved step does nothing"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""layers.py ROOT: the sources include downward only.
+"""layers.py ROOT: the sources include downward only, and the runtime speaks no flags.
 
 The stages, lowest first: grammar, compiler, codegen, runtime, driver. A file may include
 headers of its own stage and of the stages below it, never above; the one exception is
@@ -7,6 +7,10 @@ the grammar, whose parser builds the compiler's AST and reports through its diag
 (compiler/ast.h, compiler/diag.h). Passes are run by the driver alone: below it, only
 compiler/ includes compiler/passes.h. Generated headers (parser.h, lexer.h,
 build_config.h) live in the build tree and are not checked.
+
+The runtime is a library with no command-line vocabulary: no string in runtime/ names one
+of cgc's flags (those driver/main.c's usage text lists); its messages name train keys
+and files ("set seed to '42'", "the trace file t.json").
 """
 import os
 import re
@@ -56,14 +60,45 @@ def problems(root):
     return found
 
 
+STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def cgc_flags(root):
+    """The long flags cgc's usage text lists."""
+    text = open(os.path.join(root, "driver", "main.c"), encoding="utf-8").read()
+    usage = text[text.index("usage_text[]"):]
+    usage = usage[:re.search(r'"\s*;', usage).end()]
+    return set(FLAG.findall(usage))
+
+
+def runtime_flags(root):
+    """Strings in runtime/ that name a cgc flag."""
+    flags, found = cgc_flags(root), []
+    for dirpath, _, files in os.walk(os.path.join(root, "runtime")):
+        for f in sorted(files):
+            if not f.endswith((".c", ".h")):
+                continue
+            path = os.path.join(dirpath, f)
+            for n, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
+                for lit in STRING.findall(line):
+                    named = [x for x in FLAG.findall(lit) if x in flags]
+                    if named:
+                        rel = os.path.relpath(path, root)
+                        found.append(f"{rel}:{n}: a message names --{named[0]}: the runtime speaks no flags")
+    return found, len(flags)
+
+
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
     found = problems(root)
-    for p in found:
+    spoken, nflags = runtime_flags(root)
+    for p in found + spoken:
         print(p)
     checked = sum(len(fs) for s in STAGES for _, _, fs in os.walk(os.path.join(root, s)))
-    print(f"layers: {checked} files checked, {len(found)} upward includes")
-    return 1 if found or checked == 0 else 0
+    print(f"layers: {checked} files checked, {len(found)} upward includes; "
+          f"{len(spoken)} runtime strings name one of cgc's {nflags} flags")
+    return 1 if found or spoken or checked == 0 or nflags < 20 else 0
 
 
 if __name__ == "__main__":
