@@ -110,7 +110,6 @@ _Static_assert(IR_MAX_SYMBOLS <= 100, "sym<k> has at most two digits");
  * holds CUDA_DIMS_MAX bytes. */
 void cuda_dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf, size_t n);
 void cuda_numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n);
-bool cuda_shape_is_one(const Shape *s);
 /* V as a float literal that reads back as exactly (float)V. */
 void cuda_float_literal(double v, char *buf, size_t n);
 /* The f32 expression of an elementwise op over locals x (unary), a, b (binary), c, a, b

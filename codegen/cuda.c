@@ -140,13 +140,6 @@ void cuda_numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n)
     cuda_dims_expr(d, s, 0, s->rank, buf, n);
 }
 
-bool cuda_shape_is_one(const Shape *s)
-{
-    for (int i = 0; i < s->rank; i++)
-        if (s->dim[i] != 1) return false;
-    return true;
-}
-
 /* ---- literals ---- */
 
 /* V as a float literal that reads back as exactly (float)V: the shortest of %.6g..%.9g
@@ -227,7 +220,7 @@ void cuda_operand_offset(KernelDraft *d, const Shape *out, const Shape *in, char
         snprintf(buf, n, "i");
         return;
     }
-    if (cuda_shape_is_one(in)) {
+    if (ir_shape_is_one(in)) {
         snprintf(buf, n, "0");
         return;
     }

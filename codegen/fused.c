@@ -471,7 +471,7 @@ static void render_last_groups(Fuser *f, const int *groups, int n)
     StrBuf outer = d->body;
     for (int i = 0; i < n; i++) {
         const IrGroup *gr = group_of(f->ctx, groups[i]);
-        CGC_ASSERT(gr->kind == IR_GROUP_POINTWISE && cuda_shape_is_one(&gr->work));
+        CGC_ASSERT(gr->kind == IR_GROUP_POINTWISE && ir_shape_is_one(&gr->work));
         char name[DRAFT_NAME_MAX];
         codegen_mangle(name, sizeof name, gr->name ? gr->name : "group");
         d->body = (StrBuf){ 0 };

@@ -52,7 +52,7 @@ static bool per_row(const RowKernel *rk, const Shape *s)
 {
     Shape row = ir_shape_reduce(&rk->work, rk->work.rank - 1), row1 = rk->work;
     row1.dim[row1.rank - 1] = 1;
-    return ir_shape_equal(s, &row) || ir_shape_equal(s, &row1) || cuda_shape_is_one(s);
+    return ir_shape_equal(s, &row) || ir_shape_equal(s, &row1) || ir_shape_is_one(s);
 }
 
 static bool row_member(const RowKernel *rk, int id)
@@ -199,7 +199,7 @@ static void render_row_loads(RowKernel *rk)
             } else if (per_row(rk, &x->shape)) {
                 snprintf(rk->value[in], sizeof rk->value[in], "x%s", rk->param[in] + 2);
                 sb_printf(&rk->d->body, "        const float %s = cgc_load(%s[%s]);\n", rk->value[in],
-                          rk->param[in], cuda_shape_is_one(&x->shape) ? "0" : "r");
+                          rk->param[in], ir_shape_is_one(&x->shape) ? "0" : "r");
             } else {
                 CGC_ASSERT(element_member(rk, id) || ir_op_is_reduction(g->nodes[id].op));
             }

@@ -61,22 +61,10 @@ static bool is_elementwise(const IrNode *n)
     return ir_op_is_elementwise(n->op) || n->op == IR_RUNTIME;
 }
 
-static bool shape_is_static(const Shape *s)
-{
-    for (int i = 0; i < s->rank; i++)
-        if (IR_DIM_IS_SYM(s->dim[i])) return false;
-    return true;
-}
-
-static bool shape_is_one(const Shape *s)
-{
-    return shape_is_static(s) && ir_numel(s, NULL) == 1;
-}
-
 /* One value, recomputed wherever a group needs it rather than launched. */
 static bool is_scalar(const IrNode *n)
 {
-    return is_elementwise(n) && n->op != IR_DROPOUT && shape_is_one(&n->shape);
+    return is_elementwise(n) && n->op != IR_DROPOUT && ir_shape_is_one(&n->shape);
 }
 
 /* ---- state ---- */
@@ -278,7 +266,7 @@ static void start_cluster(Fuser *f, int v, IrGroupKind kind, Shape work, int axi
 /* Scalar chains are cloned into these; other clusters hold scalar nodes themselves. */
 static bool takes_clones(const Cluster *c)
 {
-    return c->kind == IR_GROUP_REDUCE || !shape_is_one(&c->work);
+    return c->kind == IR_GROUP_REDUCE || !ir_shape_is_one(&c->work);
 }
 
 /* Consumer C of V reads V itself (rather than a clone of it, or being a clone itself). */
@@ -576,7 +564,7 @@ static bool is_row_shape(const Shape *s, const Shape *work)
 /* Computed once per row in a row group over WORK (rather than per element). */
 static bool per_row(const Shape *s, const Shape *work)
 {
-    return is_row_shape(s, work) || shape_is_one(s);
+    return is_row_shape(s, work) || ir_shape_is_one(s);
 }
 
 /* A work shape a row group can take: rows of a static length > 1, more than one row,
@@ -587,7 +575,7 @@ static bool row_work(const Shape *work)
     if (work->rank < 2 || IR_DIM_IS_SYM(work->dim[work->rank - 1]) || work->dim[work->rank - 1] < 2)
         return false;
     Shape row = ir_shape_reduce(work, work->rank - 1);
-    return !shape_is_one(&row) && !ir_shape_fits(&row, work);
+    return !ir_shape_is_one(&row) && !ir_shape_fits(&row, work);
 }
 
 /* Reduction node V runs along the rows of WORK. */
@@ -1084,7 +1072,7 @@ static const char *subject_of(Fuser *f, const int *m, int nm, const Shape *work,
     for (int pass = 0; pass < 2; pass++)   /* from values over the work shape, then results */
         for (int i = nm - 1; i >= 0; i--) {
             const Shape *s = &src_node(f, m[i])->shape;
-            bool start = m[i] < f->n && (pass ? !shape_is_one(s) : ir_shape_equal(s, work));
+            bool start = m[i] < f->n && (pass ? !ir_shape_is_one(s) : ir_shape_equal(s, work));
             const char *t = start ? assigned_subject(f, m[i]) : NULL;
             if (t) return t;
         }
@@ -1192,7 +1180,7 @@ static Unit *make_units(Fuser *f)
 
 static bool multi_candidate(const Fuser *f, int unit)
 {
-    return unit < f->ngroups && shape_is_static(&f->groups[unit].work) &&
+    return unit < f->ngroups && ir_shape_is_static(&f->groups[unit].work) &&
            f->groups[unit].kind != IR_GROUP_ROW &&   /* ir.h: not in multi-tensor launches */
            f->groups[unit].kind != IR_GROUP_GEMM;
 }
@@ -1295,7 +1283,7 @@ static int last_groups(Fuser *f, const Unit *units, const int *batch, int nb, in
         for (int k = 0; k < f->nadj[batch[b]]; k++) waits[f->adj[batch[b]][k]]++;
     for (int c = 0; c < f->ngroups; c++) {
         const Cluster *x = &f->groups[c];
-        bool scalar = x->kind == IR_GROUP_POINTWISE && shape_is_one(&x->work);
+        bool scalar = x->kind == IR_GROUP_POINTWISE && ir_shape_is_one(&x->work);
         if (scalar && units[c].key >= 0 && waits[c] > 0 && waits[c] == units[c].indeg &&
             x->recompute == f->groups[batch[0]].recompute && !reads_from(f, units, c, batch, nb))
             last[nl++] = c;

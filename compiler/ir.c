@@ -118,6 +118,20 @@ bool ir_shape_equal(const Shape *a, const Shape *b)
     return true;
 }
 
+bool ir_shape_is_static(const Shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (IR_DIM_IS_SYM(s->dim[i])) return false;
+    return true;
+}
+
+bool ir_shape_is_one(const Shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (s->dim[i] != 1) return false;
+    return true;
+}
+
 bool ir_broadcast_shape(const Shape *a, const Shape *b, Shape *out)
 {
     Shape r = ir_shape0();

@@ -298,6 +298,8 @@ size_t ir_dtype_size(DType t);           /* bytes per element: 4, or 2 for the h
 DType ir_promote(DType a, DType b);      /* f32 wins; two different halves give f32 */
 int64_t ir_numel(const Shape *s, const int64_t *symvals);  /* symvals[k] binds symbol k */
 bool ir_shape_equal(const Shape *a, const Shape *b);
+bool ir_shape_is_static(const Shape *s);   /* no symbolic dimension */
+bool ir_shape_is_one(const Shape *s);      /* every dimension 1: one element, a scalar too */
 /* Elementwise: the unary, binary and ternary classes, BROADCAST and DROPOUT (each output
  * element from the inputs' elements at its broadcast position). What a pointwise fusion
  * group computes and what checkpointing may recompute. */
