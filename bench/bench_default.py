@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""cgc's fused `--mode default` against cgc eager, PyTorch eager and torch.compile (issue 4's
-benchmark; GPU machine).
+"""cgc's fused `--mode default` against cgc eager, PyTorch eager and torch.compile (the
+GPU machine's benchmark).
 
 Part 1, models/mlp.net (784-512-128-10, fp16, the hyperparameters of bench_eager.py) at
 batch 64 and 256, four ways, each on the same device with the dataset already on it:
@@ -35,7 +35,7 @@ for each layer the forward product and the weight gradient, and the input gradie
 but the first (whose input needs none), against the measured bf16 matrix peak: the best of
 several timed torch.matmul of two bf16 8192x8192 matrices.
 
-Goals (issue 4), printed as met / not met from this run's numbers only: mlp.net batch 64
+Goals, printed as met / not met from this run's numbers only: mlp.net batch 64
 default at least 2x faster per step than cgc eager and faster than torch.compile; measured
 peak memory within 10% of the plan; the wide MLP at >= 70% of the measured peak.
 
@@ -58,7 +58,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_eager as be  # noqa: E402  (the PyTorch model, run and data loading of issue 3)
+import bench_eager as be  # noqa: E402  (the PyTorch model, run and data loading of bench_eager.py)
 
 MLP_NET = os.path.join(be.ROOT, "models/mlp.net")
 WIDE_NET = os.path.join(be.ROOT, "bench/models/wide_mlp.net")

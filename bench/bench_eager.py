@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cgc eager against PyTorch eager on models/mlp.net (issue 3's benchmark; GPU machine).
+"""cgc eager against PyTorch eager on models/mlp.net (GPU machine).
 
 The same model (784-512-128-10, ReLU), the same hyperparameters as models/mlp.net (AdamW
 lr 1e-3, weight decay 1e-4, cosine schedule with 200 warm-up steps to 0 over the run,

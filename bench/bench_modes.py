@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""cgc's four modes against PyTorch eager and torch.compile, in one table (issue 5's
-benchmark; GPU machine).
+"""cgc's four modes against PyTorch eager and torch.compile, in one table (the
+GPU machine's benchmark).
 
 Models, each at the batch and precision of its file, the same on both sides:
 
@@ -52,7 +52,7 @@ Compile times:
 Ratio: the step time of torch.compile max-autotune on the same model divided by this row's
 (> 1: this row is faster than torch.compile max-autotune).
 
-Goals (issue 5), printed as met / not met / not measured from this run's numbers only:
+Goals, printed as met / not met / not measured from this run's numbers only:
 mlp.net batch 64 in cgc max-autotune at least 1.5x faster per step than torch.compile
 max-autotune; the wide MLP in cgc max-autotune at least as fast per step as torch.compile
 max-autotune; cold compile of mlp.net under 2 s and warm under 100 ms (each cgc mode).
@@ -84,8 +84,8 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_eager as be  # noqa: E402  (the PyTorch model, run and data loading of issue 3)
-import bench_default as bd  # noqa: E402  (cgc runs and PyTorch timing of issue 4)
+import bench_eager as be  # noqa: E402  (the PyTorch model, run and data loading of bench_eager.py)
+import bench_default as bd  # noqa: E402  (cgc runs and PyTorch timing)
 
 CGC_MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 TORCH_RUNNERS = {"torch-eager": None, "torch-compile-default": "default",

@@ -7,15 +7,15 @@
 # table"; one device call is limited to 10 minutes and all of them do not fit in one, so
 # give a call a few parts, or one):
 #   tests    compile times, the GPU tests, a training run, compute-sanitizer
-#   eager    issue 3: cgc eager against PyTorch (bench/bench_eager.py)
-#   default  issue 4: --mode default against eager, PyTorch eager and torch.compile, and
+#   eager    cgc eager against PyTorch (bench/bench_eager.py)
+#   default  --mode default against eager, PyTorch eager and torch.compile, and
 #            the wide MLP against the bf16 matrix peak (bench/bench_default.py)
-#   modes    issue 5: a reduce-overhead run (its CUDA graph captures, accuracy, step
+#   modes    a reduce-overhead run (its CUDA graph captures, accuracy, step
 #            time), a max-autotune run that tunes and one that reads the choices back,
 #            the same with --tune-file (a lockfile) and the reproducer --emit writes from
 #            it, built and run beside the default mode's, --bench of default,
 #            reduce-overhead and max-autotune against eager, a device trace
-#   table    issue 5's table: cgc's four modes against PyTorch eager and torch.compile
+#   table    the table of cgc's four modes against PyTorch eager and torch.compile
 #            default and max-autotune on mlp.net (batch 64, 256), the narrow and the wide
 #            MLP, compile times included (bench/bench_modes.py); BENCH_MODELS=mlp64,wide
 #            runs a subset (its --models)

@@ -353,13 +353,6 @@ static GradRule *const grad_rule[IR_NUM_OPS] = {
 #define IR_OP(name, ...) [IR_##name] = rule_##name,
 #include "ops.def"
 };
-#undef NONE
-#undef D
-#undef DX
-#undef DY
-#undef D_TIMES
-#undef FN
-#undef NOT_NEEDED
 
 /* Step 2 for one node: its adjoint D flows into its inputs. */
 static void backprop_node(Autodiff *ad, int id)

@@ -29,13 +29,6 @@ const IrOpInfo ir_op_info[IR_NUM_OPS] = {
      IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, #__VA_ARGS__},
 #include "ops.def"
 };
-#undef NONE
-#undef D
-#undef DX
-#undef DY
-#undef D_TIMES
-#undef FN
-#undef NOT_NEEDED
 
 /* Lower-case op names, made once from the table's upper-case ones. */
 static char op_names[IR_NUM_OPS][24];

@@ -56,7 +56,7 @@ size_t compiled_activation_bytes(const Compiled *c);
 /* Launches (kernels and GEMMs) of one optimizer step's train graph; GEMMS: of which GEMMs. */
 int compiled_steps_per_train(const Compiled *c, int *gemms);
 
-/* explain.c: --stats FILE: the JSON object issue 4 names (mode, kernels_per_step,
+/* explain.c: --stats FILE: one JSON object (mode, kernels_per_step,
  * gemms_per_step, peak_bytes, activation_bytes, fusion_groups [{name, ops, lines}], ...). */
 void compiled_write_stats(const Compiled *c, FILE *out);
 /* --explain: a readable report: precision of every tensor and why, fusion groups, the

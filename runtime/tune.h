@@ -1,4 +1,4 @@
-/* tune.h: the autotune choices file, one per device and model (issue 5's lockfile).
+/* tune.h: the autotune choices file, one per device and model (also a lockfile a user names).
  *
  * --mode max-autotune times candidates on the device (cuBLASLt algorithms, generated GEMM
  * tiles, launch shapes) and keeps the fastest; the choices are written as a small text

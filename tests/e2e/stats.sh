@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # stats.sh CGC ROOT: --stats and --explain for every model of models/ in every mode.
-# The JSON must hold issue 4's keys with sane values; default mode must fuse (every
+# The JSON must hold every key it promises with sane values; default mode must fuse (every
 # group named, with ops and .net lines) and launch at most 40% of eager's kernels per
 # training step for mlp.net; --explain must report every section, and in the fused modes a
 # reason for every kernel boundary, none of them the fallback; a --stats file that cannot

@@ -91,15 +91,21 @@ static void poison(Device *d, Matrix *x)
     free(nan);
 }
 
+/* N values of type T at V, as f32 (malloc'd). */
+static float *widened(const void *v, int64_t n, DType t)
+{
+    float *f = malloc((size_t)n * sizeof *f);
+    emu_widen(f, v, n, t, false);
+    return f;
+}
+
 /* GOT against WANT, N values of type T: within the rounding of T (one unit of C's type
  * for a different order of the f32 sums, and a little of the whole matrix's scale for
  * sums that cancel). Returns the mismatches, reporting the first. */
 static int compare(const Matrix *x, DType t, int64_t n, const char *what)
 {
     double scale = 0, rel = t == DT_F32 ? 1e-4 : t == DT_F16 ? 2e-3 : 1.6e-2;
-    float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
-    emu_widen(want, x->want, n, t, false);
-    emu_widen(got, x->got, n, t, false);
+    float *want = widened(x->want, n, t), *got = widened(x->got, n, t);
     for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -124,9 +130,7 @@ static int compare(const Matrix *x, DType t, int64_t n, const char *what)
 static int compare_l2(const Matrix *x, DType t, int64_t n, const char *what)
 {
     double num = 0, den = 0, tol = t == DT_F32 ? 1e-5 : 2e-2;
-    float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
-    emu_widen(want, x->want, n, t, false);
-    emu_widen(got, x->got, n, t, false);
+    float *want = widened(x->want, n, t), *got = widened(x->got, n, t);
     for (int64_t i = 0; i < n; i++) {
         num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
         den += (double)want[i] * want[i];
