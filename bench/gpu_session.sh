@@ -18,7 +18,8 @@
 #   table    the table of cgc's four modes against PyTorch eager and torch.compile
 #            default and max-autotune on mlp.net (batch 64, 256), the narrow and the wide
 #            MLP, compile times included (bench/bench_modes.py); BENCH_MODELS=mlp64,wide
-#            runs a subset (its --models)
+#            runs a subset (its --models); BENCH_MODES_ARGS adds options (e.g.
+#            --no-torch-warm)
 # BENCH_DRY_RUN=1 runs bench_default.py and bench_modes.py on the CPU (a check of the
 # scripts, on a machine without a GPU).
 # STEP_TIMEOUT (seconds, default 600) ends any one step that runs longer, so that a hang
@@ -115,7 +116,7 @@ fi
 if part table; then
     step "cgc's modes against PyTorch eager and torch.compile: the table"
     run bench_modes python3 bench/bench_modes.py --cgc "$CGC" --data data/fashion-mnist \
-        --out "$OUT" ${BENCH_MODELS:+--models "$BENCH_MODELS"} ${BENCH_DRY_RUN:+--dry-run}
+        --out "$OUT" ${BENCH_MODELS:+--models "$BENCH_MODELS"} ${BENCH_DRY_RUN:+--dry-run} ${BENCH_MODES_ARGS:-}
     cat "$OUT/bench_modes.md" 2>/dev/null | tee -a "$OUT/summary.txt"
 fi
 step "done"
