@@ -776,12 +776,6 @@ int devexec_timing_collect(DevExec *e, DevTimedFn fn, void *ctx)
 
 /* ---- reading values back ---- */
 
-static int root_of(const Plan *plan, int b)
-{
-    while (plan->buffers[b].alias_of >= 0) b = plan->buffers[b].alias_of;
-    return b;
-}
-
 /* Whether buffer B still holds its value after G has run: it is not a node value of its
  * own (a view of a tensor, an input or a constant) or it is one of G's outputs, which the
  * memory plan keeps apart. */
@@ -789,11 +783,11 @@ static bool holds_after_run(const DevExec *e, const IrGraph *g, int b)
 {
     const Plan *plan = e->plan;
     const PlanGraph *pg = plan_graph_of(plan, g);
-    b = root_of(plan, b);
+    b = plan_buffer_root(plan, b);
     if (plan->buffers[b].kind != PB_NODE) return true;
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) {
         int out = g->output[r];
-        if (out >= 0 && pg->node_buffer[out] >= 0 && root_of(plan, pg->node_buffer[out]) == b) return true;
+        if (out >= 0 && pg->node_buffer[out] >= 0 && plan_buffer_root(plan, pg->node_buffer[out]) == b) return true;
     }
     return false;
 }
