@@ -319,6 +319,26 @@ __device__ double cgc_block_sum(double v)
     return v;
 }
 
+/* V summed over the threads of the block in the same lane (threadIdx.x % 32): the
+ * column sums of a tile 32 wide whose rows are the block's warps, each returned to its
+ * column's threads. blockDim.x must be a multiple of 32. */
+__device__ double cgc_column_sum(double v)
+{
+    __shared__ double part[32][32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    part[warp][lane] = v;
+    __syncthreads();
+    if (warp == 0) {
+        double s = 0.0;
+        for (int w = 0; w < nwarps; w++) s += part[w][lane];
+        part[0][lane] = s;
+    }
+    __syncthreads();
+    v = part[0][lane];
+    __syncthreads();
+    return v;
+}
+
 /* NAN_WINS: torch.amax's rule (MAX); otherwise softmax's plain maximum. */
 __device__ float cgc_block_max(float v, bool nan_wins)
 {

@@ -138,13 +138,31 @@ void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, 
 
 /* REDUCE_TO of XS down to OS: for output element o, `kept` (statements) gives the k<j>
  * and `base` the offset of its first input element; for reduced element r, `red`
- * (statements) gives the r<j> and `off` (" + ...") the rest of the input offset. */
+ * (statements) gives the r<j> and `off` (" + ...") the rest of the input offset.
+ * A block sums one output element, its threads reading elements of it; or, where
+ * consecutive outputs read consecutive inputs (cuda_reduce_to_tiles), a tile of
+ * CUDA_REDUCE_TILE outputs, each warp's lanes reading one row of the tile: a bias
+ * gradient's sum over the batch reads whole rows then, not one element per row. */
+enum { CUDA_REDUCE_TILE = 32 };
 typedef struct ReduceToIndex {
     StrBuf kept, red, base, off;
     char nout[CUDA_DIMS_MAX], nred[CUDA_DIMS_MAX];
+    int64_t tiles;   /* > 0: summed by tiles, this many */
 } ReduceToIndex;
 void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, ReduceToIndex *ix);
 void cuda_reduce_to_index_free(ReduceToIndex *ix);
+/* The tiles of a REDUCE_TO of XS to OS, or 0 where it is summed a block per output: tiles
+ * need a static OS whose innermost dimension is XS's, kept, and a tile wide at least. */
+int64_t cuda_reduce_to_tiles(const Shape *xs, const Shape *os);
+/* The loop over IX's outputs (or tiles) from FIRST by STEP, a block each, opened up to
+ * the body of the loop over reduced elements r, which sums into the double `acc`; the
+ * caller renders the body and closes that loop, then cuda_reduce_to_close sums the
+ * block's parts and stores the output in OUT (unless NULL) and closes the outer loop. */
+void cuda_reduce_to_open(KernelDraft *d, const ReduceToIndex *ix, const char *first,
+                         const char *step);
+void cuda_reduce_to_close(KernelDraft *d, const ReduceToIndex *ix, const char *out);
+/* The work a REDUCE_TO launch spreads over blocks: OS's elements, or IX's tiles. */
+Shape cuda_reduce_to_work(const ReduceToIndex *ix, const Shape *os);
 
 /* Renders node ID of CTX->g (a computing node, not a view, CONST, ASSIGN or MATMUL)
  * into D. */

@@ -390,6 +390,56 @@ void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, Redu
     if (!ix->off.len) sb_puts(&ix->off, "");
     cuda_numel_expr(d, os, ix->nout, sizeof ix->nout);
     cuda_numel_expr(d, &rs, ix->nred, sizeof ix->nred);
+    ix->tiles = cuda_reduce_to_tiles(xs, os);
+}
+
+_Static_assert(CUDA_BLOCK % CUDA_REDUCE_TILE == 0, "a tile's rows are whole warps");
+
+int64_t cuda_reduce_to_tiles(const Shape *xs, const Shape *os)
+{
+    if (xs->rank == 0 || os->rank == 0 || !ir_shape_is_static(os)) return 0;
+    int64_t inner = os->dim[os->rank - 1];
+    if (inner != xs->dim[xs->rank - 1] || inner < CUDA_REDUCE_TILE) return 0;
+    return (ir_numel(os, NULL) + CUDA_REDUCE_TILE - 1) / CUDA_REDUCE_TILE;
+}
+
+void cuda_reduce_to_open(KernelDraft *d, const ReduceToIndex *ix, const char *first,
+                         const char *step)
+{
+    sb_printf(&d->body, "    const int64_t nout = %s, nred = %s;\n", ix->nout, ix->nred);
+    if (ix->tiles)
+        sb_printf(&d->body, "    for (int64_t t = %s; t < %lld; t += %s) {\n"
+                            "        const int64_t o = t * %d + threadIdx.x %% %d;\n",
+                  first, (long long)ix->tiles, step, CUDA_REDUCE_TILE, CUDA_REDUCE_TILE);
+    else
+        sb_printf(&d->body, "    for (int64_t o = %s; o < nout; o += %s) {\n", first, step);
+    sb_puts(&d->body, ix->kept.s);
+    sb_printf(&d->body, "        const int64_t base = %s;\n        double acc = 0.0;\n", ix->base.s);
+    if (ix->tiles)   /* a warp per row of the tile; lanes past the outputs sum nothing */
+        sb_printf(&d->body, "        for (int64_t r = o < nout ? threadIdx.x / %d : nred; r < nred; "
+                            "r += blockDim.x / %d) {\n", CUDA_REDUCE_TILE, CUDA_REDUCE_TILE);
+    else
+        sb_puts(&d->body, "        for (int64_t r = threadIdx.x; r < nred; r += blockDim.x) {\n");
+    sb_puts(&d->body, ix->red.s);
+}
+
+void cuda_reduce_to_close(KernelDraft *d, const ReduceToIndex *ix, const char *out)
+{
+    if (ix->tiles) {
+        sb_puts(&d->body, "        acc = cgc_column_sum(acc);\n");
+        if (out)
+            sb_printf(&d->body, "        if (threadIdx.x < %d && o < nout) cgc_store(&%s[o], (float)acc);\n",
+                      CUDA_REDUCE_TILE, out);
+    } else {
+        sb_puts(&d->body, "        acc = cgc_block_sum(acc);\n");
+        if (out) sb_printf(&d->body, "        if (threadIdx.x == 0) cgc_store(&%s[o], (float)acc);\n", out);
+    }
+    sb_puts(&d->body, "    }\n");
+}
+
+Shape cuda_reduce_to_work(const ReduceToIndex *ix, const Shape *os)
+{
+    return ix->tiles ? (Shape){ .rank = 1, .dim = { ix->tiles } } : *os;
 }
 
 void cuda_reduce_to_index_free(ReduceToIndex *ix)
@@ -398,7 +448,7 @@ void cuda_reduce_to_index_free(ReduceToIndex *ix)
 }
 
 /* REDUCE_TO: output element o sums, in double, every input element that broadcasting
- * pairs with it; a block per output element. */
+ * pairs with it; a block per output element or per tile (cuda_reduce_to_index). */
 static void render_reduce_to(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
@@ -407,18 +457,10 @@ static void render_reduce_to(const RenderCtx *ctx, int id, KernelDraft *d)
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], ctx->g->nodes[node->in[0]].dtype, true);
     ReduceToIndex ix;
     cuda_reduce_to_index(d, xs, os, &ix);
-    sb_printf(&d->body, "    const int64_t nout = %s, nred = %s;\n", ix.nout, ix.nred);
-    sb_puts(&d->body, "    for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {\n");
-    sb_puts(&d->body, ix.kept.s);
-    sb_printf(&d->body, "        const int64_t base = %s;\n", ix.base.s);
-    sb_puts(&d->body, "        double acc = 0.0;\n"
-                      "        for (int64_t r = threadIdx.x; r < nred; r += blockDim.x) {\n");
-    sb_puts(&d->body, ix.red.s);
+    cuda_reduce_to_open(d, &ix, "blockIdx.x", "gridDim.x");
     sb_printf(&d->body, "            acc += (double)cgc_load(in_x[base%s]);\n        }\n", ix.off.s);
-    sb_puts(&d->body, "        acc = cgc_block_sum(acc);\n"
-                      "        if (threadIdx.x == 0) cgc_store(&out[o], (float)acc);\n"
-                      "    }\n");
-    cuda_launch_rows(d, *os);
+    cuda_reduce_to_close(d, &ix, "out");
+    cuda_launch_rows(d, cuda_reduce_to_work(&ix, os));
     cuda_reduce_to_index_free(&ix);
 }
 

@@ -350,29 +350,22 @@ static int reduce_to_member(const IrGraph *g, int k)
     return -1;
 }
 
-static void render_reduce_to(Fuser *f, int k, int id, const char *first, const char *step)
+/* Group K's REDUCE_TO ID; returns the launch's work (cuda_reduce_to_work). */
+static Shape render_reduce_to(Fuser *f, int k, int id, const char *first, const char *step)
 {
     const IrNode *n = &f->ctx->g->nodes[id];
     ReduceToIndex ix;
     cuda_reduce_to_index(f->d, &group_of(f->ctx, k)->work, &n->shape, &ix);
-    sb_printf(&f->d->body, "    const int64_t nout = %s, nred = %s;\n", ix.nout, ix.nred);
-    sb_printf(&f->d->body, "    for (int64_t o = %s; o < nout; o += %s) {\n", first, step);
-    sb_puts(&f->d->body, ix.kept.s);
-    sb_printf(&f->d->body, "        const int64_t base = %s;\n", ix.base.s);
-    sb_puts(&f->d->body, "        double acc = 0.0;\n"
-                         "        for (int64_t r = threadIdx.x; r < nred; r += blockDim.x) {\n");
-    sb_puts(&f->d->body, ix.red.s);
+    cuda_reduce_to_open(f->d, &ix, first, step);
     StrBuf index = { 0 };
     sb_printf(&index, "base%s", ix.off.s);
     render_indexed_element(f, k, index.s, "base");
     sb_free(&index);
     sb_printf(&f->d->body, "            acc += (double)%s;\n        }\n", f->value[n->in[0]]);
-    sb_puts(&f->d->body, "        acc = cgc_block_sum(acc);\n");
-    if (stored(f, id))
-        sb_printf(&f->d->body, "        if (threadIdx.x == 0) cgc_store(&%s[o], (float)acc);\n",
-                  f->param[id]);
-    sb_puts(&f->d->body, "    }\n");
+    cuda_reduce_to_close(f->d, &ix, stored(f, id) ? f->param[id] : NULL);
+    Shape work = cuda_reduce_to_work(&ix, &n->shape);
     cuda_reduce_to_index_free(&ix);
+    return work;
 }
 
 /* Group K's loop. Sets the launch geometry of a kernel of its own; returns the rows (or
@@ -386,8 +379,7 @@ static Shape render_group(Fuser *f, int k, const char *first, const char *step)
     } else {
         int to = reduce_to_member(f->ctx->g, k);
         if (to >= 0) {
-            render_reduce_to(f, k, to, first, step);
-            rows = f->ctx->g->nodes[to].shape;
+            rows = render_reduce_to(f, k, to, first, step);
         } else {
             render_reduce_axis(f, k, first, step);
             rows = ir_shape_reduce(&gr->work, gr->axis);
@@ -416,7 +408,7 @@ static void kernel_name(const RenderCtx *ctx, const int *groups, int n, KernelDr
     else snprintf(d->name, sizeof d->name, "%s", base);
 }
 
-/* Virtual blocks of group K in a multi-tensor launch: a row each for a reduction, else
+/* Virtual blocks of group K in a multi-tensor launch: a row (or tile) each for a reduction, else
  * enough for CUDA_ITEMS_PER_THREAD elements per thread (capped: the segment loops). */
 static int64_t virtual_blocks(const RenderCtx *ctx, int k)
 {
@@ -425,7 +417,9 @@ static int64_t virtual_blocks(const RenderCtx *ctx, int k)
     CGC_ASSERT(n >= 0);   /* static shapes only */
     if (gr->kind == IR_GROUP_REDUCE) {
         int to = reduce_to_member(ctx->g, k);
-        Shape rows = to >= 0 ? ctx->g->nodes[to].shape : ir_shape_reduce(&gr->work, gr->axis);
+        const Shape *os = to >= 0 ? &ctx->g->nodes[to].shape : NULL;
+        if (os && cuda_reduce_to_tiles(&gr->work, os)) return cuda_reduce_to_tiles(&gr->work, os);
+        Shape rows = os ? *os : ir_shape_reduce(&gr->work, gr->axis);
         n = ir_numel(&rows, NULL);
         return n > 0 ? n : 1;
     }
