@@ -10,7 +10,7 @@ add_library(cgc_emu_warnings OBJECT emu/cuda_emu.cpp)
 set_target_properties(cgc_emu_warnings PROPERTIES CXX_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
 
 function(cgc_emu_device_lib name)   # cgc_emu_device_lib(NAME [COMPILE/LINK FLAGS...])
-  add_library(${name} STATIC emu/emu_device.c)
+  add_library(${name} STATIC emu/emu_device.c emu/drift.c)
   target_compile_definitions(${name} PUBLIC CGC_EMU_CXX="${CMAKE_CXX_COMPILER}"
                              CGC_EMU_DIR="${EMU_DIR}")
   target_include_directories(${name} PRIVATE ${CBLAS_INCLUDE_DIR})

@@ -32,6 +32,7 @@
 #include "runtime/devexec.h"
 #include "runtime/device.h"
 #include "tests/check.h"
+#include "tests/emu/drift.h"
 #include "tests/emu/emu_device.h"
 
 enum { STEPS = 3, BATCH = 8, LAST_BATCH = 5, SHOW_NODES = 5, SHOW_VALUES = 4, MAX_CASES = 160 };
@@ -69,6 +70,9 @@ typedef struct Run {
     int step;
     int mismatches;          /* nodes and tensors reported in this case */
     int inherited;           /* nodes over the tolerance only through their inputs */
+    int64_t symvals[IR_MAX_SYMBOLS];   /* of the graph run being compared */
+    float **drift;           /* per node of that graph (drift.h); NULL: not known */
+    float **tensor_drift;    /* per tensor, as last compared; NULL: none */
     int compared;            /* node values compared */
     int counter_checks;      /* runs after which the launch counter was read back */
 } Run;
@@ -246,55 +250,92 @@ static void report_node(Run *r, const IrGraph *g, int id, const float *cpu, int6
     show_inputs(r, g, node, df->worst);
 }
 
-/* |d - c| relative to the larger of |c| and |d|, 0 when both are equal (non-finite
- * included). Symmetric and at most 2, so that it composes: for a product or quotient
- * the output's difference is at most the sum of its inputs' (1 - e^-x is subadditive in
- * the log-ratio x), also where a divisor shrinks on one executor only, and a sign flip
- * (at least 1) covers any output. */
-static double rel_diff(double c, double d)
+/* ---- drift: differences that come in with the inputs (drift.h) ---- */
+
+/* Node ID's drift into a fresh array: observed from the values CPU and DEV. */
+static float *observed_drift(const float *cpu, const float *dev, int64_t n)
 {
-    if (c == d || (isnan(c) && isnan(d))) return 0;
-    return fabs(d - c) / fmax(fmax(fabs(c), fabs(d)), 1e-30);
+    float *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+    for (int64_t i = 0; i < n; i++) d[i] = (float)drift_rel(cpu[i], dev[i]);
+    return d;
 }
 
-/* Whether an elementwise node's differences are all inherited from its inputs. A kernel
- * that computes its op right turns input differences into output differences of about
- * the same relative size (a quotient: their sum), but where an input is ill-conditioned
- * the whole tensor can move: Adam's m / (sqrt(v) + eps) on a gradient element near eps
- * (a near-cancelling sum, accumulated in double by the reference and in f32 by the
- * kernels) turns a 1e-3 relative difference of a 1e-8 gradient into a 1e-3 difference of
- * an O(0.1) update. Such a node is not the one at fault: it passes when, element by
- * element, its relative difference is at most 2x the sum of its inputs' (same-shape or
- * scalar inputs only) plus TOL. A wrong kernel, fed equal inputs, fails this. */
-static bool inherited(Run *r, const IrGraph *g, int id, const float *cpu, int64_t n,
-                      double tol)
+/* The bound on node ID's drift from its inputs' (drift.h), in a fresh array; NULL where
+ * there is none. */
+static float *bound_drift(Run *r, const IrGraph *g, int id, int64_t n)
 {
     const IrNode *node = &g->nodes[id];
-    IrOpClass cls = ir_op_info[node->op].cls;
-    if (cls != IR_CLASS_UNARY && cls != IR_CLASS_BINARY && cls != IR_CLASS_TERNARY) return false;
-    double *allow = calloc((size_t)(n ? n : 1), sizeof *allow);
-    float *dev_in = malloc((size_t)(n ? n : 1) * sizeof *dev_in);
-    bool ok = allow && dev_in;
-    for (int k = 0; ok && k < node->nin; k++) {
-        int in = node->in[k];
-        int64_t cn = 0, dn = 0;
-        const void *cv = cpu_exec_value(r->cpu, in, &cn);
-        if (g->nodes[in].dtype == DT_I32 || (cn != n && cn != 1) || cn > n || !has_buffer(r, g, in)) {
-            ok = false;
-            break;
-        }
-        float *dv = cn == 1 ? (float[1]){ 0 } : dev_in;
-        if (devexec_value(r->dev, g, in, dv, &dn) != 0 || dn != cn) ok = false;
-        for (int64_t i = 0; ok && i < n; i++)
-            allow[i] += rel_diff(((const float *)cv)[cn == 1 ? 0 : i], dv[cn == 1 ? 0 : i]);
+    DriftInput in[IR_MAX_INPUTS] = { 0 };
+    for (int k = 0; k < node->nin; k++) {
+        const IrNode *x = &g->nodes[node->in[k]];
+        int64_t cn = 0;
+        const void *ref = cpu_exec_value(r->cpu, node->in[k], &cn);
+        in[k] = (DriftInput){ .shape = &x->shape, .drift = r->drift[node->in[k]],
+                              .ref = x->dtype == DT_I32 ? NULL : ref };
     }
-    for (int64_t i = 0; ok && i < n; i++)
-        ok = same_nonfinite(cpu[i], r->buf[i]) ||
-             (isfinite(cpu[i]) && isfinite(r->buf[i]) &&
-              rel_diff(cpu[i], r->buf[i]) <= 2 * allow[i] + tol);
-    free(allow);
-    free(dev_in);
-    return ok;
+    int64_t cn = 0;
+    const float *ref_out = node->dtype == DT_I32 ? NULL : cpu_exec_value(r->cpu, id, &cn);
+    float *bound = malloc((size_t)(n ? n : 1) * sizeof *bound);
+    if (drift_bound(node, in, ref_out, r->symvals, bound)) return bound;
+    free(bound);
+    return NULL;
+}
+
+/* Whether every element of DEV is within BOUND (NULL: none) plus TOL of CPU. */
+static bool within(const float *cpu, const float *dev, int64_t n, const float *bound, double tol)
+{
+    if (!bound) return false;
+    for (int64_t i = 0; i < n; i++)
+        if (!same_nonfinite(cpu[i], dev[i]) &&
+            !(isfinite(cpu[i]) && isfinite(dev[i]) && drift_rel(cpu[i], dev[i]) <= bound[i] + tol))
+            return false;
+    return true;
+}
+
+/* The node whose value G's ASSIGN stores into tensor T, or -1 when G stores none. */
+static int assigned_value(const IrGraph *g, int t)
+{
+    for (int id = 0; g && id < g->nnodes; id++)
+        if (g->nodes[id].op == IR_ASSIGN && g->nodes[id].index == t) return g->nodes[id].in[0];
+    return -1;
+}
+
+/* The drift tensor T may show after G: that of the value G assigns it, else its own. */
+static const float *tensor_bound(Run *r, const IrGraph *g, int t)
+{
+    int v = assigned_value(g, t);
+    return v >= 0 ? r->drift[v] : r->tensor_drift[t];
+}
+
+static float *copy_drift(const float *d, int64_t n)
+{
+    float *c = calloc((size_t)(n ? n : 1), sizeof *c);
+    if (d) memcpy(c, d, (size_t)n * sizeof *c);
+    return c;
+}
+
+static void free_drift(float **d, int n)
+{
+    for (int i = 0; i < n; i++) free(d[i]), d[i] = NULL;
+}
+
+/* Compares node ID's stored value (an f32 view CPU of the reference's, N elements)
+ * against BOUND; returns 1 for a mismatch (reported). */
+static int compare_value(Run *r, const IrGraph *g, int id, const float *cpu, int64_t n,
+                         const float *bound)
+{
+    double tol = tolerance(r, &g->nodes[id]);
+    Diff df = compare(cpu, r->buf, n);
+    check_count++;
+    r->compared++;
+    if (diff_ok(&df, tol)) return 0;
+    if (df.nonfinite_bad == 0 && within(cpu, r->buf, n, bound, tol)) {
+        r->inherited++;
+        return 0;
+    }
+    check_failures++;
+    if (r->mismatches++ < SHOW_NODES) report_node(r, g, id, cpu, n, &df, tol);
+    return 1;
 }
 
 /* Reference value of node ID as f32 (i32 nodes converted) into OUT. */
@@ -306,38 +347,61 @@ static const float *cpu_value_f32(Run *r, const IrGraph *g, int id, float *out, 
     return out;
 }
 
+/* Node ID's stored value into r->buf and its reference into *CPU; false (reported) when
+ * it cannot be read. */
+static bool read_node(Run *r, const IrGraph *g, int id, float *scratch, const float **cpu,
+                      int64_t *n)
+{
+    int64_t dn = -1;
+    *cpu = cpu_value_f32(r, g, id, scratch, n);
+    if (devexec_value(r->dev, g, id, r->buf, &dn) != 0) {
+        fprintf(stderr, "  %s: reading node %%%d of %s failed\n", r->c->model, id, g->name);
+        return false;
+    }
+    CHECK_EQ_INT(dn, *n);
+    return dn == *n;
+}
+
+/* Every stored node of G against the reference, in order, each one's drift recorded
+ * for the nodes that read it. A READ is what its readers saw: the tensor before G ran;
+ * its stored view shows the tensor after, checked last, against what G assigned. */
 static int compare_nodes(Run *r, const IrGraph *g, float *scratch)
 {
     int bad = 0;
     for (int id = 0; id < g->nnodes; id++) {
-        /* an ASSIGN is checked through the tensors; a register value, through its readers */
-        if (!has_buffer(r, g, id)) continue;
-        int64_t n = 0, dn = -1;
-        const float *cpu = cpu_value_f32(r, g, id, scratch, &n);
-        if (devexec_value(r->dev, g, id, r->buf, &dn) != 0) {
-            fprintf(stderr, "  %s: reading node %%%d of %s failed\n", r->c->model, id, g->name);
-            bad++;
-            continue;
+        const IrNode *node = &g->nodes[id];
+        int64_t n = ir_numel(&node->shape, r->symvals);
+        if (node->op == IR_READ) {
+            r->drift[id] = copy_drift(r->tensor_drift[node->index], n);
+        } else if (!has_buffer(r, g, id)) {   /* an ASSIGN, or kept in registers */
+            bool leaf = ir_op_info[node->op].cls == IR_CLASS_LEAF;   /* the same on both */
+            r->drift[id] = leaf ? copy_drift(NULL, n) : bound_drift(r, g, id, n);
+        } else {
+            const float *cpu;
+            if (!read_node(r, g, id, scratch, &cpu, &n)) {
+                bad++;
+                continue;
+            }
+            float *bound = bound_drift(r, g, id, n);
+            bad += compare_value(r, g, id, cpu, n, bound);
+            free(bound);
+            r->drift[id] = observed_drift(cpu, r->buf, n);
         }
-        CHECK_EQ_INT(dn, n);
-        if (dn != n) continue;
-        double tol = tolerance(r, &g->nodes[id]);
-        Diff df = compare(cpu, r->buf, n);
-        check_count++;
-        r->compared++;
-        if (diff_ok(&df, tol)) continue;
-        if (df.nonfinite_bad == 0 && inherited(r, g, id, cpu, n, tol)) {
-            r->inherited++;
-            continue;
-        }
-        check_failures++;
-        if (r->mismatches++ < SHOW_NODES) report_node(r, g, id, cpu, n, &df, tol);
-        bad++;
+    }
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *node = &g->nodes[id];
+        const float *cpu;
+        int64_t n;
+        if (node->op != IR_READ || !has_buffer(r, g, id)) continue;
+        if (!read_node(r, g, id, scratch, &cpu, &n)) bad++;
+        else bad += compare_value(r, g, id, cpu, n, tensor_bound(r, g, node->index));
     }
     return bad;
 }
 
-static int compare_tensors(Run *r, const char *when)
+/* Every tensor against the reference after G ran (NULL: before any graph), within the
+ * drift of what G assigned it; records each one's drift for the next graph. */
+static int compare_tensors(Run *r, const IrGraph *g, const char *when)
 {
     int bad = 0;
     for (int i = 0; i < r->p->ntensors; i++) {
@@ -350,8 +414,13 @@ static int compare_tensors(Run *r, const char *when)
         IrNode f32 = { .dtype = DT_F32 };
         double tol = tolerance(r, &f32);
         Diff df = compare(cpu, r->buf, n);
+        float *observed = observed_drift(cpu, r->buf, n);
+        bool ok = diff_ok(&df, tol) ||
+                  (df.nonfinite_bad == 0 && within(cpu, r->buf, n, tensor_bound(r, g, i), tol));
+        free(r->tensor_drift[i]);
+        r->tensor_drift[i] = observed;
         check_count++;
-        if (diff_ok(&df, tol)) continue;
+        if (ok) continue;
         check_failures++;
         bad++;
         if (r->mismatches++ >= SHOW_NODES) continue;
@@ -614,6 +683,7 @@ static void resync_tensors(Run *r)
 {
     for (int i = 0; i < r->p->ntensors; i++)
         CHECK_EQ_INT(devexec_tensor_set(r->dev, i, cpu_exec_tensor(r->cpu, i)), 0);
+    free_drift(r->tensor_drift, r->p->ntensors);
 }
 
 /* Runs G on both executors with the same feed, then compares everything. */
@@ -636,10 +706,15 @@ static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step
     int drc = devexec_run(r->dev, g, &df);
     CHECK_EQ_INT(drc, 0);
     check_launch_counter(r);
+    bind_symbols(r->symvals, batch);
+    r->drift = calloc((size_t)g->nnodes, sizeof *r->drift);
     int bad = rc == 0 && drc == 0 ? compare_nodes(r, g, scratch) : 1;
     char when[64];
     snprintf(when, sizeof when, "after %s of step %d", g->name, r->step);
-    bad += compare_tensors(r, when);
+    bad += compare_tensors(r, g, when);
+    free_drift(r->drift, g->nnodes);
+    free(r->drift);
+    r->drift = NULL;
     if (on_cuda) resync_tensors(r);
     for (int i = 0; i < r->p->ninputs; i++) free(inputs[i]);
     return bad;
@@ -797,7 +872,8 @@ static void run_case(const Case *c, bool asan)
         r.scratch = r.buf + largest(p);
         cpu_exec_init_tensors(r.cpu, seed);
         CHECK_EQ_INT(devexec_init_tensors(r.dev, seed), 0);
-        int bad = compare_tensors(&r, "after initialisation");
+        r.tensor_drift = calloc((size_t)(p->ntensors ? p->ntensors : 1), sizeof *r.tensor_drift);
+        int bad = compare_tensors(&r, NULL, "after initialisation");
         if (!bad) bad = run_steps(&r);
         if (bad) fprintf(stderr, "  %s %s: %d mismatches (kernels %s)\n", c->model,
                          c->precision, r.mismatches, on_cuda ? "on cuda:0" : so);
@@ -808,7 +884,9 @@ static void run_case(const Case *c, bool asan)
         if (plan->launch_counter >= 0) CHECK(r.counter_checks > 0);
         if (r.inherited)
             printf("  %d node values over the tolerance only through their inputs "
-                   "(see inherited())\n", r.inherited);
+                   "(see tests/emu/drift.h)\n", r.inherited);
+        free_drift(r.tensor_drift, p->ntensors);
+        free(r.tensor_drift);
         free(r.buf);
         cpu_exec_free(r.cpu);
         devexec_free(r.dev);

@@ -1,0 +1,49 @@
+/* drift.h: how far a device's value may be from the reference's because its inputs
+ * already were, so that a comparison blames the node that made a difference and not
+ * every node downstream of it.
+ *
+ * A node's drift is its relative difference from the reference, element by element
+ * (rel_diff: |d - c| / max(|c|, |d|), at most 2). Where a node is stored, its drift is
+ * observed; where it is not (a value a fused kernel keeps in registers), it is bounded
+ * from its inputs' drift by the node's rule:
+ *   - elementwise (and dropout): at most 2x the sum of its inputs' at the element each
+ *     input broadcasts to it (for a product or quotient the sum itself; the 2 covers a
+ *     rounding on the way);
+ *   - a view (reshape) or broadcast: its input's at the element it copies;
+ *   - a sum (SUM, MEAN, REDUCE_TO): an absolute difference of at most 2x the sum over
+ *     the elements summed of |x| times their drift, relative to the reference's sum, so
+ *     a near-cancelling sum may turn small input differences into a large relative one;
+ *   - MAX: 2x the largest drift it reduces over;
+ *   - anything else (a matrix product, a softmax, a loss): no bound.
+ * A stored node over the tolerance passes when every element's drift is within that
+ * bound plus the tolerance: a wrong kernel fed equal inputs has a bound near zero, and
+ * fails. The bound adds no tolerance per node, so it does not grow along a chain. */
+#ifndef CGC_TESTS_DRIFT_H
+#define CGC_TESTS_DRIFT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compiler/ir.h"
+
+/* |d - c| relative to the larger of |c| and |d|; 0 when both are equal (non-finite
+ * included). Symmetric and at most 2, so that it composes: for a product or quotient
+ * the output's difference is at most the sum of its inputs' (1 - e^-x is subadditive in
+ * the log-ratio x), also where a divisor shrinks on one executor only, and a sign flip
+ * (at least 1) covers any output. */
+double drift_rel(double c, double d);
+
+/* One input of a node, for drift_bound. */
+typedef struct DriftInput {
+    const Shape *shape;
+    const float *drift;   /* element by element; NULL: not known */
+    const float *ref;     /* the reference's values (f32 nodes; sums read it) */
+} DriftInput;
+
+/* Bounds node N's drift element by element into OUT (N's elements under SYMVALS) from
+ * IN[0..N->nin) and REF_OUT, the reference's value of N (sums read it); false where N's
+ * op has no rule or an input's drift is not known. */
+bool drift_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
+                 const int64_t *symvals, float *out);
+
+#endif
