@@ -1,15 +1,28 @@
 # codegen: IR -> kernel plan (CUDA C kernels + host plan). Pure C; needs no CUDA Toolkit.
-# The device prelude is a real header (codegen/cgc_device.h) embedded as the string
-# plan_device_prelude at build time; editing the header rebuilds the library.
-set(CGC_PRELUDE_C ${CMAKE_BINARY_DIR}/codegen/cgc_device_prelude.c)
-add_custom_command(
-  OUTPUT ${CGC_PRELUDE_C}
-  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/codegen
-  COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/codegen/cgc_device.h -DOUT=${CGC_PRELUDE_C}
-          -DNAME=plan_device_prelude -P ${CMAKE_SOURCE_DIR}/codegen/embed.cmake
-  DEPENDS ${CMAKE_SOURCE_DIR}/codegen/cgc_device.h ${CMAKE_SOURCE_DIR}/codegen/embed.cmake
-  COMMENT "Embedding codegen/cgc_device.h as plan_device_prelude"
-  VERBATIM)
+# The code cgc writes out as it stands is real files in the tree, embedded as strings at
+# build time (embed.cmake), so that editing one rebuilds the library: the device prelude
+# (codegen/cgc_device.h as plan_device_prelude) and the reproducer's fixed host code
+# (codegen/repro/ and codegen/gemm_map.h as repro_*).
+set(CGC_EMBEDDED "")
+# cgc_embed(FILE NAME): FILE, relative to the source tree, as `const char NAME[]`.
+function(cgc_embed file name)
+  set(out ${CMAKE_BINARY_DIR}/codegen/${name}.c)
+  add_custom_command(
+    OUTPUT ${out}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/codegen
+    COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/${file} -DOUT=${out} -DNAME=${name}
+            -P ${CMAKE_SOURCE_DIR}/codegen/embed.cmake
+    DEPENDS ${CMAKE_SOURCE_DIR}/${file} ${CMAKE_SOURCE_DIR}/codegen/embed.cmake
+    COMMENT "Embedding ${file} as ${name}"
+    VERBATIM)
+  set(CGC_EMBEDDED ${CGC_EMBEDDED} ${out} PARENT_SCOPE)
+endfunction()
+cgc_embed(codegen/cgc_device.h plan_device_prelude)
+cgc_embed(codegen/repro/types.h repro_types)
+cgc_embed(codegen/gemm_map.h repro_gemm_map)
+cgc_embed(codegen/repro/replay.h repro_replay)
+cgc_embed(codegen/repro/main.h repro_main)
 add_library(cgc_codegen STATIC codegen/plan.c codegen/cuda.c codegen/fused.c codegen/fused_row.c codegen/gemm_tc.c codegen/mlp_fused.c codegen/emit.c
-            codegen/memplan.c codegen/repro.c ${CGC_PRELUDE_C})
+            codegen/memplan.c codegen/repro.c ${CGC_EMBEDDED})
 target_link_libraries(cgc_codegen PUBLIC cgc_base)
+

@@ -210,4 +210,11 @@ void codegen_mangle(char *dst, size_t max, const char *s);
  * safe in any comment or string literal of generated code. */
 void codegen_sanitise(char *dst, size_t max, const char *s, const char *fallback);
 
+/* ---- repro.c: the reproducer's fixed host code ---- */
+
+/* codegen/repro/types.h, codegen/gemm_map.h, codegen/repro/replay.h and
+ * codegen/repro/main.h, embedded at build time (codegen.cmake): repro.c writes each as it
+ * stands into every reproducer. */
+extern const char repro_types[], repro_gemm_map[], repro_replay[], repro_main[];
+
 #endif

@@ -1,6 +1,6 @@
-# embed.cmake: cmake -DIN=codegen/cgc_device.h -DOUT=.../prelude.c -DNAME=plan_device_prelude -P embed.cmake
+# embed.cmake: cmake -DIN=codegen/cgc_device.h -DOUT=.../plan_device_prelude.c -DNAME=plan_device_prelude -P embed.cmake
 # Writes OUT, a C file defining `const char NAME[]` with IN's text, one string literal per
-# line, so that the prelude is a real header in the tree and a string in the library.
+# line, so that code cgc writes out is a real file in the tree and a string in the library.
 file(READ "${IN}" text)
 string(REPLACE "\\" "\\\\" text "${text}")
 string(REPLACE "\"" "\\\"" text "${text}")

@@ -12,8 +12,13 @@
  * config. The generated file holds no text from the .net file: kernel names (mangled
  * identifiers), numbers, .net line numbers, and the plan's sanitised source name and a
  * model name passed through the same sanitising; never PlanStep.what or tensor names.
- * The GEMM mapping (row-major plan, column-major cuBLAS) follows runtime/cuda/gemm.c,
- * which stays its source of truth; the generated file says so where it applies it.
+ *
+ * What does not depend on the plan, the fixed host code, is real C in the tree, compiled
+ * by cgc's build (tests/codegen/repro_host.c) and embedded as strings (codegen.cmake): the
+ * includes and the tables' types (codegen/repro/types.h), the mapping of the plan's
+ * row-major GEMMs onto column-major cuBLAS and cuBLASLt (codegen/gemm_map.h, the one the
+ * runtime uses), the code that replays the tables (codegen/repro/replay.h) and main
+ * (codegen/repro/main.h). This file writes them, as they stand, between its own parts.
  *
  * In max-autotune the step is replayed with the choices --emit writes beside it
  * (PlanChoices: the tuned ones when cgc has them, else the plan's own): each launch's
@@ -28,6 +33,7 @@
 #include <string.h>
 
 #include "../compiler/config.h"
+#include "gemm_map.h"
 
 /* IR_RT_TOTAL_STEPS as the replay states it: the length of run the schedules assume. */
 enum { REPRO_TOTAL_STEPS = 1000, REPRO_WARMUP = 20, REPRO_STEPS = 200 };
@@ -103,13 +109,12 @@ static int gemm_kernel(const Repro *r, PlanGraphId gid, int i)
     return c.tile > 0 ? r->plan->graph[gid].steps[i].gemm.tile_kernel[c.tile - 1] : -1;
 }
 
-/* Whether GEMM step I of GID goes through cublasLtMatmul (runtime/cuda/gemm.c's rule):
- * an epilogue, or a plain GEMM given one of cuBLASLt's algorithms. */
+/* Whether GEMM step I of GID goes through cublasLtMatmul, as the runtime decides it. */
 static bool through_lt(const Repro *r, PlanGraphId gid, int i)
 {
     const PlanGemm *g = &r->plan->graph[gid].steps[i].gemm;
     int64_t batch = g->batch.rank ? ir_numel(&g->batch, r->symvals) : 1;
-    return g->epilogue != GEMM_EPI_NONE || (choice_at(r, gid, i).algo > 0 && batch == 1 && bind(r, g->k) > 0);
+    return gemm_map_uses_lt(g->epilogue != GEMM_EPI_NONE, choice_at(r, gid, i).algo, batch, bind(r, g->k));
 }
 
 /* Whether step I of GID is a later layer of a fused run: the run's kernel, launched at
@@ -225,78 +230,26 @@ static void write_header(Repro *r)
           " * What it leaves out: the data pipeline (the epoch's shuffle, the batch gathers and\n"
           " * the loss totals, cgc_order_*, cgc_gather_* and cgc_track_*). The inputs are filled\n"
           " * once with random values and every step reads the same batch.\n"
-          " */\n", r->out);
+          " *\n"
+          " * The file, in order: the includes and the tables' types, this plan's constants and\n"
+          " * tables, the GEMM mapping and the code that replays the tables, the step, main. All\n"
+          " * but the plan's part is cgc's fixed host code, the same in every reproducer: its\n"
+          " * source is codegen/repro/ and codegen/gemm_map.h (which cgc's runtime uses too).\n"
+          " */\n\n", r->out);
 }
 
-/* The fixed part before the tables: includes, checks, the random fill. */
-static const char repro_includes[] =
-    "#include <cuda.h>\n"
-    "#include <cublasLt.h>\n"
-    "#include <cublas_v2.h>\n"
-    "#include <math.h>\n"
-    "#include <stdint.h>\n"
-    "#include <stdio.h>\n"
-    "#include <stdlib.h>\n"
-    "#include <string.h>\n";
-
-static const char repro_prelude[] =
-    "#define CGC_INF HUGE_VALF   /* for float literals written as cgc writes them */\n"
-    "#define CGC_NAN NAN\n"
-    "\n"
-    "/* ---- errors: every call checked, naming where the replay was ---- */\n"
-    "\n"
-    "static long training_step = -1;     /* of the replay; -1 while setting up */\n"
-    "static int check_each_step;         /* wait after every launch and GEMM (first step) */\n"
-    "static CUstream stream;\n"
-    "\n"
-    "static void where(const char *graph, int step, const char *name, int line)\n"
-    "{\n"
-    "    fprintf(stderr, \"repro: error: \");\n"
-    "    if (training_step >= 0) fprintf(stderr, \"training step %ld, \", training_step + 1);\n"
-    "    if (graph) fprintf(stderr, \"graph %s step %d (%s\", graph, step, name);\n"
-    "    if (graph && line > 0) fprintf(stderr, \", \" SOURCE_NAME \" line %d\", line);\n"
-    "    if (graph) fprintf(stderr, \"): \");\n"
-    "    else if (name) fprintf(stderr, \"%s: \", name);\n"
-    "}\n"
-    "\n"
-    "static void check_cu(CUresult r, const char *call, const char *graph, int step,\n"
-    "                     const char *name, int line)\n"
-    "{\n"
-    "    if (r == CUDA_SUCCESS) return;\n"
-    "    const char *ename = NULL, *text = NULL;\n"
-    "    cuGetErrorName(r, &ename);\n"
-    "    cuGetErrorString(r, &text);\n"
-    "    where(graph, step, name, line);\n"
-    "    fprintf(stderr, \"%s failed: %s (error %d%s%s)\\n\", call, ename ? ename : \"unnamed\", (int)r,\n"
-    "            text ? \": \" : \"\", text ? text : \"\");\n"
-    "    exit(1);\n"
-    "}\n"
-    "\n"
-    "static void check_blas(cublasStatus_t s, const char *call, const char *graph, int step,\n"
-    "                       const char *name, int line)\n"
-    "{\n"
-    "    if (s == CUBLAS_STATUS_SUCCESS) return;\n"
-    "    where(graph, step, name, line);\n"
-    "    fprintf(stderr, \"%s failed: %s (%s)\\n\", call, cublasGetStatusName(s), cublasGetStatusString(s));\n"
-    "    exit(1);\n"
-    "}\n"
-    "\n"
-    "/* Setup calls, named by what they were for: CU(\"the arena\", cuMemAlloc, &arena, n). */\n"
-    "#define CU(what, fn, ...) check_cu(fn(__VA_ARGS__), #fn, NULL, 0, (what), 0)\n"
-    "#define BLAS(what, fn, ...) check_blas(fn(__VA_ARGS__), #fn, NULL, 0, (what), 0)\n"
-    "\n"
-    "/* After a step's launch or GEMM: in the first warm-up step, wait for it and check. */\n"
-    "static void settle(const char *graph, int step, const char *name, int line)\n"
-    "{\n"
-    "    if (check_each_step)\n"
-    "        check_cu(cuStreamSynchronize(stream), \"cuStreamSynchronize\", graph, step, name, line);\n"
-    "}\n"
-    "\n";
+/* Fixed host code (codegen/repro/, codegen/gemm_map.h; embedded by codegen.cmake), then
+ * a blank line. */
+static void write_fixed(Repro *r, const char *code)
+{
+    fputs(code, r->out);
+    fputc('\n', r->out);
+}
 
 static void write_constants(Repro *r)
 {
     const TrainConfig *c = &r->p->cfg;
-    fprintf(r->out, "\n%s\n#define SOURCE_NAME \"%s\"\n", repro_includes, r->plan->source_name);
+    fprintf(r->out, "#define SOURCE_NAME \"%s\"\n", r->plan->source_name);
     fprintf(r->out, "#define CAPTURE %d   /* each timed step replayed as one CUDA graph (%s) */\n",
             r->plan->step_state >= 0, plan_mode_captures(r->plan->mode) ? plan_mode_name(r->plan->mode)
                                                                         : "not in this mode");
@@ -307,11 +260,13 @@ static void write_constants(Repro *r)
             "    TOTAL_STEPS = %d,   /* IR_RT_TOTAL_STEPS: the run length the schedules assume */\n"
             "    WARMUP_STEPS = %d,\n"
             "    DEFAULT_STEPS = %d,\n"
+            "    MAX_PARAMS = %d,   /* a kernel's parameters at most */\n"
+            "    LT_ALGOS = %d,   /* cuBLASLt's algorithms max-autotune chooses among, at most */\n"
             "};\n"
             "static const uint64_t SEED = %" PRIu64 "ULL;   /* cfg.seed: kernels' Philox streams, "
             "the fills */\n\n",
-            c->batch, c->accumulate, REPRO_TOTAL_STEPS, REPRO_WARMUP, REPRO_STEPS, c->seed);
-    fputs(repro_prelude, r->out);
+            c->batch, c->accumulate, REPRO_TOTAL_STEPS, REPRO_WARMUP, REPRO_STEPS, PLAN_MAX_PARAMS,
+            PLAN_GEMM_ALGOS, c->seed);
 }
 
 /* ---- kernels ---- */
@@ -397,113 +352,6 @@ static void write_arena(Repro *r)
 
 /* ---- the fills ---- */
 
-static const char fill_code[] =
-    "/* A 64-bit linear congruential generator (Knuth's MMIX constants), seeded with SEED.\n"
-    " * Enough for plausible values, and deliberately simple: it is not cgc's Philox\n"
-    " * initialisation, so the values are not bit for bit those of a cgc run (the timing of\n"
-    " * a step does not depend on them, except where fp16 loss scaling skips a step). */\n"
-    "static uint64_t lcg_state;\n"
-    "\n"
-    "static float lcg_uniform(void)      /* in [0, 1) */\n"
-    "{\n"
-    "    lcg_state = lcg_state * 6364136223846793005ULL + 1442695040888963407ULL;\n"
-    "    return (float)(lcg_state >> 40) * 0x1p-24f;\n"
-    "}\n"
-    "\n"
-    "static uint32_t f32_bits(float x)\n"
-    "{\n"
-    "    uint32_t u;\n"
-    "    memcpy(&u, &x, sizeof u);\n"
-    "    return u;\n"
-    "}\n"
-    "\n"
-    "/* f32 to f16 bits, round to nearest even; overflow gives inf, as cgc's stores do. */\n"
-    "static uint16_t f16_bits(float x)\n"
-    "{\n"
-    "    uint32_t u = f32_bits(x), sign = (u >> 16) & 0x8000u, mag = u & 0x7fffffffu;\n"
-    "    if (mag > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);         /* NaN */\n"
-    "    if (mag >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);        /* >= 65520: inf */\n"
-    "    if (mag < 0x38800000u) {          /* below 2^-14: a multiple of 2^-24, or 0 */\n"
-    "        uint32_t man = (mag & 0x7fffffu) | 0x800000u;\n"
-    "        int shift = 126 - (int)(mag >> 23);\n"
-    "        if (shift > 24) return (uint16_t)sign;\n"
-    "        uint32_t q = man >> shift, rest = man & ((1u << shift) - 1), half = 1u << (shift - 1);\n"
-    "        if (rest > half || (rest == half && (q & 1))) q++;\n"
-    "        return (uint16_t)(sign | q);\n"
-    "    }\n"
-    "    uint32_t h = ((mag >> 23) - 112) << 10 | (mag & 0x7fffffu) >> 13, rest = mag & 0x1fffu;\n"
-    "    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;          /* carries into the exponent */\n"
-    "    return (uint16_t)(sign | h);\n"
-    "}\n"
-    "\n"
-    "/* f32 to bf16 bits, round to nearest even. */\n"
-    "static uint16_t bf16_bits(float x)\n"
-    "{\n"
-    "    uint32_t u = f32_bits(x);\n"
-    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);\n"
-    "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
-    "}\n"
-    "\n"
-    "typedef enum Type { T_F32, T_F16, T_BF16, T_I32 } Type;\n"
-    "typedef enum How {\n"
-    "    FILL_VALUE,         /* every element `value` */\n"
-    "    FILL_UNIFORM,       /* uniform in [-value, value] */\n"
-    "    FILL_UNIT,          /* uniform in [0, 1): features, float targets */\n"
-    "    FILL_LABELS,        /* integers uniform in [0, value): class labels (0 when value is 0) */\n"
-    "} How;\n"
-    "\n"
-    "typedef struct Fill {\n"
-    "    int buffer;\n"
-    "    int64_t count;      /* elements */\n"
-    "    Type type;\n"
-    "    How how;\n"
-    "    float value;\n"
-    "} Fill;\n"
-    "\n";
-
-static const char fill_run[] =
-    "\n"
-    "/* The arena zeroed (tensors initialised to zeros, the launch counter, every value),\n"
-    " * then each fill written: persistent tensors by their initialiser (f32), the plan's\n"
-    " * constants in their dtype, the program inputs at random. */\n"
-    "static void fill_arena(void)\n"
-    "{\n"
-    "    CU(\"zeroing the arena\", cuMemsetD8, arena, 0, ARENA_BYTES);\n"
-    "    lcg_state = SEED;\n"
-    "    for (int i = 0; i < NUM_FILLS; i++) {\n"
-    "        const Fill *f = &fills[i];\n"
-    "        size_t size = f->type == T_F16 || f->type == T_BF16 ? 2 : 4;\n"
-    "        unsigned char *host = malloc((size_t)f->count * size + 1);\n"
-    "        if (!host) {\n"
-    "            fprintf(stderr, \"repro: error: out of host memory for the fill of b%d\\n\", f->buffer);\n"
-    "            exit(1);\n"
-    "        }\n"
-    "        for (int64_t e = 0; e < f->count; e++) {\n"
-    "            float v = f->value;\n"
-    "            if (f->how == FILL_UNIFORM) v = (2.0f * lcg_uniform() - 1.0f) * f->value;\n"
-    "            if (f->how == FILL_UNIT) v = lcg_uniform();\n"
-    "            if (f->how == FILL_LABELS) {\n"
-    "                int32_t classes = (int32_t)f->value, label = (int32_t)(lcg_uniform() * f->value);\n"
-    "                v = classes > 0 ? (float)(label < classes ? label : classes - 1) : 0.0f;\n"
-    "            }\n"
-    "            uint16_t half;\n"
-    "            int32_t i32;\n"
-    "            switch (f->type) {\n"
-    "            case T_F32: memcpy(host + e * 4, &v, 4); break;\n"
-    "            case T_I32: i32 = (int32_t)v; memcpy(host + e * 4, &i32, 4); break;\n"
-    "            case T_F16: half = f16_bits(v); memcpy(host + e * 2, &half, 2); break;\n"
-    "            case T_BF16: half = bf16_bits(v); memcpy(host + e * 2, &half, 2); break;\n"
-    "            }\n"
-    "        }\n"
-    "        CU(\"filling the arena\", cuMemcpyHtoD, arena + offset_of[f->buffer], host,\n"
-    "           (size_t)f->count * size);\n"
-    "        free(host);\n"
-    "    }\n"
-    "    /* the replay's stream does not wait for the legacy default stream */\n"
-    "    check_cu(cuCtxSynchronize(), \"cuCtxSynchronize\", NULL, 0, \"filling the arena\", 0);\n"
-    "}\n"
-    "\n";
-
 static const char *type_name(DType t)
 {
     switch (t) {
@@ -527,8 +375,9 @@ static void write_fills(Repro *r)
 {
     const Plan *pl = r->plan;
     const IrProgram *p = r->p;
-    fputs(fill_code, r->out);
-    fprintf(r->out, "static const Fill fills[] = {\n");
+    fprintf(r->out, "/* ---- the fills: persistent tensors by their initialiser (f32), the plan's constants\n"
+                    " * in their dtype, the program inputs at random (fill_arena) ---- */\n\n"
+                    "static const Fill fills[] = {\n");
     int n = 0;
     for (int i = 0; i < p->ntensors; i++) {
         const IrTensor *t = &p->tensors[i];
@@ -559,202 +408,10 @@ static void write_fills(Repro *r)
         n++;
     }
     if (n == 0) fprintf(r->out, "    { 0, 0, T_F32, FILL_VALUE, 0.0f },   /* nothing to fill */\n");
-    fprintf(r->out, "};\nenum { NUM_FILLS = %d };\n", n);
-    fputs(fill_run, r->out);
+    fprintf(r->out, "};\nenum { NUM_FILLS = %d };\n\n", n);
 }
 
 /* ---- GEMMs ---- */
-
-static const char gemm_code[] =
-    "/* ---- GEMMs ----\n"
-    " * The plan's GEMMs are row-major, cuBLAS's column-major. The mapping is cgc's, and\n"
-    " * runtime/cuda/gemm.c in cgc's source is its source of truth; this file repeats it:\n"
-    " *     row-major C [m, n] = op(A) @ op(B)  is computed as  column-major C^T = op(B)^T @ op(A)^T\n"
-    " * (the same bytes), passing B first and A second, each with its own transpose:\n"
-    " *     B stored [k, n] (ld n, op N) or, when trans_b, [n, k] (ld k, op T);\n"
-    " *     A stored [m, k] (ld k, op N) or, when trans_a, [k, m] (ld m, op T);  C: ld n.\n"
-    " * A GEMM with an epilogue goes through cublasLtMatmul with the same swap: cuBLASLt's A\n"
-    " * is our B, its B our A, its D our C^T [n, m], so the bias (one value per column of C)\n"
-    " * runs over D's n rows and the aux output (GELU's input) has D's layout, ld n. Scalars\n"
-    " * alpha = 1 and beta = 0 are host floats; cuBLASLt gets a 32 MiB workspace and the\n"
-    " * heuristic's first algorithm for the operands' alignments, or its lt_algo-th (of at\n"
-    " * most LT_ALGOS) where max-autotune chose one, which also sends a plain GEMM through\n"
-    " * cublasLtMatmul (epilogue DEFAULT, no bias). */\n"
-    "\n"
-    "enum { LT_WORKSPACE = 32 << 20, LT_ALGOS = %d };\n"
-    "\n"
-    "typedef struct Gemm {\n"
-    "    const char *graph;          /* where it is, for messages */\n"
-    "    int step, line;\n"
-    "    int trans_a, trans_b;\n"
-    "    int m, n, k, batch;         /* batch 1: a plain GEMM */\n"
-    "    long long stride_a, stride_b, stride_c;   /* elements between batches; 0 broadcasts */\n"
-    "    int a, b, c;                /* buffers */\n"
-    "    cudaDataType a_type, b_type, c_type;\n"
-    "    cublasComputeType_t compute;\n"
-    "    int lt;                     /* through cublasLtMatmul with `epilogue` */\n"
-    "    int lt_algo;                /* the heuristic's lt_algo-th algorithm; 0: its first */\n"
-    "    cublasLtEpilogue_t epilogue;\n"
-    "    int bias, aux;              /* buffers; -1 when none */\n"
-    "    cudaDataType bias_type;\n"
-    "    /* made once by gemm_setup (lt only) */\n"
-    "    cublasLtMatmulDesc_t desc;\n"
-    "    cublasLtMatrixLayout_t la, lb, lc;      /* cuBLASLt's A (our B), B (our A), C = D */\n"
-    "    cublasLtMatmulAlgo_t algo;\n"
-    "} Gemm;\n"
-    "\n";
-
-static const char gemm_run[] =
-    "\n"
-    "static cublasHandle_t blas;\n"
-    "static cublasLtHandle_t blas_lt;\n"
-    "static CUdeviceptr lt_workspace;\n"
-    "\n"
-    "#define GEMM_CHECK(g, name, fn, ...) \\\n"
-    "    check_blas(fn(__VA_ARGS__), #fn, (g)->graph, (g)->step, (name), (g)->line)\n"
-    "\n"
-    "/* The largest power of two up to 256 dividing address P (cuBLASLt's heuristic assumes it). */\n"
-    "static uint32_t alignment(CUdeviceptr p)\n"
-    "{\n"
-    "    uint32_t a = 1;\n"
-    "    while (a < 256 && p % (2 * a) == 0) a *= 2;\n"
-    "    return a;\n"
-    "}\n"
-    "\n"
-    "static void lt_set(Gemm *g, cublasLtMatmulDescAttributes_t attr, const void *v, size_t size)\n"
-    "{\n"
-    "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulDescSetAttribute, g->desc, attr, v, size);\n"
-    "}\n"
-    "\n"
-    "static void lt_prefer(Gemm *g, cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,\n"
-    "                      const void *v, size_t size)\n"
-    "{\n"
-    "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulPreferenceSetAttribute, pref, attr, v, size);\n"
-    "}\n"
-    "\n"
-    "/* A column-major ROWS x COLS layout with leading dimension LD. */\n"
-    "static void lt_layout(Gemm *g, cublasLtMatrixLayout_t *l, cudaDataType t, int rows, int cols, int ld)\n"
-    "{\n"
-    "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatrixLayoutCreate, l, t, (uint64_t)rows, (uint64_t)cols,\n"
-    "               ld < 1 ? 1 : ld);\n"
-    "}\n"
-    "\n"
-    "/* The descriptor, layouts and algorithm of cuBLASLt GEMM G, made once before timing. */\n"
-    "static void lt_setup(Gemm *g)\n"
-    "{\n"
-    "    CUdeviceptr a = arena + offset_of[g->a], b = arena + offset_of[g->b], c = arena + offset_of[g->c];\n"
-    "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulDescCreate, &g->desc, g->compute, CUDA_R_32F);\n"
-    "    cublasOperation_t op_a = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's A: our B */\n"
-    "    cublasOperation_t op_b = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;\n"
-    "    lt_set(g, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);\n"
-    "    lt_set(g, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);\n"
-    "    lt_set(g, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epilogue, sizeof g->epilogue);\n"
-    "    if (g->bias >= 0) {\n"
-    "        const void *bias = (const void *)(uintptr_t)(arena + offset_of[g->bias]);\n"
-    "        lt_set(g, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);\n"
-    "        lt_set(g, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &g->bias_type, sizeof g->bias_type);\n"
-    "    }\n"
-    "    if (g->aux >= 0) {\n"
-    "        void *aux = (void *)(uintptr_t)(arena + offset_of[g->aux]);\n"
-    "        int64_t aux_ld = g->n;\n"
-    "        lt_set(g, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);\n"
-    "        lt_set(g, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);\n"
-    "    }\n"
-    "    lt_layout(g, &g->la, g->b_type, g->trans_b ? g->k : g->n, g->trans_b ? g->n : g->k,\n"
-    "              g->trans_b ? g->k : g->n);\n"
-    "    lt_layout(g, &g->lb, g->a_type, g->trans_a ? g->m : g->k, g->trans_a ? g->k : g->m,\n"
-    "              g->trans_a ? g->m : g->k);\n"
-    "    lt_layout(g, &g->lc, g->c_type, g->n, g->m, g->n);\n"
-    "\n"
-    "    cublasLtMatmulPreference_t pref;\n"
-    "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulPreferenceCreate, &pref);\n"
-    "    uint64_t ws = LT_WORKSPACE;\n"
-    "    uint32_t align_a = alignment(b), align_b = alignment(a), align_c = alignment(c);  /* Lt's A: our B */\n"
-    "    lt_prefer(g, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);\n"
-    "    lt_prefer(g, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a);\n"
-    "    lt_prefer(g, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);\n"
-    "    lt_prefer(g, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c);\n"
-    "    lt_prefer(g, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c);\n"
-    "    cublasLtMatmulHeuristicResult_t result[LT_ALGOS];\n"
-    "    int found = 0, want = g->lt_algo > 0 ? g->lt_algo : 1;\n"
-    "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulAlgoGetHeuristic, blas_lt, g->desc, g->la, g->lb, g->lc,\n"
-    "               g->lc, pref, LT_ALGOS, result, &found);\n"
-    "    GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulPreferenceDestroy, pref);\n"
-    "    if (found == 0) {\n"
-    "        where(g->graph, g->step, \"cublasLtMatmul\", g->line);\n"
-    "        fprintf(stderr, \"cublasLtMatmulAlgoGetHeuristic found no algorithm\\n\");\n"
-    "        exit(1);\n"
-    "    }\n"
-    "    if (found < want) {     /* another GPU or library: its last, as cgc's lt_gemm takes */\n"
-    "        fprintf(stderr, \"repro: note: graph %s step %d: cuBLASLt lists %d algorithms here, not the \"\n"
-    "                        \"%d-th that was tuned; using its last, as cgc does\\n\", g->graph, g->step, found,\n"
-    "                want);\n"
-    "        want = found;\n"
-    "    }\n"
-    "    g->algo = result[want - 1].algo;\n"
-    "}\n"
-    "\n"
-    "static void gemm_setup(void)\n"
-    "{\n"
-    "    BLAS(\"cuBLAS\", cublasCreate, &blas);\n"
-    "    BLAS(\"cuBLAS\", cublasSetStream, blas, (cudaStream_t)stream);\n"
-    "    BLAS(\"cuBLAS\", cublasSetPointerMode, blas, CUBLAS_POINTER_MODE_HOST);\n"
-    "    BLAS(\"cuBLASLt\", cublasLtCreate, &blas_lt);\n"
-    "    CU(\"the cuBLASLt workspace\", cuMemAlloc, &lt_workspace, LT_WORKSPACE);\n"
-    "#if CAPTURE\n"
-    "    /* a graph capture may not allocate: cuBLAS gets the workspace too (one stream: the\n"
-    "     * two never run at once), as cgc's runtime does */\n"
-    "    BLAS(\"cuBLAS\", cublasSetWorkspace, blas, (void *)(uintptr_t)lt_workspace, LT_WORKSPACE);\n"
-    "#endif\n"
-    "    for (int i = 0; i < NUM_GEMMS; i++)\n"
-    "        if (gemms[i].lt) lt_setup(&gemms[i]);\n"
-    "}\n"
-    "\n"
-    "static void gemm_close(void)\n"
-    "{\n"
-    "    for (int i = 0; i < NUM_GEMMS; i++) {\n"
-    "        Gemm *g = &gemms[i];\n"
-    "        if (!g->lt) continue;\n"
-    "        GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmulDescDestroy, g->desc);\n"
-    "        GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatrixLayoutDestroy, g->la);\n"
-    "        GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatrixLayoutDestroy, g->lb);\n"
-    "        GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatrixLayoutDestroy, g->lc);\n"
-    "    }\n"
-    "    CU(\"the cuBLASLt workspace\", cuMemFree, lt_workspace);\n"
-    "    BLAS(\"cuBLASLt\", cublasLtDestroy, blas_lt);\n"
-    "    BLAS(\"cuBLAS\", cublasDestroy, blas);\n"
-    "}\n"
-    "\n"
-    "static void run_gemm(Gemm *g)\n"
-    "{\n"
-    "    const float alpha = 1.0f, beta = 0.0f;\n"
-    "    const void *a = (const void *)(uintptr_t)(arena + offset_of[g->a]);\n"
-    "    const void *b = (const void *)(uintptr_t)(arena + offset_of[g->b]);\n"
-    "    void *c = (void *)(uintptr_t)(arena + offset_of[g->c]);\n"
-    "    if (g->lt) {\n"
-    "        GEMM_CHECK(g, \"cublasLtMatmul\", cublasLtMatmul, blas_lt, g->desc, &alpha, b, g->la, a, g->lb, &beta,\n"
-    "                   c, g->lc, c, g->lc, &g->algo, (void *)(uintptr_t)lt_workspace, LT_WORKSPACE,\n"
-    "                   (cudaStream_t)stream);\n"
-    "        settle(g->graph, g->step, \"cublasLtMatmul\", g->line);\n"
-    "        return;\n"
-    "    }\n"
-    "    cublasOperation_t op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;\n"
-    "    cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;\n"
-    "    int ldb = g->trans_b ? g->k : g->n, lda = g->trans_a ? g->m : g->k, ldc = g->n;\n"
-    "    if (ldb == 0) ldb = 1;      /* k == 0: cuBLAS still wants ld >= 1 */\n"
-    "    if (lda == 0) lda = 1;\n"
-    "    if (g->batch == 1) {\n"
-    "        GEMM_CHECK(g, \"cublasGemmEx\", cublasGemmEx, blas, op_b, op_a, g->n, g->m, g->k, &alpha, b, g->b_type,\n"
-    "                   ldb, a, g->a_type, lda, &beta, c, g->c_type, ldc, g->compute, CUBLAS_GEMM_DEFAULT);\n"
-    "        settle(g->graph, g->step, \"cublasGemmEx\", g->line);\n"
-    "        return;\n"
-    "    }\n"
-    "    GEMM_CHECK(g, \"cublasGemmStridedBatchedEx\", cublasGemmStridedBatchedEx, blas, op_b, op_a, g->n, g->m,\n"
-    "               g->k, &alpha, b, g->b_type, ldb, g->stride_b, a, g->a_type, lda, g->stride_a, &beta, c,\n"
-    "               g->c_type, ldc, g->stride_c, g->batch, g->compute, CUBLAS_GEMM_DEFAULT);\n"
-    "    settle(g->graph, g->step, \"cublasGemmStridedBatchedEx\", g->line);\n"
-    "}\n"
-    "\n";
 
 static const char *cuda_type(DType t)
 {
@@ -832,8 +489,8 @@ static const PlanGraphId replay_order[] = { PG_TRAIN_MICRO, PG_TRAIN };
 
 static void write_gemms(Repro *r)
 {
-    fprintf(r->out, gemm_code, PLAN_GEMM_ALGOS);
-    fprintf(r->out, "static Gemm gemms[] = {\n");
+    fprintf(r->out, "/* ---- GEMMs: those the library computes, in the order the step runs them ---- */\n\n"
+                    "static Gemm gemms[] = {\n");
     for (size_t o = 0; o < sizeof replay_order / sizeof replay_order[0]; o++) {
         PlanGraphId gid = replay_order[o];
         if (!replays(r, gid)) continue;
@@ -845,38 +502,10 @@ static void write_gemms(Repro *r)
         }
     }
     if (r->ngemms == 0) fprintf(r->out, "    { .graph = \"none\" },   /* no GEMM in the step */\n");
-    fprintf(r->out, "};\nenum { NUM_GEMMS = %d };\n", r->ngemms);
-    fputs(gemm_run, r->out);
+    fprintf(r->out, "};\nenum { NUM_GEMMS = %d };\n\n", r->ngemms);
 }
 
 /* ---- the steps ---- */
-
-static const char launch_code[] =
-    "/* ---- launches ---- */\n"
-    "\n"
-    "/* One kernel parameter: the kernel reads as many bytes as its parameter's type. */\n"
-    "typedef union Arg {\n"
-    "    CUdeviceptr ptr;\n"
-    "    int64_t i64;\n"
-    "    uint64_t u64;\n"
-    "    float f32;\n"
-    "} Arg;\n"
-    "\n"
-    "#define PTR(b) { .ptr = arena + offset_of[b] }\n"
-    "#define NO_PTR { .ptr = 0 }   /* a generated kernel's absent bias or aux */\n"
-    "#define I64(v) { .i64 = (v) }\n"
-    "#define U64(v) { .u64 = (v) }\n"
-    "#define F32(v) { .f32 = (v) }\n"
-    "\n"
-    "static void launch(const char *graph, int step, int line, int k, unsigned grid, Arg *arg, int nargs)\n"
-    "{\n"
-    "    void *params[MAX_PARAMS];\n"
-    "    for (int i = 0; i < nargs; i++) params[i] = &arg[i];\n"
-    "    check_cu(cuLaunchKernel(kernel[k], grid, 1, 1, kernel_block[k], 1, 1, 0, stream, params, NULL),\n"
-    "             \"cuLaunchKernel\", graph, step, kernel_name[k], line);\n"
-    "    settle(graph, step, kernel_name[k], line);\n"
-    "}\n"
-    "\n";
 
 static void write_arg(Repro *r, const PlanKernel *k, int i, const PlanArg *a)
 {
@@ -1073,9 +702,7 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
 
 static void write_steps(Repro *r)
 {
-    fprintf(r->out, "enum { MAX_PARAMS = %d };   /* a kernel's parameters at most */\n\n",
-            PLAN_MAX_PARAMS);
-    fputs(launch_code, r->out);
+    fprintf(r->out, "/* ---- the step: a function per graph it runs, then the step ---- */\n\n");
     int row = 0;
     for (size_t o = 0; o < sizeof replay_order / sizeof replay_order[0]; o++)
         if (replays(r, replay_order[o])) write_graph(r, replay_order[o], &row);
@@ -1097,135 +724,6 @@ static void write_steps(Repro *r)
 
 /* ---- main ---- */
 
-static const char main_code[] =
-    "/* ---- main ---- */\n"
-    "\n"
-    "static int by_value(const void *pa, const void *pb)\n"
-    "{\n"
-    "    float a = *(const float *)pa, b = *(const float *)pb;\n"
-    "    return a < b ? -1 : a > b;\n"
-    "}\n"
-    "\n"
-    "/* Quantile Q of the N sorted values, interpolated between the two nearest ranks. */\n"
-    "static double quantile(const float *sorted, int n, double q)\n"
-    "{\n"
-    "    double pos = q * (n - 1);\n"
-    "    int lo = (int)pos, hi = lo + 1 < n ? lo + 1 : lo;\n"
-    "    return sorted[lo] + (pos - lo) * (sorted[hi] - sorted[lo]);\n"
-    "}\n"
-    "\n"
-    "/* FILE beside this program (argv[0]'s directory), or in the current one. */\n"
-    "static void cubin_path(const char *argv0, const char *file, char *path, size_t n)\n"
-    "{\n"
-    "    const char *slash = strrchr(argv0, '/');\n"
-    "    if (slash) snprintf(path, n, \"%.*s/%s\", (int)(slash - argv0), argv0, file);\n"
-    "    else snprintf(path, n, \"%s\", file);\n"
-    "}\n"
-    "\n"
-    "int main(int argc, char **argv)\n"
-    "{\n"
-    "    long steps = DEFAULT_STEPS;\n"
-    "    char *end = NULL;\n"
-    "    if (argc == 2) steps = strtol(argv[1], &end, 10);\n"
-    "    if (argc > 2 || (end && (*end || end == argv[1])) || steps < 1 || steps > 10000000) {\n"
-    "        fprintf(stderr, \"usage: %s [steps]   (timed training steps, 1 to 10000000; default %d)\\n\",\n"
-    "                argv[0], DEFAULT_STEPS);\n"
-    "        return 2;\n"
-    "    }\n"
-    "    CUdevice dev;\n"
-    "    CUcontext ctx;\n"
-    "    CUmodule module[NUM_MODULES];\n"
-    "    char name[100] = \"\", path[4096];\n"
-    "    CU(\"the CUDA driver\", cuInit, 0);\n"
-    "    CU(\"device 0\", cuDeviceGet, &dev, 0);\n"
-    "    CU(\"device 0\", cuDeviceGetName, name, (int)sizeof name, dev);\n"
-    "    CU(\"device 0\", cuDevicePrimaryCtxRetain, &ctx, dev);      /* shared with cuBLAS */\n"
-    "    CU(\"device 0\", cuCtxSetCurrent, ctx);\n"
-    "    CU(\"the stream\", cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);\n"
-    "    for (int i = 0; i < NUM_MODULES; i++) {\n"
-    "        cubin_path(argv[0], module_file[i], path, sizeof path);\n"
-    "        CU(path, cuModuleLoad, &module[i], path);     /* make builds it, for ARCH */\n"
-    "    }\n"
-    "    for (int k = 0; k < NUM_KERNELS; k++)\n"
-    "        check_cu(cuModuleGetFunction(&kernel[k], module[kernel_module[k]], kernel_name[k]),\n"
-    "                 \"cuModuleGetFunction\", NULL, 0, kernel_name[k], 0);\n"
-    "    CU(\"the arena\", cuMemAlloc, &arena, ARENA_BYTES ? ARENA_BYTES : 256);\n"
-    "    fill_arena();\n"
-    "    gemm_setup();\n"
-    "    /* the step counter (CAPTURE) starts at micro-step 0, row 0: the arena is zeroed */\n"
-    "\n"
-    "    check_each_step = 1;\n"
-    "    for (training_step = 0; training_step < WARMUP_STEPS; training_step++) {\n"
-    "        run_training_step(training_step);\n"
-    "        check_each_step = 0;\n"
-    "    }\n"
-    "    training_step = -1;\n"
-    "    CU(\"the warm-up steps\", cuStreamSynchronize, stream);\n"
-    "#if CAPTURE\n"
-    "    /* One training step recorded, not run: from now on each step is one graph launch. */\n"
-    "    CUgraph graph;\n"
-    "    CUgraphExec graph_exec;\n"
-    "    size_t graph_nodes = 0;\n"
-    "    CU(\"the step's CUDA graph\", cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);\n"
-    "    run_training_step(WARMUP_STEPS);\n"
-    "    CU(\"the step's CUDA graph\", cuStreamEndCapture, stream, &graph);\n"
-    "    CU(\"the step's CUDA graph\", cuGraphGetNodes, graph, NULL, &graph_nodes);\n"
-    "    CU(\"the step's CUDA graph\", cuGraphInstantiateWithFlags, &graph_exec, graph, 0);\n"
-    "#endif\n"
-    "\n"
-    "    CUevent *mark = malloc((size_t)(steps + 1) * sizeof *mark);  /* mark[i]: before timed step i */\n"
-    "    float *ms = malloc((size_t)steps * sizeof *ms);\n"
-    "    if (!mark || !ms) {\n"
-    "        fprintf(stderr, \"repro: error: out of host memory for %ld steps\\n\", steps);\n"
-    "        return 1;\n"
-    "    }\n"
-    "    for (long i = 0; i <= steps; i++) CU(\"the timing events\", cuEventCreate, &mark[i], CU_EVENT_DEFAULT);\n"
-    "    for (long i = 0; i < steps; i++) {\n"
-    "        training_step = WARMUP_STEPS + i;\n"
-    "        CU(\"the timing events\", cuEventRecord, mark[i], stream);\n"
-    "#if CAPTURE\n"
-    "        CU(\"the step's CUDA graph\", cuGraphLaunch, graph_exec, stream);\n"
-    "#else\n"
-    "        run_training_step(training_step);\n"
-    "#endif\n"
-    "    }\n"
-    "    CU(\"the timing events\", cuEventRecord, mark[steps], stream);\n"
-    "    training_step = -1;\n"
-    "    CU(\"the timed steps\", cuEventSynchronize, mark[steps]);\n"
-    "    for (long i = 0; i < steps; i++)\n"
-    "        CU(\"the timing events\", cuEventElapsedTime, &ms[i], mark[i], mark[i + 1]);\n"
-    "    qsort(ms, (size_t)steps, sizeof *ms, by_value);\n"
-    "\n"
-    "    printf(\"%s: \" SOURCE_NAME \" (model \" MODEL_NAME \"), mode \" MODE \", \" PRECISION\n"
-    "           \", batch %d, accumulate %d\\n\", name, BATCH, ACCUMULATE);\n"
-    "    printf(\"per training step: %d kernel launches and %d library GEMMs (%d of them cuBLASLt matmuls)\\n\",\n"
-    "           LAUNCHES_PER_STEP, GEMMS_PER_STEP, LT_GEMMS_PER_STEP);\n"
-    "#if CAPTURE\n"
-    "    printf(\"each timed step replayed as one CUDA graph of %zu nodes (captured after the warm-up)\\n\",\n"
-    "           graph_nodes);\n"
-    "#endif\n"
-    "    printf(\"ms per step over %ld steps after %d warm-up: median %.4f, p10 %.4f, p90 %.4f\\n\", steps,\n"
-    "           WARMUP_STEPS, quantile(ms, (int)steps, 0.5), quantile(ms, (int)steps, 0.1),\n"
-    "           quantile(ms, (int)steps, 0.9));\n"
-    "    printf(\"arena %.2f MiB; not replayed: the data pipeline (shuffle, batch gathers, loss totals):\\n\"\n"
-    "           \"the inputs were filled once with random values and every step reads that batch\\n\",\n"
-    "           (double)ARENA_BYTES / (1 << 20));\n"
-    "\n"
-    "    for (long i = 0; i <= steps; i++) CU(\"the timing events\", cuEventDestroy, mark[i]);\n"
-    "#if CAPTURE\n"
-    "    CU(\"the step's CUDA graph\", cuGraphExecDestroy, graph_exec);\n"
-    "    CU(\"the step's CUDA graph\", cuGraphDestroy, graph);\n"
-    "#endif\n"
-    "    free(mark);\n"
-    "    free(ms);\n"
-    "    gemm_close();\n"
-    "    CU(\"the arena\", cuMemFree, arena);\n"
-    "    for (int i = 0; i < NUM_MODULES; i++) CU(module_file[i], cuModuleUnload, module[i]);\n"
-    "    CU(\"the stream\", cuStreamDestroy, stream);\n"
-    "    CU(\"device 0\", cuDevicePrimaryCtxRelease, dev);\n"
-    "    return 0;\n"
-    "}\n";
-
 static void write_main(Repro *r)
 {
     int64_t launches, gemms, lt;
@@ -1236,7 +734,7 @@ static void write_main(Repro *r)
             ", LT_GEMMS_PER_STEP = %" PRId64 " };\n\n",
             r->model, plan_mode_name(r->plan->mode),
             config_precision_name(r->p->cfg.precision), launches, gemms, lt);
-    fputs(main_code, r->out);
+    fputs(repro_main, r->out);
 }
 
 /* R for PLAN with CHOICES (NULL: the plan's own, in *OWN), its kernels marked. */
@@ -1274,11 +772,14 @@ void plan_write_repro(FILE *out, const Plan *plan, const PlanChoices *choices)
     codegen_sanitise(r.model, sizeof r.model, plan->p->model_name, "model");
     plan_layout(plan, r.symvals, true, &r.layout);
     write_header(&r);
+    write_fixed(&r, repro_types);
     write_constants(&r);
     write_kernels(&r);
     write_arena(&r);
     write_fills(&r);
     write_gemms(&r);
+    write_fixed(&r, repro_gemm_map);
+    write_fixed(&r, repro_replay);
     write_steps(&r);
     write_main(&r);
     plan_layout_free(&r.layout);

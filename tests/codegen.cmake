@@ -2,6 +2,8 @@
 # Regenerate the goldens after an intended change to the generated code:
 #   CGC_UPDATE_GOLDEN=1 tests/codegen/golden.sh BUILD/cgc .   (then review the diff)
 cgc_c_test(test_codegen cgc_driver)
+# The row-major GEMM as cuBLAS takes it (codegen/gemm_map.h), on a column-major CPU GEMM.
+cgc_c_test(test_gemm_map cgc_base)
 
 add_test(NAME codegen_golden_mlp
          COMMAND sh ${TESTS_DIR}/codegen/golden.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
@@ -12,6 +14,22 @@ set_tests_properties(codegen_golden_mlp PROPERTIES LABELS cpu TIMEOUT 120)
 add_test(NAME codegen_nvcc_compile
          COMMAND sh ${TESTS_DIR}/codegen/nvcc_compile.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
 set_tests_properties(codegen_nvcc_compile PROPERTIES LABELS cpu TIMEOUT 420 SKIP_RETURN_CODE 77)
+
+# The reproducer's fixed host code (codegen/repro/, codegen/gemm_map.h) compiled at build
+# time with the toolkit's headers, around stand-ins for what cgc generates, so that an
+# error in it fails the build (never linked): warnings are errors whatever CGC_WERROR
+# says, and unused parameters count, as under the -Wall -Wextra of the reproducer's
+# Makefile. Once for each value of CAPTURE (the mode's): the code differs. Without the
+# CUDA Toolkit there are no headers to compile it with.
+if(CUDAToolkit_FOUND)
+  foreach(capture 0 1)
+    add_library(cgc_repro_host_${capture} OBJECT codegen/repro_host.c)
+    target_include_directories(cgc_repro_host_${capture} PRIVATE ${CMAKE_SOURCE_DIR}
+                               ${CUDAToolkit_INCLUDE_DIRS})
+    target_compile_definitions(cgc_repro_host_${capture} PRIVATE CAPTURE=${capture})
+    target_compile_options(cgc_repro_host_${capture} PRIVATE -Wunused-parameter -Werror)
+  endforeach()
+endif()
 
 # --emit's standalone reproducer (DIR/repro: module.cu, repro.c, Makefile) built with nvcc
 # alone for mlp (fp16, accumulate 2), resmlp (bf16), regression (eager) and a GELU-epilogue

@@ -1,22 +1,14 @@
 /* gemm.c: the device's GEMMs through cuBLAS, on the device's stream.
  *
- * GemmCall is row-major; cuBLAS is column-major. A row-major [r, c] matrix is the
- * column-major [c, r] matrix with the same bytes and leading dimension c, so
- *     C = op(A) @ op(B)   (row-major, C [m, n])
- * is computed as
- *     C^T = op(B)^T @ op(A)^T   (column-major, C^T [n, m], ldc = n)
- * by passing B first and A second with their own transposes:
- *     B stored [k, n] (ld n, op N) or, when trans_b, [n, k] (ld k, op T);
- *     A stored [m, k] (ld k, op N) or, when trans_a, [k, m] (ld m, op T).
- * Scalars alpha = 1, beta = 0 are host floats (CUBLAS_POINTER_MODE_HOST), the scale type
- * of both compute types used.
+ * GemmCall is row-major; cuBLAS is column-major. codegen/gemm_map.h maps the one onto
+ * the other (B passed first, A second, C computed as C^T), for this file and for --emit's
+ * reproducer alike. Scalars alpha = 1, beta = 0 are host floats
+ * (CUBLAS_POINTER_MODE_HOST), the scale type of both compute types used.
  *
  * A GEMM with an epilogue (a GEMM group: bias, then ReLU or GELU) goes through
- * cublasLtMatmul, with the same mapping: cuBLASLt's A is our B, its B our A, and its D is
- * C^T [n, m] column-major, so the bias, one value per column of row-major C, is a vector
- * over D's n rows, as cuBLASLt wants it; the aux output (GELU's input) has D's layout,
- * ld n (a multiple of 8, as the documentation requires: fusion only forms such groups).
- * A plain GEMM given an algorithm (GemmCall.algo: max-autotune's choice among the
+ * cublasLtMatmul, with the same mapping; the aux output (GELU's input) has D's leading
+ * dimension n, a multiple of 8, as the documentation requires: fusion only forms such
+ * groups. A plain GEMM given an algorithm (GemmCall.algo: max-autotune's choice among the
  * heuristic's list, which cuda_gemm_algos counts) goes the same way, with no epilogue.
  * Descriptors, layouts and the heuristic's algorithm are kept in a small cache keyed by
  * everything but the A, B and C addresses (whose alignment is part of the key), since a
@@ -27,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../codegen/gemm_map.h"
 #include "../../codegen/plan.h"
 #include "cuda_internal.h"
 
@@ -42,10 +35,7 @@ static int blas_check(cublasStatus_t s, const char *call, const DeviceSite *site
 
 /* ---- cuBLASLt ---- */
 
-enum {
-    LT_CACHE = 32,                      /* descriptor sets kept (a plan has a few dozen GEMMs) */
-    LT_WORKSPACE = 32 << 20,            /* NVIDIA's recommendation for Hopper; enough elsewhere */
-};
+enum { LT_CACHE = 32 };                 /* descriptor sets kept (a plan has a few dozen GEMMs) */
 
 /* What decides a cublasLtMatmul's descriptors and algorithm. */
 typedef struct LtKey {
@@ -94,7 +84,7 @@ static int lt_init(CudaDevice *cd)
         lt->handle = NULL;
         return -1;
     }
-    return CU(NULL, cuMemAlloc_v2, &lt->workspace, LT_WORKSPACE);
+    return CU(NULL, cuMemAlloc_v2, &lt->workspace, GEMM_MAP_LT_WORKSPACE);
 }
 
 static void lt_close(CudaDevice *cd)
@@ -126,7 +116,7 @@ int cuda_gemm_init(CudaDevice *cd)
      * cuBLAS allocates nothing while a stream is captured (a CUDA graph). */
     return blas_check(cublasSetStream(cd->blas, (cudaStream_t)cd->stream), "cublasSetStream", NULL) ||
            blas_check(cublasSetWorkspace(cd->blas, (void *)(uintptr_t)cd->lt->workspace,
-                                         LT_WORKSPACE), "cublasSetWorkspace", NULL) ||
+                                         GEMM_MAP_LT_WORKSPACE), "cublasSetWorkspace", NULL) ||
            blas_check(cublasSetPointerMode(cd->blas, CUBLAS_POINTER_MODE_HOST),
                       "cublasSetPointerMode", NULL)
                ? -1 : 0;
@@ -179,14 +169,6 @@ static int gemm_refuse(const GemmCall *g, const DeviceSite *site, const char *wh
     return -1;
 }
 
-/* The largest power of two up to 256 dividing address P. */
-static unsigned alignment(DevPtr p)
-{
-    unsigned a = 1;
-    while (a < 256 && p % (2 * a) == 0) a *= 2;
-    return a;
-}
-
 static LtKey lt_key(const GemmCall *g)
 {
     LtKey k;
@@ -194,7 +176,8 @@ static LtKey lt_key(const GemmCall *g)
     k.m = g->m, k.n = g->n, k.k = g->k, k.trans_a = g->trans_a, k.trans_b = g->trans_b;
     k.a_type = g->a_type, k.b_type = g->b_type, k.c_type = g->c_type, k.bias_type = g->bias_type;
     k.compute = g->compute, k.epilogue = g->epilogue, k.bias = g->bias, k.aux = g->aux;
-    k.align_a = alignment(g->a), k.align_b = alignment(g->b), k.align_c = alignment(g->c);
+    k.align_a = gemm_map_alignment(g->a), k.align_b = gemm_map_alignment(g->b);
+    k.align_c = gemm_map_alignment(g->c);
     return k;
 }
 
@@ -208,18 +191,23 @@ static cublasLtEpilogue_t lt_epilogue(const GemmCall *g)
     }
 }
 
+static cublasOperation_t blas_op(bool trans)
+{
+    return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
 #define LT_DESC_SET(e, attr, value) \
     blas_check(cublasLtMatmulDescSetAttribute((e)->desc, attr, &(value), sizeof(value)), \
                "cublasLtMatmulDescSetAttribute(" #attr ")", site)
 
-/* The matmul descriptor of entry E for call G: operations, epilogue and its operands. */
-static int lt_desc(LtEntry *e, const GemmCall *g, cublasComputeType_t compute,
+/* The matmul descriptor of entry E for call G, mapped as MAP: operations, epilogue and its
+ * operands. */
+static int lt_desc(LtEntry *e, const GemmCall *g, const GemmMap *map, cublasComputeType_t compute,
                    const DeviceSite *site)
 {
     if (blas_check(cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate", site))
         return -1;
-    cublasOperation_t op_a = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's A: our B */
-    cublasOperation_t op_b = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_a = blas_op(map->a.trans), op_b = blas_op(map->b.trans);
     cublasLtEpilogue_t epi = lt_epilogue(g);
     if (LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_TRANSA, op_a) || LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_TRANSB, op_b) ||
         LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_EPILOGUE, epi))
@@ -233,17 +221,16 @@ static int lt_desc(LtEntry *e, const GemmCall *g, cublasComputeType_t compute,
         return -1;
     if (!g->aux) return 0;
     void *aux = (void *)(uintptr_t)g->aux;
-    int64_t aux_ld = g->n;
+    int64_t aux_ld = map->c.ld;
     return LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux) ||
                    LT_DESC_SET(e, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld)
                ? -1 : 0;
 }
 
-/* A column-major ROWS x COLS layout with leading dimension LD. */
-static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType t, int64_t rows, int64_t cols,
-                     int64_t ld, const DeviceSite *site)
+/* The layout of operand O of a mapping, of type T. */
+static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType t, GemmMapOperand o, const DeviceSite *site)
 {
-    return blas_check(cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld < 1 ? 1 : ld),
+    return blas_check(cublasLtMatrixLayoutCreate(l, t, (uint64_t)o.rows, (uint64_t)o.cols, o.ld),
                       "cublasLtMatrixLayoutCreate", site);
 }
 
@@ -252,7 +239,7 @@ static int lt_algo(struct CudaLt *lt, LtEntry *e, const GemmCall *g, const Devic
 {
     cublasLtMatmulPreference_t pref;
     if (blas_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", site)) return -1;
-    uint64_t ws = LT_WORKSPACE;
+    uint64_t ws = GEMM_MAP_LT_WORKSPACE;
     uint32_t aa = e->key.align_b, ab = e->key.align_a, ac = e->key.align_c;  /* Lt's A is our B */
     struct { cublasLtMatmulPreferenceAttributes_t attr; const void *v; size_t size; } set[] = {
         { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws },
@@ -289,11 +276,9 @@ static LtEntry *lt_entry(struct CudaLt *lt, const GemmCall *g, cublasComputeType
     LtEntry *e = &lt->cache[slot];
     lt_entry_free(e);
     e->key = key;
-    int64_t m = g->m, n = g->n, k = g->k;
-    if (lt_desc(e, g, compute, site) ||
-        lt_layout(&e->la, tb, g->trans_b ? k : n, g->trans_b ? n : k, g->trans_b ? k : n, site) ||
-        lt_layout(&e->lb, ta, g->trans_a ? m : k, g->trans_a ? k : m, g->trans_a ? m : k, site) ||
-        lt_layout(&e->lc, tc, n, m, n, site) || lt_algo(lt, e, g, site)) {
+    GemmMap map = gemm_map(g->m, g->n, g->k, g->trans_a, g->trans_b);
+    if (lt_desc(e, g, &map, compute, site) || lt_layout(&e->la, tb, map.a, site) ||
+        lt_layout(&e->lb, ta, map.b, site) || lt_layout(&e->lc, tc, map.c, site) || lt_algo(lt, e, g, site)) {
         lt_entry_free(e);
         memset(&e->key, 0xff, sizeof e->key);   /* matches no call: a failed entry is made again */
         return NULL;
@@ -311,13 +296,13 @@ static int lt_gemm(CudaDevice *cd, const GemmCall *g, cublasComputeType_t comput
         return gemm_refuse(g, site, "cuBLASLt on a batched GEMM, or an epilogue without its operands");
     LtEntry *e = lt_entry(cd->lt, g, compute, ta, tb, tc, site);
     if (!e) return -1;
-    int algo = g->algo < 1 ? 0 : g->algo > e->nalgo ? e->nalgo - 1 : g->algo - 1;
+    int algo = gemm_map_lt_algo(g->algo, e->nalgo);
     const float alpha = 1.0f, beta = 0.0f;
     void *c = (void *)(uintptr_t)g->c;
     return blas_check(cublasLtMatmul(cd->lt->handle, e->desc, &alpha, (const void *)(uintptr_t)g->b, e->la,
                                      (const void *)(uintptr_t)g->a, e->lb, &beta, c, e->lc, c, e->lc,
-                                     &e->algo[algo], (void *)(uintptr_t)cd->lt->workspace, LT_WORKSPACE,
-                                     (cudaStream_t)cd->stream),
+                                     &e->algo[algo], (void *)(uintptr_t)cd->lt->workspace,
+                                     GEMM_MAP_LT_WORKSPACE, (cudaStream_t)cd->stream),
                       "cublasLtMatmul", site);
 }
 
@@ -357,26 +342,24 @@ int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     if (gemm_types(g, &ta, &tb, &tc, &compute, site) != 0) return -1;
     if (g->m == 0 || g->n == 0 || g->batch == 0) return 0;
-    if (g->epilogue != GEMM_EPI_NONE || (g->algo > 0 && g->batch == 1 && g->k > 0))
+    if (gemm_map_uses_lt(g->epilogue != GEMM_EPI_NONE, g->algo, g->batch, g->k))
         return lt_gemm(cd, g, compute, ta, tb, tc, site);
-    int m = (int)g->m, n = (int)g->n, k = (int)g->k;
-    cublasOperation_t op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int ldb = g->trans_b ? k : n, lda = g->trans_a ? m : k, ldc = n;
-    if (ldb == 0) ldb = 1;      /* k == 0: cuBLAS still wants ld >= 1 */
-    if (lda == 0) lda = 1;
+    /* the library's sizes and leading dimensions (its A is our B), checked by gemm_types */
+    GemmMap map = gemm_map(g->m, g->n, g->k, g->trans_a, g->trans_b);
+    int m = (int)map.m, n = (int)map.n, k = (int)map.k;
+    int lda = (int)map.a.ld, ldb = (int)map.b.ld, ldc = (int)map.c.ld;
     const float alpha = 1.0f, beta = 0.0f;
     if (g->batch == 1)
-        return blas_check(cublasGemmEx(cd->blas, op_b, op_a, n, m, k, &alpha,
-                                       (const void *)(uintptr_t)g->b, tb, ldb,
-                                       (const void *)(uintptr_t)g->a, ta, lda, &beta,
+        return blas_check(cublasGemmEx(cd->blas, blas_op(map.a.trans), blas_op(map.b.trans), m, n, k, &alpha,
+                                       (const void *)(uintptr_t)g->b, tb, lda,
+                                       (const void *)(uintptr_t)g->a, ta, ldb, &beta,
                                        (void *)(uintptr_t)g->c, tc, ldc, compute,
                                        CUBLAS_GEMM_DEFAULT),
                           "cublasGemmEx", site);
     return blas_check(cublasGemmStridedBatchedEx(
-                          cd->blas, op_b, op_a, n, m, k, &alpha,
-                          (const void *)(uintptr_t)g->b, tb, ldb, (long long)g->stride_b,
-                          (const void *)(uintptr_t)g->a, ta, lda, (long long)g->stride_a, &beta,
+                          cd->blas, blas_op(map.a.trans), blas_op(map.b.trans), m, n, k, &alpha,
+                          (const void *)(uintptr_t)g->b, tb, lda, (long long)g->stride_b,
+                          (const void *)(uintptr_t)g->a, ta, ldb, (long long)g->stride_a, &beta,
                           (void *)(uintptr_t)g->c, tc, ldc, (long long)g->stride_c,
                           (int)g->batch, compute, CUBLAS_GEMM_DEFAULT),
                       "cublasGemmStridedBatchedEx", site);
