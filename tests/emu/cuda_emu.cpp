@@ -408,6 +408,49 @@ void abandon_block()
     }
 }
 
+/* The schedule (CGC_EMU_SCHEDULE, read at the first launch), each one CUDA allows, so
+ * that a kernel's tests can run it under more than one:
+ *   late      (the default) warps in ascending and descending order by turns (run_block);
+ *             cp.async copies land at their thread's wait, the latest moment possible
+ *   early     the same warp order; copies land when issued, the earliest moment: a stage
+ *             overwritten before other warps are done with it shows, which `late` hides
+ *   shuffled  copies land late; the warps run in a pseudo-random order, a new one after
+ *             every barrier and in every block (fixed, so a failure repeats) */
+enum Schedule { SCHEDULE_LATE, SCHEDULE_EARLY, SCHEDULE_SHUFFLED };
+Schedule schedule = SCHEDULE_LATE;
+
+void read_schedule()
+{
+    static bool read;
+    if (read) return;
+    read = true;
+    const char *v = getenv("CGC_EMU_SCHEDULE");
+    if (!v || !*v || strcmp(v, "late") == 0) return;
+    if (strcmp(v, "early") == 0) schedule = SCHEDULE_EARLY;
+    else if (strcmp(v, "shuffled") == 0) schedule = SCHEDULE_SHUFFLED;
+    else fprintf(stderr, "cgc: CUDA emulation: CGC_EMU_SCHEDULE=%s is not late, early or "
+                         "shuffled; using late\n", v);
+}
+
+/* The K-th of NWARPS warps to run in barrier interval PHASE of block BLOCK: ascending
+ * and descending by turns, or (shuffled) the K-th of w -> (a w + c) mod n below NWARPS,
+ * n the power of two at or above NWARPS and a odd (so a permutation of 0..n-1), a and c
+ * hashed from PHASE and BLOCK. */
+unsigned warp_at(unsigned k, unsigned nwarps, unsigned phase, unsigned block)
+{
+    if (schedule != SCHEDULE_SHUFFLED) return phase & 1 ? nwarps - 1 - k : k;
+    unsigned n = 1;
+    while (n < nwarps) n <<= 1;
+    uint64_t h = (uint64_t)phase * 0x9e3779b97f4a7c15ull ^ (uint64_t)block * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+    unsigned a = (unsigned)(h | 1) & (n - 1), c = (unsigned)(h >> 32) & (n - 1);
+    if (a == 0) a = 1;
+    for (unsigned w = 0, seen = 0;; w++) {
+        unsigned v = (a * w + c) & (n - 1);
+        if (v < nwarps && seen++ == k) return v;
+    }
+}
+
 /* Runs every thread of one block to completion; -1 on a deadlock. Between two block
  * barriers the warps run one after another, each as far as it can go (its shuffles and
  * tensor-core products released as its lanes reach them): in ascending order after an
@@ -424,7 +467,7 @@ int run_block(unsigned block, unsigned grid, const char *name)
     for (unsigned phase = 0;; phase++) {
         bool any_live = false;
         for (unsigned k = 0; k < nwarps; k++) {
-            unsigned w = phase & 1 ? nwarps - 1 - k : k;
+            unsigned w = warp_at(k, nwarps, phase, block);
             unsigned first = w * WARP, end = first + WARP < nthreads ? first + WARP : nthreads;
             do {
                 for (unsigned i = first; i < end; i++)
@@ -488,7 +531,8 @@ extern "C" void cgc_emu_cp_async16(void *dst, const void *src, bool valid)
     Fiber *f = running_fiber("cp.async");
     PendingCopy c = {dst, {0}, f->open_group};
     if (valid) memcpy(c.bytes, src, sizeof c.bytes);
-    f->copies.push_back(c);
+    if (schedule == SCHEDULE_EARLY) memcpy(dst, c.bytes, sizeof c.bytes);   /* landed */
+    else f->copies.push_back(c);
 }
 
 extern "C" void cgc_emu_cp_async_commit(void) { running_fiber("cp.async.commit_group")->open_group++; }
@@ -515,6 +559,7 @@ extern "C" int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void 
         return -1;
     }
     pthread_mutex_lock(&launch_lock);
+    read_schedule();
     nthreads = block;
     launch_thunk = thunk;
     launch_args = args;

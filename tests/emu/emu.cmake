@@ -58,6 +58,14 @@ cgc_emu_test(test_emu_gemm_asan emu/test_emu_gemm.c cgc_emu_device_asan "emu;asa
 foreach(t test_emu_gemm test_emu_gemm_asan)
   target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
 endforeach()
+# The same under the emulation's other schedules (cuda_emu.cpp): cp.async copies landing
+# when issued, and warps in a shuffled order, so that a missing barrier or wait fails
+# whichever moment it would show at.
+foreach(schedule early shuffled)
+  add_test(NAME test_emu_gemm_${schedule} COMMAND test_emu_gemm)
+  set_tests_properties(test_emu_gemm_${schedule} PROPERTIES LABELS emu TIMEOUT 1500
+                       ENVIRONMENT "CGC_EMU_SCHEDULE=${schedule};OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+endforeach()
 # The same on a real GPU, against cuBLAS: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_gemm COMMAND test_emu_gemm --cuda)
 set_tests_properties(test_gpu_gemm PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
