@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps configure build run test bench mutate clean
 
 all: build
 
@@ -28,6 +28,12 @@ test: build
 bench: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target cgc
 	scripts/bench_cpu.sh
+
+# Mutation testing (scripts/mutate.py, tests/mutate/mutants.txt): plants each catalogued
+# bug in a scratch copy (build-mutate/) and runs the tests meant to catch it; long, and
+# not part of `make test`. MUTANTS="id ..." runs some of them.
+mutate: deps
+	scripts/mutate.py $(if $(MUTANTS),-k $(MUTANTS))
 
 clean:
 	rm -rf $(BUILD)

@@ -554,6 +554,28 @@ static void test_reductions(void)
     ir_program_free(p);
 }
 
+/* Shapes that cross the executor's task boundaries (exec.c: COL_CHUNK columns of a
+ * reduction over a non-last axis, CHUNK elements of elementwise work, PAR_MIN for
+ * threads), each more than once and with a remainder, against the plain loops above. */
+static void test_boundary_shapes(void)
+{
+    IrProgram *p = new_program();
+    IrGraph *g = &p->forward;
+    int x = input(p, "x", DT_F32, shp(3, N, 3, 2 * 256 + 5));
+    for (int axis = 0; axis < 3; axis++) ir_reduce(g, IR_SUM, x, axis, NOLOC);
+    ir_reduce(g, IR_MAX, x, 1, NOLOC);
+    ir_reduce(g, IR_MEAN, x, 0, NOLOC);
+    ir_reduce_to(g, x, shp(1, 2 * 256 + 5), NOLOC);
+    ir_reduce_to(g, x, shp(2, 3, 2 * 256 + 5), NOLOC);
+    ir_softmax(g, IR_SOFTMAX, x, 1, NOLOC);
+    int w = input(p, "w", DT_F32, shp(2, N, 2 * 4096 + 7)), b = input(p, "b", DT_F32, shp(1, 2 * 4096 + 7));
+    ir_binary(g, IR_ADD, w, b, NOLOC);
+    ir_reduce(g, IR_SUM, w, 1, NOLOC);
+    ir_reduce(g, IR_SUM, w, 0, NOLOC);
+    check_program(p);
+    ir_program_free(p);
+}
+
 static void test_softmax(void)
 {
     IrProgram *p = new_program();
@@ -1096,6 +1118,7 @@ int main(void)
     test_binary();
     test_select_broadcast();
     test_reductions();
+    test_boundary_shapes();
     test_softmax();
     test_matmul();
     test_shape_ops();

@@ -1,7 +1,8 @@
 /* test_memplan.c: the memory plan (codegen/memplan.c) and how the plan runner uses it
  * (runtime/devexec.c).
  *
- *  - every model in models/ at every precision, eager plan, laid out with and without
+ *  - every model in models/ at every precision, eager and default plans (GEMM epilogues,
+ *    fused groups), laid out with and without
  *    reuse, checked by a brute-force checker that shares no code with the planner: at
  *    every step of a graph the buffers live there are pairwise disjoint; persistent
  *    buffers (everything but node values, and every graph's outputs) overlap nothing;
@@ -54,7 +55,9 @@ static bool outlives_runs(const Plan *pl, int b)
     return false;
 }
 
-/* The root buffers step S names, into OUT (room for 3 + PLAN_MAX_PARAMS); the count. */
+/* The root buffers step S names, into OUT (room for STEP_BUFFERS); the count. A GEMM
+ * reads its epilogue's bias and writes its aux output as well as A, B and C. */
+enum { STEP_BUFFERS = 5 + PLAN_MAX_PARAMS };
 static int step_buffers(const Plan *pl, const PlanStep *s, int *out)
 {
     int n = 0;
@@ -62,6 +65,8 @@ static int step_buffers(const Plan *pl, const PlanStep *s, int *out)
         out[n++] = root(pl, s->gemm.a);
         out[n++] = root(pl, s->gemm.b);
         out[n++] = root(pl, s->gemm.c);
+        if (s->gemm.bias >= 0) out[n++] = root(pl, s->gemm.bias);
+        if (s->gemm.aux >= 0) out[n++] = root(pl, s->gemm.aux);
         return n;
     }
     for (int a = 0; a < s->launch.nargs; a++)
@@ -77,7 +82,7 @@ static void step_span(const Plan *pl, int g, int *first, int *last)
 {
     for (int b = 0; b < pl->nbuffers; b++) first[b] = last[b] = -1;
     const PlanGraph *pg = &pl->graph[g];
-    int used[3 + PLAN_MAX_PARAMS + 4 * PLAN_MLP_MAX_LAYERS];
+    int used[STEP_BUFFERS + 4 * PLAN_MLP_MAX_LAYERS];
     for (int s = 0; s < pg->nsteps; s++) {
         int n = step_buffers(pl, &pg->steps[s], used);
         for (int r = 0; r < pl->nmlps; r++) {
@@ -135,7 +140,7 @@ static int check_graph(const Plan *pl, int g, const PlanLayout *l, const int64_t
 static bool *named_by_steps(const Plan *pl)
 {
     bool *named = xcalloc((size_t)pl->nbuffers, sizeof *named);
-    int used[3 + PLAN_MAX_PARAMS];
+    int used[STEP_BUFFERS];
     for (int g = 0; g < PG_NUM; g++)
         for (int s = 0; s < pl->graph[g].nsteps; s++) {
             int n = step_buffers(pl, &pl->graph[g].steps[s], used);
@@ -597,7 +602,10 @@ int main(void)
     static const char *const models[] = {"mlp.net", "resmlp.net", "regression.net"};
     static const char *const precisions[] = {"fp32", "tf32", "bf16", "fp16"};
     for (int m = 0; m < 3; m++)
-        for (int k = 0; k < 4; k++) test_model(models[m], precisions[k], PLAN_EAGER);
+        for (int k = 0; k < 4; k++) {
+            test_model(models[m], precisions[k], PLAN_EAGER);
+            test_model(models[m], precisions[k], PLAN_DEFAULT);   /* GEMM epilogues, fused groups */
+        }
     /* max-autotune: a fused MLP run's buffers live from its first layer's step (mlp
      * 512-128-10; narrow 4 layers, and its input gradients 10-128-128-128) */
     test_model("mlp.net", "fp16", PLAN_MAX_AUTOTUNE);

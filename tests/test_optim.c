@@ -250,10 +250,16 @@ static TrainConfig config(OptKind opt, double lr)
 }
 
 /* Three steps of each optimizer on three batches, state compared after each. */
+static double schedule_ref(const TrainConfig *c, double t);
+
+/* Three steps of each optimizer; the last cases under a schedule, so that every term that
+ * takes the learning rate takes the scheduled one (AdamW's decay included). */
 static void optimizers(void)
 {
-    TrainConfig cases[6];
-    const char *labels[6] = {"sgd", "sgd momentum", "sgd nesterov wd", "adam", "adam wd", "adamw"};
+    enum { NCASES = 8 };
+    TrainConfig cases[NCASES];
+    const char *labels[NCASES] = {"sgd", "sgd momentum", "sgd nesterov wd", "adam", "adam wd",
+                                  "adamw", "adamw wd cosine warmup", "sgd nesterov wd step"};
     cases[0] = config(OPT_SGD, 0.1);
     cases[1] = config(OPT_SGD, 0.1), cases[1].momentum = 0.9;
     cases[2] = config(OPT_SGD, 0.1), cases[2].momentum = 0.9, cases[2].nesterov = true;
@@ -261,13 +267,17 @@ static void optimizers(void)
     cases[3] = config(OPT_ADAM, 0.01);
     cases[4] = config(OPT_ADAM, 0.01), cases[4].weight_decay = 0.1;
     cases[5] = config(OPT_ADAMW, 0.01), cases[5].weight_decay = 0.1;
-    for (int k = 0; k < 6; k++) {
+    cases[6] = cases[5], cases[6].schedule = SCHED_COSINE, cases[6].warmup = 2;
+    cases[6].min_lr = 0.001;
+    cases[7] = cases[2], cases[7].schedule = SCHED_STEP, cases[7].step_every = 1;
+    cases[7].gamma = 0.5;
+    for (int k = 0; k < NCASES; k++) {
         Run r = run_new(cases[k]);
         for (int step = 0; step < 3; step++) {
             double g[NW];
             fd_grad(&r, step, g);
             train_step(&r, step);
-            optimizer_ref(&cases[k], &r.ref, g, cases[k].lr);
+            optimizer_ref(&cases[k], &r.ref, g, schedule_ref(&cases[k], step));
             char label[64];
             snprintf(label, sizeof label, "%s, step %d", labels[k], step + 1);
             check_all_state(&r, label);

@@ -45,6 +45,18 @@ diff <(untimed "$dir/s.jsonl") <(untimed "$dir/r.jsonl") || { echo "metrics of t
 cmp "$dir/s.st" "$dir/r2.st" || { echo "epoch-boundary resume: final files differ"; exit 1; }
 echo "epoch boundary: evaluated, same metrics, bit-identical after resume"
 
+# Stopped in the middle of an epoch (which records the epoch so far), the resumed run
+# finishes that epoch with the straight run's metrics: its mean training loss counts the
+# steps before the stop too.
+"$cgc" "$root/models/mlp.net" -q "${small_args[@]}" --metrics "$dir/m.jsonl" --save "$dir/m.st" --stop-after 18
+partial='^\{"epoch":2,"step":18,"train_loss":[0-9.e+-]+\}$'
+grep -Eq "$partial" <(untimed "$dir/m.jsonl" | tail -1) || { echo "no record of the stopped epoch"; cat "$dir/m.jsonl"; exit 1; }
+"$cgc" "$root/models/mlp.net" -q "${small_args[@]}" --metrics "$dir/m.jsonl" --save "$dir/m2.st" --resume "$dir/m.st"
+diff <(untimed "$dir/s.jsonl") <(untimed "$dir/m.jsonl" | grep -Ev "$partial") ||
+    { echo "metrics of the run resumed mid-epoch differ"; exit 1; }
+cmp "$dir/s.st" "$dir/m2.st" || { echo "mid-epoch resume: final files differ"; exit 1; }
+echo "mid-epoch: same metrics, bit-identical after resume"
+
 # A resumed run continues the same training: another optimizer or data order is refused;
 # a --stop-after at or below the saved step does nothing.
 expect_refusal() {  # expect_refusal PATTERN ARGS...
