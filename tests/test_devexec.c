@@ -225,6 +225,15 @@ static double rel_l2(const float *got, const float *want, int64_t n)
     return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
 }
 
+/* Checkpoint F's metadata KEY as a number; a failed check and NaN when it is missing. */
+static double meta_number(const StFile *f, const char *key)
+{
+    const char *v = st_meta(f, key);
+    if (!v) fprintf(stderr, "  checkpoint metadata has no %s\n", key);
+    CHECK(v != NULL);
+    return v ? strtod(v, NULL) : NAN;
+}
+
 /* Every tensor of GOT within TOL of WANT; the position metadata equal; loss sums close. */
 static void compare_checkpoints(const char *got_path, const char *want_path, double tol)
 {
@@ -247,8 +256,7 @@ static void compare_checkpoints(const char *got_path, const char *want_path, dou
                                   "cgc.loss_count", "cgc.total_steps"};
     for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++)
         CHECK_STR(st_meta(got, exact[k]), st_meta(want, exact[k]) ? st_meta(want, exact[k]) : "?");
-    double gs = strtod(st_meta(got, "cgc.loss_sum"), NULL), ws = strtod(st_meta(want, "cgc.loss_sum"), NULL);
-    CHECK_CLOSE(gs, ws, 1e-6, tol);
+    CHECK_CLOSE(meta_number(got, "cgc.loss_sum"), meta_number(want, "cgc.loss_sum"), 1e-6, tol);
 out:
     if (got) st_free(got);
     if (want) st_free(want);
