@@ -3,7 +3,9 @@
 # As root: apt-get update, then apt-get install. Otherwise: prints the command to run.
 set -euo pipefail
 
-packages=(cmake make gcc flex bison zlib1g-dev libopenblas-dev libcjson-dev dataset-fashion-mnist)
+# python3-torch: PyTorch on the CPU, the independent oracle of the crosscheck_torch test.
+packages=(cmake make gcc flex bison zlib1g-dev libopenblas-dev libcjson-dev dataset-fashion-mnist
+          python3-torch)
 
 missing=()
 for p in "${packages[@]}"; do

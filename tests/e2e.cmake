@@ -32,6 +32,14 @@ else()
 endif()
 set_tests_properties(bench_parsers PROPERTIES LABELS cpu TIMEOUT 60 SKIP_RETURN_CODE 77)
 
+# Training against PyTorch (scripts/crosscheck_torch.py): cgc's fp32 CPU runs and
+# torch.optim's from the same initial weights on the same batches, every parameter and
+# optimizer moment compared. Debian's python3-torch; skipped where it is missing.
+add_test(NAME crosscheck_torch
+         COMMAND sh -c "/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || { echo 'python3-torch not installed: skipped'; exit 77; }; exec /usr/bin/python3 \"$0\" \"$1\""
+                 ${CMAKE_SOURCE_DIR}/scripts/crosscheck_torch.py ${CGC_BIN})
+set_tests_properties(crosscheck_torch PROPERTIES LABELS "cpu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77)
+
 # README.md and docs/usage.md mention every flag of cgc --help, and no other.
 add_test(NAME docs_readme_flags COMMAND bash ${TESTS_DIR}/docs/readme_flags.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
 set_tests_properties(docs_readme_flags PROPERTIES LABELS cpu TIMEOUT 60)
