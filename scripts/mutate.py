@@ -129,12 +129,12 @@ def copy_tree(src, dst):
             shutil.copymode(s, d)
 
 
-def failed_tests(log_path):
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    tail = text.split("The following tests FAILED:")[-1] if "tests FAILED" in text else ""
-    names = [line.split(" - ")[1].split(" ")[0] for line in tail.splitlines() if " - " in line]
-    return names
+def matching_tests(build, regex):
+    """The names of the tests REGEX selects, in the suite's order."""
+    out = subprocess.run(["ctest", "-N", "-R", regex], cwd=build, capture_output=True,
+                         text=True).stdout
+    return [line.split(": ", 1)[1].strip() for line in out.splitlines()
+            if line.strip().startswith("Test") and ": " in line]
 
 
 def mutate_one(m, src, build, a, logdir):
@@ -149,16 +149,20 @@ def mutate_one(m, src, build, a, logdir):
             rc, t_build = run(["cmake", "--build", build, "-j", str(a.jobs)], src, a.build_timeout, log)
             if rc != 0:
                 return {"result": "stillborn", "detail": "does not build", "s": t_build}
-            rc, t_test = run(["ctest", "-R", m["tests"], "-j", str(a.jobs), "--timeout",
-                              str(a.test_timeout), "--output-on-failure"], build, None, log)
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            ran = "No tests were found" not in f.read()
-        if not ran:
-            return {"result": "error", "detail": f"no test matches `{m['tests']}`", "s": t_build}
-        if rc == 0:
+            names = matching_tests(build, m["tests"])
+            if not names:
+                return {"result": "error", "detail": f"no test matches `{m['tests']}`", "s": t_build}
+            failed, t_test = [], 0.0
+            for name in names:   # in the suite's order, cheap ones first; the first failure decides
+                rc, t = run(["ctest", "-R", f"^{name}$", "--timeout", str(a.test_timeout),
+                             "--output-on-failure"], build, None, log)
+                t_test += t
+                if rc != 0:
+                    failed.append(name)
+                    break
+        if not failed:
             return {"result": "survived", "detail": f"`{m['tests']}` passed", "s": t_build + t_test}
-        return {"result": "killed", "detail": ", ".join(failed_tests(log_path)) or f"ctest exit {rc}",
-                "s": t_build + t_test}
+        return {"result": "killed", "detail": ", ".join(failed), "s": t_build + t_test}
     finally:
         with open(path, "w", encoding="utf-8") as f:
             f.write(original)
