@@ -413,6 +413,66 @@ out:
     source_free(src);
 }
 
+/* The plan's hash (what a tuning file is checked against) changes with every field
+ * that decides what a step runs: a GEMM's sizes, transposes, types and epilogue (its
+ * bias included), a launch's grid, a kernel's source and block. Each field of one
+ * step or kernel is changed in turn and put back. */
+static void test_plan_hash(void)
+{
+    static const char net[] =
+        "model hashed {\n    input x: f32[B, 8]\n    input y: i32[B]\n"
+        "    h = relu(linear(x, 16))\n    out = linear(h, 4)\n    output out\n"
+        "    loss cross_entropy(out, y)\n}\n"
+        "train {\n    data = synthetic(samples = 64)\n    batch = 8\n    precision = bf16\n}\n";
+    Source *src = source_from_string("hashed.net", net, sizeof net - 1);
+    Override ov[1] = {{"precision", "precision", "bf16"}};
+    IrProgram *p = pipeline_compile(src, ov, 1);
+    CHECK(p != NULL);
+    if (!p) return;
+    fusion_assign(p);
+    Plan *pl = plan_build(p, PLAN_DEFAULT, "hashed.net");
+    const uint64_t h0 = plan_hash(pl);
+    PlanGemm *gm = NULL;
+    PlanLaunch *launch = NULL;
+    for (int i = 0; i < pl->graph[PG_TRAIN].nsteps; i++) {
+        PlanStep *st = &pl->graph[PG_TRAIN].steps[i];
+        if (st->kind == STEP_GEMM && st->gemm.bias >= 0 && !gm) gm = &st->gemm;
+        if (st->kind == STEP_LAUNCH && !launch) launch = &st->launch;
+    }
+    CHECK(gm != NULL && launch != NULL);   /* linear's bias add is a GEMM epilogue here */
+    if (!gm || !launch) goto out;
+#define CHANGES(field, value)                                                       \
+    do {                                                                            \
+        __typeof__(field) saved_ = (field);                                         \
+        (field) = (value);                                                          \
+        if (plan_hash(pl) == h0) fprintf(stderr, "plan_hash ignores " #field "\n"); \
+        CHECK(plan_hash(pl) != h0);                                                 \
+        (field) = saved_;                                                           \
+    } while (0)
+    CHANGES(gm->m, gm->m + 1);
+    CHANGES(gm->n, gm->n + 1);
+    CHANGES(gm->k, gm->k + 1);
+    CHANGES(gm->trans_a, !gm->trans_a);
+    CHANGES(gm->trans_b, !gm->trans_b);
+    CHANGES(gm->a_type, gm->a_type == DT_F32 ? DT_BF16 : DT_F32);
+    CHANGES(gm->c_type, gm->c_type == DT_F32 ? DT_BF16 : DT_F32);
+    CHANGES(gm->epilogue, gm->epilogue == GEMM_EPI_BIAS ? GEMM_EPI_RELU_BIAS : GEMM_EPI_BIAS);
+    CHANGES(gm->bias, -1);
+    CHANGES(launch->items_per_block, launch->items_per_block + 1);
+    CHANGES(launch->max_blocks, launch->max_blocks + 1);
+    CHANGES(pl->kernels[launch->kernel].block, pl->kernels[launch->kernel].block * 2);
+    char *edited = xstrdup(pl->kernels[launch->kernel].source);
+    edited[0] = edited[0] == ' ' ? '\t' : ' ';
+    CHANGES(pl->kernels[launch->kernel].source, edited);
+    free(edited);
+#undef CHANGES
+    CHECK(plan_hash(pl) == h0);   /* everything put back */
+out:
+    plan_free(pl);
+    ir_program_free(p);
+    source_free(src);
+}
+
 /* A model of N chained layers relu(linear(h, 8)), adam, fp16 and clipping: every
  * parameter's update in one multi-tensor launch, had a kernel room for them all. */
 static char *deep_net(int n)
@@ -486,6 +546,7 @@ int main(void)
     test_fused_plan();
     test_fused_rounding();
     test_reduce_overhead_plan();
+    test_plan_hash();
     test_wide_plan();
     test_emit_errors();
     int rc = check_result();

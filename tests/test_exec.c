@@ -561,14 +561,14 @@ static void test_boundary_shapes(void)
 {
     IrProgram *p = new_program();
     IrGraph *g = &p->forward;
-    int x = input(p, "x", DT_F32, shp(3, N, 3, 2 * 256 + 5));
+    int x = input(p, "x", DT_F32, shp(3, 40, 3, 2 * 256 + 5));   /* 62k elements: threads too */
     for (int axis = 0; axis < 3; axis++) ir_reduce(g, IR_SUM, x, axis, NOLOC);
     ir_reduce(g, IR_MAX, x, 1, NOLOC);
     ir_reduce(g, IR_MEAN, x, 0, NOLOC);
     ir_reduce_to(g, x, shp(1, 2 * 256 + 5), NOLOC);
     ir_reduce_to(g, x, shp(2, 3, 2 * 256 + 5), NOLOC);
     ir_softmax(g, IR_SOFTMAX, x, 1, NOLOC);
-    int w = input(p, "w", DT_F32, shp(2, N, 2 * 4096 + 7)), b = input(p, "b", DT_F32, shp(1, 2 * 4096 + 7));
+    int w = input(p, "w", DT_F32, shp(2, 5, 2 * 4096 + 7)), b = input(p, "b", DT_F32, shp(1, 2 * 4096 + 7));
     ir_binary(g, IR_ADD, w, b, NOLOC);
     ir_reduce(g, IR_SUM, w, 1, NOLOC);
     ir_reduce(g, IR_SUM, w, 0, NOLOC);
@@ -643,8 +643,11 @@ static void test_losses(void)
     ir_cross_entropy(g, logits, labels, NOLOC);
     ir_ce_grad(g, d, logits, labels, NOLOC);
     ir_count_correct(g, logits, labels, NOLOC);
-    /* floored logits tie often: the first maximum must win */
+    /* floored logits tie often: the first maximum must win (200 rows, so that some tie
+     * at their label) */
     ir_count_correct(g, ir_unary(g, IR_FLOOR, logits, NOLOC), labels, NOLOC);
+    int many = input(p, "many", DT_F32, shp(2, 200, 7)), many_lab = input(p, "many_lab", DT_I32, shp(1, 200));
+    ir_count_correct(g, ir_unary(g, IR_FLOOR, many, NOLOC), many_lab, NOLOC);
     check_program(p);
     ir_program_free(p);
 }

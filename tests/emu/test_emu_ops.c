@@ -104,8 +104,28 @@ static void group_each_op(OpsProgram *o)
     }
 }
 
-/* Parameter values: signed ones away from 0, positive ones in [0.25, 4], conditions 0 or 1;
- * the same for both executors. */
+static float from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The signed matrix's first elements: what rounding and narrowing must get right bit for
+ * bit. NaNs whose payload is only in the low bits (narrowing must keep them NaN), signed
+ * zeros and infinities, an f32 subnormal, values past f16's range and at its edge, ties of
+ * f16 and bf16 rounding (to even, either way), and f16's smallest subnormal. */
+static const uint32_t special_bits[] = {
+    0x7f800001u, 0xff800003u, 0x7fc00000u, 0x7f800000u, 0xff800000u, 0x80000000u,
+    0x00000000u, 0x00000400u, 0x47880000u /* 69632 */, 0x477fe000u /* 65504 */,
+    0x3f808000u /* 1 + 2^-8: bf16 tie */, 0x3f818000u /* 1 + 3 * 2^-8: bf16 tie, up */,
+    0x3f801000u /* 1 + 2^-11: f16 tie */, 0x3f803000u /* 1 + 3 * 2^-11: f16 tie, up */,
+    0x33800000u /* 2^-24 */, 0xb3000000u /* -2^-25 */,
+};
+enum { NSPECIAL = sizeof special_bits / sizeof special_bits[0] };
+
+/* Parameter values: signed ones away from 0 (the matrix's first elements the specials
+ * above), positive ones in [0.25, 4], conditions 0 or 1; the same for both executors. */
 static void fill(const IrProgram *p, int i, float *v)
 {
     int64_t n = ir_numel(&p->tensors[i].shape, NULL);
@@ -113,6 +133,7 @@ static void fill(const IrProgram *p, int i, float *v)
         double u = rng_uniform(5, (uint64_t)i, (uint64_t)k);
         if (i == COND) v[k] = u < 0.5 ? 0.0f : 1.0f;
         else if (i == POSITIVE_MAT || i == POSITIVE_ROW) v[k] = (float)(0.25 + 3.75 * u);
+        else if (i == SIGNED_MAT && k < NSPECIAL) v[k] = from_bits(special_bits[k]);
         else v[k] = (float)((u < 0.5 ? -1 : 1) * (0.125 + 4 * fabs(u - 0.5)));
     }
 }
