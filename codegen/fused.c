@@ -408,8 +408,9 @@ static void kernel_name(const RenderCtx *ctx, const int *groups, int n, KernelDr
     else snprintf(d->name, sizeof d->name, "%s", base);
 }
 
-/* Virtual blocks of group K in a multi-tensor launch: a row (or tile) each for a reduction, else
- * enough for CUDA_ITEMS_PER_THREAD elements per thread (capped: the segment loops). */
+/* Virtual blocks of group K in a multi-tensor launch: a row (or a tile of a REDUCE_TO)
+ * each for a reduction, else enough for CUDA_ITEMS_PER_THREAD elements per thread
+ * (capped: the segment loops). */
 static int64_t virtual_blocks(const RenderCtx *ctx, int k)
 {
     const IrGroup *gr = group_of(ctx, k);
@@ -418,7 +419,8 @@ static int64_t virtual_blocks(const RenderCtx *ctx, int k)
     if (gr->kind == IR_GROUP_REDUCE) {
         int to = reduce_to_member(ctx->g, k);
         const Shape *os = to >= 0 ? &ctx->g->nodes[to].shape : NULL;
-        if (os && cuda_reduce_to_tiles(&gr->work, os)) return cuda_reduce_to_tiles(&gr->work, os);
+        int64_t tiles = os ? cuda_reduce_to_tiles(&gr->work, os) : 0;
+        if (tiles) return tiles;
         Shape rows = os ? *os : ir_shape_reduce(&gr->work, gr->axis);
         n = ir_numel(&rows, NULL);
         return n > 0 ? n : 1;
