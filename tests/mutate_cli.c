@@ -96,6 +96,11 @@ static int run_one(char *const argv[], int *code, char *why, size_t whylen)
     int errfd = mkstemp(errpath);
     if (errfd < 0) { snprintf(why, whylen, "mkstemp failed"); return -1; }
     pid_t pid = fork();
+    if (pid < 0) {  /* else waitpid(-1) finds no child and the run would count as passed */
+        snprintf(why, whylen, "fork failed");
+        close(errfd), unlink(errpath);
+        return -1;
+    }
     if (pid == 0) {
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 1);

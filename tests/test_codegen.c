@@ -125,7 +125,11 @@ static void check_kernels(const Plan *pl, const char *net)
                                               "cgc_gather_f32", "cgc_gather_i32",
                                               "cgc_track_loss", "cgc_track_eval",
                                               "cgc_step_advance" };
-    for (int i = 0; i < PDK_NUM; i++) CHECK_STR(pl->kernels[pl->data_kernel[i]].name, data[i]);
+    for (int i = 0; i < PDK_NUM; i++) {
+        int k = pl->data_kernel[i];
+        CHECK(k >= 0 && k < pl->nkernels);   /* a data kernel the plan lacks: -1 */
+        if (k >= 0 && k < pl->nkernels) CHECK_STR(pl->kernels[k].name, data[i]);
+    }
 }
 
 static void test_weird_names(void)
@@ -308,10 +312,12 @@ static void test_fused_rounding(void)
     const PlanGraph *pg = &pl->graph[PG_TRAIN];
     CHECK_EQ_INT(pg->nsteps, 1);
     CHECK_EQ_INT(pg->node_buffer[half], -1);
-    const char *src = pl->kernels[pg->steps[0].launch.kernel].source;
-    CHECK(strstr(src, "const float v0 = cgc_round_f16(x0);   /* cast */") != NULL);
-    CHECK(strstr(src, "const float v1 = cgc_round_f16(exp(v0));   /* exp */") != NULL);
-    CHECK(strstr(src, "cgc_half *__restrict__ out0") != NULL);
+    if (pg->nsteps == 1) {
+        const char *src = pl->kernels[pg->steps[0].launch.kernel].source;
+        CHECK(strstr(src, "const float v0 = cgc_round_f16(x0);   /* cast */") != NULL);
+        CHECK(strstr(src, "const float v1 = cgc_round_f16(exp(v0));   /* exp */") != NULL);
+        CHECK(strstr(src, "cgc_half *__restrict__ out0") != NULL);
+    }
     plan_free(pl);
     ir_program_free(p);
 }
@@ -320,6 +326,8 @@ static void test_emit_errors(void)
 {
     const char *file = tmp_path("a_file");
     FILE *f = fopen(file, "w");
+    CHECK(f != NULL);   /* the file in the way of the directory below */
+    if (!f) return;
     fputs("x", f);
     fclose(f);
     IrProgram *p = ir_program_new();

@@ -38,6 +38,13 @@ static int layout_fits(GemmMapOperand o, int64_t rows, int64_t cols)
     return o.rows == stored_rows && o.cols == stored_cols && o.ld >= (stored_rows > 0 ? stored_rows : 1);
 }
 
+/* Whether O's leading dimension keeps its stored matrix inside a dense buffer of
+ * rows x cols, as the buffers here are: col_major_gemm indexes them with it. */
+static int dense(GemmMapOperand o)
+{
+    return o.ld <= (o.rows > 0 ? o.rows : 1);
+}
+
 static void check_case(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b)
 {
     double *a = malloc(sizeof *a * (size_t)(m * k + 1)), *b = malloc(sizeof *b * (size_t)(k * n + 1));
@@ -48,7 +55,11 @@ static void check_case(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans
     CHECK(map.m == n && map.n == m && map.k == k);
     CHECK(layout_fits(map.a, map.m, map.k) && layout_fits(map.b, map.k, map.n));
     CHECK(layout_fits(map.c, map.m, map.n) && !map.c.trans);
-    col_major_gemm(&map, b, a, c);
+    int in_bounds = map.m == n && map.n == m && map.k == k && layout_fits(map.a, map.m, map.k) &&
+                    layout_fits(map.b, map.k, map.n) && layout_fits(map.c, map.m, map.n) &&
+                    dense(map.a) && dense(map.b) && dense(map.c);
+    CHECK(in_bounds);
+    if (in_bounds) col_major_gemm(&map, b, a, c);
     int wrong = 0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {

@@ -64,7 +64,7 @@ static int param(Ctx *c, const char *name, Shape s, Range r)
 {
     int t = ir_add_tensor(c->p, name, IR_PARAM, s, IR_INIT_ZEROS, 0, -1, L0);
     CHECK(t < MAX_PARAMS);
-    c->range[t] = r;
+    if (t < MAX_PARAMS) c->range[t] = r;
     return ir_read(c->g, c->p, t, L0);
 }
 
@@ -172,6 +172,9 @@ static void gradcheck(const char *name, Ctx *c, int out)
         int64_t n;
         const double *v = cpu_exec_value(e, grads[t], &n);
         CHECK_EQ_INT(n, ir_numel(&p->tensors[t].shape, NULL));
+        CHECK(v != NULL);
+        /* compare_param reads the parameter's elements: a gradient of another size is none */
+        if (!v || n != ir_numel(&p->tensors[t].shape, NULL)) continue;
         ad[t] = xmalloc((size_t)n * sizeof *ad[t]);
         memcpy(ad[t], v, (size_t)n * sizeof *ad[t]);
     }
@@ -205,8 +208,9 @@ static bool needs_positive(IrOp op)
     CHECK_EQ_INT(cpu_exec_run(e, g, &(CpuFeed){ .symvals = { 0 } }), 0);
     int64_t n = 0;
     const double *out = cpu_exec_value(e, y, &n);
+    CHECK(out != NULL || n == 0);
     bool nan = false;
-    for (int64_t i = 0; i < n; i++) nan |= isnan(out[i]);
+    for (int64_t i = 0; out && i < n; i++) nan |= isnan(out[i]);
     cpu_exec_free(e);
     ir_program_free(p);
     return nan;
@@ -349,7 +353,8 @@ static void max_ties(void)
     int64_t n;
     const double *got = cpu_exec_value(e, grads[0], &n);
     CHECK_EQ_INT(n, 6);
-    for (int i = 0; i < 6 && n == 6; i++)
+    CHECK(got != NULL);
+    for (int i = 0; got && i < 6 && n == 6; i++)
         CHECK_CLOSE(got[i], want[i], 1e-15, 0);
     cpu_exec_free(e);
     ir_program_free(c.p);

@@ -24,6 +24,8 @@
 static void write_bytes(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);   /* the test's own file: what reads it then finds it missing */
+    if (!f) return;
     fwrite(p, 1, n, f);
     fclose(f);
 }
@@ -36,7 +38,7 @@ static uint8_t *read_bytes(const char *path, size_t *n)
     *n = (size_t)ftell(f);
     fseek(f, 0, SEEK_SET);
     uint8_t *b = malloc(*n ? *n : 1);
-    if (fread(b, 1, *n, f) != *n) *n = 0;
+    if (!b || fread(b, 1, *n, f) != *n) *n = 0;
     fclose(f);
     return b;
 }
@@ -109,7 +111,8 @@ static void test_round_trip(void)
         CHECK_EQ_INT(got->rank, want->rank);
         for (int k = 0; k < want->rank; k++) CHECK_EQ_INT(got->shape[k], want->shape[k]);
         size_t n = tensor_size(want);
-        CHECK(n == 0 || memcmp(got->data, want->data, n) == 0);
+        /* GOT's own dtype and shape bound what of its data may be read */
+        CHECK(tensor_size(got) == n && (n == 0 || memcmp(got->data, want->data, n) == 0));
     }
     CHECK(st_find(f, "missing") == NULL);
     CHECK_STR(st_meta(f, "format"), "pt");

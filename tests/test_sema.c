@@ -57,8 +57,11 @@ static void test_defaults_and_tables(void)
     CHECK_EQ_INT(p->prediction_input_labels, 1);
     CHECK_EQ_INT(p->nparams, 4);
     CHECK_EQ_INT(p->ntensors, 4);
-    CHECK_STR(p->tensors[0].name, "h.weight");
-    CHECK_STR(p->tensors[3].name, "logits.bias");
+    if (p->ntensors == 4) {
+        CHECK_STR(p->tensors[0].name, "h.weight");
+        CHECK_STR(p->tensors[3].name, "logits.bias");
+        CHECK_CLOSE(p->tensors[0].init_value, 1 / 28.0, 0, 1e-12);
+    }
     int dropouts = 0;
     for (int i = 0; i < p->forward.nnodes; i++) {
         const IrNode *n = &p->forward.nodes[i];
@@ -69,7 +72,6 @@ static void test_defaults_and_tables(void)
         dropouts++;
     }
     CHECK_EQ_INT(dropouts, 1);
-    CHECK_CLOSE(p->tensors[0].init_value, 1 / 28.0, 0, 1e-12);
     CHECK(p->forward.output[IR_OUT_LOSS] >= 0);
     CHECK(p->forward.output[IR_OUT_PREDICTION] >= 0);
     CHECK_STR(p->model_name, "m");

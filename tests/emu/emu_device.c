@@ -163,6 +163,26 @@ static void emu_free(Device *d, DevPtr p)
                            "give (ignored)\n", (unsigned long long)p);
 }
 
+/* Whether [P, P + BYTES) lies inside one live allocation: the runtime's pointers and sizes
+ * are what is under test, and a wrong one must be an error here, not a write elsewhere. */
+static bool owned(Device *d, DevPtr p, size_t bytes)
+{
+    for (const EmuAlloc *a = impl(d)->allocs; a; a = a->next) {
+        DevPtr start = (DevPtr)(uintptr_t)a->p;
+        if (p >= start && p - start <= a->bytes && bytes <= a->bytes - (p - start)) return true;
+    }
+    return false;
+}
+
+/* OWNED's answer, with an error naming CALL and its range when no. */
+static bool check_owned(Device *d, DevPtr p, size_t bytes, const char *call)
+{
+    if (owned(d, p, bytes)) return true;
+    fprintf(stderr, "cgc: error: CUDA emulation: %s of %zu bytes at %#llx, outside every "
+                    "allocation\n", call, bytes, (unsigned long long)p);
+    return false;
+}
+
 static void emu_mark_unused(Device *d, DevPtr p, size_t bytes)
 {
     ASAN_POISON_MEMORY_REGION((void *)(uintptr_t)p, bytes);
@@ -171,6 +191,7 @@ static void emu_mark_unused(Device *d, DevPtr p, size_t bytes)
 static int emu_upload(Device *d, DevPtr dst, const void *src, size_t bytes)
 {
     if (refused_in_capture(d, "upload")) return -1;
+    if (bytes && !check_owned(d, dst, bytes, "upload")) return -1;
     if (bytes) memcpy((void *)(uintptr_t)dst, src, bytes);
     return 0;
 }
@@ -178,6 +199,7 @@ static int emu_upload(Device *d, DevPtr dst, const void *src, size_t bytes)
 static int emu_download(Device *d, void *dst, DevPtr src, size_t bytes)
 {
     if (refused_in_capture(d, "download")) return -1;
+    if (bytes && !check_owned(d, src, bytes, "download")) return -1;
     if (bytes) memcpy(dst, (const void *)(uintptr_t)src, bytes);
     return 0;
 }
@@ -278,6 +300,11 @@ static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, vo
 {
     EmuKernel *k = kernel;
     char buf[512];
+    if (!k) {   /* as cuda_device says of a launch without a handle */
+        fprintf(stderr, "cgc: error: CUDA emulation: launch for %s: no kernel handle\n",
+                site_str(site, buf, sizeof buf));
+        return -1;
+    }
     for (int i = 0; i < impl(d)->nrefused_kernels; i++) {
         const char *prefix = impl(d)->refused_kernels[i];
         if (strncmp(k->name, prefix, strlen(prefix)) != 0) continue;
@@ -373,6 +400,27 @@ static bool epilogue_ok(const GemmCall *g)
            (!g->aux || g->epilogue == GEMM_EPI_GELU_BIAS) && g->epilogue <= GEMM_EPI_GELU_BIAS;
 }
 
+/* Bytes an operand of N elements of SIZE per batch entry, STRIDE elements apart, spans. */
+static size_t operand_bytes(int64_t batch, int64_t stride, int64_t n, size_t size)
+{
+    return n && batch ? (size_t)((batch - 1) * stride + n) * size : 0;
+}
+
+/* Whether every matrix G reads or writes lies inside an allocation (check_owned). */
+static bool gemm_owned(Device *d, const GemmCall *g)
+{
+    size_t as = ir_dtype_size(g->a_type), bs = ir_dtype_size(g->b_type), cs = ir_dtype_size(g->c_type);
+    size_t a = operand_bytes(g->batch, g->stride_a, g->m * g->k, as);
+    size_t b = operand_bytes(g->batch, g->stride_b, g->k * g->n, bs);
+    size_t c = operand_bytes(g->batch, g->stride_c, g->m * g->n, cs);
+    size_t bias = g->epilogue != GEMM_EPI_NONE ? (size_t)g->n * ir_dtype_size(g->bias_type) : 0;
+    return (!a || check_owned(d, g->a, a, "GEMM operand A")) &&
+           (!b || check_owned(d, g->b, b, "GEMM operand B")) &&
+           (!c || check_owned(d, g->c, c, "GEMM result C")) &&
+           (!bias || check_owned(d, g->bias, bias, "GEMM bias")) &&
+           (!g->aux || !c || check_owned(d, g->aux, (size_t)(g->m * g->n) * cs, "GEMM aux output"));
+}
+
 static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
 {
     char buf[512];
@@ -393,6 +441,12 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
                 ir_dtype_name(g->b_type), ir_dtype_name(g->c_type), (long long)g->m,
                 (long long)g->n, (long long)g->k, (long long)g->batch, g->epilogue, g->algo,
                 impl(d)->gemm_algos);
+        return -1;
+    }
+    if (!gemm_owned(d, g)) {
+        fprintf(stderr, "cgc: error: CUDA emulation: GEMM for %s: m %lld n %lld k %lld batch "
+                        "%lld reach past its buffers\n", site_str(site, buf, sizeof buf),
+                (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
         return -1;
     }
     if (g->algo > 0 && g->algo == impl(d)->refused_algo) {

@@ -183,7 +183,9 @@ static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGr
                  (long long)call.n, (long long)call.k);
         CHECK_EQ_INT(compare(&c, s->gemm.c_type, call.m * call.n, what), 0);
         kernels_run[t]++;
-        epilogues_run[s->gemm.epilogue]++;
+        int epi = (int)s->gemm.epilogue;     /* the plan's, an index here */
+        CHECK(epi >= 0 && epi <= GEMM_EPI_GELU_BIAS);
+        if (epi >= 0 && epi <= GEMM_EPI_GELU_BIAS) epilogues_run[epi]++;
     }
     free(c.want);
     free(c.got);
@@ -224,6 +226,9 @@ static void check_mlp(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
     const PlanStep *steps = plan->graph[run->graph].steps;
     Matrix c[PLAN_MLP_MAX_LAYERS];
     int64_t m = 0;
+    /* C, and launch_one_block's arguments, hold PLAN_MLP_MAX_LAYERS layers */
+    CHECK(run->nlayers >= 1 && run->nlayers <= PLAN_MLP_MAX_LAYERS);
+    if (run->nlayers < 1 || run->nlayers > PLAN_MLP_MAX_LAYERS) return;
     for (int j = 0; j < run->nlayers; j++) {
         const PlanStep *st = &steps[run->step[j]];
         GemmCall call = devexec_gemm_call(e, st);
@@ -383,11 +388,12 @@ static void check_case(const char *model, const char *precision, int64_t batch, 
     CHECK_EQ_INT(compile_program(p, &(CompileOptions){.mode = PLAN_MAX_AUTOTUNE, .net_path = path},
                                  &compiled), 0);
     const Plan *plan = compiled.plan;
+    CHECK(plan != NULL);
     char so[256] = "";
     Device *d = NULL;
     DevExec *e = NULL;
     int64_t symmax[IR_MAX_SYMBOLS] = {batch};
-    if (open_device(plan, so, sizeof so, &d) == 0) e = devexec_new_unshared(plan, d, symmax, path);
+    if (plan && open_device(plan, so, sizeof so, &d) == 0) e = devexec_new_unshared(plan, d, symmax, path);
     CHECK(e != NULL);
     if (e) {
         DevFeed feed = {.symvals = {batch}};

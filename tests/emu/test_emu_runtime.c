@@ -13,10 +13,17 @@
 
 static Device *dev;
 
+/* Device memory of BYTES; the test stops when there is none, since the kernels below
+ * would write through the null pointer. */
 static DevPtr dev_alloc(size_t bytes)
 {
     DevPtr p = 0;
     CHECK(dev->ops->alloc(dev, bytes, &p) == 0);
+    if (!p) {
+        fprintf(stderr, "test_emu_runtime: no device memory of %zu bytes; stopping\n", bytes);
+        check_result();     /* the summary, with the failed check above */
+        exit(1);
+    }
     return p;
 }
 
