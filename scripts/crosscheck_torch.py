@@ -4,7 +4,10 @@
 For each case, cgc trains a model in fp32 for a few dozen steps and saves a checkpoint;
 PyTorch then trains the same model from the same initial weights on the same batches
 with torch.optim, torch.optim.lr_scheduler.LambdaLR and clip_grad_norm_, and every
-parameter and optimizer moment is compared with cgc's.
+parameter and optimizer moment is compared with cgc's. The evaluation is checked on its
+own: PyTorch evaluates cgc's final weights on the test set, and the test loss and
+accuracy must be those cgc reported (for resmlp.net with its dropout too, which the
+evaluation leaves out).
 
 cgc's initial weights come from a counter-based generator (Philox-4x32-10, runtime/rng.c)
 that this script re-implements with numpy; the first check confirms the re-implementation
@@ -106,7 +109,7 @@ def run_cgc(cgc, net, args, workdir, name):
                     "--save", path, "--metrics", metrics] + args, check=True)
     with open(metrics) as f:
         last = json.loads(f.read().splitlines()[-1])
-    return load_safetensors(path)[0], last["train_loss"]
+    return load_safetensors(path)[0], last
 
 
 # ---- the models, written as PyTorch would ----
@@ -178,6 +181,28 @@ def train_torch(forward, init, make_opt, lr_factor, steps, batch, accumulate, cl
             if key in st and st[key] is not None:
                 state[name + "/" + key] = st[key].detach().numpy()
     return {k: v.detach().numpy() for k, v in params.items()}, state, float(np.mean(losses))
+
+
+def evaluate_torch(forward, tensors):
+    """Test loss and accuracy of the weights TENSORS (cgc's) on the whole test set."""
+    x = torch.tensor(load_idx("t10k-images-idx3-ubyte").reshape(-1, 784).astype(np.float64) * (1 / 255),
+                     dtype=torch.float32)
+    y = torch.tensor(load_idx("t10k-labels-idx1-ubyte").astype(np.int64))
+    with torch.no_grad():
+        logits = forward({k: torch.tensor(v) for k, v in tensors.items()}, x)
+        return F.cross_entropy(logits, y).item(), (logits.argmax(1) == y).double().mean().item()
+
+
+def compare_eval(name, forward, tensors, metrics):
+    """cgc's test loss within 1e-4 relative of PyTorch's on the same weights (summation
+    order only), its accuracy within one sample (a near-tie whose argmax rounding flips)."""
+    loss, acc = evaluate_torch(forward, tensors)
+    loss_err = abs(metrics["test_loss"] - loss) / abs(loss)
+    ok = loss_err <= 1e-4 and abs(metrics["test_accuracy"] - acc) <= 1e-4 + 1e-12
+    print(f"{'ok  ' if ok else 'FAIL'} {name}, evaluation of cgc's weights: test loss cgc "
+          f"{metrics['test_loss']:.7f} torch {loss:.7f} (rel {loss_err:.1e}), accuracy cgc "
+          f"{metrics['test_accuracy']:.4f} torch {acc:.4f}")
+    return ok
 
 
 def rel_error(got, want):
@@ -268,7 +293,9 @@ def main():
              cosine(10, 30, 1e-3, 1e-5), resmlp_forward),
         ]
         for name, net, seed, batch, accumulate, clip, steps, args, make_opt, factor, forward in cases:
-            tensors, cgc_loss = run_cgc(cgc, net, ["--steps", str(steps)] + args, work, "case")
+            tensors, metrics = run_cgc(cgc, net, ["--steps", str(steps)] + args, work, "case")
+            cgc_loss = metrics["train_loss"]
+            ok &= compare_eval(name, forward, tensors, metrics)
             init = {pname: init_tensor(seed, i, shape, kind, bound)
                     for i, pname, shape, kind, bound in params_of(cgc, net, args)}
             tp, ts, tl = train_torch(forward, init, make_opt, factor, steps, batch, accumulate, clip)
@@ -278,6 +305,12 @@ def main():
             # unit's row: 7.8e-4 on exp_avg of h1.bias. The limit leaves room for that
             # and still catches a wrong formula, which gives errors of order 1e-1 to 1.
             ok &= compare(name, tensors, cgc_loss, tp, ts, tl, 5e-3)
+
+        # The evaluation of a model that trains with dropout: cgc's weights after a few
+        # steps (dropout's masks are cgc's own, so only the evaluation is compared).
+        net = os.path.join(ROOT, "models", "resmlp.net")
+        tensors, metrics = run_cgc(cgc, net, ["--steps", "5"], work, "dropout")
+        ok &= compare_eval("resmlp with dropout", resmlp_forward, tensors, metrics)
     print("torch", torch.__version__)
     return 0 if ok else 1
 

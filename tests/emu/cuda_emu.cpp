@@ -415,7 +415,9 @@ void abandon_block()
  *   early     the same warp order; copies land when issued, the earliest moment: a stage
  *             overwritten before other warps are done with it shows, which `late` hides
  *   shuffled  copies land late; the warps run in a pseudo-random order, a new one after
- *             every barrier and in every block (fixed, so a failure repeats) */
+ *             every barrier and in every block, and the blocks of a launch in one too
+ *             (fixed, so a failure repeats): a block that reads what another block of
+ *             the same launch writes, with nothing ordering them, shows */
 enum Schedule { SCHEDULE_LATE, SCHEDULE_EARLY, SCHEDULE_SHUFFLED };
 Schedule schedule = SCHEDULE_LATE;
 
@@ -432,23 +434,31 @@ void read_schedule()
                          "shuffled; using late\n", v);
 }
 
+/* A permutation of 0..n-1, n a power of two: w -> (a w + c) mod n with a odd. Its
+ * values below a count, in its order, are a permutation of 0..count-1. */
+struct Permutation {
+    unsigned a, c, n;
+    unsigned at(unsigned w) const { return (a * w + c) & (n - 1); }
+};
+
+Permutation permutation(unsigned count, uint64_t h)
+{
+    unsigned n = 1;
+    while (n < count) n <<= 1;
+    h ^= h >> 31;
+    unsigned a = (unsigned)(h | 1) & (n - 1);
+    return Permutation{a ? a : 1, (unsigned)(h >> 32) & (n - 1), n};
+}
+
 /* The K-th of NWARPS warps to run in barrier interval PHASE of block BLOCK: ascending
- * and descending by turns, or (shuffled) the K-th of w -> (a w + c) mod n below NWARPS,
- * n the power of two at or above NWARPS and a odd (so a permutation of 0..n-1), a and c
- * hashed from PHASE and BLOCK. */
+ * and descending by turns, or (shuffled) in an order hashed from PHASE and BLOCK. */
 unsigned warp_at(unsigned k, unsigned nwarps, unsigned phase, unsigned block)
 {
     if (schedule != SCHEDULE_SHUFFLED) return phase & 1 ? nwarps - 1 - k : k;
-    unsigned n = 1;
-    while (n < nwarps) n <<= 1;
-    uint64_t h = (uint64_t)phase * 0x9e3779b97f4a7c15ull ^ (uint64_t)block * 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 31;
-    unsigned a = (unsigned)(h | 1) & (n - 1), c = (unsigned)(h >> 32) & (n - 1);
-    if (a == 0) a = 1;
-    for (unsigned w = 0, seen = 0;; w++) {
-        unsigned v = (a * w + c) & (n - 1);
-        if (v < nwarps && seen++ == k) return v;
-    }
+    Permutation p = permutation(nwarps, (uint64_t)phase * 0x9e3779b97f4a7c15ull ^
+                                            (uint64_t)block * 0xbf58476d1ce4e5b9ull);
+    for (unsigned w = 0, seen = 0;; w++)
+        if (p.at(w) < nwarps && seen++ == k) return p.at(w);
 }
 
 /* Runs every thread of one block to completion; -1 on a deadlock. Between two block
@@ -567,8 +577,17 @@ extern "C" int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void 
     cgc_emu_block_dim = cgc_emu_uint3{block, 1, 1};
     cgc_emu_thread_idx = cgc_emu_uint3{0, 0, 0};
     cgc_emu_block_idx = cgc_emu_uint3{0, 0, 0};
+    /* the blocks in order, or (shuffled) in an order hashed from the launch's number:
+     * CUDA orders the blocks of a launch in no way */
+    static uint64_t launches;
     int rc = 0;
-    for (unsigned b = 0; b < grid && rc == 0; b++) rc = run_block(b, grid, name);
+    if (schedule != SCHEDULE_SHUFFLED) {
+        for (unsigned b = 0; b < grid && rc == 0; b++) rc = run_block(b, grid, name);
+    } else {
+        Permutation order = permutation(grid, ++launches * 0x94d049bb133111ebull);
+        for (unsigned w = 0; w < order.n && rc == 0; w++)
+            if (order.at(w) < grid) rc = run_block(order.at(w), grid, name);
+    }
     pthread_mutex_unlock(&launch_lock);
     return rc;
 }

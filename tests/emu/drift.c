@@ -45,19 +45,67 @@ static int64_t reduced_to(const IrNode *n, const Shape *xs, int64_t j, const int
     return j / (inner * len) * inner + j % inner;
 }
 
-static bool elementwise_bound(const IrNode *n, const DriftInput *in, const int64_t *symvals,
-                              float *out, int64_t count)
+/* ADD and SUB: |d(a + b)| <= |da| + |db|, relative to the reference's output, so that a
+ * near-cancelling sum may show a large relative difference; any other elementwise op:
+ * 2x the sum of its inputs' relative drifts. */
+static double abs_difference(const DriftInput *x, int64_t j);
+
+static bool elementwise_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
+                              const int64_t *symvals, float *out, int64_t count)
 {
+    bool additive = (n->op == IR_ADD || n->op == IR_SUB) && ref_out;
+    for (int k = 0; k < n->nin && additive; k++) additive = in[k].ref != NULL;
     for (int64_t i = 0; i < count; i++) {
         double sum = 0;
-        for (int k = 0; k < n->nin; k++)
-            sum += in[k].drift[broadcast_source(in[k].shape, &n->shape, i, symvals)];
-        out[i] = (float)(2 * sum);
+        for (int k = 0; k < n->nin; k++) {
+            int64_t j = broadcast_source(in[k].shape, &n->shape, i, symvals);
+            sum += additive ? abs_difference(&in[k], j) : in[k].drift[j];
+        }
+        out[i] = additive ? (float)fmin(2.0, 2 * sum / fmax(fabs(ref_out[i]), 1e-30)) : (float)(2 * sum);
     }
     return true;
 }
 
-/* SUM, MEAN and REDUCE_TO: 2 sum |x| drift over what element o sums, relative to the
+/* The larger of X's element J on the two executors, at most (drift.h); infinite where
+ * it is not known. */
+static double magnitude(const DriftInput *x, int64_t j)
+{
+    double d = x->drift[j], c = fabs(x->ref[j]);
+    if (x->dev) return fmax(c, fabs(x->dev[j]));
+    return d < 1 ? c / (1 - d) : INFINITY;
+}
+
+/* The absolute difference of X's element J from the reference's, at most. */
+static double abs_difference(const DriftInput *x, int64_t j)
+{
+    return x->drift[j] == 0 ? 0 : x->drift[j] * magnitude(x, j);
+}
+
+/* MATMUL of 2-D A and B: |a'b' - ab| <= |a' - a| |b'| + |a| |b' - b| term by term, so
+ * element (i, j) differs by at most the sum over p of |da_ip| |b_pj| + |a_ip| |db_pj|
+ * (magnitudes the larger of the two executors'), twice that relative to the reference. */
+static bool matmul_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
+                         const int64_t *symvals, float *out)
+{
+    if (n->shape.rank != 2 || in[0].shape->rank != 2 || !in[0].ref || !in[1].ref) return false;
+    bool ta = n->flags & IR_MATMUL_TRANS_A, tb = n->flags & IR_MATMUL_TRANS_B;
+    int64_t m = dim_value(&n->shape, 0, symvals), nn = dim_value(&n->shape, 1, symvals);
+    int64_t k = dim_value(in[0].shape, ta ? 0 : 1, symvals);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < nn; j++) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; p++) {
+                int64_t a = ta ? p * m + i : i * k + p, b = tb ? j * k + p : p * nn + j;
+                double da = abs_difference(&in[0], a), db = abs_difference(&in[1], b);
+                if (da != 0) acc += da * magnitude(&in[1], b);
+                if (db != 0) acc += magnitude(&in[0], a) * db;
+            }
+            out[i * nn + j] = (float)fmin(2.0, 2 * acc / fmax(fabs(ref_out[i * nn + j]), 1e-30));
+        }
+    return true;
+}
+
+/* SUM, MEAN and REDUCE_TO: 2 sum |d - c| over what element o sums, relative to the
  * reference's |sum| (REF_OUT); MAX: twice the largest drift. */
 static bool reduction_bound(const IrNode *n, const DriftInput *x, const float *ref_out,
                             const int64_t *symvals, float *out, int64_t count)
@@ -69,7 +117,7 @@ static bool reduction_bound(const IrNode *n, const DriftInput *x, const float *r
     if (!acc) return false;
     for (int64_t j = 0; j < nx; j++) {
         int64_t o = reduced_to(n, x->shape, j, symvals);
-        double v = max ? x->drift[j] : fabs(x->ref[j]) * x->drift[j];
+        double v = max ? x->drift[j] : abs_difference(x, j);
         acc[o] = max ? fmax(acc[o], v) : acc[o] + v;
     }
     int64_t per = count ? nx / count : 0;   /* MEAN divides its sum by this */
@@ -88,11 +136,12 @@ bool drift_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
     for (int k = 0; k < n->nin; k++)
         if (!in[k].drift) return false;
     int64_t count = ir_numel(&n->shape, symvals);
-    if (ir_op_is_elementwise(n->op)) return elementwise_bound(n, in, symvals, out, count);
+    if (ir_op_is_elementwise(n->op)) return elementwise_bound(n, in, ref_out, symvals, out, count);
     if (n->op == IR_RESHAPE) {
         for (int64_t i = 0; i < count; i++) out[i] = in[0].drift[i];
         return true;
     }
     if (ir_op_is_reduction(n->op)) return reduction_bound(n, &in[0], ref_out, symvals, out, count);
+    if (n->op == IR_MATMUL && ref_out) return matmul_bound(n, in, ref_out, symvals, out);
     return false;
 }

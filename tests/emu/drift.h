@@ -8,13 +8,18 @@
  * from its inputs' drift by the node's rule:
  *   - elementwise (and dropout): at most 2x the sum of its inputs' at the element each
  *     input broadcasts to it (for a product or quotient the sum itself; the 2 covers a
- *     rounding on the way);
+ *     rounding on the way); for an addition or subtraction, as for a sum below;
  *   - a view (reshape) or broadcast: its input's at the element it copies;
  *   - a sum (SUM, MEAN, REDUCE_TO): an absolute difference of at most 2x the sum over
- *     the elements summed of |x| times their drift, relative to the reference's sum, so
- *     a near-cancelling sum may turn small input differences into a large relative one;
+ *     the elements summed of their absolute differences, relative to the reference's
+ *     sum, so a near-cancelling sum may turn small input differences into a large
+ *     relative one (an element's absolute difference is its drift times the larger of
+ *     its two values: the device's where it was stored, else at most |reference| / (1 -
+ *     drift), and unbounded for a drift of 1 or more: a ReLU mask that flipped where the
+ *     reference is 0);
+ *   - a matrix product: likewise a sum, of |da| |b| + |a| |db| over its terms;
  *   - MAX: 2x the largest drift it reduces over;
- *   - anything else (a matrix product, a softmax, a loss): no bound.
+ *   - anything else (a softmax, a loss): no bound.
  * A stored node over the tolerance passes when every element's drift is within that
  * bound plus the tolerance: a wrong kernel fed equal inputs has a bound near zero, and
  * fails. The bound adds no tolerance per node, so it does not grow along a chain. */
@@ -38,6 +43,7 @@ typedef struct DriftInput {
     const Shape *shape;
     const float *drift;   /* element by element; NULL: not known */
     const float *ref;     /* the reference's values (f32 nodes; sums read it) */
+    const float *dev;     /* the device's, where it stored them; NULL: not known */
 } DriftInput;
 
 /* Bounds node N's drift element by element into OUT (N's elements under SYMVALS) from

@@ -66,6 +66,12 @@ foreach(schedule early shuffled)
   set_tests_properties(test_emu_gemm_${schedule} PROPERTIES LABELS emu TIMEOUT 1500
                        ENVIRONMENT "CGC_EMU_SCHEDULE=${schedule};OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 endforeach()
+# Batches of 64k-1 and 64k+1 rows through the GEMM tiles and fused MLPs (odd_mlp's widths
+# are no multiple of 8), the blocks and warps in the shuffled order.
+add_test(NAME test_emu_gemm_boundary COMMAND test_emu_gemm ../tests/models/odd_mlp:fp16:63
+         narrow_mlp:bf16:65 ../tests/models/odd_mlp:bf16:129 resmlp:fp16:127)
+set_tests_properties(test_emu_gemm_boundary PROPERTIES LABELS emu TIMEOUT 900
+                     ENVIRONMENT "CGC_EMU_SCHEDULE=shuffled;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 # The same on a real GPU, against cuBLAS: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_gemm COMMAND test_emu_gemm --cuda)
 set_tests_properties(test_gpu_gemm PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
@@ -75,6 +81,21 @@ set_tests_properties(test_gpu_gemm PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIM
 add_test(NAME test_emu_shapes COMMAND test_emu_models)
 set_tests_properties(test_emu_shapes PROPERTIES LABELS emu TIMEOUT 900
                      ENVIRONMENT "CGC_MODELS_DIR=${EMU_DIR}/models;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+
+# Boundary shapes: batches of 64k+1 and 64k-1 rows and widths that are no multiple of 8,
+# 16 or 128 (tests/emu/models/odd_widths.net), so that every kind of kernel ends inside a
+# block, a tile and a warp; the second also under the shuffled schedule (warps and blocks
+# in another order, cuda_emu.cpp).
+set(EMU_ODD ../tests/emu/models/odd_widths)
+add_test(NAME test_emu_boundary COMMAND test_emu_models --batches 65,63 mlp:fp16:2
+         narrow_mlp:bf16 regression:fp32 resmlp:fp16 ${EMU_ODD}:tf32 ${EMU_ODD}:fp16:2
+         ../tests/emu/models/softmax_axes:bf16)
+add_test(NAME test_emu_boundary_shuffled COMMAND test_emu_models --batches 129,127 mlp:bf16
+         narrow_mlp:fp16:2 regression:fp16 resmlp:bf16 ${EMU_ODD}:fp32 ${EMU_ODD}:bf16:2
+         ../tests/emu/models/softmax_axes:fp16)
+set_tests_properties(test_emu_boundary test_emu_boundary_shuffled PROPERTIES LABELS emu TIMEOUT 900
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+set_property(TEST test_emu_boundary_shuffled APPEND PROPERTY ENVIRONMENT CGC_EMU_SCHEDULE=shuffled)
 
 # Models too wide for one kernel's parameters (tests/emu/wide/*.net): the kernels fusion
 # splits them into, at the limit, in the default mode.

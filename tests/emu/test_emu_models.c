@@ -18,8 +18,9 @@
  * With --cuda the same comparisons run on the first CUDA device instead (kernels compiled
  * by NVRTC, GEMMs by cuBLAS): the `gpu` test, which exits 77 where there is none.
  *
- * Usage: test_emu_models [--asan | --cuda] [MODEL[:PRECISION[:ACCUMULATE[:MODE]]]...];
- * with no case named, all of them (MODE: eager, default, standin; all three when absent).
+ * Usage: test_emu_models [--asan | --cuda] [--batches B,LAST] [MODEL[:PRECISION[:ACCUMULATE[:MODE]]]...];
+ * with no case named, all of them (MODE: eager, default, standin; all three when absent);
+ * B rows in each step but the last, LAST in it and in the evaluation (8 and 5 unless set).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -35,7 +36,10 @@
 #include "tests/emu/drift.h"
 #include "tests/emu/emu_device.h"
 
-enum { STEPS = 3, BATCH = 8, LAST_BATCH = 5, SHOW_NODES = 5, SHOW_VALUES = 4, MAX_CASES = 160 };
+enum { STEPS = 3, SHOW_NODES = 5, SHOW_VALUES = 4, MAX_CASES = 160 };
+/* The batch of every step but the last, and of the last step and the evaluation; set by
+ * --batches (boundary shapes: 64k+1 and 64k-1 rows cross a block or tile in the middle). */
+static int64_t batch_size = 8, last_batch = 5;
 
 /* Symbol k's value in a run of BATCH rows: the batch for symbol 0, and a different value
  * for every other symbol, so that a kernel reading the wrong symbol shows. */
@@ -72,6 +76,8 @@ typedef struct Run {
     int inherited;           /* nodes over the tolerance only through their inputs */
     int64_t symvals[IR_MAX_SYMBOLS];   /* of the graph run being compared */
     float **drift;           /* per node of that graph (drift.h); NULL: not known */
+    float **stored;          /* per node of that graph, the device's value; NULL: not stored */
+    float **before[2];       /* per tensor, the reference's and the device's value before it */
     float **tensor_drift;    /* per tensor, as last compared; NULL: none */
     int compared;            /* node values compared */
     int counter_checks;      /* runs after which the launch counter was read back */
@@ -270,8 +276,10 @@ static float *bound_drift(Run *r, const IrGraph *g, int id, int64_t n)
         const IrNode *x = &g->nodes[node->in[k]];
         int64_t cn = 0;
         const void *ref = cpu_exec_value(r->cpu, node->in[k], &cn);
+        const float *dev = r->stored[node->in[k]];
+        if (x->op == IR_READ) ref = r->before[0][x->index], dev = r->before[1][x->index];   /* as read */
         in[k] = (DriftInput){ .shape = &x->shape, .drift = r->drift[node->in[k]],
-                              .ref = x->dtype == DT_I32 ? NULL : ref };
+                              .ref = x->dtype == DT_I32 ? NULL : ref, .dev = dev };
     }
     int64_t cn = 0;
     const float *ref_out = node->dtype == DT_I32 ? NULL : cpu_exec_value(r->cpu, id, &cn);
@@ -307,14 +315,14 @@ static const float *tensor_bound(Run *r, const IrGraph *g, int t)
     return v >= 0 ? r->drift[v] : r->tensor_drift[t];
 }
 
-static float *copy_drift(const float *d, int64_t n)
+static float *copy_floats(const float *d, int64_t n)
 {
     float *c = calloc((size_t)(n ? n : 1), sizeof *c);
     if (d) memcpy(c, d, (size_t)n * sizeof *c);
     return c;
 }
 
-static void free_drift(float **d, int n)
+static void free_arrays(float **d, int n)
 {
     for (int i = 0; i < n; i++) free(d[i]), d[i] = NULL;
 }
@@ -372,10 +380,10 @@ static int compare_nodes(Run *r, const IrGraph *g, float *scratch)
         const IrNode *node = &g->nodes[id];
         int64_t n = ir_numel(&node->shape, r->symvals);
         if (node->op == IR_READ) {
-            r->drift[id] = copy_drift(r->tensor_drift[node->index], n);
+            r->drift[id] = copy_floats(r->tensor_drift[node->index], n);
         } else if (!has_buffer(r, g, id)) {   /* an ASSIGN, or kept in registers */
             bool leaf = ir_op_info[node->op].cls == IR_CLASS_LEAF;   /* the same on both */
-            r->drift[id] = leaf ? copy_drift(NULL, n) : bound_drift(r, g, id, n);
+            r->drift[id] = leaf ? copy_floats(NULL, n) : bound_drift(r, g, id, n);
         } else {
             const float *cpu;
             if (!read_node(r, g, id, scratch, &cpu, &n)) {
@@ -386,6 +394,7 @@ static int compare_nodes(Run *r, const IrGraph *g, float *scratch)
             bad += compare_value(r, g, id, cpu, n, bound);
             free(bound);
             r->drift[id] = observed_drift(cpu, r->buf, n);
+            r->stored[id] = copy_floats(r->buf, n);
         }
     }
     for (int id = 0; id < g->nnodes; id++) {
@@ -683,7 +692,20 @@ static void resync_tensors(Run *r)
 {
     for (int i = 0; i < r->p->ntensors; i++)
         CHECK_EQ_INT(devexec_tensor_set(r->dev, i, cpu_exec_tensor(r->cpu, i)), 0);
-    free_drift(r->tensor_drift, r->p->ntensors);
+    free_arrays(r->tensor_drift, r->p->ntensors);
+}
+
+/* Every tensor's value on both executors into r->before, for the drift of what reads it. */
+static void keep_tensors(Run *r)
+{
+    int n = r->p->ntensors;
+    for (int k = 0; k < 2; k++) r->before[k] = calloc((size_t)(n ? n : 1), sizeof *r->before[k]);
+    for (int i = 0; i < n; i++) {
+        int64_t count = ir_numel(&r->p->tensors[i].shape, NULL);
+        r->before[0][i] = copy_floats(cpu_exec_tensor(r->cpu, i), count);
+        r->before[1][i] = copy_floats(NULL, count);
+        CHECK_EQ_INT(devexec_tensor_get(r->dev, i, r->before[1][i]), 0);
+    }
 }
 
 /* Runs G on both executors with the same feed, then compares everything. */
@@ -701,6 +723,7 @@ static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step
     }
     cf.runtime[IR_RT_TOTAL_STEPS] = df.runtime[IR_RT_TOTAL_STEPS] = 10;
     cf.runtime[IR_RT_MICRO_STEP] = df.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
+    keep_tensors(r);
     int rc = cpu_exec_run(r->cpu, g, &cf);
     CHECK_EQ_INT(rc, 0);
     int drc = devexec_run(r->dev, g, &df);
@@ -708,13 +731,17 @@ static int run_graph(Run *r, const IrGraph *g, int64_t batch, int64_t micro_step
     check_launch_counter(r);
     bind_symbols(r->symvals, batch);
     r->drift = calloc((size_t)g->nnodes, sizeof *r->drift);
+    r->stored = calloc((size_t)g->nnodes, sizeof *r->stored);
     int bad = rc == 0 && drc == 0 ? compare_nodes(r, g, scratch) : 1;
     char when[64];
     snprintf(when, sizeof when, "after %s of step %d", g->name, r->step);
     bad += compare_tensors(r, g, when);
-    free_drift(r->drift, g->nnodes);
+    free_arrays(r->drift, g->nnodes);
+    free_arrays(r->stored, g->nnodes);
     free(r->drift);
-    r->drift = NULL;
+    free(r->stored);
+    r->drift = r->stored = NULL;
+    for (int k = 0; k < 2; k++) free_arrays(r->before[k], r->p->ntensors), free(r->before[k]);
     if (on_cuda) resync_tensors(r);
     for (int i = 0; i < r->p->ninputs; i++) free(inputs[i]);
     return bad;
@@ -746,13 +773,13 @@ static int run_steps(Run *r)
     int bad = 0;
     int64_t micro = 0;
     for (r->step = 0; r->step < STEPS && !bad; r->step++) {
-        int64_t batch = r->step == STEPS - 1 ? LAST_BATCH : BATCH;
+        int64_t batch = r->step == STEPS - 1 ? last_batch : batch_size;
         for (int m = 0; m < accumulate && !bad; m++, micro++) {
             const IrGraph *g = m == accumulate - 1 ? &p->train : &p->train_micro;
             bad += run_graph(r, g, batch, micro, &rng, scratch);
         }
     }
-    if (!bad) bad += run_graph(r, &p->eval, LAST_BATCH, micro, &rng, scratch);
+    if (!bad) bad += run_graph(r, &p->eval, last_batch, micro, &rng, scratch);
     return bad;
 }
 
@@ -771,8 +798,8 @@ static IrProgram *compile_case(const Case *c, const char *path)
 
 static int64_t largest(const IrProgram *p)
 {
-    int64_t a = largest_node(p, &p->train, BATCH), b = largest_node(p, &p->eval, BATCH);
-    int64_t m = p->train_micro.nnodes ? largest_node(p, &p->train_micro, BATCH) : 0;
+    int64_t a = largest_node(p, &p->train, batch_size), b = largest_node(p, &p->eval, batch_size);
+    int64_t m = p->train_micro.nnodes ? largest_node(p, &p->train_micro, batch_size) : 0;
     a = a > b ? a : b;
     return a > m ? a : m;
 }
@@ -818,7 +845,7 @@ static Plan *build_plan(const Case *c, IrProgram *p, const char *path, Compiled 
     default: break;
     }
     CompileOptions o = { .mode = PLAN_DEFAULT, .net_path = path };
-    bind_symbols(o.symmax, BATCH);
+    bind_symbols(o.symmax, batch_size);
     if (compile_program(p, &o, compiled) != 0) return NULL;
     Plan *plan = compiled->plan;
     compiled->plan = NULL;   /* the case owns it */
@@ -862,7 +889,7 @@ static void run_case(const Case *c, bool asan)
         return;
     }
     int64_t symmax[IR_MAX_SYMBOLS];
-    bind_symbols(symmax, BATCH);
+    bind_symbols(symmax, batch_size);
     Run r = { .c = c, .p = p, .plan = plan };
     r.dev = devexec_new_unshared(plan, d, symmax, path);
     CHECK(r.dev != NULL);
@@ -885,7 +912,7 @@ static void run_case(const Case *c, bool asan)
         if (r.inherited)
             printf("  %d node values over the tolerance only through their inputs "
                    "(see tests/emu/drift.h)\n", r.inherited);
-        free_drift(r.tensor_drift, p->ntensors);
+        free_arrays(r.tensor_drift, p->ntensors);
         free(r.tensor_drift);
         free(r.buf);
         cpu_exec_free(r.cpu);
@@ -979,6 +1006,15 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--asan") == 0) asan = true;
         else if (strcmp(argv[i], "--cuda") == 0) on_cuda = true;
+        else if (strcmp(argv[i], "--batches") == 0) {
+            long long b = 0, l = 0;
+            char end = 0;
+            if (i + 1 >= argc || sscanf(argv[++i], "%lld,%lld%c", &b, &l, &end) != 2 || l < 1 || b < l) {
+                fprintf(stderr, "test_emu_models: --batches wants B,LAST (0 < LAST <= B)\n");
+                return 2;
+            }
+            batch_size = b, last_batch = l;
+        }
         else if (n + NUM_MODES <= MAX_CASES) {
             int got = parse_case(argv[i], cases + n);
             if (!got) return 2;

@@ -6,8 +6,10 @@
  * One program holds them all: for each storage type (f32, f16, bf16) the operands are
  * parameters cast to the type, and each op is applied to signed operands and to positive
  * ones (so that log, sqrt and pow meet their domain, and NaN where they leave it); binary
- * ops broadcast a [37] operand over a [5, 37] one, select a [5, 1] condition of zeros and
- * ones. The train graph is planned twice: eager (each op its own kernel) and default with
+ * ops broadcast a [C] operand over an [R, C] one, select an [R, 1] condition of zeros and
+ * ones. Two shapes: [5, 37], within one block, and [65, 131], whose 8515 elements end
+ * inside a block of CUDA_BLOCK * CUDA_ITEMS_PER_THREAD (1024) and inside a warp, with rows
+ * that are no multiple of 8, 16 or 128 long. The train graph is planned twice: eager (each op its own kernel) and default with
  * each op a pointwise group of its own (the fused renderer); each module is compiled by
  * NVRTC for sm_90 and run on the emulation. Both executors compute in f32 and round
  * stores to the node's type, so every value must agree bit for bit (NaN with NaN).
@@ -26,7 +28,7 @@
 #include "tests/check.h"
 #include "tests/emu/emu_device.h"
 
-enum { ROWS = 5, COLS = 37, MAX_OPS = 64 * 6 };
+enum { MAX_OPS = 64 * 6 };
 static const SrcLoc L0 = {1, 1};
 static const DType types[] = {DT_F32, DT_F16, DT_BF16};
 enum { NTYPES = sizeof types / sizeof types[0] };
@@ -36,6 +38,7 @@ enum { SIGNED_MAT, SIGNED_ROW, POSITIVE_MAT, POSITIVE_ROW, COND, NPARAMS };
 
 typedef struct OpsProgram {
     IrProgram *p;
+    int64_t rows, cols;
     int op_node[MAX_OPS];       /* the nodes compared */
     int nops;
 } OpsProgram;
@@ -68,8 +71,9 @@ static void build(OpsProgram *o)
     IrProgram *p = o->p = ir_program_new();
     p->model_name = xstrdup("ops");
     IrGraph *g = &p->train;
-    Shape shapes[NPARAMS] = {shape2(ROWS, COLS), shape2(1, COLS), shape2(ROWS, COLS),
-                             shape2(1, COLS), shape2(ROWS, 1)};
+    int64_t rows = o->rows, cols = o->cols;
+    Shape shapes[NPARAMS] = {shape2(rows, cols), shape2(1, cols), shape2(rows, cols), shape2(1, cols),
+                             shape2(rows, 1)};
     const char *names[NPARAMS] = {"s", "s_row", "p", "p_row", "c"};
     int read[NPARAMS];
     for (int i = 0; i < NPARAMS; i++)
@@ -146,7 +150,7 @@ static bool same_bits(float c, float d)
 /* Every tested node of the run on D against the CPU executor's. */
 static void compare(const OpsProgram *o, CpuExec *cpu, DevExec *dev, const char *mode)
 {
-    float *got = malloc(ROWS * COLS * sizeof *got);
+    float *got = malloc((size_t)(o->rows * o->cols) * sizeof *got);
     for (int k = 0; k < o->nops; k++) {
         int id = o->op_node[k];
         const IrNode *n = &o->p->train.nodes[id];
@@ -160,8 +164,8 @@ static void compare(const OpsProgram *o, CpuExec *cpu, DevExec *dev, const char 
         check_count++;
         if (bad) {
             check_failures++;
-            fprintf(stderr, "  %s, %s %s (node %%%d): %lld of %lld elements differ; first [%lld]: "
-                    "cpu %.9g, device %.9g\n", mode, ir_op_name(n->op), ir_dtype_name(n->dtype), id,
+            fprintf(stderr, "  [%lld, %lld] %s, %s %s (node %%%d): %lld of %lld elements differ; first [%lld]: "
+                    "cpu %.9g, device %.9g\n", (long long)o->rows, (long long)o->cols, mode, ir_op_name(n->op), ir_dtype_name(n->dtype), id,
                     (long long)bad, (long long)cn, (long long)first, want[first], got[first]);
         }
     }
@@ -208,7 +212,8 @@ static void run_mode(OpsProgram *o, PlanMode mode, bool asan)
         CHECK_EQ_INT(devexec_run(dev, &o->p->train, &df), 0);
         int before = check_failures;
         compare(o, cpu, dev, name);
-        printf("%s: %d op nodes, %d kernels: %s\n", name, o->nops, plan->nkernels,
+        printf("[%lld, %lld] %s: %d op nodes, %d kernels: %s\n", (long long)o->rows,
+               (long long)o->cols, name, o->nops, plan->nkernels,
                check_failures == before ? "all equal" : "MISMATCHES");
         if (check_failures == before) emu_remove_build(so);
         cpu_exec_free(cpu);
@@ -221,12 +226,15 @@ static void run_mode(OpsProgram *o, PlanMode mode, bool asan)
 int main(int argc, char **argv)
 {
     bool asan = argc > 1 && strcmp(argv[1], "--asan") == 0;
-    OpsProgram o = {0};
-    build(&o);
-    CHECK(o.nops >= 2 * NTYPES * 30);   /* the table's elementwise ops, each way */
-    run_mode(&o, PLAN_EAGER, asan);
-    group_each_op(&o);
-    run_mode(&o, PLAN_DEFAULT, asan);
-    ir_program_free(o.p);
+    static const int64_t shapes[][2] = {{5, 37}, {65, 131}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        OpsProgram o = {.rows = shapes[s][0], .cols = shapes[s][1]};
+        build(&o);
+        CHECK(o.nops >= 2 * NTYPES * 30);   /* the table's elementwise ops, each way */
+        run_mode(&o, PLAN_EAGER, asan);
+        group_each_op(&o);
+        run_mode(&o, PLAN_DEFAULT, asan);
+        ir_program_free(o.p);
+    }
     return check_result();
 }
