@@ -1,8 +1,9 @@
 /* test_memplan.c: the memory plan (codegen/memplan.c) and how the plan runner uses it
  * (runtime/devexec.c).
  *
- *  - every model in models/ at every precision, eager and default plans (GEMM epilogues,
- *    fused groups), laid out with and without
+ *  - every model in models/ at every precision, eager, default and reduce-overhead plans
+ *    (GEMM epilogues, fused groups, the device step counter), with and without gradient
+ *    accumulation (the train_micro graph), laid out with and without
  *    reuse, checked by a brute-force checker that shares no code with the planner: at
  *    every step of a graph the buffers live there are pairwise disjoint; persistent
  *    buffers (everything but node values, and every graph's outputs) overlap nothing;
@@ -196,25 +197,34 @@ static bool same_layout(const Plan *pl, const PlanLayout *a, const PlanLayout *b
 
 /* ---- every model at every precision ---- */
 
-static Plan *compile_model(const char *file, const char *precision, PlanMode mode, IrProgram **p,
-                           Source **src)
+/* FILE compiled at PRECISION, batch 64, accumulating ACCUMULATE micro-batches ("1": none). */
+static Plan *compile_model_acc(const char *file, const char *precision, const char *accumulate,
+                               PlanMode mode, IrProgram **p, Source **src)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", CGC_MODELS_DIR, file);
-    Override ov[2] = {{"precision", "precision", precision}, {"batch", "batch", "64"}};
+    Override ov[3] = {{"precision", "precision", precision}, {"batch", "batch", "64"},
+                      {"accumulate", "accumulate", accumulate}};
     *src = source_load(path);
-    *p = *src ? pipeline_compile(*src, ov, 2) : NULL;
+    *p = *src ? pipeline_compile(*src, ov, 3) : NULL;
     CHECK(*p != NULL);
     if (*p && mode != PLAN_EAGER) fusion_assign(*p);
     return *p ? plan_build(*p, mode, path) : NULL;
 }
 
-static void test_model(const char *file, const char *precision, PlanMode mode)
+static Plan *compile_model(const char *file, const char *precision, PlanMode mode, IrProgram **p,
+                           Source **src)
+{
+    return compile_model_acc(file, precision, "1", mode, p, src);
+}
+
+static void test_model(const char *file, const char *precision, const char *accumulate, PlanMode mode)
 {
     IrProgram *p;
     Source *src;
-    Plan *pl = compile_model(file, precision, mode, &p, &src);
+    Plan *pl = compile_model_acc(file, precision, accumulate, mode, &p, &src);
     if (!pl) return;
+    CHECK(strcmp(accumulate, "1") == 0 || pl->graph[PG_TRAIN_MICRO].nsteps > 0);
     CHECK(mode != PLAN_MAX_AUTOTUNE || pl->nmlps > 0);
     int64_t symmax[IR_MAX_SYMBOLS] = {64};
     PlanLayout shared, again, apart;
@@ -227,8 +237,9 @@ static void test_model(const char *file, const char *precision, PlanMode mode)
     CHECK(shared.arena_bytes <= apart.arena_bytes);
     CHECK_EQ_INT(shared.persistent_bytes, apart.persistent_bytes);
     if (strcmp(file, "mlp.net") == 0) CHECK(shared.arena_bytes < apart.arena_bytes);
-    printf("%s %s batch 64: arena %zu bytes with reuse, %zu without (persistent %zu, train %zu)\n",
-           file, precision, shared.arena_bytes, apart.arena_bytes, shared.persistent_bytes,
+    printf("%s %s accumulate %s, %s plan, batch 64: arena %zu bytes with reuse, %zu without (persistent %zu, train %zu)\n",
+           file, precision, accumulate, mode == PLAN_EAGER ? "eager" : mode == PLAN_DEFAULT ? "default"
+           : mode == PLAN_REDUCE_OVERHEAD ? "reduce-overhead" : "max-autotune", shared.arena_bytes, apart.arena_bytes, shared.persistent_bytes,
            shared.graph_bytes[PG_TRAIN]);
     plan_layout_free(&shared);
     plan_layout_free(&again);
@@ -606,17 +617,20 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    static const char *const models[] = {"mlp.net", "resmlp.net", "regression.net"};
+    static const char *const models[] = {"mlp.net", "narrow_mlp.net", "resmlp.net", "regression.net"};
     static const char *const precisions[] = {"fp32", "tf32", "bf16", "fp16"};
-    for (int m = 0; m < 3; m++)
-        for (int k = 0; k < 4; k++) {
-            test_model(models[m], precisions[k], PLAN_EAGER);
-            test_model(models[m], precisions[k], PLAN_DEFAULT);   /* GEMM epilogues, fused groups */
-        }
+    static const PlanMode modes[] = {PLAN_EAGER, PLAN_DEFAULT, PLAN_REDUCE_OVERHEAD};
+    for (int m = 0; m < 4; m++)
+        for (int k = 0; k < 4; k++)
+            for (int mode = 0; mode < 3; mode++) {
+                test_model(models[m], precisions[k], "1", modes[mode]);
+                if (k == 3) test_model(models[m], precisions[k], "2", modes[mode]);
+            }
     /* max-autotune: a fused MLP run's buffers live from its first layer's step (mlp
      * 512-128-10; narrow 4 layers, and its input gradients 10-128-128-128) */
-    test_model("mlp.net", "fp16", PLAN_MAX_AUTOTUNE);
-    test_model("narrow_mlp.net", "bf16", PLAN_MAX_AUTOTUNE);
+    test_model("mlp.net", "fp16", "1", PLAN_MAX_AUTOTUNE);
+    test_model("narrow_mlp.net", "bf16", "1", PLAN_MAX_AUTOTUNE);
+    test_model("narrow_mlp.net", "fp16", "2", PLAN_MAX_AUTOTUNE);
     test_backward_run();
     test_hand_plan();
     test_runner("fp32", true);

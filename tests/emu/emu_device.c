@@ -86,6 +86,9 @@ typedef struct EmuDevice {
     char refused_kernels[4][64];        /* emu_device_refuse_kernels: name prefixes */
     int nrefused_kernels;
     int gemm_algo_calls[DEVICE_GEMM_ALGOS + 1];   /* GEMMs run, per GemmCall.algo */
+    bool modeled;                       /* emu_device_model_time: fences read the clock below */
+    double clock_ms;                    /* the modeled time so far */
+    double algo_ms[DEVICE_GEMM_ALGOS + 1], launch_ms;   /* what each GEMM and launch adds */
     int loads;                          /* load_kernels calls */
 } EmuDevice;
 
@@ -313,6 +316,7 @@ static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, vo
         return -1;
     }
     if (impl(d)->recording) return record_launch(d, k, grid, block, args, site);
+    impl(d)->clock_ms += impl(d)->launch_ms;
     if (impl(d)->launch(grid, block, k->thunk, args, k->name) == 0) return 0;
     fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s failed (see above)\n",
             k->name, site_str(site, buf, sizeof buf));
@@ -455,6 +459,7 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
         return -1;
     }
     impl(d)->gemm_algo_calls[g->algo]++;
+    impl(d)->clock_ms += impl(d)->algo_ms[g->algo];
     int64_t an = g->m * g->k, bn = g->k * g->n, cn = g->m * g->n;
     float *a = malloc((size_t)(an ? an : 1) * sizeof(float));
     float *b = malloc((size_t)(bn ? bn : 1) * sizeof(float));
@@ -512,7 +517,7 @@ static void emu_fence_free(Device *d, DeviceFence *f) { free(f); }
 static int emu_fence_record(Device *d, DeviceFence *f)
 {
     if (refused_in_capture(d, "fence record")) return -1;
-    f->seconds = wall_seconds();
+    f->seconds = impl(d)->modeled ? impl(d)->clock_ms / 1000 : wall_seconds();
     return 0;
 }
 
@@ -678,6 +683,15 @@ void emu_device_gemm_algos(Device *d, int count, int refused)
     CGC_ASSERT(refused >= 0 && refused <= count);
     impl(d)->gemm_algos = count;
     impl(d)->refused_algo = refused;
+}
+
+void emu_device_model_time(Device *d, const double *algo_ms, double launch_ms)
+{
+    EmuDevice *e = impl(d);
+    CGC_ASSERT(d->ops == &emu_ops);
+    e->modeled = algo_ms != NULL;
+    for (int a = 0; a <= DEVICE_GEMM_ALGOS; a++) e->algo_ms[a] = algo_ms ? algo_ms[a] : 0;
+    e->launch_ms = algo_ms ? launch_ms : 0;
 }
 
 void emu_device_refuse_kernels(Device *d, const char *prefix)
