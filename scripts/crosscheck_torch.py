@@ -17,6 +17,7 @@ reproduces cgc's initial weights bit for bit.
 Needs numpy and torch (Debian: apt-get install python3-torch) and Fashion-MNIST
 (dataset-fashion-mnist). Prints one line per case and exits 1 if any case disagrees.
 """
+import functools
 import gzip
 import json
 import math
@@ -183,11 +184,16 @@ def train_torch(forward, init, make_opt, lr_factor, steps, batch, accumulate, cl
     return {k: v.detach().numpy() for k, v in params.items()}, state, float(np.mean(losses))
 
 
-def evaluate_torch(forward, tensors):
-    """Test loss and accuracy of the weights TENSORS (cgc's) on the whole test set."""
+@functools.lru_cache(maxsize=1)
+def test_set():
     x = torch.tensor(load_idx("t10k-images-idx3-ubyte").reshape(-1, 784).astype(np.float64) * (1 / 255),
                      dtype=torch.float32)
-    y = torch.tensor(load_idx("t10k-labels-idx1-ubyte").astype(np.int64))
+    return x, torch.tensor(load_idx("t10k-labels-idx1-ubyte").astype(np.int64))
+
+
+def evaluate_torch(forward, tensors):
+    """Test loss and accuracy of the weights TENSORS (cgc's) on the whole test set."""
+    x, y = test_set()
     with torch.no_grad():
         logits = forward({k: torch.tensor(v) for k, v in tensors.items()}, x)
         return F.cross_entropy(logits, y).item(), (logits.argmax(1) == y).double().mean().item()

@@ -238,8 +238,7 @@ static void test_model(const char *file, const char *precision, const char *accu
     CHECK_EQ_INT(shared.persistent_bytes, apart.persistent_bytes);
     if (strcmp(file, "mlp.net") == 0) CHECK(shared.arena_bytes < apart.arena_bytes);
     printf("%s %s accumulate %s, %s plan, batch 64: arena %zu bytes with reuse, %zu without (persistent %zu, train %zu)\n",
-           file, precision, accumulate, mode == PLAN_EAGER ? "eager" : mode == PLAN_DEFAULT ? "default"
-           : mode == PLAN_REDUCE_OVERHEAD ? "reduce-overhead" : "max-autotune", shared.arena_bytes, apart.arena_bytes, shared.persistent_bytes,
+           file, precision, accumulate, plan_mode_name(mode), shared.arena_bytes, apart.arena_bytes, shared.persistent_bytes,
            shared.graph_bytes[PG_TRAIN]);
     plan_layout_free(&shared);
     plan_layout_free(&again);

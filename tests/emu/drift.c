@@ -45,11 +45,24 @@ static int64_t reduced_to(const IrNode *n, const Shape *xs, int64_t j, const int
     return j / (inner * len) * inner + j % inner;
 }
 
+/* The larger of X's element J on the two executors, at most (drift.h); infinite where
+ * it is not known. */
+static double magnitude(const DriftInput *x, int64_t j)
+{
+    double d = x->drift[j], c = fabs(x->ref[j]);
+    if (x->dev) return fmax(c, fabs(x->dev[j]));
+    return d < 1 ? c / (1 - d) : INFINITY;
+}
+
+/* The absolute difference of X's element J from the reference's, at most. */
+static double abs_difference(const DriftInput *x, int64_t j)
+{
+    return x->drift[j] == 0 ? 0 : x->drift[j] * magnitude(x, j);
+}
+
 /* ADD and SUB: |d(a + b)| <= |da| + |db|, relative to the reference's output, so that a
  * near-cancelling sum may show a large relative difference; any other elementwise op:
  * 2x the sum of its inputs' relative drifts. */
-static double abs_difference(const DriftInput *x, int64_t j);
-
 static bool elementwise_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
                               const int64_t *symvals, float *out, int64_t count)
 {
@@ -64,21 +77,6 @@ static bool elementwise_bound(const IrNode *n, const DriftInput *in, const float
         out[i] = additive ? (float)fmin(2.0, 2 * sum / fmax(fabs(ref_out[i]), 1e-30)) : (float)(2 * sum);
     }
     return true;
-}
-
-/* The larger of X's element J on the two executors, at most (drift.h); infinite where
- * it is not known. */
-static double magnitude(const DriftInput *x, int64_t j)
-{
-    double d = x->drift[j], c = fabs(x->ref[j]);
-    if (x->dev) return fmax(c, fabs(x->dev[j]));
-    return d < 1 ? c / (1 - d) : INFINITY;
-}
-
-/* The absolute difference of X's element J from the reference's, at most. */
-static double abs_difference(const DriftInput *x, int64_t j)
-{
-    return x->drift[j] == 0 ? 0 : x->drift[j] * magnitude(x, j);
 }
 
 /* MATMUL of 2-D A and B: |a'b' - ab| <= |a' - a| |b'| + |a| |b' - b| term by term, so
