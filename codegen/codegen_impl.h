@@ -51,11 +51,24 @@ typedef struct KernelDraft {
 } KernelDraft;
 
 /* Where the renderer finds buffers and the program. */
+/* Per-node working memory of the fused renderers (fused.c, fused_row.c), for one graph:
+ * allocated once, and left clean (every entry zero) after each kernel, so that a kernel
+ * costs time in proportion to its own members rather than to the graph. */
+enum { RENDER_PARAM_MAX = 24, RENDER_VALUE_MAX = 48 };
+typedef struct RenderScratch {
+    char (*param)[RENDER_PARAM_MAX];    /* its parameter, or the expression that reads it */
+    char (*value)[RENDER_VALUE_MAX];    /* its value's expression where the code is */
+    int *phase, *local;                 /* fused_row.c */
+    bool *need;                         /* fused_row.c */
+} RenderScratch;
+
 typedef struct RenderCtx {
     const IrProgram *p;
     const IrGraph *g;
     const int *node_buffer;     /* per node of g */
     const Plan *plan;
+    const IrSpan *span;         /* per group of g: its members (ir_group_spans) */
+    RenderScratch *scratch;     /* for g's nodes, clean */
 } RenderCtx;
 
 /* ---- cuda.c's helpers, shared with fused.c ---- */
@@ -176,6 +189,12 @@ void cuda_render_copy(const RenderCtx *ctx, const char *name, int out, DType out
                       KernelDraft *d);
 
 /* ---- fused.c ---- */
+
+RenderScratch *render_scratch_new(int nnodes);
+void render_scratch_free(RenderScratch *s);
+/* Cleans the scratch entries of group K's members and of what they read: every entry a
+ * kernel of K can have touched. */
+void render_scratch_clean(const RenderCtx *ctx, int k);
 
 /* Renders fusion groups GROUPS[0..N) of CTX->g into D: one group (N = 1) as one kernel,
  * or the groups of one multi-tensor launch as one kernel with a segment each. D's name

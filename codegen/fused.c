@@ -27,16 +27,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_POINTWISE_VBLOCKS = 1024, VALUE_MAX = 48 };
+enum { MAX_POINTWISE_VBLOCKS = 1024 };
 
 /* One kernel being rendered: the names of what it reads and writes, per graph node. */
 typedef struct Fuser {
     const RenderCtx *ctx;
     KernelDraft *d;
-    char (*param)[24];          /* per node: its parameter (in<n>, out<n>, rt<n>), or the
-                                 * expression that reads it; "" */
-    char (*value)[VALUE_MAX];   /* per node: the expression of its value in the group being
-                                 * rendered (v<k>, x<n>, a literal), or "" */
+    char (*param)[RENDER_PARAM_MAX];    /* per node: its parameter (in<n>, out<n>, rt<n>),
+                                         * or the expression that reads it; "" */
+    char (*value)[RENDER_VALUE_MAX];    /* per node: the expression of its value in the
+                                         * group being rendered (v<k>, x<n>, a literal), "" */
     int nin, nout, nrt;
     bool seed;
     bool counting;              /* parameters only counted (in `counted`), no draft */
@@ -47,6 +47,48 @@ static const IrGroup *group_of(const RenderCtx *ctx, int k)
 {
     CGC_ASSERT(k >= 1 && k <= ctx->g->ngroups);
     return &ctx->g->groups[k - 1];
+}
+
+/* Group K's members, and the nodes between none (ir.h: members are consecutive). */
+static IrSpan members(const RenderCtx *ctx, int k)
+{
+    CGC_ASSERT(k >= 1 && k <= ctx->g->ngroups);
+    return ctx->span[k];
+}
+
+/* ---- scratch ---- */
+
+RenderScratch *render_scratch_new(int nnodes)
+{
+    size_t n = (size_t)(nnodes ? nnodes : 1);
+    RenderScratch *s = xmalloc(sizeof *s);
+    *s = (RenderScratch){ xcalloc(n, sizeof *s->param), xcalloc(n, sizeof *s->value),
+                          xcalloc(n, sizeof *s->phase), xcalloc(n, sizeof *s->local),
+                          xcalloc(n, sizeof *s->need) };
+    return s;
+}
+
+void render_scratch_free(RenderScratch *s)
+{
+    if (!s) return;
+    free(s->param), free(s->value), free(s->phase), free(s->local), free(s->need);
+    free(s);
+}
+
+static void clean_entry(RenderScratch *s, int id)
+{
+    s->param[id][0] = s->value[id][0] = '\0';
+    s->phase[id] = s->local[id] = 0;
+    s->need[id] = false;
+}
+
+void render_scratch_clean(const RenderCtx *ctx, int k)
+{
+    const IrSpan span = members(ctx, k);
+    for (int id = span.first; id < span.end; id++) {
+        clean_entry(ctx->scratch, id);
+        for (int j = 0; j < ctx->g->nodes[id].nin; j++) clean_entry(ctx->scratch, ctx->g->nodes[id].in[j]);
+    }
 }
 
 /* READ, INPUT and CONST members are placed, not computed: readers load them (or inline
@@ -87,7 +129,8 @@ static void add_outputs(Fuser *f, int k)
 {
     const RenderCtx *ctx = f->ctx;
     const Shape *work = &group_of(ctx, k)->work;
-    for (int id = 0; id < ctx->g->nnodes; id++) {
+    const IrSpan span = members(ctx, k);
+    for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &ctx->g->nodes[id];
         if (!computed_member(ctx->g, id, k) || (!stored(f, id) && n->op != IR_ASSIGN)) continue;
         const Shape *shape = n->op == IR_ASSIGN ? &ctx->p->tensors[n->index].shape : &n->shape;
@@ -103,7 +146,8 @@ static void add_outputs(Fuser *f, int k)
 static void add_inputs(Fuser *f, int k)
 {
     const IrGraph *g = f->ctx->g;
-    for (int id = 0; id < g->nnodes; id++) {
+    const IrSpan span = members(f->ctx, k);
+    for (int id = span.first; id < span.end; id++) {
         if (!computed_member(g, id, k)) continue;
         for (int j = 0; j < g->nodes[id].nin; j++) {
             int in = g->nodes[id].in[j];
@@ -119,7 +163,8 @@ static void add_inputs(Fuser *f, int k)
 static void add_scalars(Fuser *f, int k)
 {
     const IrGraph *g = f->ctx->g;
-    for (int id = 0; id < g->nnodes; id++) {
+    const IrSpan span = members(f->ctx, k);
+    for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k)) continue;
         if (n->op == IR_DROPOUT && !f->seed) {
@@ -201,7 +246,8 @@ static void render_loads(Fuser *f, int k, const char *indent)
     const Shape *work = &group_of(f->ctx, k)->work;
     StrBuf loads = { 0 };
     unsigned coords = 0;
-    for (int id = 0; id < g->nnodes; id++) {
+    const IrSpan span = members(f->ctx, k);
+    for (int id = span.first; id < span.end; id++) {
         if (!computed_member(g, id, k)) continue;
         for (int j = 0; j < g->nodes[id].nin; j++) {
             int in = g->nodes[id].in[j];
@@ -230,7 +276,8 @@ static void render_element(Fuser *f, int k, const char *indent)
     const IrGraph *g = f->ctx->g;
     render_loads(f, k, indent);
     int local = 0;
-    for (int id = 0; id < g->nnodes; id++) {
+    const IrSpan span = members(f->ctx, k);
+    for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k) || ir_op_is_reduction(n->op) || n->op == IR_ASSIGN) continue;
         CGC_ASSERT(n->op != IR_DROPOUT || ir_shape_equal(&n->shape, &group_of(f->ctx, k)->work));
@@ -243,7 +290,7 @@ static void render_element(Fuser *f, int k, const char *indent)
                   ir_op_name(n->op));
         sb_free(&e);
     }
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k) || ir_op_is_reduction(n->op)) continue;
         if (n->op == IR_ASSIGN)
@@ -255,9 +302,14 @@ static void render_element(Fuser *f, int k, const char *indent)
 }
 
 /* Forgets the values of group K's members and loads: another segment comes next. */
-static void forget_values(Fuser *f)
+static void forget_values(Fuser *f, int k)
 {
-    memset(f->value, 0, (size_t)f->ctx->g->nnodes * sizeof *f->value);
+    const IrGraph *g = f->ctx->g;
+    const IrSpan span = members(f->ctx, k);
+    for (int id = span.first; id < span.end; id++) {
+        f->value[id][0] = '\0';
+        for (int j = 0; j < g->nodes[id].nin; j++) f->value[g->nodes[id].in[j]][0] = '\0';
+    }
 }
 
 /* ---- the groups' loops, from FIRST by STEP ---- */
@@ -312,7 +364,8 @@ static void render_reduce_axis(Fuser *f, int k, const char *first, const char *s
     AxisExpr a = cuda_axis_expr(f->d, &gr->work, gr->axis);
     cuda_render_row_loop(f->d, &a, first, step);
     StrBuf acc = { 0 }, fin = { 0 }, store = { 0 };
-    for (int id = 0, r = 0; id < g->nnodes; id++) {
+    const IrSpan span = members(f->ctx, k);
+    for (int id = span.first, r = 0; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k) || !ir_op_is_reduction(n->op)) continue;
         CGC_ASSERT(n->op != IR_REDUCE_TO && (n->axis == gr->axis));
@@ -328,7 +381,7 @@ static void render_reduce_axis(Fuser *f, int k, const char *first, const char *s
     }
     sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n");
     render_indexed_element(f, k, "base + k * inner", "base");
-    for (int id = 0, r = 0; id < g->nnodes; id++) {
+    for (int id = span.first, r = 0; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k) || !ir_op_is_reduction(n->op)) continue;
         if (n->op == IR_MAX) sb_printf(&acc, "            m%d = cgc_max_nan(m%d, %s);\n", r, r, f->value[n->in[0]]);
@@ -343,9 +396,11 @@ static void render_reduce_axis(Fuser *f, int k, const char *first, const char *s
 }
 
 /* Group K's REDUCE_TO (its only reduction then), or -1. */
-static int reduce_to_member(const IrGraph *g, int k)
+static int reduce_to_member(const RenderCtx *ctx, int k)
 {
-    for (int id = 0; id < g->nnodes; id++)
+    const IrGraph *g = ctx->g;
+    const IrSpan span = members(ctx, k);
+    for (int id = span.first; id < span.end; id++)
         if (computed_member(g, id, k) && g->nodes[id].op == IR_REDUCE_TO) return id;
     return -1;
 }
@@ -377,7 +432,7 @@ static Shape render_group(Fuser *f, int k, const char *first, const char *step)
     if (gr->kind == IR_GROUP_POINTWISE) {
         render_pointwise(f, k, first, step);
     } else {
-        int to = reduce_to_member(f->ctx->g, k);
+        int to = reduce_to_member(f->ctx, k);
         if (to >= 0) {
             rows = render_reduce_to(f, k, to, first, step);
         } else {
@@ -385,7 +440,7 @@ static Shape render_group(Fuser *f, int k, const char *first, const char *step)
             rows = ir_shape_reduce(&gr->work, gr->axis);
         }
     }
-    forget_values(f);
+    forget_values(f, k);
     return rows;
 }
 
@@ -417,7 +472,7 @@ static int64_t virtual_blocks(const RenderCtx *ctx, int k)
     int64_t n = ir_numel(&gr->work, NULL);
     CGC_ASSERT(n >= 0);   /* static shapes only */
     if (gr->kind == IR_GROUP_REDUCE) {
-        int to = reduce_to_member(ctx->g, k);
+        int to = reduce_to_member(ctx, k);
         const Shape *os = to >= 0 ? &ctx->g->nodes[to].shape : NULL;
         int64_t tiles = os ? cuda_reduce_to_tiles(&gr->work, os) : 0;
         if (tiles) return tiles;
@@ -546,9 +601,7 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
         draft_finish_symbols(d);
         return;
     }
-    Fuser f = { .ctx = ctx, .d = d };
-    f.param = xcalloc((size_t)ctx->g->nnodes, sizeof *f.param);
-    f.value = xcalloc((size_t)ctx->g->nnodes, sizeof *f.value);
+    Fuser f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value };
     kernel_name(ctx, groups, n, d);
     add_params(&f, groups, n);
     if (n > 1) {
@@ -563,14 +616,12 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
         }
     }
     draft_finish_symbols(d);
-    free(f.param);
-    free(f.value);
+    for (int i = 0; i < n; i++) render_scratch_clean(ctx, groups[i]);
 }
 
 int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
 {
-    Fuser f = { .ctx = ctx, .counting = true };
-    f.param = xcalloc((size_t)ctx->g->nnodes, sizeof *f.param);
+    Fuser f = { .ctx = ctx, .counting = true, .param = ctx->scratch->param };
     bool counter = false;
     int fit = 0;
     for (; fit < n; fit++) {
@@ -580,6 +631,6 @@ int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
         if (group_of(ctx, groups[fit])->last && !counter) counter = true, f.counted++;
         if (fit > 0 && f.counted > PLAN_MAX_PARAMS) break;
     }
-    free(f.param);
+    for (int i = 0; i < fit + (fit < n); i++) render_scratch_clean(ctx, groups[i]);
     return fit;
 }

@@ -24,8 +24,6 @@
 
 #include <stdlib.h>
 
-enum { ROW_VALUE_MAX = 48 };
-
 typedef struct RowKernel {
     const RenderCtx *ctx;
     KernelDraft *d;
@@ -33,13 +31,16 @@ typedef struct RowKernel {
     Shape work;
     int *phase;                     /* per member: the block reductions it waits for */
     int *local;                     /* per member: n of its local v<n> or rv<n> (acc<n>) */
-    char (*param)[24];              /* per node: its parameter (in<n>, out<n>, rt<n>), or
-                                     * the expression that reads it; "" */
-    char (*value)[ROW_VALUE_MAX];   /* per node: its value's expression where the code is */
+    char (*param)[RENDER_PARAM_MAX];    /* per node: its parameter (in<n>, out<n>, rt<n>),
+                                         * or the expression that reads it; "" */
+    char (*value)[RENDER_VALUE_MAX];    /* per node: its value's expression where the code is */
     int nin, nout, nrt;
 } RowKernel;
 
 static const IrNode *node(const RowKernel *rk, int id) { return &rk->ctx->g->nodes[id]; }
+
+/* The group's members, and the nodes between none (ir.h: members are consecutive). */
+static IrSpan span_of(const RowKernel *rk) { return rk->ctx->span[rk->k]; }
 
 static bool member(const RowKernel *rk, int id)
 {
@@ -75,12 +76,12 @@ static bool stored(const RowKernel *rk, int id)
 static void add_params(RowKernel *rk)
 {
     const IrGraph *g = rk->ctx->g;
-    for (int id = 0; id < g->nnodes; id++)
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++)
         if (member(rk, id) && stored(rk, id)) {
             snprintf(rk->param[id], sizeof rk->param[id], "out%d", rk->nout++);
             draft_buffer(rk->d, rk->param[id], rk->ctx->node_buffer[id], g->nodes[id].dtype, false);
         }
-    for (int id = 0; id < g->nnodes; id++)
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++)
         for (int j = 0; member(rk, id) && j < g->nodes[id].nin; j++) {
             int in = g->nodes[id].in[j];
             const IrNode *x = &g->nodes[in];
@@ -89,7 +90,7 @@ static void add_params(RowKernel *rk)
             snprintf(rk->param[in], sizeof rk->param[in], "in%d", rk->nin++);
             draft_buffer(rk->d, rk->param[in], rk->ctx->node_buffer[in], x->dtype, true);
         }
-    for (int id = 0; id < g->nnodes; id++)
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++)
         if (member(rk, id) && g->nodes[id].op == IR_RUNTIME) {
             char name[16];
             snprintf(name, sizeof name, "rt%d", rk->nrt++);
@@ -104,7 +105,7 @@ static int assign_phases(RowKernel *rk)
 {
     const IrGraph *g = rk->ctx->g;
     int last = 0;
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (!member(rk, id)) continue;
         const IrNode *n = &g->nodes[id];
         int p = 0;
@@ -120,7 +121,7 @@ static int assign_phases(RowKernel *rk)
 static void number_locals(RowKernel *rk)
 {
     int rows = 0, elements = 0;
-    for (int id = 0; id < rk->ctx->g->nnodes; id++)
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++)
         if (member(rk, id) && node(rk, id)->op != IR_RESHAPE)   /* a view: no local */
             rk->local[id] = per_row(rk, &node(rk, id)->shape) ? rows++ : elements++;
 }
@@ -137,12 +138,15 @@ static bool pass_needs(const RowKernel *rk, int p, bool *need)
 {
     const IrGraph *g = rk->ctx->g;
     bool any = false;
-    memset(need, 0, (size_t)g->nnodes * sizeof *need);
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
+        need[id] = false;
+        for (int j = 0; j < g->nodes[id].nin; j++) need[g->nodes[id].in[j]] = false;
+    }
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (element_member(rk, id) && rk->phase[id] == p && stored(rk, id)) need[id] = any = true;
         if (reduced_in(rk, id, p)) need[g->nodes[id].in[0]] = any = true;
     }
-    for (int id = g->nnodes - 1; id >= 0; id--)
+    for (int id = span_of(rk).end - 1, first = span_of(rk).first; id >= first; id--)
         for (int j = 0; need[id] && element_member(rk, id) && j < g->nodes[id].nin; j++)
             if (element_member(rk, g->nodes[id].in[j])) need[g->nodes[id].in[j]] = true;
     return any;
@@ -189,7 +193,7 @@ static void render_member(RowKernel *rk, int id, const char *name, const char *i
 static void render_row_loads(RowKernel *rk)
 {
     const IrGraph *g = rk->ctx->g;
-    for (int id = 0; id < g->nnodes; id++)
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++)
         for (int j = 0; member(rk, id) && j < g->nodes[id].nin; j++) {
             int in = g->nodes[id].in[j];
             const IrNode *x = &g->nodes[in];
@@ -212,7 +216,7 @@ static void render_row_values(RowKernel *rk, int p)
 {
     const IrGraph *g = rk->ctx->g;
     StrBuf stores = { 0 };
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (!row_member(rk, id) || rk->phase[id] != p) continue;
         if (!ir_op_is_reduction(g->nodes[id].op)) {
             char name[16];
@@ -233,7 +237,7 @@ static void render_element_loads(RowKernel *rk, int p, const bool *need)
     const IrGraph *g = rk->ctx->g;
     StrBuf loads = { 0 };
     unsigned coords = 0;
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (!need[id] && !reduced_in(rk, id, p)) continue;
         if (!member(rk, id)) continue;
         for (int j = 0; j < g->nodes[id].nin; j++) {
@@ -258,7 +262,7 @@ static void render_pass(RowKernel *rk, int p, const bool *need)
     const IrGraph *g = rk->ctx->g;
     StrBuf acc = { 0 }, fin = { 0 };
     sb_printf(&rk->d->body, "        /* pass %d over the row */\n", p);
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (!reduced_in(rk, id, p)) continue;
         const IrNode *n = &g->nodes[id];
         bool max = n->op == IR_MAX;
@@ -270,7 +274,7 @@ static void render_pass(RowKernel *rk, int p, const bool *need)
     sb_puts(&rk->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
                           "            const int64_t i = base + k;\n");
     render_element_loads(rk, p, need);
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (!need[id] || !element_member(rk, id)) continue;
         char name[16];
         snprintf(name, sizeof name, "v%d", rk->local[id]);
@@ -278,7 +282,7 @@ static void render_pass(RowKernel *rk, int p, const bool *need)
         if (rk->phase[id] == p && stored(rk, id))
             sb_printf(&rk->d->body, "            cgc_store(&%s[i], %s);\n", rk->param[id], rk->value[id]);
     }
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (!reduced_in(rk, id, p)) continue;
         const char *x = rk->value[g->nodes[id].in[0]];
         int r = rk->local[id];
@@ -293,7 +297,7 @@ static void render_pass(RowKernel *rk, int p, const bool *need)
 static void render_reduced(RowKernel *rk, int p)
 {
     const IrGraph *g = rk->ctx->g;
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (!reduced_in(rk, id, p)) continue;
         char name[16], expr[48];
         int r = rk->local[id];
@@ -308,18 +312,25 @@ static void render_reduced(RowKernel *rk, int p)
 
 /* Forgets the element values and their loads at the end of a pass (they were locals of
  * its loop); row values stay. */
+static void forget(RowKernel *rk, int id)
+{
+    if (!per_row(rk, &node(rk, id)->shape)) rk->value[id][0] = 0;
+}
+
 static void forget_element_values(RowKernel *rk)
 {
     const IrGraph *g = rk->ctx->g;
-    for (int id = 0; id < g->nnodes; id++)
-        if (!per_row(rk, &g->nodes[id].shape)) rk->value[id][0] = 0;
+    for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
+        forget(rk, id);
+        for (int j = 0; j < g->nodes[id].nin; j++) forget(rk, g->nodes[id].in[j]);
+    }
 }
 
 static void render_body(RowKernel *rk)
 {
     int last = assign_phases(rk);
     number_locals(rk);
-    bool *need = xmalloc((size_t)rk->ctx->g->nnodes * sizeof *need);
+    bool *need = rk->ctx->scratch->need;
     AxisExpr a = cuda_axis_expr(rk->d, &rk->work, rk->work.rank - 1);
     sb_printf(&rk->d->body, "    const int64_t rows = %s, len = %s;\n", a.rows_n, a.len);
     sb_puts(&rk->d->body, "    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {\n"
@@ -334,23 +345,16 @@ static void render_body(RowKernel *rk)
     }
     sb_puts(&rk->d->body, "    }\n");
     cuda_launch_rows(rk->d, a.rows);
-    free(need);
 }
 
 void fused_render_row(const RenderCtx *ctx, int k, KernelDraft *d)
 {
     const IrGroup *gr = &ctx->g->groups[k - 1];
     CGC_ASSERT(gr->kind == IR_GROUP_ROW && gr->axis == gr->work.rank - 1);
-    int n = ctx->g->nnodes;
-    RowKernel rk = { .ctx = ctx, .d = d, .k = k, .work = gr->work };
-    rk.phase = xcalloc((size_t)n, sizeof *rk.phase);
-    rk.local = xcalloc((size_t)n, sizeof *rk.local);
-    rk.param = xcalloc((size_t)n, sizeof *rk.param);
-    rk.value = xcalloc((size_t)n, sizeof *rk.value);
+    RenderScratch *s = ctx->scratch;
+    RowKernel rk = { .ctx = ctx, .d = d, .k = k, .work = gr->work, .phase = s->phase,
+                     .local = s->local, .param = s->param, .value = s->value };
     add_params(&rk);
     render_body(&rk);
-    free(rk.phase);
-    free(rk.local);
-    free(rk.param);
-    free(rk.value);
+    render_scratch_clean(ctx, k);
 }

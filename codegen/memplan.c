@@ -119,42 +119,49 @@ static int by_size_desc(const void *pa, const void *pb)
     return a->buffer - b->buffer;
 }
 
-static int by_offset(const void *pa, const void *pb)
-{
-    const Item *a = *(const Item *const *)pa, *b = *(const Item *const *)pb;
-    if (a->at != b->at) return a->at < b->at ? -1 : 1;
-    return a->buffer - b->buffer;
-}
-
 static bool meet(Live a, Live b) { return a.first <= b.last && b.first <= a.last; }
 
-/* The lowest aligned offset for ITEMS[I] clear of every earlier item live with it. */
-static size_t lowest_fit(Item *items, int i, const Item **conflict)
+/* (at, buffer) order of placed items. */
+static bool before(const Item *a, const Item *b)
 {
-    int n = 0;
-    for (int j = 0; j < i; j++)
-        if (meet(items[j].live, items[i].live)) conflict[n++] = &items[j];
-    qsort(conflict, (size_t)n, sizeof *conflict, by_offset);
-    size_t at = 0;
-    for (int j = 0; j < n; j++) {
-        if (at + items[i].bytes <= conflict[j]->at) break;      /* fits in the gap below */
-        size_t end = align_up(conflict[j]->at + conflict[j]->bytes);
-        if (end > at) at = end;
-    }
-    return at;
+    return a->at != b->at ? a->at < b->at : a->buffer < b->buffer;
 }
 
-/* Greedy placement of ITEMS; returns the region's size. */
+/* Places IT at the lowest aligned offset clear of every placed item live with it, and
+ * links it among them. The walk goes up the placed items in offset order (NEXT links them
+ * from HEAD), skipping those not live with IT, until a gap below the next one holds it;
+ * everything walked before the last item that pushed IT up lies below IT, so linking it
+ * resumes from there. */
+static void place_one(Item *items, int *next, int *head, int i)
+{
+    Item *it = &items[i];
+    int *link = head;
+    it->at = 0;
+    for (int *p = head; *p >= 0; p = &next[*p]) {
+        const Item *o = &items[*p];
+        if (!meet(o->live, it->live)) continue;
+        if (it->at + it->bytes <= o->at) break;                 /* fits in the gap below */
+        size_t end = align_up(o->at + o->bytes);
+        if (end > it->at) it->at = end, link = &next[*p];
+    }
+    while (*link >= 0 && before(&items[*link], it)) link = &next[*link];
+    next[i] = *link;
+    *link = i;
+}
+
+/* Greedy placement of ITEMS; returns the region's size. Keeping the placed items in offset
+ * order makes each placement one walk up those below it, with no sort; the walk still
+ * makes the whole placement quadratic in the buffers at worst. */
 static size_t place_shared(Item *items, int n)
 {
     qsort(items, (size_t)n, sizeof *items, by_size_desc);
-    const Item **conflict = xmalloc((size_t)(n ? n : 1) * sizeof *conflict);
+    int *next = xmalloc((size_t)(n ? n : 1) * sizeof *next), head = -1;
     size_t peak = 0;
     for (int i = 0; i < n; i++) {
-        items[i].at = lowest_fit(items, i, conflict);
+        place_one(items, next, &head, i);
         if (items[i].at + items[i].bytes > peak) peak = items[i].at + items[i].bytes;
     }
-    free(conflict);
+    free(next);
     return align_up(peak);
 }
 

@@ -29,8 +29,8 @@
 /* The Plan and what it owns besides its arrays; plan_build hands out &owner->plan. */
 typedef struct PlanOwner {
     Plan plan;
-    char **strings;
-    int nstrings, capstrings;
+    void **owned;           /* what the plan's strings and launch arguments point into */
+    int nowned, capowned;
 } PlanOwner;
 
 /* Per kernel, while building: what makes two kernels the same, and who uses it. */
@@ -48,24 +48,28 @@ typedef struct Builder {
     int capbuffers, capkernels, capsteps;
     PlanGraph *graph;   /* the graph being built */
     PlanGraphId gid;
+    IrSpan *span;       /* its groups' members (ir_group_spans) */
+    RenderScratch *scratch;
 } Builder;
 
 enum { MAX_LISTED_OPS = 10 };
 
 const char *const codegen_graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
 
-/* ---- owned strings ---- */
+/* ---- what the plan owns ---- */
 
-static const char *own(Builder *b, char *s)
+static void *own_block(Builder *b, void *p)
 {
     PlanOwner *o = b->owner;
-    if (o->nstrings == o->capstrings) {
-        o->capstrings = o->capstrings ? o->capstrings * 2 : 64;
-        o->strings = xrealloc(o->strings, (size_t)o->capstrings * sizeof *o->strings);
+    if (o->nowned == o->capowned) {
+        o->capowned = o->capowned ? o->capowned * 2 : 64;
+        o->owned = xrealloc(o->owned, (size_t)o->capowned * sizeof *o->owned);
     }
-    o->strings[o->nstrings++] = s;
-    return s;
+    o->owned[o->nowned++] = p;
+    return p;
 }
+
+static const char *own(Builder *b, char *s) { return own_block(b, s); }
 
 static const char *ownf(Builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static const char *ownf(Builder *b, const char *fmt, ...)
@@ -306,15 +310,11 @@ static void note_group_use(Builder *b, int kernel, int k)
 {
     const IrGraph *g = b->graph->ir;
     StrBuf lines = { 0 }, ops = { 0 };
-    int first = -1, last = -1, nlines = 0, nops = 0;
-    for (int id = 0; id < g->nnodes; id++) {
+    int first = b->span[k].first, last = b->span[k].end - 1, nlines = 0, nops = 0;
+    for (int id = first; id <= last; id++) {
         const IrNode *n = &g->nodes[id];
-        if (n->group != k) continue;
-        if (first < 0) first = id;
-        last = id;
         bool seen_line = n->loc.line <= 0, seen_op = false;
         for (int j = first; j < id; j++) {
-            if (g->nodes[j].group != k) continue;
             seen_line |= g->nodes[j].loc.line == n->loc.line;
             seen_op |= g->nodes[j].op == n->op;
         }
@@ -389,6 +389,7 @@ static PlanStep *add_launch(Builder *b, int k, KernelDraft *d, const IrNode *n, 
     s->launch.items_per_block = d->items_per_block;
     s->launch.max_blocks = d->max_blocks;
     s->launch.nargs = d->nparams;
+    s->launch.arg = own_block(b, xmalloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *s->launch.arg));
     for (int i = 0; i < d->nparams; i++) s->launch.arg[i] = d->param[i].arg;
     sb_free(&d->body);
     return s;
@@ -407,7 +408,7 @@ static void launch_draft(Builder *b, KernelDraft *d, const IrNode *n, int id, co
 static RenderCtx render_ctx(const Builder *b)
 {
     return (RenderCtx){ .p = b->plan->p, .g = b->graph->ir, .node_buffer = b->graph->node_buffer,
-                        .plan = b->plan };
+                        .plan = b->plan, .span = b->span, .scratch = b->scratch };
 }
 
 /* Resolves every node buffer in kernel arguments to the buffer owning the memory. */
@@ -643,14 +644,42 @@ static bool in_registers(const IrGraph *g, int id, const bool *stored)
     return n->group != 0 && !placed && !stored[id];
 }
 
-/* Per group k (index k - 1): its last member. */
-static int *group_last(const IrGraph *g)
+/* When each group k (index k) launches: a group of its own at its last member; the groups
+ * of a multi-tensor launch, which are consecutive (ir.h), together at the last member of
+ * its last group. FROM: the first member of the launch's first group. */
+typedef struct GroupLaunch {
+    int *last, *at, *from;
+} GroupLaunch;
+
+static GroupLaunch group_launches(const IrGraph *g, const IrSpan *span)
 {
-    int *last = xmalloc((size_t)(g->ngroups ? g->ngroups : 1) * sizeof *last);
-    for (int k = 0; k < g->ngroups; k++) last[k] = -1;
-    for (int id = 0; id < g->nnodes; id++)
-        if (g->nodes[id].group) last[g->nodes[id].group - 1] = id;
-    return last;
+    size_t n = (size_t)g->ngroups + 1;
+    GroupLaunch l = { xmalloc(n * sizeof *l.last), xmalloc(n * sizeof *l.at), xmalloc(n * sizeof *l.from) };
+    int nmulti = 0;
+    for (int k = 1; k <= g->ngroups; k++)
+        if (g->groups[k - 1].multi > nmulti) nmulti = g->groups[k - 1].multi;
+    int *multi_at = xmalloc(((size_t)nmulti + 1) * sizeof *multi_at);
+    int *multi_from = xmalloc(((size_t)nmulti + 1) * sizeof *multi_from);
+    for (int m = 0; m <= nmulti; m++) multi_at[m] = -1, multi_from[m] = g->nnodes;
+    for (int k = 1; k <= g->ngroups; k++) {
+        int m = g->groups[k - 1].multi;
+        l.last[k] = span[k].end - 1;
+        if (l.last[k] > multi_at[m]) multi_at[m] = l.last[k];
+        if (span[k].first < multi_from[m]) multi_from[m] = span[k].first;
+    }
+    for (int k = 1; k <= g->ngroups; k++) {
+        int m = g->groups[k - 1].multi;
+        l.at[k] = m ? multi_at[m] : l.last[k];
+        l.from[k] = m ? multi_from[m] : span[k].first;
+    }
+    free(multi_at);
+    free(multi_from);
+    return l;
+}
+
+static void group_launches_free(GroupLaunch *l)
+{
+    free(l->last), free(l->at), free(l->from);
 }
 
 /* One launch of groups GROUPS[0..N) (one group, or a multi-tensor launch). */
@@ -668,68 +697,52 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
     add_launch(b, k, &d, &g->nodes[last_member], last_member, what)->group = groups[0];
 }
 
-/* The groups of multi-tensor launch MULTI in node order, launched in as few kernels as
- * their parameters allow. LAST: per group, its last member. */
-static void launch_multi(Builder *b, int multi, const int *last)
+/* The groups of group K's multi-tensor launch, in node order, launched in as few kernels
+ * as their parameters allow. */
+static void launch_multi(Builder *b, int k, const GroupLaunch *l)
 {
     const IrGraph *g = b->graph->ir;
     RenderCtx ctx = render_ctx(b);
+    int multi = g->groups[k - 1].multi;
     int *groups = xmalloc((size_t)g->ngroups * sizeof *groups), n = 0;
-    for (int id = 0; id < g->nnodes; id++) {
-        int k = g->nodes[id].group;
-        if (k && g->groups[k - 1].multi == multi && last[k - 1] == id) groups[n++] = k;
+    for (int id = l->from[k]; id <= l->at[k]; id++) {
+        int j = g->nodes[id].group;
+        if (j && g->groups[j - 1].multi == multi && l->last[j] == id) groups[n++] = j;
     }
     for (int from = 0; from < n;) {
         int to = from + fused_groups_that_fit(&ctx, groups + from, n - from);
-        launch_groups(b, groups + from, to - from, last[groups[to - 1] - 1]);
+        launch_groups(b, groups + from, to - from, l->last[groups[to - 1]]);
         from = to;
     }
     free(groups);
 }
 
 /* Checks the order the fusion pass promises (ir.h): no node outside a group reads one
- * of its members before the group's launch (at the last member of the last group of its
- * multi-tensor set), and groups of one set do not read each other. */
-static void check_group_order(const IrGraph *g, const int *last)
+ * of its members before the group's launch, and groups of one multi-tensor launch do not
+ * read each other. */
+static void check_group_order(const IrGraph *g, const GroupLaunch *l)
 {
-    int *launch = xmalloc((size_t)(g->ngroups ? g->ngroups : 1) * sizeof *launch);
-    for (int k = 0; k < g->ngroups; k++) {
-        launch[k] = last[k];
-        for (int j = 0; j < g->ngroups; j++)
-            if (g->groups[k].multi && g->groups[j].multi == g->groups[k].multi && last[j] > launch[k])
-                launch[k] = last[j];
-    }
     for (int u = 0; u < g->nnodes; u++) {
         const IrNode *n = &g->nodes[u];
         for (int j = 0; j < n->nin; j++) {
             const IrNode *x = &g->nodes[n->in[j]];
             bool placed = x->op == IR_READ || x->op == IR_INPUT || x->op == IR_CONST;
             int k = x->group;
-            if (k && !placed && n->group != k && u <= launch[k - 1])
+            if (k && !placed && n->group != k && u <= l->at[k])
                 CGC_INTERNAL("%s graph: node %%%d reads %%%d of fusion group %d before the "
                              "group's kernel runs", g->name, u, n->in[j], k);
         }
     }
-    free(launch);
 }
 
-/* Group K's step, at its last member ID: its own launch, or, for the last group of a
+/* Group K's step, at its last member ID: its own launch, or, at the last group of a
  * multi-tensor launch, that launch. */
-static void group_step(Builder *b, int k, int id, const int *last)
+static void group_step(Builder *b, int k, int id, const GroupLaunch *l)
 {
     const IrGraph *g = b->graph->ir;
-    int multi = g->groups[k - 1].multi;
-    if (g->groups[k - 1].kind == IR_GROUP_GEMM) {
-        gemm_group_step(b, k, id);
-        return;
-    }
-    if (!multi) {
-        launch_groups(b, &k, 1, id);
-        return;
-    }
-    for (int j = 0; j < g->ngroups; j++)
-        if (g->groups[j].multi == multi && last[j] > id) return;   /* not the last group */
-    launch_multi(b, multi, last);
+    if (g->groups[k - 1].kind == IR_GROUP_GEMM) gemm_group_step(b, k, id);
+    else if (!g->groups[k - 1].multi) launch_groups(b, &k, 1, id);
+    else if (id == l->at[k]) launch_multi(b, k, l);
 }
 
 /* ---- graphs and the plan ---- */
@@ -750,8 +763,10 @@ static void build_graph(Builder *b, PlanGraphId gid)
     b->gid = gid;
     b->capsteps = 0;
     bool fused = b->plan->mode != PLAN_EAGER && g->ngroups > 0;
-    int *last = group_last(g);
-    if (fused) check_group_order(g, last);
+    b->span = ir_group_spans(g);
+    b->scratch = render_scratch_new(g->nnodes);
+    GroupLaunch launch = group_launches(g, b->span);
+    if (fused) check_group_order(g, &launch);
     pg->node_buffer = xmalloc((size_t)g->nnodes * sizeof *pg->node_buffer);
     bool *stored = ir_stored_members(g);
     for (int id = 0; id < g->nnodes; id++)
@@ -760,14 +775,18 @@ static void build_graph(Builder *b, PlanGraphId gid)
     for (int id = 0; id < g->nnodes; id++) {
         int k = fused ? g->nodes[id].group : 0;
         if (k) {
-            if (last[k - 1] == id) group_step(b, k, id, last);
+            if (launch.last[k] == id) group_step(b, k, id, &launch);
         } else if (computes(g, id)) {
             if (g->nodes[id].op == IR_MATMUL) gemm_node(b, id);
             else launch_node(b, id);
         }
     }
     assign_steps(b);
-    free(last);
+    group_launches_free(&launch);
+    free(b->span);
+    render_scratch_free(b->scratch);
+    b->span = NULL;
+    b->scratch = NULL;
 }
 
 static void add_tables(Builder *b)
@@ -888,8 +907,8 @@ void plan_free(Plan *plan)
         free(plan->graph[g].steps);
         free(plan->graph[g].node_buffer);
     }
-    for (int i = 0; i < owner->nstrings; i++) free(owner->strings[i]);
-    free(owner->strings);
+    for (int i = 0; i < owner->nowned; i++) free(owner->owned[i]);
+    free(owner->owned);
     free(owner);
 }
 

@@ -134,7 +134,7 @@ typedef struct PlanLaunch {
     int64_t items_per_block;
     int64_t max_blocks;
     int nargs;              /* == the kernel's nparams */
-    PlanArg arg[PLAN_MAX_PARAMS];
+    PlanArg *arg;           /* nargs of them, owned by the plan */
 } PlanLaunch;
 
 typedef enum GemmCompute {

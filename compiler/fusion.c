@@ -90,6 +90,19 @@ typedef struct WorkNode {
     int in[IR_MAX_IN];
 } WorkNode;
 
+/* A unit with what orders it: the ready units of the rebuild (a unit's key is cleared
+ * when it is emitted, perhaps while it is still in the heap as another's partner), and
+ * units sorted by label or key. */
+typedef struct Ready {
+    int patience, key, unit;
+} Ready;
+
+static int by_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 typedef struct Fuser {
     IrProgram *p;
     const IrGraph *g;
@@ -103,6 +116,16 @@ typedef struct Fuser {
     bool *wide;             /* a scalar whose chain reads too much to be cloned */
     int **cone, *ncone;     /* per clonable scalar: the values its cloned chain reads */
     int *seen, stamp, *stack;
+    int *ord;               /* per unit (a cluster's root, a node in none): its place in
+                             * a topological order of the kernels' graph (see "order") */
+    int *found, nfound;     /* the units a search reached */
+    Ready *sorted;          /* relabel's scratch */
+    int hub;                /* a node, or -1; see "order" */
+    bool *to_hub, *from_hub;    /* per node: a path of nodes leads to the hub, from it */
+    /* While a row group tries a merge (row_absorb), every write to parent and next is
+     * logged, so that an illegal merge is undone in time proportional to what it did. */
+    bool logging;
+    struct { int *slot, old; } *undo; int nundo, capundo;
 
     WorkNode *w; int nw, capw;
     Cluster *groups; int ngroups;       /* dense, from the roots */
@@ -115,6 +138,9 @@ typedef struct Fuser {
     IrGraph *dst;
     int *newid;             /* work node -> id in dst, -1 until emitted */
     int nmulti;
+    Ready *heap; int nheap;         /* rebuild: ready units, least patience and key first */
+    int *pool, npool;       /* rebuild: ready units that may share a launch (some emitted) */
+    int *waits;             /* rebuild: per unit, zero between uses */
 } Fuser;
 
 static const IrNode *src_node(const Fuser *f, int w) { return &f->g->nodes[f->w[w].src]; }
@@ -136,12 +162,40 @@ static void build_uses(Fuser *f)
     free(fill);
 }
 
+/* The hub of a training graph: the last forward value the backward reads (the model's
+ * output, which the loss's gradient starts from), through which the forward pass leads
+ * to the backward; -1 in a graph without a backward. */
+static int find_hub(const Fuser *f)
+{
+    int nf = f->g->nforward;
+    for (int v = nf - 1; v >= 0; v--)
+        if (f->use_off[v] < f->use_off[v + 1] && f->uses[f->use_off[v + 1] - 1] >= nf) return v;
+    return -1;
+}
+
+/* Which nodes reach the hub, and which the hub reaches, along the graph's own edges. */
+static void find_hub_paths(Fuser *f)
+{
+    f->hub = find_hub(f);
+    f->to_hub = xcalloc((size_t)f->n + 1, sizeof *f->to_hub);
+    f->from_hub = xcalloc((size_t)f->n + 1, sizeof *f->from_hub);
+    if (f->hub < 0) return;
+    f->to_hub[f->hub] = f->from_hub[f->hub] = true;
+    for (int v = f->hub - 1; v >= 0; v--)
+        for (int k = f->use_off[v]; k < f->use_off[v + 1] && !f->to_hub[v]; k++)
+            f->to_hub[v] = f->to_hub[f->uses[k]];
+    for (int v = f->hub + 1; v < f->n; v++)
+        for (int k = 0; k < f->g->nodes[v].nin && !f->from_hub[v]; k++)
+            f->from_hub[v] = f->from_hub[f->g->nodes[v].in[k]];
+}
+
 static void fuser_init(Fuser *f, IrProgram *p, const IrGraph *g)
 {
     memset(f, 0, sizeof *f);
     f->p = p, f->g = g, f->n = g->nnodes;
     size_t n = (size_t)f->n + 1;
     build_uses(f);
+    find_hub_paths(f);
     f->is_output = xcalloc(n, sizeof *f->is_output);
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
         if (g->output[r] >= 0) f->is_output[g->output[r]] = true;
@@ -152,6 +206,10 @@ static void fuser_init(Fuser *f, IrProgram *p, const IrGraph *g)
     f->cloned = xcalloc(n, sizeof *f->cloned);
     f->seen = xcalloc(n, sizeof *f->seen);
     f->stack = xmalloc(n * sizeof *f->stack);
+    f->ord = xmalloc(n * sizeof *f->ord);
+    for (int i = 0; i < f->n; i++) f->ord[i] = i;
+    f->found = xmalloc(n * sizeof *f->found);
+    f->sorted = xmalloc(n * sizeof *f->sorted);
     f->wide = xcalloc(n, sizeof *f->wide);
     f->cone = xcalloc(n, sizeof *f->cone);
     f->ncone = xcalloc(n, sizeof *f->ncone);
@@ -162,6 +220,8 @@ static void fuser_free(Fuser *f)
     free(f->use_off), free(f->uses), free(f->is_output), free(f->parent), free(f->next);
     free(f->cl);
     free(f->cloned), free(f->seen), free(f->stack), free(f->w), free(f->groups);
+    free(f->ord), free(f->found), free(f->sorted), free(f->undo);
+    free(f->to_hub), free(f->from_hub);
     for (int v = 0; v < f->n; v++) free(f->cone[v]);
     free(f->wide), free(f->cone), free(f->ncone);
     free(f->memo), free(f->memo_group), free(f->mark), free(f->newid);
@@ -246,9 +306,27 @@ static int node_bound(const Fuser *f, int v)
 
 /* ---- (1) clusters ---- */
 
+/* *SLOT = VALUE, logged for row_absorb's undo while it tries a merge. */
+static void set(Fuser *f, int *slot, int value)
+{
+    if (f->logging) {
+        if (f->nundo == f->capundo) {
+            f->capundo = f->capundo ? 2 * f->capundo : 64;
+            f->undo = xrealloc(f->undo, (size_t)f->capundo * sizeof *f->undo);
+        }
+        f->undo[f->nundo].slot = slot;
+        f->undo[f->nundo++].old = *slot;
+    }
+    *slot = value;
+}
+
 static int find(Fuser *f, int v)
 {
-    while (f->parent[v] != v) v = f->parent[v] = f->parent[f->parent[v]];
+    while (f->parent[v] != v) {
+        int up = f->parent[f->parent[v]];
+        set(f, &f->parent[v], up);
+        v = up;
+    }
     return v;
 }
 
@@ -256,8 +334,8 @@ static int cluster_of(Fuser *f, int v) { return f->parent[v] < 0 ? -1 : find(f, 
 
 static void start_cluster(Fuser *f, int v, IrGroupKind kind, Shape work, int axis, bool reduce_to)
 {
-    f->parent[v] = v;
-    f->next[v] = v;
+    set(f, &f->parent[v], v);
+    set(f, &f->next[v], v);
     const IrNode *n = &f->g->nodes[v];
     f->cl[v] = (Cluster){ kind, work, axis, reduce_to, .forward = v < f->g->nforward && !n->recompute,
                           .recompute = n->recompute, .size = 1, .operands = node_bound(f, v) };
@@ -278,44 +356,161 @@ static bool reads_original(Fuser *f, int v, int c)
     return k < 0 || !takes_clones(&f->cl[k]);
 }
 
-/* Puts node C on the search stack, with the rest of its cluster: a path that enters a
- * kernel may leave it from any of its members. */
-static void visit(Fuser *f, int c, int *sp)
+/* ---- order ----
+ *
+ * Every merge must keep the graph of kernels acyclic: clusters A and B may become one only
+ * when no path leaves one, runs through other kernels and enters the other (a detour).
+ * Searching the whole graph for one at every merge would make the pass quadratic, so the
+ * units (clusters, and nodes in none) carry labels in a topological order of that graph:
+ * a path only climbs, so the search for a path from A to B looks only at units labelled
+ * between the two, and none goes from the later to the earlier. When A and B merge, the
+ * units between them that A reaches (F) and those that reach B (K), which are disjoint
+ * as there is no detour, are relabelled K, A, B, F, with the labels they had among them
+ * (Pearce and Kelly's dynamic topological order); the merged cluster keeps its root's
+ * label. That order is valid whether or not the merge then happens. Labels start as node
+ * ids, which are topological (inputs come first). */
+
+static int unit_of_node(Fuser *f, int v)
 {
-    int k = cluster_of(f, c), x = k < 0 ? c : k;
-    do {
-        if (f->seen[x] != f->stamp) f->seen[x] = f->stamp, f->stack[(*sp)++] = x;
-        x = k < 0 ? c : f->next[x];
-    } while (x != (k < 0 ? c : k));
+    int k = cluster_of(f, v);
+    return k < 0 ? v : k;
 }
 
-/* Whether a path leaves cluster FROM, runs through kernels that are neither cluster, and
- * enters cluster TO: merging the two would make the kernels' graph cyclic. */
+/* Node X's next member in its unit: the cluster's circular list, or X alone. */
+static int next_member(const Fuser *f, int x) { return f->parent[x] < 0 ? x : f->next[x]; }
+
+/* Marks unit U found, once, and puts its members on the search stack: a path that enters
+ * a kernel may leave it from any of its members. */
+static void visit(Fuser *f, int u, int *sp)
+{
+    if (f->seen[u] == f->stamp) return;
+    f->seen[u] = f->stamp;
+    f->found[f->nfound++] = u;
+    int x = u;
+    do f->stack[(*sp)++] = x, x = next_member(f, x);
+    while (x != u);
+}
+
+/* Whether a member of unit U lies on a path of nodes to the hub (TO) or from it. */
+static bool hub_path(const Fuser *f, int u, const bool *on)
+{
+    int x = u;
+    do {
+        if (on[x]) return true;
+        x = next_member(f, x);
+    } while (x != u);
+    return false;
+}
+
+/* Whether a path leaves unit FROM, runs through other units and enters unit TO (FROM
+ * labelled before TO); FOUND lists the units it reached, when there is none. A path of
+ * nodes from FROM to the hub and on to TO, the hub in neither, is one: the kernels'
+ * graph being acyclic, such a path cannot come back into FROM or leave TO again. That
+ * answers at once what the search would take the whole graph between them to find (a
+ * forward value and the backward kernel that reads it). */
 static bool detour(Fuser *f, int from, int to)
 {
-    int sp = 0;
+    if (f->hub >= 0 && unit_of_node(f, f->hub) != from && unit_of_node(f, f->hub) != to &&
+        hub_path(f, from, f->to_hub) && hub_path(f, to, f->from_hub))
+        return true;
+    int sp = 0, hi = f->ord[to];
     f->stamp++;
+    f->nfound = 0;
     int x = from;
     do {
         for (int k = f->use_off[x]; k < f->use_off[x + 1]; k++) {
-            int kc = cluster_of(f, f->uses[k]);
-            if (kc != from && kc != to) visit(f, f->uses[k], &sp);
+            int u = unit_of_node(f, f->uses[k]);
+            if (u != from && u != to && f->ord[u] < hi) visit(f, u, &sp);
         }
-        x = f->next[x];
+        x = next_member(f, x);
     } while (x != from);
     while (sp > 0) {
         x = f->stack[--sp];
         for (int k = f->use_off[x]; k < f->use_off[x + 1]; k++) {
-            if (cluster_of(f, f->uses[k]) == to) return true;
-            visit(f, f->uses[k], &sp);
+            int u = unit_of_node(f, f->uses[k]);
+            if (u == to) return true;
+            if (f->ord[u] < hi) visit(f, u, &sp);
         }
     }
     return false;
 }
 
+/* Lists in FOUND the units labelled after FROM's that reach unit TO (not through FROM). */
+static void reaching(Fuser *f, int from, int to)
+{
+    int sp = 0, lo = f->ord[from];
+    f->stamp++;
+    f->nfound = 0;
+    int x = to;
+    do {
+        f->stack[sp++] = x;
+        x = next_member(f, x);
+    } while (x != to);
+    f->seen[to] = f->stamp;
+    while (sp > 0) {
+        x = f->stack[--sp];
+        const IrNode *n = &f->g->nodes[x];
+        for (int k = 0; k < n->nin; k++) {
+            int u = unit_of_node(f, n->in[k]);
+            if (u != from && f->ord[u] > lo) visit(f, u, &sp);
+        }
+    }
+}
+
+/* The order's promise, checked once the merges that rely on it are done: every edge
+ * between two units climbs. */
+static void verify_order(Fuser *f)
+{
+    for (int v = 0; v < f->n; v++) {
+        const IrNode *n = &f->g->nodes[v];
+        for (int k = 0; k < n->nin; k++) {
+            int a = unit_of_node(f, n->in[k]), b = unit_of_node(f, v);
+            if (a != b && f->ord[a] >= f->ord[b])
+                CGC_INTERNAL("fusion: graph %s, the kernels' order has %%%d (label %d) after its "
+                             "reader %%%d (label %d)", f->g->name, n->in[k], f->ord[a], v, f->ord[b]);
+        }
+    }
+}
+
+static int by_label(const void *a, const void *b)
+{
+    const Ready *x = a, *y = b;
+    return (x->key > y->key) - (x->key < y->key);
+}
+
+/* Relabels K (the found units that reach UPPER), LOWER, UPPER, then F (those LOWER
+ * reaches, NF of them at SORTED), with their own labels in that order. */
+static void relabel(Fuser *f, int lower, int upper, int nf)
+{
+    Ready *r = f->sorted;
+    int n = nf;
+    for (int i = 0; i < f->nfound; i++) r[n++] = (Ready){ 0, f->ord[f->found[i]], f->found[i] };
+    qsort(r, (size_t)nf, sizeof *r, by_label);
+    qsort(r + nf, (size_t)(n - nf), sizeof *r, by_label);
+    /* the unit order: K (at r[nf..n)), lower, upper, F (at r[0..nf)) */
+    int *units = xmalloc(((size_t)n + 2) * sizeof *units), *labels = xmalloc(((size_t)n + 2) * sizeof *labels);
+    int m = 0;
+    for (int i = nf; i < n; i++) units[m++] = r[i].unit;
+    units[m++] = lower, units[m++] = upper;
+    for (int i = 0; i < nf; i++) units[m++] = r[i].unit;
+    for (int i = 0; i < m; i++) labels[i] = f->ord[units[i]];
+    qsort(labels, (size_t)m, sizeof *labels, by_int);
+    for (int i = 0; i < m; i++) f->ord[units[i]] = labels[i];
+    free(units);
+    free(labels);
+}
+
+/* Whether clusters A and B may merge without a cycle of kernels; if so, the order is
+ * made ready for it (see "order"). */
 static bool acyclic_merge(Fuser *f, int a, int b)
 {
-    return !detour(f, a, b) && !detour(f, b, a);
+    int lower = f->ord[a] < f->ord[b] ? a : b, upper = lower == a ? b : a;
+    if (detour(f, lower, upper)) return false;
+    for (int i = 0; i < f->nfound; i++) f->sorted[i] = (Ready){ 0, f->ord[f->found[i]], f->found[i] };
+    int nf = f->nfound;
+    reaching(f, lower, upper);
+    relabel(f, lower, upper, nf);
+    return true;
 }
 
 /* Whether clusters A and B may share a kernel as far as checkpointing goes. */
@@ -422,10 +617,10 @@ static void merge(Fuser *f, int a, int b)
     f->cl[b].size += f->cl[a].size;
     f->cl[b].forward |= f->cl[a].forward;
     f->cl[b].recompute |= f->cl[a].recompute;
-    f->parent[a] = b;
+    set(f, &f->parent[a], b);
     int t = f->next[a];
-    f->next[a] = f->next[b];
-    f->next[b] = t;
+    set(f, &f->next[a], f->next[b]);
+    set(f, &f->next[b], t);
 }
 
 /* Two consumer clusters of one value that may become one kernel. */
@@ -622,39 +817,13 @@ static bool row_seed(const Fuser *f, int k)
     return c->kind == IR_GROUP_REDUCE && row_work(&c->work) && row_candidate(f, k, &c->work);
 }
 
-/* The union-find state, saved so that a merge that turns out illegal can be undone. */
-typedef struct RowSnapshot {
-    int *parent, *next;
-    Cluster *cl;
-} RowSnapshot;
-
-static void row_save(const Fuser *f, RowSnapshot *s)
-{
-    size_t n = (size_t)f->n;
-    s->parent = xmalloc(n * sizeof *s->parent), memcpy(s->parent, f->parent, n * sizeof *s->parent);
-    s->next = xmalloc(n * sizeof *s->next), memcpy(s->next, f->next, n * sizeof *s->next);
-    s->cl = xmalloc(n * sizeof *s->cl), memcpy(s->cl, f->cl, n * sizeof *s->cl);
-}
-
-static void row_restore(Fuser *f, RowSnapshot *s)
-{
-    size_t n = (size_t)f->n;
-    memcpy(f->parent, s->parent, n * sizeof *s->parent);
-    memcpy(f->next, s->next, n * sizeof *s->next);
-    memcpy(f->cl, s->cl, n * sizeof *s->cl);
-}
-
-static void row_snapshot_free(RowSnapshot *s)
-{
-    free(s->parent), free(s->next), free(s->cl);
-}
-
 /* Row group G absorbs RESHAPE node R (when R >= 0) and then cluster K (when K >= 0), or
  * neither when either merge is illegal. */
 static bool row_absorb(Fuser *f, int g, int r, int k)
 {
-    RowSnapshot s;
-    row_save(f, &s);
+    Cluster saved_g = f->cl[g], saved_r = r >= 0 ? f->cl[r] : saved_g;
+    f->logging = true;
+    f->nundo = 0;
     bool ok = true;
     if (r >= 0) {
         start_cluster(f, r, IR_GROUP_POINTWISE, f->g->nodes[r].shape, 0, false);
@@ -665,8 +834,12 @@ static bool row_absorb(Fuser *f, int g, int r, int k)
         ok = same_phase(&f->cl[k], &f->cl[g]) && operands_fit(f, k, g) && acyclic_merge(f, k, g);
         if (ok) merge(f, k, g);
     }
-    if (!ok) row_restore(f, &s);
-    row_snapshot_free(&s);
+    f->logging = false;
+    if (!ok) {   /* undo, newest first; merges write only g's and r's clusters */
+        while (f->nundo > 0) f->nundo--, *f->undo[f->nundo].slot = f->undo[f->nundo].old;
+        f->cl[g] = saved_g;
+        if (r >= 0) f->cl[r] = saved_r;
+    }
     return ok;
 }
 
@@ -980,43 +1153,80 @@ static int viewed_tensor(const Fuser *f, int w)
     return n->op == IR_RESHAPE ? viewed_tensor(f, f->w[w].in[0]) : -1;
 }
 
+/* The readers of each persistent tensor, as (work node, the view it reads) pairs: CSR
+ * over tensors, so that an ASSIGN looks at its tensor's readers only. */
+typedef struct Readers {
+    int *off;               /* per tensor, ntensors + 1 */
+    int (*at)[2];           /* { reader, view } */
+} Readers;
+
+/* Every input x of a live work node w that views a tensor t (VIEW, per work node): with
+ * AT, stored at AT[SLOT[t]++]; without, counted in SLOT[t + 1]. */
+static void collect_reads(const Fuser *f, const int *view, int *slot, int (*at)[2])
+{
+    for (int w = 0; w < f->nw; w++) {
+        for (int k = 0; !dropped(f, w) && k < src_node(f, w)->nin; k++) {
+            int x = f->w[w].in[k], t = view[x];
+            if (t < 0) continue;
+            if (!at) slot[t + 1]++;
+            else at[slot[t]][0] = w, at[slot[t]++][1] = x;
+        }
+    }
+}
+
+static Readers tensor_readers(const Fuser *f)
+{
+    int nt = f->p->ntensors;
+    int *view = xmalloc((size_t)(f->nw ? f->nw : 1) * sizeof *view);
+    for (int w = 0; w < f->nw; w++) view[w] = viewed_tensor(f, w);
+    Readers r = { xcalloc((size_t)nt + 1, sizeof *r.off), NULL };
+    collect_reads(f, view, r.off, NULL);
+    for (int t = 0; t < nt; t++) r.off[t + 1] += r.off[t];
+    r.at = xmalloc(((size_t)r.off[nt] + 1) * sizeof *r.at);
+    int *slot = xmalloc(((size_t)nt + 1) * sizeof *slot);
+    memcpy(slot, r.off, ((size_t)nt + 1) * sizeof *slot);
+    collect_reads(f, view, slot, r.at);
+    free(slot);
+    free(view);
+    return r;
+}
+
 /* Whether ASSIGN A (tentatively in its value's group) can store in place: every other
  * reader of the tensor must run before the group (then constrained so), and readers in
  * the group must read it at the element they compute. */
-static bool in_place_ok(Fuser *f, int a, bool commit)
+static bool in_place_ok(Fuser *f, const Readers *r, int a, bool commit)
 {
     int gi = f->w[a].group, t = src_node(f, a)->index;
     if (f->w[f->w[a].in[0]].group != gi) return false;
     if (!commit) mark_reachable(f, gi);
-    for (int w = 0; w < f->nw; w++) {
-        if (dropped(f, w) || w == a) continue;
-        for (int k = 0; k < src_node(f, w)->nin; k++) {
-            int x = f->w[w].in[k];
-            if (viewed_tensor(f, x) != t) continue;
-            int u = unit_of(f, w);
-            /* an ASSIGN left as a copy runs after every kernel (plan.c), so it would see
-             * the new value: no in-place store of a tensor another copy reads */
-            if (u != gi && src_node(f, w)->op == IR_ASSIGN) return false;
-            if (u == gi && !ir_shape_equal(&src_node(f, x)->shape, &f->groups[gi].work)) return false;
-            if (u == gi || u < 0) continue;
-            if (commit) add_edge(f, u, gi);
-            else if (f->mark[u] == f->mark_stamp) return false;
-        }
+    for (int i = r->off[t]; i < r->off[t + 1]; i++) {
+        int w = r->at[i][0], x = r->at[i][1];
+        if (w == a) continue;
+        int u = unit_of(f, w);
+        /* an ASSIGN left as a copy runs after every kernel (plan.c), so it would see
+         * the new value: no in-place store of a tensor another copy reads */
+        if (u != gi && src_node(f, w)->op == IR_ASSIGN) return false;
+        if (u == gi && !ir_shape_equal(&src_node(f, x)->shape, &f->groups[gi].work)) return false;
+        if (u == gi || u < 0) continue;
+        if (commit) add_edge(f, u, gi);
+        else if (f->mark[u] == f->mark_stamp) return false;
     }
     return true;
 }
 
 static void place_assigns(Fuser *f)
 {
+    Readers r = tensor_readers(f);
     for (int a = 0; a < f->n; a++) {
         if (f->g->nodes[a].op != IR_ASSIGN || f->w[a].group < 0) continue;
-        if (in_place_ok(f, a, false)) {
-            in_place_ok(f, a, true);
+        if (in_place_ok(f, &r, a, false)) {
+            in_place_ok(f, &r, a, true);
         } else {
             f->w[a].group = -1;   /* codegen copies it after the step, as in eager */
             add_edge(f, unit_of(f, f->w[a].in[0]), unit_of(f, a));
         }
     }
+    free(r.off), free(r.at);
 }
 
 /* ---- names ---- */
@@ -1192,6 +1402,48 @@ static bool same_launch_kind(const Fuser *f, int a, int b)
     return x->kind == IR_GROUP_POINTWISE || (x->axis == y->axis && x->reduce_to == y->reduce_to);
 }
 
+static bool ready(const Unit *u) { return u->key >= 0 && u->indeg == 0 && u->nmembers > 0; }
+
+static int patience(const Fuser *f, int k);
+
+
+/* The order in which ready units run: least patience, then smallest key. */
+static bool runs_before(Ready a, Ready b)
+{
+    return a.patience != b.patience ? a.patience < b.patience : a.key < b.key;
+}
+
+static void heap_push(Fuser *f, Ready r)
+{
+    int i = f->nheap++;
+    for (; i > 0 && runs_before(r, f->heap[(i - 1) / 2]); i = (i - 1) / 2) f->heap[i] = f->heap[(i - 1) / 2];
+    f->heap[i] = r;
+}
+
+static int heap_pop(Fuser *f)
+{
+    Ready top = f->heap[0], r = f->heap[--f->nheap];
+    int i = 0;
+    for (int c; (c = 2 * i + 1) < f->nheap; i = c) {
+        if (c + 1 < f->nheap && runs_before(f->heap[c + 1], f->heap[c])) c++;
+        if (!runs_before(f->heap[c], r)) break;
+        f->heap[i] = f->heap[c];
+    }
+    if (f->nheap) f->heap[i] = r;
+    return top.unit;
+}
+
+static bool multi_candidate(const Fuser *f, int unit);
+
+/* Unit K has just become ready (or was at the start): it joins the heap and, when it may
+ * share a launch, the pool. */
+static void became_ready(Fuser *f, const Unit *units, int k)
+{
+    if (!ready(&units[k])) return;
+    heap_push(f, (Ready){ patience(f, k), units[k].key, k });
+    if (multi_candidate(f, k)) f->pool[f->npool++] = k;
+}
+
 static void emit_node(Fuser *f, int w, int group)
 {
     IrNode n = *src_node(f, w);
@@ -1228,11 +1480,12 @@ static void emit_unit(Fuser *f, Unit *units, int k, int multi, bool last)
         group = ir_add_group(f->dst, &gr);
     }
     for (int i = 0; i < u->nmembers; i++) emit_node(f, u->members[i], group);
-    for (int i = 0; i < f->nadj[k]; i++) units[f->adj[k][i]].indeg--;
     u->key = -1;
+    for (int i = 0; i < f->nadj[k]; i++) {
+        int v = f->adj[k][i];
+        if (--units[v].indeg == 0) became_ready(f, units, v);
+    }
 }
-
-static bool ready(const Unit *u) { return u->key >= 0 && u->indeg == 0 && u->nmembers > 0; }
 
 /* How long unit K waits once ready: 0 not at all; 1 a group that could share a launch,
  * so that its partners (the reductions of every gradient, say) become ready too; 2 a
@@ -1245,17 +1498,15 @@ static int patience(const Fuser *f, int k)
     return multi_candidate(f, k) ? 1 : 0;
 }
 
-/* The ready unit that waits least, the smallest key among those, or -1. */
-static int next_unit(const Fuser *f, const Unit *units)
+/* The ready unit that waits least, the smallest key among those, or -1. Units emitted
+ * as another's partners are still in the heap: they are passed over. */
+static int next_unit(Fuser *f, const Unit *units)
 {
-    int best = -1;
-    for (int i = 0; i < f->nunits; i++) {
-        if (!ready(&units[i])) continue;
-        if (best < 0) { best = i; continue; }
-        int wait = patience(f, i), wait_best = patience(f, best);
-        if (wait != wait_best ? wait < wait_best : units[i].key < units[best].key) best = i;
+    while (f->nheap > 0) {
+        int k = heap_pop(f);
+        if (ready(&units[k])) return k;
     }
-    return best;
+    return -1;
 }
 
 /* Whether group C reads a value that a unit of BATCH[0..NB) computes. */
@@ -1278,18 +1529,40 @@ static bool reads_from(const Fuser *f, const Unit *units, int c, const int *batc
  * of the launch has finished keeps that order without a launch of its own. */
 static int last_groups(Fuser *f, const Unit *units, const int *batch, int nb, int *last)
 {
-    int *waits = xcalloc((size_t)f->nunits, sizeof *waits), nl = 0;
+    int nc = 0, nl = 0;
     for (int b = 0; b < nb; b++)
-        for (int k = 0; k < f->nadj[batch[b]]; k++) waits[f->adj[batch[b]][k]]++;
-    for (int c = 0; c < f->ngroups; c++) {
+        for (int k = 0; k < f->nadj[batch[b]]; k++) {
+            int v = f->adj[batch[b]][k];
+            if (f->waits[v]++ == 0 && v < f->ngroups) last[nc++] = v;
+        }
+    qsort(last, (size_t)nc, sizeof *last, by_int);
+    for (int i = 0; i < nc; i++) {
+        int c = last[i];
         const Cluster *x = &f->groups[c];
         bool scalar = x->kind == IR_GROUP_POINTWISE && ir_shape_is_one(&x->work);
-        if (scalar && units[c].key >= 0 && waits[c] > 0 && waits[c] == units[c].indeg &&
+        if (scalar && units[c].key >= 0 && f->waits[c] == units[c].indeg &&
             x->recompute == f->groups[batch[0]].recompute && !reads_from(f, units, c, batch, nb))
             last[nl++] = c;
     }
-    free(waits);
+    for (int b = 0; b < nb; b++)
+        for (int k = 0; k < f->nadj[batch[b]]; k++) f->waits[f->adj[batch[b]][k]] = 0;
     return nl;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    const Ready *x = a, *y = b;
+    return (x->key > y->key) - (x->key < y->key);
+}
+
+/* Units U[0..N) by key (keys are distinct: each is a node of its unit). */
+static void sort_by_key(const Unit *units, int *u, int n)
+{
+    Ready *r = xmalloc((size_t)(n ? n : 1) * sizeof *r);
+    for (int i = 0; i < n; i++) r[i] = (Ready){ 0, units[u[i]].key, u[i] };
+    qsort(r, (size_t)n, sizeof *r, by_key);
+    for (int i = 0; i < n; i++) u[i] = r[i].unit;
+    free(r);
 }
 
 /* Emits unit K and, when it can share a launch, every other group ready now that is of
@@ -1300,13 +1573,15 @@ static void emit_with_partners(Fuser *f, Unit *units, int k)
     int *batch = xmalloc((size_t)f->nunits * sizeof *batch), nb = 0;
     int *last = xmalloc((size_t)f->nunits * sizeof *last), nl = 0;
     batch[nb++] = k;
-    for (int i = 0; multi_candidate(f, k) && i < f->ngroups; i++)
-        if (i != k && ready(&units[i]) && multi_candidate(f, i) && same_launch_kind(f, k, i))
-            batch[nb++] = i;
-    for (int i = 1; i < nb; i++)   /* by key, as the order elsewhere */
-        for (int j = i; j > 0 && units[batch[j - 1]].key > units[batch[j]].key; j--) {
-            int t = batch[j]; batch[j] = batch[j - 1]; batch[j - 1] = t;
-        }
+    int kept = 0;
+    for (int j = 0; multi_candidate(f, k) && j < f->npool; j++) {
+        int i = f->pool[j];
+        if (i == k || !ready(&units[i])) continue;
+        f->pool[kept++] = i;
+        if (same_launch_kind(f, k, i)) batch[nb++] = i;
+    }
+    if (multi_candidate(f, k)) f->npool = kept;
+    sort_by_key(units, batch, nb);   /* as the order elsewhere */
     if (multi_candidate(f, k)) nl = last_groups(f, units, batch, nb, last);
     int multi = nb + nl > 1 ? ++f->nmulti : 0;
     for (int i = 0; i < nb; i++) emit_leaves(f, &units[batch[i]]);
@@ -1320,6 +1595,10 @@ static void emit_with_partners(Fuser *f, Unit *units, int k)
 static void rebuild(Fuser *f, IrGraph *dst)
 {
     Unit *units = make_units(f);
+    f->heap = xmalloc((size_t)(f->nunits + 1) * sizeof *f->heap);
+    f->pool = xmalloc((size_t)(f->nunits + 1) * sizeof *f->pool);
+    f->waits = xcalloc((size_t)f->nunits + 1, sizeof *f->waits);
+    for (int k = 0; k < f->nunits; k++) became_ready(f, units, k);
     f->dst = dst;
     f->newid = xmalloc((size_t)f->nw * sizeof *f->newid);
     for (int w = 0; w < f->nw; w++) f->newid[w] = -1;
@@ -1335,6 +1614,7 @@ static void rebuild(Fuser *f, IrGraph *dst)
     dst->nforward = 0;
     for (int i = 0; i < f->nunits; i++) free(units[i].members);
     free(units);
+    free(f->heap), free(f->pool), free(f->waits);
 }
 
 /* nforward (train graphs): the rebuilt forward pass is the nodes before the first one
@@ -1356,6 +1636,7 @@ static void fuse_graph(IrProgram *p, IrGraph *g)
     find_cones(&f);
     for (int v = f.n - 1; v >= 0; v--) cluster_node(&f, v);
     row_groups(&f);
+    verify_order(&f);
     gemm_groups(&f);
     make_work(&f);
     clone_scalars(&f);

@@ -207,6 +207,7 @@ void ir_program_free(IrProgram *p)
     for (int i = 0; i < p->nstrings; i++) free(p->strings[i]);
     free(p->strings);
     free(p->string_slots);
+    free(p->string_tensor);
     free(p->syms);
     free(p->inputs);
     free(p->tensors);
@@ -244,19 +245,28 @@ static void intern_grow(IrProgram *p)
     for (int i = 0; i < p->nstrings; i++) intern_slot(p, i);
 }
 
+/* The pool index of string S, or -1. */
+static int intern_index(const IrProgram *p, const char *s)
+{
+    if (!p->capslots) return -1;
+    size_t mask = (size_t)p->capslots - 1, at = (size_t)hash_string(s) & mask;
+    for (; p->string_slots[at] >= 0; at = (at + 1) & mask)
+        if (strcmp(p->strings[p->string_slots[at]], s) == 0) return p->string_slots[at];
+    return -1;
+}
+
 const char *ir_intern(IrProgram *p, const char *s)
 {
-    if (p->capslots) {
-        size_t mask = (size_t)p->capslots - 1, at = (size_t)hash_string(s) & mask;
-        for (; p->string_slots[at] >= 0; at = (at + 1) & mask)
-            if (strcmp(p->strings[p->string_slots[at]], s) == 0) return p->strings[p->string_slots[at]];
-    }
+    int i = intern_index(p, s);
+    if (i >= 0) return p->strings[i];
     intern_grow(p);
     if (p->nstrings == p->capstrings) {
         p->capstrings = p->capstrings ? 2 * p->capstrings : 32;
         p->strings = xrealloc(p->strings, (size_t)p->capstrings * sizeof *p->strings);
+        p->string_tensor = xrealloc(p->string_tensor, (size_t)p->capstrings * sizeof *p->string_tensor);
     }
     p->strings[p->nstrings] = xstrdup(s);
+    p->string_tensor[p->nstrings] = -1;
     intern_slot(p, p->nstrings);
     return p->strings[p->nstrings++];
 }
@@ -293,18 +303,21 @@ int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, Ir
     for (int i = 0; i < s.rank; i++) CGC_ASSERT(!IR_DIM_IS_SYM(s.dim[i]));
     /* Parameters come first, so that indices 0..nparams-1 are the parameters. */
     CGC_ASSERT(kind == IR_STATE || p->nparams == p->ntensors);
-    p->tensors = xrealloc(p->tensors, (size_t)(p->ntensors + 1) * sizeof *p->tensors);
+    if (p->ntensors == p->captensors) {
+        p->captensors = p->captensors ? 2 * p->captensors : 16;
+        p->tensors = xrealloc(p->tensors, (size_t)p->captensors * sizeof *p->tensors);
+    }
     p->tensors[p->ntensors] =
         (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of};
+    p->string_tensor[intern_index(p, name)] = p->ntensors;
     if (kind == IR_PARAM) p->nparams++;
     return p->ntensors++;
 }
 
 int ir_find_tensor(const IrProgram *p, const char *name)
 {
-    for (int i = 0; i < p->ntensors; i++)
-        if (strcmp(p->tensors[i].name, name) == 0) return i;
-    return -1;
+    int i = intern_index(p, name);
+    return i < 0 ? -1 : p->string_tensor[i];
 }
 
 /* ---- graphs ---- */
@@ -408,6 +421,18 @@ void ir_group_operands(const IrGraph *g, int *count)
             count[k - 1] += member_operands(g, u, stored, seen, &seed[k - 1]);
     }
     free(stored), free(seed), free(seen);
+}
+
+IrSpan *ir_group_spans(const IrGraph *g)
+{
+    IrSpan *span = xcalloc((size_t)g->ngroups + 1, sizeof *span);
+    for (int id = g->nnodes - 1; id >= 0; id--) {
+        int k = g->nodes[id].group;
+        if (k <= 0 || k > g->ngroups) continue;
+        if (!span[k].end) span[k].end = id + 1;
+        span[k].first = id;
+    }
+    return span;
 }
 
 bool ir_gemm_unrounded(const IrGraph *g, int id)
@@ -891,16 +916,15 @@ static void verify_reduce_groups(const IrGraph *g)
 
 static void verify_groups(const IrGraph *g)
 {
-    int last = 0;
+    bool *started = xcalloc((size_t)g->ngroups + 1, sizeof *started);
     for (int i = 0; i < g->nnodes; i++) {
         int k = g->nodes[i].group;
         if (k < 0 || k > g->ngroups) verify_fail(g, i, "group number out of range");
-        if (k && k != last && i > 0 && g->nodes[i - 1].group != k) {
-            for (int j = 0; j < i; j++)
-                if (g->nodes[j].group == k) verify_fail(g, i, "members of its group are not consecutive");
-        }
-        last = k;
+        if (!k || (i > 0 && g->nodes[i - 1].group == k)) continue;
+        if (started[k]) verify_fail(g, i, "members of its group are not consecutive");
+        started[k] = true;
     }
+    free(started);
     int *operands = xmalloc(((size_t)g->ngroups + 1) * sizeof *operands);
     ir_group_operands(g, operands);
     for (int k = 0; k < g->ngroups; k++)

@@ -278,7 +278,7 @@ typedef struct IrProgram {
     const char *model_name;  /* owned (malloc'd); freed by ir_program_free */
     IrSymbol *syms;      int nsyms;      /* syms[0] is the batch */
     IrInput *inputs;     int ninputs;
-    IrTensor *tensors;   int ntensors;   /* parameters first, in source order */
+    IrTensor *tensors;   int ntensors, captensors;   /* parameters first, in source order */
     int nparams;
     int num_classes;     /* C when the loss is cross_entropy over [N, C] logits, else 0 */
     int prediction_input_labels; /* input index of the labels the loss compares to, or -1 */
@@ -289,6 +289,7 @@ typedef struct IrProgram {
     TrainConfig cfg;
     char **strings;      int nstrings, capstrings;   /* ir_intern's pool */
     int *string_slots;   int capslots;               /* its hash table: indices, -1 free */
+    int *string_tensor;  /* per pool string: the tensor of that name, or -1 */
 } IrProgram;
 
 /* --- tables and shapes (ir.c) --- */
@@ -351,6 +352,13 @@ bool *ir_stored_members(const IrGraph *g);
  * CONST is written into the kernel instead), per member it stores or ASSIGN it makes (the
  * tensor), per RUNTIME member, and one seed for its DROPOUTs. */
 void ir_group_operands(const IrGraph *g, int *count);
+/* Where each group's members are: nodes [first, end) of the graph, members being
+ * consecutive (ir_verify checks it). A group with no member has first == end == 0. */
+typedef struct IrSpan {
+    int first, end;
+} IrSpan;
+/* Per group k, span[k] (span[0] unused), in time proportional to G (malloc'd). */
+IrSpan *ir_group_spans(const IrGraph *g);
 const char *ir_group_kind_name(IrGroupKind kind);   /* "pointwise", "reduce", "row", "gemm" */
 /* Member ID of a GEMM group that is not stored: it stays in cuBLASLt's f32 accumulator,
  * not rounded to its dtype (IR_GROUP_GEMM). */

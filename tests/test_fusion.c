@@ -757,7 +757,8 @@ static void check_rows(const char *path)
 
 /* A model of N layers, written to a file of the test's directory: "deep" chains
  * relu(linear(...)), "wide" sums N linears of one input in one statement, "rows" chains
- * N layernorms; clipping on, so that every gradient's norm meets in one sum. */
+ * N layernorms, "res" stacks N pre-norm residual blocks (layernorm, linear, gelu,
+ * linear, added back); clipping on, so that every gradient's norm meets in one sum. */
 static const char *wide_model(const char *dir, const char *kind, int n)
 {
     static char path[512];
@@ -769,6 +770,9 @@ static const char *wide_model(const char *dir, const char *kind, int n)
     for (int i = 1; i <= n; i++) {
         if (wide) fprintf(o, "    h%d = linear(x, 8)\n", i);
         else if (strcmp(kind, "deep") == 0) fprintf(o, "    h%d = relu(linear(h%d, 8))\n", i, i - 1);
+        else if (strcmp(kind, "res") == 0)
+            fprintf(o, "    n%d = layernorm(h%d)\n    u%d = gelu(linear(n%d, 16))\n"
+                       "    f%d = linear(u%d, 8)\n    h%d = h%d + f%d\n", i, i - 1, i, i, i, i, i, i - 1, i);
         else fprintf(o, "    h%d = layernorm(h%d)\n", i, i - 1);
     }
     if (wide) {
@@ -805,6 +809,51 @@ static void check_operand_limit(void)
         CHECK(most > IR_GROUP_MAX_OPERANDS / 2);
         remove(path);
     }
+    rmdir(dir);
+}
+
+/* ---- depth ----
+ *
+ * Fusion keeps the kernels' graph acyclic with a topological order it updates as
+ * clusters merge, and answers most of its path questions from it and from paths through
+ * the model's output rather than by searching the graph (compiler/fusion.c, "order").
+ * A question answered wrongly would show as a merge refused in a deep model that a
+ * shallow one makes, or as a cycle (which ir_verify and the plan refuse). So: a model
+ * of repeated blocks takes the same kernels for each block it adds, and a deeper fused
+ * program trains as the plain one does. */
+static int train_kernels(const char *dir, const char *kind, int n, const char *precision)
+{
+    const char *path = wide_model(dir, kind, n);
+    CHECK(path != NULL);
+    IrProgram *p = path ? compile_model(path, precision, 0) : NULL;
+    CHECK(p != NULL);
+    if (!p) return -1;
+    fusion_assign(p);
+    int k = kernels(&p->train);
+    ir_program_free(p);
+    remove(path);
+    return k;
+}
+
+static void check_depth(void)
+{
+    char dir[] = "/tmp/cgc_fusion_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const char *kinds[] = { "deep", "res", "rows" }, *precision[] = { "fp32", "bf16" };
+    for (size_t c = 0; c < sizeof kinds / sizeof *kinds; c++)
+        for (size_t q = 0; q < sizeof precision / sizeof *precision; q++) {
+            int k4 = train_kernels(dir, kinds[c], 4, precision[q]);
+            int k6 = train_kernels(dir, kinds[c], 6, precision[q]);
+            int k8 = train_kernels(dir, kinds[c], 8, precision[q]);
+            printf("%s, %s: %d, %d, %d training kernels at depth 4, 6, 8\n", kinds[c],
+                   precision[q], k4, k6, k8);
+            CHECK(k6 > k4);
+            CHECK_EQ_INT(k8 - k6, k6 - k4);
+        }
+    const char *path = wide_model(dir, "res", 12);
+    CHECK(path != NULL);
+    if (path) check_case(path, "bf16", 0, false);
+    if (path) remove(path);
     rmdir(dir);
 }
 
@@ -854,5 +903,6 @@ int main(int argc, char **argv)
     check_checker(mlp);
     check_rows(resmlp);
     check_operand_limit();
+    check_depth();
     return check_result();
 }

@@ -349,10 +349,12 @@ static PlanBuffer f32_buffer(PlanBufferKind kind, int64_t n, int graph, int alia
                          .alias_of = alias_of, .graph = graph, .what = "hand" };
 }
 
-static PlanStep launch_of(int nbuf, const int *bufs)
+/* A launch naming buffers BUFS[0..NBUF), its arguments kept in ARGS. */
+static PlanStep launch_of(int nbuf, const int *bufs, PlanArg *args)
 {
     PlanStep s = { .kind = STEP_LAUNCH, .node = -1, .what = "hand" };
     s.launch.nargs = nbuf;
+    s.launch.arg = args;
     for (int i = 0; i < nbuf; i++) s.launch.arg[i] = (PlanArg){ .kind = ARG_BUFFER, .index = bufs[i] };
     return s;
 }
@@ -389,10 +391,11 @@ static void test_hand_plan(void)
     eval.nnodes = 1;
     int train_nodes[5] = {1, 2, 3, 4, 5}, eval_nodes[1] = {7};
     int s0[2] = {1, 0}, s2[2] = {3, 6}, s3[2] = {4, 3}, x[1] = {7};
-    PlanStep train_steps[4] = {launch_of(2, s0), { .kind = STEP_GEMM, .node = -1, .what = "hand" },
-                               launch_of(2, s2), launch_of(2, s3)};
+    PlanArg a0[2], a2[2], a3[2], ax[1];
+    PlanStep train_steps[4] = {launch_of(2, s0, a0), { .kind = STEP_GEMM, .node = -1, .what = "hand" },
+                               launch_of(2, s2, a2), launch_of(2, s3, a3)};
     train_steps[1].gemm = (PlanGemm){ .a = 1, .b = 0, .c = 2 };
-    PlanStep eval_steps[1] = {launch_of(1, x)};
+    PlanStep eval_steps[1] = {launch_of(1, x, ax)};
     Plan pl;
     memset(&pl, 0, sizeof pl);
     pl.buffers = bufs;
