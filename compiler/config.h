@@ -26,7 +26,8 @@ typedef struct TrainConfig {
     char *data_dir;             /* DATA_IDX: the directory as written */
     double data_scale;          /* DATA_IDX: features are multiplied by this (default 1) */
     int64_t synthetic_samples;  /* DATA_SYNTHETIC: default 4096 */
-    SrcLoc data_loc;            /* where `data` was given, for errors found while loading */
+    SrcLoc data_loc;            /* where `data` was given, for errors found while loading;
+                                 * {0,0} when a flag gave it */
 
     int64_t batch;              /* 64 */
     int64_t epochs;             /* 1; 0 when only `steps` limits the run */

@@ -326,6 +326,7 @@ void sema_train_key_loc(TrainConfig *cfg, const char *key, SrcLoc loc)
     if (strcmp(key, "optimizer") == 0) cfg->optimizer_loc = loc;
     else if (strcmp(key, "schedule") == 0) cfg->schedule_loc = loc;
     else if (strcmp(key, "precision") == 0) cfg->precision_loc = loc;
+    else if (strcmp(key, "data") == 0) cfg->data_loc = loc;
 }
 
 void sema_train_block(Source *src, IrProgram *p, const AstBlock *train)

@@ -77,6 +77,16 @@ size_t backend_device_memory(const char *device)
     return cuda_free_memory((int)ordinal, &free_bytes) == 0 ? free_bytes : info[ordinal].total_bytes;
 }
 
+bool backend_device_name_ok(const char *device)
+{
+    if (strcmp(device, "auto") == 0 || strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0)
+        return true;
+    if (strncmp(device, "cuda:", 5) != 0 || !device[5]) return false;
+    char *end;
+    long v = strtol(device + 5, &end, 10);
+    return !*end && device[5] >= '0' && device[5] <= '9' && v >= 0 && v < CUDA_MAX_DEVICES;
+}
+
 /* --device cuda[:N] or auto: which ordinal, or -1 for the CPU; -2 after an error. */
 static int pick_ordinal(const BackendOptions *o, CudaDeviceInfo *info, int *count)
 {

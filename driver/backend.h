@@ -23,6 +23,10 @@ typedef struct BackendOptions {
     bool verbose, quiet;
 } BackendOptions;
 
+/* Whether DEVICE is a --device value: auto, cpu, cuda or cuda:N (N below
+ * CUDA_MAX_DEVICES); whether such a device exists is backend_open's question. */
+bool backend_device_name_ok(const char *device);
+
 /* Opens what O->device asks for. `auto` takes the first usable GPU and says so on one
  * line, or says why there is none and takes the CPU. Returns 0, or -1 after reporting. */
 int backend_open(const BackendOptions *o, Backend *out);

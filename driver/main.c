@@ -75,6 +75,9 @@ static const char usage_text[] =
     "  --stop-after K          stop after global step K as if interrupted (saving when\n"
     "                          --save is given); schedules still span the whole run\n"
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
+    "  --detect-anomaly        check the values of every op as it runs and stop at the\n"
+    "                          first NaN or infinity, naming the op, its line and the step\n"
+    "                          (the CPU reference executor; off, it costs nothing)\n"
     "  --bench                 set eager against --mode (default when eager or not given):\n"
     "                          launches per step, planned memory, cold and warm compile\n"
     "                          times, and on a GPU step times (median, p10, p90); exits\n"
@@ -106,6 +109,7 @@ static const char usage_text[] =
     "                          not counted; none on the CPU)\n";
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
+       OPT_DETECT_ANOMALY,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
        OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH,
        OPT_TUNE_BUDGET, OPT_TUNE_FILE };
@@ -145,6 +149,15 @@ static int usage_error(const char *fmt, const char *arg)
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nTry 'cgc --help'.\n");
     return 2;
+}
+
+/* --dump-ir's GRAPH: every graph (""), or one of them by name. */
+static bool graph_name_ok(const char *which)
+{
+    const char *const names[] = {"", "forward", "train", "train_micro", "eval"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(which, names[i]) == 0) return true;
+    return false;
 }
 
 /* Parses a non-negative integer flag value; false when it is not one. */
@@ -396,7 +409,7 @@ static int write_stats(const Compiled *c, const char *path)
 /* Returns 0 when the command line is well formed, else the exit status. */
 static int parse_args(int argc, char **argv, Cli *cli)
 {
-    static struct option opts[NUM_TRAIN_FLAGS + 24];
+    static struct option opts[NUM_TRAIN_FLAGS + 32];
     int n = 0;
     for (int i = 0; i < NUM_TRAIN_FLAGS; i++)
         opts[n++] = (struct option){train_flags[i][0], required_argument, NULL, OPT_TRAIN_KEY + 100 + i};
@@ -406,6 +419,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"save", required_argument, NULL, OPT_SAVE};
     opts[n++] = (struct option){"resume", required_argument, NULL, OPT_RESUME};
     opts[n++] = (struct option){"stop-after", required_argument, NULL, OPT_STOP_AFTER};
+    opts[n++] = (struct option){"detect-anomaly", no_argument, NULL, OPT_DETECT_ANOMALY};
     opts[n++] = (struct option){"metrics", required_argument, NULL, OPT_METRICS};
     opts[n++] = (struct option){"check", no_argument, NULL, OPT_CHECK};
     opts[n++] = (struct option){"emit", required_argument, NULL, OPT_EMIT};
@@ -423,6 +437,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
     opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
     opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
+    CGC_ASSERT(n < (int)(sizeof opts / sizeof *opts));
     opts[n] = (struct option){0, 0, 0, 0};
 
     cli->device = "auto";
@@ -460,6 +475,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
         case OPT_EXPLAIN: cli->explain = true; break;
         case OPT_STATS: cli->stats_path = optarg; break;
         case OPT_DEVICE: cli->device = optarg; break;
+        case OPT_DETECT_ANOMALY: cli->run.detect_anomaly = true; break;
         case OPT_SAVE: cli->run.save_path = optarg; break;
         case OPT_RESUME: cli->run.resume_path = optarg; break;
         case OPT_METRICS: cli->run.metrics_path = optarg; break;
@@ -490,6 +506,12 @@ static int parse_args(int argc, char **argv, Cli *cli)
         }
     }
     if (cli->devices && optind == argc) return 0;
+    if (cli->device && !backend_device_name_ok(cli->device))
+        return usage_error("--device takes auto, cpu, cuda or cuda:N (cgc --devices lists the "
+                           "GPUs), not '%s'", diag_quote(cli->device, 40));
+    if (cli->dump_ir && !graph_name_ok(cli->dump_ir))
+        return usage_error("--dump-ir=GRAPH takes forward, train, train_micro or eval, not '%s'",
+                           diag_quote(cli->dump_ir, 40));
     if (cli->run.tune_budget_s > 0 && cli->mode != PLAN_MAX_AUTOTUNE)
         return usage_error("%s", "--tune-budget goes with --mode max-autotune (the only mode that "
                                  "tunes)");
@@ -522,19 +544,17 @@ static int parse_args(int argc, char **argv, Cli *cli)
     return 0;
 }
 
-/* Prints graph WHICH of P to OUT, or every graph that has nodes when WHICH is "". */
-static bool print_graphs(FILE *out, const IrProgram *p, const char *which)
+/* Prints graph WHICH of P to OUT (graph_name_ok), or every graph that has nodes when
+ * WHICH is "". */
+static void print_graphs(FILE *out, const IrProgram *p, const char *which)
 {
     const IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval};
-    bool any = false;
     for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
         const IrGraph *g = graphs[i];
         if (*which && strcmp(which, g->name) != 0) continue;
-        any = true;
         if (g->nnodes == 0 && *which == '\0') continue;
         ir_print(out, p, g);
     }
-    return any;
 }
 
 /* --emit: keeps the IR after PASS as text (a later call for the same pass, as in
@@ -557,11 +577,7 @@ static void keep_pass_ir(void *ctx, PipelinePass pass, const IrProgram *p)
 
 static int dump_ir(const IrProgram *p, const char *which)
 {
-    bool any = print_graphs(stdout, p, which);
-    if (!any) {
-        cgc_error("--dump-ir: unknown graph '%s' (forward, train, train_micro or eval)", diag_quote(which, 40));
-        return 1;
-    }
+    print_graphs(stdout, p, which);
     return 0;
 }
 
@@ -578,6 +594,12 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     BackendOptions bo = backend_options(cli, plan);
     Backend b;
     if (backend_open(&bo, &b) != 0) return 1;
+    if (b.device && cli->run.detect_anomaly) {
+        cgc_error("--detect-anomaly checks values on the CPU reference executor, not on %s; "
+                  "add --device cpu", b.device->name);
+        backend_close(&b);
+        return 1;
+    }
     if (!b.device && plan_mode_captures(cli->mode) && !cli->quiet)
         fprintf(stderr, "cgc: note: --mode %s %s on a GPU; on the CPU the reference "
                         "executor runs every step op by op\n", plan_mode_name(cli->mode),

@@ -15,6 +15,7 @@
 #include "data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "rng.h"
@@ -178,10 +180,26 @@ fail:
 int idx_read(const char *path, int *rank, int64_t dims[IDX_MAX_RANK], uint8_t **bytes)
 {
     *bytes = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* a FIFO must not block */
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        cgc_error("%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        cgc_error("%s: is %s, not an IDX file; put the dataset's files there", path,
+                  S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                                                      : "not a regular file");
+        close(fd);
+        return -1;
+    }
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     errno = 0;
-    gzFile f = gzopen(path, "rb");
+    gzFile f = gzdopen(fd, "rb");
     if (!f) {
         cgc_error("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
+        close(fd);
         return -1;
     }
     gzbuffer(f, 1 << 20);
@@ -208,7 +226,7 @@ static void input_error(Source *src, SrcLoc loc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    if (src) {
+    if (src && loc.line > 0) {   /* else no line of the file said it: a flag did */
         diag_verror(src, loc, fmt, ap);
     } else {
         char msg[512];
@@ -298,10 +316,11 @@ static const char *const IDX_NAMES[4] = {
     "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
 };
 
+/* Something is at PATH: a file, or what idx_read will say is not one. */
 static bool file_exists(const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0;
 }
 
 static char *path_join(const char *dir, const char *name)
@@ -315,7 +334,8 @@ static char *path_join(const char *dir, const char *name)
     return s;
 }
 
-/* DIR/NAME, or DIR/NAME.gz when only that exists; NULL when neither does. */
+/* DIR/NAME, or DIR/NAME.gz when only that exists; NULL when neither does. Whatever is
+ * there counts: a directory or a FIFO in a file's place is an error, not a missing file. */
 static char *idx_file(const char *dir, const char *name)
 {
     char *plain = path_join(dir, name);
@@ -394,7 +414,7 @@ static void report_missing_dir(const IrProgram *p, Source *src, char **places, i
     }
     const char *dir = p->cfg.data_dir;
     const char *hint = "on Debian: apt-get install dataset-fashion-mnist";
-    if (src) {
+    if (src && p->cfg.data_loc.line > 0) {
         diag_error(src, p->cfg.data_loc,
                    "data directory \"%s\" not found (no %s[.gz] in %s)", dir, IDX_NAMES[0],
                    list);

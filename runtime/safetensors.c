@@ -15,6 +15,7 @@
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -196,13 +197,123 @@ static char *parent_dir(const char *path)
     return slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
 }
 
+/* What a file of mode M is, when it is not a regular file. */
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO (named pipe)"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
+}
+
+/* Opens PATH for reading without waiting on a FIFO's writer, and only when it is a regular
+ * file; -1 after an error that names what it is instead. */
+static int open_regular(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        cgc_error("%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        cgc_error("%s: is %s, not a file cgc can read; give the path of a checkpoint", path,
+                  fstat(fd, &st) == 0 ? file_kind(st.st_mode) : "unreadable");
+        close(fd);
+        return -1;
+    }
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+/* Whether the regular file FD begins as a safetensors file does: a header length that
+ * fits, then a JSON object. Only the header is read. */
+static bool is_safetensors(int fd)
+{
+    uint8_t prefix[8];
+    struct stat st;
+    if (fstat(fd, &st) != 0 || pread(fd, prefix, 8, 0) != 8) return false;
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++) n |= (uint64_t)prefix[i] << (8 * i);
+    if (n < 2 || n > (uint64_t)st.st_size - 8 || n > ((uint64_t)1 << 26)) return false;
+    char *text = xmalloc((size_t)n + 1);
+    bool ok = pread(fd, text, (size_t)n, 8) == (ssize_t)n;
+    text[ok ? n : 0] = '\0';
+    cJSON *root = ok ? cJSON_Parse(text) : NULL;
+    ok = cJSON_IsObject(root);
+    cJSON_Delete(root);
+    free(text);
+    return ok;
+}
+
+/* Where a save to PATH lands (malloc'd), or NULL after an error: PATH itself when nothing
+ * is there, the file a symbolic link names (the link stays), or a safetensors file it
+ * replaces; never anything else (a directory, a device, a FIFO, a model's source). */
+static char *save_target(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return xstrdup(path);
+        cgc_error("cannot save to %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *target = S_ISLNK(st.st_mode) ? realpath(path, NULL) : xstrdup(path);
+    if (!target) {
+        cgc_error("cannot save to %s: it is a symbolic link to nothing that exists; give the "
+                  "path of a file", path);
+        return NULL;
+    }
+    if (stat(target, &st) != 0 || !S_ISREG(st.st_mode)) {
+        cgc_error("cannot save to %s: it is %s; cgc saves only to a new file or over a "
+                  "checkpoint (give the name of a file)", path,
+                  stat(target, &st) == 0 ? file_kind(st.st_mode) : "unreadable");
+        free(target);
+        return NULL;
+    }
+    int fd = open(target, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    bool replaceable = fd >= 0 && is_safetensors(fd);
+    if (fd >= 0) close(fd);
+    if (!replaceable) {
+        cgc_error("cannot save to %s: the file exists and is not a checkpoint (a safetensors "
+                  "file), which cgc would not write over; remove it or save under another "
+                  "name", path);
+        free(target);
+        return NULL;
+    }
+    return target;
+}
+
 int st_check_writable(const char *path)
 {
-    char *dir = parent_dir(path);
+    char *target = save_target(path);
+    if (!target) return -1;
+    char *dir = parent_dir(target);
     int ok = access(dir, W_OK | X_OK) == 0;
     if (!ok) cgc_error("cannot save to %s: directory %s is missing or not writable", path, dir);
     free(dir);
+    free(target);
     return ok ? 0 : -1;
+}
+
+/* Removes what an interrupted save to TARGET left: TARGET.tmp.XXXXXX, regular files. */
+static void remove_stale_temps(const char *target)
+{
+    char *dir = parent_dir(target);
+    const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+    size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const char *name = e->d_name;
+        if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0 ||
+            strlen(name + blen + 5) != 6)
+            continue;
+        char *tmp = xmalloc(strlen(dir) + strlen(name) + 2);
+        sprintf(tmp, "%s/%s", dir, name);
+        struct stat st;
+        if (lstat(tmp, &st) == 0 && S_ISREG(st.st_mode)) unlink(tmp);
+        free(tmp);
+    }
+    if (d) closedir(d);
+    free(dir);
 }
 
 /* The rename is only durable once the directory entry is on disk too. */
@@ -252,26 +363,30 @@ static bool write_temp(char *tmp, bool *created, const StTensor *tensors, const 
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta)
 {
+    char *target = save_target(path);
+    if (!target) return -1;
+    remove_stale_temps(target);
     int *order = sorted_order(tensors, ntensors);
     size_t header_len;
     char *header = build_header(tensors, order, ntensors, meta, nmeta, &header_len);
 
     static const char suffix[] = ".tmp.XXXXXX";
-    size_t plen = strlen(path);
+    size_t plen = strlen(target);
     char *tmp = xmalloc(plen + sizeof suffix);
-    memcpy(tmp, path, plen);
+    memcpy(tmp, target, plen);
     memcpy(tmp + plen, suffix, sizeof suffix);
     bool created;
     bool ok = write_temp(tmp, &created, tensors, order, ntensors, header, header_len) &&
-              rename(tmp, path) == 0;
+              rename(tmp, target) == 0;
     if (!ok && created) {
         int saved = errno;
         unlink(tmp);
         errno = saved;
     }
-    ok = ok && sync_parent_dir(path);
+    ok = ok && sync_parent_dir(target);
     if (!ok) cgc_error("cannot write %s: %s", path, strerror(errno));
     free(tmp);
+    free(target);
     free(header);
     free(order);
     return ok ? 0 : -1;
@@ -337,15 +452,16 @@ static uint8_t *read_rest(FILE *f, const char *path, const uint8_t prefix[8], ui
 /* The whole file, once its header length is known to fit; NULL after an error. */
 static uint8_t *read_file(const char *path, uint64_t *size, uint64_t *header_len)
 {
-    FILE *f = fopen(path, "rb");
+    int fd = open_regular(path);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
-        cgc_error("%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) cgc_error("%s: cannot open: %s", path, strerror(errno)), close(fd);
         return NULL;
     }
     struct stat st;
     uint8_t *buf = NULL;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        cgc_error("%s: not a regular file", path);
+    if (fstat(fileno(f), &st) != 0) {
+        cgc_error("%s: cannot read: %s", path, strerror(errno));
     } else {
         *size = (uint64_t)st.st_size;
         uint8_t prefix[8] = {0};

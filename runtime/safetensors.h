@@ -31,13 +31,17 @@ typedef struct StMeta {
 } StMeta;
 
 /* Writes the tensors (in the given order; the header lists them sorted by name, as the
- * reference implementation does) and metadata to PATH atomically. Returns 0, or -1 after
- * "cgc: error: cannot write PATH: reason". */
+ * reference implementation does) and metadata to PATH atomically. PATH must name nothing
+ * yet, or a safetensors file, which is replaced (through a symbolic link, the file it
+ * names); anything else (a directory, a device, a FIFO, another kind of file) is refused.
+ * Temporary files an interrupted save to the same file left are removed first. Returns
+ * 0, or -1 after "cgc: error: cannot save to PATH: ..." or "cannot write PATH: reason". */
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta);
 
-/* 0 when st_save could write PATH (its directory exists and is writable), else -1 after
- * "cgc: error: cannot save to PATH: ...". For checking before hours of work, not after. */
+/* 0 when st_save could write PATH (as above, and its directory exists and is writable),
+ * else -1 after "cgc: error: cannot save to PATH: ...". For checking before hours of
+ * work, not after. */
 int st_check_writable(const char *path);
 
 typedef struct StFile StFile;

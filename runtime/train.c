@@ -105,6 +105,24 @@ static int cpu_epoch_begin(Trainer *t, const TrainProgress *pr)
     return 0;
 }
 
+/* The first NaN or infinity of a run checked for them, named by the op that computed it,
+ * its .net line and the step (of a training graph; the evaluation runs between epochs). */
+static int report_anomaly(Trainer *t, const IrGraph *g, const CpuAnomaly *a, int64_t micro_step)
+{
+    const IrNode *n = &g->nodes[a->node];
+    char when[64] = "in the evaluation", where[512] = "", what[160] = "", shape[128];
+    if (g != &t->p->eval)
+        snprintf(when, sizeof when, "in step %lld", (long long)(micro_step / t->p->cfg.accumulate) + 1);
+    if (n->loc.line > 0) snprintf(where, sizeof where, " at %s:%d", t->o->net_path, n->loc.line);
+    if (n->name) snprintf(what, sizeof what, ", computing '%s'", n->name);
+    train_clear_progress(t);
+    cgc_error("anomaly %s: %s%s (%s graph, node %%%d%s) computed %s at element %lld of %s, from "
+              "values that were all finite", when, ir_op_name(n->op), where, g->name, a->node,
+              what, isnan(a->value) ? "NaN" : a->value > 0 ? "+inf" : "-inf",
+              (long long)a->element, ir_shape_str(t->p, &n->shape, shape, sizeof shape));
+    return -1;
+}
+
 /* Runs graph G on rows order[start .. start+count) of dataset D (file order when ORDER is
  * NULL) as micro-batch number MICRO_STEP of the run (optimizer step * accumulate +
  * micro-batch within the step), the counter dropout masks are keyed by. */
@@ -121,7 +139,10 @@ static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
     cpu_exec_set_profile(b->e, t->recording);
-    return cpu_exec_run(b->e, g, &feed);
+    cpu_exec_set_detect_anomaly(b->e, t->o->detect_anomaly);
+    int rc = cpu_exec_run(b->e, g, &feed);
+    const CpuAnomaly *a = rc ? cpu_exec_anomaly(b->e) : NULL;
+    return a ? report_anomaly(t, g, a, micro_step) : rc;
 }
 
 static double output_scalar(Trainer *t, const IrGraph *g, IrOutputRole role)
@@ -340,6 +361,25 @@ static int progress(Trainer *t, TrainProgress *pr, double started)
     return 0;
 }
 
+/* fp16's loss scaler halves the scale at every skipped step and doubles it after a long
+ * run of good ones. A scale 2^32 below where it started means that step after step
+ * overflowed at every scale tried: the run has diverged, and the scaler can no longer
+ * recover (a scale of 0 never grows). The run stops, keeping the last checkpoint. */
+static int check_scaler(Trainer *t, const TrainProgress *pr)
+{
+    int s = t->p->cfg.precision == PREC_FP16 ? ir_find_tensor(t->p, "cgc.scaler.scale") : -1;
+    if (s < 0) return 0;
+    if (t->ops->pull_tensors(t) != 0) return -1;
+    double scale = t->tensors[s][0], start = t->p->tensors[s].init_value;
+    if (scale >= ldexp(start, -32)) return 0;
+    train_clear_progress(t);
+    cgc_error("fp16: the loss scale has collapsed to %g (it started at %g): %lld of the %lld "
+              "steps so far were skipped because their gradients overflowed at every scale, "
+              "so the run has diverged; try a lower learning rate, clip_norm, or bf16", scale,
+              start, (long long)pr->skipped, (long long)pr->step);
+    return -1;
+}
+
 /* Trains the rest of epoch PR->epoch. */
 static RunState train_epoch(Trainer *t, TrainProgress *pr)
 {
@@ -351,10 +391,11 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
     RunState state = RUN_ON;
     while (pr->batch_in_epoch < end) {
         if (train_step_profiled(t, pr) != 0 || progress(t, pr, started) != 0) return RUN_FAILED;
+        if (!t->o->device && check_scaler(t, pr) != 0) return RUN_FAILED;   /* cheap on the CPU */
         if (pr->step >= t->total_steps) { state = RUN_DONE; break; }
         if (t->o->stop_after && pr->step >= t->o->stop_after) { state = RUN_INTERRUPTED; break; }
     }
-    if (t->ops->read_totals(t, pr, true) != 0) return RUN_FAILED;
+    if (t->ops->read_totals(t, pr, true) != 0 || check_scaler(t, pr) != 0) return RUN_FAILED;
     pr->train_seconds = clock_seconds() - started;
     bool epoch_complete = pr->batch_in_epoch >= end;
     EvalResult ev, *evp = NULL;
@@ -406,12 +447,40 @@ static void print_plan(const Trainer *t, const TrainProgress *pr)
 }
 
 /* The persistent tensors: from the seed, then from the checkpoint when resuming. */
+/* A resumed run's progress must be one this run could have reached: its settings (which
+ * train_state_load compares) fix the epoch's length, so the step follows from the epoch
+ * and the micro-batches taken; steps are skipped only by fp16's scaler, and the loss sum
+ * is a number (but in fp16, whose skipped steps may add an overflowed loss). A file that
+ * says otherwise was not written by such a run. */
+static int check_progress(const Trainer *t, const TrainProgress *pr)
+{
+    const TrainConfig *c = &t->p->cfg;
+    const char *path = t->o->resume_path;
+    int64_t micro = t->steps_per_epoch * c->accumulate;
+    const char *wrong = NULL;
+    if (pr->batch_in_epoch > micro || pr->batch_in_epoch % c->accumulate)
+        wrong = "its place in the epoch (cgc.batch_in_epoch) is not a step of this run's epochs";
+    else if (pr->step != pr->epoch * t->steps_per_epoch + pr->batch_in_epoch / c->accumulate)
+        wrong = "its step (cgc.step) does not follow from its epoch and place in the epoch";
+    else if (pr->skipped > pr->step || (pr->skipped && c->precision != PREC_FP16))
+        wrong = "it counts skipped steps (cgc.skipped) that this run could not have skipped";
+    else if ((!isfinite(pr->loss_sum) && c->precision != PREC_FP16) || pr->loss_count > pr->batch_in_epoch)
+        wrong = "its loss so far (cgc.loss_sum, cgc.loss_count) is not one a run records";
+    if (!wrong) return 0;
+    cgc_error("%s: %s (epoch %lld, micro-batch %lld of %lld, step %lld, %lld skipped); a run "
+              "resumes only from a checkpoint that cgc saved, unchanged", path, wrong,
+              (long long)pr->epoch, (long long)pr->batch_in_epoch, (long long)micro,
+              (long long)pr->step, (long long)pr->skipped);
+    return -1;
+}
+
 static int init_state(Trainer *t, TrainProgress *pr)
 {
     if (t->ops->init_tensors(t) != 0) return -1;
     if (!t->o->resume_path) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
     if (train_state_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0) return -1;
+    if (check_progress(t, pr) != 0) return -1;
     return t->ops->push_tensors(t);
 }
 

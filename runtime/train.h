@@ -37,6 +37,8 @@ typedef struct RunOptions {
     int64_t stop_after;         /* stop after this global step as if interrupted; 0 = never */
     bool quiet;
     bool verbose;               /* -v: on a device, also the median step time */
+    bool detect_anomaly;        /* check every op's values; stop at the first NaN or inf
+                                 * (the CPU reference executor) */
     StepTimes *step_times;      /* when not NULL: the step times of a device run */
     double tune_budget_s;       /* max-autotune: --tune-budget, the most seconds tuning may
                                  * take (0: 60) */

@@ -207,20 +207,30 @@ int train_state_load(const char *path, const IrProgram *p, float *const *tensors
                   format ? "'" : "");
         goto out;
     }
+    const char *model = st_meta(f, "cgc.model");
+    if (!model) {
+        cgc_error("%s: not a cgc checkpoint: no 'cgc.model' in its metadata", path);
+        goto out;
+    }
+    if (strcmp(model, p->model_name) != 0) {
+        cgc_error("%s was saved from model '%s', this is model '%s'; a run resumes only from a "
+                  "checkpoint of its own model", path, diag_quote(model, 60), p->model_name);
+        goto out;
+    }
     if (meta_int(f, path, "cgc.epoch", 0, big, &epoch) ||
         meta_int(f, path, "cgc.batch_in_epoch", 0, big, &bie) ||
         meta_int(f, path, "cgc.step", 0, big, &step) || meta_int(f, path, "cgc.skipped", 0, big, &skipped) ||
         meta_int(f, path, "cgc.loss_count", 0, big, &count) ||
         meta_int(f, path, "cgc.total_steps", 1, big, &saved_total))
         goto out;
-    if (check_settings(f, path, &p->cfg)) goto out;
+    /* the tensors first: another model's are the clearer reason than its settings */
+    if (load_tensors(f, path, p, tensors) != 0 || check_settings(f, path, &p->cfg)) goto out;
     char *end;
     double sum = loss_sum ? strtod(loss_sum, &end) : 0;
     if (!loss_sum || !*loss_sum || *end) {
         cgc_error("%s: metadata 'cgc.loss_sum' is missing or not a number", path);
         goto out;
     }
-    if (load_tensors(f, path, p, tensors) != 0) goto out;
     *pr = (TrainProgress){epoch, bie, step, skipped, sum, count, 0};
     if (saved_total != total_steps)
         fprintf(stderr, "cgc: note: %s was saved from a run of %lld steps; this run spans %lld, "

@@ -5,9 +5,9 @@ Writes two families of generated models and times `cgc MODEL --check --arch none
 on each (front end, passes, plan and kernel source; no NVRTC, no data, no training):
 
   chain  N layers h_i = relu(linear(h_{i-1}, 16)), SGD (the training graph grows by
-         about 13 nodes per layer)
+         15 nodes a layer)
   res    N pre-norm residual blocks (layernorm, linear to 32, gelu, dropout, linear back
-         to 16, added to the stream), AdamW with clipping (about 120 nodes per block)
+         to 16, added to the stream), AdamW with clipping (233 nodes a block)
 
 and prints a Markdown table: model, depth, mode, seconds (wall), peak resident memory
 (of the cgc process, which includes about 250 MB of mapped CUDA libraries). A benchmark,

@@ -13,6 +13,7 @@ cgc_e2e(e2e_stats stats.sh)
 cgc_e2e(e2e_resume_bitexact resume_bitexact.sh)
 cgc_e2e(e2e_train_models train_models.sh)
 cgc_e2e(e2e_cli cli.sh)
+cgc_e2e(e2e_files files.sh)
 cgc_e2e(e2e_profile profile.sh)
 cgc_e2e(e2e_bench bench.sh)
 

@@ -973,6 +973,45 @@ static void test_assign(void)
     ir_program_free(p);
 }
 
+/* --detect-anomaly: the run stops at the first node whose value is not finite, names it
+ * and the first bad element, and applies no ASSIGN; off, the same run completes. The
+ * input is finite, so the first bad value is log's, at the one negative element. */
+static void test_anomaly(void)
+{
+    IrProgram *p = new_program();
+    IrGraph *g = &p->forward;
+    int x = input(p, "x", DT_F32, shp(2, N, 3));
+    int t = ir_add_tensor(p, "t", IR_STATE, shp(0), IR_INIT_CONST, 5, -1, NOLOC);
+    int shifted = ir_binary(g, IR_SUB, x, ir_const(g, 1, NOLOC), NOLOC);
+    int bad = ir_unary(g, IR_LOG, shifted, NOLOC);
+    int later = ir_unary(g, IR_EXP, bad, NOLOC);
+    ir_assign(g, p, t, ir_binary(g, IR_ADD, ir_read(g, p, t, NOLOC), ir_const(g, 1, NOLOC), NOLOC), NOLOC);
+    float xs[6] = { 2, 3, 4, 5, 0.5f, 6 };   /* element 4: log(0.5 - 1) is NaN */
+    CpuFeed feed = { .symvals = { 2 }, .inputs = { xs } };
+    CpuExec *e = cpu_exec_new(p, CPU_F32);
+    cpu_exec_init_tensors(e, 0);
+    CHECK_EQ_INT(cpu_exec_run(e, g, &feed), 0);            /* off: NaN flows on */
+    CHECK(cpu_exec_anomaly(e) == NULL);
+    CHECK(tensor_at(e, t, 0) == 6);
+    cpu_exec_set_detect_anomaly(e, true);
+    CHECK_EQ_INT(cpu_exec_run(e, g, &feed), -1);
+    const CpuAnomaly *a = cpu_exec_anomaly(e);
+    CHECK(a != NULL);
+    if (a) {
+        CHECK_EQ_INT(a->node, bad);
+        CHECK_EQ_INT(a->element, 4);
+        CHECK(isnan(a->value));
+        CHECK(a->node != later);
+    }
+    CHECK(tensor_at(e, t, 0) == 6);                        /* the step's ASSIGN not applied */
+    xs[4] = 1e30f;                                          /* finite everywhere: completes */
+    CHECK_EQ_INT(cpu_exec_run(e, g, &feed), 0);
+    CHECK(cpu_exec_anomaly(e) == NULL);
+    CHECK(tensor_at(e, t, 0) == 7);
+    cpu_exec_free(e);
+    ir_program_free(p);
+}
+
 /* ---- errors ---- */
 
 /* Runs G with stderr captured into BUF. */
@@ -1148,6 +1187,7 @@ int main(void)
     test_dropout();
     test_init();
     test_assign();
+    test_anomaly();
     test_bad_labels();
     test_determinism();
     test_buffer_reuse();

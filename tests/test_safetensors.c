@@ -322,7 +322,7 @@ static void test_atomic_write(void)
              path);
     CHECK_STR(err, want);
 
-    /* The target is a directory: the rename fails, and the temporary file goes. */
+    /* The target is a directory: refused before anything is written. */
     snprintf(path, sizeof path, "%s/sub", dir);
     mkdir(path, 0700);
     char inner[400];
@@ -332,8 +332,34 @@ static void test_atomic_write(void)
     rc = st_save(path, SAMPLE, 2, NULL, 0);
     err = capture_end();
     CHECK_EQ_INT(rc, -1);
-    CHECK(strncmp(err, "cgc: error: cannot write ", 25) == 0);
+    snprintf(want, sizeof want, "cgc: error: cannot save to %s: it is a directory; cgc saves "
+             "only to a new file or over a checkpoint (give the name of a file)\n", path);
+    CHECK_STR(err, want);
     CHECK_EQ_INT(count_entries(dir), 2);   /* model.safetensors and sub, no temporary */
+
+    /* A file that is not safetensors (a model's source, say) is refused and kept. */
+    snprintf(path, sizeof path, "%s/model.net", dir);
+    write_bytes(path, "model m {}\n", 11);
+    capture_start();
+    rc = st_save(path, SAMPLE, 2, NULL, 0);
+    err = capture_end();
+    CHECK_EQ_INT(rc, -1);
+    CHECK(strstr(err, "the file exists and is not a checkpoint") != NULL);
+    char text[16] = "";
+    FILE *src = fopen(path, "rb");
+    CHECK(src && fread(text, 1, 11, src) == 11 && memcmp(text, "model m {}\n", 11) == 0);
+    if (src) fclose(src);
+
+    /* A leftover temporary file of the target goes at the next save; another's stays. */
+    char stale[400], other[400];
+    snprintf(stale, sizeof stale, "%s/model.safetensors.tmp.AbC123", dir);
+    snprintf(other, sizeof other, "%s/model.net.tmp.AbC123", dir);
+    write_bytes(stale, "x", 1);
+    write_bytes(other, "x", 1);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK_EQ_INT(st_save(path, SAMPLE, 2, NULL, 0), 0);
+    CHECK(access(stale, F_OK) != 0);
+    CHECK(access(other, F_OK) == 0);
 }
 
 int main(int argc, char **argv)

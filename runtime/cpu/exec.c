@@ -72,6 +72,8 @@ struct CpuExec {
     Buf scratch[3];         /* tf32 copies of GEMM operands; REDUCE_TO passes; partials */
     double gemm_seconds;
     Profile *prof;          /* --profile: times every op while set; NULL costs one test */
+    bool detect_anomaly;    /* check every node's values (cpu_exec_set_detect_anomaly) */
+    CpuAnomaly anomaly;     /* the last run's, when it stopped at one */
 };
 
 /* Makes B hold at least BYTES. The old contents are not kept: callers overwrite. */
@@ -594,6 +596,22 @@ static void apply_assigns(CpuExec *e, const IrGraph *g)
     }
 }
 
+/* Whether node ID's value (just computed) holds a NaN or an infinity; if so, records the
+ * first as the run's anomaly. Integer values (labels) have none. */
+static bool anomalous(CpuExec *e, const IrGraph *g, int id)
+{
+    const Slot *s = &e->slots[id];
+    IrOp op = g->nodes[id].op;   /* a constant is as written; an ASSIGN, its value */
+    if (g->nodes[id].dtype == DT_I32 || op == IR_CONST || op == IR_ASSIGN) return false;
+    for (int64_t i = 0; i < s->n; i++) {
+        double v = e->real == CPU_F64 ? ((const double *)s->val)[i] : ((const float *)s->val)[i];
+        if (isfinite(v)) continue;
+        e->anomaly = (CpuAnomaly){ .node = id, .element = i, .value = v };
+        return true;
+    }
+    return false;
+}
+
 int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
 {
     CGC_ASSERT(e->p->nsyms <= IR_MAX_SYMBOLS && e->p->ninputs <= IR_MAX_INPUTS);
@@ -605,12 +623,14 @@ int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
     e->feed = feed;
     e->run++;
     slots_reserve(e, g->nnodes);
+    e->anomaly = (CpuAnomaly){ .node = -1 };
     int rc = 0;
     for (int id = 0; id < g->nnodes && rc == 0; id++) {
         double start = e->prof ? clock_seconds() : 0;
         rc = e->real == CPU_F64 ? exec_node_f64(e, g, id) : exec_node_f32(e, g, id);
         /* an ASSIGN's work is its copy, timed in apply_assigns */
         if (e->prof && g->nodes[id].op != IR_ASSIGN) profile_node(e, g, id, start);
+        if (rc == 0 && e->detect_anomaly && anomalous(e, g, id)) rc = -1;
     }
     if (rc == 0) apply_assigns(e, g);
     e->feed = NULL;
@@ -636,3 +656,10 @@ double cpu_exec_scalar(CpuExec *e, int id)
 double cpu_exec_gemm_seconds(const CpuExec *e) { return e->gemm_seconds; }
 
 void cpu_exec_set_profile(CpuExec *e, Profile *prof) { e->prof = prof; }
+
+void cpu_exec_set_detect_anomaly(CpuExec *e, bool on) { e->detect_anomaly = on; }
+
+const CpuAnomaly *cpu_exec_anomaly(const CpuExec *e)
+{
+    return e->anomaly.node >= 0 ? &e->anomaly : NULL;
+}

@@ -45,8 +45,22 @@ void cpu_tensor_init_values(const IrProgram *p, int i, uint64_t seed, float *out
 void *cpu_exec_tensor(CpuExec *e, int i);
 
 /* Runs graph G once: computes every node, then applies the ASSIGNs. Returns 0, or -1
- * after printing an error (a label out of range, say). */
+ * after printing an error (a label out of range, say) or, silently, at an anomaly. */
 int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed);
+
+/* The first value of a run that was not a number or was infinite (the node, in the graph
+ * run, that computed it from finite inputs). */
+typedef struct CpuAnomaly {
+    int node;
+    int64_t element;
+    double value;
+} CpuAnomaly;
+/* With ON, every later run checks each node's values as it computes them and stops at the
+ * first NaN or infinity, before the ASSIGNs (the tensors keep the last step's values).
+ * Off, it costs one test per node. */
+void cpu_exec_set_detect_anomaly(CpuExec *e, bool on);
+/* The anomaly the last run stopped at, or NULL. */
+const CpuAnomaly *cpu_exec_anomaly(const CpuExec *e);
 
 /* After a run: the value of node ID of the graph last run (float * or double *, in the
  * node's shape with symbols bound by the feed), and its element count. Valid until the

@@ -25,7 +25,7 @@ expect() {  # expect DESCRIPTION STATUS PATTERN -- ARGS...   (pattern searched i
   fi
 }
 expect "help" 0 "usage: cgc FILE.net" -- --help
-for flag in --check --dump-ir --device --save --resume --stop-after --metrics --quiet --version \
+for flag in --check --dump-ir --device --save --resume --stop-after --detect-anomaly --metrics --quiet --version \
             --data --batch --epochs --steps --shuffle --drop-last --optimizer --lr --schedule \
             --precision --accumulate --clip-norm --checkpoint --memory --seed \
             --arch --devices --emit --mode --verbose --dump-ir-after --explain --stats \
@@ -51,7 +51,7 @@ expect "devices" 0 "^(no CUDA device: |cuda:0 )" -- --devices
 if ! "$cgc" --devices | grep -q '^cuda:0'; then
     expect "cuda device" 1 "--device cuda: no usable CUDA device: .*; use --device cpu" -- \
         "$root/models/regression.net" --device cuda
-    expect "cuda device number" 1 "--device cuda:x: expected cuda or cuda:N" -- \
+    expect "cuda device number" 2 "--device takes auto, cpu, cuda or cuda:N .*not 'cuda:x'" -- \
         "$root/models/regression.net" --device cuda:x
 fi
 expect "arch needs check" 2 "--arch goes with --check" -- "$root/models/mlp.net" --arch sm_90
@@ -92,9 +92,10 @@ fi
 expect "mode unknown" 2 "--mode fast: unknown mode" -- "$root/models/mlp.net" --mode fast
 expect "bad pass" 2 "--dump-ir-after takes sema, precision" -- "$root/models/mlp.net" --dump-ir-after lexer
 expect "check no nvrtc" 0 "ok: model regression" -- "$root/models/regression.net" --check --arch none
-expect "bad device" 1 "unknown device 'tpu'" -- "$root/models/regression.net" --device tpu
+expect "bad device" 2 "--device takes auto, cpu, cuda or cuda:N .*not 'tpu'" -- "$root/models/regression.net" --device tpu
+expect "gpu is no device name" 2 "--device takes auto, cpu, cuda or cuda:N .*not 'gpu'" -- "$root/models/regression.net" --device gpu
 expect "auto device" 0 "running on the CPU" -- "$root/models/regression.net" --device auto --steps 2
-expect "unknown graph" 1 "unknown graph 'nope'" -- "$root/models/mlp.net" --dump-ir=nope
+expect "unknown graph" 2 "--dump-ir=GRAPH takes forward, train, train_micro or eval, not 'nope'" -- "$root/models/mlp.net" --dump-ir=nope
 expect "resume garbage" 1 "error: .*cli.sh" -- "$root/models/regression.net" --resume "$0" --steps 2
 expect "save dir missing" 1 "cannot save to /nonexistent/m.st: directory /nonexistent is missing" -- "$root/models/regression.net" --steps 2 --save /nonexistent/m.st
 expect "stop-after zero" 2 "--stop-after takes a positive step number" -- "$root/models/mlp.net" --stop-after 0
