@@ -343,7 +343,7 @@ void ir_graph_copy(IrGraph *dst, const IrGraph *src, const char *name)
     dst->name = name;
     dst->cap = src->nnodes;
     dst->nodes = xmalloc((size_t)(src->nnodes ? src->nnodes : 1) * sizeof *src->nodes);
-    memcpy(dst->nodes, src->nodes, (size_t)src->nnodes * sizeof *src->nodes);
+    if (src->nnodes) memcpy(dst->nodes, src->nodes, (size_t)src->nnodes * sizeof *src->nodes);
     dst->groups = NULL;
     if (src->ngroups) {
         dst->groups = xmalloc((size_t)src->ngroups * sizeof *src->groups);

@@ -979,8 +979,14 @@ static int lower_flatten(Sema *S, const Builtin *b, const AstExpr *call, const A
 static int add_param(Sema *S, const char *suffix, Shape s, IrInit init, double init_value,
                      SrcLoc loc)
 {
-    char name[AST_MAX_TOKEN_BYTES + 16];
+    char name[AST_MAX_TOKEN_BYTES + 48];
     snprintf(name, sizeof name, "%s.%s", S->stmt->name, suffix);
+    /* A second binding of a name, already reported (check_new_name), is still lowered for
+     * the errors in its expression; its parameters take names no binding can have. */
+    for (int again = 2; ir_find_tensor(S->p, name) >= 0; again++) {
+        CGC_ASSERT(diag_error_count() > 0);
+        snprintf(name, sizeof name, "%s.%s (binding %d)", S->stmt->name, suffix, again);
+    }
     int t = ir_add_tensor(S->p, name, IR_PARAM, s, init, init_value, -1, loc);
     return ir_read(S->g, S->p, t, loc);
 }

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# fuzz.sh [SECONDS]: coverage-guided fuzzing of what cgc reads, with clang's libFuzzer.
+#
+# Builds the fuzz targets with clang, libFuzzer's coverage, ASan and UBSan (CMake option
+# CGC_FUZZ, in $FUZZ_BUILD, default build-fuzz/), then runs each target for SECONDS
+# (default 600) from its seed corpus (the repository's models and diagnostics tests) and
+# the corpus it has grown in earlier runs ($FUZZ_BUILD/corpus/TARGET). Any crash, abort,
+# internal error, leak, undefined behaviour or input slower than 10 s stops the target
+# with the input saved in $FUZZ_BUILD/artifacts/ (make it a regression test), and the
+# script exits 1. Prints each target's executions and coverage last.
+#
+#   fuzz_net          a .net file through the lexer, parser, sema, every pass, the plan
+#                     and the kernel source, in one of the four modes (by its length)
+#   fuzz_idx          an IDX dataset file, gzip'd or not
+#   fuzz_safetensors  a checkpoint, every tensor's bytes read
+#
+# `make test` runs it for 20 s a target (the fuzz_short test); an hour a target is the
+# run that counts (scripts/fuzz.sh 3600). Needs clang and libFuzzer (Debian: clang,
+# libclang-rt-dev); exits 77 (skipped) without them.
+set -uo pipefail
+seconds=${1:-600}
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${FUZZ_BUILD:-$root/build-fuzz}
+targets=(fuzz_net fuzz_idx fuzz_safetensors)
+
+command -v clang > /dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-dev): skipped"; exit 77; }
+probe=$(mktemp -d)
+trap 'rm -rf -- "$probe"' EXIT
+echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' > "$probe/p.c"
+clang -fsanitize=fuzzer "$probe/p.c" -o "$probe/p" 2> /dev/null ||
+  { echo "fuzz.sh: clang has no libFuzzer (apt-get install libclang-rt-dev): skipped"; exit 77; }
+
+cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCGC_FUZZ=ON -DCGC_WERROR=OFF \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
+  { tail -30 "$build.build.log"; exit 1; }
+
+# Seeds: the repository's models and diagnostics; slices of Fashion-MNIST's files, plain
+# and gzip'd (where the data is installed); checkpoints the e2e test writes (a small one
+# is made here).
+mkdir -p "$build/seeds/fuzz_net" "$build/seeds/fuzz_idx" "$build/seeds/fuzz_safetensors" "$build/artifacts"
+find "$root/models" "$root/tests/emu/models" "$root/tests/diag" -name '*.net' |
+  while read -r f; do cp "$f" "$build/seeds/fuzz_net/$(echo "${f#$root/}" | tr '/' '_')"; done
+for f in /usr/share/datasets/fashion-mnist/*-ubyte.gz "$root"/data/fashion-mnist/*-ubyte.gz; do
+  [ -f "$f" ] || continue
+  name=$(basename "$f" .gz)
+  gzip -dc "$f" | head -c 2000 > "$build/seeds/fuzz_idx/$name"
+  gzip -c "$build/seeds/fuzz_idx/$name" > "$build/seeds/fuzz_idx/$name.gz"
+done
+printf '\x00\x00\x08\x01\x00\x00\x00\x03\x01\x02\x03' > "$build/seeds/fuzz_idx/tiny1"
+python3 - "$build/seeds/fuzz_safetensors/tiny.safetensors" <<'EOF' 2> /dev/null || true
+import json, struct, sys
+h = json.dumps({"__metadata__": {"format": "cgc-checkpoint-1"},
+                "a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+                "b": {"dtype": "I64", "shape": [1], "data_offsets": [16, 24]}}).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(range(24)))
+EOF
+
+status=0
+summary=""
+for t in "${targets[@]}"; do
+  corpus=$build/corpus/$t
+  mkdir -p "$corpus"
+  log=$build/$t.log
+  # -close_fd_mask=2: the diagnostics of refused inputs are not findings
+  "$build/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -close_fd_mask=2 -error_exitcode=1 -timeout_exitcode=1 \
+      -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" "$corpus" "$build/seeds/$t" \
+      > "$log" 2>&1
+  rc=$?
+  done_line=$(grep -E '^#[0-9]+' "$log" | tail -1)
+  if [ "$rc" -ne 0 ]; then
+    status=1
+    echo "$t: FAILED (exit $rc); the input is in $build/artifacts/, the report:"
+    grep -E -A25 'ERROR|runtime error|deadly signal|timeout' "$log" | head -40
+  fi
+  summary+="$t: $done_line"$'\n'
+done
+printf '%s' "$summary"
+exit "$status"

@@ -1,0 +1,68 @@
+/* fuzz_files.c: libFuzzer targets (scripts/fuzz.sh) for the binary files cgc reads, each
+ * through its public reader: IDX datasets, gzip'd or not (fuzz_idx), and safetensors
+ * checkpoints (fuzz_safetensors). The readers take a path, so each input is written to a
+ * file first. An input may be refused with a message; it may not crash, leak or trip a
+ * sanitizer, and what a reader accepts is read through to the end. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../runtime/data.h"
+#include "../../runtime/safetensors.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The input as a file of its own (one per process, rewritten each time). */
+static const char *as_file(const uint8_t *data, size_t size)
+{
+    static char path[64];
+    if (!path[0]) snprintf(path, sizeof path, "/tmp/cgc_fuzz_%ld.bin", (long)getpid());
+    FILE *f = fopen(path, "wb");
+    if (!f) abort();
+    if (size && fwrite(data, 1, size, f) != size) abort();
+    fclose(f);
+    return path;
+}
+
+#ifndef FUZZ_IDX
+/* Bytes per element of a dtype the reader accepts. */
+static uint64_t dtype_bytes(const char *dtype)
+{
+    static const struct { const char *name; int bytes; } sizes[] = {
+        { "F64", 8 }, { "I64", 8 }, { "F32", 4 }, { "I32", 4 }, { "F16", 2 }, { "BF16", 2 }, { "U8", 1 },
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        if (strcmp(dtype, sizes[i].name) == 0) return (uint64_t)sizes[i].bytes;
+    abort();   /* st_load accepted a dtype it does not know */
+}
+#endif
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *path = as_file(data, size);
+#ifdef FUZZ_IDX
+    int rank = 0;
+    int64_t dims[IDX_MAX_RANK];
+    uint8_t *bytes = NULL;
+    if (idx_read(path, &rank, dims, &bytes) == 0) {
+        uint64_t n = 1, sum = 0;
+        for (int i = 0; i < rank; i++) n *= (uint64_t)dims[i];
+        for (uint64_t i = 0; i < n; i++) sum += bytes[i];   /* every byte it claims is there */
+        if (sum == 0xFFFFFFFFFFFFFFFFull) abort();
+    }
+    free(bytes);
+#else
+    StFile *f = st_load(path);
+    for (int i = 0; f && i < st_count(f); i++) {   /* every byte a tensor claims is there */
+        const StTensor *t = st_get(f, i);
+        uint64_t n = dtype_bytes(t->dtype), sum = 0;
+        for (int k = 0; k < t->rank; k++) n *= (uint64_t)t->shape[k];
+        for (uint64_t b = 0; b < n; b++) sum += ((const uint8_t *)t->data)[b];
+        if (sum == 0xFFFFFFFFFFFFFFFFull) abort();
+    }
+    st_free(f);
+#endif
+    return 0;
+}
