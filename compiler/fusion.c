@@ -122,7 +122,7 @@ typedef struct Fuser {
     Ready *sorted;          /* relabel's scratch */
     int hub;                /* a node, or -1; see "order" */
     bool *to_hub, *from_hub;    /* per node: a path of nodes leads to the hub, from it */
-    /* While a row group tries a merge (row_absorb), every write to parent and next is
+    /* While a row group tries a merge (row_absorb), every write to parent, next and ord is
      * logged, so that an illegal merge is undone in time proportional to what it did. */
     bool logging;
     struct { int *slot, old; } *undo; int nundo, capundo;
@@ -366,9 +366,11 @@ static bool reads_original(Fuser *f, int v, int c)
  * between the two, and none goes from the later to the earlier. When A and B merge, the
  * units between them that A reaches (F) and those that reach B (K), which are disjoint
  * as there is no detour, are relabelled K, A, B, F, with the labels they had among them
- * (Pearce and Kelly's dynamic topological order); the merged cluster keeps its root's
- * label. That order is valid whether or not the merge then happens. Labels start as node
- * ids, which are topological (inputs come first). */
+ * (Pearce and Kelly's dynamic topological order), and the merged cluster takes B's
+ * label, the later of the two. That order is valid whether or not the merge then happens.
+ * When A reaches nothing before B, nothing moves: the merged cluster at B's place is in
+ * order already (a chain joining its consumer, the common case, costs no relabelling).
+ * Labels start as node ids, which are topological (inputs come first). */
 
 static int unit_of_node(Fuser *f, int v)
 {
@@ -506,6 +508,7 @@ static bool acyclic_merge(Fuser *f, int a, int b)
 {
     int lower = f->ord[a] < f->ord[b] ? a : b, upper = lower == a ? b : a;
     if (detour(f, lower, upper)) return false;
+    if (f->nfound == 0) return true;   /* nothing LOWER reaches lies before UPPER: in order */
     for (int i = 0; i < f->nfound; i++) f->sorted[i] = (Ready){ 0, f->ord[f->found[i]], f->found[i] };
     int nf = f->nfound;
     reaching(f, lower, upper);
@@ -621,6 +624,7 @@ static void merge(Fuser *f, int a, int b)
     int t = f->next[a];
     set(f, &f->next[a], f->next[b]);
     set(f, &f->next[b], t);
+    if (f->ord[a] > f->ord[b]) set(f, &f->ord[b], f->ord[a]);   /* the later place (see "order") */
 }
 
 /* Two consumer clusters of one value that may become one kernel. */
