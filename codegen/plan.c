@@ -509,11 +509,13 @@ static PlanGemm plain_gemm(Builder *b, int id)
     return gm;
 }
 
+/* The GEMM of MATMUL node ID, after the copies of its operands that it needs (plain_gemm
+ * adds those steps, so the GEMM's own step is added after it returns). */
 static void gemm_node(Builder *b, int id)
 {
     const IrNode *n = &b->graph->ir->nodes[id];
-    PlanStep *s = add_step(b, STEP_GEMM, n, id, ownf(b, "matmul %s", node_what(b, n, id)));
-    s->gemm = plain_gemm(b, id);
+    PlanGemm gm = plain_gemm(b, id);
+    add_step(b, STEP_GEMM, n, id, ownf(b, "matmul %s", node_what(b, n, id)))->gemm = gm;
 }
 
 /* GEMM group K (ir.h, IR_GROUP_GEMM), members MATMUL, ADD of the bias and perhaps an

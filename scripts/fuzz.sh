@@ -36,11 +36,12 @@ cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCGC_FUZZ=ON -DCGC_WERROR
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
   { tail -30 "$build.build.log"; exit 1; }
 
-# Seeds: the repository's models and diagnostics; slices of Fashion-MNIST's files, plain
+# Seeds: the repository's models and diagnostics, and the inputs that found faults
+# (tests/fuzz/seeds/: each must stay fixed); slices of Fashion-MNIST's files, plain
 # and gzip'd (where the data is installed); checkpoints the e2e test writes (a small one
 # is made here).
 mkdir -p "$build/seeds/fuzz_net" "$build/seeds/fuzz_idx" "$build/seeds/fuzz_safetensors" "$build/artifacts"
-find "$root/models" "$root/tests/emu/models" "$root/tests/diag" -name '*.net' |
+find "$root/models" "$root/tests/emu/models" "$root/tests/diag" "$root/tests/fuzz/seeds" -name '*.net' |
   while read -r f; do cp "$f" "$build/seeds/fuzz_net/$(echo "${f#$root/}" | tr '/' '_')"; done
 for f in /usr/share/datasets/fashion-mnist/*-ubyte.gz "$root"/data/fashion-mnist/*-ubyte.gz; do
   [ -f "$f" ] || continue

@@ -542,8 +542,48 @@ out:
     free(text);
 }
 
+/* A GEMM whose operand must be copied first (an f16 input times f32 weights meet in f32)
+ * comes after the copy that writes it, in every graph (the copy used to be planned after
+ * the GEMM, which then read a buffer nothing had written yet). */
+static void test_gemm_operand_copies_first(void)
+{
+    static const char net[] = "model m {\n    input x: f16[N, 8]\n    input y: i32[N]\n"
+                              "    h = linear(x, 4)\n    output h\n    loss cross_entropy(h, y)\n}\n";
+    Source *src = source_from_string("f16_input.net", net, sizeof net - 1);
+    IrProgram *p = pipeline_compile(src, NULL, 0);
+    CHECK(p != NULL);
+    Plan *pl = p ? plan_build(p, PLAN_EAGER, "f16_input.net") : NULL;
+    int copies = 0;
+    for (int g = 0; pl && g < PG_NUM; g++) {
+        const PlanGraph *pg = &pl->graph[g];
+        for (int i = 0; pg->ir && i < pg->nsteps; i++) {
+            if (pg->steps[i].kind != STEP_GEMM) continue;
+            int ops[2] = { pg->steps[i].gemm.a, pg->steps[i].gemm.b };
+            for (int o = 0; o < 2; o++) {
+                const char *what = pl->buffers[ops[o]].what;
+                size_t n = strlen(what);
+                if (n < 2 || (strcmp(what + n - 2, ".a") != 0 && strcmp(what + n - 2, ".b") != 0))
+                    continue;   /* not a copy */
+                copies++;
+                int writer = -1;
+                for (int j = 0; j < pg->nsteps && writer < 0; j++)
+                    for (int a = 0; pg->steps[j].kind == STEP_LAUNCH && a < pg->steps[j].launch.nargs; a++)
+                        if (pg->steps[j].launch.arg[a].kind == ARG_BUFFER &&
+                            pg->steps[j].launch.arg[a].index == ops[o])
+                            writer = j;
+                CHECK(writer >= 0 && writer < i);
+            }
+        }
+    }
+    CHECK(copies > 0);
+    plan_free(pl);
+    ir_program_free(p);
+    source_free(src);
+}
+
 int main(void)
 {
+    test_gemm_operand_copies_first();
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc_codegen_XXXXXX");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
