@@ -14,7 +14,8 @@
 #   fuzz_idx          an IDX dataset file, gzip'd or not
 #   fuzz_safetensors  a checkpoint, every tensor's bytes read
 #
-# `make test` runs it for 20 s a target (the fuzz_short test); an hour a target is the
+# `make test` runs each target for a fixed 4,000 inputs from a fixed seed, so that it is
+# repeatable (the fuzz_short test: FUZZ_RUNS=4000 FUZZ_SEED=1); an hour a target is the
 # run that counts (scripts/fuzz.sh 3600). Needs clang and libFuzzer (Debian: clang,
 # libclang-rt-dev); exits 77 (skipped) without them.
 set -uo pipefail
@@ -66,7 +67,10 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   log=$build/$t.log
   # -close_fd_mask=2: the diagnostics of refused inputs are not findings
-  "$build/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -close_fd_mask=2 -error_exitcode=1 -timeout_exitcode=1 \
+  # FUZZ_RUNS (with FUZZ_SEED) makes a run repeatable: that many inputs from that seed
+  limit=(-max_total_time="$seconds")
+  [ -n "${FUZZ_RUNS:-}" ] && limit=(-runs="$FUZZ_RUNS" -seed="${FUZZ_SEED:-1}")
+  "$build/$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -close_fd_mask=2 -error_exitcode=1 -timeout_exitcode=1 \
       -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" "$corpus" "$build/seeds/$t" \
       > "$log" 2>&1
   rc=$?

@@ -45,8 +45,9 @@ set_tests_properties(crosscheck_torch PROPERTIES LABELS "cpu;e2e" TIMEOUT 600 SK
 add_test(NAME docs_readme_flags COMMAND bash ${TESTS_DIR}/docs/readme_flags.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
 set_tests_properties(docs_readme_flags PROPERTIES LABELS cpu TIMEOUT 60)
 
-# Coverage-guided fuzzing (scripts/fuzz.sh), briefly: each libFuzzer target 20 s from the
-# repository's models and diagnostics, in a clang build of its own under the build tree.
+# Coverage-guided fuzzing (scripts/fuzz.sh), briefly and repeatably: each libFuzzer target
+# 4,000 inputs from a fixed seed and the repository's models, diagnostics and the inputs
+# that found faults, in a clang build of its own under the build tree.
 add_test(NAME fuzz_short COMMAND ${CMAKE_COMMAND} -E env FUZZ_BUILD=${CMAKE_BINARY_DIR}/fuzz
-         bash ${CMAKE_SOURCE_DIR}/scripts/fuzz.sh 20)
+         FUZZ_RUNS=4000 FUZZ_SEED=1 bash ${CMAKE_SOURCE_DIR}/scripts/fuzz.sh 20)
 set_tests_properties(fuzz_short PROPERTIES LABELS cpu TIMEOUT 600 SKIP_RETURN_CODE 77)
