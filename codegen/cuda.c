@@ -921,6 +921,8 @@ void cuda_data_kernels(PlanKernel out[PDK_NUM])
         k->name = xstrdup(spec->name);
         k->block = spec->block;
         data_kernel_params(spec->params, k);
+        for (int p = 0; p < k->nparams; p++)   /* as the parameter list says */
+            k->param_restrict[p] = k->param[p] == PP_PTR && strstr(spec->params, "__restrict__");
         StrBuf src = { 0 };
         sb_printf(&src, "/* data pipeline: %s (see codegen/plan.h) */\n", spec->name);
         sb_printf(&src, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)\n{\n%s}\n",

@@ -291,7 +291,9 @@ void plan_emit_emu_thunks(FILE *out, const Plan *plan)
     fprintf(out, "/* thunks: the CUDA emulation calls kernel NAME as cgc_emu_thunk_NAME(args),\n"
                  " * args[i] pointing at parameter i's value (cuLaunchKernel's kernelParams);\n"
                  " * cgc_emu_argbytes_NAME lists the parameters' sizes, then 0 (what a graph\n"
-                 " * capture copies) */\n");
+                 " * capture copies); cgc_emu_noalias_NAME says of each parameter 2 (a\n"
+                 " * __restrict__ pointer written), 1 (one read) or 0 (neither), so that a\n"
+                 " * launch aliasing them fails */\n");
     for (int k = 0; k < plan->nkernels; k++) {
         const PlanKernel *kn = &plan->kernels[k];
         fprintf(out, "extern \"C\" void cgc_emu_thunk_%s(void **args)\n{\n    %s(", kn->name, kn->name);
@@ -300,6 +302,12 @@ void plan_emit_emu_thunks(FILE *out, const Plan *plan)
         fprintf(out, ");\n}\n");
         fprintf(out, "extern \"C\" const unsigned char cgc_emu_argbytes_%s[] = {", kn->name);
         for (int i = 0; i < kn->nparams; i++) fprintf(out, "sizeof(%s), ", kn->param_ctype[i]);
+        fprintf(out, "0};\n");
+        fprintf(out, "extern \"C\" const unsigned char cgc_emu_noalias_%s[] = {", kn->name);
+        for (int i = 0; i < kn->nparams; i++) {
+            bool read_only = strncmp(kn->param_ctype[i], "const ", 6) == 0;
+            fprintf(out, "%d, ", !kn->param_restrict[i] ? 0 : read_only ? 1 : 2);
+        }
         fprintf(out, "0};\n");
     }
 }

@@ -277,6 +277,7 @@ static void set_params(PlanKernel *k, const GemmSpec *s)
     k->nparams = (int)(sizeof ct / sizeof ct[0]);
     for (int i = 0; i < k->nparams; i++) {
         k->param[i] = i < 5 ? PP_PTR : PP_I64;
+        k->param_restrict[i] = i < 5;
         k->param_ctype[i] = ct[i];
     }
 }

@@ -615,7 +615,10 @@ static void set_params(PlanKernel *k, const MlpSpec *s)
     k->param_ctype[n++] = cuda_storage_ctype(s->in_type, true);
     for (int j = 0; j < s->nlayers; j++) k->param_ctype[n++] = cuda_storage_ctype(s->in_type, true);
     for (int j = 0; j < s->nlayers; j++) k->param_ctype[n++] = cuda_storage_ctype(s->layer[j].aux_type, true);
-    for (int i = 0; i < n; i++) k->param[i] = PP_PTR;
+    for (int i = 0; i < n; i++) {
+        k->param[i] = PP_PTR;
+        k->param_restrict[i] = true;
+    }
     k->param[n] = PP_I64;
     k->param_ctype[n++] = "int64_t";
     k->nparams = n;

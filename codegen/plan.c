@@ -199,13 +199,33 @@ static bool name_taken(const Plan *pl, const char *name)
     return false;
 }
 
-static char *draft_signature(const KernelDraft *d)
+/* Whether pointer parameter I of D may be __restrict__: no other parameter names the
+ * same memory where one of the two is written (an in-place assignment reads the tensor
+ * through one and writes it through another; the promise would then be false, and the
+ * compiler free to reorder the read after the write). */
+static bool may_restrict(const Plan *pl, const KernelDraft *d, int i)
+{
+    const DraftParam *p = &d->param[i];
+    if (p->type != PP_PTR || p->arg.kind != ARG_BUFFER) return p->type == PP_PTR;
+    bool writes = strncmp(p->ctype, "const ", 6) != 0;
+    int root = plan_buffer_root(pl, p->arg.index);
+    for (int j = 0; j < d->nparams; j++) {
+        const DraftParam *q = &d->param[j];
+        if (j == i || q->type != PP_PTR || q->arg.kind != ARG_BUFFER) continue;
+        if ((writes || strncmp(q->ctype, "const ", 6) != 0) &&
+            plan_buffer_root(pl, q->arg.index) == root)
+            return false;
+    }
+    return true;
+}
+
+static char *draft_signature(const Plan *pl, const KernelDraft *d)
 {
     StrBuf s = { 0 };
     for (int i = 0; i < d->nparams; i++) {
         const DraftParam *p = &d->param[i];
-        bool ptr = p->type == PP_PTR;
-        sb_printf(&s, "%s%s%s%s", i ? ", " : "", p->ctype, ptr ? "__restrict__ " : " ", p->name);
+        const char *qual = p->type != PP_PTR ? " " : may_restrict(pl, d, i) ? "__restrict__ " : "";
+        sb_printf(&s, "%s%s%s%s", i ? ", " : "", p->ctype, qual, p->name);
     }
     return s.s ? s.s : xstrdup("");
 }
@@ -213,7 +233,7 @@ static char *draft_signature(const KernelDraft *d)
 static int add_kernel(Builder *b, const KernelDraft *d)
 {
     Plan *pl = b->plan;
-    char *sig = draft_signature(d);
+    char *sig = draft_signature(pl, d);
     StrBuf key = { 0 };
     sb_printf(&key, "%d(%s){%s}", d->block, sig, d->body.s ? d->body.s : "");
     for (int k = 0; k < pl->nkernels; k++) {
@@ -242,6 +262,7 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     for (int i = 0; i < d->nparams; i++) {
         k->param[i] = d->param[i].type;
         k->param_ctype[i] = d->param[i].ctype;
+        k->param_restrict[i] = d->param[i].type == PP_PTR && may_restrict(pl, d, i);
     }
     info->key = key.s;
     info->signature = sig;

@@ -106,6 +106,10 @@ typedef struct PlanKernel {
     int nparams;
     PlanParamType param[PLAN_MAX_PARAMS];
     const char *param_ctype[PLAN_MAX_PARAMS];   /* "float *", "const cgc_half *", "int64_t" */
+    /* Which pointer parameters are __restrict__: no two of them may overlap where one
+     * is written (the emulation checks each launch). A kernel that reads and writes one
+     * tensor in place through two parameters has neither restrict. */
+    bool param_restrict[PLAN_MAX_PARAMS];
     int block;              /* threads per block; the kernel's __launch_bounds__ */
 } PlanKernel;
 

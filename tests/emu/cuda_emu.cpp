@@ -22,6 +22,7 @@
 #include "cuda_emu.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -87,6 +88,7 @@ enum FiberState {
     F_SHUFFLE,      /* waiting at a warp shuffle */
     F_MMA,          /* waiting at a tensor-core product (cgc_emu_mma_16816) */
     F_DONE,
+    F_FAULT,        /* stopped at a fault (cgc_emu_fault): the launch fails */
 };
 
 struct Stack {
@@ -112,6 +114,8 @@ struct Fiber {
     int bar_line;
     int shfl_kind, shfl_arg, shfl_width;
     unsigned shfl_mask;
+    const char *shfl_file;              /* the shuffle's call site */
+    int shfl_line;
     uint64_t shfl_in, shfl_out;
     float *mma_d;                       /* F_MMA: the thread's fragments, on its stack */
     const uint32_t *mma_a, *mma_b;
@@ -131,6 +135,8 @@ void *sched_sp;
 void *dead_sp;                          /* where a finished fiber's last switch saves to */
 void (*launch_thunk)(void **);
 void **launch_args;
+char fault_what[1024];                  /* a fault of this block: what, and which thread */
+int fault_thread = -1;
 
 /* ---- AddressSanitizer's view of the stack switches ---- */
 
@@ -253,6 +259,22 @@ Fiber *running_fiber(const char *what)
     return &fibers[current];
 }
 
+/* ---- faults ---- */
+
+/* Records a fault of THREAD (the first one counts); run_block then fails the launch.
+ * Returns false, for the checks that end with it. */
+bool fault_at(unsigned thread, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool fault_at(unsigned thread, const char *fmt, ...)
+{
+    if (fault_thread >= 0) return false;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fault_what, sizeof fault_what, fmt, ap);
+    va_end(ap);
+    fault_thread = (int)thread;
+    return false;
+}
+
 /* ---- releasing waiting threads ---- */
 
 /* The lane whose value a waiting thread receives, or -1 for its own. */
@@ -267,34 +289,76 @@ int shuffle_source(const Fiber *f, unsigned lane)
         src = segment + (unsigned)f->shfl_arg % (unsigned)width;
     else
         src = lane + (unsigned)f->shfl_arg;
-    if (src >= segment + (unsigned)width || src >= WARP) return -1;
+    if (src < segment || src >= segment + (unsigned)width || src >= WARP) return -1;
     return (int)src;
 }
 
-/* Warp W completes its shuffle when every live thread named in the waiters' masks
- * waits at one. True when it did. */
+/* Whether the lanes of MASK (from FIRST, in a warp ending at END) all wait at the same
+ * shuffle as lane I, with the same mask; else a fault, for what CUDA leaves undefined:
+ * a mask without the caller, a named lane that has exited, is missing from a partial
+ * warp or waits elsewhere, one call with two masks, a width that is no power of two. */
+bool shuffle_agrees(unsigned first, unsigned end, unsigned i)
+{
+    const Fiber *f = &fibers[i];
+    unsigned lane = i - first, mask = f->shfl_mask;
+    int width = f->shfl_width;
+    if (!(mask >> lane & 1u))
+        return fault_at(i, "a warp shuffle (%s:%d) whose mask %#x leaves out the calling lane %u",
+                        f->shfl_file, f->shfl_line, mask, lane);
+    if (width < 1 || width > WARP || (width & (width - 1)) != 0)
+        return fault_at(i, "a warp shuffle (%s:%d) of width %d, which is not a power of two "
+                           "from 1 to 32", f->shfl_file, f->shfl_line, width);
+    for (unsigned l = 0; l < WARP; l++) {
+        if (!(mask >> l & 1u)) continue;
+        const Fiber *o = &fibers[first + l];
+        const char *wrong = NULL;
+        if (first + l >= end) wrong = "is not in the block (a partial warp)";
+        else if (o->state == F_DONE) wrong = "has exited";
+        else if (o->state != F_SHUFFLE) wrong = "waits at a barrier or tensor-core product instead";
+        else if (o->shfl_line != f->shfl_line || strcmp(o->shfl_file, f->shfl_file) != 0)
+            wrong = "waits at another shuffle";
+        else if (o->shfl_mask != mask || o->shfl_kind != f->shfl_kind || o->shfl_width != width)
+            wrong = "calls it with another mask, kind or width";
+        if (wrong)
+            return fault_at(i, "lane %u calls a warp shuffle (%s:%d) with mask %#x, but lane %u "
+                               "of the mask %s", lane, f->shfl_file, f->shfl_line, mask, l, wrong);
+    }
+    return true;
+}
+
+/* Completes the shuffle of lane I's mask (shuffle_agrees): each lane of it receives the
+ * value of its source lane (its own when the source is past its segment, as CUDA
+ * defines); a source lane outside the mask is a fault (CUDA: an undefined value). */
+bool complete_shuffle(unsigned first, unsigned i)
+{
+    unsigned mask = fibers[i].shfl_mask;
+    for (unsigned l = 0; l < WARP; l++) {
+        if (!(mask >> l & 1u)) continue;
+        Fiber *o = &fibers[first + l];
+        int src = shuffle_source(o, l);
+        if (src >= 0 && !(mask >> src & 1u))
+            return fault_at(first + l, "a warp shuffle (%s:%d) reads lane %d, which its mask "
+                                       "%#x leaves out (CUDA: an undefined value)",
+                            o->shfl_file, o->shfl_line, src, mask);
+        o->shfl_out = src >= 0 ? fibers[first + (unsigned)src].shfl_in : o->shfl_in;
+    }
+    for (unsigned l = 0; l < WARP; l++)
+        if (mask >> l & 1u) fibers[first + l].state = F_READY;
+    return true;
+}
+
+/* Warp W's shuffles, each complete when every lane its mask names waits at it. True when
+ * one was released; false when none could be, or on a fault (fault_thread says which). */
 bool release_warp(unsigned w)
 {
     unsigned first = w * WARP, end = first + WARP < nthreads ? first + WARP : nthreads;
-    unsigned mask = 0;
-    for (unsigned i = first; i < end; i++)
-        if (fibers[i].state == F_SHUFFLE) mask |= fibers[i].shfl_mask;
-    if (!mask) return false;
+    bool released = false;
     for (unsigned i = first; i < end; i++) {
-        bool named = mask & (1u << (i - first));
-        if (named && fibers[i].state != F_DONE && fibers[i].state != F_SHUFFLE) return false;
+        if (fibers[i].state != F_SHUFFLE) continue;
+        if (!shuffle_agrees(first, end, i) || !complete_shuffle(first, i)) return false;
+        released = true;
     }
-    for (unsigned i = first; i < end; i++) {
-        Fiber *f = &fibers[i];
-        if (f->state != F_SHUFFLE) continue;
-        int src = shuffle_source(f, i - first);
-        unsigned s = first + (unsigned)src;
-        bool usable = src >= 0 && s < end && fibers[s].state == F_SHUFFLE;
-        f->shfl_out = usable ? fibers[s].shfl_in : f->shfl_in;
-    }
-    for (unsigned i = first; i < end; i++)
-        if (fibers[i].state == F_SHUFFLE) fibers[i].state = F_READY;
-    return true;
+    return released;
 }
 
 /* The value of a 16-bit pattern: IEEE half, or bfloat16 (the top half of an f32). */
@@ -408,6 +472,17 @@ void abandon_block()
     }
 }
 
+/* Fails the launch with the block's fault. Returns -1. */
+int report_fault(const char *name, unsigned block, unsigned grid)
+{
+    fprintf(stderr, "cgc: error: CUDA emulation: kernel %s, block %u of %u, thread %d: %s; the "
+                    "launch fails\n", name ? name : "(unnamed)", block, grid, fault_thread,
+            fault_what);
+    fault_thread = -1;
+    abandon_block();
+    return -1;
+}
+
 /* The schedule (CGC_EMU_SCHEDULE, read at the first launch), each one CUDA allows, so
  * that a kernel's tests can run it under more than one:
  *   late      (the default) warps in ascending and descending order by turns (run_block);
@@ -480,9 +555,10 @@ int run_block(unsigned block, unsigned grid, const char *name)
             unsigned w = warp_at(k, nwarps, phase, block);
             unsigned first = w * WARP, end = first + WARP < nthreads ? first + WARP : nthreads;
             do {
-                for (unsigned i = first; i < end; i++)
+                for (unsigned i = first; i < end && fault_thread < 0; i++)
                     if (fibers[i].state == F_READY) fiber_resume(i);
-            } while (release_warp(w) || release_mma(w));
+            } while (fault_thread < 0 && (release_warp(w) || release_mma(w)));
+            if (fault_thread >= 0) return report_fault(name, block, grid);
             for (unsigned i = first; i < end; i++) any_live |= fibers[i].state != F_DONE;
         }
         if (!any_live) return 0;
@@ -498,9 +574,11 @@ int run_block(unsigned block, unsigned grid, const char *name)
 
 extern "C" void cgc_emu_fault(const char *what)
 {
-    fprintf(stderr, "cgc: CUDA emulation: block %u, thread %u: %s\n", cgc_emu_block_idx.x,
-            cgc_emu_thread_idx.x, what);
-    abort();
+    Fiber *f = running_fiber(what);
+    fault_at((unsigned)current, "%s", what);
+    f->state = F_FAULT;
+    fiber_yield(f);
+    abort();   /* never resumed: its block is abandoned */
 }
 
 extern "C" void cgc_emu_syncthreads(const char *file, int line)
@@ -512,10 +590,13 @@ extern "C" void cgc_emu_syncthreads(const char *file, int line)
     fiber_yield(f);
 }
 
-extern "C" uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width)
+extern "C" uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width,
+                                    const char *file, int line)
 {
     Fiber *f = running_fiber("a warp shuffle");
     f->state = F_SHUFFLE;
+    f->shfl_file = file;
+    f->shfl_line = line;
     f->shfl_kind = kind;
     f->shfl_mask = mask;
     f->shfl_in = bits;
@@ -539,6 +620,10 @@ extern "C" void cgc_emu_mma_16816(float d[4], const uint32_t a[4], const uint32_
 extern "C" void cgc_emu_cp_async16(void *dst, const void *src, bool valid)
 {
     Fiber *f = running_fiber("cp.async");
+    if ((uintptr_t)dst % 16 != 0 || (valid && (uintptr_t)src % 16 != 0))
+        cgc_emu_fault(valid && (uintptr_t)src % 16 != 0
+                          ? "cp.async of 16 bytes from a global address not 16-byte aligned"
+                          : "cp.async of 16 bytes to a shared address not 16-byte aligned");
     PendingCopy c = {dst, {0}, f->open_group};
     if (valid) memcpy(c.bytes, src, sizeof c.bytes);
     if (schedule == SCHEDULE_EARLY) memcpy(dst, c.bytes, sizeof c.bytes);   /* landed */

@@ -60,11 +60,15 @@ extern "C" {
 /* FILE and LINE identify the barrier: threads waiting at different barriers never
  * release each other (divergent __syncthreads is an error, reported). */
 void cgc_emu_syncthreads(const char *file, int line);
-/* What the GPU would fault on (WHAT says it): reported, then the process aborts. */
+/* What the GPU would fault on, or leaves undefined (WHAT says it): the calling thread
+ * stops there, and the launch fails with WHAT, naming the kernel, block and thread. */
 void cgc_emu_fault(const char *what) __attribute__((noreturn));
 /* Exchanges the 64-bit pattern BITS among the warp's threads in MASK; returns the
- * pattern of the source lane that KIND and ARG (lane mask, delta or lane) select. */
-uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width);
+ * pattern of the source lane that KIND and ARG (lane mask, delta or lane) select. FILE
+ * and LINE identify the call: every lane MASK names must make the same one, with the
+ * same MASK (else the launch fails, as cuda_emu.cpp says). */
+uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width,
+                         const char *file, int line);
 int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **), void **args,
                    const char *name);
 /* mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: a rendezvous of the whole warp (all
@@ -73,7 +77,8 @@ int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **), void *
  * are exact in f32 and summed in k order, in f32. */
 void cgc_emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
 /* cp.async.cg.shared.global of 16 bytes (zeros when !VALID), commit_group and
- * wait_group NEWEST, per thread as in PTX: the bytes are read from SRC at once but land
+ * wait_group NEWEST, per thread as in PTX (DST, and SRC when VALID, 16-byte aligned, or
+ * the launch fails as the GPU's would): the bytes are read from SRC at once but land
  * in DST only when a wait of the same thread completes their (committed) group, so a
  * kernel that reads a stage before waiting for it reads stale data, as it may on a GPU. */
 void cgc_emu_cp_async16(void *dst, const void *src, bool valid);
@@ -100,21 +105,27 @@ template <typename T> static inline T cgc_emu_from_bits(uint64_t b)
     return v;
 }
 
+/* The call site comes in as default arguments (__builtin_FILE and __builtin_LINE are
+ * evaluated where the shuffle is called). */
+#define CGC_EMU_SITE const char *cgc_file = __builtin_FILE(), int cgc_line = __builtin_LINE()
 #define CGC_EMU_SHUFFLES(T)                                                                   \
-    static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)      \
+    static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32,      \
+                                    CGC_EMU_SITE)                                             \
     {                                                                                         \
-        return cgc_emu_from_bits<T>(                                                          \
-            cgc_emu_shuffle(CGC_EMU_SHFL_XOR, mask, cgc_emu_to_bits(v), lane_mask, width));   \
+        return cgc_emu_from_bits<T>(cgc_emu_shuffle(CGC_EMU_SHFL_XOR, mask,                  \
+            cgc_emu_to_bits(v), lane_mask, width, cgc_file, cgc_line));                      \
     }                                                                                         \
-    static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)    \
+    static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32,    \
+                                     CGC_EMU_SITE)                                            \
     {                                                                                         \
-        return cgc_emu_from_bits<T>(                                                          \
-            cgc_emu_shuffle(CGC_EMU_SHFL_DOWN, mask, cgc_emu_to_bits(v), (int)delta, width)); \
+        return cgc_emu_from_bits<T>(cgc_emu_shuffle(CGC_EMU_SHFL_DOWN, mask,                 \
+            cgc_emu_to_bits(v), (int)delta, width, cgc_file, cgc_line));                     \
     }                                                                                         \
-    static inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32)           \
+    static inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32,           \
+                                CGC_EMU_SITE)                                                 \
     {                                                                                         \
-        return cgc_emu_from_bits<T>(                                                          \
-            cgc_emu_shuffle(CGC_EMU_SHFL_IDX, mask, cgc_emu_to_bits(v), src_lane, width));    \
+        return cgc_emu_from_bits<T>(cgc_emu_shuffle(CGC_EMU_SHFL_IDX, mask,                  \
+            cgc_emu_to_bits(v), src_lane, width, cgc_file, cgc_line));                       \
     }
 CGC_EMU_SHUFFLES(float)
 CGC_EMU_SHUFFLES(double)
@@ -122,6 +133,7 @@ CGC_EMU_SHUFFLES(int)
 CGC_EMU_SHUFFLES(unsigned)
 CGC_EMU_SHUFFLES(unsigned long long)
 #undef CGC_EMU_SHUFFLES
+#undef CGC_EMU_SITE
 
 /* ---- atomics: threads switch only at barriers and shuffles, so a plain update is
  * atomic ---- */

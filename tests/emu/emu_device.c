@@ -45,6 +45,8 @@ typedef struct EmuKernel {
     struct EmuKernel *next;
     void (*thunk)(void **);
     const unsigned char *argbytes;      /* parameter sizes, then 0; NULL if not exported */
+    const unsigned char *noalias;       /* per parameter: 2 a __restrict__ pointer written,
+                                         * 1 one read, 0 no such pointer; NULL: none */
     char name[];
 } EmuKernel;
 
@@ -69,7 +71,8 @@ struct DeviceGraph {
 typedef struct EmuAlloc {
     struct EmuAlloc *next;
     void *p;
-    size_t bytes;
+    size_t bytes;                       /* what was asked for */
+    size_t rounded;                     /* what was given: 256-byte granules */
 } EmuAlloc;
 
 typedef struct EmuDevice {
@@ -144,7 +147,10 @@ static int emu_alloc(Device *d, size_t bytes, DevPtr *out)
         return -1;
     }
     memset(p, 0, rounded);
-    *a = (EmuAlloc){ impl(d)->allocs, p, rounded };
+    /* what was asked for, to the byte: an access past it is one compute-sanitizer's
+     * memcheck reports, though the GPU's allocation granule would hide it */
+    ASAN_POISON_MEMORY_REGION((char *)p + bytes, rounded - bytes);
+    *a = (EmuAlloc){ impl(d)->allocs, p, bytes, rounded };
     impl(d)->allocs = a;
     *out = (DevPtr)(uintptr_t)p;
     return 0;
@@ -156,7 +162,7 @@ static void emu_free(Device *d, DevPtr p)
     for (EmuAlloc **link = &impl(d)->allocs; *link; link = &(*link)->next) {
         EmuAlloc *a = *link;
         if ((DevPtr)(uintptr_t)a->p != p) continue;
-        ASAN_UNPOISON_MEMORY_REGION(a->p, a->bytes);
+        ASAN_UNPOISON_MEMORY_REGION(a->p, a->rounded);
         *link = a->next;
         free(a->p);
         free(a);
@@ -244,6 +250,8 @@ static int emu_kernel(Device *d, const char *name, void **handle)
     k->thunk = (void (*)(void **))fn;
     snprintf(sym, sizeof sym, "cgc_emu_argbytes_%s", name);
     k->argbytes = dlsym(impl(d)->so, sym);
+    snprintf(sym, sizeof sym, "cgc_emu_noalias_%s", name);
+    k->noalias = k->argbytes ? dlsym(impl(d)->so, sym) : NULL;
     memcpy(k->name, name, len);
     k->next = impl(d)->kernels;
     impl(d)->kernels = k;
@@ -298,6 +306,28 @@ static int record_launch(Device *d, EmuKernel *k, unsigned grid, unsigned block,
     return 0;
 }
 
+/* Whether K's __restrict__ pointers in ARGS keep apart: two that are the same address
+ * where one is written break the promise the kernel was compiled under (the GPU may then
+ * cache or reorder across them), so the launch fails. Null pointers (an unused operand)
+ * alias nothing. Only the starts are compared: the extents are the plan's to know. */
+static bool restrict_kept(const EmuKernel *k, void **args, const char *where)
+{
+    if (!k->noalias) return true;
+    for (int i = 0; k->argbytes[i]; i++) {
+        for (int j = i + 1; k->noalias[i] && k->argbytes[j]; j++) {
+            if (!k->noalias[j] || (k->noalias[i] < 2 && k->noalias[j] < 2)) continue;
+            void *a = *(void **)args[i], *b = *(void **)args[j];
+            if (!a || a != b) continue;
+            fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s: parameters %d and "
+                            "%d are __restrict__ and %s written, but both point at %p; the "
+                            "launch fails\n", k->name, where, i, j,
+                    k->noalias[i] == 2 && k->noalias[j] == 2 ? "both" : "one is", a);
+            return false;
+        }
+    }
+    return true;
+}
+
 static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, void **args,
                       const DeviceSite *site)
 {
@@ -316,6 +346,7 @@ static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, vo
         return -1;
     }
     if (impl(d)->recording) return record_launch(d, k, grid, block, args, site);
+    if (!restrict_kept(k, args, site_str(site, buf, sizeof buf))) return -1;
     impl(d)->clock_ms += impl(d)->launch_ms;
     if (impl(d)->launch(grid, block, k->thunk, args, k->name) == 0) return 0;
     fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s failed (see above)\n",

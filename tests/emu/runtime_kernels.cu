@@ -111,6 +111,59 @@ extern "C" __global__ void divergent_shuffle(float *out)
     out[threadIdx.x] = v;
 }
 
+// What CUDA leaves undefined at a warp shuffle, one case per CASE, each of which the
+// emulation must fail the launch for (test_emu_runtime.c names the message of each):
+//   0  a mask that leaves out the calling lane
+//   1  a mask naming lanes that have exited
+//   2  the two halves of a warp at two different shuffles, each with the full mask
+//   3  a source lane outside the mask (lanes 0-15 shift down by one: lane 15 reads 16)
+//   4  the full mask in a partial warp (a block of 48 threads)
+//   5  a width that is not a power of two
+// and one that is defined: each half warp exchanging within itself at its own shuffle,
+// with its own half mask (case 6: out[i] is lane i ^ 1's value).
+extern "C" __global__ void shuffle_rules(float *out, int which)
+{
+    unsigned lane = threadIdx.x % 32;
+    float v = (float)threadIdx.x;
+    if (which == 0) v = __shfl_xor_sync(1u << ((lane + 1) % 32), v, 1);
+    if (which == 1) {
+        if (lane >= 16) return;
+        v = __shfl_xor_sync(0xffffffffu, v, 1);
+    }
+    if (which == 2) {
+        if (lane < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+        else v = __shfl_xor_sync(0xffffffffu, v, 2);
+    }
+    if (which == 3 && lane < 16) v = __shfl_down_sync(0x0000ffffu, v, 1);
+    if (which == 4 || which == 5) v = __shfl_xor_sync(0xffffffffu, v, 1, which == 5 ? 12 : 32);
+    if (which == 6) {
+        if (lane < 16) v = __shfl_xor_sync(0x0000ffffu, v, 1, 16);
+        else v = __shfl_xor_sync(0xffff0000u, v, 1, 16);
+    }
+    out[threadIdx.x] = v;
+}
+
+// cp.async with an address the GPU faults on: shared (CASE 0) or global (1) not 16-byte
+// aligned; CASE 2 is aligned, and copies IN[0..4) to OUT[0..4).
+extern "C" __global__ void cp_async_misaligned(float *out, const float *in, int which)
+{
+    __shared__ __align__(16) float stage[8];
+    cgc_emu_cp_async16(stage + (which == 0 ? 1 : 0), in + (which == 1 ? 1 : 0), true);
+    cgc_emu_cp_async_commit();
+    cgc_emu_cp_async_wait(0);
+    for (int i = 0; i < 4; i++) out[i] = stage[i];
+}
+
+// __restrict__ pointers, as generated kernels have them: the emulation refuses a launch
+// that passes one address for OUT and IN (cgc_emu_noalias_restrict_scale, below, says
+// which parameters are such pointers and which are written, as codegen/emit.c does).
+extern "C" __global__ void restrict_scale(float *__restrict__ out, const float *__restrict__ in,
+                                          int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 3.0f * in[i];
+}
+
 // The intrinsics generated code uses for random numbers and bit tricks.
 extern "C" __global__ void intrinsics(unsigned *u, float *f)
 {
@@ -205,6 +258,20 @@ void cgc_emu_thunk_grid_stride(void **args)
 }
 void cgc_emu_thunk_divergent_barrier(void **args) { divergent_barrier(THUNK_ARG(0, float *)); }
 void cgc_emu_thunk_divergent_shuffle(void **args) { divergent_shuffle(THUNK_ARG(0, float *)); }
+void cgc_emu_thunk_shuffle_rules(void **args)
+{
+    shuffle_rules(THUNK_ARG(0, float *), THUNK_ARG(1, int));
+}
+void cgc_emu_thunk_cp_async_misaligned(void **args)
+{
+    cp_async_misaligned(THUNK_ARG(0, float *), THUNK_ARG(1, const float *), THUNK_ARG(2, int));
+}
+void cgc_emu_thunk_restrict_scale(void **args)
+{
+    restrict_scale(THUNK_ARG(0, float *), THUNK_ARG(1, const float *), THUNK_ARG(2, int64_t));
+}
+extern const unsigned char cgc_emu_argbytes_restrict_scale[] = {8, 8, 8, 0};
+extern const unsigned char cgc_emu_noalias_restrict_scale[] = {2, 1, 0};
 void cgc_emu_thunk_intrinsics(void **args)
 {
     intrinsics(THUNK_ARG(0, unsigned *), THUNK_ARG(1, float *));

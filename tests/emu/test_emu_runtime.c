@@ -221,11 +221,101 @@ static void test_divergence_reported(void)
     rc = launch("divergent_shuffle", 1, 64, args);
     msg = capture_end();
     CHECK_EQ_INT(rc, -1);
-    CHECK(strstr(msg, "kernel divergent_shuffle, block 0 of 1") != NULL);
-    CHECK(strstr(msg, "at a warp shuffle") != NULL);
+    CHECK(strstr(msg, "kernel divergent_shuffle, block 0 of 1, thread 0") != NULL);
+    CHECK(strstr(msg, "of the mask waits at a barrier or tensor-core product instead") != NULL);
 
     /* the emulator recovers: the next launch runs normally */
     test_block_reverse();
+}
+
+/* Launches NAME, which must fail with a message containing WANT. */
+static void expect_fault(const char *name, unsigned block, void **args, const char *want)
+{
+    capture_start();
+    int rc = launch(name, 1, block, args);
+    const char *msg = capture_end();
+    CHECK_EQ_INT(rc, -1);
+    bool said = strstr(msg, want) && strstr(msg, "the launch fails");
+    if (!said) fprintf(stderr, "%s: expected a fault saying \"%s\", got:\n%s\n", name, want, msg);
+    CHECK(said);
+}
+
+/* Each shuffle CUDA leaves undefined fails its launch with what is wrong; a shuffle of
+ * two half warps, each within its own half, is defined and runs. */
+static void test_shuffle_rules(void)
+{
+    static const char *const want[] = {
+        "whose mask 0x2 leaves out the calling lane 0",
+        "but lane 16 of the mask has exited",
+        "but lane 16 of the mask waits at another shuffle",
+        "reads lane 16, which its mask 0xffff leaves out",
+        "but lane 16 of the mask is not in the block (a partial warp)",
+        "of width 12, which is not a power of two",
+    };
+    float out[64];
+    DevPtr d = dev_alloc(sizeof out);
+    for (int which = 0; which < 6; which++) {
+        void *args[] = { &d, &which };
+        expect_fault("shuffle_rules", which == 4 ? 48 : 64, args, want[which]);
+    }
+    int which = 6;
+    void *args[] = { &d, &which };
+    CHECK_EQ_INT(launch("shuffle_rules", 1, 64, args), 0);
+    dev->ops->download(dev, out, d, sizeof out);
+    int bad = 0;
+    for (int i = 0; i < 64; i++) bad += out[i] != (float)(i ^ 1);
+    CHECK_EQ_INT(bad, 0);
+    dev->ops->free(dev, d);
+}
+
+/* cp.async to or from an address not 16-byte aligned fails the launch; aligned, it copies. */
+static void test_cp_async_alignment(void)
+{
+    float in[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, out[4];
+    DevPtr din = dev_alloc(sizeof in), dout = dev_alloc(sizeof out);
+    dev->ops->upload(dev, din, in, sizeof in);
+    for (int which = 0; which < 2; which++) {
+        void *args[] = { &dout, &din, &which };
+        expect_fault("cp_async_misaligned", 1, args,
+                     which ? "from a global address not 16-byte aligned"
+                           : "to a shared address not 16-byte aligned");
+    }
+    int which = 2;
+    void *args[] = { &dout, &din, &which };
+    CHECK_EQ_INT(launch("cp_async_misaligned", 1, 1, args), 0);
+    dev->ops->download(dev, out, dout, sizeof out);
+    for (int i = 0; i < 4; i++) CHECK_CLOSE(out[i], in[i], 0, 0);
+    dev->ops->free(dev, din);
+    dev->ops->free(dev, dout);
+}
+
+/* Two __restrict__ parameters at one address, one written: the launch fails. Apart, or
+ * both NULL where NULL stands for an operand not used, it runs. */
+static void test_restrict_alias(void)
+{
+    float x[40], y[40];
+    fill(x, 40, 5);
+    int64_t n = 40;
+    DevPtr dx = dev_alloc(sizeof x), dy = dev_alloc(sizeof y);
+    dev->ops->upload(dev, dx, x, sizeof x);
+    void *alias[] = { &dx, &dx, &n };
+    capture_start();
+    int rc = launch("restrict_scale", 1, 64, alias);
+    const char *msg = capture_end();
+    CHECK_EQ_INT(rc, -1);
+    CHECK(strstr(msg, "parameters 0 and 1 are __restrict__ and one is written, but both point at") != NULL);
+    void *apart[] = { &dy, &dx, &n };
+    CHECK_EQ_INT(launch("restrict_scale", 1, 64, apart), 0);
+    dev->ops->download(dev, y, dy, sizeof y);
+    int bad = 0;
+    for (int i = 0; i < 40; i++) bad += y[i] != 3.0f * x[i];
+    CHECK_EQ_INT(bad, 0);
+    DevPtr null = 0;
+    int64_t none = 0;
+    void *unused[] = { &null, &null, &none };
+    CHECK_EQ_INT(launch("restrict_scale", 1, 64, unused), 0);
+    dev->ops->free(dev, dx);
+    dev->ops->free(dev, dy);
 }
 
 static void test_intrinsics(void)
@@ -290,8 +380,10 @@ static void expect_asan_report(DevPtr base, int64_t index, const char *what)
 
 static void test_asan_catches(void)
 {
-    DevPtr p = dev_alloc(512);
+    DevPtr p = dev_alloc(512), q = dev_alloc(100);
     expect_asan_report(p, 128, "a write past the end of an allocation");
+    expect_asan_report(q, 25, "a write past the 100 bytes allocated, inside the 256 rounded to");
+    dev->ops->free(dev, q);
     dev->ops->mark_unused(dev, p + 256, 256);
     expect_asan_report(p, 64, "a write into padding marked unused");
     dev->ops->free(dev, p);
@@ -358,6 +450,9 @@ int main(int argc, char **argv)
     test_atomics();
     test_grid_stride();
     test_divergence_reported();
+    test_shuffle_rules();
+    test_cp_async_alignment();
+    test_restrict_alias();
     test_intrinsics();
     test_bad_launch();
     test_gemm();
