@@ -13,6 +13,10 @@
 #                     and the kernel source, in one of the four modes (by its length)
 #   fuzz_idx          an IDX dataset file, gzip'd or not
 #   fuzz_safetensors  a checkpoint, every tensor's bytes read
+#   fuzz_tune         an autotune choices file (--tune-file, the cache's tune/), parsed,
+#                     formatted and parsed again, its choices checked against a plan
+#   fuzz_kcache       a kernel cache entry, loaded for a fixed key (built with the CUDA
+#                     Toolkit only)
 #
 # `make test` runs each target for a fixed 4,000 inputs from a fixed seed, so that it is
 # repeatable (the fuzz_short test: FUZZ_RUNS=4000 FUZZ_SEED=1); an hour a target is the
@@ -22,7 +26,7 @@ set -uo pipefail
 seconds=${1:-600}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}
-targets=(fuzz_net fuzz_idx fuzz_safetensors)
+targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_tune fuzz_kcache)
 
 command -v clang > /dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-dev): skipped"; exit 77; }
 probe=$(mktemp -d)
@@ -34,6 +38,8 @@ clang -fsanitize=fuzzer "$probe/p.c" -o "$probe/p" 2> /dev/null ||
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCGC_FUZZ=ON -DCGC_WERROR=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
+# fuzz_kcache exists where the CUDA Toolkit does (the kernel cache is built with it)
+grep -q '^fuzz_kcache:' "$build/Makefile" 2> /dev/null || targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_tune)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
   { tail -30 "$build.build.log"; exit 1; }
 
@@ -41,7 +47,9 @@ cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.lo
 # (tests/fuzz/seeds/: each must stay fixed); slices of Fashion-MNIST's files, plain
 # and gzip'd (where the data is installed); checkpoints the e2e test writes (a small one
 # is made here).
-mkdir -p "$build/seeds/fuzz_net" "$build/seeds/fuzz_idx" "$build/seeds/fuzz_safetensors" "$build/artifacts"
+for t in "${targets[@]}"; do mkdir -p "$build/seeds/$t"; done
+mkdir -p "$build/artifacts"
+cp "$root"/tests/fuzz/seeds/tune/*.tune "$build/seeds/fuzz_tune/"
 find "$root/models" "$root/tests/emu/models" "$root/tests/diag" "$root/tests/fuzz/seeds" -name '*.net' |
   while read -r f; do cp "$f" "$build/seeds/fuzz_net/$(echo "${f#$root/}" | tr '/' '_')"; done
 for f in /usr/share/datasets/fashion-mnist/*-ubyte.gz "$root"/data/fashion-mnist/*-ubyte.gz; do
@@ -58,6 +66,14 @@ h = json.dumps({"__metadata__": {"format": "cgc-checkpoint-1"},
                 "b": {"dtype": "I64", "shape": [1], "data_offsets": [16, 24]}}).encode()
 h += b" " * ((8 - len(h) % 8) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(range(24)))
+EOF
+
+[ -d "$build/seeds/fuzz_kcache" ] && python3 - "$build/seeds/fuzz_kcache" <<'EOF' 2> /dev/null || true
+import struct, sys, zlib
+key = b'nvrtc 13.0|sm_90|-default-device|extern "C" __global__ void k() {}'   # fuzz_kcache.c's
+for name, payload in (("hit", b"\x7fELF" + bytes(range(60))), ("empty", b"")):
+    head = b"CGCKC01\n" + struct.pack("<QQII", len(key), len(payload), zlib.crc32(payload), zlib.crc32(key))
+    open(f"{sys.argv[1]}/{name}", "wb").write(head + key + payload)
 EOF
 
 status=0
