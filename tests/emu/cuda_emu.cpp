@@ -22,6 +22,7 @@
 #include "cuda_emu.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,17 @@
 #ifdef CGC_EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
+#endif
+
+/* CGC_EMU_TSAN: the kernels are built with ThreadSanitizer (emu_compile_so, in a test
+ * built with it), this file without it (the scheduler's own bookkeeping is not what is
+ * checked), and TSan is told of the fibers and of what orders them (below). */
+#ifdef CGC_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+/* the runtime's entry points for a range read or written (what its memcpy reports); the
+ * size is a long, as GCC declares them where a sanitizer is on */
+extern "C" void __tsan_read_range(void *addr, long size);
+extern "C" void __tsan_write_range(void *addr, long size);
 #endif
 
 #if !defined(__x86_64__)
@@ -80,7 +92,11 @@ asm(".text\n"
 
 namespace {
 
-enum { MAX_BLOCK = 1024, WARP = 32, STACK_BYTES = 256 * 1024 };
+/* MAX_COPIES: cp.async copies a thread may have in flight here (a GEMM stage is a few per
+ * thread, three stages at most); the GPU has no such limit, so more is an error that
+ * says to raise it. Held in the fiber, not on the heap: under the racecheck, memory a
+ * thread allocates and the scheduler frees would be a race. */
+enum { MAX_BLOCK = 1024, WARP = 32, STACK_BYTES = 256 * 1024, MAX_COPIES = 128 };
 
 enum FiberState {
     F_READY,        /* may run: not started yet, or released */
@@ -110,6 +126,7 @@ struct Fiber {
     void *sp;
     Stack *stack;
     void *asan_fake_stack;
+    void *tsan_fiber;                   /* CGC_EMU_TSAN: the thread as TSan knows it */
     const char *bar_file;
     int bar_line;
     int shfl_kind, shfl_arg, shfl_width;
@@ -120,8 +137,10 @@ struct Fiber {
     float *mma_d;                       /* F_MMA: the thread's fragments, on its stack */
     const uint32_t *mma_a, *mma_b;
     bool mma_bf16;
-    std::vector<PendingCopy> copies;    /* cp.async copies not yet completed */
     unsigned open_group;                /* the group cp.async adds to; those below are committed */
+    unsigned ncopies;
+    PendingCopy copies[MAX_COPIES];     /* cp.async copies not yet completed (last: a new
+                                         * block clears what comes before, run_block) */
 };
 
 /* One launch at a time: the indices above are process globals. */
@@ -149,6 +168,93 @@ size_t sched_stack_size;
 #else
 #define ASAN_START(save, bottom, size) ((void)0)
 #define ASAN_FINISH(fake, bottom, size) ((void)0)
+#endif
+
+/* ---- ThreadSanitizer's view: the racecheck ----
+ *
+ * Each thread of a block is a TSan fiber, and the switches between them order nothing
+ * (no_sync), so TSan sees a block's threads as concurrent, as they are on a GPU, and
+ * reports two accesses to one address, one of them a write, that nothing orders: a
+ * missing __syncthreads, or a cp.async stage read before its wait. What orders them is
+ * what CUDA orders them by: a __syncthreads (each thread releases the barrier when it
+ * arrives and acquires it when it leaves; a thread that has exited counts as arrived),
+ * and the launch (the host's work before it, the launch before what the host does
+ * after). Blocks run one after another here and are ordered so (each block's threads
+ * acquire what the previous block's released): a race between two blocks of a launch
+ * is left to the shuffled schedule, as compute-sanitizer's racecheck leaves it. Atomics
+ * are atomic operations to TSan (cuda_emu.h); a thread's stack is its own until its
+ * block ends; a cp.async copy is the issuing thread's read of the source when issued and
+ * its write of the destination when it lands. */
+#ifdef CGC_EMU_TSAN
+char barrier_sync, order_sync[2];
+void *sched_tsan;
+unsigned blocks_run;                    /* in this launch: order_sync by parity */
+
+void tsan_launch_begin()
+{
+    sched_tsan = __tsan_get_current_fiber();
+    blocks_run = 0;
+    __tsan_release(&order_sync[0]);     /* the host's work before the launch */
+    __tsan_release(&order_sync[1]);
+}
+void tsan_launch_end()
+{
+    __tsan_acquire(&order_sync[0]);
+    __tsan_acquire(&order_sync[1]);
+}
+/* Thread I of every block is TSan fiber I, made once: a fiber costs system calls to make,
+ * and blocks are ordered anyway. */
+void *tsan_fibers[MAX_BLOCK];
+void tsan_enter(Fiber *f)
+{
+    unsigned i = (unsigned)(f - fibers);
+    if (!tsan_fibers[i]) tsan_fibers[i] = __tsan_create_fiber(0);
+    f->tsan_fiber = tsan_fibers[i];
+    __tsan_switch_to_fiber(f->tsan_fiber, __tsan_switch_to_fiber_no_sync);
+}
+void tsan_leave() { __tsan_switch_to_fiber(sched_tsan, __tsan_switch_to_fiber_no_sync); }
+void tsan_thread_start() { __tsan_acquire(&order_sync[(blocks_run + 1) % 2]); }
+void tsan_block_end() { blocks_run++; }
+void tsan_thread_exit()
+{
+    __tsan_release(&order_sync[blocks_run % 2]);
+    __tsan_release(&barrier_sync);
+}
+/* A thread stopped mid-kernel (a fault, a deadlock) is ended as if it had exited, so
+ * that what it did is ordered before what follows the failed launch. */
+void tsan_thread_end(Fiber *f, bool finished)
+{
+    if (!f->tsan_fiber) return;
+    if (!finished) {   /* and made anew: its frames were never left */
+        __tsan_switch_to_fiber(f->tsan_fiber, __tsan_switch_to_fiber_no_sync);
+        tsan_thread_exit();
+        tsan_leave();
+        __tsan_destroy_fiber(f->tsan_fiber);
+        tsan_fibers[f - fibers] = NULL;
+    }
+    f->tsan_fiber = NULL;
+}
+void tsan_barrier_arrive() { __tsan_release(&barrier_sync); }
+void tsan_barrier_leave() { __tsan_acquire(&barrier_sync); }
+void tsan_read(const void *p, size_t n) { __tsan_read_range((void *)p, (long)n); }
+void tsan_release(void *p) { __tsan_release(p); }
+void tsan_acquire(void *p) { __tsan_acquire(p); }
+void tsan_write(void *p, size_t n) { __tsan_write_range(p, (long)n); }
+#else
+void tsan_launch_begin() {}
+void tsan_launch_end() {}
+void tsan_enter(Fiber *) {}
+void tsan_leave() {}
+void tsan_thread_start() {}
+void tsan_block_end() {}
+void tsan_thread_exit() {}
+void tsan_thread_end(Fiber *, bool) {}
+void tsan_barrier_arrive() {}
+void tsan_barrier_leave() {}
+void tsan_read(const void *, size_t) {}
+void tsan_release(void *) {}
+void tsan_acquire(void *) {}
+void tsan_write(void *, size_t) {}
 #endif
 
 /* ---- stacks ---- */
@@ -221,30 +327,55 @@ void fiber_resume(unsigned i)
     current = (int)i;
     cgc_emu_thread_idx.x = i;
     ASAN_START(&sched_fake_stack, f->stack->base, STACK_BYTES);
+    tsan_enter(f);
     cgc_emu_switch(&sched_sp, f->sp);
     ASAN_FINISH(sched_fake_stack, NULL, NULL);
     current = -1;
+#ifndef CGC_EMU_TSAN   /* under TSan a stack is not passed on within a block (end_block) */
     if (f->state == F_DONE) {
         stack_put(f->stack);
         f->stack = NULL;
     }
+#endif
 }
 
 /* The thread's side: back to the scheduler until released. */
 void fiber_yield(Fiber *f)
 {
     ASAN_START(&f->asan_fake_stack, sched_stack_bottom, sched_stack_size);
+    tsan_leave();
     cgc_emu_switch(&f->sp, sched_sp);
     ASAN_FINISH(f->asan_fake_stack, NULL, NULL);
+}
+
+/* Lands F's cp.async copies of every committed group but the NEWEST newest ones; with
+ * ALL, every copy (the thread's exit: the GPU completes what is in flight). */
+void land_copies(Fiber *f, unsigned newest, bool all)
+{
+    unsigned kept = 0;
+    for (unsigned i = 0; i < f->ncopies; i++) {
+        PendingCopy &c = f->copies[i];
+        if (all || c.group + newest < f->open_group) {
+            tsan_write(c.dst, sizeof c.bytes);
+            __builtin_memcpy(c.dst, c.bytes, sizeof c.bytes);
+        } else {
+            f->copies[kept++] = c;
+        }
+    }
+    f->ncopies = kept;
 }
 
 void fiber_main()
 {
     ASAN_FINISH(NULL, &sched_stack_bottom, &sched_stack_size);
     Fiber *f = &fibers[current];
+    tsan_thread_start();
     launch_thunk(launch_args);
+    land_copies(f, 0, true);
+    tsan_thread_exit();
     f->state = F_DONE;
     ASAN_START(NULL, sched_stack_bottom, sched_stack_size);   /* NULL: this fiber ends */
+    tsan_leave();
     cgc_emu_switch(&dead_sp, sched_sp);
     abort();   /* never resumed */
 }
@@ -272,6 +403,7 @@ bool fault_at(unsigned thread, const char *fmt, ...)
     vsnprintf(fault_what, sizeof fault_what, fmt, ap);
     va_end(ap);
     fault_thread = (int)thread;
+    tsan_release(fault_what);   /* a thread's message, read by the scheduler */
     return false;
 }
 
@@ -460,26 +592,30 @@ void report_deadlock(const char *name, unsigned block, unsigned grid)
     }
 }
 
-/* Gives the stacks of threads stopped mid-kernel back to the pool. */
-void abandon_block()
+/* Gives the stacks still held back to the pool (those of threads stopped mid-kernel,
+ * after a fault or a deadlock, marked dirty), and ends the threads for TSan. */
+void end_block()
 {
     for (unsigned i = 0; i < nthreads; i++) {
         Fiber *f = &fibers[i];
+        tsan_thread_end(f, f->state == F_DONE);
         if (!f->stack) continue;
-        f->stack->dirty = true;
+        f->stack->dirty = f->state != F_DONE;
         stack_put(f->stack);
         f->stack = NULL;
     }
+    tsan_block_end();
 }
 
 /* Fails the launch with the block's fault. Returns -1. */
 int report_fault(const char *name, unsigned block, unsigned grid)
 {
+    tsan_acquire(fault_what);
     fprintf(stderr, "cgc: error: CUDA emulation: kernel %s, block %u of %u, thread %d: %s; the "
                     "launch fails\n", name ? name : "(unnamed)", block, grid, fault_thread,
             fault_what);
     fault_thread = -1;
-    abandon_block();
+    end_block();
     return -1;
 }
 
@@ -547,7 +683,7 @@ unsigned warp_at(unsigned k, unsigned nwarps, unsigned phase, unsigned block)
 int run_block(unsigned block, unsigned grid, const char *name)
 {
     cgc_emu_block_idx.x = block;
-    for (unsigned i = 0; i < nthreads; i++) fibers[i] = Fiber{};
+    for (unsigned i = 0; i < nthreads; i++) memset(&fibers[i], 0, offsetof(Fiber, copies));
     unsigned nwarps = (nthreads + WARP - 1) / WARP;
     for (unsigned phase = 0;; phase++) {
         bool any_live = false;
@@ -561,10 +697,13 @@ int run_block(unsigned block, unsigned grid, const char *name)
             if (fault_thread >= 0) return report_fault(name, block, grid);
             for (unsigned i = first; i < end; i++) any_live |= fibers[i].state != F_DONE;
         }
-        if (!any_live) return 0;
+        if (!any_live) {
+            end_block();
+            return 0;
+        }
         if (!release_barrier()) {
             report_deadlock(name, block, grid);
-            abandon_block();
+            end_block();
             return -1;
         }
     }
@@ -587,7 +726,9 @@ extern "C" void cgc_emu_syncthreads(const char *file, int line)
     f->state = F_BARRIER;
     f->bar_file = file;
     f->bar_line = line;
+    tsan_barrier_arrive();
     fiber_yield(f);
+    tsan_barrier_leave();
 }
 
 extern "C" uint64_t cgc_emu_shuffle(int kind, unsigned mask, uint64_t bits, int arg, int width,
@@ -625,23 +766,26 @@ extern "C" void cgc_emu_cp_async16(void *dst, const void *src, bool valid)
                           ? "cp.async of 16 bytes from a global address not 16-byte aligned"
                           : "cp.async of 16 bytes to a shared address not 16-byte aligned");
     PendingCopy c = {dst, {0}, f->open_group};
-    if (valid) memcpy(c.bytes, src, sizeof c.bytes);
-    if (schedule == SCHEDULE_EARLY) memcpy(dst, c.bytes, sizeof c.bytes);   /* landed */
-    else f->copies.push_back(c);
+    if (valid) {
+        tsan_read(src, sizeof c.bytes);
+        __builtin_memcpy(c.bytes, src, sizeof c.bytes);
+    }
+    if (schedule == SCHEDULE_EARLY) {   /* landed */
+        tsan_write(dst, sizeof c.bytes);
+        __builtin_memcpy(dst, c.bytes, sizeof c.bytes);
+    } else {
+        if (f->ncopies == MAX_COPIES)
+            cgc_emu_fault("more cp.async copies in flight than the emulation holds "
+                          "(MAX_COPIES in tests/emu/cuda_emu.cpp; raise it)");
+        f->copies[f->ncopies++] = c;
+    }
 }
 
 extern "C" void cgc_emu_cp_async_commit(void) { running_fiber("cp.async.commit_group")->open_group++; }
 
 extern "C" void cgc_emu_cp_async_wait(unsigned newest)
 {
-    Fiber *f = running_fiber("cp.async.wait_group");
-    size_t kept = 0;
-    for (size_t i = 0; i < f->copies.size(); i++) {
-        PendingCopy &c = f->copies[i];
-        if (c.group + newest < f->open_group) memcpy(c.dst, c.bytes, sizeof c.bytes);   /* done */
-        else f->copies[kept++] = c;
-    }
-    f->copies.resize(kept);
+    land_copies(running_fiber("cp.async.wait_group"), newest, false);
 }
 
 extern "C" int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void **),
@@ -655,6 +799,7 @@ extern "C" int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void 
     }
     pthread_mutex_lock(&launch_lock);
     read_schedule();
+    tsan_launch_begin();
     nthreads = block;
     launch_thunk = thunk;
     launch_args = args;
@@ -673,6 +818,7 @@ extern "C" int cgc_emu_launch(unsigned grid, unsigned block, void (*thunk)(void 
         for (unsigned w = 0; w < order.n && rc == 0; w++)
             if (order.at(w) < grid) rc = run_block(order.at(w), grid, name);
     }
+    tsan_launch_end();
     pthread_mutex_unlock(&launch_lock);
     return rc;
 }

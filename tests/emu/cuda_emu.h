@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <cmath>
+#include <type_traits>
 
 /* ---- qualifiers ---- */
 #define __global__
@@ -135,15 +136,27 @@ CGC_EMU_SHUFFLES(unsigned long long)
 #undef CGC_EMU_SHUFFLES
 #undef CGC_EMU_SITE
 
-/* ---- atomics: threads switch only at barriers and shuffles, so a plain update is
- * atomic ---- */
-#define CGC_EMU_ATOMIC_ADD(T)                        \
-    static inline T atomicAdd(T *address, T value)   \
-    {                                                \
-        T old = *address;                            \
-        *address = old + value;                      \
-        return old;                                  \
+/* ---- atomics: relaxed atomic operations, as CUDA's are (threads switch only at
+ * barriers and shuffles, so a plain update would do; the racecheck, ThreadSanitizer,
+ * must see them as atomics) ---- */
+template <typename T> static inline T cgc_emu_atomic_add(T *address, T value)
+{
+    if constexpr (std::is_integral<T>::value) {
+        return __atomic_fetch_add(address, value, __ATOMIC_RELAXED);
+    } else {   /* compare and swap on the bits */
+        using Bits = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;
+        Bits *bits = (Bits *)address, seen = __atomic_load_n(bits, __ATOMIC_RELAXED);
+        for (;;) {
+            T old = cgc_emu_from_bits<T>(seen);
+            Bits next = (Bits)cgc_emu_to_bits((T)(old + value));
+            if (__atomic_compare_exchange_n(bits, &seen, next, false, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
+                return old;
+        }
     }
+}
+#define CGC_EMU_ATOMIC_ADD(T) \
+    static inline T atomicAdd(T *address, T value) { return cgc_emu_atomic_add(address, value); }
 CGC_EMU_ATOMIC_ADD(float)
 CGC_EMU_ATOMIC_ADD(double)
 CGC_EMU_ATOMIC_ADD(int)

@@ -7,7 +7,10 @@ set(EMU_DIR ${CMAKE_CURRENT_SOURCE_DIR}/emu)
 
 # The emulator compiled once at build time too, so that warnings fail the build.
 add_library(cgc_emu_warnings OBJECT emu/cuda_emu.cpp)
-set_target_properties(cgc_emu_warnings PROPERTIES CXX_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
+add_library(cgc_emu_warnings_tsan OBJECT emu/cuda_emu.cpp)   # as the racecheck builds it
+target_compile_definitions(cgc_emu_warnings_tsan PRIVATE CGC_EMU_TSAN)
+set_target_properties(cgc_emu_warnings cgc_emu_warnings_tsan PROPERTIES CXX_STANDARD 17
+                      POSITION_INDEPENDENT_CODE ON)
 
 function(cgc_emu_device_lib name)   # cgc_emu_device_lib(NAME [COMPILE/LINK FLAGS...])
   add_library(${name} STATIC emu/emu_device.c emu/drift.c)
@@ -22,6 +25,12 @@ function(cgc_emu_device_lib name)   # cgc_emu_device_lib(NAME [COMPILE/LINK FLAG
 endfunction()
 cgc_emu_device_lib(cgc_emu_device)
 cgc_emu_device_lib(cgc_emu_device_asan -fsanitize=address -fno-omit-frame-pointer)
+# The racecheck: the kernels under ThreadSanitizer, a block's threads its fibers, ordered
+# only by what orders them on a GPU (cuda_emu.cpp).
+if(NOT CGC_SANITIZE)   # TSan cannot join the whole build's ASan
+  cgc_emu_device_lib(cgc_emu_device_tsan -fsanitize=thread)
+  target_link_options(cgc_emu_device_tsan PUBLIC -Wl,--as-needed)
+endif()
 # CUDA::cublas brings the driver stub (libcuda.so) into the link line; the runtime loads
 # the driver with dlopen, so drop what is unused, as the default link does without ASan.
 target_link_options(cgc_emu_device_asan PUBLIC -Wl,--as-needed)
@@ -107,3 +116,20 @@ set_tests_properties(test_emu_wide PROPERTIES LABELS emu TIMEOUT 900
 # The same comparisons on a real GPU: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_models COMMAND test_emu_models --cuda)
 set_tests_properties(test_gpu_models PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
+
+# The racecheck over generated kernels: a model of each kind (fused MLP runs, residual
+# blocks, a regression) and the tensor-core GEMMs, under ThreadSanitizer, and the
+# emulation's own test with kernels that race. One thread for OpenMP and OpenBLAS: their
+# own threads are not what is checked, and TSan cannot see through libgomp's barriers. A
+# race stops the test (halt_on_error) with TSan's report.
+if(NOT CGC_SANITIZE)
+  cgc_emu_test(test_emu_runtime_tsan emu/test_emu_runtime.c cgc_emu_device_tsan "emu;tsan" --tsan)
+  cgc_emu_test(test_emu_models_tsan emu/test_emu_models.c cgc_emu_device_tsan "emu;tsan"
+               mlp:fp16 regression:fp32 resmlp:bf16)
+  cgc_emu_test(test_emu_gemm_tsan emu/test_emu_gemm.c cgc_emu_device_tsan "emu;tsan" mlp:fp16:37)
+  foreach(t test_emu_models_tsan test_emu_gemm_tsan)
+    target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
+  endforeach()
+  set_tests_properties(test_emu_runtime_tsan test_emu_models_tsan test_emu_gemm_tsan PROPERTIES
+                       ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1:history_size=4;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+endif()

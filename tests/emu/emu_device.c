@@ -762,11 +762,30 @@ static int run_command(char *const *argv)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
+#if defined(__SANITIZE_THREAD__)
+/* The emulator's own object, for a shared object of kernels built with ThreadSanitizer:
+ * without TSan's instrumentation (cuda_emu.cpp tells TSan what it needs to know), into
+ * OUT.emu.o, whose path goes to OBJ. */
+static int compile_emulator(const char *out, char *obj, size_t len)
+{
+    snprintf(obj, len, "%s.emu.o", out);
+    const char *argv[] = { CGC_EMU_CXX, "-std=c++17", "-O1", "-g", "-fPIC", "-c",
+                           "-DCGC_EMU_TSAN", CGC_EMU_DIR "/cuda_emu.cpp", "-o", obj, NULL };
+    return run_command((char *const *)argv);
+}
+#endif
+
 int emu_compile_so(const char *const *srcs, int nsrcs, const char *include_dir, bool asan,
                    const char *out)
 {
-    char inc[300] = "";
+    char inc[300] = "", emulator[300] = CGC_EMU_DIR "/cuda_emu.cpp";
     if (include_dir) snprintf(inc, sizeof inc, "-I%s", include_dir);
+#if defined(__SANITIZE_THREAD__)   /* the kernels under TSan too (the racecheck) */
+    bool tsan = true;
+    if (compile_emulator(out, emulator, sizeof emulator) != 0) return -1;
+#else
+    bool tsan = false;
+#endif
     const char *fixed[] = {
         CGC_EMU_CXX, "-std=c++17", "-O1", "-g", "-fPIC", "-shared",
         "-include", CGC_EMU_DIR "/cuda_emu.h",
@@ -778,6 +797,7 @@ int emu_compile_so(const char *const *srcs, int nsrcs, const char *include_dir, 
     for (int i = 0; i < NFIXED; i++) argv[n++] = fixed[i];
     if (include_dir) argv[n++] = inc;
     if (asan) argv[n++] = "-fsanitize=address";
+    if (tsan) argv[n++] = "-fsanitize=thread";
     for (int i = 0; i < nsrcs; i++) {
         size_t len = strlen(srcs[i]);
         bool cu = len > 3 && strcmp(srcs[i] + len - 3, ".cu") == 0;
@@ -785,12 +805,13 @@ int emu_compile_so(const char *const *srcs, int nsrcs, const char *include_dir, 
         argv[n++] = srcs[i];
     }
     argv[n++] = "-xnone";
-    argv[n++] = CGC_EMU_DIR "/cuda_emu.cpp";
+    argv[n++] = emulator;
     argv[n++] = "-o";
     argv[n++] = out;
     argv[n] = NULL;
     int rc = run_command((char *const *)argv);
     free(argv);
+    if (tsan) unlink(emulator);
     if (rc != 0)
         fprintf(stderr, "cgc: error: CUDA emulation: compiling %s with %s failed (the "
                         "compiler's messages are above); the sources are kept\n",

@@ -164,6 +164,26 @@ extern "C" __global__ void restrict_scale(float *__restrict__ out, const float *
     if (i < n) out[i] = 3.0f * in[i];
 }
 
+// Races the racecheck (ThreadSanitizer, test_emu_runtime --tsan) must report: WHICH 0
+// reverses through shared memory without the barrier between the writes and the reads;
+// 1 reads a cp.async stage that another thread's copy fills, after its own wait but
+// with no barrier; 2 is 0 with the barrier, and has no race.
+extern "C" __global__ void racy(float *out, const float *in, int which)
+{
+    __shared__ __align__(16) float tile[256];
+    unsigned t = threadIdx.x, n = blockDim.x;
+    if (which == 1) {
+        if (t % 4 == 0) cgc_emu_cp_async16(&tile[t], &in[t], true);
+        cgc_emu_cp_async_commit();
+        cgc_emu_cp_async_wait(0);
+        out[t] = tile[(t + 4) % n];
+        return;
+    }
+    tile[t] = in[t];
+    if (which == 2) __syncthreads();
+    out[t] = tile[n - 1 - t];
+}
+
 // The intrinsics generated code uses for random numbers and bit tricks.
 extern "C" __global__ void intrinsics(unsigned *u, float *f)
 {
@@ -272,6 +292,10 @@ void cgc_emu_thunk_restrict_scale(void **args)
 }
 extern const unsigned char cgc_emu_argbytes_restrict_scale[] = {8, 8, 8, 0};
 extern const unsigned char cgc_emu_noalias_restrict_scale[] = {2, 1, 0};
+void cgc_emu_thunk_racy(void **args)
+{
+    racy(THUNK_ARG(0, float *), THUNK_ARG(1, const float *), THUNK_ARG(2, int));
+}
 void cgc_emu_thunk_intrinsics(void **args)
 {
     intrinsics(THUNK_ARG(0, unsigned *), THUNK_ARG(1, float *));

@@ -349,33 +349,49 @@ static void test_bad_launch(void)
     CHECK(strstr(msg, "block 2048") != NULL);
 }
 
-/* Under ASan, a kernel that writes past its allocation, or into padding marked unused,
- * must be stopped by AddressSanitizer: run in a child, whose report is read back. */
-static void expect_asan_report(DevPtr base, int64_t index, const char *what)
+static const char *self_path, *so_path;   /* this program, the kernels' shared object */
+
+/* Launches NAME (one block of BLOCK threads) in a child, which a sanitizer must stop
+ * with a report that says SANITIZER and names the kernel and WHERE (what it reports on);
+ * WHAT says what the kernel does. With RACE >= 0 the child is this program anew,
+ * `--race RACE SO` (ThreadSanitizer's state does not survive a fork whole), which
+ * launches NAME itself. */
+static void expect_report(const char *name, unsigned block, void **args, int race,
+                          const char *sanitizer, const char *where, const char *what)
 {
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
-        int fd = open(tmp_path("asan.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fd = open(tmp_path("report.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(fd, 2);
-        void *args[] = { &base, &index };
-        launch("write_at", 1, 32, args);
+        char which[16];
+        snprintf(which, sizeof which, "%d", race);
+        if (race >= 0) execl(self_path, self_path, "--race", which, so_path, (char *)NULL);
+        else launch(name, 1, block, args);
         _exit(0);   /* not caught */
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    char report[4096] = "";
-    FILE *f = fopen(tmp_path("asan.txt"), "r");
+    char report[8192] = "";
+    FILE *f = fopen(tmp_path("report.txt"), "r");
     if (f) {
         report[fread(report, 1, sizeof report - 1, f)] = '\0';
         fclose(f);
     }
-    unlink(tmp_path("asan.txt"));
+    unlink(tmp_path("report.txt"));
     bool caught = !(WIFEXITED(status) && WEXITSTATUS(status) == 0) &&
-                  strstr(report, "AddressSanitizer") && strstr(report, "write_at");
-    if (!caught) fprintf(stderr, "%s was not caught by ASan; child said:\n%s\n", what, report);
+                  strstr(report, sanitizer) && strstr(report, name) && strstr(report, where);
+    if (!caught) fprintf(stderr, "%s was not caught by %s; child said:\n%s\n", what, sanitizer, report);
     CHECK(caught);
+}
+
+/* Under ASan, a kernel that writes past its allocation, or into padding marked unused,
+ * must be stopped by AddressSanitizer. */
+static void expect_asan_report(DevPtr base, int64_t index, const char *what)
+{
+    void *args[] = { &base, &index };
+    expect_report("write_at", 32, args, -1, "AddressSanitizer", "WRITE of size 4", what);
 }
 
 static void test_asan_catches(void)
@@ -387,6 +403,39 @@ static void test_asan_catches(void)
     dev->ops->mark_unused(dev, p + 256, 256);
     expect_asan_report(p, 64, "a write into padding marked unused");
     dev->ops->free(dev, p);
+}
+
+/* Kernel `racy` as case WHICH, one block of 128 threads. Returns the launch's result. */
+static int launch_racy(int which, float *out)
+{
+    float in[128];
+    fill(in, 128, 7);
+    DevPtr din = dev_alloc(sizeof in), dout = dev_alloc(128 * sizeof(float));
+    dev->ops->upload(dev, din, in, sizeof in);
+    void *args[] = { &dout, &din, &which };
+    int rc = launch("racy", 1, 128, args);
+    if (out) dev->ops->download(dev, out, dout, 128 * sizeof(float));
+    dev->ops->free(dev, din);
+    dev->ops->free(dev, dout);
+    return rc;
+}
+
+/* Under ThreadSanitizer (the racecheck), a missing barrier and a cp.async stage read
+ * without one are reported as data races on the shared tile; with the barrier, the
+ * kernel runs clean and right. */
+static void test_tsan_catches(void)
+{
+    const char *tile = "Location is global 'racy::tile'";   /* the shared memory */
+    expect_report("racy", 128, NULL, 0, "ThreadSanitizer: data race", tile,
+                  "a missing __syncthreads");
+    expect_report("racy", 128, NULL, 1, "ThreadSanitizer: data race", tile,
+                  "a cp.async stage read without a barrier");
+    float in[128], out[128];
+    fill(in, 128, 7);
+    CHECK_EQ_INT(launch_racy(2, out), 0);
+    int bad = 0;
+    for (int i = 0; i < 128; i++) bad += out[i] != in[127 - i];
+    CHECK_EQ_INT(bad, 0);
 }
 
 /* C[b] = op(A[b]) op(B), B shared by the batch, f16 operands, bf16 result: against a
@@ -433,11 +482,19 @@ static void test_gemm(void)
 int main(int argc, char **argv)
 {
     bool asan = argc > 1 && strcmp(argv[1], "--asan") == 0;
+    bool tsan = argc > 1 && strcmp(argv[1], "--tsan") == 0;
+    if (argc == 4 && strcmp(argv[1], "--race") == 0) {   /* test_tsan_catches' child */
+        if (emu_device_open(argv[3], &dev) != 0) return 1;
+        launch_racy(atoi(argv[2]), NULL);
+        return 0;   /* not caught */
+    }
+    self_path = argv[0];
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc-emu-rt-XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     const char *src[] = { CGC_EMU_DIR "/runtime_kernels.cu" };
     char so[256];
     snprintf(so, sizeof so, "%s", tmp_path("runtime_kernels.so"));
+    so_path = so;
     if (emu_compile_so(src, 1, NULL, asan, so) != 0 || emu_device_open(so, &dev) != 0) {
         fprintf(stderr, "test_emu_runtime: cannot build or load %s\n", so);
         return 1;
@@ -457,6 +514,7 @@ int main(int argc, char **argv)
     test_bad_launch();
     test_gemm();
     if (asan) test_asan_catches();
+    if (tsan) test_tsan_catches();
     dev->ops->close(dev);
     unlink(so);
     rmdir(tmpdir);
