@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build run test bench mutate clean
+.PHONY: all deps configure build run test test-sanitize bench mutate clean
 
 all: build
 
@@ -23,6 +23,15 @@ run: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Every test again, cgc and the tests built with AddressSanitizer (leaks included) and
+# UndefinedBehaviorSanitizer, any report fatal (CMake option CGC_SANITIZE, in
+# build-sanitize/); CI runs it after `make test`. Left out: the *_asan and *_tsan twins
+# and the fuzzing, which `make test` runs under sanitizers of their own.
+test-sanitize: deps
+	@cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCGC_SANITIZE=ON >/dev/null
+	@cmake --build build-sanitize -j $(JOBS)
+	cd build-sanitize && ctest --output-on-failure -j $(JOBS) -E '_asan$$|_tsan$$|^fuzz_short$$'
 
 # CPU benchmark of README.md (not a test).
 bench: configure
