@@ -40,6 +40,8 @@ struct DevExec {
     int64_t *items;
     PlanStepChoice *gemm[PG_NUM];
     int *mlp;                   /* per fused MLP run (Plan.mlps): its shape + 1, 0: its steps */
+    int *born[PG_NUM];          /* per buffer, the first step of the graph that names it
+                                 * (its activations only; else -1): mark_undefined */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
     /* devexec_timing_start .. devexec_timing_collect: each launch and GEMM between two
      * fences; times are taken from BASE, recorded at the first start */
@@ -379,7 +381,10 @@ void devexec_free(DevExec *e)
     free(e->offset);
     free(e->kernel);
     free(e->items);
-    for (int g = 0; g < PG_NUM; g++) free(e->gemm[g]);
+    for (int g = 0; g < PG_NUM; g++) {
+        free(e->gemm[g]);
+        free(e->born[g]);
+    }
     free(e->mlp);
     free(e);
 }
@@ -675,6 +680,55 @@ int devexec_launches(const DevExec *e, PlanGraphId gid, int *gemms)
     return n;
 }
 
+/* ---- what a step finds in the buffers it is the first to name ---- */
+
+/* Notes step I as buffer B's birth, when B's memory is an activation of graph GID. */
+static void note_birth(const Plan *pl, PlanGraphId gid, int b, int i, int *born)
+{
+    if (b < 0) return;
+    int r = plan_buffer_root(pl, b);
+    if (pl->buffers[r].kind == PB_NODE && pl->buffers[r].graph == (int)gid && born[r] < 0)
+        born[r] = i;
+}
+
+/* E->born[GID], made once. */
+static const int *births(DevExec *e, PlanGraphId gid)
+{
+    if (e->born[gid]) return e->born[gid];
+    const Plan *pl = e->plan;
+    int *born = xmalloc((size_t)(pl->nbuffers ? pl->nbuffers : 1) * sizeof *born);
+    for (int b = 0; b < pl->nbuffers; b++) born[b] = -1;
+    for (int i = 0; i < pl->graph[gid].nsteps; i++) {
+        const PlanStep *s = &pl->graph[gid].steps[i];
+        if (s->kind == STEP_GEMM) {
+            const int named[] = { s->gemm.a, s->gemm.b, s->gemm.c, s->gemm.bias, s->gemm.aux };
+            for (int k = 0; k < 5; k++) note_birth(pl, gid, named[k], i, born);
+            continue;
+        }
+        for (int a = 0; a < s->launch.nargs; a++)
+            if (s->launch.arg[a].kind == ARG_BUFFER) note_birth(pl, gid, s->launch.arg[a].index, i, born);
+    }
+    return e->born[gid] = born;
+}
+
+/* Before step I of GID runs (or fused MLP run RUN, issued there): the activations it is
+ * the first to name (RUN: those its layers' steps are, which its kernel writes) hold
+ * nothing of this run yet, only what an earlier value left in the memory the plan reuses,
+ * or the zeros of a new arena. The device may mark them so: the emulation fills them with
+ * NaN (0xFF bytes), so that a kernel reading one before writing it computes NaN instead
+ * of a stale value that passes; a GPU has nothing to do. (Not the other steps between a
+ * run's layers: their buffers may share memory with values live until they run.) */
+static void mark_born(DevExec *e, PlanGraphId gid, const PlanMlp *run, int i)
+{
+    if (!e->d->ops->mark_undefined) return;
+    const int *born = births(e, gid);
+    for (int b = 0; b < e->plan->nbuffers; b++) {
+        bool now = born[b] == i;
+        for (int j = 0; run && j < run->nlayers; j++) now |= born[b] == run->step[j];
+        if (now) e->d->ops->mark_undefined(e->d, devexec_buffer(e, b), plan_buffer_bytes(e->plan, b, e->symmax));
+    }
+}
+
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
 {
     const PlanGraph *pg = plan_graph_of(e->plan, g);
@@ -687,6 +741,7 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
         int r;
         Issue what = issue_of(e, (PlanGraphId)gid, i, &r);
         if (what == ISSUE_NOTHING) continue;        /* a later layer: done at the run's first */
+        mark_born(e, (PlanGraphId)gid, what == ISSUE_RUN ? &e->plan->mlps[r] : NULL, i);
         if (what == ISSUE_RUN) {                    /* the run's layers in one launch */
             DevTimedEvent ev = {s->what, devexec_mlp_kernel(e, r), g->name, s->loc.line, true};
             if ((e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||

@@ -63,6 +63,11 @@ typedef struct DeviceOps {
     /* Marks [p, p + bytes) as not to be touched by kernels (arena padding); the emulation
      * poisons it for AddressSanitizer, the GPU ignores it. May be NULL. */
     void (*mark_unused)(Device *d, DevPtr p, size_t bytes);
+    /* Marks [p, p + bytes) as holding nothing yet, before the first step of a run that
+     * names it: the emulation fills it with 0xFF bytes (NaN in every float type, -1 as an
+     * integer), so that a kernel that reads it before writing it fails its comparison;
+     * the GPU ignores it. May be NULL. */
+    void (*mark_undefined)(Device *d, DevPtr p, size_t bytes);
     /* The device memory free now, as the driver reports it (to set against free_bytes,
      * the free memory at open: -v's "in use" line). NULL where it is not known. */
     int (*mem_free)(Device *d, size_t *free_bytes);

@@ -105,9 +105,8 @@ static int cpu_epoch_begin(Trainer *t, const TrainProgress *pr)
     return 0;
 }
 
-/* The first NaN or infinity of a run checked for them, named by the op that computed it,
- * its .net line and the step (of a training graph; the evaluation runs between epochs). */
-static int report_anomaly(Trainer *t, const IrGraph *g, const CpuAnomaly *a, int64_t micro_step)
+int train_report_anomaly(const Trainer *t, const IrGraph *g, const CpuAnomaly *a,
+                         int64_t micro_step, const char *from)
 {
     const IrNode *n = &g->nodes[a->node];
     char when[64] = "in the evaluation", where[512] = "", what[160] = "", shape[128];
@@ -117,9 +116,9 @@ static int report_anomaly(Trainer *t, const IrGraph *g, const CpuAnomaly *a, int
     if (n->name) snprintf(what, sizeof what, ", computing '%s'", n->name);
     train_clear_progress(t);
     cgc_error("anomaly %s: %s%s (%s graph, node %%%d%s) computed %s at element %lld of %s, from "
-              "values that were all finite", when, ir_op_name(n->op), where, g->name, a->node,
-              what, isnan(a->value) ? "NaN" : a->value > 0 ? "+inf" : "-inf",
-              (long long)a->element, ir_shape_str(t->p, &n->shape, shape, sizeof shape));
+              "%s", when, ir_op_name(n->op), where, g->name, a->node, what,
+              isnan(a->value) ? "NaN" : a->value > 0 ? "+inf" : "-inf", (long long)a->element,
+              ir_shape_str(t->p, &n->shape, shape, sizeof shape), from);
     return -1;
 }
 
@@ -142,7 +141,7 @@ static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64
     cpu_exec_set_detect_anomaly(b->e, t->o->detect_anomaly);
     int rc = cpu_exec_run(b->e, g, &feed);
     const CpuAnomaly *a = rc ? cpu_exec_anomaly(b->e) : NULL;
-    return a ? report_anomaly(t, g, a, micro_step) : rc;
+    return a ? train_report_anomaly(t, g, a, micro_step, "values that were all finite") : rc;
 }
 
 static double output_scalar(Trainer *t, const IrGraph *g, IrOutputRole role)

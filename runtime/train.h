@@ -38,7 +38,8 @@ typedef struct RunOptions {
     bool quiet;
     bool verbose;               /* -v: on a device, also the median step time */
     bool detect_anomaly;        /* check every op's values; stop at the first NaN or inf
-                                 * (the CPU reference executor) */
+                                 * (on a device: every value the plan stores, after each
+                                 * graph run, launch by launch) */
     StepTimes *step_times;      /* when not NULL: the step times of a device run */
     double tune_budget_s;       /* max-autotune: --tune-budget, the most seconds tuning may
                                  * take (0: 60) */

@@ -23,6 +23,7 @@
  * choices in force: read from the choices file in the cache, or timed now (autotune.h)
  * before the tensors are initialised, and written there.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,8 @@ typedef struct DeviceBackend {
                                  * ({-1, -1} until first written) */
     StepCapture capture[2];     /* train, train_micro */
     bool capture_failed;
+    int64_t symmax[IR_MAX_SYMBOLS];     /* the arena's: the largest batch */
+    float *values;              /* --detect-anomaly: one node's values, read back */
 } DeviceBackend;
 
 /* A data kernel's parameter value; every parameter is 8 bytes. */
@@ -258,6 +261,45 @@ static int gather(const Trainer *t, const Dataset *d, const DeviceSplit *s, DevP
                   "gather the labels");
 }
 
+/* The first non-finite element of node ID's values after a run, into *A; false if none. */
+static bool not_finite(DeviceBackend *b, const IrGraph *g, int id, CpuAnomaly *a)
+{
+    int64_t n = ir_numel(&g->nodes[id].shape, b->symmax);
+    b->values = xrealloc(b->values, (size_t)(n > 0 ? n : 1) * sizeof *b->values);
+    if (devexec_value(b->e, g, id, b->values, &n) != 0) return false;
+    for (int64_t k = 0; k < n; k++) {
+        if (isfinite(b->values[k])) continue;
+        *a = (CpuAnomaly){ .node = id, .element = k, .value = b->values[k] };
+        return true;
+    }
+    return false;
+}
+
+/* --detect-anomaly: the first value G's run stored, in the graph's order, that is not
+ * finite. In eager mode every op's value is stored; where kernels are fused, the values
+ * inside one are not, and the op named is the first stored one, which may be the end of
+ * the chain whose earlier op made it. The run's updates have happened (on the CPU they
+ * stop before them), so the values that are views of tensors are left out: they show the
+ * tensors as updated (the update's own values, checked, come later in the graph). Returns
+ * 0, or -1 after the report. */
+static int check_values(const Trainer *t, const IrGraph *g, int64_t micro_step)
+{
+    DeviceBackend *b = backend(t);
+    const PlanGraph *pg = plan_graph_of(b->plan, g);
+    CpuAnomaly a;
+    for (int id = 0; id < g->nnodes; id++) {
+        int buf = pg->node_buffer[id];
+        if (buf < 0 || b->plan->buffers[plan_buffer_root(b->plan, buf)].kind == PB_TENSOR) continue;
+        if (!not_finite(b, g, id, &a)) continue;
+        return train_report_anomaly(t, g, &a, micro_step, b->plan->mode == PLAN_EAGER
+                                    ? "values that were all finite"
+                                    : "the finite values stored before it (a fused kernel "
+                                      "stores none of its own: an op earlier in it may have "
+                                      "made the value)");
+    }
+    return 0;
+}
+
 static int run_graph(const Trainer *t, const IrGraph *g, int64_t count, int64_t micro_step)
 {
     DevFeed feed;
@@ -265,7 +307,8 @@ static int run_graph(const Trainer *t, const IrGraph *g, int64_t count, int64_t 
     feed.symvals[0] = count;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
-    return devexec_run(backend(t)->e, g, &feed);
+    if (devexec_run(backend(t)->e, g, &feed) != 0) return -1;
+    return t->o->detect_anomaly ? check_values(t, g, micro_step) : 0;
 }
 
 /* ---- the backend ---- */
@@ -403,7 +446,10 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     const TrainConfig *c = &t->p->cfg;
     int64_t eval_rows = t->data.has_test ? (t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH) : 0;
     int64_t symmax[IR_MAX_SYMBOLS] = {c->batch > eval_rows ? c->batch : eval_rows};
-    b->e = devexec_new(b->plan, b->d, symmax, t->o->net_path);
+    memcpy(b->symmax, symmax, sizeof symmax);
+    /* --detect-anomaly reads every stored value after a run: each keeps its own memory */
+    b->e = t->o->detect_anomaly ? devexec_new_unshared(b->plan, b->d, symmax, t->o->net_path)
+                                : devexec_new(b->plan, b->d, symmax, t->o->net_path);
     if (!b->e) return -1;
     b->step = b->plan->step_state >= 0 ? devexec_buffer(b->e, b->plan->step_state) : 0;
     b->step_next[0] = b->step_next[1] = -1;
@@ -457,6 +503,7 @@ static void dev_close(Trainer *t)
                      b->totals, b->eval_totals};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free_ptr(b, ptrs[i]);
     devexec_free(b->e);
+    free(b->values);
     if (b->own_plan) plan_free(b->own_plan);
     for (int i = 0; i < t->p->ntensors; i++) free(t->tensors[i]);
     free(t->tensors);
@@ -506,6 +553,7 @@ const char *train_capture_refusal(const CaptureQuery *q)
     if (q->failed) return "an earlier capture failed";
     if (q->count != q->batch) return "a partial batch runs launch by launch";
     if (q->profiled) return "a profiled step runs launch by launch, each timed";
+    if (q->checked) return "the anomaly check reads every value after each run";
     if (q->runs == 0) return "the first full batch runs launch by launch, as a warm-up";
     return NULL;
 }
@@ -580,7 +628,8 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
     StepCapture *sc = &b->capture[g == &t->p->train ? 0 : 1];
     CaptureQuery q = {.mode = b->plan->mode, .device_can = b->d->ops->capture_begin != NULL,
                       .failed = b->capture_failed, .count = count, .batch = c->batch,
-                      .runs = sc->runs, .profiled = t->recording != NULL};
+                      .runs = sc->runs, .profiled = t->recording != NULL,
+                      .checked = t->o->detect_anomaly};
     bool replay = train_capture_refusal(&q) == NULL;
     if (count == c->batch) sc->runs++;
     if (replay && !sc->graph && capture(t, g, pr, start, count, micro_step, sc) != 0) replay = false;

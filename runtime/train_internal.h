@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 
+#include "cpu/exec.h"
 #include "data.h"
 #include "profile.h"
 #include "train.h"
@@ -87,6 +88,7 @@ typedef struct CaptureQuery {
     int64_t count, batch;       /* the micro-batch's rows; the configured batch */
     int64_t runs;               /* full micro-batches this graph has run so far */
     bool profiled;              /* the step is one --profile times */
+    bool checked;               /* --detect-anomaly: every run's values are read back */
 } CaptureQuery;
 
 /* NULL when the micro-batch is replayed from a graph (captured now if need be), else why
@@ -97,6 +99,13 @@ const char *train_capture_refusal(const CaptureQuery *q);
  * (a capture, an error) starts a line of its own; the bar is drawn again below it at
  * its next update. */
 void train_clear_progress(const Trainer *t);
+
+/* Reports the first NaN or infinity of a run checked for them (--detect-anomaly), named
+ * by the op that computed it, its .net line and the step (of a training graph; the
+ * evaluation runs between epochs), MICRO_STEP the micro-batch's number; FROM says what
+ * the op's inputs were ("values that were all finite"). Returns -1. */
+int train_report_anomaly(const Trainer *t, const IrGraph *g, const CpuAnomaly *a,
+                         int64_t micro_step, const char *from);
 
 /* Reports a non-finite loss at optimizer step STEP (0-based); WHAT is "NaN",
  * "infinite", or "not finite". Returns -1. */

@@ -170,6 +170,7 @@ typedef struct RunSpec {
     bool tty;                   /* stdout a terminal: the progress bar is drawn */
     double tune_budget_s;       /* max-autotune; 0: the runtime's */
     const char *tune_file;      /* max-autotune: --tune-file; NULL: the cache */
+    bool detect_anomaly;
 } RunSpec;
 
 static int median_reports;      /* device runs long enough to report a median step time */
@@ -182,6 +183,7 @@ static int run(Model *m, const RunSpec *s)
         .metrics_path = s->metrics, .stop_after = s->stop_after, .device = s->device,
         .profile_path = s->profile, .step_times = s->times, .tune_budget_s = s->tune_budget_s,
         .tune_file = s->tune_file, .plan = s->device ? m->plan : NULL, .verbose = s->device != NULL,
+        .detect_anomaly = s->detect_anomaly,
     };
     Tty tty;
     int saved = -1;
@@ -576,6 +578,8 @@ static void check_capture_refusal(void)
         {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64, .batch = 64}, "warm-up"},
         {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64, .batch = 64, .runs = 3,
           .profiled = true}, "profiled step"},
+        {{.mode = PLAN_REDUCE_OVERHEAD, .device_can = true, .count = 64, .batch = 64, .runs = 3,
+          .checked = true}, "anomaly check"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const char *why = train_capture_refusal(&refused[i].q);
@@ -1147,6 +1151,53 @@ static void check_divergence(void)
     model_close(&m);
 }
 
+/* --detect-anomaly on the emulation and on the CPU: exp(z * 100) overflows in the first
+ * step's forward. In eager mode the device names the op the CPU names (exp, its line, its
+ * node); fused, the first value it stores that is not finite, and says so. */
+static void check_anomaly(void)
+{
+    printf("--detect-anomaly (%s) on the emulation and the CPU\n", plan_mode_name(mode));
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path("overflow.net"));
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("model overflow {\n    input x: f32[B, 32]\n    input t: f32[B, 4]\n"
+          "    z    = linear(x, 16)\n    h    = tanh(exp(z * 100))\n    pred = linear(h, 4)\n"
+          "    output pred\n    loss   mse(pred, t)\n}\n"
+          "train {\n    data = synthetic(samples = 256)\n    batch = 64\n    epochs = 1\n"
+          "    optimizer = sgd(lr = 0.1)\n    seed = 1\n}\n", f);
+    fclose(f);
+    Model m;
+    if (model_open(&m, path, NULL, 0)) {
+        capture_start();
+        int dev_rc = run(&m, &(RunSpec){.device = m.d, .detect_anomaly = true});
+        char dev_err[4096];
+        snprintf(dev_err, sizeof dev_err, "%s", capture_end());
+        capture_start();
+        int cpu_rc = run(&m, &(RunSpec){.detect_anomaly = true});
+        const char *cpu_err = capture_end();
+        fprintf(stderr, "  emulation: %s  cpu: %s", dev_err, cpu_err);
+        CHECK_EQ_INT(dev_rc, 1);
+        CHECK_EQ_INT(cpu_rc, 1);
+        char want[700];
+        snprintf(want, sizeof want, "anomaly in step 1: exp at %s:5 (train graph, node %%", path);
+        CHECK(strstr(cpu_err, want) != NULL);
+        if (mode == PLAN_EAGER) {   /* the same op, node and words */
+            const char *dn = strstr(dev_err, "node %"), *cn = strstr(cpu_err, "node %");
+            int dev_node = -1, cpu_node = -2;
+            if (dn) sscanf(dn, "node %%%d", &dev_node);
+            if (cn) sscanf(cn, "node %%%d", &cpu_node);
+            CHECK(strstr(dev_err, want) != NULL);
+            CHECK_EQ_INT(dev_node, cpu_node);
+            CHECK(strstr(dev_err, "computed +inf at element ") && strstr(dev_err, "from values that were all finite"));
+        } else {
+            CHECK(strstr(dev_err, "anomaly in step 1: ") && strstr(dev_err, "a fused kernel stores none"));
+        }
+    }
+    model_close(&m);
+}
+
 int main(int argc, char **argv)
 {
     asan = argc > 1 && strcmp(argv[1], "--asan") == 0;
@@ -1183,6 +1234,7 @@ int main(int argc, char **argv)
     check_training("regression.net", skips, 3, 1e-2, false);
     check_resume_on_cpu("mlp.net", mlp, 3, 20);
     check_divergence();
+    check_anomaly();
 
     /* The default mode: fused kernels, optimizer updates stored in place, multi-tensor
      * launches, memory reused; trains as the CPU does, loss scaling and accumulation
@@ -1198,6 +1250,7 @@ int main(int argc, char **argv)
     Override ckpt[4] = {{"precision", "precision", "fp16"}, {"batch", "batch", "32"},
                         {"steps", "steps", "40"}, {"checkpoint", "checkpoint", "all"}};
     check_training("mlp.net", ckpt, 4, 2e-2, false);
+    check_anomaly();
 
     /* reduce-overhead: the default mode's kernels, the step counter on the device, each
      * micro-batch captured once and replayed */

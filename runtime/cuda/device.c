@@ -346,6 +346,7 @@ static const DeviceOps cuda_ops = {
     .alloc = dev_alloc,
     .free = dev_free,
     .mark_unused = NULL,
+    .mark_undefined = NULL,
     .mem_free = dev_mem_free,
     .upload = dev_upload,
     .download = dev_download,

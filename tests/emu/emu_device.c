@@ -197,6 +197,14 @@ static void emu_mark_unused(Device *d, DevPtr p, size_t bytes)
     ASAN_POISON_MEMORY_REGION((void *)(uintptr_t)p, bytes);
 }
 
+/* Not while a graph is being recorded: the kernels a capture records run as they run
+ * outside one, where this has marked their buffers. */
+static void emu_mark_undefined(Device *d, DevPtr p, size_t bytes)
+{
+    if (impl(d)->recording || !bytes || !check_owned(d, p, bytes, "mark_undefined")) return;
+    memset((void *)(uintptr_t)p, 0xFF, bytes);
+}
+
 static int emu_upload(Device *d, DevPtr dst, const void *src, size_t bytes)
 {
     if (refused_in_capture(d, "upload")) return -1;
@@ -647,6 +655,7 @@ static const DeviceOps emu_ops = {
     .alloc = emu_alloc,
     .free = emu_free,
     .mark_unused = emu_mark_unused,
+    .mark_undefined = emu_mark_undefined,
     .upload = emu_upload,
     .download = emu_download,
     .download_async = emu_download,

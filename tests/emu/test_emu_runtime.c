@@ -318,6 +318,30 @@ static void test_restrict_alias(void)
     dev->ops->free(dev, dy);
 }
 
+/* mark_undefined: memory a run has not written yet reads as NaN (0xFF bytes), so a
+ * kernel that reads it before writing computes NaN; written, it reads as written. */
+static void test_mark_undefined(void)
+{
+    float x[40], y[40];
+    fill(x, 40, 9);
+    int64_t n = 40;
+    DevPtr dx = dev_alloc(sizeof x), dy = dev_alloc(sizeof y);
+    dev->ops->upload(dev, dx, x, sizeof x);
+    dev->ops->mark_undefined(dev, dx + 8 * sizeof(float), 4 * sizeof(float));
+    void *args[] = { &dy, &dx, &n };
+    CHECK_EQ_INT(launch("restrict_scale", 1, 64, args), 0);
+    dev->ops->download(dev, y, dy, sizeof y);
+    int nan = 0, right = 0;
+    for (int i = 0; i < 40; i++) {
+        nan += isnan(y[i]) && i >= 8 && i < 12;
+        right += y[i] == 3.0f * x[i];
+    }
+    CHECK_EQ_INT(nan, 4);
+    CHECK_EQ_INT(right, 36);
+    dev->ops->free(dev, dx);
+    dev->ops->free(dev, dy);
+}
+
 static void test_intrinsics(void)
 {
     unsigned u[2];
@@ -510,6 +534,7 @@ int main(int argc, char **argv)
     test_shuffle_rules();
     test_cp_async_alignment();
     test_restrict_alias();
+    test_mark_undefined();
     test_intrinsics();
     test_bad_launch();
     test_gemm();
