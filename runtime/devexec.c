@@ -40,8 +40,8 @@ struct DevExec {
     int64_t *items;
     PlanStepChoice *gemm[PG_NUM];
     int *mlp;                   /* per fused MLP run (Plan.mlps): its shape + 1, 0: its steps */
-    int *born[PG_NUM];          /* per buffer, the first step of the graph that names it
-                                 * (its activations only; else -1): mark_undefined */
+    int *born[PG_NUM];          /* per graph, the activations each step is the first to
+                                 * name (births): mark_undefined */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
     /* devexec_timing_start .. devexec_timing_collect: each launch and GEMM between two
      * fences; times are taken from BASE, recorded at the first start */
@@ -691,24 +691,46 @@ static void note_birth(const Plan *pl, PlanGraphId gid, int b, int i, int *born)
         born[r] = i;
 }
 
-/* E->born[GID], made once. */
+/* E->born[GID], made once: for each step of GID, the activations it is the first to
+ * name: NSTEPS + 1 offsets, then the buffers step by step (step i's are
+ * born[nsteps + 1 + born[i]] up to the next offset). */
 static const int *births(DevExec *e, PlanGraphId gid)
 {
     if (e->born[gid]) return e->born[gid];
     const Plan *pl = e->plan;
-    int *born = xmalloc((size_t)(pl->nbuffers ? pl->nbuffers : 1) * sizeof *born);
-    for (int b = 0; b < pl->nbuffers; b++) born[b] = -1;
-    for (int i = 0; i < pl->graph[gid].nsteps; i++) {
+    int nsteps = pl->graph[gid].nsteps, nb = pl->nbuffers;
+    int *step_of = xmalloc((size_t)(nb ? nb : 1) * sizeof *step_of);
+    for (int b = 0; b < nb; b++) step_of[b] = -1;
+    for (int i = 0; i < nsteps; i++) {
         const PlanStep *s = &pl->graph[gid].steps[i];
         if (s->kind == STEP_GEMM) {
             const int named[] = { s->gemm.a, s->gemm.b, s->gemm.c, s->gemm.bias, s->gemm.aux };
-            for (int k = 0; k < 5; k++) note_birth(pl, gid, named[k], i, born);
+            for (int k = 0; k < 5; k++) note_birth(pl, gid, named[k], i, step_of);
             continue;
         }
         for (int a = 0; a < s->launch.nargs; a++)
-            if (s->launch.arg[a].kind == ARG_BUFFER) note_birth(pl, gid, s->launch.arg[a].index, i, born);
+            if (s->launch.arg[a].kind == ARG_BUFFER) note_birth(pl, gid, s->launch.arg[a].index, i, step_of);
     }
+    int *born = xcalloc((size_t)nsteps + 1 + (size_t)nb + 1, sizeof *born), *list = born + nsteps + 1;
+    for (int b = 0; b < nb; b++)      /* a counting sort by step */
+        if (step_of[b] >= 0) born[step_of[b] + 1]++;
+    for (int i = 0; i < nsteps; i++) born[i + 1] += born[i];
+    int *next = xmalloc((size_t)(nsteps ? nsteps : 1) * sizeof *next);
+    memcpy(next, born, (size_t)nsteps * sizeof *next);
+    for (int b = 0; b < nb; b++)
+        if (step_of[b] >= 0) list[next[step_of[b]]++] = b;
+    free(next);
+    free(step_of);
     return e->born[gid] = born;
+}
+
+/* Marks the activations step I of GID is the first to name (mark_born). */
+static void mark_step(DevExec *e, PlanGraphId gid, const int *born, int i)
+{
+    const int *list = born + e->plan->graph[gid].nsteps + 1;
+    for (int k = born[i]; k < born[i + 1]; k++)
+        e->d->ops->mark_undefined(e->d, devexec_buffer(e, list[k]),
+                                  plan_buffer_bytes(e->plan, list[k], e->symmax));
 }
 
 /* Before step I of GID runs (or fused MLP run RUN, issued there): the activations it is
@@ -722,11 +744,8 @@ static void mark_born(DevExec *e, PlanGraphId gid, const PlanMlp *run, int i)
 {
     if (!e->d->ops->mark_undefined) return;
     const int *born = births(e, gid);
-    for (int b = 0; b < e->plan->nbuffers; b++) {
-        bool now = born[b] == i;
-        for (int j = 0; run && j < run->nlayers; j++) now |= born[b] == run->step[j];
-        if (now) e->d->ops->mark_undefined(e->d, devexec_buffer(e, b), plan_buffer_bytes(e->plan, b, e->symmax));
-    }
+    mark_step(e, gid, born, i);
+    for (int j = 1; run && j < run->nlayers; j++) mark_step(e, gid, born, run->step[j]);
 }
 
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
