@@ -305,8 +305,7 @@ void plan_emit_emu_thunks(FILE *out, const Plan *plan)
         fprintf(out, "0};\n");
         fprintf(out, "extern \"C\" const unsigned char cgc_emu_noalias_%s[] = {", kn->name);
         for (int i = 0; i < kn->nparams; i++) {
-            bool read_only = strncmp(kn->param_ctype[i], "const ", 6) == 0;
-            fprintf(out, "%d, ", !kn->param_restrict[i] ? 0 : read_only ? 1 : 2);
+            fprintf(out, "%d, ", !kn->param_restrict[i] ? 0 : plan_param_written(kn->param_ctype[i]) ? 2 : 1);
         }
         fprintf(out, "0};\n");
     }

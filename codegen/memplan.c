@@ -103,6 +103,13 @@ static Live *live_ranges(const Plan *plan, PlanGraphId g)
     return live;
 }
 
+void plan_first_steps(const Plan *plan, PlanGraphId g, int *first)
+{
+    Live *live = live_ranges(plan, g);
+    for (int b = 0; b < plan->nbuffers; b++) first[b] = live[b].first;
+    free(live);
+}
+
 /* ---- placing one graph's buffers ---- */
 
 typedef struct Item {

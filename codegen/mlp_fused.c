@@ -148,7 +148,7 @@ static bool step_writes(const Plan *plan, const PlanStep *s, int b)
     const PlanKernel *k = &plan->kernels[s->launch.kernel];
     for (int a = 0; a < s->launch.nargs; a++)
         if (s->launch.arg[a].kind == ARG_BUFFER && same(plan, s->launch.arg[a].index, b) &&
-            (!k->param_ctype[a] || strncmp(k->param_ctype[a], "const ", 6) != 0))
+            plan_param_written(k->param_ctype[a]))
             return true;
     return false;
 }

@@ -132,6 +132,8 @@ static int add_buffer(Builder *b, PlanBuffer buf)
     return pl->nbuffers++;
 }
 
+bool plan_param_written(const char *ctype) { return !ctype || strncmp(ctype, "const ", 6) != 0; }
+
 int plan_buffer_root(const Plan *pl, int b)
 {
     while (pl->buffers[b].alias_of >= 0) b = pl->buffers[b].alias_of;
@@ -206,25 +208,25 @@ static bool name_taken(const Plan *pl, const char *name)
 static bool may_restrict(const Plan *pl, const KernelDraft *d, int i)
 {
     const DraftParam *p = &d->param[i];
-    if (p->type != PP_PTR || p->arg.kind != ARG_BUFFER) return p->type == PP_PTR;
-    bool writes = strncmp(p->ctype, "const ", 6) != 0;
+    if (p->arg.kind != ARG_BUFFER) return true;   /* a pointer to nothing the plan holds */
+    bool writes = plan_param_written(p->ctype);
     int root = plan_buffer_root(pl, p->arg.index);
     for (int j = 0; j < d->nparams; j++) {
         const DraftParam *q = &d->param[j];
         if (j == i || q->type != PP_PTR || q->arg.kind != ARG_BUFFER) continue;
-        if ((writes || strncmp(q->ctype, "const ", 6) != 0) &&
-            plan_buffer_root(pl, q->arg.index) == root)
+        if ((writes || plan_param_written(q->ctype)) && plan_buffer_root(pl, q->arg.index) == root)
             return false;
     }
     return true;
 }
 
-static char *draft_signature(const Plan *pl, const KernelDraft *d)
+/* D's parameter list; RESTRICT[i]: parameter i is __restrict__ (may_restrict). */
+static char *draft_signature(const KernelDraft *d, const bool *restrict_)
 {
     StrBuf s = { 0 };
     for (int i = 0; i < d->nparams; i++) {
         const DraftParam *p = &d->param[i];
-        const char *qual = p->type != PP_PTR ? " " : may_restrict(pl, d, i) ? "__restrict__ " : "";
+        const char *qual = p->type != PP_PTR ? " " : restrict_[i] ? "__restrict__ " : "";
         sb_printf(&s, "%s%s%s%s", i ? ", " : "", p->ctype, qual, p->name);
     }
     return s.s ? s.s : xstrdup("");
@@ -233,7 +235,9 @@ static char *draft_signature(const Plan *pl, const KernelDraft *d)
 static int add_kernel(Builder *b, const KernelDraft *d)
 {
     Plan *pl = b->plan;
-    char *sig = draft_signature(pl, d);
+    bool restrict_[PLAN_MAX_PARAMS];
+    for (int i = 0; i < d->nparams; i++) restrict_[i] = d->param[i].type == PP_PTR && may_restrict(pl, d, i);
+    char *sig = draft_signature(d, restrict_);
     StrBuf key = { 0 };
     sb_printf(&key, "%d(%s){%s}", d->block, sig, d->body.s ? d->body.s : "");
     for (int k = 0; k < pl->nkernels; k++) {
@@ -262,7 +266,7 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     for (int i = 0; i < d->nparams; i++) {
         k->param[i] = d->param[i].type;
         k->param_ctype[i] = d->param[i].ctype;
-        k->param_restrict[i] = d->param[i].type == PP_PTR && may_restrict(pl, d, i);
+        k->param_restrict[i] = restrict_[i];
     }
     info->key = key.s;
     info->signature = sig;

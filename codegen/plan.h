@@ -404,6 +404,9 @@ int plan_mlp_args(const Plan *plan, int r, int *buf);
 
 /* The buffer whose memory B is: B, or the root of the view B. */
 int plan_buffer_root(const Plan *plan, int b);
+/* Whether a kernel writes through a parameter of C type CTYPE: a pointer without const
+ * (NULL counts as written). */
+bool plan_param_written(const char *ctype);
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);
 
@@ -439,6 +442,10 @@ typedef struct PlanLayout {
 /* Lays out PLAN for symbols up to SYMMAX. REUSE false gives every buffer memory of its
  * own (every node's value stays readable after a run: the per-node tests). */
 void plan_layout(const Plan *plan, const int64_t *symmax, bool reuse, PlanLayout *out);
+/* Per buffer, into FIRST (nbuffers entries): the first step of graph G that names it, as
+ * the layout counts liveness (a fused MLP run's buffers at its first step; root buffers
+ * only), or -1. */
+void plan_first_steps(const Plan *plan, PlanGraphId g, int *first);
 void plan_layout_free(PlanLayout *l);
 
 /* ---- inspection (codegen/emit.c) ---- */

@@ -682,35 +682,18 @@ int devexec_launches(const DevExec *e, PlanGraphId gid, int *gemms)
 
 /* ---- what a step finds in the buffers it is the first to name ---- */
 
-/* Notes step I as buffer B's birth, when B's memory is an activation of graph GID. */
-static void note_birth(const Plan *pl, PlanGraphId gid, int b, int i, int *born)
-{
-    if (b < 0) return;
-    int r = plan_buffer_root(pl, b);
-    if (pl->buffers[r].kind == PB_NODE && pl->buffers[r].graph == (int)gid && born[r] < 0)
-        born[r] = i;
-}
-
-/* E->born[GID], made once: for each step of GID, the activations it is the first to
- * name: NSTEPS + 1 offsets, then the buffers step by step (step i's are
- * born[nsteps + 1 + born[i]] up to the next offset). */
+/* E->born[GID], made once: for each step of GID, the activations (its PB_NODE buffers)
+ * it is the first to name, as the memory plan counts: NSTEPS + 1 offsets, then the
+ * buffers step by step (step i's are born[nsteps + 1 + born[i]] up to the next offset). */
 static const int *births(DevExec *e, PlanGraphId gid)
 {
     if (e->born[gid]) return e->born[gid];
     const Plan *pl = e->plan;
     int nsteps = pl->graph[gid].nsteps, nb = pl->nbuffers;
     int *step_of = xmalloc((size_t)(nb ? nb : 1) * sizeof *step_of);
-    for (int b = 0; b < nb; b++) step_of[b] = -1;
-    for (int i = 0; i < nsteps; i++) {
-        const PlanStep *s = &pl->graph[gid].steps[i];
-        if (s->kind == STEP_GEMM) {
-            const int named[] = { s->gemm.a, s->gemm.b, s->gemm.c, s->gemm.bias, s->gemm.aux };
-            for (int k = 0; k < 5; k++) note_birth(pl, gid, named[k], i, step_of);
-            continue;
-        }
-        for (int a = 0; a < s->launch.nargs; a++)
-            if (s->launch.arg[a].kind == ARG_BUFFER) note_birth(pl, gid, s->launch.arg[a].index, i, step_of);
-    }
+    plan_first_steps(pl, gid, step_of);
+    for (int b = 0; b < nb; b++)
+        if (pl->buffers[b].kind != PB_NODE) step_of[b] = -1;
     int *born = xcalloc((size_t)nsteps + 1 + (size_t)nb + 1, sizeof *born), *list = born + nsteps + 1;
     for (int b = 0; b < nb; b++)      /* a counting sort by step */
         if (step_of[b] >= 0) born[step_of[b] + 1]++;
@@ -724,28 +707,20 @@ static const int *births(DevExec *e, PlanGraphId gid)
     return e->born[gid] = born;
 }
 
-/* Marks the activations step I of GID is the first to name (mark_born). */
-static void mark_step(DevExec *e, PlanGraphId gid, const int *born, int i)
+/* Before step I of GID runs: the activations it is the first to name hold nothing of
+ * this run yet, only what an earlier value left in the memory the plan reuses, or the
+ * zeros of a new arena. The device may mark them so: the emulation fills them with NaN
+ * (0xFF bytes), so that a kernel reading one before writing it computes NaN instead of a
+ * stale value that passes; a GPU has nothing to do. A fused MLP run's buffers are born at
+ * its first step, where its kernel runs: the memory plan counts them live from there. */
+static void mark_born(DevExec *e, PlanGraphId gid, int i)
 {
+    if (!e->d->ops->mark_undefined) return;
+    const int *born = births(e, gid);
     const int *list = born + e->plan->graph[gid].nsteps + 1;
     for (int k = born[i]; k < born[i + 1]; k++)
         e->d->ops->mark_undefined(e->d, devexec_buffer(e, list[k]),
                                   plan_buffer_bytes(e->plan, list[k], e->symmax));
-}
-
-/* Before step I of GID runs (or fused MLP run RUN, issued there): the activations it is
- * the first to name (RUN: those its layers' steps are, which its kernel writes) hold
- * nothing of this run yet, only what an earlier value left in the memory the plan reuses,
- * or the zeros of a new arena. The device may mark them so: the emulation fills them with
- * NaN (0xFF bytes), so that a kernel reading one before writing it computes NaN instead
- * of a stale value that passes; a GPU has nothing to do. (Not the other steps between a
- * run's layers: their buffers may share memory with values live until they run.) */
-static void mark_born(DevExec *e, PlanGraphId gid, const PlanMlp *run, int i)
-{
-    if (!e->d->ops->mark_undefined) return;
-    const int *born = births(e, gid);
-    mark_step(e, gid, born, i);
-    for (int j = 1; run && j < run->nlayers; j++) mark_step(e, gid, born, run->step[j]);
 }
 
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
@@ -760,7 +735,7 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
         int r;
         Issue what = issue_of(e, (PlanGraphId)gid, i, &r);
         if (what == ISSUE_NOTHING) continue;        /* a later layer: done at the run's first */
-        mark_born(e, (PlanGraphId)gid, what == ISSUE_RUN ? &e->plan->mlps[r] : NULL, i);
+        mark_born(e, (PlanGraphId)gid, i);
         if (what == ISSUE_RUN) {                    /* the run's layers in one launch */
             DevTimedEvent ev = {s->what, devexec_mlp_kernel(e, r), g->name, s->loc.line, true};
             if ((e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||

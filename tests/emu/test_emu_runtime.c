@@ -289,26 +289,41 @@ static void test_cp_async_alignment(void)
     dev->ops->free(dev, dout);
 }
 
+enum { SCALED = 40 };
+
+/* restrict_scale's operands: X (SCALED values from SEED) uploaded to *DX, and *DY. */
+static void scale_operands(float *x, unsigned seed, DevPtr *dx, DevPtr *dy)
+{
+    fill(x, SCALED, seed);
+    *dx = dev_alloc(SCALED * sizeof(float));
+    *dy = dev_alloc(SCALED * sizeof(float));
+    dev->ops->upload(dev, *dx, x, SCALED * sizeof(float));
+}
+
+/* restrict_scale from DX into DY, read back into Y. Returns the launch's result. */
+static int scale(DevPtr dy, DevPtr dx, float *y)
+{
+    int64_t n = SCALED;
+    void *args[] = { &dy, &dx, &n };
+    int rc = launch("restrict_scale", 1, 64, args);
+    dev->ops->download(dev, y, dy, SCALED * sizeof(float));
+    return rc;
+}
+
 /* Two __restrict__ parameters at one address, one written: the launch fails. Apart, or
  * both NULL where NULL stands for an operand not used, it runs. */
 static void test_restrict_alias(void)
 {
-    float x[40], y[40];
-    fill(x, 40, 5);
-    int64_t n = 40;
-    DevPtr dx = dev_alloc(sizeof x), dy = dev_alloc(sizeof y);
-    dev->ops->upload(dev, dx, x, sizeof x);
+    float x[SCALED], y[SCALED];
+    DevPtr dx, dy;
+    scale_operands(x, 5, &dx, &dy);
+    int64_t n = SCALED;
     void *alias[] = { &dx, &dx, &n };
-    capture_start();
-    int rc = launch("restrict_scale", 1, 64, alias);
-    const char *msg = capture_end();
-    CHECK_EQ_INT(rc, -1);
-    CHECK(strstr(msg, "parameters 0 and 1 are __restrict__ and one is written, but both point at") != NULL);
-    void *apart[] = { &dy, &dx, &n };
-    CHECK_EQ_INT(launch("restrict_scale", 1, 64, apart), 0);
-    dev->ops->download(dev, y, dy, sizeof y);
+    expect_fault("restrict_scale", 64, alias,
+                 "parameters 0 and 1 are __restrict__ and one is written, but both point at");
+    CHECK_EQ_INT(scale(dy, dx, y), 0);
     int bad = 0;
-    for (int i = 0; i < 40; i++) bad += y[i] != 3.0f * x[i];
+    for (int i = 0; i < SCALED; i++) bad += y[i] != 3.0f * x[i];
     CHECK_EQ_INT(bad, 0);
     DevPtr null = 0;
     int64_t none = 0;
@@ -322,17 +337,13 @@ static void test_restrict_alias(void)
  * kernel that reads it before writing computes NaN; written, it reads as written. */
 static void test_mark_undefined(void)
 {
-    float x[40], y[40];
-    fill(x, 40, 9);
-    int64_t n = 40;
-    DevPtr dx = dev_alloc(sizeof x), dy = dev_alloc(sizeof y);
-    dev->ops->upload(dev, dx, x, sizeof x);
+    float x[SCALED], y[SCALED];
+    DevPtr dx, dy;
+    scale_operands(x, 9, &dx, &dy);
     dev->ops->mark_undefined(dev, dx + 8 * sizeof(float), 4 * sizeof(float));
-    void *args[] = { &dy, &dx, &n };
-    CHECK_EQ_INT(launch("restrict_scale", 1, 64, args), 0);
-    dev->ops->download(dev, y, dy, sizeof y);
+    CHECK_EQ_INT(scale(dy, dx, y), 0);
     int nan = 0, right = 0;
-    for (int i = 0; i < 40; i++) {
+    for (int i = 0; i < SCALED; i++) {
         nan += isnan(y[i]) && i >= 8 && i < 12;
         right += y[i] == 3.0f * x[i];
     }
