@@ -21,7 +21,11 @@
  * deterministic), each at the lowest 256-aligned offset where it overlaps no buffer
  * already placed whose live range meets its own. It is not always optimal (the problem
  * is NP-hard) but within a few percent on the chains of activations and gradients that
- * training graphs are, and a reader can check it by hand.
+ * training graphs are, and a reader can check it by hand. Finding that offset by walking
+ * every placed buffer made the plan quadratic in the buffers (eager mode has one per op);
+ * the placed buffers are instead kept in a segment tree over the steps, as unions of the
+ * memory they take, so that a placement looks at a few merged sets rather than at every
+ * buffer below it.
  *
  * Without reuse every buffer gets memory of its own: the persistent region as above,
  * then each graph's buffers one after another in buffer order, all of them, so that
@@ -110,6 +114,56 @@ void plan_first_steps(const Plan *plan, PlanGraphId g, int *first)
     free(live);
 }
 
+/* ---- sets of occupied offsets ---- */
+
+/* Disjoint, sorted, non-touching [lo, hi) ranges of the graph region: the union of the
+ * memory of some placed buffers. Buffers are only ever added, so a set only grows. */
+typedef struct Span {
+    size_t lo, hi;
+} Span;
+
+typedef struct SpanSet {
+    Span *span;
+    int n, cap;
+} SpanSet;
+
+/* The first span of SET ending after X (or reaching it, with TOUCH). */
+static int span_after(const SpanSet *set, size_t x, bool touch)
+{
+    int lo = 0, hi = set->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (set->span[mid].hi > x || (touch && set->span[mid].hi == x)) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Adds [LO, HI) to SET: spans i..j-1, those it overlaps or touches, become one. */
+static void span_add(SpanSet *set, size_t lo, size_t hi)
+{
+    int i = span_after(set, lo, true), j = i;
+    while (j < set->n && set->span[j].lo <= hi) j++;
+    if (i < j) {
+        if (set->span[i].lo < lo) lo = set->span[i].lo;
+        if (set->span[j - 1].hi > hi) hi = set->span[j - 1].hi;
+    } else if (set->n == set->cap) {
+        set->cap = set->cap ? 2 * set->cap : 4;
+        set->span = xrealloc(set->span, (size_t)set->cap * sizeof *set->span);
+    }
+    memmove(&set->span[i + 1], &set->span[j], (size_t)(set->n - j) * sizeof *set->span);
+    set->n += 1 - (j - i);
+    set->span[i] = (Span){ lo, hi };
+}
+
+/* The lowest offset from X on where BYTES fit clear of SET. */
+static size_t span_fit(const SpanSet *set, size_t x, size_t bytes)
+{
+    for (int i = span_after(set, x, false); i < set->n && set->span[i].lo < x + bytes; i++)
+        x = set->span[i].hi;
+    return x;
+}
+
 /* ---- placing one graph's buffers ---- */
 
 typedef struct Item {
@@ -126,50 +180,86 @@ static int by_size_desc(const void *pa, const void *pb)
     return a->buffer - b->buffer;
 }
 
-static bool meet(Live a, Live b) { return a.first <= b.last && b.first <= a.last; }
+/* The placed items, by the steps they are live at: a segment tree over the graph's steps.
+ * An item is stored at the O(log steps) nodes whose ranges its live range covers (whole,
+ * not their parent's); node V's FULL set holds the memory of the items stored at V, its
+ * SUB set that of the items stored anywhere in V's subtree. The items live with a range R
+ * are those in the SUB sets of the nodes R covers and in the FULL sets of the nodes R
+ * only reaches into (an item stored there is live over all of it): O(log steps) sets,
+ * each a union of many items' memory. A placement climbs the spans of those sets below
+ * its offset; where they interleave (nested live ranges stored at different levels) that
+ * can still be many, which is why eager plans of very deep models grow faster than
+ * linearly (BENCHMARKS.md). */
+typedef struct Placed {
+    int size;               /* leaves: a power of two, at least the steps */
+    SpanSet *full, *sub;    /* per node, 1 .. 2 * size - 1; node v has children 2v, 2v+1 */
+} Placed;
 
-/* (at, buffer) order of placed items. */
-static bool before(const Item *a, const Item *b)
-{
-    return a->at != b->at ? a->at < b->at : a->buffer < b->buffer;
-}
+enum { MAX_SETS = 4 * 32 };     /* per query and level: two nodes covered, two reached into */
 
-/* Places IT at the lowest aligned offset clear of every placed item live with it, and
- * links it among them. The walk goes up the placed items in offset order (NEXT links them
- * from HEAD), skipping those not live with IT, until a gap below the next one holds it;
- * everything walked before the last item that pushed IT up lies below IT, so linking it
- * resumes from there. */
-static void place_one(Item *items, int *next, int *head, int i)
+static void placed_add(Placed *t, int v, int lo, int hi, Live r, Span s)
 {
-    Item *it = &items[i];
-    int *link = head;
-    it->at = 0;
-    for (int *p = head; *p >= 0; p = &next[*p]) {
-        const Item *o = &items[*p];
-        if (!meet(o->live, it->live)) continue;
-        if (it->at + it->bytes <= o->at) break;                 /* fits in the gap below */
-        size_t end = align_up(o->at + o->bytes);
-        if (end > it->at) it->at = end, link = &next[*p];
+    span_add(&t->sub[v], s.lo, s.hi);
+    if (r.first <= lo && hi - 1 <= r.last) {
+        span_add(&t->full[v], s.lo, s.hi);
+        return;
     }
-    while (*link >= 0 && before(&items[*link], it)) link = &next[*link];
-    next[i] = *link;
-    *link = i;
+    int mid = lo + (hi - lo) / 2;
+    if (r.first < mid) placed_add(t, 2 * v, lo, mid, r, s);
+    if (r.last >= mid) placed_add(t, 2 * v + 1, mid, hi, r, s);
 }
 
-/* Greedy placement of ITEMS; returns the region's size. Keeping the placed items in offset
- * order makes each placement one walk up those below it, with no sort; the walk still
- * makes the whole placement quadratic in the buffers at worst. */
-static size_t place_shared(Item *items, int n)
+/* The sets holding the memory of every placed item live with R (node V covers [LO, HI)). */
+static int placed_sets(const Placed *t, int v, int lo, int hi, Live r, const SpanSet **out, int n)
+{
+    if (r.first <= lo && hi - 1 <= r.last) {
+        if (t->sub[v].n) out[n++] = &t->sub[v];
+        return n;
+    }
+    if (t->full[v].n) out[n++] = &t->full[v];
+    int mid = lo + (hi - lo) / 2;
+    if (r.first < mid) n = placed_sets(t, 2 * v, lo, mid, r, out, n);
+    if (r.last >= mid) n = placed_sets(t, 2 * v + 1, mid, hi, r, out, n);
+    return n;
+}
+
+/* The lowest aligned offset where IT overlaps no placed item live with it: raised past
+ * each set in turn until one round over all of them leaves it where it is. */
+static size_t placed_fit(const Placed *t, const Item *it)
+{
+    const SpanSet *set[MAX_SETS];
+    int n = placed_sets(t, 1, 0, t->size, it->live, set, 0);
+    size_t at = 0, bytes = align_up(it->bytes);
+    for (int clear = 0, i = 0; clear < n; i = i + 1 < n ? i + 1 : 0) {
+        size_t to = span_fit(set[i], at, bytes);
+        clear = to == at ? clear + 1 : 1;
+        at = to;
+    }
+    return at;
+}
+
+/* Greedy placement of ITEMS, live within STEPS; returns the region's size. */
+static size_t place_shared(Item *items, int n, int steps)
 {
     qsort(items, (size_t)n, sizeof *items, by_size_desc);
-    int *next = xmalloc((size_t)(n ? n : 1) * sizeof *next), head = -1;
+    Placed t = { .size = 1 };
+    while (t.size < steps) t.size *= 2;
+    t.full = xcalloc(2 * (size_t)t.size, sizeof *t.full);
+    t.sub = xcalloc(2 * (size_t)t.size, sizeof *t.sub);
     size_t peak = 0;
     for (int i = 0; i < n; i++) {
-        place_one(items, next, &head, i);
-        if (items[i].at + items[i].bytes > peak) peak = items[i].at + items[i].bytes;
+        items[i].at = placed_fit(&t, &items[i]);
+        Span s = { items[i].at, align_up(items[i].at + items[i].bytes) };
+        placed_add(&t, 1, 0, t.size, items[i].live, s);
+        if (s.hi > peak) peak = s.hi;
     }
-    free(next);
-    return align_up(peak);
+    for (int v = 0; v < 2 * t.size; v++) {
+        free(t.full[v].span);
+        free(t.sub[v].span);
+    }
+    free(t.full);
+    free(t.sub);
+    return peak;
 }
 
 /* Every item its own memory, in buffer order; returns the region's size. */
@@ -199,7 +289,7 @@ static size_t place_graph(const Plan *plan, PlanGraphId g, const bool *keep, con
         if (reuse && !used) continue;                   /* live nowhere: offset 0 */
         items[n++] = (Item){ .buffer = b, .bytes = bytes, .live = live[b] };
     }
-    size_t size = reuse ? place_shared(items, n) : place_apart(items, n);
+    size_t size = reuse ? place_shared(items, n, plan->graph[g].nsteps) : place_apart(items, n);
     for (int i = 0; i < n; i++) offset[items[i].buffer] = base + items[i].at;
     free(items);
     free(live);

@@ -10,6 +10,9 @@
  *    every buffer inside the arena and its graph's region; views at their root; offsets
  *    aligned; the same layout twice; reuse never larger, and smaller for mlp.net;
  *  - a hand-built plan whose peak is worked out by hand in the comments;
+ *  - random plans (sizes, live ranges; nested ranges like the activations a backward
+ *    reads), each buffer placed exactly where the greedy's definition, computed the slow
+ *    way here, puts it;
  *  - max-autotune's fused MLP runs of narrow_mlp.net: which steps the backward run takes,
  *    and that it stops where a step between its layers would make running them all at
  *    its first step wrong (the plan edited so, then its runs found again);
@@ -426,6 +429,112 @@ static void test_hand_plan(void)
     plan_layout_free(&l);
 }
 
+/* ---- the greedy placement against its definition ---- */
+
+static uint64_t rng_state;
+
+static int rnd(int n)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((rng_state >> 33) % (uint64_t)n);
+}
+
+/* The placement memplan.c promises, computed from its definition the slow way: buffers by
+ * size (largest first, then index), each at the lowest of 0 and the aligned ends of those
+ * placed before it where it overlaps none of them that is live at a step it is. */
+static void reference_offsets(int n, const size_t *bytes, const int *first, const int *last,
+                              size_t *at, size_t *peak)
+{
+    int *order = xmalloc((size_t)n * sizeof *order);
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++)         /* insertion sort: size descending, index ascending */
+        for (int j = i; j > 0 && bytes[order[j]] > bytes[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    *peak = 0;
+    for (int k = 0; k < n; k++) {
+        int b = order[k];
+        size_t best = SIZE_MAX;
+        for (int c = -1; c < k; c++) {
+            size_t x = c < 0 ? 0 : (at[order[c]] + bytes[order[c]] + ALIGN - 1) / ALIGN * ALIGN;
+            bool clear = x < best;
+            for (int j = 0; j < k && clear; j++) {
+                int o = order[j];
+                bool live_together = first[o] <= last[b] && first[b] <= last[o];
+                if (live_together && !disjoint(x, bytes[b], at[o], bytes[o])) clear = false;
+            }
+            if (clear) best = x;
+        }
+        at[b] = best;
+        if (best + bytes[b] > *peak) *peak = best + bytes[b];
+    }
+    *peak = (*peak + ALIGN - 1) / ALIGN * ALIGN;
+    free(order);
+}
+
+/* N node buffers of one graph of STEPS steps, with random sizes and live ranges (NESTED:
+ * buffer i live from step i to STEPS - 1 - i, the shape of activations kept for the
+ * backward), each named by a launch at its first and last step: plan_layout must place
+ * every one where the reference does. */
+static void random_plan(int n, int steps, bool nested)
+{
+    static const int64_t sizes[] = {1, 16, 64, 65, 100, 256, 512, 1000, 1024};
+    PlanBuffer *bufs = xmalloc((size_t)n * sizeof *bufs);
+    int *first = xmalloc((size_t)n * sizeof *first), *last = xmalloc((size_t)n * sizeof *last);
+    size_t *bytes = xmalloc((size_t)n * sizeof *bytes), *at = xmalloc((size_t)n * sizeof *at);
+    for (int i = 0; i < n; i++) {
+        bufs[i] = f32_buffer(PB_NODE, sizes[rnd(nested ? 2 : 9) + (nested ? 6 : 0)], PG_TRAIN, -1);
+        bytes[i] = (size_t)bufs[i].shape.dim[0] * 4;
+        first[i] = nested ? i % (steps / 2) : rnd(steps);
+        last[i] = nested ? steps - 1 - first[i] : first[i] + rnd(steps - first[i]);
+    }
+    PlanStep *st = xmalloc((size_t)steps * sizeof *st);
+    PlanArg *args = xmalloc(2 * (size_t)n * sizeof *args);
+    int *named = xmalloc(2 * (size_t)n * sizeof *named), used = 0;
+    for (int s = 0; s < steps; s++) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (first[i] == s || last[i] == s) named[used + k++] = i;
+        st[s] = launch_of(k, &named[used], &args[used]);
+        used += k;
+    }
+    IrGraph train;
+    memset(&train, 0, sizeof train);
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) train.output[r] = -1;
+    Plan pl;
+    memset(&pl, 0, sizeof pl);
+    pl.buffers = bufs;
+    pl.nbuffers = n;
+    pl.graph[PG_TRAIN] = (PlanGraph){ &train, st, steps, NULL };
+    int64_t symmax[IR_MAX_SYMBOLS] = {1};
+    PlanLayout l;
+    plan_layout(&pl, symmax, true, &l);
+    size_t peak;
+    reference_offsets(n, bytes, first, last, at, &peak);
+    int wrong = 0;
+    for (int i = 0; i < n; i++) wrong += l.offset[i] != at[i];
+    if (wrong || l.graph_bytes[PG_TRAIN] != peak)
+        fprintf(stderr, "  %d buffers, %d steps%s: %d placed apart from the reference, region %zu, reference %zu\n",
+                n, steps, nested ? ", nested" : "", wrong, l.graph_bytes[PG_TRAIN], peak);
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_EQ_INT(l.graph_bytes[PG_TRAIN], peak);
+    CHECK_EQ_INT(l.persistent_bytes, 0);
+    plan_layout_free(&l);
+    free(bufs), free(first), free(last), free(bytes), free(at), free(st), free(args), free(named);
+}
+
+static void test_random_plans(void)
+{
+    rng_state = 1;
+    for (int trial = 0; trial < 400; trial++) random_plan(1 + rnd(80), 1 + rnd(70), false);
+    random_plan(300, 40, false);
+    random_plan(400, 1000, false);
+    random_plan(200, 400, true);
+    random_plan(500, 90, true);
+}
+
 /* ---- the runner on a fake device ---- */
 
 typedef struct Fake {
@@ -635,6 +744,7 @@ int main(void)
     test_model("narrow_mlp.net", "fp16", "2", PLAN_MAX_AUTOTUNE);
     test_backward_run();
     test_hand_plan();
+    test_random_plans();
     test_runner("fp32", true);
     test_runner("fp16", false);
     int rc = check_result();
