@@ -63,21 +63,43 @@ static void too_large(const char *path, long long bytes)
               SOURCE_MAX_BYTES >> 20);
 }
 
+int open_regular(const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return -1;
+    if (fstat(fd, st) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return -2;
+    }
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO (named pipe)"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
+}
+
 Source *source_load(const char *path)
 {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
+    int fd = open_regular(path, &st);
+    if (fd == -1) {
         cgc_error("cannot read %s: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
         return NULL;
     }
     /* Checked before reading: /dev/zero or a huge file would otherwise be read until
      * memory runs out. */
-    if (!S_ISREG(st.st_mode)) {
-        cgc_error("%s: not a regular file", path);
-        close(fd);
+    if (fd == -2) {
+        cgc_error("%s: not a regular file (it is %s)", path, file_kind(st.st_mode));
         return NULL;
     }
     if ((uintmax_t)st.st_size > SOURCE_MAX_BYTES) {

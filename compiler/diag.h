@@ -13,6 +13,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 /* A position in a .net file. line == 0 means "no location" (command line, defaults). */
 typedef struct SrcLoc {
@@ -90,5 +91,13 @@ const char *diag_quote(const char *s, size_t max);
 /* N bytes for messages, in powers of 1024 as --memory reads them: "1.50 GB", "8.27 MB",
  * "3.0 KB", "12 bytes". */
 void diag_format_bytes(size_t n, char *buf, size_t len);
+
+/* Opens PATH for reading when it is a regular file, without waiting for a FIFO's writer:
+ * the descriptor (blocking again), its status in *ST. -1 when it cannot be opened
+ * (errno says why); -2 when it is something else, *ST saying what (file_kind). */
+int open_regular(const char *path, struct stat *st);
+
+/* What a file of mode MODE is, for messages: "a directory", "a FIFO (named pipe)", ... */
+const char *file_kind(mode_t mode);
 
 #endif

@@ -180,21 +180,17 @@ fail:
 int idx_read(const char *path, int *rank, int64_t dims[IDX_MAX_RANK], uint8_t **bytes)
 {
     *bytes = NULL;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* a FIFO must not block */
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
+    int fd = open_regular(path, &st);
+    if (fd == -1) {
         cgc_error("%s: cannot open: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
         return -1;
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (fd == -2) {
         cgc_error("%s: is %s, not an IDX file; put the dataset's files there", path,
-                  S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
-                                                      : "not a regular file");
-        close(fd);
+                  file_kind(st.st_mode));
         return -1;
     }
-    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     errno = 0;
     gzFile f = gzdopen(fd, "rb");
     if (!f) {

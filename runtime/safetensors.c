@@ -197,32 +197,15 @@ static char *parent_dir(const char *path)
     return slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
 }
 
-/* What a file of mode M is, when it is not a regular file. */
-static const char *file_kind(mode_t m)
+/* Opens the checkpoint PATH for reading; -1 after an error that says what is wrong. */
+static int open_checkpoint(const char *path)
 {
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO (named pipe)"
-         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
-}
-
-/* Opens PATH for reading without waiting on a FIFO's writer, and only when it is a regular
- * file; -1 after an error that names what it is instead. */
-static int open_regular(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        cgc_error("%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        cgc_error("%s: is %s, not a file cgc can read; give the path of a checkpoint", path,
-                  fstat(fd, &st) == 0 ? file_kind(st.st_mode) : "unreadable");
-        close(fd);
-        return -1;
-    }
-    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    return fd;
+    int fd = open_regular(path, &st);
+    if (fd == -1) cgc_error("%s: cannot open: %s", path, strerror(errno));
+    if (fd == -2) cgc_error("%s: is %s, not a file cgc can read; give the path of a checkpoint", path,
+                            file_kind(st.st_mode));
+    return fd < 0 ? -1 : fd;
 }
 
 /* Whether the regular file FD begins as a safetensors file does: a header length that
@@ -452,7 +435,7 @@ static uint8_t *read_rest(FILE *f, const char *path, const uint8_t prefix[8], ui
 /* The whole file, once its header length is known to fit; NULL after an error. */
 static uint8_t *read_file(const char *path, uint64_t *size, uint64_t *header_len)
 {
-    int fd = open_regular(path);
+    int fd = open_checkpoint(path);
     FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
         if (fd >= 0) cgc_error("%s: cannot open: %s", path, strerror(errno)), close(fd);
