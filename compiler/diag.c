@@ -99,7 +99,7 @@ Source *source_load(const char *path)
     /* Checked before reading: /dev/zero or a huge file would otherwise be read until
      * memory runs out. */
     if (fd == -2) {
-        cgc_error("%s: not a regular file (it is %s)", path, file_kind(st.st_mode));
+        cgc_error("%s: not a regular file but %s", path, file_kind(st.st_mode));
         return NULL;
     }
     if ((uintmax_t)st.st_size > SOURCE_MAX_BYTES) {
