@@ -437,10 +437,11 @@ static uint8_t *read_file(const char *path, uint64_t *size, uint64_t *header_len
 {
     int fd = open_checkpoint(path);
     FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
-    if (!f) {
-        if (fd >= 0) cgc_error("%s: cannot open: %s", path, strerror(errno)), close(fd);
-        return NULL;
+    if (!f && fd >= 0) {
+        cgc_error("%s: cannot open: %s", path, strerror(errno));
+        close(fd);
     }
+    if (!f) return NULL;
     struct stat st;
     uint8_t *buf = NULL;
     if (fstat(fileno(f), &st) != 0) {

@@ -36,6 +36,7 @@ static int plan(Trainer *t)
     int64_t n = t->data.train.n;
     t->micro_per_epoch = c->drop_last ? n / c->batch : (n + c->batch - 1) / c->batch;
     t->steps_per_epoch = t->micro_per_epoch / c->accumulate;
+    t->scale_tensor = c->precision == PREC_FP16 ? ir_find_tensor(t->p, "cgc.scaler.scale") : -1;
     if (t->steps_per_epoch == 0) {
         cgc_error("%lld training samples do not make one step of batch %lld x accumulate %lld%s",
                   (long long)n, (long long)c->batch, (long long)c->accumulate,
@@ -366,7 +367,7 @@ static int progress(Trainer *t, TrainProgress *pr, double started)
  * recover (a scale of 0 never grows). The run stops, keeping the last checkpoint. */
 static int check_scaler(Trainer *t, const TrainProgress *pr)
 {
-    int s = t->p->cfg.precision == PREC_FP16 ? ir_find_tensor(t->p, "cgc.scaler.scale") : -1;
+    int s = t->scale_tensor;
     if (s < 0) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
     double scale = t->tensors[s][0], start = t->p->tensors[s].init_value;

@@ -68,6 +68,7 @@ struct Trainer {
     int64_t steps_per_epoch;    /* optimizer steps per epoch */
     int64_t total_steps;        /* optimizer steps of the whole run */
     int64_t epochs;             /* epochs the run spans */
+    int scale_tensor;           /* fp16: the loss scaler's scale (a tensor index), else -1 */
     FILE *metrics;
     Profile *profile;           /* --profile, until its trace is written */
     Profile *recording;         /* the profile during a step it records, else NULL */
