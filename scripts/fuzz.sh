@@ -39,7 +39,8 @@ cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCGC_FUZZ=ON -DCGC_WERROR
       -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 # fuzz_kcache exists where the CUDA Toolkit does (the kernel cache is built with it)
-grep -q '^fuzz_kcache:' "$build/Makefile" 2> /dev/null || targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_tune)
+cmake --build "$build" --target help 2> /dev/null | grep -qw fuzz_kcache ||
+  targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_tune)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
   { tail -30 "$build.build.log"; exit 1; }
 
