@@ -22,12 +22,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const char KEY[] = "nvrtc 13.0|sm_90|-default-device|extern \"C\" __global__ void k() {}";
 static char entry_path[PATH_MAX];
 
-/* A private cache of our own: $XDG_CACHE_HOME in a fresh temporary directory. */
+/* A private cache of our own: $XDG_CACHE_HOME in a fresh temporary directory, in $TMPDIR
+ * or /tmp. */
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    static char root[] = "/tmp/cgc_fuzz_kcache.XXXXXX";
+    static char root[PATH_MAX];
+    const char *tmp = getenv("TMPDIR");
     char dir[PATH_MAX], name[64];
+    snprintf(root, sizeof root, "%s/cgc_fuzz_kcache.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(root) || setenv("XDG_CACHE_HOME", root, 1) != 0) abort();
     unsetenv("CGC_NO_CACHE");
     if (!kcache_dir(dir, sizeof dir)) {
