@@ -20,8 +20,12 @@
 #            MLP, compile times included (bench/bench_modes.py); BENCH_MODELS=mlp64,wide
 #            runs a subset (its --models); BENCH_MODES_ARGS adds options (e.g.
 #            --no-torch-warm)
-# BENCH_DRY_RUN=1 runs bench_default.py and bench_modes.py on the CPU (a check of the
-# scripts, on a machine without a GPU).
+#   cnn      the image models (models/cnn.net, bench/models/resnet.net) in bf16: cgc
+#            default and max-autotune against PyTorch eager (cudnn.benchmark,
+#            channels_last) and torch.compile max-autotune (bench/bench_cnn.py); not in
+#            the default PARTS: give it a call of its own
+# BENCH_DRY_RUN=1 runs bench_default.py, bench_modes.py and bench_cnn.py on the CPU (a
+# check of the scripts, on a machine without a GPU).
 # STEP_TIMEOUT (seconds, default 600) ends any one step that runs longer, so that a hang
 # costs one step and not the whole call.
 set -u
@@ -118,6 +122,12 @@ if part table; then
     run bench_modes python3 bench/bench_modes.py --cgc "$CGC" --data data/fashion-mnist \
         --out "$OUT" ${BENCH_MODELS:+--models "$BENCH_MODELS"} ${BENCH_DRY_RUN:+--dry-run} ${BENCH_MODES_ARGS:-}
     cat "$OUT/bench_modes.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
+if part cnn; then
+    step "the image models: cgc against PyTorch eager and torch.compile (bf16)"
+    run bench_cnn python3 bench/bench_cnn.py --cgc "$CGC" --data data/fashion-mnist \
+        --out "$OUT" ${BENCH_DRY_RUN:+--dry-run}
+    cat "$OUT/bench_cnn.md" 2>/dev/null | tee -a "$OUT/summary.txt"
 fi
 step "done"
 cat "$OUT/summary.txt"

@@ -357,6 +357,104 @@ static void render_transpose(const RenderCtx *ctx, int id, KernelDraft *d)
     cuda_launch_elementwise(d, &node->shape);
 }
 
+/* ---- sliding windows (ir.h's IrWindow) ---- */
+
+/* The geometry of window node NODE over image IMAGE as constants of the kernel. */
+static void window_prelude(KernelDraft *d, const IrNode *node, const Shape *image)
+{
+    const IrWindow *w = &node->win;
+    int64_t c = image->dim[1], h = image->dim[2], wd = image->dim[3];
+    int64_t oh = ir_window_extent(h, w, 0), ow = ir_window_extent(wd, w, 1);
+    int64_t cg = c / w->groups;
+    sb_printf(&d->body,
+              "    /* window %dx%d, stride %dx%d, padding %dx%d, dilation %dx%d, groups %d */\n"
+              "    const int64_t C = %lld, H = %lld, W = %lld, OH = %lld, OW = %lld;\n"
+              "    const int64_t KH = %d, KW = %d, SH = %d, SW = %d, PH = %d, PW = %d, DH = %d, DW = %d;\n"
+              "    const int64_t G = %d, CG = %lld, KK = KH * KW, L = OH * OW;\n",
+              w->kernel[0], w->kernel[1], w->stride[0], w->stride[1], w->pad[0], w->pad[1],
+              w->dilation[0], w->dilation[1], w->groups, (long long)c, (long long)h,
+              (long long)wd, (long long)oh, (long long)ow, w->kernel[0], w->kernel[1],
+              w->stride[0], w->stride[1], w->pad[0], w->pad[1], w->dilation[0], w->dilation[1],
+              w->groups, (long long)cg);
+}
+
+/* `patch(plane, l)` and `STEP`: where the KK entries of image plane n*C + c at output
+ * position l start, and how far apart they are (1 in the rows layout, L in pooling's). */
+static void window_patch_macro(KernelDraft *d, const IrNode *node)
+{
+    if (node->flags & IR_WINDOW_ROWS)
+        sb_puts(&d->body, "    /* rows [N, G, L, CG*KK]: plane n*C + c, c = g*CG + cg */\n"
+                          "#define patch(plane, l) (((((plane) / C) * G + ((plane) % C) / CG) * L + (l)) * CG * KK "
+                          "+ (((plane) % C) % CG) * KK)\n"
+                          "    const int64_t STEP = 1;\n");
+    else
+        sb_puts(&d->body, "    /* pooling [N, C, KK, OH, OW]: kernel offsets L apart */\n"
+                          "#define patch(plane, l) ((plane) * KK * L + (l))\n"
+                          "    const int64_t STEP = L;\n");
+}
+
+/* UNFOLD: a thread per entry, reading its pixel or the outside value. */
+static void render_unfold(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    char n[CUDA_DIMS_MAX], outside[48];
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    cuda_numel_expr(d, &node->shape, n, sizeof n);
+    cuda_float_literal(node->value, outside, sizeof outside);
+    window_prelude(d, node, &x->shape);
+    bool rows = node->flags & IR_WINDOW_ROWS;
+    sb_printf(&d->body, "    const int64_t n = %s;\n", n);
+    sb_puts(&d->body, "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n");
+    if (rows)
+        sb_puts(&d->body,
+                "        const int64_t col = i % (CG * KK), q = i / (CG * KK), l = q % L, ng = q / L;\n"
+                "        const int64_t plane = (ng / G) * C + (ng % G) * CG + col / KK, k = col % KK;\n");
+    else
+        sb_puts(&d->body,
+                "        const int64_t l = i % L, q = i / L, k = q % KK, plane = q / KK;\n");
+    sb_printf(&d->body,
+              "        const int64_t h = (l / OW) * SH - PH + (k / KW) * DH;\n"
+              "        const int64_t w = (l %% OW) * SW - PW + (k %% KW) * DW;\n"
+              "        const bool inside = h >= 0 && h < H && w >= 0 && w < W;\n"
+              "        cgc_store(&out[i], inside ? cgc_load(in_x[(plane * H + h) * W + w]) : %s);\n"
+              "    }\n", outside);
+    cuda_launch_elementwise(d, &node->shape);
+}
+
+/* FOLD: a thread per pixel, gathering the entries that read it, kernel offsets in order
+ * (no atomics: the sum's order is fixed, so the result is the same run after run). */
+static void render_fold(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    char n[CUDA_DIMS_MAX];
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    cuda_numel_expr(d, &node->shape, n, sizeof n);
+    window_prelude(d, node, &node->shape);
+    window_patch_macro(d, node);
+    sb_printf(&d->body, "    const int64_t n = %s;\n", n);
+    sb_puts(&d->body,
+            "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n"
+            "        const int64_t plane = i / (H * W), h = i / W % H, w = i % W;\n"
+            "        float acc = 0.0f;\n"
+            "        for (int64_t ki = 0; ki < KH; ki++) {\n"
+            "            const int64_t th = h + PH - ki * DH, oh = th / SH;\n"
+            "            if (th < 0 || th % SH != 0 || oh >= OH) continue;\n"
+            "            for (int64_t kj = 0; kj < KW; kj++) {\n"
+            "                const int64_t tw = w + PW - kj * DW, ow = tw / SW;\n"
+            "                if (tw < 0 || tw % SW != 0 || ow >= OW) continue;\n"
+            "                acc += cgc_load(in_x[patch(plane, oh * OW + ow) + (ki * KW + kj) * STEP]);\n"
+            "            }\n"
+            "        }\n"
+            "        cgc_store(&out[i], acc);\n"
+            "    }\n"
+            "#undef patch\n");
+    cuda_launch_elementwise(d, &node->shape);
+}
+
 void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, ReduceToIndex *ix)
 {
     int lead = xs->rank - os->rank;
@@ -793,6 +891,11 @@ static bool render_family(const RenderCtx *ctx, int id, KernelDraft *d)
     case IR_FAMILY_COUNT_CORRECT: render_count_correct(ctx, id, d); return true;
     case IR_FAMILY_DROPOUT: render_dropout(ctx, id, d); return true;
     case IR_FAMILY_RUNTIME: render_runtime(ctx, id, d); return true;
+    case IR_FAMILY_WINDOW:
+        if (ctx->g->nodes[id].op == IR_UNFOLD) render_unfold(ctx, id, d);
+        else render_fold(ctx, id, d);
+        return true;
+    case IR_FAMILY_MODE_SWITCH:
     case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_MATMUL:
     case IR_FAMILY_ASSIGN:
         return false;

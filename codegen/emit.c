@@ -132,6 +132,10 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
     print_dim(out, pl, g->n);
     fprintf(out, ", k = ");
     print_dim(out, pl, g->k);
+    if (g->k_lead.rank) {
+        char lead[128];
+        fprintf(out, " summed over the batch %s", ir_shape_str(pl->p, &g->k_lead, lead, sizeof lead));
+    }
     fprintf(out, ", compute %s", compute[g->compute]);
     if (g->batch.rank)
         fprintf(out, ", batch %s (a %s, b %s)", batch, g->a_batched ? "batched" : "shared",

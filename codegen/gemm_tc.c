@@ -59,7 +59,7 @@ bool plan_gemm_generable(const PlanGemm *g)
      * forms only where nothing reads the sum before it (never where a backward does), or
      * with aux in f32 (test_gemm_group), so it stays with the library. */
     bool epi = g->epilogue == GEMM_EPI_NONE || (g->epilogue == GEMM_EPI_RELU_BIAS && g->bias >= 0);
-    return g->batch.rank == 0 && half && g->b_type == g->a_type && g->compute == GEMM_F32_ACCUM &&
+    return g->batch.rank == 0 && g->k_lead.rank == 0 && half && g->b_type == g->a_type && g->compute == GEMM_F32_ACCUM &&
            c_ok && epi && g->aux < 0;
 }
 

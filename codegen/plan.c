@@ -168,8 +168,9 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
     case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:
     case IR_FAMILY_TRANSPOSE: case IR_FAMILY_MATMUL: case IR_FAMILY_SOFTMAX:
     case IR_FAMILY_SOFTMAX_GRAD: case IR_FAMILY_CROSS_ENTROPY: case IR_FAMILY_CE_GRAD:
-    case IR_FAMILY_COUNT_CORRECT:
+    case IR_FAMILY_COUNT_CORRECT: case IR_FAMILY_WINDOW:
         break;   /* storage of its own */
+    case IR_FAMILY_MODE_SWITCH: CGC_INTERNAL("a mode switch outlived training lowering");
     }
     return add_buffer(b, buf);
 }
@@ -186,8 +187,9 @@ static bool computes(const IrGraph *g, int id)
     case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:
     case IR_FAMILY_TRANSPOSE: case IR_FAMILY_MATMUL: case IR_FAMILY_SOFTMAX:
     case IR_FAMILY_SOFTMAX_GRAD: case IR_FAMILY_CROSS_ENTROPY: case IR_FAMILY_CE_GRAD:
-    case IR_FAMILY_COUNT_CORRECT:
+    case IR_FAMILY_COUNT_CORRECT: case IR_FAMILY_WINDOW:
         return true;
+    case IR_FAMILY_MODE_SWITCH: CGC_INTERNAL("a mode switch outlived training lowering");
     }
     return true;
 }
@@ -509,6 +511,23 @@ static int gemm_operand(Builder *b, int id, int which, const Shape *c_lead, DTyp
     return materialise(b, id, buf, x->dtype, &x->shape, type, &full, which ? "b" : "a");
 }
 
+int64_t plan_gemm_k(const PlanGemm *g, const int64_t *symvals)
+{
+    int64_t k = IR_DIM_IS_SYM(g->k) ? symvals[IR_DIM_SYMBOL(g->k)] : g->k;
+    return g->k_lead.rank ? k * ir_numel(&g->k_lead, symvals) : k;
+}
+
+/* An IR_MATMUL_BATCH_SUM operand: its batches, consecutive, are more rows of one matrix
+ * (copied only to change its type). */
+static int batch_sum_operand(Builder *b, int id, int which, DType type)
+{
+    const IrGraph *g = b->graph->ir;
+    const IrNode *x = &g->nodes[g->nodes[id].in[which]];
+    int buf = plan_buffer_root(b->plan, b->graph->node_buffer[g->nodes[id].in[which]]);
+    if (x->dtype == type) return buf;
+    return materialise(b, id, buf, x->dtype, &x->shape, type, &x->shape, which ? "b" : "a");
+}
+
 /* The GEMM of MATMUL node ID (C its own buffer, no epilogue). */
 static PlanGemm plain_gemm(Builder *b, int id)
 {
@@ -520,8 +539,14 @@ static PlanGemm plain_gemm(Builder *b, int id)
     Shape c_lead = lead_dims(&n->shape);
     PlanGemm gm = { .trans_a = n->flags & IR_MATMUL_TRANS_A, .trans_b = n->flags & IR_MATMUL_TRANS_B,
                     .epilogue = GEMM_EPI_NONE, .bias = -1, .aux = -1 };
-    gm.a = gemm_operand(b, id, 0, &c_lead, type, &gm.a_batched);
-    gm.b = gemm_operand(b, id, 1, &c_lead, type, &gm.b_batched);
+    if (n->flags & IR_MATMUL_BATCH_SUM) {
+        gm.k_lead = lead_dims(&a->shape);
+        gm.a = batch_sum_operand(b, id, 0, type);
+        gm.b = batch_sum_operand(b, id, 1, type);
+    } else {
+        gm.a = gemm_operand(b, id, 0, &c_lead, type, &gm.a_batched);
+        gm.b = gemm_operand(b, id, 1, &c_lead, type, &gm.b_batched);
+    }
     gm.c = b->graph->node_buffer[id];
     gm.m = n->shape.dim[n->shape.rank - 2];
     gm.n = n->shape.dim[n->shape.rank - 1];
@@ -1037,7 +1062,8 @@ static uint64_t fnv_step(uint64_t h, const PlanStep *s)
                          g->a_type, g->b_type, g->c_type, g->compute, g->epilogue,
                          g->bias >= 0, g->bias_type, g->aux >= 0};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) h = fnv_i64(h, f[i]);
-    return fnv_shape(h, &g->batch);
+    h = fnv_shape(h, &g->batch);
+    return g->k_lead.rank ? fnv_shape(h, &g->k_lead) : h;   /* plans without one hash as before */
 }
 
 uint64_t plan_hash(const Plan *plan)

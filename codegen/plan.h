@@ -177,6 +177,8 @@ typedef struct PlanGemm {
     bool trans_a, trans_b;
     int64_t m, n, k;
     Shape batch;            /* leading dims of C; rank 0 for a plain GEMM */
+    Shape k_lead;           /* IR_MATMUL_BATCH_SUM: the operands' leading dims, folded into
+                             * the contraction (plan_gemm_k); rank 0 otherwise */
     bool a_batched, b_batched;  /* false: the operand is shared by every batch (stride 0) */
     DType a_type, b_type, c_type;
     GemmCompute compute;
@@ -191,6 +193,9 @@ typedef struct PlanGemm {
      * as many blocks, less of C that is not there; gemm_tc.c's tile_dominated). */
     int tile_kernel[PLAN_GEMM_TILES];
 } PlanGemm;
+
+/* G's contraction length with the symbols bound: k, times the batches it runs through. */
+int64_t plan_gemm_k(const PlanGemm *g, const int64_t *symvals);
 
 typedef enum PlanStepKind { STEP_LAUNCH, STEP_GEMM } PlanStepKind;
 

@@ -114,7 +114,7 @@ static bool through_lt(const Repro *r, PlanGraphId gid, int i)
 {
     const PlanGemm *g = &r->plan->graph[gid].steps[i].gemm;
     int64_t batch = g->batch.rank ? ir_numel(&g->batch, r->symvals) : 1;
-    return gemm_map_uses_lt(g->epilogue != GEMM_EPI_NONE, choice_at(r, gid, i).algo, batch, bind(r, g->k));
+    return gemm_map_uses_lt(g->epilogue != GEMM_EPI_NONE, choice_at(r, gid, i).algo, batch, plan_gemm_k(g, r->symvals));
 }
 
 /* Whether step I of GID is a later layer of a fused run: the run's kernel, launched at
@@ -458,7 +458,7 @@ static bool library_gemm(const Repro *r, PlanGraphId gid, int i)
 static void gemm_row(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
 {
     const PlanGemm *g = &s->gemm;
-    int64_t m = checked_int(bind(r, g->m)), n = checked_int(bind(r, g->n)), k = checked_int(bind(r, g->k));
+    int64_t m = checked_int(bind(r, g->m)), n = checked_int(bind(r, g->n)), k = checked_int(plan_gemm_k(g, r->symvals));
     int64_t batch = checked_int(g->batch.rank ? ir_numel(&g->batch, r->symvals) : 1);
     FILE *o = r->out;
     fprintf(o, "    { .graph = \"%s\", .step = %d, .line = %d, .trans_a = %d, .trans_b = %d,\n"
@@ -592,7 +592,7 @@ static void write_gemm_launch(Repro *r, PlanGraphId gid, int step, const PlanSte
         arg_sep(o, i);
         write_ptr(o, ptr[i]);
     }
-    int64_t dims[3] = {m, n, bind(r, g->k)};
+    int64_t dims[3] = {m, n, plan_gemm_k(g, r->symvals)};
     for (int i = 0; i < 3; i++) {
         arg_sep(o, 5 + i);
         fprintf(o, "I64(%" PRId64 ")", dims[i]);
@@ -619,7 +619,7 @@ static void write_gemm_call(Repro *r, PlanGraphId gid, int step, const PlanStep 
     if (g->epilogue != GEMM_EPI_NONE) fprintf(o, " + b%d %s", g->bias, ir_dtype_name(g->bias_type));
     fprintf(o, "%s", *f ? ")" : "");
     if (g->aux >= 0) fprintf(o, ", b%d = the sum before gelu", g->aux);
-    fprintf(o, ", m %" PRId64 ", n %" PRId64 ", k %" PRId64, bind(r, g->m), bind(r, g->n), bind(r, g->k));
+    fprintf(o, ", m %" PRId64 ", n %" PRId64 ", k %" PRId64, bind(r, g->m), bind(r, g->n), plan_gemm_k(g, r->symvals));
     if (g->batch.rank) fprintf(o, ", batch %" PRId64, ir_numel(&g->batch, r->symvals));
     int k = gemm_kernel(r, gid, step - 1);
     if (k >= 0) {

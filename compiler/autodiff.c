@@ -83,12 +83,17 @@ static int broadcast_to(Autodiff *ad, int x, Shape s, SrcLoc loc)
     return ir_broadcast(ad->g, x, s, loc);
 }
 
+/* D has the shape of a reduction of SHAPE over AXIS; that shape with the axis kept (size
+ * 1), which broadcasts against SHAPE. */
+static int keepdim(Autodiff *ad, int d, Shape shape, int axis, SrcLoc loc)
+{
+    return axis == IR_AXIS_ALL ? d : ir_reshape(ad->g, d, ir_shape_keepdim(&shape, axis), loc);
+}
+
 /* D has the shape of a reduction of SHAPE over AXIS; stretch it back to SHAPE. */
 static int unreduce(Autodiff *ad, int d, Shape shape, int axis, SrcLoc loc)
 {
-    if (axis != IR_AXIS_ALL)
-        d = ir_reshape(ad->g, d, ir_shape_keepdim(&shape, axis), loc);
-    return broadcast_to(ad, d, shape, loc);
+    return broadcast_to(ad, keepdim(ad, d, shape, axis, loc), shape, loc);
 }
 
 /* Number of elements a reduction of SHAPE over AXIS folds into one, as a scalar node.
@@ -263,9 +268,10 @@ static void grad_max(Autodiff *ad, const IrNode *n, int y, int d)
     SrcLoc loc = n->loc;
     int x = n->in[0];
     Shape xs = g->nodes[x].shape;
-    int mask = ir_binary(g, IR_EQUAL, x, unreduce(ad, y, xs, n->axis, loc), loc);
+    /* the maxima and the shares broadcast within EQUAL and MUL: no copy at x's size */
+    int mask = ir_binary(g, IR_EQUAL, x, keepdim(ad, y, xs, n->axis, loc), loc);
     int ties = ir_reduce(g, IR_SUM, mask, n->axis, loc);
-    int share = unreduce(ad, ir_binary(g, IR_DIV, d, ties, loc), xs, n->axis, loc);
+    int share = keepdim(ad, ir_binary(g, IR_DIV, d, ties, loc), xs, n->axis, loc);
     to_input(ad, n, ir_binary(g, IR_MUL, share, mask, loc));
 }
 
@@ -289,6 +295,16 @@ static void grad_transpose(Autodiff *ad, const IrNode *n, int y, int d)
  * b @ d^T; likewise dB = db^T = d^T @ a. Each case is one matmul with the right flags,
  * so no transpose is materialised; the tf32 bit is kept. accumulate() sums over the batch
  * dimensions an operand was broadcast along. */
+/* IR_MATMUL_BATCH_SUM for b's gradient when b is one matrix that a's batches share (a
+ * linear layer or convolution over many positions): one GEMM through every batch rather
+ * than a product per batch summed after. Only where the GEMM's a is transposed and its
+ * b not (PLAIN: the forward's a was not transposed). */
+static int sum_batch(const Autodiff *ad, const IrNode *n, bool plain)
+{
+    const Shape *a = &ad->g->nodes[n->in[0]].shape, *b = &ad->g->nodes[n->in[1]].shape;
+    return plain && b->rank == 2 && a->rank > 2 ? IR_MATMUL_BATCH_SUM : 0;
+}
+
 static void grad_matmul(Autodiff *ad, const IrNode *n, int y, int d)
 {
     int A = n->in[0], B = n->in[1];
@@ -301,10 +317,23 @@ static void grad_matmul(Autodiff *ad, const IrNode *n, int y, int d)
         accumulate(ad, A, dA, n->loc);
     }
     if (ad->active[B]) {
-        int dB = !tb ? ir_matmul(ad->g, A, d, (ta ? 0 : TA) | tf32, n->loc)   /* a^T @ d */
-                     : ir_matmul(ad->g, d, A, TA | (ta ? TB : 0) | tf32, n->loc); /* d^T @ a */
-        accumulate(ad, B, dB, n->loc);
+        int dB = !tb ? ir_matmul(ad->g, A, d, (ta ? 0 : TA) | tf32 | sum_batch(ad, n, !ta), n->loc)
+                     : ir_matmul(ad->g, d, A, TA | (ta ? TB : 0) | tf32 | sum_batch(ad, n, !ta), n->loc);
+        accumulate(ad, B, dB, n->loc);   /* a^T @ d, or d^T @ a */
     }
+}
+
+/* Each pixel gathers the gradient of every patch entry that read it; entries that read
+ * outside the image (padding) have nowhere to go. */
+static void grad_unfold(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    Shape image = ad->g->nodes[n->in[0]].shape;
+    to_input(ad, n, ir_fold(ad->g, d, image, n->win, n->flags, n->loc));
+}
+
+static void grad_fold(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, ir_unfold(ad->g, d, n->win, n->flags, 0, n->loc));
 }
 
 static void grad_softmax(Autodiff *ad, const IrNode *n, int y, int d)

@@ -296,22 +296,41 @@ int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc)
     return p->ninputs++;
 }
 
+/* Moves every state tensor one place up, for a parameter to take the first state's
+ * place, and renumbers what refers to them: names, the graphs' READs and ASSIGNs. */
+static void renumber_states(IrProgram *p)
+{
+    memmove(&p->tensors[p->nparams + 1], &p->tensors[p->nparams],
+            (size_t)(p->ntensors - p->nparams) * sizeof *p->tensors);
+    for (int t = p->nparams + 1; t <= p->ntensors; t++)
+        p->string_tensor[intern_index(p, p->tensors[t].name)] = t;
+    IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < graphs[k]->nnodes; i++) {
+            IrNode *n = &graphs[k]->nodes[i];
+            if ((n->op == IR_READ || n->op == IR_ASSIGN) && n->index >= p->nparams) n->index++;
+        }
+}
+
 int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, IrInit init,
                   double init_value, int param_of, SrcLoc loc)
 {
     CGC_ASSERT(ir_find_tensor(p, name) < 0);
     for (int i = 0; i < s.rank; i++) CGC_ASSERT(!IR_DIM_IS_SYM(s.dim[i]));
-    /* Parameters come first, so that indices 0..nparams-1 are the parameters. */
-    CGC_ASSERT(kind == IR_STATE || p->nparams == p->ntensors);
+    CGC_ASSERT(kind == IR_STATE || param_of < 0);
     if (p->ntensors == p->captensors) {
         p->captensors = p->captensors ? 2 * p->captensors : 16;
         p->tensors = xrealloc(p->tensors, (size_t)p->captensors * sizeof *p->tensors);
     }
-    p->tensors[p->ntensors] =
-        (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of};
-    p->string_tensor[intern_index(p, name)] = p->ntensors;
+    /* Parameters come first, so that indices 0..nparams-1 are the parameters: a new one
+     * goes before the states (a batch norm's running statistics) and renumbers them. */
+    int t = kind == IR_PARAM ? p->nparams : p->ntensors;
+    if (t < p->ntensors) renumber_states(p);
+    p->tensors[t] = (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of};
+    p->string_tensor[intern_index(p, name)] = t;
     if (kind == IR_PARAM) p->nparams++;
-    return p->ntensors++;
+    p->ntensors++;
+    return t;
 }
 
 int ir_find_tensor(const IrProgram *p, const char *name)
@@ -646,7 +665,12 @@ static bool matmul_shape(const Shape *a, const Shape *b, int flags, Shape *out)
     Shape la = *a, lb = *b;
     la.rank -= 2;
     lb.rank -= 2;
-    if (!ir_broadcast_shape(&la, &lb, out)) return false;
+    if (flags & IR_MATMUL_BATCH_SUM) {
+        if (!(flags & IR_MATMUL_TRANS_A) || (flags & IR_MATMUL_TRANS_B) || la.rank == 0 ||
+            !ir_shape_equal(&la, &lb))
+            return false;
+        *out = ir_shape0();
+    } else if (!ir_broadcast_shape(&la, &lb, out)) return false;
     out->dim[out->rank++] = m;
     out->dim[out->rank++] = nn;
     return true;
@@ -659,6 +683,89 @@ int ir_matmul(IrGraph *g, int a, int b, int flags, SrcLoc loc)
     CGC_ASSERT(matmul_shape(&na->shape, &nb->shape, flags, &s));
     IrNode n = make(IR_MATMUL, ir_promote(na->dtype, nb->dtype), s, loc, 2, a, b, 0);
     n.flags = flags;
+    return ir_add_node(g, &n);
+}
+
+int64_t ir_window_extent(int64_t in, const IrWindow *w, int axis)
+{
+    int64_t span = (int64_t)w->dilation[axis] * (w->kernel[axis] - 1) + 1;
+    int64_t padded = in + 2 * (int64_t)w->pad[axis];
+    return padded < span ? -1 : (padded - span) / w->stride[axis] + 1;
+}
+
+bool ir_window_shape(const Shape *image, const IrWindow *w, int flags, Shape *out)
+{
+    if (image->rank != 4 || IR_DIM_IS_SYM(image->dim[1]) || IR_DIM_IS_SYM(image->dim[2]) ||
+        IR_DIM_IS_SYM(image->dim[3]))
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (w->kernel[i] < 1 || w->stride[i] < 1 || w->pad[i] < 0 || w->dilation[i] < 1)
+            return false;
+    int64_t c = image->dim[1], groups = w->groups;
+    int64_t oh = ir_window_extent(image->dim[2], w, 0), ow = ir_window_extent(image->dim[3], w, 1);
+    int64_t kk = (int64_t)w->kernel[0] * w->kernel[1];
+    if (oh < 1 || ow < 1 || groups < 1 || c % groups != 0 || (!(flags & IR_WINDOW_ROWS) && groups != 1))
+        return false;
+    *out = (Shape){0};
+    out->dim[out->rank++] = image->dim[0];
+    if (!(flags & IR_WINDOW_ROWS)) {
+        out->dim[out->rank++] = c;
+        out->dim[out->rank++] = kk;
+        out->dim[out->rank++] = oh;
+        out->dim[out->rank++] = ow;
+    } else {
+        if (groups > 1) out->dim[out->rank++] = groups;
+        out->dim[out->rank++] = oh * ow;
+        out->dim[out->rank++] = kk * (c / groups);
+    }
+    return true;
+}
+
+int64_t ir_window_source(const IrWindow *w, int flags, const int64_t image[4], int64_t e)
+{
+    int64_t c = image[1], h = image[2], wd = image[3];
+    int64_t oh = ir_window_extent(h, w, 0), ow = ir_window_extent(wd, w, 1);
+    int64_t kk = (int64_t)w->kernel[0] * w->kernel[1], positions = oh * ow, n, ch, l, k;
+    if (flags & IR_WINDOW_ROWS) {   /* [N, G, L, C/G * KK] */
+        int64_t cg = c / w->groups, row = e / (cg * kk), col = e % (cg * kk);
+        l = row % positions, n = row / positions / w->groups;
+        ch = row / positions % w->groups * cg + col / kk, k = col % kk;
+    } else {                        /* [N, C, KK, OH, OW] */
+        l = e % positions, k = e / positions % kk, ch = e / positions / kk % c, n = e / positions / kk / c;
+    }
+    int64_t y = l / ow * w->stride[0] - w->pad[0] + k / w->kernel[1] * w->dilation[0];
+    int64_t x = l % ow * w->stride[1] - w->pad[1] + k % w->kernel[1] * w->dilation[1];
+    if (y < 0 || y >= h || x < 0 || x >= wd) return -1;
+    return ((n * c + ch) * h + y) * wd + x;
+}
+
+int ir_unfold(IrGraph *g, int x, IrWindow w, int flags, double outside, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    Shape s;
+    CGC_ASSERT(ir_window_shape(&in->shape, &w, flags, &s));
+    IrNode n = make(IR_UNFOLD, in->dtype, s, loc, 1, x, 0, 0);
+    n.win = w, n.flags = flags, n.value = outside;
+    return ir_add_node(g, &n);
+}
+
+int ir_fold(IrGraph *g, int x, Shape image, IrWindow w, int flags, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    Shape s;
+    CGC_ASSERT(ir_window_shape(&image, &w, flags, &s) && ir_shape_equal(&s, &in->shape));
+    IrNode n = make(IR_FOLD, in->dtype, image, loc, 1, x, 0, 0);
+    n.win = w, n.flags = flags;
+    return ir_add_node(g, &n);
+}
+
+int ir_mode_switch(IrGraph *g, int train, int eval, SrcLoc loc)
+{
+    CGC_ASSERT(ir_shape_equal(&node(g, train)->shape, &node(g, eval)->shape));
+    DType t = ir_promote(node(g, train)->dtype, node(g, eval)->dtype);
+    train = ir_cast(g, train, t, loc);
+    eval = ir_cast(g, eval, t, loc);
+    IrNode n = make(IR_MODE_SWITCH, t, node(g, train)->shape, loc, 2, train, eval, 0);
     return ir_add_node(g, &n);
 }
 
@@ -779,6 +886,16 @@ static void print_axis(FILE *out, int axis)
     else fprintf(out, " axis=%d", axis);
 }
 
+/* " kernel=3x3 stride=1x1 pad=1x1 dilation=1x1 groups=1 rows outside=0" */
+static void print_window(FILE *out, const IrNode *n)
+{
+    const IrWindow *w = &n->win;
+    fprintf(out, " kernel=%dx%d stride=%dx%d pad=%dx%d dilation=%dx%d groups=%d%s", w->kernel[0],
+            w->kernel[1], w->stride[0], w->stride[1], w->pad[0], w->pad[1], w->dilation[0],
+            w->dilation[1], w->groups, (n->flags & IR_WINDOW_ROWS) ? " rows" : "");
+    if (n->op == IR_UNFOLD) fprintf(out, " outside=%.9g", n->value);
+}
+
 static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
 {
     switch (ir_op_info[n->op].family) {
@@ -792,13 +909,15 @@ static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
         if (n->flags & IR_MATMUL_TRANS_A) fputs(" trans_a", out);
         if (n->flags & IR_MATMUL_TRANS_B) fputs(" trans_b", out);
         if (n->flags & IR_MATMUL_TF32) fputs(" tf32", out);
+        if (n->flags & IR_MATMUL_BATCH_SUM) fputs(" batch_sum", out);
         break;
     case IR_FAMILY_REDUCE: case IR_FAMILY_SOFTMAX: case IR_FAMILY_SOFTMAX_GRAD:
         print_axis(out, n->axis);
         break;
+    case IR_FAMILY_WINDOW: print_window(out, n); break;
     case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST: case IR_FAMILY_RESHAPE:
     case IR_FAMILY_REDUCE_TO: case IR_FAMILY_TRANSPOSE: case IR_FAMILY_CROSS_ENTROPY:
-    case IR_FAMILY_CE_GRAD: case IR_FAMILY_COUNT_CORRECT:
+    case IR_FAMILY_CE_GRAD: case IR_FAMILY_COUNT_CORRECT: case IR_FAMILY_MODE_SWITCH:
         break;   /* no attributes */
     }
 }
@@ -891,6 +1010,17 @@ static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n
         else s->dim[t.rank - 1] = t.dim[t.rank - 2], s->dim[t.rank - 2] = t.dim[t.rank - 1];
         return true;
     case IR_SHAPE_SCALAR: *s = ir_shape0(); return true;
+    case IR_SHAPE_WINDOW:
+        if (n->op == IR_UNFOLD) {
+            a = in_shape(g, n, 0);
+            if (!ir_window_shape(&a, &n->win, n->flags, s)) s->rank = -1;
+        } else {
+            a = in_shape(g, n, 0);
+            *s = n->shape;
+            if (!ir_window_shape(&n->shape, &n->win, n->flags, &b) || !ir_shape_equal(&a, &b))
+                s->rank = -1;
+        }
+        return true;
     case IR_SHAPE_ASSIGN:
         *s = ir_shape0();
         a = in_shape(g, n, 0);

@@ -75,13 +75,13 @@ typedef enum IrFamily {
     IR_FAMILY_BROADCAST, IR_FAMILY_DROPOUT, IR_FAMILY_REDUCE, IR_FAMILY_RESHAPE,
     IR_FAMILY_REDUCE_TO, IR_FAMILY_TRANSPOSE, IR_FAMILY_MATMUL, IR_FAMILY_SOFTMAX,
     IR_FAMILY_SOFTMAX_GRAD, IR_FAMILY_CROSS_ENTROPY, IR_FAMILY_CE_GRAD, IR_FAMILY_COUNT_CORRECT,
-    IR_FAMILY_ASSIGN,
+    IR_FAMILY_ASSIGN, IR_FAMILY_WINDOW, IR_FAMILY_MODE_SWITCH,
 } IrFamily;
 
 /* How a node's shape follows from its inputs (ops.def, column SHAPE). */
 typedef enum IrShapeRule {
     IR_SHAPE_OWN, IR_SHAPE_IN0, IR_SHAPE_IN1, IR_SHAPE_BROADCAST, IR_SHAPE_REDUCE,
-    IR_SHAPE_MATMUL, IR_SHAPE_TRANSPOSE, IR_SHAPE_SCALAR, IR_SHAPE_ASSIGN,
+    IR_SHAPE_MATMUL, IR_SHAPE_TRANSPOSE, IR_SHAPE_SCALAR, IR_SHAPE_ASSIGN, IR_SHAPE_WINDOW,
 } IrShapeRule;
 
 /* What an op runs in under bf16 or fp16 autocast (ops.def, column AUTOCAST). */
@@ -105,7 +105,27 @@ typedef struct IrOpInfo {
 extern const IrOpInfo ir_op_info[IR_NUM_OPS];
 const char *ir_op_name(IrOp op);          /* lower case, as dumps print it */
 
-enum { IR_MATMUL_TRANS_A = 1, IR_MATMUL_TRANS_B = 2, IR_MATMUL_TF32 = 4 };
+/* MATMUL flags. IR_MATMUL_BATCH_SUM sums over the batch instead of keeping it: both
+ * operands have the same leading dimensions, a is transposed and b is not, and the
+ * result [m, n] = sum over b of a[b]^T @ b[b], one GEMM whose contraction runs through
+ * the batches (a weight's gradient over every position of a sequence or an image). */
+enum { IR_MATMUL_TRANS_A = 1, IR_MATMUL_TRANS_B = 2, IR_MATMUL_TF32 = 4, IR_MATMUL_BATCH_SUM = 8 };
+
+/* A sliding window over the last two dimensions (H, W) of an image [N, C, H, W], as
+ * torch.nn.Unfold takes it: output position (oh, ow) and kernel offset (ki, kj) read
+ * pixel (oh*stride[0] - pad[0] + ki*dilation[0], ow*stride[1] - pad[1] + kj*dilation[1]),
+ * OH = (H + 2*pad[0] - dilation[0]*(kernel[0] - 1) - 1) / stride[0] + 1, OW likewise.
+ * UNFOLD's layouts (IrNode.flags):
+ *   IR_WINDOW_ROWS  a convolution's GEMM operand: one row per output position, columns
+ *                   (c, ki, kj) as a weight [O, C/G, KH, KW] flattens: [N, L, C*KH*KW]
+ *                   with L = OH*OW, or with G = groups > 1, [N, G, L, C/G*KH*KW]
+ *   otherwise       pooling's: [N, C, KH*KW, OH, OW] (groups 1), reduced over axis 2:
+ *                   each kernel offset's positions consecutive, as the image's pixels are */
+typedef struct IrWindow {
+    int32_t kernel[2], stride[2], pad[2], dilation[2];
+    int32_t groups;
+} IrWindow;
+enum { IR_WINDOW_ROWS = 1 };
 
 /* Scalars the runtime supplies to IR_RUNTIME nodes. */
 typedef enum IrRuntimeScalar {
@@ -123,9 +143,10 @@ typedef struct IrNode {
     int nin;
     int in[IR_MAX_IN];      /* ids of earlier nodes of the same graph */
     int axis;               /* reductions, softmax: >= 0, or IR_AXIS_ALL */
-    double value;           /* CONST: the value; DROPOUT: p */
+    double value;           /* CONST: the value; DROPOUT: p; UNFOLD: read outside the image */
     int index;              /* INPUT, READ, ASSIGN: table index; DROPOUT: stream; RUNTIME: which */
-    int flags;              /* MATMUL: IR_MATMUL_* */
+    int flags;              /* MATMUL: IR_MATMUL_*; UNFOLD, FOLD: IR_WINDOW_ROWS */
+    IrWindow win;           /* UNFOLD, FOLD: the window */
     SrcLoc loc;             /* the .net token this node came from; {0,0} for none */
     const char *name;       /* optional: the binding it computes ("h1"), for dumps; a
                              * table's name or ir_intern'ed, so it outlives the AST */
@@ -379,6 +400,22 @@ int ir_broadcast(IrGraph *g, int x, Shape s, SrcLoc loc);
 int ir_reduce_to(IrGraph *g, int x, Shape s, SrcLoc loc);     /* x itself when same */
 int ir_transpose(IrGraph *g, int x, SrcLoc loc);
 int ir_matmul(IrGraph *g, int a, int b, int flags, SrcLoc loc);
+/* The shape UNFOLD makes of IMAGE [N, C, H, W] (IrWindow), or false when the window does
+ * not fit it: a kernel larger than the padded image, channels not divisible by groups. */
+bool ir_window_shape(const Shape *image, const IrWindow *w, int flags, Shape *out);
+/* Output positions of window W along dimension AXIS (0: height, 1: width) of an image
+ * IN long: (IN + 2*pad - dilation*(kernel - 1) - 1) / stride + 1, or -1 when the kernel
+ * overruns the padded image. */
+int64_t ir_window_extent(int64_t in, const IrWindow *w, int axis);
+/* The pixel (flat index into the image IMAGE, dims bound) that entry E (flat) of UNFOLD's
+ * layout FLAGS reads, or -1 outside the image: the definition above, element by element,
+ * for tests and checks (the executors walk the windows their own way). */
+int64_t ir_window_source(const IrWindow *w, int flags, const int64_t image[4], int64_t e);
+int ir_unfold(IrGraph *g, int x, IrWindow w, int flags, double outside, SrcLoc loc);
+/* The image of shape IMAGE that UNFOLD (W, FLAGS) of it would give X's shape. */
+int ir_fold(IrGraph *g, int x, Shape image, IrWindow w, int flags, SrcLoc loc);
+/* (train, eval), both of one shape, in their promoted dtype. */
+int ir_mode_switch(IrGraph *g, int train, int eval, SrcLoc loc);
 int ir_softmax(IrGraph *g, IrOp op, int x, int axis, SrcLoc loc);   /* SOFTMAX, LOG_SOFTMAX */
 int ir_softmax_grad(IrGraph *g, IrOp op, int d, int y, int axis, SrcLoc loc);
 int ir_cross_entropy(IrGraph *g, int logits, int labels, SrcLoc loc);

@@ -1058,6 +1058,319 @@ static int lower_layernorm(Sema *S, const Builtin *b, const AstExpr *call, const
     return ir_binary(S->g, IR_ADD, ir_binary(S->g, IR_MUL, normed, w, loc), bias, loc);
 }
 
+/* ---- images: convolution, pooling, batch norm ---- */
+
+/* An image [N, C, H, W] with C, H and W numbers, as convolution and pooling take it. */
+static int image_arg(Sema *S, const Builtin *b, const AstExpr *e)
+{
+    int x = lower_expr(S, e);
+    if (x == POISON) return POISON;
+    const Shape *s = &node_of(S, x)->shape;
+    bool ok = s->rank == 4;
+    for (int i = 1; ok && i < 4; i++) ok = !IR_DIM_IS_SYM(s->dim[i]);
+    if (!ok) {
+        diag_error(S->src, e->loc, "%s needs an image [N, C, H, W] (channels, height and width "
+                   "numbers), not %s in '%s'; a flat one becomes an image with reshape(x, "
+                   "[-1, C, H, W])", FN(b), type_str(S, x), S->stmt_text);
+        return POISON;
+    }
+    if (!ir_dtype_is_float(node_of(S, x)->dtype)) {
+        diag_error(S->src, e->loc, "%s needs a float image, not %s in '%s'", FN(b), type_str(S, x),
+                   S->stmt_text);
+        return POISON;
+    }
+    return x;
+}
+
+/* One window size: a number, or [h, w]; each in [LO, HI]. False after an error. */
+static bool pair_arg(Sema *S, const Builtin *b, const AstExpr *e, const char *what, int64_t lo,
+                     int32_t out[2])
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s: %s", FN(b), what);
+    const AstExpr *item[2] = {e, e};
+    if (e->kind == AST_LIST) {
+        if (e->nargs != 2) {
+            diag_error(S->src, e->loc, "%s must be a number or a list [h, w] of two, not a list of %d",
+                       name, e->nargs);
+            return false;
+        }
+        item[0] = e->args[0].value, item[1] = e->args[1].value;
+    }
+    for (int i = 0; i < 2; i++) {
+        int64_t v;
+        if (sema_const_int(S->src, item[i], name, lo, 1 << 16, &v) < 0) return false;
+        out[i] = (int32_t)v;
+    }
+    return true;
+}
+
+/* padding: a number, [h, w], or "same" (stride 1: the output as large as the input). */
+static bool padding_arg(Sema *S, const Builtin *b, const AstExpr *e, IrWindow *w)
+{
+    if (e->kind != AST_STR) return pair_arg(S, b, e, "padding", 0, w->pad);
+    if (strcmp(e->str, "same") != 0) {
+        diag_error(S->src, e->loc, "%s: padding must be a number, [h, w] or \"same\", not %s",
+                   FN(b), sema_describe(e));
+        return false;
+    }
+    for (int i = 0; i < 2; i++) {
+        int64_t total = (int64_t)w->dilation[i] * (w->kernel[i] - 1);
+        if (w->stride[i] != 1 || total % 2 != 0) {
+            diag_error(S->src, e->loc, "%s: padding = \"same\" needs stride 1 and an odd kernel "
+                       "extent (dilation * (kernel - 1) even), not kernel %d, stride %d, dilation "
+                       "%d; give the padding as numbers", FN(b), w->kernel[i], w->stride[i],
+                       w->dilation[i]);
+            return false;
+        }
+        if (total / 2 > 1 << 16) {
+            diag_error(S->src, e->loc, "%s: padding = \"same\" would pad by %lld, more than %d",
+                       FN(b), (long long)(total / 2), 1 << 16);
+            return false;
+        }
+        w->pad[i] = (int32_t)(total / 2);
+    }
+    return true;
+}
+
+/* Whether window W fits image X (else an error at the kernel argument KERNEL). */
+static bool window_fits(Sema *S, const Builtin *b, const AstExpr *kernel, int x, const IrWindow *w,
+                        int flags)
+{
+    Shape s;
+    if (ir_window_shape(&node_of(S, x)->shape, w, flags, &s)) {
+        if (fixed_numel(&s) >= 0) return true;
+        diag_error(S->src, kernel->loc, "%s: the input's %dx%d windows (padding %dx%d, stride "
+                   "%dx%d) would be %s, more than 2^31 elements a sample, in '%s'", FN(b),
+                   w->kernel[0], w->kernel[1], w->pad[0], w->pad[1], w->stride[0], w->stride[1],
+                   shape_str(S, &s), S->stmt_text);
+        return false;
+    }
+    char dilation[48] = "";
+    if (w->dilation[0] != 1 || w->dilation[1] != 1)
+        snprintf(dilation, sizeof dilation, " (dilation %dx%d)", w->dilation[0], w->dilation[1]);
+    diag_error(S->src, kernel->loc, "%s: the kernel %dx%d%s is larger than the input %s padded by "
+               "%dx%d in '%s'", FN(b), w->kernel[0], w->kernel[1], dilation, type_str(S, x),
+               w->pad[0], w->pad[1], S->stmt_text);
+    return false;
+}
+
+/* The weights of conv2d: [out, C/groups, kh, kw] and [out], initialised as nn.Conv2d (as
+ * nn.Linear, uniform in +-1/sqrt(fan_in), fan_in = C/groups * kh * kw). */
+static void conv_params(Sema *S, SrcLoc loc, int64_t out, int64_t cg, const IrWindow *w, bool bias,
+                        int *weight, int *bnode)
+{
+    double bound = 1.0 / sqrt((double)(cg * w->kernel[0] * w->kernel[1]));
+    Shape ws = {4, {out, cg, w->kernel[0], w->kernel[1]}};
+    *weight = add_param(S, "weight", ws, IR_INIT_UNIFORM, bound, loc);
+    *bnode = bias ? add_param(S, "bias", (Shape){1, {out}}, IR_INIT_UNIFORM, bound, loc) : POISON;
+}
+
+/* conv2d's arguments into W, *OUT and *BIAS, checked against image X (POISON: the
+ * arguments alone). */
+static bool conv_args(Sema *S, const Builtin *b, int x, const AstExpr **args, IrWindow *w,
+                      int64_t *out, bool *bias)
+{
+    int64_t groups = 1;
+    bool ok = sema_const_int(S->src, args[1], "conv2d: out", 1, MAX_ELEMENTS, out) == 0;
+    ok &= pair_arg(S, b, args[2], "kernel", 1, w->kernel);
+    if (args[3]) ok &= pair_arg(S, b, args[3], "stride", 1, w->stride);
+    if (args[5]) ok &= pair_arg(S, b, args[5], "dilation", 1, w->dilation);
+    if (args[6]) ok &= sema_const_int(S->src, args[6], "conv2d: groups", 1, 1 << 16, &groups) == 0;
+    if (args[7]) ok &= sema_const_bool(S->src, args[7], "conv2d: bias", bias) == 0;
+    if (ok && args[4]) ok &= padding_arg(S, b, args[4], w);
+    if (!ok || x == POISON) return false;
+    int64_t c = node_of(S, x)->shape.dim[1];
+    if (c % groups != 0 || *out % groups != 0) {
+        diag_error(S->src, args[6]->loc, "conv2d: groups = %lld must divide both the input "
+                   "channels (%lld) and out (%lld) in '%s'", (long long)groups, (long long)c,
+                   (long long)*out, S->stmt_text);
+        return false;
+    }
+    w->groups = (int32_t)groups;
+    if (*out * (c / groups) * w->kernel[0] * w->kernel[1] > MAX_ELEMENTS) {
+        diag_error(S->src, args[1]->loc, "conv2d: the weight %s.weight would have more than "
+                   "2^31 elements", S->stmt->name);
+        return false;
+    }
+    return window_fits(S, b, args[2], x, w, IR_WINDOW_ROWS);
+}
+
+/* conv2d as a matrix product over the patches: unfold x into rows [N, L, C*kh*kw] (L
+ * output positions; [N, G, L, C/G*kh*kw] with G groups), multiply by the weight seen as
+ * [out, C*kh*kw] ([G, out/G, C/G*kh*kw]), add the bias, and turn [N, L, out] into
+ * [N, out, OH, OW]. */
+static int lower_conv2d(Sema *S, const Builtin *b, const AstExpr *call, const AstExpr **args)
+{
+    int x = image_arg(S, b, args[0]);
+    int64_t out;
+    bool bias = true;
+    IrWindow w = {{1, 1}, {1, 1}, {0, 0}, {1, 1}, 1};
+    if (!conv_args(S, b, x, args, &w, &out, &bias)) return POISON;
+    const Shape *xs = &node_of(S, x)->shape;
+    int64_t groups = w.groups, cg = xs->dim[1] / groups, k = cg * w.kernel[0] * w.kernel[1];
+    Shape ys = {4, {xs->dim[0], out, ir_window_extent(xs->dim[2], &w, 0), ir_window_extent(xs->dim[3], &w, 1)}};
+    if (!check_size(S, &ys, call->loc)) return POISON;
+    SrcLoc loc = call->loc;
+    int weight, bnode;
+    conv_params(S, loc, out, cg, &w, bias, &weight, &bnode);
+    int cols = ir_unfold(S->g, x, w, IR_WINDOW_ROWS, 0, loc);
+    Shape wm = groups == 1 ? (Shape){2, {out, k}} : (Shape){3, {groups, out / groups, k}};
+    int y = ir_matmul(S->g, cols, ir_reshape(S->g, weight, wm, loc), IR_MATMUL_TRANS_B, loc);
+    if (bias && groups == 1) y = ir_binary(S->g, IR_ADD, y, bnode, loc);   /* over [N, L, out] */
+    y = ir_reshape(S->g, ir_transpose(S->g, y, loc), ys, loc);
+    if (bias && groups > 1)
+        y = ir_binary(S->g, IR_ADD, y, ir_reshape(S->g, bnode, (Shape){3, {out, 1, 1}}, loc), loc);
+    return y;
+}
+
+/* max_pool2d and avg_pool2d: the window's patches [N, C, kh*kw, OH, OW] reduced over
+ * axis 2. Max pooling reads -inf outside the image; average pooling 0, and divides by
+ * the whole window (torch's count_include_pad). Padding at most half the kernel, as torch
+ * requires, so that no window lies wholly outside. */
+static int lower_pool(Sema *S, const Builtin *b, const AstExpr *call, const AstExpr **args)
+{
+    int x = image_arg(S, b, args[0]);
+    IrWindow w = {{1, 1}, {1, 1}, {0, 0}, {1, 1}, 1};
+    bool ok = x != POISON && pair_arg(S, b, args[1], "kernel", 1, w.kernel);
+    if (ok) memcpy(w.stride, w.kernel, sizeof w.stride);
+    if (ok && args[2]) ok = pair_arg(S, b, args[2], "stride", 1, w.stride);
+    if (ok && args[3]) ok = pair_arg(S, b, args[3], "padding", 0, w.pad);
+    if (!ok) return POISON;
+    for (int i = 0; i < 2; i++)
+        if (w.pad[i] > w.kernel[i] / 2) {
+            diag_error(S->src, args[3]->loc, "%s: padding %d is more than half the kernel (%d) in "
+                       "'%s'", FN(b), w.pad[i], w.kernel[i], S->stmt_text);
+            return POISON;
+        }
+    if (!window_fits(S, b, args[1], x, &w, 0)) return POISON;
+    double outside = b->op == IR_MAX ? -INFINITY : 0;
+    int patches = ir_unfold(S->g, x, w, 0, outside, call->loc);
+    return ir_reduce(S->g, b->op, patches, 2, call->loc);
+}
+
+/* [N, C, H, W] to [N, C]: the mean over each channel's H*W. */
+static int lower_global_avg_pool(Sema *S, const Builtin *b, const AstExpr *call,
+                                 const AstExpr **args)
+{
+    int x = image_arg(S, b, args[0]);
+    if (x == POISON) return POISON;
+    const Shape *s = &node_of(S, x)->shape;
+    Shape flat = {3, {s->dim[0], s->dim[1], s->dim[2] * s->dim[3]}};
+    return ir_reduce(S->g, IR_MEAN, ir_reshape(S->g, x, flat, call->loc), 2, call->loc);
+}
+
+/* Per-channel mean of V [N, C, ...] as [C]: over its trailing axes one at a time, then
+ * the batch (no reshape of V, so that fusion keeps the image's shape throughout). */
+static int channel_mean(Sema *S, int v, SrcLoc loc)
+{
+    for (int axis = node_of(S, v)->shape.rank - 1; axis >= 2; axis--)
+        v = ir_reduce(S->g, IR_MEAN, v, axis, loc);
+    return ir_reduce(S->g, IR_MEAN, v, 0, loc);
+}
+
+/* A per-channel [C] value shaped [C, 1, ...] to broadcast over X [N, C, ...]. */
+static int per_channel(Sema *S, int v, int x, SrcLoc loc)
+{
+    Shape s = {node_of(S, x)->shape.rank - 1, {node_of(S, v)->shape.dim[0], 1, 1, 1, 1, 1, 1, 1}};
+    return ir_reshape(S->g, v, s, loc);
+}
+
+/* (x - mean) * rsqrt(var + eps) * weight + bias, per channel. */
+static int normalize(Sema *S, int x, int mean, int var, int weight, int bias, double eps,
+                     SrcLoc loc)
+{
+    int centered = ir_binary(S->g, IR_SUB, x, per_channel(S, mean, x, loc), loc);
+    int rstd = ir_unary(S->g, IR_RSQRT, ir_binary(S->g, IR_ADD, var, ir_const(S->g, eps, loc), loc), loc);
+    int scale = ir_binary(S->g, IR_MUL, rstd, weight, loc);
+    int y = ir_binary(S->g, IR_MUL, centered, per_channel(S, scale, x, loc), loc);
+    return ir_binary(S->g, IR_ADD, y, per_channel(S, bias, x, loc), loc);
+}
+
+/* STATE := (1 - m) * STATE + m * V, as torch's running statistics move. */
+static void running_update(Sema *S, int tensor, int state, int v, double m, SrcLoc loc)
+{
+    int kept = ir_binary(S->g, IR_MUL, state, ir_const(S->g, 1 - m, loc), loc);
+    int moved = ir_binary(S->g, IR_MUL, v, ir_const(S->g, m, loc), loc);
+    ir_assign(S->g, S->p, tensor, ir_cast(S->g, ir_binary(S->g, IR_ADD, kept, moved, loc), DT_F32, loc), loc);
+}
+
+/* Registers state BINDING.SUFFIX (saved with the model, never trained) and reads it. */
+static int add_state(Sema *S, const char *suffix, Shape s, IrInit init, SrcLoc loc, int *tensor)
+{
+    char name[AST_MAX_TOKEN_BYTES + 48];
+    snprintf(name, sizeof name, "%s.%s", S->stmt->name, suffix);
+    for (int again = 2; ir_find_tensor(S->p, name) >= 0; again++)
+        snprintf(name, sizeof name, "%s.%s (binding %d)", S->stmt->name, suffix, again);
+    *tensor = ir_add_tensor(S->p, name, IR_STATE, s, init, 0, -1, loc);
+    return ir_read(S->g, S->p, *tensor, loc);
+}
+
+/* Values per sample of each channel of X [N, C, ...] (the dimensions after the channels
+ * multiplied), or -1 after an error: they must be numbers. */
+static int64_t per_sample(Sema *S, const AstExpr *arg, int x)
+{
+    const Shape *xs = &node_of(S, x)->shape;
+    int64_t rest = 1;
+    for (int i = 1; i < xs->rank; i++) {
+        if (IR_DIM_IS_SYM(xs->dim[i])) {
+            diag_error(S->src, arg->loc, "batchnorm: dimension %d of %s must be a number in "
+                       "'%s'", i, type_str(S, x), S->stmt_text);
+            return -1;
+        }
+        if (i > 1) rest *= xs->dim[i];
+    }
+    return rest;
+}
+
+/* The running statistics (state, saved, not trained) of batchnorm X, moved toward MEAN
+ * and the unbiased VAR, var * n / (n - 1), n = N * REST values per channel counted when
+ * the graph runs; *RMEAN and *RVAR read them. */
+static void running_stats(Sema *S, int x, int64_t rest, int mean, int var, double m,
+                          SrcLoc loc, int *rmean, int *rvar)
+{
+    Shape cs = {1, {node_of(S, x)->shape.dim[1]}};
+    int t_mean, t_var, t_count;
+    *rmean = add_state(S, "running_mean", cs, IR_INIT_ZEROS, loc, &t_mean);
+    *rvar = add_state(S, "running_var", cs, IR_INIT_ONES, loc, &t_var);
+    int count = add_state(S, "num_batches_tracked", ir_shape0(), IR_INIT_ZEROS, loc, &t_count);
+    Shape batch = {1, {node_of(S, x)->shape.dim[0]}};
+    int n = ir_reduce(S->g, IR_SUM, ir_broadcast(S->g, ir_const(S->g, (double)rest, loc), batch, loc),
+                      IR_AXIS_ALL, loc);
+    int unbiased = ir_binary(S->g, IR_DIV, ir_binary(S->g, IR_MUL, var, n, loc),
+                             ir_binary(S->g, IR_SUB, n, ir_const(S->g, 1, loc), loc), loc);
+    running_update(S, t_mean, *rmean, mean, m, loc);
+    running_update(S, t_var, *rvar, unbiased, m, loc);
+    ir_assign(S->g, S->p, t_count, ir_binary(S->g, IR_ADD, count, ir_const(S->g, 1, loc), loc), loc);
+}
+
+/* batchnorm as torch's BatchNorm1d/2d: over every dimension but the channels (1). While
+ * training, the batch's mean and biased variance normalize, and the running statistics
+ * move toward the mean and the unbiased variance; in evaluation the running statistics
+ * normalize (a MODE_SWITCH between the two). */
+static int lower_batchnorm(Sema *S, const Builtin *b, const AstExpr *call, const AstExpr **args)
+{
+    int x = tensor_arg(S, b, args[0], 2);
+    double m = 0.1, eps = 1e-5;
+    bool ok = x != POISON;
+    if (args[1]) ok &= sema_const_real(S->src, args[1], "batchnorm: momentum", REAL_UNIT, &m) == 0;
+    if (args[2]) ok &= sema_const_real(S->src, args[2], "batchnorm: eps", REAL_GT0, &eps) == 0;
+    int64_t rest = ok ? per_sample(S, args[0], x) : -1;
+    if (rest < 0) return POISON;
+    SrcLoc loc = call->loc;
+    Shape cs = {1, {node_of(S, x)->shape.dim[1]}};
+    int weight = add_param(S, "weight", cs, IR_INIT_ONES, 0, loc);
+    int bias = add_param(S, "bias", cs, IR_INIT_ZEROS, 0, loc);
+    int mean = channel_mean(S, x, loc);
+    int centered = ir_binary(S->g, IR_SUB, x, per_channel(S, mean, x, loc), loc);
+    int var = channel_mean(S, ir_binary(S->g, IR_MUL, centered, centered, loc), loc);
+    int rmean, rvar;
+    running_stats(S, x, rest, mean, var, m, loc, &rmean, &rvar);
+    int train = normalize(S, x, mean, var, weight, bias, eps, loc);
+    int eval = normalize(S, x, rmean, rvar, weight, bias, eps, loc);
+    return ir_mode_switch(S->g, train, eval, loc);
+}
+
 /* Labels: an i32 input of shape [N]. Anything else is reported at the argument. */
 static int labels_arg(Sema *S, const AstExpr *e)
 {
@@ -1139,6 +1452,11 @@ static const Builtin builtins[] = {
     {{"transpose", {"x"}, 1}, lower_transpose, IR_TRANSPOSE, false},
     {{"reshape", {"x", "shape"}, 2}, lower_reshape, IR_RESHAPE, false},
     {{"flatten", {"x"}, 1}, lower_flatten, IR_RESHAPE, false},
+    {{"conv2d", {"x", "out", "kernel", "stride", "padding", "dilation", "groups", "bias"}, 3}, lower_conv2d, IR_UNFOLD, true},
+    {{"max_pool2d", {"x", "kernel", "stride", "padding"}, 2}, lower_pool, IR_MAX, false},
+    {{"avg_pool2d", {"x", "kernel", "stride", "padding"}, 2}, lower_pool, IR_MEAN, false},
+    {{"global_avg_pool", {"x"}, 1}, lower_global_avg_pool, IR_MEAN, false},
+    {{"batchnorm", {"x", "momentum", "eps"}, 1}, lower_batchnorm, IR_MODE_SWITCH, true},
     {{"cross_entropy", {"logits", "labels"}, 2}, lower_cross_entropy, IR_CROSS_ENTROPY, false},
     {{"mse", {"pred", "target"}, 2}, lower_mse, IR_MEAN, false},
 };
@@ -1171,7 +1489,7 @@ static bool check_param_call(Sema *S, const Builtin *b, const AstExpr *call)
         return false;
     }
     if (S->param_call) {
-        diag_error(S->src, call->loc, "only one call that creates parameters (linear, layernorm) "
+        diag_error(S->src, call->loc, "only one call that creates parameters (linear, conv2d, layernorm, batchnorm) "
                    "may appear in a statement; bind this %s to a name of its own", FN(b));
         diag_note(S->src, S->param_call->loc, "'%s' already gets its parameters from this %s",
                   S->stmt->name, S->param_call->name);

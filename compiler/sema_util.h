@@ -46,7 +46,7 @@ int sema_const_choice(Source *src, const AstExpr *e, const char *what,
 
 /* ---- calls ---- */
 
-enum { MAX_PARAMS = 6 };
+enum { MAX_PARAMS = 8 };
 
 /* A call's signature: parameter names (NULL-terminated), the first NREQUIRED of which
  * must be given. */

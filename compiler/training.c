@@ -7,7 +7,8 @@
  *                schedule, the optimizer update and the step counters;
  *   train_micro  (accumulate > 1 only) forward and backward, gradients added to the
  *                accumulators; the runtime runs it accumulate - 1 times before each train;
- *   eval         forward with dropout off, plus the count of correct predictions.
+ *   eval         forward in evaluation mode (dropout off, batch norm on its running
+ *                statistics), plus the count of correct predictions.
  * Every update follows torch.optim / torch.amp.GradScaler / clip_grad_norm_ to the
  * formula (see the comments at each), so a cgc run and the equivalent PyTorch loop agree.
  * What must survive a step (optimizer moments, counters, the loss scale) lives in state
@@ -436,15 +437,21 @@ static int find_input(IrGraph *g, const IrProgram *p, int input)
     return ir_input(g, p, input, NO_LOC);
 }
 
-/* Forward with every dropout replaced by its input (evaluation mode), keeping only the
- * nodes the outputs need (the dropout counter goes with the dropouts). */
-static void copy_without_dropout(IrGraph *dst, const IrGraph *src, const char *name)
+/* SRC in one mode, keeping only the nodes its outputs need (and, while training, its
+ * ASSIGNs: batch norm's running statistics). A MODE_SWITCH becomes its training or its
+ * evaluation input; in evaluation a dropout becomes its input (the dropout counter goes
+ * with the dropouts) and nothing is assigned. */
+static void copy_mode(IrGraph *dst, const IrGraph *src, const char *name, bool eval)
 {
     int n = src->nnodes;
-    int *same = xmalloc((size_t)(n ? n : 1) * sizeof *same);   /* id, through dropouts */
+    int *same = xmalloc((size_t)(n ? n : 1) * sizeof *same);   /* id, through switches */
     bool *live = xcalloc((size_t)(n ? n : 1), sizeof *live);
-    for (int i = 0; i < n; i++)
-        same[i] = src->nodes[i].op == IR_DROPOUT ? same[src->nodes[i].in[0]] : i;
+    for (int i = 0; i < n; i++) {
+        const IrNode *x = &src->nodes[i];
+        same[i] = x->op == IR_MODE_SWITCH ? same[x->in[eval]]
+                  : eval && x->op == IR_DROPOUT ? same[x->in[0]] : i;
+        live[i] = !eval && x->op == IR_ASSIGN;
+    }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
         if (src->output[r] >= 0)
             live[same[src->output[r]]] = true;
@@ -468,6 +475,22 @@ static void copy_without_dropout(IrGraph *dst, const IrGraph *src, const char *n
     free(same);
     free(live);
     free(map);
+}
+
+/* The forward graph as sema built it holds both modes where they differ (MODE_SWITCH);
+ * from here on it is the training one, which the train graphs copy. */
+static void resolve_training_mode(IrProgram *p)
+{
+    bool switches = false;
+    for (int i = 0; i < p->forward.nnodes; i++)
+        switches |= p->forward.nodes[i].op == IR_MODE_SWITCH;
+    if (!switches)
+        return;
+    IrGraph g = {0};
+    copy_mode(&g, &p->forward, p->forward.name, false);
+    ir_graph_free(&p->forward);
+    p->forward = g;
+    ir_verify(p, &p->forward);
 }
 
 /* X as f32, reusing a cast the graph already has (the loss's, usually). */
@@ -495,7 +518,7 @@ static void add_correct_count(IrProgram *p, IrGraph *g)
 
 static void build_eval(IrProgram *p)
 {
-    copy_without_dropout(&p->eval, &p->forward, "eval");
+    copy_mode(&p->eval, &p->forward, "eval", true);
     add_correct_count(p, &p->eval);
     ir_verify(p, &p->eval);
 }
@@ -504,12 +527,13 @@ void training_lower(IrProgram *p)
 {
     CGC_ASSERT(p->cfg.accumulate >= 1);
     Lower L = {.p = p};
+    build_eval(p);
+    resolve_training_mode(p);
     register_state(&L);
     build_train(&L);
     ir_graph_free(&p->train_micro);
     if (p->cfg.accumulate > 1)
         build_train_micro(&L);
-    build_eval(p);
     free(L.grads);
     free(L.read_of);
     free(L.momentum);

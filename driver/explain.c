@@ -401,6 +401,11 @@ static void boundary_reason(const Compiled *cc, Boundaries *b, int pn, int up, i
         snprintf(why, len, "different work: %s against %s",
                  ir_shape_str(p, unit_work(g, up), a, sizeof a),
                  ir_shape_str(p, unit_work(g, uc), c2, sizeof c2));
+    else if (gp && gc && !ir_shape_equal(&gp->work, &gc->work))
+        snprintf(why, len, "different work: %s against %s (what a kernel stores or assigns has "
+                           "exactly its work)",
+                 ir_shape_str(p, unit_work(g, up), a, sizeof a),
+                 ir_shape_str(p, unit_work(g, uc), c2, sizeof c2));
     else if (gp && gc && gp->kind == IR_GROUP_ROW && gc->kind == IR_GROUP_REDUCE &&
              (group_has(g, uc, IR_REDUCE_TO) || gc->axis != gc->work.rank - 1))
         snprintf(why, len, "a row group runs one block per row, after its row reductions; a "
@@ -554,6 +559,42 @@ static void explain_recompute(const Compiled *c, FILE *out)
     }
 }
 
+/* The first node of G after ID that reads ID, through casts (autocast's), or -1. */
+static int next_reader(const IrGraph *g, int id)
+{
+    for (int i = id + 1; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            if (g->nodes[i].in[k] == id) return g->nodes[i].op == IR_CAST ? next_reader(g, i) : i;
+    return -1;
+}
+
+/* Convolutions and pooling: each window's patches (UNFOLD) and what reads them. */
+static void explain_windows(const Compiled *c, FILE *out)
+{
+    const IrProgram *p = c->p;
+    const IrGraph *g = &p->forward;
+    bool any = false;
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (n->op != IR_UNFOLD) continue;
+        if (!any) fputs("\nImages: convolutions and pooling over their windows' patches (im2col)\n", out);
+        any = true;
+        const IrWindow *w = &n->win;
+        char ps[96], rs[96];
+        int r = next_reader(g, id);
+        ir_shape_str(p, &n->shape, ps, sizeof ps);
+        ir_shape_str(p, r >= 0 ? &g->nodes[r].shape : &n->shape, rs, sizeof rs);
+        fprintf(out, "  line %-4d %dx%d window, stride %dx%d, padding %dx%d, dilation %dx%d: patches %s\n",
+                n->loc.line, w->kernel[0], w->kernel[1], w->stride[0], w->stride[1], w->pad[0],
+                w->pad[1], w->dilation[0], w->dilation[1], ps);
+        if (n->flags & IR_WINDOW_ROWS)
+            fprintf(out, "            times the weight: %s, channels last (NHWC); transposed to the "
+                         "language's NCHW\n", rs);
+        else
+            fprintf(out, "            %s over the kernel axis: %s\n", r >= 0 ? ir_op_name(g->nodes[r].op) : "?", rs);
+    }
+}
+
 static void explain_memory(const Compiled *c, FILE *out)
 {
     char peak[32], pers[32], act[32];
@@ -586,6 +627,7 @@ void compiled_explain(const Compiled *c, FILE *out)
     explain_groups(c, out);
     explain_boundaries(c, out);
     explain_recompute(c, out);
+    explain_windows(c, out);
     explain_memory(c, out);
     fprintf(out, "\nKernels per training step: %d launches, of which %d GEMMs (plus the data "
                  "pipeline's 2 gathers, 1 loss tracker%s)\n", steps, gemms,

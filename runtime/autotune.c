@@ -53,7 +53,7 @@ void autotune_gemm_key(const PlanGemm *g, const int64_t *symvals, char *buf, siz
     int64_t batch = g->batch.rank ? ir_numel(&g->batch, symvals) : 1;
     snprintf(buf, len, "m%lld.n%lld.k%lld.b%lld.%c%c.%s.%s.%s.%s.%s%s",
              (long long)dim(g->m, symvals), (long long)dim(g->n, symvals),
-             (long long)dim(g->k, symvals), (long long)batch, g->trans_a ? 't' : 'n',
+             (long long)plan_gemm_k(g, symvals), (long long)batch, g->trans_a ? 't' : 'n',
              g->trans_b ? 't' : 'n', ir_dtype_name(g->a_type), ir_dtype_name(g->b_type),
              ir_dtype_name(g->c_type), compute_name(g->compute), epilogue_name(g->epilogue),
              g->aux >= 0 ? "_aux" : "");

@@ -482,7 +482,7 @@ GemmCall devexec_gemm_call(const DevExec *e, const PlanStep *s)
     const PlanGemm *g = &s->gemm;
     GemmCall c = {
         .trans_a = g->trans_a, .trans_b = g->trans_b,
-        .m = bind_dim(e, g->m), .n = bind_dim(e, g->n), .k = bind_dim(e, g->k),
+        .m = bind_dim(e, g->m), .n = bind_dim(e, g->n), .k = plan_gemm_k(g, e->symvals),
         .batch = g->batch.rank ? ir_numel(&g->batch, e->symvals) : 1,
         .a = devexec_buffer(e, g->a), .b = devexec_buffer(e, g->b), .c = devexec_buffer(e, g->c),
         .a_type = g->a_type, .b_type = g->b_type, .c_type = g->c_type, .compute = (int)g->compute,

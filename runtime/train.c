@@ -67,6 +67,7 @@ static int cpu_open(Trainer *t)
 {
     CpuBackend *b = t->backend = xcalloc(1, sizeof *b);
     b->e = cpu_exec_new(t->p, CPU_F32);
+    cpu_exec_set_reuse(b->e, true);   /* the trainer reads only the graphs' outputs */
     t->tensors = xcalloc((size_t)(t->p->ntensors ? t->p->ntensors : 1), sizeof *t->tensors);
     for (int i = 0; i < t->p->ntensors; i++) t->tensors[i] = cpu_exec_tensor(b->e, i);
     int64_t rows = t->p->cfg.batch > EVAL_BATCH ? t->p->cfg.batch : EVAL_BATCH;

@@ -298,6 +298,16 @@ static void ref_matmul(const IrNode *nd, Arr *out, Arr *a, Arr *b)
         for (int64_t f = 0; f < b->n; f++) b->v[f] = cpu_round_tf32((float)b->v[f]);
     }
     int64_t k = a->d[a->rank - (ta ? 2 : 1)], idx[IR_MAX_RANK];
+    if (nd->flags & IR_MATMUL_BATCH_SUM) {   /* the sum of the batches' products */
+        int64_t batches = a->n / (a->d[a->rank - 1] * k), m = out->d[0], n = out->d[1];
+        for (int64_t f = 0; f < out->n; f++) {
+            double s = 0;
+            for (int64_t q = 0; q < batches * k; q++)
+                s += a->v[q * m + f / n] * b->v[q * n + f % n];
+            out->v[f] = s;
+        }
+        return;
+    }
     for (int64_t f = 0; f < out->n; f++) {
         unravel(f, out, idx);
         int64_t i = idx[out->rank - 2], j = idx[out->rank - 1];
@@ -305,6 +315,19 @@ static void ref_matmul(const IrNode *nd, Arr *out, Arr *a, Arr *b)
         for (int64_t q = 0; q < k; q++)
             s += mat_at(a, idx, out->rank - 2, ta, i, q) * mat_at(b, idx, out->rank - 2, tb, q, j);
         out->v[f] = s;
+    }
+}
+
+/* UNFOLD reads each entry's pixel; FOLD scatters each entry onto its pixel (ir.h's
+ * definition, entry by entry: the executor walks the windows its own way). */
+static void ref_window(const IrNode *nd, Arr *out, const Arr *x)
+{
+    bool unfold = nd->op == IR_UNFOLD;
+    const Arr *img = unfold ? x : out, *cols = unfold ? out : x;
+    for (int64_t f = 0; f < cols->n; f++) {
+        int64_t px = ir_window_source(&nd->win, nd->flags, img->d, f);
+        if (unfold) out->v[f] = px < 0 ? nd->value : x->v[px];
+        else if (px >= 0) out->v[px] += x->v[f];
     }
 }
 
@@ -380,6 +403,8 @@ static void ref_node(const IrProgram *p, const IrNode *nd, const CpuFeed *feed, 
     case IR_REDUCE_TO: ref_reduce_to(out, &in[0]); break;
     case IR_TRANSPOSE: ref_transpose(out, &in[0]); break;
     case IR_MATMUL: ref_matmul(nd, out, &in[0], &in[1]); break;
+    case IR_UNFOLD:
+    case IR_FOLD: ref_window(nd, out, &in[0]); break;
     case IR_SOFTMAX:
     case IR_LOG_SOFTMAX:
     case IR_SOFTMAX_GRAD:
@@ -618,7 +643,34 @@ static void test_matmul(void)
     ir_matmul(g, a, b4, 0, NOLOC);                     /* [N,4,6] @ [2,1,6,5] */
     ir_matmul(g, x, wt, IR_MATMUL_TRANS_B, NOLOC);     /* a linear layer */
     ir_matmul(g, x, x, IR_MATMUL_TRANS_A, NOLOC);      /* its weight gradient shape */
+    ir_matmul(g, at, bb, IR_MATMUL_TRANS_A | IR_MATMUL_BATCH_SUM, NOLOC);  /* over N too */
     ir_matmul(g, a, w, IR_MATMUL_TF32, NOLOC);
+    check_program(p);
+    ir_program_free(p);
+}
+
+/* Convolution and pooling windows in both layouts: strides, padding, dilation, groups,
+ * rectangular kernels, and each window's FOLD. */
+static void test_windows(void)
+{
+    static const IrWindow wins[] = {
+        {{3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+        {{2, 3}, {2, 1}, {0, 1}, {1, 2}, 1},
+        {{3, 2}, {2, 3}, {1, 1}, {2, 1}, 2},
+        {{1, 1}, {1, 1}, {0, 0}, {1, 1}, 4},
+        {{5, 6}, {1, 1}, {0, 0}, {1, 1}, 1},
+    };
+    IrProgram *p = new_program();
+    IrGraph *g = &p->forward;
+    int img = input(p, "img", DT_F32, shp(4, N, 4, 5, 6));
+    for (size_t i = 0; i < sizeof wins / sizeof *wins; i++)
+        for (int rows = 0; rows < 2; rows++) {
+            if (!rows && wins[i].groups != 1) continue;
+            int flags = rows ? IR_WINDOW_ROWS : 0;
+            int u = ir_unfold(g, img, wins[i], flags, rows ? 0 : -INFINITY, NOLOC);
+            ir_fold(g, ir_binary(g, IR_MUL, u, u, NOLOC), g->nodes[img].shape, wins[i], flags, NOLOC);
+        }
+    ir_unfold(g, img, wins[1], 0, 0.5, NOLOC);
     check_program(p);
     ir_program_free(p);
 }
@@ -1199,6 +1251,7 @@ int main(void)
     test_boundary_shapes();
     test_softmax();
     test_matmul();
+    test_windows();
     test_shape_ops();
     test_losses();
     return check_result();

@@ -18,7 +18,7 @@
 #include "runtime/cpu/exec.h"
 #include "runtime/rng.h"
 
-enum { MAX_PARAMS = 8, MAX_INPUT = 64 };
+enum { MAX_PARAMS = 8, MAX_INPUT = 256 };
 static const double FD_EPS = 1e-6, ATOL = 1e-5, RTOL = 1e-3;
 static const SrcLoc L0 = {1, 1};
 
@@ -411,6 +411,68 @@ static void matmuls(void)
     }
 }
 
+/* --- sliding windows: convolution and pooling --- */
+
+static const IrWindow windows[] = {
+    {{3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+    {{2, 3}, {2, 1}, {0, 1}, {1, 2}, 1},
+    {{3, 2}, {2, 3}, {1, 1}, {2, 1}, 2},
+};
+
+/* UNFOLD of an image in both layouts (the outside value is a constant: no gradient), and
+ * FOLD of patches. */
+static void window_ops(void)
+{
+    for (size_t i = 0; i < sizeof windows / sizeof *windows; i++)
+        for (int rows = 0; rows < 2; rows++) {
+            if (!rows && windows[i].groups != 1) continue;
+            int flags = rows ? IR_WINDOW_ROWS : 0;
+            Ctx c;
+            ctx_init(&c);
+            char name[64];
+            snprintf(name, sizeof name, "UNFOLD window %zu%s", i, rows ? " rows" : "");
+            int img = param(&c, "img", dims(4, 2, 4, 5, 6), SIGNED);
+            gradcheck(name, &c, ir_unfold(c.g, img, windows[i], flags, 0.5, L0));
+            ctx_init(&c);
+            Shape image = dims(4, 2, 4, 5, 6), cols;
+            CHECK(ir_window_shape(&image, &windows[i], flags, &cols));
+            snprintf(name, sizeof name, "FOLD window %zu%s", i, rows ? " rows" : "");
+            gradcheck(name, &c, ir_fold(c.g, param(&c, "cols", cols, SIGNED), image, windows[i],
+                                        flags, L0));
+        }
+}
+
+/* conv2d as sema builds it, over a batch of images only known when the graph runs (the
+ * weight's gradient sums over the batch: IR_MATMUL_BATCH_SUM). */
+static void conv_tanh(void)
+{
+    Ctx c;
+    ctx_init(&c);
+    IrGraph *g = c.g;
+    int flat = data_input(&c, 2 * 5 * 6);
+    Shape image = dims(4, 0, 2, 5, 6);
+    image.dim[0] = IR_SYM(0);
+    int x = ir_reshape(g, flat, image, L0);
+    IrWindow w = windows[1];
+    int cols = ir_unfold(g, x, w, IR_WINDOW_ROWS, 0, L0);
+    int weight = param(&c, "weight", dims(2, 3, 2 * 6), SIGNED);
+    int bias = param(&c, "bias", dims(1, 3), SIGNED);
+    int y = ir_binary(g, IR_ADD, ir_matmul(g, cols, weight, IR_MATMUL_TRANS_B, L0), bias, L0);
+    int t = ir_unary(g, IR_TANH, ir_transpose(g, y, L0), L0);
+    gradcheck("conv tanh", &c, ir_reduce(g, IR_SUM, t, 0, L0));
+}
+
+/* max pooling: patches with -inf outside, reduced by MAX (values drawn apart: no ties). */
+static void max_pool(void)
+{
+    Ctx c;
+    ctx_init(&c);
+    IrWindow w = {{3, 2}, {2, 2}, {1, 1}, {1, 1}, 1};
+    int img = param(&c, "img", dims(4, 2, 3, 5, 6), SIGNED);
+    int u = ir_unfold(c.g, img, w, 0, -INFINITY, L0);
+    gradcheck("max pool", &c, ir_reduce(c.g, IR_MAX, u, 2, L0));
+}
+
 /* --- softmax, losses, dropout, a layernorm --- */
 
 static void softmaxes(void)
@@ -487,6 +549,9 @@ int main(void)
     max_ties();
     shape_ops();
     matmuls();
+    window_ops();
+    conv_tanh();
+    max_pool();
     softmaxes();
     cross_entropy();
     dropout();

@@ -73,6 +73,10 @@ struct CpuExec {
     double gemm_seconds;
     Profile *prof;          /* --profile: times every op while set; NULL costs one test */
     bool detect_anomaly;    /* check every node's values (cpu_exec_set_detect_anomaly) */
+    bool reuse;             /* hand dead nodes' storage on (cpu_exec_set_reuse) */
+    Buf *pool;              /* storage free for the next node that needs some */
+    int npool, cappool;
+    int *last, *next_dead, *first_dead;   /* per node of the graph being run: release_plan */
     CpuAnomaly anomaly;     /* the last run's, when it stopped at one */
 };
 
@@ -93,6 +97,35 @@ static void buf_free(Buf *b)
     free(b->p);
     b->p = NULL;
     b->cap = 0;
+}
+
+/* ---- storage handed on between nodes (cpu_exec_set_reuse) ---- */
+
+static void pool_put(CpuExec *e, Buf *b)
+{
+    if (!b->p) return;
+    if (e->npool == e->cappool) {
+        e->cappool = e->cappool ? 2 * e->cappool : 64;
+        e->pool = xrealloc(e->pool, (size_t)e->cappool * sizeof *e->pool);
+    }
+    e->pool[e->npool++] = *b;
+    *b = (Buf){0};
+}
+
+/* B made to hold BYTES: as buf_reserve, but from the pool's smallest buffer that is
+ * large enough when there is one (B's own, too small, goes to the pool). */
+static void *slot_reserve(CpuExec *e, Buf *b, size_t bytes)
+{
+    if (!e->reuse || b->cap >= bytes) return buf_reserve(b, bytes);
+    int best = -1;
+    for (int i = 0; i < e->npool; i++)
+        if (e->pool[i].cap >= bytes && (best < 0 || e->pool[i].cap < e->pool[best].cap)) best = i;
+    if (best < 0) return buf_reserve(b, bytes);
+    Buf got = e->pool[best];
+    e->pool[best] = e->pool[--e->npool];
+    pool_put(e, b);
+    *b = got;
+    return b->p;
 }
 
 static void slots_reserve(CpuExec *e, int n)
@@ -467,6 +500,25 @@ static bool moves_elements(IrOp op)
 
 /* ---- the kernels, once per element type ---- */
 
+/* ---- sliding windows (UNFOLD, FOLD; ir.h's IrWindow) ---- */
+
+typedef struct WinGeo {
+    IrWindow win;
+    bool rows;                  /* IR_WINDOW_ROWS layout */
+    int64_t n, c, h, w;         /* the image */
+    int64_t oh, ow, kk;         /* output positions, kernel entries per channel */
+} WinGeo;
+
+static WinGeo win_geo(const IrNode *node, const Dims *image)
+{
+    WinGeo g = { .win = node->win, .rows = node->flags & IR_WINDOW_ROWS };
+    g.n = image->d[0], g.c = image->d[1], g.h = image->d[2], g.w = image->d[3];
+    const IrWindow *w = &g.win;
+    g.oh = ir_window_extent(g.h, w, 0), g.ow = ir_window_extent(g.w, w, 1);
+    g.kk = (int64_t)w->kernel[0] * w->kernel[1];
+    return g;
+}
+
 #define REAL float
 #define SFX(name) name##_f32
 #define MATH(fn) fn##f
@@ -512,6 +564,9 @@ void cpu_exec_free(CpuExec *e)
         buf_free(&e->slots[i].conv);
     }
     free(e->slots);
+    for (int i = 0; i < e->npool; i++) buf_free(&e->pool[i]);
+    free(e->pool);
+    free(e->last), free(e->next_dead), free(e->first_dead);
     for (int i = 0; i < 3; i++) buf_free(&e->scratch[i]);
     free(e);
 }
@@ -585,7 +640,7 @@ static void apply_assigns(CpuExec *e, const IrGraph *g)
         Slot *s = &e->slots[g->nodes[id].in[0]];
         if (s->val == s->own.p) continue;
         size_t bytes = (size_t)s->n * e->esize;
-        memcpy(buf_reserve(&s->own, bytes), s->val, bytes);
+        memcpy(slot_reserve(e, &s->own, bytes), s->val, bytes);
         s->val = s->own.p;
     }
     for (int id = 0; id < g->nnodes; id++) {
@@ -612,6 +667,50 @@ static bool anomalous(CpuExec *e, const IrGraph *g, int id)
     return false;
 }
 
+/* When each node's storage dies, for a run with reuse: LAST[o], the last node of G that
+ * reads storage O (through the same-dtype reshapes that alias it, SFX(place)), or G's
+ * node count for storage that outlives the run (an output, an ASSIGN's value); the nodes
+ * whose storage dies after node i are the chain FIRST_DEAD[i], NEXT_DEAD[...]. OWNER is
+ * scratch: the node that owns a node's storage, -1 for a tensor's (READ). */
+static void release_plan(CpuExec *e, const IrGraph *g)
+{
+    int n = g->nnodes;
+    int *owner = xmalloc((size_t)(n ? n : 1) * sizeof *owner);
+    e->last = xrealloc(e->last, (size_t)(n ? n : 1) * sizeof *e->last);
+    e->next_dead = xrealloc(e->next_dead, (size_t)(n ? n : 1) * sizeof *e->next_dead);
+    e->first_dead = xrealloc(e->first_dead, (size_t)(n ? n : 1) * sizeof *e->first_dead);
+    for (int i = 0; i < n; i++) {
+        const IrNode *x = &g->nodes[i];
+        bool alias = x->op == IR_RESHAPE && g->nodes[x->in[0]].dtype == x->dtype;
+        owner[i] = x->op == IR_READ ? -1 : alias ? owner[x->in[0]] : i;
+        e->last[i] = i;
+        e->first_dead[i] = -1;
+        for (int k = 0; k < x->nin; k++) {
+            int o = owner[x->in[k]];
+            if (o >= 0 && e->last[o] < n) e->last[o] = x->op == IR_ASSIGN ? n : i;
+        }
+    }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (g->output[r] >= 0 && owner[g->output[r]] >= 0) e->last[owner[g->output[r]]] = n;
+    for (int o = 0; o < n; o++)
+        if (owner[o] == o && e->last[o] < n) {
+            e->next_dead[o] = e->first_dead[e->last[o]];
+            e->first_dead[e->last[o]] = o;
+        }
+    free(owner);
+}
+
+/* Hands the storage that dies after node ID to the pool. */
+static void release_dead(CpuExec *e, int id)
+{
+    for (int o = e->first_dead[id]; o >= 0; o = e->next_dead[o]) {
+        pool_put(e, &e->slots[o].own);
+        pool_put(e, &e->slots[o].conv);
+        e->slots[o].val = NULL;
+        e->slots[o].conv_run = 0;
+    }
+}
+
 int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
 {
     CGC_ASSERT(e->p->nsyms <= IR_MAX_SYMBOLS && e->p->ninputs <= IR_MAX_INPUTS);
@@ -624,6 +723,14 @@ int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
     e->run++;
     slots_reserve(e, g->nnodes);
     e->anomaly = (CpuAnomaly){ .node = -1 };
+    if (e->reuse) {   /* every node's storage is free again; the run takes what it needs */
+        for (int i = 0; i < e->nslots; i++) {
+            pool_put(e, &e->slots[i].own);
+            pool_put(e, &e->slots[i].conv);
+            e->slots[i].conv_run = 0;
+        }
+        release_plan(e, g);
+    }
     int rc = 0;
     for (int id = 0; id < g->nnodes && rc == 0; id++) {
         double start = e->prof ? clock_seconds() : 0;
@@ -631,6 +738,7 @@ int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
         /* an ASSIGN's work is its copy, timed in apply_assigns */
         if (e->prof && g->nodes[id].op != IR_ASSIGN) profile_node(e, g, id, start);
         if (rc == 0 && e->detect_anomaly && anomalous(e, g, id)) rc = -1;
+        if (e->reuse) release_dead(e, id);
     }
     if (rc == 0) apply_assigns(e, g);
     e->feed = NULL;
@@ -658,6 +766,8 @@ double cpu_exec_gemm_seconds(const CpuExec *e) { return e->gemm_seconds; }
 void cpu_exec_set_profile(CpuExec *e, Profile *prof) { e->prof = prof; }
 
 void cpu_exec_set_detect_anomaly(CpuExec *e, bool on) { e->detect_anomaly = on; }
+
+void cpu_exec_set_reuse(CpuExec *e, bool on) { e->reuse = on; }
 
 const CpuAnomaly *cpu_exec_anomaly(const CpuExec *e)
 {

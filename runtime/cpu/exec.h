@@ -62,9 +62,15 @@ void cpu_exec_set_detect_anomaly(CpuExec *e, bool on);
 /* The anomaly the last run stopped at, or NULL. */
 const CpuAnomaly *cpu_exec_anomaly(const CpuExec *e);
 
+/* With ON, a run hands a node's storage on to later nodes once its last reader has run
+ * (through the reshapes that alias it), so that it needs about the memory live at once
+ * rather than every node's: after the run only the graph's outputs (and the ASSIGNs'
+ * values) can be read. Off (the default), every node's value stays readable. */
+void cpu_exec_set_reuse(CpuExec *e, bool on);
+
 /* After a run: the value of node ID of the graph last run (float * or double *, in the
  * node's shape with symbols bound by the feed), and its element count. Valid until the
- * next run. i32 nodes (labels) are given as int32_t *. */
+ * next run. i32 nodes (labels) are given as int32_t *. With reuse on, outputs only. */
 const void *cpu_exec_value(CpuExec *e, int id, int64_t *numel);
 /* Scalar node value as a double (loss, correct count, skipped flag). */
 double cpu_exec_scalar(CpuExec *e, int id);

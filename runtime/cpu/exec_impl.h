@@ -18,7 +18,7 @@ static const REAL *SFX(value)(CpuExec *e, const IrGraph *g, int id)
     Slot *s = &e->slots[id];
     if (g->nodes[id].dtype != DT_I32) return s->val;
     if (s->conv_run != e->run) {
-        REAL *c = buf_reserve(&s->conv, (size_t)s->n * sizeof(REAL));
+        REAL *c = slot_reserve(e, &s->conv, (size_t)s->n * sizeof(REAL));
         const int32_t *v = s->val;
         for (int64_t i = 0; i < s->n; i++) c[i] = (REAL)v[i];
         s->conv_run = e->run;
@@ -31,11 +31,11 @@ static const REAL *SFX(value)(CpuExec *e, const IrGraph *g, int id)
 static REAL *SFX(result)(CpuExec *e, const IrNode *node, Slot *s)
 {
     if (node->dtype == DT_I32) {
-        s->val = buf_reserve(&s->own, (size_t)s->n * sizeof(int32_t));
+        s->val = slot_reserve(e, &s->own, (size_t)s->n * sizeof(int32_t));
         s->conv_run = e->run;
-        return buf_reserve(&s->conv, (size_t)s->n * sizeof(REAL));
+        return slot_reserve(e, &s->conv, (size_t)s->n * sizeof(REAL));
     }
-    s->val = buf_reserve(&s->own, (size_t)s->n * sizeof(REAL));
+    s->val = slot_reserve(e, &s->own, (size_t)s->n * sizeof(REAL));
     return s->val;
 }
 
@@ -296,6 +296,14 @@ static void SFX(reduce_rows)(CpuExec *e, IrOp op, REAL *out, const REAL *x, int6
                              int64_t len)
 {
     int64_t per_row = (len + CHUNK - 1) / CHUNK, tasks = rows * per_row;
+    if (per_row == 1) {   /* short rows (a pooling window): a row per iteration */
+#pragma omp parallel for schedule(static) if (rows * len >= PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            double v = op == IR_MAX ? SFX(span_max)(x + r * len, len) : SFX(span_sum)(x + r * len, len);
+            out[r] = (REAL)(op == IR_MEAN ? v / (double)len : v);
+        }
+        return;
+    }
     double *part = buf_reserve(&e->scratch[2], (size_t)tasks * sizeof(double));
 #pragma omp parallel for schedule(static) if (rows * len >= PAR_MIN)
     for (int64_t t = 0; t < tasks; t++) {
@@ -527,6 +535,90 @@ static void SFX(transpose)(REAL *out, const REAL *x, int64_t batch, int64_t rows
     }
 }
 
+/* ---- sliding windows ---- */
+
+/* The KK entries of channel C's patch at output position L of image N into DST, STEP
+ * apart. */
+static void SFX(patch)(const WinGeo *g, REAL *dst, int64_t step, const REAL *x, int64_t n,
+                       int64_t c, int64_t l, REAL outside)
+{
+    const IrWindow *w = &g->win;
+    const REAL *src = x + (n * g->c + c) * g->h * g->w;
+    int64_t oh = l / g->ow, ow = l % g->ow;
+    for (int64_t ki = 0; ki < w->kernel[0]; ki++) {
+        int64_t h = oh * w->stride[0] - w->pad[0] + ki * w->dilation[0];
+        for (int64_t kj = 0; kj < w->kernel[1]; kj++) {
+            int64_t v = ow * w->stride[1] - w->pad[1] + kj * w->dilation[1];
+            bool in = h >= 0 && h < g->h && v >= 0 && v < g->w;
+            dst[(ki * w->kernel[1] + kj) * step] = in ? src[h * g->w + v] : outside;
+        }
+    }
+}
+
+/* Patches of image X (UNFOLD): every entry is the pixel its window position reads, or
+ * the node's value outside the image. A task per row of the rows layout (its channels'
+ * patches side by side), per plane of pooling's. */
+static void SFX(unfold)(const IrNode *node, REAL *out, const REAL *x, const Dims *image)
+{
+    WinGeo g = win_geo(node, image);
+    REAL outside = (REAL)node->value;
+    int64_t positions = g.oh * g.ow, groups = g.rows ? g.win.groups : 1;
+    int64_t cg = g.c / groups, tasks = g.rows ? g.n * groups * positions : g.n * g.c;
+#pragma omp parallel for schedule(static) if (g.n * g.c * positions * g.kk >= PAR_MIN)
+    for (int64_t t = 0; t < tasks; t++) {
+        if (g.rows) {   /* row (n, group, l): cg patches of kk */
+            int64_t l = t % positions, ng = t / positions, n = ng / groups;
+            for (int64_t c = 0; c < cg; c++)
+                SFX(patch)(&g, out + t * cg * g.kk + c * g.kk, 1, x, n, ng % groups * cg + c, l, outside);
+        } else {        /* plane (n, c): [KK, OH, OW] */
+            for (int64_t l = 0; l < positions; l++)
+                SFX(patch)(&g, out + t * g.kk * positions + l, positions, x, t / g.c, t % g.c, l, outside);
+        }
+    }
+}
+
+/* Adds the KK entries SRC (STEP apart) of the patch at output position L to the pixels of
+ * plane ACC they read. */
+static void SFX(unpatch)(const WinGeo *g, double *acc, const REAL *src, int64_t step, int64_t l)
+{
+    const IrWindow *w = &g->win;
+    int64_t oh = l / g->ow, ow = l % g->ow;
+    for (int64_t ki = 0; ki < w->kernel[0]; ki++) {
+        int64_t h = oh * w->stride[0] - w->pad[0] + ki * w->dilation[0];
+        if (h < 0 || h >= g->h) continue;
+        for (int64_t kj = 0; kj < w->kernel[1]; kj++) {
+            int64_t v = ow * w->stride[1] - w->pad[1] + kj * w->dilation[1];
+            if (v >= 0 && v < g->w) acc[h * g->w + v] += src[(ki * w->kernel[1] + kj) * step];
+        }
+    }
+}
+
+/* The image whose patches X holds (FOLD): each entry is added to the pixel it read (in
+ * double; entries outside the image go nowhere), reading X in order: a task per image
+ * and group of the rows layout, per plane of pooling's. Each pixel sums its entries by
+ * position, then kernel offset, whatever the thread count. */
+static void SFX(fold)(const IrNode *node, REAL *out, const REAL *x, const Dims *image)
+{
+    WinGeo g = win_geo(node, image);
+    int64_t plane = g.h * g.w, positions = g.oh * g.ow, groups = g.rows ? g.win.groups : 1;
+    int64_t cg = g.rows ? g.c / groups : 1, tasks = g.n * g.c / cg;
+#pragma omp parallel if (g.n * g.c * positions * g.kk >= PAR_MIN)
+    {
+        double *acc = xmalloc((size_t)(cg * plane > 0 ? cg * plane : 1) * sizeof *acc);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {   /* planes [t * cg, (t + 1) * cg) */
+            memset(acc, 0, (size_t)(cg * plane) * sizeof *acc);
+            const REAL *src = x + t * cg * positions * g.kk;
+            for (int64_t l = 0; l < positions; l++)
+                for (int64_t c = 0; c < cg; c++)
+                    if (g.rows) SFX(unpatch)(&g, acc + c * plane, src + (l * cg + c) * g.kk, 1, l);
+                    else SFX(unpatch)(&g, acc, src + l, positions, l);
+            for (int64_t i = 0; i < cg * plane; i++) out[t * cg * plane + i] = (REAL)acc[i];
+        }
+        free(acc);
+    }
+}
+
 /* ---- matrix products ---- */
 
 /* C[m, n] = op(A) op(B) through cblas, timed. The larger of m and n is cut into parts
@@ -589,6 +681,10 @@ static int SFX(matmul)(CpuExec *e, const IrGraph *g, const IrNode *node, const D
         a = SFX(tf32_copy)(&e->scratch[0], a, dims_numel(&ad));
         b = SFX(tf32_copy)(&e->scratch[1], b, dims_numel(&bd));
     }
+    if (node->flags & IR_MATMUL_BATCH_SUM) {   /* [batch * k, m]^T @ [batch * k, n] */
+        Dims lead = dims_prefix(&ad, 2);
+        return SFX(gemm)(e, true, false, m, n, k * dims_numel(&lead), a, b, out);
+    }
     Dims ob = dims_prefix(od, 2), batch_dims[2] = { dims_prefix(&ad, 2), dims_prefix(&bd, 2) };
     int64_t batches = dims_numel(&ob);
     if (batches == 0) return 0;
@@ -636,7 +732,7 @@ static bool SFX(place)(CpuExec *e, const IrGraph *g, const IrNode *node, Slot *s
         const void *src = e->feed->inputs[node->index];
         size_t bytes = (size_t)s->n * sizeof(int32_t);
         CGC_ASSERT(src || bytes == 0);
-        s->val = buf_reserve(&s->own, bytes);
+        s->val = slot_reserve(e, &s->own, bytes);
         if (bytes) memcpy(s->val, src, bytes);
         return true;
     }
@@ -704,6 +800,11 @@ static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const 
     case IR_FAMILY_CROSS_ENTROPY: case IR_FAMILY_CE_GRAD: case IR_FAMILY_COUNT_CORRECT:
         return SFX(loss_op)(e, g, node, out);
     case IR_FAMILY_ASSIGN: out[0] = 0; return 0;   /* the copy happens after the graph */
+    case IR_FAMILY_WINDOW:
+        if (node->op == IR_UNFOLD) SFX(unfold)(node, out, x, &xd);
+        else SFX(fold)(node, out, x, od);
+        return 0;
+    case IR_FAMILY_MODE_SWITCH: break;   /* resolved by training lowering */
     }
     CGC_INTERNAL("the CPU executor has no kernel for %s", ir_op_info[node->op].name);
 }

@@ -2,7 +2,8 @@
 # nvcc_compile.sh CGC ROOT: the Done-when check of the eager code generator.
 #   - models/mlp.net: every emitted .cu compiled on its own, nvcc -cubin -arch=sm_90,
 #     two at a time; then its whole module (module.cu) for sm_80;
-#   - models/resmlp.net and models/regression.net: the whole module for sm_80 and sm_90.
+#   - models/resmlp.net, models/regression.net and models/cnn.net: the whole module for
+#     sm_80 and sm_90.
 # Exit 77 (skipped) when nvcc is absent. Needs no GPU.
 set -u
 CGC=$1
@@ -11,7 +12,7 @@ ROOT=$2
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/cgc_nvcc.XXXXXX") || exit 1
 trap 'rm -rf "$OUT"' EXIT
 
-for m in mlp resmlp regression; do
+for m in mlp resmlp regression cnn; do
     "$CGC" "$ROOT/models/$m.net" --check --emit "$OUT/$m" -q || { echo "emit of $m.net failed"; exit 1; }
 done
 
@@ -32,7 +33,7 @@ module() {   # module MODEL ARCH
 }
 status=0
 module mlp 80 || status=1
-for m in resmlp regression; do
+for m in resmlp regression cnn; do
     module $m 80 & p1=$!
     module $m 90 || status=1
     wait $p1 || status=1

@@ -18,6 +18,7 @@ check mlp "$root/models/mlp.net"
 check resmlp "$root/models/resmlp.net" --batch 32
 check regression "$root/models/regression.net" --accumulate 3 --clip-norm 0.5
 check adam "$root/models/regression.net" --optimizer "adam(lr = 1e-3, weight_decay = 1e-4)" --schedule "cosine(warmup = 5)"
+check cnn "$root/models/cnn.net" --batch 16   # batch norm's running statistics resume too
 
 # A small real dataset (1200 train, 300 test images of Fashion-MNIST) so that epochs are
 # short: 12 steps of batch 100.

@@ -15,3 +15,4 @@ run() {  # run NAME MODEL ARGS...
 }
 run regression "$root/models/regression.net" --epochs 4
 run resmlp "$root/models/resmlp.net" --epochs 3 --batch 64 --data 'synthetic(samples = 2048)'
+run cnn "$root/models/cnn.net" --epochs 3 --batch 32 --data 'synthetic(samples = 512)'

@@ -67,6 +67,9 @@ static bool elementwise_bound(const IrNode *n, const DriftInput *in, const float
                               const int64_t *symvals, float *out, int64_t count)
 {
     bool additive = (n->op == IR_ADD || n->op == IR_SUB) && ref_out;
+    bool comparison = n->op == IR_LESS || n->op == IR_EQUAL;
+    /* a half result of inputs that differ may round to the neighbouring value */
+    double flip = n->dtype == DT_BF16 ? 0x1p-8 : n->dtype == DT_F16 ? 0x1p-11 : 0;
     for (int k = 0; k < n->nin && additive; k++) additive = in[k].ref != NULL;
     for (int64_t i = 0; i < count; i++) {
         double sum = 0;
@@ -74,37 +77,61 @@ static bool elementwise_bound(const IrNode *n, const DriftInput *in, const float
             int64_t j = broadcast_source(in[k].shape, &n->shape, i, symvals);
             sum += additive ? abs_difference(&in[k], j) : in[k].drift[j];
         }
-        out[i] = additive ? (float)fmin(2.0, 2 * sum / fmax(fabs(ref_out[i]), 1e-30)) : (float)(2 * sum);
+        if (comparison) out[i] = sum > 0 ? 2.0f : 0.0f;   /* any difference may flip it */
+        else out[i] = additive ? (float)fmin(2.0, 2 * sum / fmax(fabs(ref_out[i]), 1e-30)) : (float)(2 * sum);
+        if (sum > 0 && !comparison) out[i] += (float)flip;
     }
     return true;
 }
 
-/* MATMUL of 2-D A and B: |a'b' - ab| <= |a' - a| |b'| + |a| |b' - b| term by term, so
- * element (i, j) differs by at most the sum over p of |da_ip| |b_pj| + |a_ip| |db_pj|
- * (magnitudes the larger of the two executors'), twice that relative to the reference. */
+/* Leading (batch) dims of S, without the last two. */
+static Shape lead_of(const Shape *s)
+{
+    Shape r = *s;
+    r.rank = s->rank - 2;
+    return r;
+}
+
+/* MATMUL: |a'b' - ab| <= |a' - a| |b'| + |a| |b' - b| term by term, so element (i, j) of
+ * a batch differs by at most the sum over p of |da_ip| |b_pj| + |a_ip| |db_pj|
+ * (magnitudes the larger of the two executors'), twice that relative to the reference.
+ * Batches broadcast; IR_MATMUL_BATCH_SUM's terms run through every batch. */
 static bool matmul_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
                          const int64_t *symvals, float *out)
 {
-    if (n->shape.rank != 2 || in[0].shape->rank != 2 || !in[0].ref || !in[1].ref) return false;
+    if (!in[0].ref || !in[1].ref) return false;
     bool ta = n->flags & IR_MATMUL_TRANS_A, tb = n->flags & IR_MATMUL_TRANS_B;
-    int64_t m = dim_value(&n->shape, 0, symvals), nn = dim_value(&n->shape, 1, symvals);
-    int64_t k = dim_value(in[0].shape, ta ? 0 : 1, symvals);
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < nn; j++) {
-            double acc = 0;
+    bool sum = n->flags & IR_MATMUL_BATCH_SUM;
+    const Shape *as = in[0].shape, *bs = in[1].shape;
+    Shape lead = lead_of(&n->shape), la = lead_of(as), lb = lead_of(bs);
+    int64_t m = dim_value(&n->shape, n->shape.rank - 2, symvals);
+    int64_t nn = dim_value(&n->shape, n->shape.rank - 1, symvals);
+    int64_t k = dim_value(as, as->rank - (ta ? 2 : 1), symvals);
+    int64_t batches = ir_numel(sum ? &la : &lead, symvals);
+    int64_t per_a = m * k, per_b = k * nn;
+    for (int64_t o = 0; o < ir_numel(&n->shape, symvals); o++) {
+        int64_t t = o / (m * nn), i = o / nn % m, j = o % nn;
+        double acc = 0;
+        for (int64_t q = sum ? 0 : t; q < (sum ? batches : t + 1); q++) {
+            int64_t oa = (sum ? q : broadcast_source(&la, &lead, q, symvals)) * per_a;
+            int64_t ob = (sum ? q : broadcast_source(&lb, &lead, q, symvals)) * per_b;
             for (int64_t p = 0; p < k; p++) {
-                int64_t a = ta ? p * m + i : i * k + p, b = tb ? j * k + p : p * nn + j;
+                int64_t a = oa + (ta ? p * m + i : i * k + p), b = ob + (tb ? j * k + p : p * nn + j);
                 double da = abs_difference(&in[0], a), db = abs_difference(&in[1], b);
                 if (da != 0) acc += da * magnitude(&in[1], b);
                 if (db != 0) acc += magnitude(&in[0], a) * db;
             }
-            out[i * nn + j] = (float)fmin(2.0, 2 * acc / fmax(fabs(ref_out[i * nn + j]), 1e-30));
         }
+        out[o] = (float)fmin(2.0, 2 * acc / fmax(fabs(ref_out[o]), 1e-30));
+    }
     return true;
 }
 
-/* SUM, MEAN and REDUCE_TO: 2 sum |d - c| over what element o sums, relative to the
- * reference's |sum| (REF_OUT); MAX: twice the largest drift. */
+/* SUM, MEAN and REDUCE_TO: 2 sum |d - c| over what element o sums, plus the device's own
+ * rounding of an f32 sum of n terms, sqrt(n) units of roundoff of sum |x| (the random-walk
+ * estimate, Higham 4.2: the worst case (n - 1) u would let a missing term pass), relative
+ * to the reference's |sum| (REF_OUT), which a double sum all but cancels where batch
+ * norm's gradient sums to zero; MAX: twice the largest drift. */
 static bool reduction_bound(const IrNode *n, const DriftInput *x, const float *ref_out,
                             const int64_t *symvals, float *out, int64_t count)
 {
@@ -112,19 +139,87 @@ static bool reduction_bound(const IrNode *n, const DriftInput *x, const float *r
     if (!max && !x->ref) return false;
     int64_t nx = ir_numel(x->shape, symvals);
     double *acc = calloc((size_t)(count ? count : 1), sizeof *acc);
-    if (!acc) return false;
+    double *mag = calloc((size_t)(count ? count : 1), sizeof *mag);
+    if (!acc || !mag) return free(acc), free(mag), false;
     for (int64_t j = 0; j < nx; j++) {
         int64_t o = reduced_to(n, x->shape, j, symvals);
         double v = max ? x->drift[j] : abs_difference(x, j);
         acc[o] = max ? fmax(acc[o], v) : acc[o] + v;
+        if (!max) mag[o] += magnitude(x, j);
     }
     int64_t per = count ? nx / count : 0;   /* MEAN divides its sum by this */
+    double rounding = sqrt((double)per) * 0x1p-24;
     for (int64_t o = 0; o < count; o++) {
         double scale = n->op == IR_MEAN && per ? 1.0 / (double)per : 1.0;
+        double diff = 2 * acc[o] + rounding * mag[o];
         out[o] = max ? (float)(2 * acc[o])
-                     : (float)fmin(2.0, 2 * acc[o] * scale / fmax(fabs(ref_out[o]), 1e-30));
+                     : (float)fmin(2.0, diff * scale / fmax(fabs(ref_out[o]), 1e-30));
     }
-    free(acc);
+    free(acc), free(mag);
+    return true;
+}
+
+/* The image dims of window node N: its input's (UNFOLD) or its own (FOLD). */
+static void window_image(const IrNode *n, const Shape *xs, const int64_t *symvals, int64_t dims[4])
+{
+    const Shape *img = n->op == IR_UNFOLD ? xs : &n->shape;
+    for (int k = 0; k < 4; k++) dims[k] = dim_value(img, k, symvals);
+}
+
+/* Copies: UNFOLD (its pixel's drift, 0 outside the image) and TRANSPOSE. */
+static bool copy_bound(const IrNode *n, const DriftInput *x, const int64_t *symvals, float *out,
+                       int64_t count)
+{
+    int64_t dims[4], rows = 0, cols = 0;
+    if (n->op == IR_UNFOLD) window_image(n, x->shape, symvals, dims);
+    else rows = dim_value(&n->shape, n->shape.rank - 2, symvals), cols = dim_value(&n->shape, n->shape.rank - 1, symvals);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t src = n->op == IR_UNFOLD ? ir_window_source(&n->win, n->flags, dims, i)
+                      : i / (rows * cols) * rows * cols + i % cols * rows + i / cols % rows;
+        out[i] = src < 0 ? 0 : x->drift[src];
+    }
+    return true;
+}
+
+/* FOLD: a sum per pixel of the entries that read it, bounded as reduction_bound bounds
+ * one. */
+static bool fold_bound(const IrNode *n, const DriftInput *x, const float *ref_out,
+                       const int64_t *symvals, float *out, int64_t count)
+{
+    if (!x->ref || !ref_out) return false;
+    int64_t dims[4], nx = ir_numel(x->shape, symvals);
+    window_image(n, x->shape, symvals, dims);
+    double *acc = calloc((size_t)(count ? count : 1), sizeof *acc);
+    double *mag = calloc((size_t)(count ? count : 1), sizeof *mag);
+    if (!acc || !mag) return free(acc), free(mag), false;
+    for (int64_t e = 0; e < nx; e++) {
+        int64_t p = ir_window_source(&n->win, n->flags, dims, e);
+        if (p < 0) continue;
+        acc[p] += abs_difference(x, e);
+        mag[p] += magnitude(x, e);
+    }
+    double rounding = sqrt((double)n->win.kernel[0] * n->win.kernel[1]) * 0x1p-24;
+    for (int64_t o = 0; o < count; o++)
+        out[o] = (float)fmin(2.0, (2 * acc[o] + rounding * mag[o]) / fmax(fabs(ref_out[o]), 1e-30));
+    free(acc), free(mag);
+    return true;
+}
+
+/* CROSS_ENTROPY: a row's log-sum-exp moves by at most its largest |dx|, and so does the
+ * label's logit: the mean of twice each row's largest |dx|, twice that relative to the
+ * reference's loss. */
+static bool cross_entropy_bound(const DriftInput *logits, const float *ref_out,
+                                const int64_t *symvals, float *out)
+{
+    if (!logits->ref || !ref_out) return false;
+    int64_t rows = dim_value(logits->shape, 0, symvals), cols = dim_value(logits->shape, 1, symvals);
+    double total = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double worst = 0;
+        for (int64_t c = 0; c < cols; c++) worst = fmax(worst, abs_difference(logits, r * cols + c));
+        total += 2 * worst;
+    }
+    out[0] = (float)fmin(2.0, 2 * total / (double)(rows ? rows : 1) / fmax(fabs(ref_out[0]), 1e-30));
     return true;
 }
 
@@ -141,5 +236,8 @@ bool drift_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
     }
     if (ir_op_is_reduction(n->op)) return reduction_bound(n, &in[0], ref_out, symvals, out, count);
     if (n->op == IR_MATMUL && ref_out) return matmul_bound(n, in, ref_out, symvals, out);
+    if (n->op == IR_UNFOLD || n->op == IR_TRANSPOSE) return copy_bound(n, &in[0], symvals, out, count);
+    if (n->op == IR_FOLD) return fold_bound(n, &in[0], ref_out, symvals, out, count);
+    if (n->op == IR_CROSS_ENTROPY) return cross_entropy_bound(&in[0], ref_out, symvals, out);
     return false;
 }

@@ -6,7 +6,11 @@
  * (rel_diff: |d - c| / max(|c|, |d|), at most 2). Where a node is stored, its drift is
  * observed; where it is not (a value a fused kernel keeps in registers), it is bounded
  * from its inputs' drift by the node's rule:
- *   - elementwise (and dropout): at most 2x the sum of its inputs' at the element each
+ *   - a comparison (LESS, EQUAL: max's ties): 0 where its inputs agree, else any (a
+ *     difference however small may flip it);
+ *   - other elementwise (and dropout), where the result is a half type and an input
+ *     differs: one unit of rounding more, for the neighbouring value it may round to;
+ *   - other elementwise (and dropout): at most 2x the sum of its inputs' at the element each
  *     input broadcasts to it (for a product or quotient the sum itself; the 2 covers a
  *     rounding on the way); for an addition or subtraction, as for a sum below;
  *   - a view (reshape) or broadcast: its input's at the element it copies;
@@ -19,7 +23,13 @@
  *     reference is 0);
  *   - a matrix product: likewise a sum, of |da| |b| + |a| |db| over its terms;
  *   - MAX: 2x the largest drift it reduces over;
- *   - anything else (a softmax, a loss): no bound.
+ *   - UNFOLD and TRANSPOSE, copies: the drift of the element copied (0 outside the image);
+ *     FOLD: a sum per pixel, as above;
+ *   - a sum's own rounding in f32: sqrt(n) units of roundoff of the sum of its n terms'
+ *     magnitudes, which a near-cancelling sum (batch norm's gradients) shows;
+ *   - CROSS_ENTROPY: the mean over rows of 2x the row's largest absolute difference (its
+ *     log-sum-exp and the label's logit each move by at most that);
+ *   - anything else (a softmax, a loss's gradient): no bound.
  * A stored node over the tolerance passes when every element's drift is within that
  * bound plus the tolerance: a wrong kernel fed equal inputs has a bound near zero, and
  * fails. The bound adds no tolerance per node, so it does not grow along a chain. */

@@ -46,7 +46,7 @@ endfunction()
 cgc_emu_test(test_emu_runtime emu/test_emu_runtime.c cgc_emu_device emu)
 cgc_emu_test(test_emu_runtime_asan emu/test_emu_runtime.c cgc_emu_device_asan "emu;asan" --asan)
 
-cgc_emu_test(test_emu_models emu/test_emu_models.c cgc_emu_device emu)
+cgc_emu_test(test_emu_models emu/test_emu_models.c cgc_emu_device emu --skip cnn)
 cgc_emu_test(test_emu_models_asan emu/test_emu_models.c cgc_emu_device_asan "emu;asan"
              --asan mlp:fp32 mlp:fp16 mlp:fp16:2 regression:fp32 resmlp:bf16)
 foreach(t test_emu_models test_emu_models_asan)
@@ -84,6 +84,13 @@ set_tests_properties(test_emu_gemm_boundary PROPERTIES LABELS emu TIMEOUT 900
 # The same on a real GPU, against cuBLAS: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_gemm COMMAND test_emu_gemm --cuda)
 set_tests_properties(test_gpu_gemm PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
+
+# models/cnn.net, whose images make the run over every model too slow at its batch: two
+# images a step (one in the last and the evaluation), in each mode, and the halves.
+add_test(NAME test_emu_cnn COMMAND test_emu_models --batches 2,1 cnn:fp32 cnn:bf16:0:default
+         cnn:fp16:2:default cnn:tf32:0:eager)
+set_tests_properties(test_emu_cnn PROPERTIES LABELS emu TIMEOUT 900
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 
 # Models that exist for a shape the shipped ones lack (tests/emu/models/*.net, each saying
 # why), in every precision and mode.

@@ -18,8 +18,10 @@
  * With --cuda the same comparisons run on the first CUDA device instead (kernels compiled
  * by NVRTC, GEMMs by cuBLAS): the `gpu` test, which exits 77 where there is none.
  *
- * Usage: test_emu_models [--asan | --cuda] [--batches B,LAST] [MODEL[:PRECISION[:ACCUMULATE[:MODE]]]...];
- * with no case named, all of them (MODE: eager, default, standin; all three when absent);
+ * Usage: test_emu_models [--asan | --cuda] [--batches B,LAST] [--skip MODEL]...
+ *                        [MODEL[:PRECISION[:ACCUMULATE[:MODE]]]...];
+ * with no case named, all of them but the skipped (MODE: eager, default, standin; all
+ * three when absent);
  * B rows in each step but the last, LAST in it and in the evaluation (8 and 5 unless set).
  */
 #define _GNU_SOURCE
@@ -934,7 +936,20 @@ static int case_order(const void *a, const void *b)
     return strcmp(x->model, y->model);
 }
 
-/* Every .net of models/, sorted. */
+/* --skip MODEL: left out of the run over every model (a large one that a test of its own
+ * runs at a small batch). */
+static const char *skipped[8];
+static int nskipped;
+
+static bool is_skipped(const char *file)
+{
+    for (int i = 0; i < nskipped; i++)
+        if (strncmp(file, skipped[i], strlen(skipped[i])) == 0 && strcmp(file + strlen(skipped[i]), ".net") == 0)
+            return true;
+    return false;
+}
+
+/* Every .net of models/ but the skipped ones, sorted. */
 static int list_models(Case *out, int max)
 {
     DIR *dir = opendir(models_dir());
@@ -942,7 +957,8 @@ static int list_models(Case *out, int max)
     int n = 0;
     for (struct dirent *e; (e = readdir(dir)) && n < max;) {
         size_t len = strlen(e->d_name);
-        if (len > 4 && len < sizeof out[0].model && strcmp(e->d_name + len - 4, ".net") == 0)
+        if (len > 4 && len < sizeof out[0].model && strcmp(e->d_name + len - 4, ".net") == 0 &&
+            !is_skipped(e->d_name))
             memcpy(out[n++].model, e->d_name, len + 1);
     }
     closedir(dir);
@@ -1008,6 +1024,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--asan") == 0) asan = true;
         else if (strcmp(argv[i], "--cuda") == 0) on_cuda = true;
+        else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc && nskipped < 8) skipped[nskipped++] = argv[++i];
         else if (strcmp(argv[i], "--batches") == 0) {
             long long b = 0, l = 0;
             char end = 0;
