@@ -112,23 +112,11 @@ class Run:
 
 
 def bench_torch(key, compiled, train, sizes, device):
-    why = bd.compile_unavailable() if compiled else None
-    if why:
-        return {"error": why}
-    path, batch, make, lr, wd = MODELS[key]
-    x, y = train[0].to(device), train[1].to(device)
-    run = Run(make, lr, wd, device)
-    data = bd.batches(x, y, batch, device)
-    try:
-        if compiled:
-            run.model = torch.compile(run.model, mode="max-autotune")
-        r = bd.percentiles(bd.timed_steps_ms(run.step, data, sizes.torch_warmup, sizes.torch_timed, device))
-        r["kernels_per_step"] = bd.kernels_per_step(run.step, data, sizes.profiled_steps, device)[0]
-    except Exception as e:  # torch.compile fails in many ways (no compiler, no Triton)
-        if not compiled:
-            raise
-        return {"error": f"not measured: torch.compile failed: {type(e).__name__}"}
-    return r
+    """bench_default.bench_torch with this model's Run, torch.compile in max-autotune."""
+    _, batch, make, lr, wd = MODELS[key]
+    return bd.bench_torch(batch, compiled, train, sizes, device,
+                          make_run=lambda batch, steps, device: Run(make, lr, wd, device),
+                          compile_mode="max-autotune" if compiled else None)
 
 
 def bf16_net(path, out):

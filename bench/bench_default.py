@@ -227,7 +227,9 @@ def compile_unavailable():
     return None
 
 
-def bench_torch(batch, compiled, train, sizes, device):
+def bench_torch(batch, compiled, train, sizes, device, make_run=None, compile_mode=None):
+    """PyTorch's run of MAKE_RUN(batch, steps, device) (default torch_run: mlp.net), eager
+    or under torch.compile (COMPILE_MODE: its `mode`, None for the default)."""
     why = compile_unavailable() if compiled else None
     if why:
         return {"error": why}
@@ -237,11 +239,11 @@ def bench_torch(batch, compiled, train, sizes, device):
         torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated() if device == "cuda" else 0
     total = sizes.torch_warmup + sizes.torch_timed + sizes.profiled_steps
-    run = torch_run(batch, total, device)
+    run = (make_run or torch_run)(batch, total, device)
     data = batches(x, y, batch, device)
     try:
         if compiled:
-            run.model = torch.compile(run.model)
+            run.model = torch.compile(run.model, mode=compile_mode)
         ms = timed_steps_ms(run.step, data, sizes.torch_warmup, sizes.torch_timed, device)
         peak = torch.cuda.max_memory_allocated() - base if device == "cuda" else None
         kps, kernels_why = kernels_per_step(run.step, data, sizes.profiled_steps, device)

@@ -96,27 +96,13 @@ static int unreduce(Autodiff *ad, int d, Shape shape, int axis, SrcLoc loc)
     return broadcast_to(ad, keepdim(ad, d, shape, axis, loc), shape, loc);
 }
 
-/* Number of elements a reduction of SHAPE over AXIS folds into one, as a scalar node.
- * Static sizes make a constant; a symbolic size (the batch) is only known when the graph
- * runs, so it is counted there: the sum of ones over a tensor of just those dimensions. */
+/* Number of elements a reduction of SHAPE over AXIS folds into one, as a scalar node. */
 static int reduced_count(Autodiff *ad, Shape shape, int axis, SrcLoc loc)
 {
-    double fixed = 1;
-    Shape symbolic = {0};
-    for (int k = 0; k < shape.rank; k++) {
-        if (axis != IR_AXIS_ALL && k != axis)
-            continue;
-        if (IR_DIM_IS_SYM(shape.dim[k]))
-            symbolic.dim[symbolic.rank++] = shape.dim[k];
-        else
-            fixed *= (double)shape.dim[k];
-    }
-    int count = ir_const(ad->g, fixed, loc);
-    if (symbolic.rank == 0)
-        return count;
-    int ones = ir_broadcast(ad->g, ir_const(ad->g, 1, loc), symbolic, loc);
-    int n = ir_reduce(ad->g, IR_SUM, ones, IR_AXIS_ALL, loc);
-    return fixed == 1 ? n : ir_binary(ad->g, IR_MUL, count, n, loc);
+    Shape reduced = {0};
+    for (int k = 0; k < shape.rank; k++)
+        if (axis == IR_AXIS_ALL || k == axis) reduced.dim[reduced.rank++] = shape.dim[k];
+    return ir_count(ad->g, &reduced, loc);
 }
 
 /* Adds contribution C to the adjoint of node X, summed to X's shape, in X's dtype. */
@@ -290,11 +276,6 @@ static void grad_transpose(Autodiff *ad, const IrNode *n, int y, int d)
     to_input(ad, n, ir_transpose(ad->g, d, n->loc));
 }
 
-/* MATMUL y = op(A) @ op(B), op() transposing when the flag says so. With a = op(A) and
- * b = op(B): da = d @ b^T and db = a^T @ d. When A itself is transposed, dA = da^T =
- * b @ d^T; likewise dB = db^T = d^T @ a. Each case is one matmul with the right flags,
- * so no transpose is materialised; the tf32 bit is kept. accumulate() sums over the batch
- * dimensions an operand was broadcast along. */
 /* IR_MATMUL_BATCH_SUM for b's gradient when b is one matrix that a's batches share (a
  * linear layer or convolution over many positions): one GEMM through every batch rather
  * than a product per batch summed after. Only where the GEMM's a is transposed and its
@@ -305,6 +286,11 @@ static int sum_batch(const Autodiff *ad, const IrNode *n, bool plain)
     return plain && b->rank == 2 && a->rank > 2 ? IR_MATMUL_BATCH_SUM : 0;
 }
 
+/* MATMUL y = op(A) @ op(B), op() transposing when the flag says so. With a = op(A) and
+ * b = op(B): da = d @ b^T and db = a^T @ d. When A itself is transposed, dA = da^T =
+ * b @ d^T; likewise dB = db^T = d^T @ a. Each case is one matmul with the right flags,
+ * so no transpose is materialised; the tf32 bit is kept. accumulate() sums over the batch
+ * dimensions an operand was broadcast along. */
 static void grad_matmul(Autodiff *ad, const IrNode *n, int y, int d)
 {
     int A = n->in[0], B = n->in[1];
@@ -317,9 +303,10 @@ static void grad_matmul(Autodiff *ad, const IrNode *n, int y, int d)
         accumulate(ad, A, dA, n->loc);
     }
     if (ad->active[B]) {
-        int dB = !tb ? ir_matmul(ad->g, A, d, (ta ? 0 : TA) | tf32 | sum_batch(ad, n, !ta), n->loc)
-                     : ir_matmul(ad->g, d, A, TA | (ta ? TB : 0) | tf32 | sum_batch(ad, n, !ta), n->loc);
-        accumulate(ad, B, dB, n->loc);   /* a^T @ d, or d^T @ a */
+        int sum = sum_batch(ad, n, !ta);
+        int dB = !tb ? ir_matmul(ad->g, A, d, (ta ? 0 : TA) | tf32 | sum, n->loc)   /* a^T @ d */
+                     : ir_matmul(ad->g, d, A, TA | (ta ? TB : 0) | tf32 | sum, n->loc); /* d^T @ a */
+        accumulate(ad, B, dB, n->loc);
     }
 }
 

@@ -570,6 +570,20 @@ int ir_cast(IrGraph *g, int x, DType t, SrcLoc loc)
     return ir_add_node(g, &n);
 }
 
+int ir_count(IrGraph *g, const Shape *s, SrcLoc loc)
+{
+    double fixed = 1;
+    Shape symbolic = {0};
+    for (int k = 0; k < s->rank; k++)
+        if (IR_DIM_IS_SYM(s->dim[k])) symbolic.dim[symbolic.rank++] = s->dim[k];
+        else fixed *= (double)s->dim[k];
+    int count = ir_const(g, fixed, loc);
+    if (symbolic.rank == 0) return count;
+    int ones = ir_broadcast(g, ir_const(g, 1, loc), symbolic, loc);
+    int n = ir_reduce(g, IR_SUM, ones, IR_AXIS_ALL, loc);
+    return fixed == 1 ? n : ir_binary(g, IR_MUL, count, n, loc);
+}
+
 int ir_dropout(IrGraph *g, int x, int counter, double p, int stream, SrcLoc loc)
 {
     const IrNode *in = node(g, x);
@@ -1010,16 +1024,12 @@ static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n
         else s->dim[t.rank - 1] = t.dim[t.rank - 2], s->dim[t.rank - 2] = t.dim[t.rank - 1];
         return true;
     case IR_SHAPE_SCALAR: *s = ir_shape0(); return true;
-    case IR_SHAPE_WINDOW:
-        if (n->op == IR_UNFOLD) {
-            a = in_shape(g, n, 0);
-            if (!ir_window_shape(&a, &n->win, n->flags, s)) s->rank = -1;
-        } else {
-            a = in_shape(g, n, 0);
-            *s = n->shape;
-            if (!ir_window_shape(&n->shape, &n->win, n->flags, &b) || !ir_shape_equal(&a, &b))
-                s->rank = -1;
-        }
+    case IR_SHAPE_WINDOW:   /* UNFOLD's from its input; FOLD's own, which unfolds to its input */
+        a = in_shape(g, n, 0);
+        *s = n->shape;
+        if (n->op == IR_UNFOLD ? !ir_window_shape(&a, &n->win, n->flags, s)
+                               : !ir_window_shape(s, &n->win, n->flags, &b) || !ir_shape_equal(&a, &b))
+            s->rank = -1;
         return true;
     case IR_SHAPE_ASSIGN:
         *s = ir_shape0();

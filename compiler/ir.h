@@ -393,6 +393,10 @@ int ir_unary(IrGraph *g, IrOp op, int x, SrcLoc loc);
 int ir_binary(IrGraph *g, IrOp op, int a, int b, SrcLoc loc);  /* broadcasting */
 int ir_select(IrGraph *g, int cond, int a, int b, SrcLoc loc);
 int ir_cast(IrGraph *g, int x, DType t, SrcLoc loc);           /* x itself when same */
+/* The number of elements of shape S as a scalar node: a constant where S is static; a
+ * symbolic size (the batch) is only known when the graph runs, so it is counted there,
+ * the sum of ones over a tensor of just those dimensions. */
+int ir_count(IrGraph *g, const Shape *s, SrcLoc loc);
 int ir_dropout(IrGraph *g, int x, int counter, double p, int stream, SrcLoc loc);
 int ir_reduce(IrGraph *g, IrOp op, int x, int axis, SrcLoc loc);
 int ir_reshape(IrGraph *g, int x, Shape s, SrcLoc loc);

@@ -975,20 +975,28 @@ static int lower_flatten(Sema *S, const Builtin *b, const AstExpr *call, const A
     return ir_reshape(S->g, x, t, call->loc);
 }
 
-/* Registers parameter BINDING.SUFFIX and returns a READ of it. */
-static int add_param(Sema *S, const char *suffix, Shape s, IrInit init, double init_value,
-                     SrcLoc loc)
+/* Registers tensor BINDING.SUFFIX of KIND (a parameter, or state saved with the model
+ * and never trained) into *TENSOR and returns a READ of it. */
+static int add_tensor(Sema *S, const char *suffix, IrTensorKind kind, Shape s, IrInit init,
+                      double init_value, SrcLoc loc, int *tensor)
 {
     char name[AST_MAX_TOKEN_BYTES + 48];
     snprintf(name, sizeof name, "%s.%s", S->stmt->name, suffix);
     /* A second binding of a name, already reported (check_new_name), is still lowered for
-     * the errors in its expression; its parameters take names no binding can have. */
+     * the errors in its expression; its tensors take names no binding can have. */
     for (int again = 2; ir_find_tensor(S->p, name) >= 0; again++) {
         CGC_ASSERT(diag_error_count() > 0);
         snprintf(name, sizeof name, "%s.%s (binding %d)", S->stmt->name, suffix, again);
     }
-    int t = ir_add_tensor(S->p, name, IR_PARAM, s, init, init_value, -1, loc);
-    return ir_read(S->g, S->p, t, loc);
+    *tensor = ir_add_tensor(S->p, name, kind, s, init, init_value, -1, loc);
+    return ir_read(S->g, S->p, *tensor, loc);
+}
+
+static int add_param(Sema *S, const char *suffix, Shape s, IrInit init, double init_value,
+                     SrcLoc loc)
+{
+    int t;
+    return add_tensor(S, suffix, IR_PARAM, s, init, init_value, loc, &t);
 }
 
 /* The last dimension of X as a parameter size: it must be a number. */
@@ -1295,48 +1303,33 @@ static void running_update(Sema *S, int tensor, int state, int v, double m, SrcL
     ir_assign(S->g, S->p, tensor, ir_cast(S->g, ir_binary(S->g, IR_ADD, kept, moved, loc), DT_F32, loc), loc);
 }
 
-/* Registers state BINDING.SUFFIX (saved with the model, never trained) and reads it. */
-static int add_state(Sema *S, const char *suffix, Shape s, IrInit init, SrcLoc loc, int *tensor)
-{
-    char name[AST_MAX_TOKEN_BYTES + 48];
-    snprintf(name, sizeof name, "%s.%s", S->stmt->name, suffix);
-    for (int again = 2; ir_find_tensor(S->p, name) >= 0; again++)
-        snprintf(name, sizeof name, "%s.%s (binding %d)", S->stmt->name, suffix, again);
-    *tensor = ir_add_tensor(S->p, name, IR_STATE, s, init, 0, -1, loc);
-    return ir_read(S->g, S->p, *tensor, loc);
-}
-
-/* Values per sample of each channel of X [N, C, ...] (the dimensions after the channels
- * multiplied), or -1 after an error: they must be numbers. */
-static int64_t per_sample(Sema *S, const AstExpr *arg, int x)
+/* Whether the dimensions of X [N, C, ...] after the batch are numbers (else an error). */
+static bool fixed_after_batch(Sema *S, const AstExpr *arg, int x)
 {
     const Shape *xs = &node_of(S, x)->shape;
-    int64_t rest = 1;
-    for (int i = 1; i < xs->rank; i++) {
+    for (int i = 1; i < xs->rank; i++)
         if (IR_DIM_IS_SYM(xs->dim[i])) {
             diag_error(S->src, arg->loc, "batchnorm: dimension %d of %s must be a number in "
                        "'%s'", i, type_str(S, x), S->stmt_text);
-            return -1;
+            return false;
         }
-        if (i > 1) rest *= xs->dim[i];
-    }
-    return rest;
+    return true;
 }
 
 /* The running statistics (state, saved, not trained) of batchnorm X, moved toward MEAN
- * and the unbiased VAR, var * n / (n - 1), n = N * REST values per channel counted when
- * the graph runs; *RMEAN and *RVAR read them. */
-static void running_stats(Sema *S, int x, int64_t rest, int mean, int var, double m,
-                          SrcLoc loc, int *rmean, int *rvar)
+ * and the unbiased VAR, var * n / (n - 1), n the values per channel (all but dimension 1
+ * of X, the batch counted when the graph runs); *RMEAN and *RVAR read them. */
+static void running_stats(Sema *S, int x, int mean, int var, double m, SrcLoc loc, int *rmean,
+                          int *rvar)
 {
     Shape cs = {1, {node_of(S, x)->shape.dim[1]}};
     int t_mean, t_var, t_count;
-    *rmean = add_state(S, "running_mean", cs, IR_INIT_ZEROS, loc, &t_mean);
-    *rvar = add_state(S, "running_var", cs, IR_INIT_ONES, loc, &t_var);
-    int count = add_state(S, "num_batches_tracked", ir_shape0(), IR_INIT_ZEROS, loc, &t_count);
-    Shape batch = {1, {node_of(S, x)->shape.dim[0]}};
-    int n = ir_reduce(S->g, IR_SUM, ir_broadcast(S->g, ir_const(S->g, (double)rest, loc), batch, loc),
-                      IR_AXIS_ALL, loc);
+    *rmean = add_tensor(S, "running_mean", IR_STATE, cs, IR_INIT_ZEROS, 0, loc, &t_mean);
+    *rvar = add_tensor(S, "running_var", IR_STATE, cs, IR_INIT_ONES, 0, loc, &t_var);
+    int count = add_tensor(S, "num_batches_tracked", IR_STATE, ir_shape0(), IR_INIT_ZEROS, 0, loc,
+                           &t_count);
+    Shape per_channel_values = ir_shape_reduce(&node_of(S, x)->shape, 1);
+    int n = ir_count(S->g, &per_channel_values, loc);
     int unbiased = ir_binary(S->g, IR_DIV, ir_binary(S->g, IR_MUL, var, n, loc),
                              ir_binary(S->g, IR_SUB, n, ir_const(S->g, 1, loc), loc), loc);
     running_update(S, t_mean, *rmean, mean, m, loc);
@@ -1355,8 +1348,7 @@ static int lower_batchnorm(Sema *S, const Builtin *b, const AstExpr *call, const
     bool ok = x != POISON;
     if (args[1]) ok &= sema_const_real(S->src, args[1], "batchnorm: momentum", REAL_UNIT, &m) == 0;
     if (args[2]) ok &= sema_const_real(S->src, args[2], "batchnorm: eps", REAL_GT0, &eps) == 0;
-    int64_t rest = ok ? per_sample(S, args[0], x) : -1;
-    if (rest < 0) return POISON;
+    if (!ok || !fixed_after_batch(S, args[0], x)) return POISON;
     SrcLoc loc = call->loc;
     Shape cs = {1, {node_of(S, x)->shape.dim[1]}};
     int weight = add_param(S, "weight", cs, IR_INIT_ONES, 0, loc);
@@ -1365,7 +1357,7 @@ static int lower_batchnorm(Sema *S, const Builtin *b, const AstExpr *call, const
     int centered = ir_binary(S->g, IR_SUB, x, per_channel(S, mean, x, loc), loc);
     int var = channel_mean(S, ir_binary(S->g, IR_MUL, centered, centered, loc), loc);
     int rmean, rvar;
-    running_stats(S, x, rest, mean, var, m, loc, &rmean, &rvar);
+    running_stats(S, x, mean, var, m, loc, &rmean, &rvar);
     int train = normalize(S, x, mean, var, weight, bias, eps, loc);
     int eval = normalize(S, x, rmean, rvar, weight, bias, eps, loc);
     return ir_mode_switch(S->g, train, eval, loc);

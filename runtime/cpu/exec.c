@@ -76,7 +76,8 @@ struct CpuExec {
     bool reuse;             /* hand dead nodes' storage on (cpu_exec_set_reuse) */
     Buf *pool;              /* storage free for the next node that needs some */
     int npool, cappool;
-    int *last, *next_dead, *first_dead;   /* per node of the graph being run: release_plan */
+    int *last, *next_dead, *first_dead;   /* per node of PLANNED: release_plan */
+    const IrGraph *planned;     /* the graph the release plan is for (NULL: none) */
     CpuAnomaly anomaly;     /* the last run's, when it stopped at one */
 };
 
@@ -101,6 +102,18 @@ static void buf_free(Buf *b)
 
 /* ---- storage handed on between nodes (cpu_exec_set_reuse) ---- */
 
+/* The first of the pool's buffers (sorted by capacity) that holds at least BYTES. */
+static int pool_find(const CpuExec *e, size_t bytes)
+{
+    int lo = 0, hi = e->npool;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (e->pool[mid].cap < bytes) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static void pool_put(CpuExec *e, Buf *b)
 {
     if (!b->p) return;
@@ -108,7 +121,10 @@ static void pool_put(CpuExec *e, Buf *b)
         e->cappool = e->cappool ? 2 * e->cappool : 64;
         e->pool = xrealloc(e->pool, (size_t)e->cappool * sizeof *e->pool);
     }
-    e->pool[e->npool++] = *b;
+    int at = pool_find(e, b->cap);
+    memmove(&e->pool[at + 1], &e->pool[at], (size_t)(e->npool - at) * sizeof *e->pool);
+    e->pool[at] = *b;
+    e->npool++;
     *b = (Buf){0};
 }
 
@@ -117,12 +133,11 @@ static void pool_put(CpuExec *e, Buf *b)
 static void *slot_reserve(CpuExec *e, Buf *b, size_t bytes)
 {
     if (!e->reuse || b->cap >= bytes) return buf_reserve(b, bytes);
-    int best = -1;
-    for (int i = 0; i < e->npool; i++)
-        if (e->pool[i].cap >= bytes && (best < 0 || e->pool[i].cap < e->pool[best].cap)) best = i;
-    if (best < 0) return buf_reserve(b, bytes);
-    Buf got = e->pool[best];
-    e->pool[best] = e->pool[--e->npool];
+    int at = pool_find(e, bytes);
+    if (at == e->npool) return buf_reserve(b, bytes);
+    Buf got = e->pool[at];
+    memmove(&e->pool[at], &e->pool[at + 1], (size_t)(e->npool - at - 1) * sizeof *e->pool);
+    e->npool--;
     pool_put(e, b);
     *b = got;
     return b->p;
@@ -674,6 +689,8 @@ static bool anomalous(CpuExec *e, const IrGraph *g, int id)
  * scratch: the node that owns a node's storage, -1 for a tensor's (READ). */
 static void release_plan(CpuExec *e, const IrGraph *g)
 {
+    if (e->planned == g) return;   /* training runs the same few graphs, unchanged */
+    e->planned = g;
     int n = g->nnodes;
     int *owner = xmalloc((size_t)(n ? n : 1) * sizeof *owner);
     e->last = xrealloc(e->last, (size_t)(n ? n : 1) * sizeof *e->last);
