@@ -128,6 +128,10 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
             ir_dtype_name(g->a_type), g->trans_a ? "^T" : "", g->b, ir_dtype_name(g->b_type),
             g->trans_b ? "^T" : "");
     print_dim(out, pl, g->m);
+    if (g->m_lead.rank) {
+        char lead[128];
+        fprintf(out, " times the batch %s", ir_shape_str(pl->p, &g->m_lead, lead, sizeof lead));
+    }
     fprintf(out, ", n = ");
     print_dim(out, pl, g->n);
     fprintf(out, ", k = ");

@@ -59,7 +59,9 @@ bool plan_gemm_generable(const PlanGemm *g)
      * forms only where nothing reads the sum before it (never where a backward does), or
      * with aux in f32 (test_gemm_group), so it stays with the library. */
     bool epi = g->epilogue == GEMM_EPI_NONE || (g->epilogue == GEMM_EPI_RELU_BIAS && g->bias >= 0);
-    return g->batch.rank == 0 && g->k_lead.rank == 0 && half && g->b_type == g->a_type && g->compute == GEMM_F32_ACCUM &&
+    /* Leading dims folded into m or k are more rows of the same matrices: the kernel
+     * takes the folded sizes (devexec passes plan_gemm_m, plan_gemm_k). */
+    return g->batch.rank == 0 && half && g->b_type == g->a_type && g->compute == GEMM_F32_ACCUM &&
            c_ok && epi && g->aux < 0;
 }
 
@@ -310,6 +312,17 @@ static int64_t train_dim(const Plan *plan, int64_t d)
     return IR_DIM_SYMBOL(d) == 0 ? plan->p->cfg.batch : -1;
 }
 
+/* G's rows at their largest (m_lead's dims folded in), or -1 where a dim is unknown. */
+static int64_t train_rows(const Plan *plan, const PlanGemm *g)
+{
+    int64_t rows = train_dim(plan, g->m);
+    for (int i = 0; i < g->m_lead.rank && rows >= 0; i++) {
+        int64_t d = train_dim(plan, g->m_lead.dim[i]);
+        rows = d < 0 ? -1 : rows * d;
+    }
+    return rows;
+}
+
 void plan_add_gemm_kernels(Plan *plan)
 {
     GemmKernel *gk = NULL;
@@ -319,7 +332,7 @@ void plan_add_gemm_kernels(Plan *plan)
         for (int i = 0; i < pg->nsteps; i++) {
             PlanStep *st = &pg->steps[i];     /* tile_kernel is -1 (plan_build) */
             if (st->kind != STEP_GEMM || !plan_gemm_generable(&st->gemm)) continue;
-            int64_t rows = train_dim(plan, st->gemm.m), cols = train_dim(plan, st->gemm.n);
+            int64_t rows = train_rows(plan, &st->gemm), cols = train_dim(plan, st->gemm.n);
             for (int t = 0; t < PLAN_GEMM_TILES; t++) {
                 if (tile_dominated(t, rows, cols)) continue;
                 GemmSpec s = spec_of(&st->gemm, t);

@@ -83,13 +83,13 @@ int plan_mlp_args(const Plan *plan, int r, int *buf)
 static int round_up(int64_t n, int to) { return (int)((n + to - 1) / to * to); }
 
 /* Step S as one layer of a run: a generable GEMM of concrete width n at most
- * PLAN_MLP_MAX_WIDTH and concrete k, A untransposed; forward x @ W^T, backward x @ W
- * without an epilogue. */
+ * PLAN_MLP_MAX_WIDTH and concrete k, A untransposed, its rows one dim (follows compares
+ * them); forward x @ W^T, backward x @ W without an epilogue. */
 static bool layer_ok(const PlanStep *s, bool backward)
 {
     if (s->kind != STEP_GEMM || !plan_gemm_generable(&s->gemm)) return false;
     const PlanGemm *g = &s->gemm;
-    return !g->trans_a && g->trans_b == !backward && (!backward || g->epilogue == GEMM_EPI_NONE) &&
+    return !g->trans_a && g->m_lead.rank == 0 && g->k_lead.rank == 0 && g->trans_b == !backward && (!backward || g->epilogue == GEMM_EPI_NONE) &&
            !IR_DIM_IS_SYM(g->n) && !IR_DIM_IS_SYM(g->k) && g->n >= 1 && g->n <= PLAN_MLP_MAX_WIDTH &&
            g->k >= 1;
 }

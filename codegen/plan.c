@@ -517,6 +517,23 @@ int64_t plan_gemm_k(const PlanGemm *g, const int64_t *symvals)
     return g->k_lead.rank ? k * ir_numel(&g->k_lead, symvals) : k;
 }
 
+int64_t plan_gemm_m(const PlanGemm *g, const int64_t *symvals)
+{
+    int64_t m = IR_DIM_IS_SYM(g->m) ? symvals[IR_DIM_SYMBOL(g->m)] : g->m;
+    return g->m_lead.rank ? m * ir_numel(&g->m_lead, symvals) : m;
+}
+
+/* A batched GEMM of a batched A stored [batch..., m, k] and a shared B: one GEMM over
+ * batch * m rows (PlanGemm.m_lead), which the library and the generated kernels run
+ * faster than many small ones, and which can take an epilogue. */
+static void fold_batch_into_rows(PlanGemm *gm)
+{
+    if (gm->batch.rank == 0 || !gm->a_batched || gm->b_batched || gm->trans_a) return;
+    gm->m_lead = gm->batch;
+    gm->batch.rank = 0;
+    gm->a_batched = false;
+}
+
 /* An IR_MATMUL_BATCH_SUM operand: its batches, consecutive, are more rows of one matrix
  * (copied only to change its type). */
 static int batch_sum_operand(Builder *b, int id, int which, DType type)
@@ -552,6 +569,7 @@ static PlanGemm plain_gemm(Builder *b, int id)
     gm.n = n->shape.dim[n->shape.rank - 1];
     gm.k = a->shape.dim[a->shape.rank - (gm.trans_a ? 2 : 1)];
     gm.batch = c_lead;
+    fold_batch_into_rows(&gm);
     gm.a_type = gm.b_type = type;
     gm.c_type = n->dtype;
     gm.compute = type != DT_F32 ? GEMM_F32_ACCUM
@@ -1063,7 +1081,9 @@ static uint64_t fnv_step(uint64_t h, const PlanStep *s)
                          g->bias >= 0, g->bias_type, g->aux >= 0};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) h = fnv_i64(h, f[i]);
     h = fnv_shape(h, &g->batch);
-    return g->k_lead.rank ? fnv_shape(h, &g->k_lead) : h;   /* plans without one hash as before */
+    /* plans without these hash as before */
+    if (g->k_lead.rank) h = fnv_shape(h, &g->k_lead);
+    return g->m_lead.rank ? fnv_shape(fnv_i64(h, 'm'), &g->m_lead) : h;
 }
 
 uint64_t plan_hash(const Plan *plan)

@@ -179,6 +179,12 @@ typedef struct PlanGemm {
     Shape batch;            /* leading dims of C; rank 0 for a plain GEMM */
     Shape k_lead;           /* IR_MATMUL_BATCH_SUM: the operands' leading dims, folded into
                              * the contraction (plan_gemm_k); rank 0 otherwise */
+    Shape m_lead;           /* a batched product whose B is shared and whose A is stored
+                             * [batch..., m, k]: A's batches are consecutive rows of one
+                             * matrix, and C's too, so the batch dims fold into the rows
+                             * (plan_gemm_m) and the GEMM is a plain one (batch rank 0);
+                             * a convolution's product, [N, L, C*kh*kw] @ W^T, is one.
+                             * Rank 0 otherwise */
     bool a_batched, b_batched;  /* false: the operand is shared by every batch (stride 0) */
     DType a_type, b_type, c_type;
     GemmCompute compute;
@@ -196,6 +202,8 @@ typedef struct PlanGemm {
 
 /* G's contraction length with the symbols bound: k, times the batches it runs through. */
 int64_t plan_gemm_k(const PlanGemm *g, const int64_t *symvals);
+/* G's rows with the symbols bound: m, times the batches folded into them (m_lead). */
+int64_t plan_gemm_m(const PlanGemm *g, const int64_t *symvals);
 
 typedef enum PlanStepKind { STEP_LAUNCH, STEP_GEMM } PlanStepKind;
 

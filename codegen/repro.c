@@ -84,7 +84,7 @@ static int64_t runs_per_step(const Repro *r, PlanGraphId g)
 static bool gemm_is_empty(const Repro *r, const PlanGemm *g)
 {
     int64_t batch = g->batch.rank ? ir_numel(&g->batch, r->symvals) : 1;
-    return bind(r, g->m) == 0 || bind(r, g->n) == 0 || batch == 0;
+    return plan_gemm_m(g, r->symvals) == 0 || bind(r, g->n) == 0 || batch == 0;
 }
 
 /* ---- what the choices make of a step (as runtime/devexec.c runs them) ---- */
@@ -458,7 +458,7 @@ static bool library_gemm(const Repro *r, PlanGraphId gid, int i)
 static void gemm_row(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
 {
     const PlanGemm *g = &s->gemm;
-    int64_t m = checked_int(bind(r, g->m)), n = checked_int(bind(r, g->n)), k = checked_int(plan_gemm_k(g, r->symvals));
+    int64_t m = checked_int(plan_gemm_m(g, r->symvals)), n = checked_int(bind(r, g->n)), k = checked_int(plan_gemm_k(g, r->symvals));
     int64_t batch = checked_int(g->batch.rank ? ir_numel(&g->batch, r->symvals) : 1);
     FILE *o = r->out;
     fprintf(o, "    { .graph = \"%s\", .step = %d, .line = %d, .trans_a = %d, .trans_b = %d,\n"
@@ -580,7 +580,7 @@ static void write_gemm_launch(Repro *r, PlanGraphId gid, int step, const PlanSte
 {
     const PlanGemm *g = &s->gemm;
     int tile = choice_at(r, gid, step - 1).tile - 1;
-    int64_t m = bind(r, g->m), n = bind(r, g->n);
+    int64_t m = plan_gemm_m(g, r->symvals), n = bind(r, g->n);
     unsigned grid = plan_gemm_tile_grid(tile, m, n);
     char shape[32];
     plan_gemm_tile_name(tile, shape, sizeof shape);
@@ -619,7 +619,7 @@ static void write_gemm_call(Repro *r, PlanGraphId gid, int step, const PlanStep 
     if (g->epilogue != GEMM_EPI_NONE) fprintf(o, " + b%d %s", g->bias, ir_dtype_name(g->bias_type));
     fprintf(o, "%s", *f ? ")" : "");
     if (g->aux >= 0) fprintf(o, ", b%d = the sum before gelu", g->aux);
-    fprintf(o, ", m %" PRId64 ", n %" PRId64 ", k %" PRId64, bind(r, g->m), bind(r, g->n), plan_gemm_k(g, r->symvals));
+    fprintf(o, ", m %" PRId64 ", n %" PRId64 ", k %" PRId64, plan_gemm_m(g, r->symvals), bind(r, g->n), plan_gemm_k(g, r->symvals));
     if (g->batch.rank) fprintf(o, ", batch %" PRId64, ir_numel(&g->batch, r->symvals));
     int k = gemm_kernel(r, gid, step - 1);
     if (k >= 0) {
@@ -639,7 +639,7 @@ static void write_mlp_launch(Repro *r, PlanGraphId gid, int run)
     const PlanStep *steps = r->plan->graph[gid].steps, *st = &steps[mlp->step[0]];
     int shape = r->choices->mlp_shape[run], L = mlp->nlayers;
     const PlanKernel *k = &r->plan->kernels[mlp->kernel[shape]];
-    int64_t m = bind(r, st->gemm.m);
+    int64_t m = plan_gemm_m(&st->gemm, r->symvals);
     FILE *o = r->out;
     fprintf(o, "    /* ");
     for (int j = 0; j < L; j++) fprintf(o, "%s%d", j ? ", " : "", mlp->step[j] + 1);

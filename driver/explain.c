@@ -588,8 +588,8 @@ static void explain_windows(const Compiled *c, FILE *out)
                 n->loc.line, w->kernel[0], w->kernel[1], w->stride[0], w->stride[1], w->pad[0],
                 w->pad[1], w->dilation[0], w->dilation[1], ps);
         if (n->flags & IR_WINDOW_ROWS)
-            fprintf(out, "            times the weight: %s, channels last (NHWC); transposed to the "
-                         "language's NCHW\n", rs);
+            fprintf(out, "            times the weight in one GEMM over every patch of the batch: "
+                         "%s, channels last (NHWC); transposed to the language's NCHW\n", rs);
         else
             fprintf(out, "            %s over the kernel axis: %s\n", r >= 0 ? ir_op_name(g->nodes[r].op) : "?", rs);
     }

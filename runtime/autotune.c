@@ -52,7 +52,7 @@ void autotune_gemm_key(const PlanGemm *g, const int64_t *symvals, char *buf, siz
 {
     int64_t batch = g->batch.rank ? ir_numel(&g->batch, symvals) : 1;
     snprintf(buf, len, "m%lld.n%lld.k%lld.b%lld.%c%c.%s.%s.%s.%s.%s%s",
-             (long long)dim(g->m, symvals), (long long)dim(g->n, symvals),
+             (long long)plan_gemm_m(g, symvals), (long long)dim(g->n, symvals),
              (long long)plan_gemm_k(g, symvals), (long long)batch, g->trans_a ? 't' : 'n',
              g->trans_b ? 't' : 'n', ir_dtype_name(g->a_type), ir_dtype_name(g->b_type),
              ir_dtype_name(g->c_type), compute_name(g->compute), epilogue_name(g->epilogue),
@@ -142,7 +142,7 @@ static void mlp_key(const Plan *plan, const PlanMlp *run, const int64_t *symvals
     size_t n = strlen(name), skip = strncmp(name, prefix, strlen(prefix)) == 0 ? strlen(prefix) : 0;
     const char *shape = strrchr(name, '_');     /* "_rows16" */
     if (shape && shape > name + skip) n = (size_t)(shape - name);
-    int64_t m = dim(plan->graph[run->graph].steps[run->step[0]].gemm.m, symvals);
+    int64_t m = plan_gemm_m(&plan->graph[run->graph].steps[run->step[0]].gemm, symvals);
     snprintf(key, sizeof key, "m%lld.%.*s", (long long)m, (int)(n - skip), name + skip);
     kernel_key(key, buf, len);
 }

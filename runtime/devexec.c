@@ -482,7 +482,7 @@ GemmCall devexec_gemm_call(const DevExec *e, const PlanStep *s)
     const PlanGemm *g = &s->gemm;
     GemmCall c = {
         .trans_a = g->trans_a, .trans_b = g->trans_b,
-        .m = bind_dim(e, g->m), .n = bind_dim(e, g->n), .k = plan_gemm_k(g, e->symvals),
+        .m = plan_gemm_m(g, e->symvals), .n = bind_dim(e, g->n), .k = plan_gemm_k(g, e->symvals),
         .batch = g->batch.rank ? ir_numel(&g->batch, e->symvals) : 1,
         .a = devexec_buffer(e, g->a), .b = devexec_buffer(e, g->b), .c = devexec_buffer(e, g->c),
         .a_type = g->a_type, .b_type = g->b_type, .c_type = g->c_type, .compute = (int)g->compute,
@@ -548,7 +548,7 @@ static int run_mlp_kernel(DevExec *e, int r, int shape)
     int buf[3 * PLAN_MLP_MAX_LAYERS + 1], n = plan_mlp_args(e->plan, r, buf);
     DevPtr ptr[3 * PLAN_MLP_MAX_LAYERS + 1];
     void *args[3 * PLAN_MLP_MAX_LAYERS + 2];
-    int64_t m = bind_dim(e, st->gemm.m);
+    int64_t m = plan_gemm_m(&st->gemm, e->symvals);
     for (int i = 0; i < n; i++) {
         ptr[i] = buf[i] >= 0 ? devexec_buffer(e, buf[i]) : 0;
         args[i] = &ptr[i];

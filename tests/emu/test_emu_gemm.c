@@ -15,6 +15,8 @@
  * grid and with one block (the grid-stride loop over the rows), every layer's output
  * first NaN: layer by layer, against the reference GEMM fed the kernel's
  * own output of the layer before, so that each comparison sees one layer's rounding.
+ * A convolution's GEMMs take the batch as more rows (PlanGemm.m_lead) or as more of the
+ * contraction (k_lead): cnn.net's check that the kernels take the folded sizes.
  * With --cuda the same comparisons run on the first CUDA device, against cuBLAS (the
  * `gpu` test test_gpu_gemm, which exits 77 where there is none): that checks the
  * fragment layout itself on the hardware.
@@ -39,6 +41,7 @@ static int tiles_left_out;   /* tile shapes a GEMM has no kernel for (tile_waste
 static int kernels_run[PLAN_GEMM_TILES], mlp_kernels_run[2][PLAN_MLP_SHAPES];   /* [backward] */
 static int graphs_run;      /* backward runs checked inside their graph */
 static int epilogues_run[GEMM_EPI_GELU_BIAS + 1];
+static int folded_run[2];   /* kernels run on GEMMs with batch dims folded into [m, k] */
 
 /* ---- values: exact in f16 and bf16 ---- */
 
@@ -186,6 +189,8 @@ static void check_gemm(const Plan *plan, DevExec *e, const DevFeed *feed, PlanGr
         int epi = (int)s->gemm.epilogue;     /* the plan's, an index here */
         CHECK(epi >= 0 && epi <= GEMM_EPI_GELU_BIAS);
         if (epi >= 0 && epi <= GEMM_EPI_GELU_BIAS) epilogues_run[epi]++;
+        folded_run[0] += s->gemm.m_lead.rank > 0;
+        folded_run[1] += s->gemm.k_lead.rank > 0;
     }
     free(c.want);
     free(c.got);
@@ -470,6 +475,9 @@ int main(int argc, char **argv)
     /* the input gradients through silu, gelu (both forms), tanh and sigmoid */
     check_case("../tests/models/act_mlp", "fp16", 37, NULL, NULL);
     check_case("../tests/models/act_mlp", "bf16", 16, NULL, NULL);
+    /* convolutions: the product over [N * L] rows (m_lead), the weight gradient summed
+     * over them (k_lead); L = 784 and 196, k = 9 and 288 */
+    check_case("cnn", "bf16", 3, NULL, NULL);
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
     CHECK(tiles_left_out > 0);
     for (int s = 0; s < PLAN_MLP_SHAPES; s++) {
@@ -479,5 +487,6 @@ int main(int argc, char **argv)
     }
     CHECK(graphs_run >= 6);
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
+    CHECK(folded_run[0] > 0 && folded_run[1] > 0);
     return check_result();
 }
