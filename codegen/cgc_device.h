@@ -520,4 +520,35 @@ __device__ __forceinline__ void cgc_tile_load(unsigned short (*dst)[C + 8], cons
     }
 }
 
+/* A convolution's patches (UNFOLD into rows, groups 1) as an implicit GEMM operand: the
+ * row-major matrix of N*OH*OW rows and C*KH*KW columns whose entry (r, q), with
+ * r = (n*OH + oh)*OW + ow and q = (c*KH + kh)*KW + kw, is the image's
+ * x[n, c, oh*SH - PH + kh*DH, ow*SW - PW + kw*DW], and 0 outside the image. */
+struct cgc_window {
+    int64_t c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+/* One stage of an implicit GEMM's operand: the tile [r0, r0 + R) x [q0, q0 + C) of the
+ * patches of image X (16-bit values; ROWS x COLS, zeros past them) into shared
+ * DST[R][C + 8], as cgc_tile_load lays it out, gathered value by value (the entries of a
+ * patch row are not contiguous in the image), so visible after the next barrier. */
+template <int R, int C, int THREADS>
+__device__ __forceinline__ void cgc_patch_load(unsigned short (*dst)[C + 8], const unsigned short *x,
+                                               const cgc_window &g, int64_t rows, int64_t cols,
+                                               int64_t r0, int64_t q0)
+{
+    for (int i = threadIdx.x; i < R * C; i += THREADS) {
+        const int r = i / C, q = i % C;
+        unsigned short v = 0;
+        if (r0 + r < rows && q0 + q < cols) {
+            const int64_t l = (r0 + r) % (g.oh * g.ow), img = (r0 + r) / (g.oh * g.ow);
+            const int64_t k = (q0 + q) % (g.kh * g.kw), c = (q0 + q) / (g.kh * g.kw);
+            const int64_t h = l / g.ow * g.sh - g.ph + k / g.kw * g.dh;
+            const int64_t w = l % g.ow * g.sw - g.pw + k % g.kw * g.dw;
+            if (h >= 0 && h < g.h && w >= 0 && w < g.w) v = x[((img * g.c + c) * g.h + h) * g.w + w];
+        }
+        dst[r][q] = v;
+    }
+}
+
 #endif

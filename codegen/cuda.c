@@ -368,14 +368,16 @@ static void window_prelude(KernelDraft *d, const IrNode *node, const Shape *imag
     int64_t cg = c / w->groups;
     sb_printf(&d->body,
               "    /* window %dx%d, stride %dx%d, padding %dx%d, dilation %dx%d, groups %d */\n"
-              "    const int64_t C = %lld, H = %lld, W = %lld, OH = %lld, OW = %lld;\n"
+              "    const int64_t H = %lld, W = %lld, OH = %lld, OW = %lld;\n"
               "    const int64_t KH = %d, KW = %d, SH = %d, SW = %d, PH = %d, PW = %d, DH = %d, DW = %d;\n"
-              "    const int64_t G = %d, CG = %lld, KK = KH * KW, L = OH * OW;\n",
+              "    const int64_t KK = KH * KW, L = OH * OW;\n",
               w->kernel[0], w->kernel[1], w->stride[0], w->stride[1], w->pad[0], w->pad[1],
-              w->dilation[0], w->dilation[1], w->groups, (long long)c, (long long)h,
-              (long long)wd, (long long)oh, (long long)ow, w->kernel[0], w->kernel[1],
-              w->stride[0], w->stride[1], w->pad[0], w->pad[1], w->dilation[0], w->dilation[1],
-              w->groups, (long long)cg);
+              w->dilation[0], w->dilation[1], w->groups, (long long)h, (long long)wd, (long long)oh,
+              (long long)ow, w->kernel[0], w->kernel[1], w->stride[0], w->stride[1], w->pad[0],
+              w->pad[1], w->dilation[0], w->dilation[1]);
+    if (node->flags & IR_WINDOW_ROWS)   /* only the rows layout has channels in groups */
+        sb_printf(&d->body, "    const int64_t C = %lld, G = %d, CG = %lld;\n", (long long)c, w->groups,
+                  (long long)cg);
 }
 
 /* `patch(plane, l)` and `STEP`: where the KK entries of image plane n*C + c at output

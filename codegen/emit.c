@@ -153,6 +153,32 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
     fputc('\n', out);
 }
 
+/* Step S of G as an implicit-GEMM run's UNFOLD or reader (max-autotune's candidates). */
+static void print_window(FILE *out, const Plan *pl, PlanGraphId g, int s)
+{
+    int j, run = plan_window_at(pl, g, s);
+    if (run >= 0) {
+        const PlanWindow *w = &pl->windows[run];
+        fprintf(out, "       or skipped, steps");
+        for (int k = 0; k < w->nreaders; k++)
+            fprintf(out, "%s%d", k == 0 ? " " : k + 1 < w->nreaders ? ", " : " and ", w->reader[k] + 1);
+        fprintf(out, " gathering the patches from b%d (max-autotune's implicit-GEMM candidate)\n", w->image);
+        return;
+    }
+    run = plan_window_reader(pl, g, s, &j);
+    if (run < 0) return;
+    const PlanWindow *w = &pl->windows[run];
+    fprintf(out, "         or implicit, %c = the patches of b%d (with step %d skipped):", w->operand[j], w->image,
+            w->unfold + 1);
+    const char *sep = "";
+    for (int t = 0; t < PLAN_GEMM_TILES; t++)
+        if (w->kernel[j][t] >= 0) {
+            fprintf(out, "%s %s", sep, pl->kernels[w->kernel[j][t]].name);
+            sep = ",";
+        }
+    fputc('\n', out);
+}
+
 void plan_print(FILE *out, const Plan *pl)
 {
     fprintf(out, "host plan of %s: model %s, mode %s\n", pl->source_name, pl->p->model_name,
@@ -172,6 +198,7 @@ void plan_print(FILE *out, const Plan *pl)
             fprintf(out, "\n       ");
             if (st->kind == STEP_GEMM) print_gemm(out, pl, &st->gemm);
             else print_launch(out, pl, &st->launch);
+            print_window(out, pl, (PlanGraphId)g, s);
             int run = plan_mlp_at(pl, (PlanGraphId)g, s);
             if (run < 0) continue;
             const PlanMlp *m = &pl->mlps[run];

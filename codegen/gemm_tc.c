@@ -67,11 +67,18 @@ bool plan_gemm_generable(const PlanGemm *g)
 
 /* ---- what a kernel depends on ---- */
 
+/* An implicit GEMM's gathered operand: the patches of a C x H x W image under a window
+ * (cgc_window in cgc_device.h, whose fields these are, in order). */
+enum { WIN_C, WIN_H, WIN_W, WIN_OH, WIN_OW, WIN_KH, WIN_KW, WIN_SH, WIN_SW, WIN_PH, WIN_PW,
+       WIN_DH, WIN_DW, WIN_FIELDS };
+
 typedef struct GemmSpec {
     bool trans_a, trans_b;
     DType in_type, c_type, bias_type;
     GemmEpilogue epilogue;
     int tile;
+    char gather;                /* 0, or 'a' / 'b': that operand is the patches of an image */
+    int64_t win[WIN_FIELDS];    /* with gather: the image and the window; else zeros */
 } GemmSpec;
 
 static GemmSpec spec_of(const PlanGemm *g, int tile)
@@ -86,7 +93,8 @@ static bool spec_eq(const GemmSpec *x, const GemmSpec *y)
 {
     return x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->in_type == y->in_type &&
            x->c_type == y->c_type && x->bias_type == y->bias_type &&
-           x->epilogue == y->epilogue && x->tile == y->tile;
+           x->epilogue == y->epilogue && x->tile == y->tile && x->gather == y->gather &&
+           memcmp(x->win, y->win, sizeof x->win) == 0;
 }
 
 static const char *epilogue_word(GemmEpilogue e)
@@ -100,16 +108,40 @@ static const char *epilogue_word(GemmEpilogue e)
     CGC_INTERNAL("unknown GEMM epilogue %d", (int)e);
 }
 
-/* "gemm_tc_nt_f16_to_f16_bias_relu_64x64x32": layouts, types, epilogue, tile. */
+/* "3", or "3x5" where the two differ. */
+static int pair_name(char *buf, size_t len, int64_t x, int64_t y)
+{
+    return x == y ? snprintf(buf, len, "%lld", (long long)x)
+                  : snprintf(buf, len, "%lldx%lld", (long long)x, (long long)y);
+}
+
+/* "_patches_a_c32h14w14_k3s1p1d1": which operand is gathered, the image, the window. */
+static void window_name(const GemmSpec *s, char *buf, size_t len)
+{
+    const int64_t *w = s->win;
+    int at = snprintf(buf, len, "_patches_%c_c%lldh%lldw%lld_k", s->gather, (long long)w[WIN_C],
+                      (long long)w[WIN_H], (long long)w[WIN_W]);
+    at += pair_name(buf + at, len - (size_t)at, w[WIN_KH], w[WIN_KW]);
+    at += snprintf(buf + at, len - (size_t)at, "s");
+    at += pair_name(buf + at, len - (size_t)at, w[WIN_SH], w[WIN_SW]);
+    at += snprintf(buf + at, len - (size_t)at, "p");
+    at += pair_name(buf + at, len - (size_t)at, w[WIN_PH], w[WIN_PW]);
+    at += snprintf(buf + at, len - (size_t)at, "d");
+    pair_name(buf + at, len - (size_t)at, w[WIN_DH], w[WIN_DW]);
+}
+
+/* "gemm_tc_nt_f16_to_f16_bias_relu_64x64x32": layouts, types, epilogue, tile; an
+ * implicit GEMM's name says which operand it gathers and from what. */
 static void spec_name(const GemmSpec *s, char *buf, size_t len)
 {
-    char tile[32], bias[16] = "";
+    char tile[32], bias[16] = "", win[96] = "";
     plan_gemm_tile_name(s->tile, tile, sizeof tile);
     if (s->epilogue != GEMM_EPI_NONE && s->bias_type != s->c_type)
         snprintf(bias, sizeof bias, "_%s", ir_dtype_name(s->bias_type));
-    snprintf(buf, len, "gemm_tc_%c%c_%s_to_%s%s%s_%s", s->trans_a ? 't' : 'n',
+    if (s->gather) window_name(s, win, sizeof win);
+    snprintf(buf, len, "gemm_tc_%c%c_%s_to_%s%s%s%s_%s", s->trans_a ? 't' : 'n',
              s->trans_b ? 't' : 'n', ir_dtype_name(s->in_type), ir_dtype_name(s->c_type),
-             epilogue_word(s->epilogue), bias, tile);
+             epilogue_word(s->epilogue), bias, win, tile);
 }
 
 /* ---- the kernel's text ---- */
@@ -129,17 +161,30 @@ static void render_formula(StrBuf *o, const GemmSpec *s)
               s->trans_b ? "[n, k]" : "[k, n]", ir_dtype_name(s->in_type), ir_dtype_name(s->c_type));
     if (s->epilogue != GEMM_EPI_NONE) sb_printf(o, ", bias [n] %s", ir_dtype_name(s->bias_type));
     sb_puts(o, ".\n");
+    if (!s->gather) return;
+    const int64_t *w = s->win;
+    sb_printf(o, " * %c is not read as a matrix: it is the patches of the image [N, %lld, %lld, %lld] at %c,\n"
+                 " * under a %lldx%lld window (stride %lldx%lld, padding %lldx%lld, dilation %lldx%lld), each tile\n"
+                 " * gathered from the image (cgc_patch_load), so that they are never written.\n",
+              s->gather == 'a' ? 'A' : 'B', (long long)w[WIN_C], (long long)w[WIN_H],
+              (long long)w[WIN_W], s->gather, (long long)w[WIN_KH], (long long)w[WIN_KW], (long long)w[WIN_SH],
+              (long long)w[WIN_SW], (long long)w[WIN_PH], (long long)w[WIN_PW], (long long)w[WIN_DH],
+              (long long)w[WIN_DW]);
 }
 
 /* The loads of stage S (0 or 1, an expression) for k from K0 (an expression). */
 static void render_loads(StrBuf *o, const GemmSpec *s, const char *indent, const char *stage,
                          const char *k0)
 {
-    if (s->trans_a)
+    if (s->gather == 'a')       /* never transposed: the patches are [m, k] */
+        sb_printf(o, "%scgc_patch_load<BM, BK, THREADS>(sa[%s], a16, win, m, k, m0, %s);\n", indent, stage, k0);
+    else if (s->trans_a)
         sb_printf(o, "%scgc_tile_load<BK, BM, THREADS>(sa[%s], a16, k, m, %s, m0);\n", indent, stage, k0);
     else
         sb_printf(o, "%scgc_tile_load<BM, BK, THREADS>(sa[%s], a16, m, k, m0, %s);\n", indent, stage, k0);
-    if (s->trans_b)
+    if (s->gather == 'b')       /* never transposed: the patches are [k, n] */
+        sb_printf(o, "%scgc_patch_load<BK, BN, THREADS>(sb[%s], b16, win, k, n, %s, n0);\n", indent, stage, k0);
+    else if (s->trans_b)
         sb_printf(o, "%scgc_tile_load<BN, BK, THREADS>(sb[%s], b16, n, k, n0, %s);\n", indent, stage, k0);
     else
         sb_printf(o, "%scgc_tile_load<BK, BN, THREADS>(sb[%s], b16, k, n, %s, n0);\n", indent, stage, k0);
@@ -209,6 +254,12 @@ static char *render(const GemmSpec *s, const char *name, const char *uses)
     sb_printf(&o, "    __shared__ __align__(16) unsigned short sb[2][%s][%s + 8];   /* op(B), %s */\n",
               s->trans_b ? "BN" : "BK", s->trans_b ? "BK" : "BN",
               s->trans_b ? "k contiguous" : "n contiguous");
+    if (s->gather) {
+        const int64_t *w = s->win;
+        sb_puts(&o, "    const cgc_window win = {");
+        for (int f = 0; f < WIN_FIELDS; f++) sb_printf(&o, "%s%lld", f ? ", " : "", (long long)w[f]);
+        sb_puts(&o, "};   /* C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW */\n");
+    }
     sb_printf(&o, "    const unsigned short *a16 = (const unsigned short *)a, *b16 = (const unsigned short *)b;\n"
                   "    const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32, g = lane / 4, t = lane %% 4;\n"
                   "    const int wm = warp / %d * %d, wn = warp %% %d * %d;   /* the warp's part of the tile */\n",
@@ -323,10 +374,56 @@ static int64_t train_rows(const Plan *plan, const PlanGemm *g)
     return rows;
 }
 
+/* The generated kernels of a plan being made: one per distinct spec, appended to the
+ * plan's kernels together (add_kernels), in the order first asked for. */
+typedef struct KernelSet {
+    GemmKernel *k;
+    int n, cap;
+} KernelSet;
+
+/* The plan index of SET's kernel for S (made when new), noting the GEMM it serves. */
+static int kernel_of(KernelSet *set, const Plan *plan, const GemmSpec *s, const PlanStep *st,
+                     PlanGraphId gid)
+{
+    int k = 0;
+    while (k < set->n && !spec_eq(&set->k[k].spec, s)) k++;
+    if (k == set->n) {
+        if (set->n == set->cap) {
+            set->cap = set->cap ? 2 * set->cap : 16;
+            set->k = xrealloc(set->k, (size_t)set->cap * sizeof *set->k);
+        }
+        set->k[set->n++] = (GemmKernel){ .spec = *s, .kernel = plan->nkernels + k };
+    }
+    kernel_uses_add(&set->k[k].uses, "%s line %d: %s (%s graph)", plan->source_name, st->loc.line,
+                    st->what, codegen_graph_label[gid]);
+    return set->k[k].kernel;
+}
+
+/* Renders SET's kernels onto PLAN's, and frees SET. */
+static void add_kernels(Plan *plan, KernelSet *set)
+{
+    plan->kernels = xrealloc(plan->kernels, (size_t)(plan->nkernels + set->n + 1) * sizeof *plan->kernels);
+    for (int k = 0; k < set->n; k++) {
+        PlanKernel *pk = &plan->kernels[plan->nkernels++];
+        char name[160];
+        memset(pk, 0, sizeof *pk);
+        spec_name(&set->k[k].spec, name, sizeof name);
+        pk->name = xstrdup(name);
+        const PlanGemmTile *t = &plan_gemm_tiles[set->k[k].spec.tile];
+        pk->block = 32 * t->warps_m * t->warps_n;
+        set_params(pk, &set->k[k].spec);
+        StrBuf uses = { 0 };
+        kernel_uses_comment(&uses, &set->k[k].uses, "\n");
+        pk->source = render(&set->k[k].spec, name, uses.s);
+        sb_free(&uses);
+        sb_free(&set->k[k].uses.lines);
+    }
+    free(set->k);
+}
+
 void plan_add_gemm_kernels(Plan *plan)
 {
-    GemmKernel *gk = NULL;
-    int n = 0, cap = 0;
+    KernelSet set = { 0 };
     for (int gid = PG_TRAIN; gid <= PG_TRAIN_MICRO; gid++) {   /* the graphs tuned */
         PlanGraph *pg = &plan->graph[gid];
         for (int i = 0; i < pg->nsteps; i++) {
@@ -336,36 +433,147 @@ void plan_add_gemm_kernels(Plan *plan)
             for (int t = 0; t < PLAN_GEMM_TILES; t++) {
                 if (tile_dominated(t, rows, cols)) continue;
                 GemmSpec s = spec_of(&st->gemm, t);
-                int k = 0;
-                while (k < n && !spec_eq(&gk[k].spec, &s)) k++;
-                if (k == n) {
-                    if (n == cap) {
-                        cap = cap ? 2 * cap : 16;
-                        gk = xrealloc(gk, (size_t)cap * sizeof *gk);
-                    }
-                    gk[n++] = (GemmKernel){ .spec = s, .kernel = plan->nkernels + k };
-                }
-                st->gemm.tile_kernel[t] = gk[k].kernel;
-                kernel_uses_add(&gk[k].uses, "%s line %d: %s (%s graph)", plan->source_name,
-                                st->loc.line, st->what, codegen_graph_label[gid]);
+                st->gemm.tile_kernel[t] = kernel_of(&set, plan, &s, st, (PlanGraphId)gid);
             }
         }
     }
-    plan->kernels = xrealloc(plan->kernels, (size_t)(plan->nkernels + n + 1) * sizeof *plan->kernels);
-    for (int k = 0; k < n; k++) {
-        PlanKernel *pk = &plan->kernels[plan->nkernels++];
-        char name[96];
-        memset(pk, 0, sizeof *pk);
-        spec_name(&gk[k].spec, name, sizeof name);
-        pk->name = xstrdup(name);
-        const PlanGemmTile *t = &plan_gemm_tiles[gk[k].spec.tile];
-        pk->block = 32 * t->warps_m * t->warps_n;
-        set_params(pk, &gk[k].spec);
-        StrBuf uses = { 0 };
-        kernel_uses_comment(&uses, &gk[k].uses, "\n");
-        pk->source = render(&gk[k].spec, name, uses.s);
-        sb_free(&uses);
-        sb_free(&gk[k].uses.lines);
+    add_kernels(plan, &set);
+}
+
+/* ---- implicit-GEMM convolutions (plan.h, PlanWindow) ---- */
+
+/* Whether launch step S of PG stores only node ID's value: its kernel is ID's own, or
+ * that of a group of one launch in which no other member has a buffer. */
+static bool stores_only(const PlanGraph *pg, const PlanStep *s, int id)
+{
+    const IrGraph *g = pg->ir;
+    if (s->group == 0) return s->node == id;
+    if (g->nodes[id].group != s->group || g->groups[s->group - 1].multi != 0) return false;
+    for (int v = 0; v < g->nnodes; v++)
+        if (v != id && g->nodes[v].group == s->group && pg->node_buffer[v] >= 0) return false;
+    return true;
+}
+
+/* How GEMM G reads the patches [N, L, CKK] of SHAPE when its operand WHICH ('a' or 'b')
+ * is their buffer: as the [N*L, CKK] matrix, untransposed, with generated kernels. */
+static bool reads_patches(const PlanGemm *g, char which, const Shape *shape, DType type)
+{
+    bool kernels = false;
+    for (int t = 0; t < PLAN_GEMM_TILES; t++) kernels |= g->tile_kernel[t] >= 0;
+    const Shape *lead = which == 'a' ? &g->m_lead : &g->k_lead;
+    int64_t rows = which == 'a' ? g->m : g->k, cols = which == 'a' ? g->k : g->n;
+    bool trans = which == 'a' ? g->trans_a : g->trans_b;
+    return kernels && !trans && g->a_type == type && lead->rank == 1 && lead->dim[0] == shape->dim[0] &&
+           rows == shape->dim[1] && cols == shape->dim[2];
+}
+
+/* The readers of buffer U in PG's steps other than UNFOLD into W: false when one is not a
+ * GEMM that reads_patches, or there are too many. */
+static bool patch_readers(const Plan *plan, const PlanGraph *pg, int unfold, int u,
+                          const Shape *shape, DType type, PlanWindow *w)
+{
+    w->nreaders = 0;
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanStep *s = &pg->steps[i];
+        if (i == unfold) continue;
+        if (s->kind == STEP_LAUNCH) {
+            for (int a = 0; a < s->launch.nargs; a++)
+                if (s->launch.arg[a].kind == ARG_BUFFER && plan_buffer_root(plan, s->launch.arg[a].index) == u)
+                    return false;
+            continue;
+        }
+        const PlanGemm *g = &s->gemm;
+        bool a = plan_buffer_root(plan, g->a) == u, b = plan_buffer_root(plan, g->b) == u;
+        bool other = plan_buffer_root(plan, g->c) == u || (g->bias >= 0 && plan_buffer_root(plan, g->bias) == u) ||
+                     (g->aux >= 0 && plan_buffer_root(plan, g->aux) == u);
+        if (!a && !b && !other) continue;
+        if (other || (a && b) || w->nreaders == PLAN_WINDOW_MAX_READERS ||
+            !reads_patches(g, a ? 'a' : 'b', shape, type))
+            return false;
+        w->operand[w->nreaders] = a ? 'a' : 'b';
+        w->reader[w->nreaders++] = i;
     }
-    free(gk);
+    return w->nreaders > 0;
+}
+
+/* Step I of graph GID as the UNFOLD of a PlanWindow, into W; false when it is not one. */
+static bool window_run(const Plan *plan, PlanGraphId gid, int i, PlanWindow *w)
+{
+    const PlanGraph *pg = &plan->graph[gid];
+    const PlanStep *s = &pg->steps[i];
+    if (s->kind != STEP_LAUNCH || s->node < 0) return false;
+    const IrNode *n = &pg->ir->nodes[s->node];
+    if (n->op != IR_UNFOLD || !(n->flags & IR_WINDOW_ROWS) || n->win.groups != 1 ||
+        n->shape.rank != 3 || !stores_only(pg, s, s->node))
+        return false;
+    int image = pg->node_buffer[n->in[0]], u = pg->node_buffer[s->node];
+    if (image < 0 || u < 0) return false;
+    image = plan_buffer_root(plan, image);
+    DType type = plan->buffers[image].dtype;
+    if (type != n->dtype || plan->buffers[plan_buffer_root(plan, u)].dtype != type ||
+        !patch_readers(plan, pg, i, plan_buffer_root(plan, u), &n->shape, type, w))
+        return false;
+    w->graph = gid;
+    w->unfold = i;
+    w->image = image;
+    return true;
+}
+
+/* The spec of GEMM G's kernel of tile TILE with operand OPERAND gathered: the patches of
+ * UNFOLD node N over an image of shape IMAGE. */
+static GemmSpec window_spec(const PlanGemm *g, int tile, char operand, const IrNode *n,
+                            const Shape *image)
+{
+    GemmSpec s = spec_of(g, tile);
+    const IrWindow *w = &n->win;
+    s.gather = operand;
+    int64_t h = image->dim[2], wd = image->dim[3];
+    int64_t f[WIN_FIELDS] = { image->dim[1], h, wd, ir_window_extent(h, w, 0), ir_window_extent(wd, w, 1),
+                              w->kernel[0], w->kernel[1], w->stride[0], w->stride[1], w->pad[0],
+                              w->pad[1], w->dilation[0], w->dilation[1] };
+    memcpy(s.win, f, sizeof f);
+    return s;
+}
+
+void plan_add_window_kernels(Plan *plan)
+{
+    KernelSet set = { 0 };
+    for (int gid = PG_TRAIN; gid <= PG_TRAIN_MICRO; gid++) {
+        const PlanGraph *pg = &plan->graph[gid];
+        for (int i = 0; pg->ir && i < pg->nsteps; i++) {
+            PlanWindow w;
+            memset(&w, 0, sizeof w);
+            if (!window_run(plan, (PlanGraphId)gid, i, &w)) continue;
+            const IrNode *n = &pg->ir->nodes[pg->steps[i].node];
+            const Shape *image = &pg->ir->nodes[n->in[0]].shape;
+            for (int j = 0; j < w.nreaders; j++) {
+                const PlanStep *st = &pg->steps[w.reader[j]];
+                for (int t = 0; t < PLAN_GEMM_TILES; t++) {
+                    w.kernel[j][t] = -1;
+                    if (st->gemm.tile_kernel[t] < 0) continue;
+                    GemmSpec s = window_spec(&st->gemm, t, w.operand[j], n, image);
+                    w.kernel[j][t] = kernel_of(&set, plan, &s, st, (PlanGraphId)gid);
+                }
+            }
+            plan->windows = xrealloc(plan->windows, (size_t)(plan->nwindows + 1) * sizeof *plan->windows);
+            plan->windows[plan->nwindows++] = w;
+        }
+    }
+    add_kernels(plan, &set);
+}
+
+int plan_window_at(const Plan *plan, PlanGraphId gid, int i)
+{
+    for (int r = 0; r < plan->nwindows; r++)
+        if (plan->windows[r].graph == gid && plan->windows[r].unfold == i) return r;
+    return -1;
+}
+
+int plan_window_reader(const Plan *plan, PlanGraphId gid, int i, int *j)
+{
+    for (int r = 0; r < plan->nwindows; r++)
+        for (*j = 0; plan->windows[r].graph == gid && *j < plan->windows[r].nreaders; (*j)++)
+            if (plan->windows[r].reader[*j] == i) return r;
+    *j = -1;
+    return -1;
 }

@@ -79,7 +79,8 @@ static void touch(const Plan *plan, PlanGraphId g, int i, int b, Live *live)
 
 /* Live ranges of the buffers graph G's steps name (indexed by buffer). A fused MLP run
  * (plan.h) may run its layers at its first step instead of their own: every buffer its
- * kernel names is also touched there. */
+ * kernel names is also touched there. An implicit-GEMM reader (PlanWindow) may read the
+ * image instead of the patches: it touches both. */
 static Live *live_ranges(const Plan *plan, PlanGraphId g)
 {
     Live *live = xmalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1) * sizeof *live);
@@ -93,6 +94,8 @@ static Live *live_ranges(const Plan *plan, PlanGraphId g)
             for (int a = 0; a < n; a++)
                 if (arg[a] >= 0) touch(plan, g, i, arg[a], live);
         }
+        int reader, window = plan_window_reader(plan, g, i, &reader);
+        if (window >= 0) touch(plan, g, i, plan->windows[window].image, live);
         if (s->kind == STEP_GEMM) {
             touch(plan, g, i, s->gemm.a, live);
             touch(plan, g, i, s->gemm.b, live);

@@ -957,6 +957,7 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
             for (int t = 0; t < PLAN_GEMM_TILES; t++) pl->graph[gid].steps[i].gemm.tile_kernel[t] = -1;
     pl->gemm_kernels_from = pl->nkernels;
     if (mode == PLAN_MAX_AUTOTUNE) plan_add_gemm_kernels(pl);
+    if (mode == PLAN_MAX_AUTOTUNE) plan_add_window_kernels(pl);
     pl->mlp_kernels_from = pl->nkernels;
     if (mode == PLAN_MAX_AUTOTUNE) plan_add_mlp_kernels(pl);
     return pl;
@@ -973,6 +974,7 @@ void plan_free(Plan *plan)
     free(plan->kernels);
     free(plan->buffers);
     free(plan->mlps);
+    free(plan->windows);
     for (int g = 0; g < PG_NUM; g++) {
         free(plan->graph[g].steps);
         free(plan->graph[g].node_buffer);
@@ -991,12 +993,16 @@ void plan_choices_init(PlanChoices *c, const Plan *plan)
             c->step[g] = xcalloc((size_t)plan->graph[g].nsteps + 1, sizeof *c->step[g]);
     c->mlp_shape = xcalloc((size_t)plan->nmlps + 1, sizeof *c->mlp_shape);
     for (int r = 0; r < plan->nmlps; r++) c->mlp_shape[r] = -1;
+    size_t tiles = (size_t)plan->nwindows * PLAN_WINDOW_MAX_READERS;
+    c->window_tile = xmalloc((tiles + 1) * sizeof *c->window_tile);
+    for (size_t j = 0; j < tiles; j++) c->window_tile[j] = -1;
 }
 
 void plan_choices_free(PlanChoices *c)
 {
     for (int g = 0; g < PG_NUM; g++) free(c->step[g]);
     free(c->mlp_shape);
+    free(c->window_tile);
     memset(c, 0, sizeof *c);
 }
 
@@ -1004,6 +1010,8 @@ bool plan_choices_generated(const PlanChoices *c, const Plan *plan)
 {
     for (int r = 0; r < plan->nmlps; r++)
         if (c->mlp_shape[r] >= 0) return true;
+    for (int r = 0; r < plan->nwindows; r++)
+        if (c->window_tile[r * PLAN_WINDOW_MAX_READERS] >= 0) return true;
     for (int g = 0; g < PG_NUM; g++)
         for (int i = 0; c->step[g] && i < plan->graph[g].nsteps; i++)
             if (plan->graph[g].steps[i].kind == STEP_GEMM && c->step[g][i].tile > 0) return true;

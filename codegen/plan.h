@@ -308,6 +308,29 @@ typedef struct PlanMlp {
     int kernel[PLAN_MLP_SHAPES];    /* the fused kernel per shape (Plan.kernels) */
 } PlanMlp;
 
+/* ---- implicit-GEMM convolutions (codegen/gemm_tc.c) ----
+ * max-autotune's other candidate for a convolution's patches: an UNFOLD step of a
+ * training graph into rows (groups 1, its kernel storing nothing else) whose every reader
+ * is a GEMM step with generated kernels that reads the patches as the [N*OH*OW, C*kh*kw]
+ * matrix, as its A (the product, patches @ W^T) or its B (the weight gradient, summed
+ * over the batch: dY^T @ patches). Each reader has kernels that gather the operand's
+ * tiles from the image itself (cgc_patch_load, cgc_device.h), taking the image for that
+ * operand and otherwise the generated GEMMs' ABI. All or nothing: with the run on, the
+ * UNFOLD step is skipped and every reader runs its implicit kernel, so the patches,
+ * kh*kw times the image, are neither written nor read. The memory plan keeps the image
+ * live until the last reader either way. */
+enum { PLAN_WINDOW_MAX_READERS = 4 };
+typedef struct PlanWindow {
+    PlanGraphId graph;
+    int unfold;                     /* the UNFOLD launch step */
+    int image;                      /* the buffer the UNFOLD reads */
+    int nreaders;
+    int reader[PLAN_WINDOW_MAX_READERS];    /* the GEMM steps, ascending */
+    char operand[PLAN_WINDOW_MAX_READERS];  /* 'a' or 'b': the reader's operand that is the
+                                             * patches, and the image in its kernels */
+    int kernel[PLAN_WINDOW_MAX_READERS][PLAN_GEMM_TILES];   /* per tile shape; -1: none */
+} PlanWindow;
+
 typedef struct Plan {
     const IrProgram *p;
     PlanMode mode;
@@ -325,11 +348,14 @@ typedef struct Plan {
                                  * GEMMs (max-autotune's candidates; none elsewhere): a
                                  * module of their own, compiled only when tuning or the
                                  * choices need it (plan_gemm_module_source);
-                                 * the fused MLP kernels are part of it */
+                                 * the implicit GEMMs, then the fused MLP kernels, are
+                                 * part of it */
     int mlp_kernels_from;       /* of those, [mlp_kernels_from, nkernels) are the fused
                                  * MLP kernels */
     PlanMlp *mlps;              /* max-autotune: the fused MLP candidates; none elsewhere */
     int nmlps;
+    PlanWindow *windows;        /* max-autotune: the implicit-GEMM candidates; none elsewhere */
+    int nwindows;
 } Plan;
 
 /* ---- max-autotune's choices ----
@@ -353,6 +379,10 @@ typedef struct PlanStepChoice {
 typedef struct PlanChoices {
     PlanStepChoice *step[PG_NUM];   /* per step of the training graphs; NULL for the others */
     int *mlp_shape;                 /* per fused MLP run (Plan.mlps): its shape, -1 its steps */
+    /* per implicit-GEMM run (Plan.windows), [r * PLAN_WINDOW_MAX_READERS + j]: reader j's
+     * tile shape, or -1 for all of them: the run off, the UNFOLD step and the readers' own
+     * choices */
+    int *window_tile;
     int arch;                       /* what they were made for: 90 for sm_90 */
     char device[128];               /* the GPU they were timed on, or "" (heuristics) */
 } PlanChoices;
@@ -400,6 +430,14 @@ unsigned plan_gemm_tile_grid(int tile, int64_t m, int64_t n);
  * tile_kernel is -1; they come last, from Plan.gemm_kernels_from) and sets the
  * tile_kernel of the GEMMs they compute. */
 void plan_add_gemm_kernels(Plan *plan);
+
+/* The runs of PLAN's training graphs that qualify get a PlanWindow each (Plan.windows)
+ * and their kernels, after the generated GEMMs (plan_build does, for max-autotune). */
+void plan_add_window_kernels(Plan *plan);
+/* The run of graph GID whose UNFOLD is step I, or -1. */
+int plan_window_at(const Plan *plan, PlanGraphId gid, int i);
+/* The run of graph GID that has step I for a reader, or -1; *J: which reader. */
+int plan_window_reader(const Plan *plan, PlanGraphId gid, int i, int *j);
 
 /* ---- fully fused MLP passes (codegen/mlp_fused.c; PlanMlp above) ---- */
 /* One block per plan_mlp_rows[SHAPE] rows of M. */

@@ -102,11 +102,36 @@ static int fused_run(const Repro *r, PlanGraphId gid, int i)
     return run >= 0 && r->choices->mlp_shape[run] >= 0 ? run : -1;
 }
 
-/* The generated kernel GEMM step I of GID runs instead of the library, or -1. */
+/* The tile shape of reader I of GID's implicit-GEMM run when that run is on, else -1;
+ * *RUN, *J: the run and which reader. */
+static int window_tile(const Repro *r, PlanGraphId gid, int i, int *run, int *j)
+{
+    *run = plan_window_reader(r->plan, gid, i, j);
+    return *run >= 0 ? r->choices->window_tile[*run * PLAN_WINDOW_MAX_READERS + *j] : -1;
+}
+
+/* Whether step I of GID is the UNFOLD of an implicit-GEMM run that is on: skipped. */
+static bool window_skipped(const Repro *r, PlanGraphId gid, int i)
+{
+    int run = plan_window_at(r->plan, gid, i);
+    return run >= 0 && r->choices->window_tile[run * PLAN_WINDOW_MAX_READERS] >= 0;
+}
+
+/* The generated kernel GEMM step I of GID runs instead of the library, or -1; *TILE its
+ * tile shape. */
+static int gemm_kernel_tile(const Repro *r, PlanGraphId gid, int i, int *tile)
+{
+    int run, j;
+    *tile = window_tile(r, gid, i, &run, &j);
+    if (*tile >= 0) return r->plan->windows[run].kernel[j][*tile];
+    *tile = choice_at(r, gid, i).tile - 1;
+    return *tile >= 0 ? r->plan->graph[gid].steps[i].gemm.tile_kernel[*tile] : -1;
+}
+
 static int gemm_kernel(const Repro *r, PlanGraphId gid, int i)
 {
-    PlanStepChoice c = choice_at(r, gid, i);
-    return c.tile > 0 ? r->plan->graph[gid].steps[i].gemm.tile_kernel[c.tile - 1] : -1;
+    int tile;
+    return gemm_kernel_tile(r, gid, i, &tile);
 }
 
 /* Whether GEMM step I of GID goes through cublasLtMatmul, as the runtime decides it. */
@@ -153,7 +178,7 @@ static void counts(const Repro *r, int64_t *launches, int64_t *gemms, int64_t *l
         const PlanGraph *pg = &r->plan->graph[g];
         for (int i = 0; times && i < pg->nsteps; i++) {
             const PlanStep *s = &pg->steps[i];
-            if (in_fused_run(r, (PlanGraphId)g, i)) continue;
+            if (in_fused_run(r, (PlanGraphId)g, i) || window_skipped(r, (PlanGraphId)g, i)) continue;
             if (s->kind == STEP_LAUNCH) *launches += times;
             else if (gemm_is_empty(r, &s->gemm)) continue;
             else if (fused_run(r, (PlanGraphId)g, i) >= 0 || gemm_kernel(r, (PlanGraphId)g, i) >= 0)
@@ -575,19 +600,23 @@ static void write_ptr(FILE *o, int b)
 }
 
 /* GEMM step STEP of GID by generated kernel K (plan.h's ABI: c, a, b, bias, aux, m, n, k;
- * a block per tile of C), as runtime/devexec.c launches it. */
+ * a block per tile of C; an implicit GEMM takes the image for the patches), as
+ * runtime/devexec.c launches it. */
 static void write_gemm_launch(Repro *r, PlanGraphId gid, int step, const PlanStep *s, int k)
 {
     const PlanGemm *g = &s->gemm;
-    int tile = choice_at(r, gid, step - 1).tile - 1;
+    int tile, run, j;
+    gemm_kernel_tile(r, gid, step - 1, &tile);
+    bool implicit = window_tile(r, gid, step - 1, &run, &j) >= 0;
     int64_t m = plan_gemm_m(g, r->symvals), n = bind(r, g->n);
     unsigned grid = plan_gemm_tile_grid(tile, m, n);
     char shape[32];
     plan_gemm_tile_name(tile, shape, sizeof shape);
     FILE *o = r->out;
-    fprintf(o, "    {   /* by the generated kernel (the autotune choice): %u block%s, one per %s tile of C */\n"
-               "        Arg a[] = {", grid, grid == 1 ? "" : "s", shape);
+    fprintf(o, "    {   /* by the generated %skernel (the autotune choice): %u block%s, one per %s tile of C */\n"
+               "        Arg a[] = {", implicit ? "implicit-GEMM " : "", grid, grid == 1 ? "" : "s", shape);
     int ptr[5] = {g->c, g->a, g->b, g->bias, g->aux};
+    if (implicit) ptr[r->plan->windows[run].operand[j] == 'a' ? 1 : 2] = r->plan->windows[run].image;
     for (int i = 0; i < 5; i++) {
         arg_sep(o, i);
         write_ptr(o, ptr[i]);
@@ -682,6 +711,9 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
         if (in_fused_run(r, gid, i)) {
             fprintf(o, "    /* %d/%d: computed by the fused kernel launched at step %d */\n", i + 1, pg->nsteps,
                     r->plan->mlps[plan_mlp_layer_of(r->plan, gid, i)].step[0] + 1);
+        } else if (window_skipped(r, gid, i)) {
+            fprintf(o, "    /* %d/%d: the patches, not written: their readers gather them from the image */\n",
+                    i + 1, pg->nsteps);
         } else if (fused_run(r, gid, i) >= 0) {
             write_mlp_launch(r, gid, fused_run(r, gid, i));
         } else if (s->kind == STEP_LAUNCH) {

@@ -10,6 +10,12 @@
  *   MATMUL                              as is  IR_MATMUL_TF32 set  operands cast to H, result H
  *   ADD(MATMUL, READ of rank-1 param)   as is  as is               bias cast to H too (F.linear
  *                                                                  autocasts x, W and b)
+ *   UNFOLD read only by MATMULs         as is  as is               the image cast to H, the
+ *   (a convolution's patches)                                      patches in H (conv2d
+ *                                                                  autocasts its input; a
+ *                                                                  gather commutes with the
+ *                                                                  cast, on kh*kw times fewer
+ *                                                                  values)
  *   EXP LOG RSQRT POW SOFTMAX           as is  as is               float inputs cast to f32
  *   LOG_SOFTMAX SUM MEAN MAX                                       (autocast's fp32 list:
  *   CROSS_ENTROPY COUNT_CORRECT                                    reductions, norms, losses)
@@ -89,6 +95,24 @@ static void autocast_inputs(Autocast *ac, IrNode *n, int *in)
         n->flags |= IR_MATMUL_TF32;
 }
 
+/* Source node X is a convolution's patches that only GEMMs read, to be made in H. */
+static bool patches_in_half(const Autocast *ac, int x)
+{
+    const IrNode *n = &ac->src->nodes[x];
+    if (ac->half == DT_F32 || n->op != IR_UNFOLD || !(n->flags & IR_WINDOW_ROWS) || n->value != 0.0)
+        return false;
+    bool read = false;
+    for (int i = x + 1; i < ac->src->nnodes; i++)
+        for (int k = 0; k < ac->src->nodes[i].nin; k++)
+            if (ac->src->nodes[i].in[k] == x) {
+                if (ac->src->nodes[i].op != IR_MATMUL) return false;
+                read = true;
+            }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        if (ac->src->output[r] == x) return false;
+    return read;
+}
+
 /* An elementwise node over inputs IN, by its class's builder. */
 static int clone_elementwise(IrGraph *g, const IrNode *n, const int *in)
 {
@@ -133,7 +157,10 @@ static void rebuild(Autocast *ac)
     for (int i = 0; i < src->nnodes; i++) {
         IrNode n = src->nodes[i];
         int in[IR_MAX_IN] = {0};
-        autocast_inputs(ac, &n, in);
+        if (patches_in_half(ac, i))
+            in[0] = cast_to(ac, n.in[0], ac->half, n.loc);
+        else
+            autocast_inputs(ac, &n, in);
         int before = ac->dst->nnodes;
         int id = clone_node(ac->dst, ac->p, &n, in);
         if (id >= before)   /* a new node, not an input handed back unchanged */

@@ -54,8 +54,8 @@ int backend_check_compile(const BackendOptions *o, int arch)
         CudaCompileResult g = {0};
         rc = cuda_compile(gemms, name, &co, &g);
         if (rc == 0 && !o->quiet)
-            printf("%s: %d generated GEMM and fused MLP kernels (max-autotune's candidates, a "
-                   "module of their own) compiled for sm_%d by NVRTC (%zu-byte cubin)\n",
+            printf("%s: %d generated GEMM, fused MLP and implicit-GEMM kernels (max-autotune's "
+                   "candidates, a module of their own) compiled for sm_%d by NVRTC (%zu-byte cubin)\n",
                    o->net_path, plan->nkernels - plan->gemm_kernels_from, arch, g.cubin_size);
         free(g.cubin);
         free(gemms);

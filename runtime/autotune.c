@@ -165,6 +165,71 @@ static bool parse_mlp_choice(const char *s, int *shape)
     return false;
 }
 
+/* An implicit-GEMM run's key: the batch and its readers' kernels without the prefix and
+ * the tile ("window.b64.nt_bf16_to_bf16_patches_a_c1h28w28_k3s1p1d1+tn_..."); runs of
+ * one key share one choice. */
+static void window_key(const Plan *plan, const PlanWindow *w, const int64_t *symvals, char *buf,
+                       size_t len)
+{
+    char key[1024];
+    int at = snprintf(key, sizeof key, "window.b%lld", (long long)symvals[0]);
+    for (int j = 0; j < w->nreaders; j++) {
+        int k = -1;
+        for (int t = 0; t < PLAN_GEMM_TILES && k < 0; t++) k = w->kernel[j][t];
+        const char *name = plan->kernels[k].name, *prefix = "gemm_tc_";
+        size_t skip = strncmp(name, prefix, strlen(prefix)) == 0 ? strlen(prefix) : 0;
+        const char *tile = strrchr(name, '_');
+        int n = tile && tile > name + skip ? (int)(tile - name - (long)skip) : (int)strlen(name + skip);
+        if (at < (int)sizeof key)
+            at += snprintf(key + at, sizeof key - (size_t)at, "%c%.*s", j ? '+' : '.', n, name + skip);
+    }
+    kernel_key(key, buf, len);
+}
+
+void autotune_window_key(const Plan *plan, int r, const int64_t *symvals, char *buf, size_t len)
+{
+    window_key(plan, &plan->windows[r], symvals, buf, len);
+}
+
+/* An implicit-GEMM run's choice: "patches" (the UNFOLD and its readers' own choices) or
+ * "implicit:64x64x32+32x64x32" (each reader's tile shape). */
+static void window_choice(const PlanWindow *w, const int *tiles, char *buf, size_t len)
+{
+    if (!tiles || tiles[0] < 0) {
+        snprintf(buf, len, "patches");
+        return;
+    }
+    int at = snprintf(buf, len, "implicit:");
+    for (int j = 0; j < w->nreaders && at < (int)len; j++) {
+        char tile[32];
+        plan_gemm_tile_name(tiles[j], tile, sizeof tile);
+        at += snprintf(buf + at, len - (size_t)at, "%s%s", j ? "+" : "", tile);
+    }
+}
+
+/* The choice window_choice wrote, for W, into TILES[PLAN_WINDOW_MAX_READERS] (all -1:
+ * patches); a tile shape a reader has no kernel for is refused. */
+static bool parse_window_choice(const char *s, const PlanWindow *w, int *tiles)
+{
+    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) tiles[j] = -1;
+    if (strcmp(s, "patches") == 0) return true;
+    const char *prefix = "implicit:";
+    if (strncmp(s, prefix, strlen(prefix)) != 0) return false;
+    s += strlen(prefix);
+    for (int j = 0; j < w->nreaders; j++) {
+        for (int t = 0; t < PLAN_GEMM_TILES && tiles[j] < 0; t++) {
+            char tile[32];
+            plan_gemm_tile_name(t, tile, sizeof tile);
+            size_t n = strlen(tile);
+            if (w->kernel[j][t] >= 0 && strncmp(s, tile, n) == 0 && (s[n] == '+' || s[n] == '\0'))
+                tiles[j] = t, s += n;
+        }
+        if (tiles[j] < 0 || *s != (j + 1 < w->nreaders ? '+' : '\0')) return false;
+        if (*s) s++;
+    }
+    return true;
+}
+
 /* ---- timing ---- */
 
 typedef struct Tuner {
@@ -184,17 +249,21 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* What a candidate issues: step I of GID with choice C, or (C NULL) fused MLP run MLP
- * with shape SHAPE (-1: its steps). */
+/* What a candidate issues: step I of GID with choice C; or (C NULL) fused MLP run MLP
+ * with shape SHAPE (-1: its steps); or (WINDOW) reader READER of implicit-GEMM run MLP by
+ * its kernel of tile shape SHAPE (-1: its step with its choice). */
 typedef struct Issue {
     PlanGraphId gid;
     int i;
     const PlanStepChoice *c;
     int mlp, shape;
+    bool window;
+    int reader;
 } Issue;
 
 static int issue(Tuner *t, const Issue *x)
 {
+    if (x->window) return devexec_window(t->e, x->mlp, x->reader, x->shape);
     return x->c ? devexec_step(t->e, x->gid, x->i, t->feed, x->c) : devexec_mlp(t->e, x->mlp, x->shape);
 }
 
@@ -204,7 +273,7 @@ static int issue(Tuner *t, const Issue *x)
  * on this GPU, is refused before it runs). */
 static bool may_be_refused(const Tuner *t, const Issue *x)
 {
-    if (!x->c) return x->shape >= 0;    /* a fused MLP kernel, not its steps */
+    if (!x->c) return x->shape >= 0;    /* a fused MLP or implicit GEMM kernel, not steps */
     return x->c->tile > 0 || (t->plan->graph[x->gid].steps[x->i].kind == STEP_GEMM && x->c->algo > 0);
 }
 
@@ -375,6 +444,61 @@ static int tune_mlp(Tuner *t, int r)
     return 0;
 }
 
+/* The time of X into *SUM (added), or *SUM = -1 once a candidate is refused; -1 for an
+ * error. */
+static int time_into(Tuner *t, const Issue *x, double *sum)
+{
+    double ms;
+    int rc = time_candidate(t, x, &ms);
+    if (rc < 0) return -1;
+    if (rc > 0) t->report->refused++;
+    if (*sum >= 0) *sum = rc > 0 ? -1 : *sum + ms;
+    return 0;
+}
+
+/* An implicit-GEMM run: its UNFOLD step and readers (each by the choice just made for
+ * it) against each reader's fastest implicit kernel, on sm_80 and later. */
+static int tune_window(Tuner *t, int r)
+{
+    const PlanWindow *w = &t->plan->windows[r];
+    char key[TUNE_TOKEN_MAX + 1], choice[160];
+    window_key(t->plan, w, t->feed->symvals, key, sizeof key);
+    int tiles[PLAN_WINDOW_MAX_READERS];
+    const TuneChoice *known = tune_find(t->out, TUNE_WINDOW, key);
+    if (known) {
+        bool ok = parse_window_choice(known->choice, w, tiles);
+        CGC_ASSERT(ok);     /* written below, by window_choice, for a run of the same key */
+        devexec_choose_window(t->e, r, tiles[0] >= 0 ? tiles : NULL);
+        return 0;
+    }
+    double patches = -1, implicit = 0;   /* -1: not timed */
+    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) tiles[j] = -1;
+    if (!devexec_gemm_kernels_loaded(t->e) || over_budget(t)) {
+        if (devexec_gemm_kernels_loaded(t->e)) t->report->untimed++;
+    } else {
+        PlanStepChoice unfold = devexec_choice_of(t->e, w->graph, w->unfold);
+        patches = 0;
+        if (time_into(t, &(Issue){.gid = w->graph, .i = w->unfold, .c = &unfold}, &patches) != 0) return -1;
+        for (int j = 0; j < w->nreaders; j++) {
+            if (time_into(t, &(Issue){.window = true, .mlp = r, .reader = j, .shape = -1}, &patches) != 0) return -1;
+            double best = -1;
+            for (int k = 0; k < PLAN_GEMM_TILES; k++) {
+                if (w->kernel[j][k] < 0) continue;
+                double ms = 0;
+                if (time_into(t, &(Issue){.window = true, .mlp = r, .reader = j, .shape = k}, &ms) != 0) return -1;
+                if (ms >= 0 && (best < 0 || ms < best)) best = ms, tiles[j] = k;
+            }
+            implicit = best < 0 || implicit < 0 ? -1 : implicit + best;
+        }
+        t->report->windows++;
+        if (implicit < 0 || (patches >= 0 && patches <= implicit)) tiles[0] = -1;
+    }
+    devexec_choose_window(t->e, r, tiles[0] >= 0 ? tiles : NULL);
+    window_choice(w, tiles[0] >= 0 ? tiles : NULL, choice, sizeof choice);
+    add(t, TUNE_WINDOW, key, choice, tiles[0] >= 0 ? implicit : patches);
+    return 0;
+}
+
 int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budget_s,
                  TuneFile *out, AutotuneReport *report)
 {
@@ -394,6 +518,8 @@ int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budge
                                                 : tune_launch(&t, (PlanGraphId)gid, i);
         for (int r = 0; r < plan->nmlps && rc == 0; r++)    /* against its steps' choices */
             if ((int)plan->mlps[r].graph == gid) rc = tune_mlp(&t, r);
+        for (int r = 0; r < plan->nwindows && rc == 0; r++)
+            if ((int)plan->windows[r].graph == gid) rc = tune_window(&t, r);
     }
     if (rc == 0 && ops->sync) rc = ops->sync(t.d);
     if (t.from) ops->fence_free(t.d, t.from);
@@ -460,6 +586,17 @@ int autotune_resolve(const Plan *plan, const int64_t *symvals, int arch, const T
         else if (out->mlp_shape[r] >= 0 && arch < 80)
             rc = refuse(why, why_len, "a fused MLP kernel needs sm_80 or later:", ch->choice);
     }
+    for (int r = 0; r < plan->nwindows && rc == 0; r++) {
+        char key[TUNE_TOKEN_MAX + 1];
+        int *tiles = &out->window_tile[r * PLAN_WINDOW_MAX_READERS];
+        window_key(plan, &plan->windows[r], symvals, key, sizeof key);
+        const TuneChoice *ch = tune_find(t, TUNE_WINDOW, key);
+        if (!ch) rc = refuse(why, why_len, "no choice for the convolution's patches", key);
+        else if (!parse_window_choice(ch->choice, &plan->windows[r], tiles))
+            rc = refuse(why, why_len, "not an implicit-GEMM choice the tuner writes:", ch->choice);
+        else if (tiles[0] >= 0 && arch < 80)
+            rc = refuse(why, why_len, "an implicit GEMM kernel needs sm_80 or later:", ch->choice);
+    }
     if (rc != 0) plan_choices_free(out);
     return rc;
 }
@@ -488,6 +625,10 @@ int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const Tune
                 devexec_choose(e, (PlanGraphId)gid, i, &c.step[gid][i]);
     }
     for (int r = 0; r < plan->nmlps; r++) devexec_choose_mlp(e, r, c.mlp_shape[r]);
+    for (int r = 0; r < plan->nwindows; r++) {
+        const int *tiles = &c.window_tile[r * PLAN_WINDOW_MAX_READERS];
+        devexec_choose_window(e, r, tiles[0] >= 0 ? tiles : NULL);
+    }
     plan_choices_free(&c);
     return 0;
 }
@@ -522,6 +663,12 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
         if (!tune_find(out, TUNE_MLP, key) && !tune_add(out, TUNE_MLP, key, choice, -1, why, sizeof why))
             CGC_INTERNAL("autotune: %s", why);
     }
+    for (int r = 0; r < plan->nwindows; r++) {
+        window_key(plan, &plan->windows[r], symvals, key, sizeof key);
+        window_choice(&plan->windows[r], NULL, choice, sizeof choice);
+        if (!tune_find(out, TUNE_WINDOW, key) && !tune_add(out, TUNE_WINDOW, key, choice, -1, why, sizeof why))
+            CGC_INTERNAL("autotune: %s", why);
+    }
     out->tuning_ms = -1;
 }
 
@@ -534,7 +681,7 @@ void autotune_explain(const Plan *plan, FILE *out)
     autotune_heuristics(plan, symvals, &t);
     int count[TUNE_NKINDS] = {0};
     for (int i = 0; i < t.nchoices; i++) count[t.choices[i].kind]++;
-    static const char *const kind_name[TUNE_NKINDS] = {"gemm", "kernel", "mlp"};
+    static const char *const kind_name[TUNE_NKINDS] = {"gemm", "kernel", "mlp", "window"};
     int generated = plan->mlp_kernels_from - plan->gemm_kernels_from;
     fprintf(out, "\nAutotune: %d kernels and %d GEMM shapes of the training step have a "
                  "choice. On a GPU\neach is timed and the fastest is kept in the cache "
@@ -560,6 +707,10 @@ void autotune_explain(const Plan *plan, FILE *out)
                      "kernels here, in %d\nshapes).\n",
                 plan->nmlps, plan->nmlps - backward, backward, plan->nkernels - plan->mlp_kernels_from,
                 PLAN_MLP_SHAPES);
+    if (plan->nwindows > 0)
+        fprintf(out, "From sm_80 too, %d convolution%s patches: the UNFOLD and the GEMMs that read "
+                     "them against\nimplicit GEMMs gathering from the image (among the kernels above), "
+                     "the UNFOLD skipped.\n", plan->nwindows, plan->nwindows == 1 ? "'s" : "s'");
     fprintf(out, "Nothing is timed here: these are the choices before tuning.\n");
     fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
     for (int i = 0; i < t.nchoices; i++)

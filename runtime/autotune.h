@@ -18,7 +18,14 @@
  *     32 or 64 rows per block (in the same module as the generated GEMMs). Its key names
  *     the batch and the layers ("m64.f16_512_128r_10": k 512, widths 128 with bias +
  *     relu, then 10; "m256.bwd_bf16_10_128_128_128": the input gradients from a width
- *     of 10), its choice is "steps" or "fused:rows16" (32, 64).
+ *     of 10), its choice is "steps" or "fused:rows16" (32, 64);
+ *   - on sm_80 and later, for each convolution whose patches only generated GEMMs read
+ *     (Plan.windows, codegen/gemm_tc.c): the UNFOLD step and its readers, each by the
+ *     choice just made for it, against the readers' implicit-GEMM kernels gathering from
+ *     the image, each reader's fastest tile shape, the UNFOLD skipped. Its key names the
+ *     batch and the readers' kernels ("window.b64.nt_bf16_to_bf16_patches_a_c1h28w28_
+ *     k3s1p1d1+tn_..."), its choice is "patches" or "implicit:64x64x32+32x64x32" (a
+ *     tile shape per reader).
  * Not yet: the kernels' own block sizes.
  *
  * Tuning runs on the arena before the tensors are initialised: each candidate is issued
@@ -38,6 +45,7 @@ enum { AUTOTUNE_GRID_FACTORS = 4 };     /* items per block x 1, 2, 4, 8 */
 
 typedef struct AutotuneReport {
     int kernels, gemms, mlps;   /* choices timed (mlps: fused MLP runs) */
+    int windows;                /* implicit-GEMM runs timed */
     int candidates;             /* candidates timed in all */
     int untimed;                /* left to heuristics: the budget ran out */
     int refused;                /* candidates the device refused (left out): GEMM
@@ -54,6 +62,8 @@ uint64_t autotune_plan_hash(const Plan *plan, int64_t batch);
  * "m64.n128.k784.b1.nt.bf16.bf16.bf16.f32acc.relu_bias" (sizes, batch, transposes of A
  * and B, types of A, B and C, compute, epilogue). Steps with one key share one choice. */
 void autotune_gemm_key(const PlanGemm *g, const int64_t *symvals, char *buf, size_t len);
+/* Implicit-GEMM run R's key (Plan.windows): "window.b64." and its readers' kernels. */
+void autotune_window_key(const Plan *plan, int r, const int64_t *symvals, char *buf, size_t len);
 
 /* Times the candidates of every step of PLAN's training graphs with the symbols at
  * their training values (FEED) and puts the fastest in force; OUT (tune_init'd) receives

@@ -40,6 +40,8 @@ struct DevExec {
     int64_t *items;
     PlanStepChoice *gemm[PG_NUM];
     int *mlp;                   /* per fused MLP run (Plan.mlps): its shape + 1, 0: its steps */
+    int *window;                /* per implicit-GEMM run (Plan.windows), reader by reader
+                                 * (PLAN_WINDOW_MAX_READERS each): its tile shape, -1 off */
     int *born[PG_NUM];          /* per graph, the activations each step is the first to
                                  * name (births): mark_undefined */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
@@ -337,6 +339,8 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     for (int g = 0; g < PG_NUM; g++)
         e->gemm[g] = xcalloc((size_t)(plan->graph[g].nsteps + 1), sizeof *e->gemm[g]);
     e->mlp = xcalloc((size_t)plan->nmlps + 1, sizeof *e->mlp);
+    e->window = xmalloc(((size_t)plan->nwindows * PLAN_WINDOW_MAX_READERS + 1) * sizeof *e->window);
+    for (int j = 0; j < plan->nwindows * PLAN_WINDOW_MAX_READERS; j++) e->window[j] = -1;
     e->reuse = reuse;
     layout(e);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
@@ -386,6 +390,7 @@ void devexec_free(DevExec *e)
         free(e->born[g]);
     }
     free(e->mlp);
+    free(e->window);
     free(e);
 }
 
@@ -504,11 +509,10 @@ DeviceSite devexec_gemm_site(const DevExec *e, const PlanStep *s, const GemmCall
                                                                             : "cublasLtMatmul");
 }
 
-/* GEMM step S computed by the generated kernel of tile shape TILE (plan.h's ABI for
- * them: c, a, b, bias, aux, m, n, k; a block per tile of C). */
-static int run_gemm_kernel(DevExec *e, const PlanStep *s, const GemmCall *c, int tile)
+/* GEMM step S computed by generated kernel K of tile shape TILE (plan.h's ABI for them:
+ * c, a, b, bias, aux, m, n, k; a block per tile of C). */
+static int run_gemm_kernel(DevExec *e, const PlanStep *s, const GemmCall *c, int k, int tile)
 {
-    int k = s->gemm.tile_kernel[tile];
     CGC_ASSERT(k >= 0 && k < e->plan->nkernels && e->gemm_kernels_loaded);
     DevPtr ptr[5] = {c->c, c->a, c->b, c->bias, c->aux};
     int64_t dims[3] = {c->m, c->n, c->k};
@@ -525,13 +529,61 @@ static int run_gemm(DevExec *e, const PlanStep *s, const PlanStepChoice *choice)
     GemmCall c = devexec_gemm_call(e, s);
     c.algo = choice->algo;
     if (c.m == 0 || c.n == 0 || c.batch == 0) return 0;   /* nothing to write */
-    if (choice->tile > 0) return run_gemm_kernel(e, s, &c, choice->tile - 1);
+    int tile = choice->tile - 1;
+    if (tile >= 0) return run_gemm_kernel(e, s, &c, s->gemm.tile_kernel[tile], tile);
     DeviceSite site = devexec_gemm_site(e, s, &c);
     return e->d->ops->gemm(e->d, &c, &site);
 }
 
+/* Reader J of implicit-GEMM run R by its kernel of tile shape TILE: the GEMM with the
+ * image in place of the patches. */
+static int run_window_kernel(DevExec *e, int r, int j, int tile)
+{
+    const PlanWindow *w = &e->plan->windows[r];
+    const PlanStep *s = &e->plan->graph[w->graph].steps[w->reader[j]];
+    GemmCall c = devexec_gemm_call(e, s);
+    if (c.m == 0 || c.n == 0) return 0;   /* nothing to write */
+    DevPtr image = devexec_buffer(e, w->image);
+    if (w->operand[j] == 'a') c.a = image;
+    else c.b = image;
+    return run_gemm_kernel(e, s, &c, w->kernel[j][tile], tile);
+}
+
+int devexec_window(DevExec *e, int r, int j, int tile)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nwindows);
+    const PlanWindow *w = &e->plan->windows[r];
+    CGC_ASSERT(j >= 0 && j < w->nreaders && tile < PLAN_GEMM_TILES);
+    if (tile >= 0) return run_window_kernel(e, r, j, tile);
+    const PlanStep *s = &e->plan->graph[w->graph].steps[w->reader[j]];
+    return run_gemm(e, s, &e->gemm[w->graph][w->reader[j]]);
+}
+
+void devexec_choose_window(DevExec *e, int r, const int *tiles)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nwindows);
+    const PlanWindow *w = &e->plan->windows[r];
+    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) {
+        int t = tiles && j < w->nreaders ? tiles[j] : -1;
+        CGC_ASSERT(t < 0 || (t < PLAN_GEMM_TILES && w->kernel[j][t] >= 0 && e->gemm_kernels_loaded));
+        e->window[r * PLAN_WINDOW_MAX_READERS + j] = t;
+    }
+}
+
+/* Whether implicit-GEMM run R is on (its first reader's tile, as they all are or none). */
+static bool window_on(const DevExec *e, int r) { return e->window[r * PLAN_WINDOW_MAX_READERS] >= 0; }
+
+const char *devexec_window_kernel(const DevExec *e, int r, int j)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nwindows);
+    int t = e->window[r * PLAN_WINDOW_MAX_READERS + j];
+    return t >= 0 ? e->plan->kernels[e->plan->windows[r].kernel[j][t]].name : NULL;
+}
+
 const char *devexec_gemm_kernel(const DevExec *e, PlanGraphId gid, int i)
 {
+    int j, r = plan_window_reader(e->plan, gid, i, &j);
+    if (r >= 0 && window_on(e, r)) return devexec_window_kernel(e, r, j);
     const PlanStep *s = &e->plan->graph[gid].steps[i];
     int tile = e->gemm[gid][i].tile;
     return tile > 0 ? e->plan->kernels[s->gemm.tile_kernel[tile - 1]].name : NULL;
@@ -645,6 +697,12 @@ int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const 
     return rc;
 }
 
+PlanStepChoice devexec_choice_of(const DevExec *e, PlanGraphId gid, int i)
+{
+    const PlanStep *s = &e->plan->graph[gid].steps[i];
+    return s->kind == STEP_GEMM ? e->gemm[gid][i] : (PlanStepChoice){.items = e->items[s->launch.kernel]};
+}
+
 void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
 {
     const PlanStep *s = &e->plan->graph[gid].steps[i];
@@ -657,11 +715,20 @@ void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
 }
 
 /* What devexec_run issues for step I of GID with the choices in force: the step itself,
- * its fused MLP run's kernel (*RUN: the run), or nothing (a later layer of a fused run). */
-typedef enum Issue { ISSUE_STEP, ISSUE_RUN, ISSUE_NOTHING } Issue;
+ * its fused MLP run's kernel (*RUN: the run), nothing (a later layer of a fused run; the
+ * UNFOLD of an implicit-GEMM run that is on), or an implicit GEMM's kernel (*RUN: the
+ * run, *READER: which reader). */
+typedef enum Issue { ISSUE_STEP, ISSUE_RUN, ISSUE_NOTHING, ISSUE_WINDOW } Issue;
 
-static Issue issue_of(const DevExec *e, PlanGraphId gid, int i, int *run)
+static Issue issue_of(const DevExec *e, PlanGraphId gid, int i, int *run, int *reader)
 {
+    int w = plan_window_at(e->plan, gid, i);
+    if (w >= 0 && window_on(e, w)) return ISSUE_NOTHING;
+    w = plan_window_reader(e->plan, gid, i, reader);
+    if (w >= 0 && window_on(e, w)) {
+        *run = w;
+        return ISSUE_WINDOW;
+    }
     int r = *run = plan_mlp_layer_of(e->plan, gid, i);
     if (r < 0 || e->mlp[r] == 0) return ISSUE_STEP;
     return e->plan->mlps[r].step[0] == i ? ISSUE_RUN : ISSUE_NOTHING;
@@ -670,11 +737,11 @@ static Issue issue_of(const DevExec *e, PlanGraphId gid, int i, int *run)
 int devexec_launches(const DevExec *e, PlanGraphId gid, int *gemms)
 {
     const PlanGraph *pg = &e->plan->graph[gid];
-    int n = 0, ng = 0, r;
+    int n = 0, ng = 0, r, j;
     for (int i = 0; i < pg->nsteps; i++) {
-        Issue what = issue_of(e, gid, i, &r);
+        Issue what = issue_of(e, gid, i, &r, &j);
         n += what != ISSUE_NOTHING;
-        ng += what == ISSUE_RUN || (what == ISSUE_STEP && pg->steps[i].kind == STEP_GEMM);
+        ng += what == ISSUE_RUN || what == ISSUE_WINDOW || (what == ISSUE_STEP && pg->steps[i].kind == STEP_GEMM);
     }
     if (gemms) *gemms = ng;
     return n;
@@ -732,10 +799,20 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     int gid = graph_id(e, pg);
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
-        int r;
-        Issue what = issue_of(e, (PlanGraphId)gid, i, &r);
+        int r, j;
+        Issue what = issue_of(e, (PlanGraphId)gid, i, &r, &j);
+        if (what == ISSUE_NOTHING && plan_window_at(e->plan, (PlanGraphId)gid, i) >= 0)
+            mark_born(e, (PlanGraphId)gid, i);      /* the patches, never written */
         if (what == ISSUE_NOTHING) continue;        /* a later layer: done at the run's first */
         mark_born(e, (PlanGraphId)gid, i);
+        if (what == ISSUE_WINDOW) {                 /* the GEMM, gathering from the image */
+            DevTimedEvent ev = {s->what, devexec_window_kernel(e, r, j), g->name, s->loc.line, true};
+            int tile = e->window[r * PLAN_WINDOW_MAX_READERS + j];
+            if ((e->timing && timed_begin(e, &ev) != 0) || run_window_kernel(e, r, j, tile) != 0 ||
+                (e->timing && timed_end(e) != 0))
+                return -1;
+            continue;
+        }
         if (what == ISSUE_RUN) {                    /* the run's layers in one launch */
             DevTimedEvent ev = {s->what, devexec_mlp_kernel(e, r), g->name, s->loc.line, true};
             if ((e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||

@@ -67,14 +67,26 @@ bool devexec_gemm_kernels_loaded(const DevExec *e);
 int devexec_mlp(DevExec *e, int r, int shape);
 void devexec_choose_mlp(DevExec *e, int r, int shape);
 const char *devexec_mlp_kernel(const DevExec *e, int r);
+/* Implicit-GEMM run R of the plan (Plan.windows): TILE >= 0 runs reader J's kernel of
+ * that tile shape (the GEMM gathering from the image), -1 reader J's GEMM step with the
+ * choice in force (issued alone, for timing). devexec_choose_window puts TILES (one per
+ * reader, each >= 0; NULL: the run off, the default) in force for devexec_run: the UNFOLD
+ * step skipped, every reader by its kernel. devexec_window_kernel: reader J's kernel in
+ * force, or NULL. */
+int devexec_window(DevExec *e, int r, int j, int tile);
+void devexec_choose_window(DevExec *e, int r, const int *tiles);
+const char *devexec_window_kernel(const DevExec *e, int r, int j);
 /* The launches a run of graph GID issues with the choices in force (each fused MLP run
- * one, its later layers none), and in *GEMMS (when not NULL) how many of them are GEMMs:
- * cuBLAS calls, generated GEMM kernels and fused MLP kernels. */
+ * one, its later layers none, an implicit-GEMM run's UNFOLD none), and in *GEMMS (when
+ * not NULL) how many of them are GEMMs: cuBLAS calls, generated GEMM kernels (implicit
+ * ones too) and fused MLP kernels. */
 int devexec_launches(const DevExec *e, PlanGraphId gid, int *gemms);
 /* Binds FEED's symbols (as devexec_run does first), for devexec_step. */
 int devexec_bind(DevExec *e, const DevFeed *feed);
 /* Issues step I of graph GID alone, with choice C (NULL: the choice in force). */
 int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const PlanStepChoice *c);
+/* The choice in force for step I of graph GID. */
+PlanStepChoice devexec_choice_of(const DevExec *e, PlanGraphId gid, int i);
 /* Puts choice C in force for step I of graph GID (for a launch: for its kernel). */
 void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c);
 /* The grid launch L gets with the bound symbols, with ITEMS per block (0: the choice in

@@ -405,8 +405,13 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         tune_free(&want);
         return -1;
     }
-    say_autotune(t, "%d candidates timed for %d kernels, %d GEMMs and %d fused MLP runs in %.1f s",
-                 r.candidates, r.kernels, r.gemms, r.mlps, r.seconds);
+    if (plan->nwindows == 0)
+        say_autotune(t, "%d candidates timed for %d kernels, %d GEMMs and %d fused MLP runs in %.1f s",
+                     r.candidates, r.kernels, r.gemms, r.mlps, r.seconds);
+    else
+        say_autotune(t, "%d candidates timed for %d kernels, %d GEMMs, %d fused MLP runs and %d "
+                        "convolutions' implicit GEMMs in %.1f s",
+                     r.candidates, r.kernels, r.gemms, r.mlps, r.windows, r.seconds);
     if (r.gemm_compile_s > 0)
         say_autotune(t, "of which %.1f s compiled the generated GEMMs and MLPs (%d kernels)",
                      r.gemm_compile_s, plan->nkernels - plan->gemm_kernels_from);

@@ -22,7 +22,7 @@
  * more than a moment (duplicates are found by a scan per choice). */
 enum { LINE_MAX_BYTES = 512, FILE_MAX_BYTES = 1 << 20, MAX_CHOICES = 8192, SLUG_MAX = 64 };
 
-static const char *const kind_name[TUNE_NKINDS] = {"gemm", "kernel", "mlp"};
+static const char *const kind_name[TUNE_NKINDS] = {"gemm", "kernel", "mlp", "window"};
 
 /* ---- names ---- */
 

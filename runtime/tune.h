@@ -55,6 +55,7 @@ typedef enum TuneKind {
     TUNE_GEMM,      /* a GEMM call: the cuBLASLt algorithm or a generated kernel's tile */
     TUNE_KERNEL,    /* a generated kernel: its launch shape */
     TUNE_MLP,       /* a fully fused MLP pass, or not */
+    TUNE_WINDOW,    /* a convolution's implicit GEMMs, or its patches */
     TUNE_NKINDS
 } TuneKind;
 

@@ -949,6 +949,61 @@ static void check_autotune_tiles(const char *file, const Override *ov, int nov)
     cache_end(saved_xdg);
 }
 
+/* The implicit-GEMM convolutions of image_windows (bf16; c1 and c3, the convolutions of
+ * groups 1) chosen through a choices file, whatever timing would choose: the run reads
+ * them back and applies them (the UNFOLD steps skipped, the readers by their kernels),
+ * and trains within 2e-2 of the default mode. test_emu_gemm checks the kernels' values,
+ * alone and in their graph, and the memory plan's liveness for them. */
+static void check_autotune_windows(void)
+{
+    printf("max-autotune with the implicit-GEMM convolutions chosen\n");
+    char file[4200], want[256], got[256], tuned[256], why[256];
+    snprintf(file, sizeof file, "%s/../tests/emu/models/image_windows.net", CGC_MODELS_DIR);
+    snprintf(want, sizeof want, "%s", tmp_path("windows-default.safetensors"));
+    snprintf(got, sizeof got, "%s", tmp_path("windows.safetensors"));
+    snprintf(tuned, sizeof tuned, "%s", tmp_path("windows.tune"));
+    Override ov[1] = {{"precision", "precision", "bf16"}};
+    char *saved_xdg = cache_start("window-cache");
+    train_default(file, ov, 1, want);
+    mode = PLAN_MAX_AUTOTUNE;
+    Model m;
+    if (model_open(&m, file, ov, 1)) {
+        CHECK_EQ_INT(m.plan->nwindows, 2);
+        int64_t symvals[IR_MAX_SYMBOLS] = {m.p->cfg.batch};
+        TuneFile t;
+        CHECK(tune_init(&t, m.p->model_name, m.d->arch, m.d->model,
+                        autotune_plan_hash(m.plan, m.p->cfg.batch), why, sizeof why));
+        autotune_heuristics(m.plan, symvals, &t);
+        for (int r = 0; r < m.plan->nwindows; r++) {
+            const PlanWindow *w = &m.plan->windows[r];
+            char key[TUNE_TOKEN_MAX + 1], name[32];
+            autotune_window_key(m.plan, r, symvals, key, sizeof key);
+            TuneChoice *c = (TuneChoice *)tune_find(&t, TUNE_WINDOW, key);
+            CHECK(c != NULL && strcmp(c->choice, "patches") == 0);    /* the heuristics' */
+            if (!c) continue;
+            int at = snprintf(c->choice, sizeof c->choice, "implicit:");
+            for (int j = 0; j < w->nreaders; j++) {
+                int tile = 0;
+                while (w->kernel[j][tile] < 0) tile++;
+                plan_gemm_tile_name(tile, name, sizeof name);
+                at += snprintf(c->choice + at, sizeof c->choice - (size_t)at, "%s%s", j ? "+" : "", name);
+            }
+        }
+        CHECK_EQ_INT(tune_store_file(&t, tuned, why, sizeof why), 0);
+        tune_free(&t);
+        int loads = emu_device_kernel_loads(m.d);
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .tune_file = tuned}), 0);
+        const char *err = capture_end();
+        CHECK(strstr(err, "timing the") == NULL);
+        if (strstr(err, "timing the")) fprintf(stderr, "%s", err);
+        CHECK_EQ_INT(emu_device_kernel_loads(m.d), loads + 1);   /* the generated kernels */
+        compare_checkpoints(got, want, 2e-2);
+    }
+    model_close(&m);
+    cache_end(saved_xdg);
+}
+
 /* A tuning run of M (odd_mlp at batch 80), whose stderr must hold NEED, trains into GOT
  * as the default mode did into WANT; the choices it wrote hold one fused MLP choice,
  * timed, and no generated kernel unless GENERATED. */
@@ -1279,6 +1334,7 @@ int main(int argc, char **argv)
                          {"steps", "steps", "12"}};
     check_autotune_tiles("mlp.net", tiles, 3);
     check_autotune_mlp();
+    check_autotune_windows();
     mode = PLAN_DEFAULT;
     check_profile("regression.net", prof, 3);
     check_step_times();

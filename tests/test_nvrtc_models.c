@@ -112,5 +112,9 @@ int main(void)
     char act[1024];
     snprintf(act, sizeof act, "%s/../tests/models/act_mlp.net", CGC_MODELS_DIR);
     compile_model(act, "act_mlp.net", "fp16", PLAN_MAX_AUTOTUNE, true, &ARCHS[0], 1);
+    /* the convolutions' GEMMs over the batch's rows and their implicit GEMMs */
+    char cnn[1024];
+    snprintf(cnn, sizeof cnn, "%s/cnn.net", CGC_MODELS_DIR);
+    compile_model(cnn, "cnn.net", "bf16", PLAN_MAX_AUTOTUNE, true, &ARCHS[0], 1);
     return check_result();
 }

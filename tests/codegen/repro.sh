@@ -15,7 +15,8 @@
 # small f32 model whose GELU layer is a cuBLASLt GEMM with the aux output; in
 # max-autotune, regression.net with the heuristics' choices, mlp.net with tuned ones
 # (--tune-file: a grid, a generated GEMM, cuBLASLt algorithms, the fused MLP) and
-# narrow_mlp.net with both fused MLP kernels (forward, input gradients), the
+# narrow_mlp.net with both fused MLP kernels (forward, input gradients), cnn.net (bf16)
+# with both convolutions' implicit GEMMs (the UNFOLD steps skipped), the
 # Makefile's ARCH, what --check and a CPU training run say of --tune-file, and the
 # --tune-file files that are refused. Running ./repro needs a GPU; this checks the build
 # only. Exit 77 (skipped) without nvcc.
@@ -123,11 +124,31 @@ fi
 # shellcheck disable=SC2086
 case_ mlp_tuned "$ROOT/models/mlp.net" $TUNED_FLAGS --tune-file "$OUT/tuned.tune"
 
+# cnn.net in bf16 with both convolutions' implicit GEMMs chosen: each UNFOLD skipped, its
+# readers launched with the image for the patches (their smallest tile shape, which
+# every reader has).
+CNN_FLAGS="--mode max-autotune --precision bf16"
+# shellcheck disable=SC2086
+if "$CGC" "$ROOT/models/cnn.net" $CNN_FLAGS --check --arch none --emit "$OUT/cnn_heur" -q > "$OUT/cnn_heur.log" 2>&1; then
+    sed -e 's/^device sm_90 .*/device sm_90 NVIDIA H100 80GB HBM3/' -e 's/^tuning none$/tuning 2210.0 ms/' \
+        -e 's/^\(window [^ ]*\) patches -$/\1 implicit:32x64x32+32x64x32 0.0105/' \
+        "$OUT/cnn_heur/autotune.tune" > "$OUT/cnn_tuned.tune"
+    [ "$(diff "$OUT/cnn_heur/autotune.tune" "$OUT/cnn_tuned.tune" | grep -c '^>')" = 4 ] ||
+        fail "cnn_implicit: the tuned file's fixture did not change 4 lines"
+else
+    fail "cnn_implicit: cgc --emit for the heuristics' choices"; cat "$OUT/cnn_heur.log"
+fi
+# shellcheck disable=SC2086
+case_ cnn_implicit "$ROOT/models/cnn.net" $CNN_FLAGS --tune-file "$OUT/cnn_tuned.tune"
+
 # What each case's repro.c says and does.
 want() {   # want CASE TEXT: repro.c of CASE contains the fixed string TEXT
     grep -qF -- "$2" "$OUT/$1/repro/repro.c" || fail "$1: repro.c lacks: $2"
 }
 want mlp '#define SOURCE_NAME "mlp-__MARKER__.net"'
+want cnn_implicit ': the patches, not written: their readers gather them from the image */'
+want cnn_implicit 'by the generated implicit-GEMM kernel (the autotune choice)'
+want cnn_implicit '"gemm_tc_tn_bf16_to_bf16_patches_b_c32h14w14_k3s1p1d1_32x64x32",'
 want mlp 'mode default, precision fp16, batch 64, accumulate 2, seed 42;'
 want mlp 'if (k < ACCUMULATE - 1) run_train_micro(micro_step);'
 want mlp '.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS'

@@ -42,6 +42,8 @@ static int kernels_run[PLAN_GEMM_TILES], mlp_kernels_run[2][PLAN_MLP_SHAPES];   
 static int graphs_run;      /* backward runs checked inside their graph */
 static int epilogues_run[GEMM_EPI_GELU_BIAS + 1];
 static int folded_run[2];   /* kernels run on GEMMs with batch dims folded into [m, k] */
+static int windows_run[2];  /* implicit-GEMM kernels run, gathering A (the product) or B */
+static int windows_in_graph;    /* implicit-GEMM runs checked inside their graph */
 
 /* ---- values: exact in f16 and bf16 ---- */
 
@@ -292,14 +294,19 @@ static void count_issued(void *ctx, const DevTimedEvent *ev, double start, doubl
  * still run), where check_mlp checks each kernel on its own. The arena has no reuse, so every stored value is still there
  * after the run. Each run's launches and GEMMs, as the timing records them, are the ones
  * devexec_launches counts (--bench's and -v's "as run"), fewer by the later layers. */
-static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed,
-                                    const int64_t *symmax)
+/* Puts the candidates a graph check compares in force (ON) or not. */
+typedef void (*ChooseFn)(const Plan *plan, DevExec *e, bool on);
+
+/* The train graph run whole from the same buffers twice, CHOOSE off then on: every value
+ * it stores (but the buffers SKIP marks) agrees, and the second run issues FEWER
+ * launches, as many of them GEMMs fewer (devexec_launches's counts, against what the
+ * timing records). Returns the values compared. */
+static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax,
+                            ChooseFn choose, int fewer, int fewer_gemms, const bool *skip, const char *with)
 {
     Device *d = devexec_device(e);
     const IrGraph *train = plan->graph[PG_TRAIN].ir;
-    int nb = plan->nbuffers, runs = 0, compared = 0;
-    for (int r = 0; r < plan->nmlps; r++) runs += plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN;
-    if (runs == 0) return;
+    int nb = plan->nbuffers, compared = 0;
     size_t *bytes = calloc((size_t)nb, sizeof *bytes);
     void **start = calloc((size_t)nb, sizeof *start);
     Matrix *x = calloc((size_t)nb, sizeof *x);
@@ -311,14 +318,10 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
                         .got = malloc(bytes[b])};
     }
     Issued counted[2];
-    int fewer = 0;      /* launches the fused kernels save: each run's later layers */
-    for (int r = 0; r < plan->nmlps; r++)
-        if (plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN) fewer += plan->mlps[r].nlayers - 1;
-    for (int pass = 0; pass < 2; pass++) {      /* the steps, then the fused kernels */
+    for (int pass = 0; pass < 2; pass++) {      /* the steps, then the candidates */
         for (int b = 0; b < nb; b++)
             if (start[b]) CHECK_EQ_INT(d->ops->upload(d, x[b].at, start[b], bytes[b]), 0);
-        for (int r = 0; r < plan->nmlps; r++)
-            devexec_choose_mlp(e, r, pass && plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN ? 0 : -1);
+        choose(plan, e, pass == 1);
         Issued issued = {0};
         counted[pass].launches = devexec_launches(e, PG_TRAIN, &counted[pass].gemms);
         CHECK_EQ_INT(devexec_timing_start(e), 0);
@@ -329,11 +332,13 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
         for (int b = 0; b < nb; b++)
             if (start[b]) CHECK_EQ_INT(d->ops->download(d, pass ? x[b].got : x[b].want, x[b].at, bytes[b]), 0);
     }
+    choose(plan, e, false);
     for (int b = 0; b < nb; b++) {
         const PlanBuffer *pb = &plan->buffers[b];
-        if (!start[b] || pb->kind != PB_NODE || pb->graph != PG_TRAIN || pb->dtype == DT_I32) continue;
+        if (!start[b] || (skip && skip[b]) || pb->kind != PB_NODE || pb->graph != PG_TRAIN || pb->dtype == DT_I32)
+            continue;
         char what[256];
-        snprintf(what, sizeof what, "train graph with the fused backward kernels: buffer %d (%s)", b, pb->what);
+        snprintf(what, sizeof what, "train graph with %s: buffer %d (%s)", with, b, pb->what);
         int64_t n = (int64_t)(bytes[b] / ir_dtype_size(pb->dtype));
         CHECK_EQ_INT(on_cuda ? compare_l2(&x[b], pb->dtype, n, what) : compare(&x[b], pb->dtype, n, what), 0);
         compared++;
@@ -341,8 +346,7 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
     CHECK(compared > 0);
     CHECK_EQ_INT(counted[0].launches, plan->graph[PG_TRAIN].nsteps);
     CHECK_EQ_INT(counted[1].launches, counted[0].launches - fewer);
-    CHECK_EQ_INT(counted[1].gemms, counted[0].gemms - fewer);
-    for (int r = 0; r < plan->nmlps; r++) devexec_choose_mlp(e, r, -1);
+    CHECK_EQ_INT(counted[1].gemms, counted[0].gemms - fewer_gemms);
     for (int b = 0; b < nb; b++) {
         free(start[b]);
         free(x[b].want);
@@ -351,7 +355,119 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
     free(start);
     free(x);
     free(bytes);
+    return compared;
+}
+
+static void choose_backward_runs(const Plan *plan, DevExec *e, bool on)
+{
+    for (int r = 0; r < plan->nmlps; r++)
+        devexec_choose_mlp(e, r, on && plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN ? 0 : -1);
+}
+
+static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed,
+                                    const int64_t *symmax)
+{
+    int runs = 0, fewer = 0;    /* fewer: the launches the fused kernels save, their later layers */
+    for (int r = 0; r < plan->nmlps; r++)
+        if (plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN) runs++, fewer += plan->mlps[r].nlayers - 1;
+    if (runs == 0) return;
+    compare_in_graph(plan, e, feed, symmax, choose_backward_runs, fewer, fewer, NULL,
+                     "the fused backward kernels");
     graphs_run += runs;
+}
+
+/* ---- implicit-GEMM convolutions ----
+ * Each reader's kernel in each tile shape against the library on the patches the UNFOLD
+ * step made of the image (C first NaN); then the train graph with every run on (the
+ * UNFOLD skipped, its buffer NaN under the emulation: a reader still reading it would
+ * fail) against the graph with the patches. */
+static void check_window(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
+{
+    Device *d = devexec_device(e);
+    const PlanWindow *w = &plan->windows[r];
+    CHECK_EQ_INT(devexec_step(e, w->graph, w->unfold, feed, NULL), 0);
+    for (int j = 0; j < w->nreaders; j++) {
+        const PlanStep *s = &plan->graph[w->graph].steps[w->reader[j]];
+        GemmCall call = devexec_gemm_call(e, s);
+        Matrix c = {.at = call.c, .bytes = (size_t)(call.m * call.n) * ir_dtype_size(s->gemm.c_type)};
+        c.want = malloc(c.bytes);
+        c.got = malloc(c.bytes);
+        CHECK_EQ_INT(devexec_step(e, w->graph, w->reader[j], feed, &(PlanStepChoice){0}), 0);
+        CHECK_EQ_INT(d->ops->download(d, c.want, c.at, c.bytes), 0);
+        for (int t = 0; t < PLAN_GEMM_TILES; t++) {
+            if (w->kernel[j][t] < 0) continue;
+            poison(d, &c);
+            CHECK_EQ_INT(devexec_window(e, r, j, t), 0);
+            CHECK_EQ_INT(d->ops->download(d, c.got, c.at, c.bytes), 0);
+            char what[256];
+            snprintf(what, sizeof what, "%s (%s, m %lld n %lld k %lld)", plan->kernels[w->kernel[j][t]].name,
+                     s->what, (long long)call.m, (long long)call.n, (long long)call.k);
+            CHECK_EQ_INT(compare(&c, s->gemm.c_type, call.m * call.n, what), 0);
+            windows_run[w->operand[j] == 'b']++;
+        }
+        free(c.want);
+        free(c.got);
+    }
+}
+
+static void choose_windows(const Plan *plan, DevExec *e, bool on)
+{
+    for (int r = 0; r < plan->nwindows; r++) {
+        int tiles[PLAN_WINDOW_MAX_READERS];
+        for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) {
+            tiles[j] = -1;
+            for (int t = 0; t < PLAN_GEMM_TILES && j < plan->windows[r].nreaders && tiles[j] < 0; t++)
+                if (plan->windows[r].kernel[j][t] >= 0) tiles[j] = t;
+        }
+        devexec_choose_window(e, r, on && plan->windows[r].graph == PG_TRAIN ? tiles : NULL);
+    }
+}
+
+/* The memory plan with reuse, as training lays it out: nothing born between a run's
+ * UNFOLD and its last reader shares the image's memory, which an implicit GEMM reads
+ * there (the unshared arena above cannot show this). */
+static void check_window_liveness(const Plan *plan, const int64_t *symmax)
+{
+    PlanLayout lay;
+    plan_layout(plan, symmax, true, &lay);
+    for (int r = 0; r < plan->nwindows; r++) {
+        const PlanWindow *w = &plan->windows[r];
+        int *first = malloc((size_t)plan->nbuffers * sizeof *first);
+        plan_first_steps(plan, w->graph, first);
+        size_t at = lay.offset[w->image], end = at + plan_buffer_bytes(plan, w->image, symmax);
+        int bad = 0;
+        for (int b = 0; b < plan->nbuffers; b++) {
+            size_t bat = lay.offset[b], bend = bat + plan_buffer_bytes(plan, b, symmax);
+            bool between = first[b] > w->unfold && first[b] <= w->reader[w->nreaders - 1];
+            if (b != w->image && between && bat < end && at < bend && bad++ == 0)
+                fprintf(stderr, "  buffer %d (%s), born at step %d, shares the image b%d's memory before "
+                                "its last reader (step %d)\n", b, plan->buffers[b].what, first[b] + 1,
+                        w->image, w->reader[w->nreaders - 1] + 1);
+        }
+        CHECK_EQ_INT(bad, 0);
+        free(first);
+    }
+    plan_layout_free(&lay);
+}
+
+static void check_windows_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax)
+{
+    int runs = 0, readers = 0;
+    bool *skip = calloc((size_t)plan->nbuffers + 1, sizeof *skip);
+    for (int r = 0; r < plan->nwindows; r++) {
+        const PlanWindow *w = &plan->windows[r];
+        if (w->graph != PG_TRAIN) continue;
+        runs++, readers += w->nreaders;
+        const PlanStep *u = &plan->graph[PG_TRAIN].steps[w->unfold];
+        skip[plan_buffer_root(plan, plan->graph[PG_TRAIN].node_buffer[u->node])] = true;
+    }
+    if (runs > 0) {
+        /* a launch fewer per run (the UNFOLD); the readers are still GEMMs */
+        compare_in_graph(plan, e, feed, symmax, choose_windows, runs, 0, skip, "implicit GEMMs");
+        graphs_run += runs;
+        windows_in_graph += runs;
+    }
+    free(skip);
 }
 
 /* ---- one case ---- */
@@ -421,6 +537,9 @@ static void check_case(const char *model, const char *precision, int64_t batch, 
         CHECK(gemms > 0);   /* every model here has f16 or bf16 GEMMs in its step */
         for (int r = 0; r < plan->nmlps; r++) check_mlp(plan, e, &feed, r);
         check_backward_in_graph(plan, e, &feed, symmax);
+        for (int r = 0; r < plan->nwindows; r++) check_window(plan, e, &feed, r);
+        check_windows_in_graph(plan, e, &feed, symmax);
+        check_window_liveness(plan, symmax);
         devexec_free(e);
     }
     if (d) d->ops->close(d);
@@ -488,5 +607,6 @@ int main(int argc, char **argv)
     CHECK(graphs_run >= 6);
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
     CHECK(folded_run[0] > 0 && folded_run[1] > 0);
+    CHECK(windows_run[0] > 0 && windows_run[1] > 0 && windows_in_graph >= 2);
     return check_result();
 }
