@@ -308,6 +308,11 @@ typedef struct IrProgram {
     IrGraph train_micro; /* training.c: accumulate > 1 only: forward, backward, += grads */
     IrGraph eval;        /* training.c: dropout off, loss, prediction, correct count */
     TrainConfig cfg;
+    /* The batch statistics (batchnorm) with the fewest values per channel in one row of
+     * the batch, and where: with one ([N, C]), a batch of one row has no unbiased
+     * variance, which the trainer refuses. stats_per_row 0: the model has none. */
+    int64_t stats_per_row;
+    SrcLoc stats_loc;
     char **strings;      int nstrings, capstrings;   /* ir_intern's pool */
     int *string_slots;   int capslots;               /* its hash table: indices, -1 free */
     int *string_tensor;  /* per pool string: the tensor of that name, or -1 */

@@ -1358,6 +1358,11 @@ static int lower_batchnorm(Sema *S, const Builtin *b, const AstExpr *call, const
     int var = channel_mean(S, ir_binary(S->g, IR_MUL, centered, centered, loc), loc);
     int rmean, rvar;
     running_stats(S, x, mean, var, m, loc, &rmean, &rvar);
+    const Shape *xs = &node_of(S, x)->shape;
+    int64_t per_row = 1;
+    for (int i = 2; i < xs->rank; i++) per_row *= xs->dim[i];
+    if (S->p->stats_per_row == 0 || per_row < S->p->stats_per_row)
+        S->p->stats_per_row = per_row, S->p->stats_loc = loc;
     int train = normalize(S, x, mean, var, weight, bias, eps, loc);
     int eval = normalize(S, x, rmean, rvar, weight, bias, eps, loc);
     return ir_mode_switch(S->g, train, eval, loc);

@@ -30,10 +30,33 @@
 
 /* ---- the plan: how many micro-batches, steps and epochs ---- */
 
+/* A batch norm over one value per channel in a row (P->stats_per_row) cannot take a
+ * micro-batch of one row: its unbiased variance divides by n - 1 = 0 (PyTorch refuses
+ * such a batch too). Every micro-batch holds cfg.batch rows, but the last of an epoch
+ * without drop_last, which holds what is left. */
+static int check_batch_statistics(const Trainer *t, int64_t n)
+{
+    const TrainConfig *c = &t->p->cfg;
+    int64_t last = c->drop_last ? c->batch : n % c->batch;
+    if (t->p->stats_per_row != 1 || (c->batch > 1 && last != 1)) return 0;
+    char why[160];
+    if (c->batch == 1)
+        snprintf(why, sizeof why, "batch = 1");
+    else
+        snprintf(why, sizeof why, "the last micro-batch of each epoch holds one row: %lld training "
+                 "samples in batches of %lld", (long long)n, (long long)c->batch);
+    cgc_error("%s:%d: batchnorm over one value per channel cannot take a batch of one row (%s): "
+              "its variance has no unbiased estimate; %s", t->o->net_path, t->p->stats_loc.line, why,
+              c->batch == 1 ? "use a batch of 2 or more"
+                            : "set drop_last = true, or a batch that leaves more than one row");
+    return -1;
+}
+
 static int plan(Trainer *t)
 {
     const TrainConfig *c = &t->p->cfg;
     int64_t n = t->data.train.n;
+    if (check_batch_statistics(t, n) != 0) return -1;
     t->micro_per_epoch = c->drop_last ? n / c->batch : (n + c->batch - 1) / c->batch;
     t->steps_per_epoch = t->micro_per_epoch / c->accumulate;
     t->scale_tensor = c->precision == PREC_FP16 ? ir_find_tensor(t->p, "cgc.scaler.scale") : -1;

@@ -147,5 +147,29 @@ for run in "steps.net --steps 10" "steps_in_file.net"; do
   fi
 done
 
+# A batch norm over [N, C] (one value per channel a row) refuses micro-batches of one row
+# at its line, before training: a batch of 1, or (drop_last = false) 65 samples in 8s.
+cat > "$tmp/bn.net" <<'EOF'
+model m {
+    input x: f32[N, 8]
+    input y: i32[N]
+    h = linear(x, 6)
+    b = batchnorm(h)
+    logits = linear(b, 4)
+    output logits
+    loss cross_entropy(logits, y)
+}
+train {
+    data  = synthetic(samples = 65)
+    batch = 8
+    drop_last = false
+}
+EOF
+bn_err="^cgc: error: $tmp/bn.net:5: batchnorm over one value per channel cannot take a batch of one row"
+expect "batchnorm, last batch of one" 1 "$bn_err \(the last micro-batch of each epoch holds one row: 65 training samples in batches of 8\)" -- "$tmp/bn.net" --device cpu
+expect "batchnorm, batch 1" 1 "$bn_err \(batch = 1\)" -- "$tmp/bn.net" --device cpu --batch 1
+expect "batchnorm, drop_last" 0 "done at step 8" -- "$tmp/bn.net" --device cpu --drop-last true
+expect "batchnorm, 66 samples" 0 "done at step 9" -- "$tmp/bn.net" --device cpu --data "synthetic(samples = 66)"
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
