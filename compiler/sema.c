@@ -1337,6 +1337,19 @@ static void running_stats(Sema *S, int x, int mean, int var, double m, SrcLoc lo
     ir_assign(S->g, S->p, t_count, ir_binary(S->g, IR_ADD, count, ir_const(S->g, 1, loc), loc), loc);
 }
 
+/* Records, for the trainer, batch statistics over X [N, C, ...] at LOC when its rows hold
+ * fewer values per channel than any so far (IrProgram.stats_per_row). */
+static void note_values_per_row(Sema *S, int x, SrcLoc loc)
+{
+    const Shape *xs = &node_of(S, x)->shape;
+    int64_t per_row = 1;
+    for (int i = 2; i < xs->rank; i++) per_row *= xs->dim[i];
+    if (S->p->stats_per_row == 0 || per_row < S->p->stats_per_row) {
+        S->p->stats_per_row = per_row;
+        S->p->stats_loc = loc;
+    }
+}
+
 /* batchnorm as torch's BatchNorm1d/2d: over every dimension but the channels (1). While
  * training, the batch's mean and biased variance normalize, and the running statistics
  * move toward the mean and the unbiased variance; in evaluation the running statistics
@@ -1358,11 +1371,7 @@ static int lower_batchnorm(Sema *S, const Builtin *b, const AstExpr *call, const
     int var = channel_mean(S, ir_binary(S->g, IR_MUL, centered, centered, loc), loc);
     int rmean, rvar;
     running_stats(S, x, mean, var, m, loc, &rmean, &rvar);
-    const Shape *xs = &node_of(S, x)->shape;
-    int64_t per_row = 1;
-    for (int i = 2; i < xs->rank; i++) per_row *= xs->dim[i];
-    if (S->p->stats_per_row == 0 || per_row < S->p->stats_per_row)
-        S->p->stats_per_row = per_row, S->p->stats_loc = loc;
+    note_values_per_row(S, x, loc);
     int train = normalize(S, x, mean, var, weight, bias, eps, loc);
     int eval = normalize(S, x, rmean, rvar, weight, bias, eps, loc);
     return ir_mode_switch(S->g, train, eval, loc);

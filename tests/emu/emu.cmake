@@ -63,7 +63,8 @@ endif()
 
 # max-autotune's generated tensor-core GEMMs, each against the reference GEMM.
 cgc_emu_test(test_emu_gemm emu/test_emu_gemm.c cgc_emu_device emu)
-cgc_emu_test(test_emu_gemm_asan emu/test_emu_gemm.c cgc_emu_device_asan "emu;asan" --asan mlp:fp16:37)
+cgc_emu_test(test_emu_gemm_asan emu/test_emu_gemm.c cgc_emu_device_asan "emu;asan" --asan mlp:fp16:37
+             cnn:bf16:2)
 foreach(t test_emu_gemm test_emu_gemm_asan)
   target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
 endforeach()
