@@ -77,9 +77,11 @@ foreach(schedule early shuffled)
                        ENVIRONMENT "CGC_EMU_SCHEDULE=${schedule};OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 endforeach()
 # Batches of 64k-1 and 64k+1 rows through the GEMM tiles and fused MLPs (odd_mlp's widths
-# are no multiple of 8), the blocks and warps in the shuffled order.
+# are no multiple of 8), the blocks and warps in the shuffled order; and cnn.net's
+# implicit GEMMs in fp16 with accumulation (the train_micro graph's too).
 add_test(NAME test_emu_gemm_boundary COMMAND test_emu_gemm ../tests/models/odd_mlp:fp16:63
-         narrow_mlp:bf16:65 ../tests/models/odd_mlp:bf16:129 resmlp:fp16:127)
+         narrow_mlp:bf16:65 ../tests/models/odd_mlp:bf16:129 resmlp:fp16:127
+         cnn:fp16:3:accumulate=2)
 set_tests_properties(test_emu_gemm_boundary PROPERTIES LABELS emu TIMEOUT 900
                      ENVIRONMENT "CGC_EMU_SCHEDULE=shuffled;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 # The same on a real GPU, against cuBLAS: label gpu, skipped (77) where none is usable.

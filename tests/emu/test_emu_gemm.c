@@ -21,7 +21,8 @@
  * `gpu` test test_gpu_gemm, which exits 77 where there is none): that checks the
  * fragment layout itself on the hardware.
  *
- *     test_emu_gemm [--asan | --cuda] [MODEL:PRECISION:BATCH ...]
+ *     test_emu_gemm [--asan | --cuda] [MODEL:PRECISION:BATCH[:KEY=VALUE] ...]
+ * (KEY=VALUE: a train-block setting, as "checkpoint=all")
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -298,11 +299,12 @@ static void count_issued(void *ctx, const DevTimedEvent *ev, double start, doubl
 typedef void (*ChooseFn)(const Plan *plan, DevExec *e, bool on);
 
 /* The train graph run whole from the same buffers twice, CHOOSE off then on: every value
- * it stores (but the buffers SKIP marks) agrees, and the second run issues FEWER
- * launches, as many of them GEMMs fewer (devexec_launches's counts, against what the
- * timing records). Returns the values compared. */
+ * it stores (but the buffers SKIP marks) agrees, bit for bit when EXACT, and the second
+ * run issues FEWER launches, as many of them GEMMs fewer (devexec_launches's counts,
+ * against what the timing records). Returns the values compared. */
 static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax,
-                            ChooseFn choose, int fewer, int fewer_gemms, const bool *skip, const char *with)
+                            ChooseFn choose, int fewer, int fewer_gemms, const bool *skip, bool exact,
+                            const char *with)
 {
     Device *d = devexec_device(e);
     const IrGraph *train = plan->graph[PG_TRAIN].ir;
@@ -340,7 +342,10 @@ static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, c
         char what[256];
         snprintf(what, sizeof what, "train graph with %s: buffer %d (%s)", with, b, pb->what);
         int64_t n = (int64_t)(bytes[b] / ir_dtype_size(pb->dtype));
-        CHECK_EQ_INT(on_cuda ? compare_l2(&x[b], pb->dtype, n, what) : compare(&x[b], pb->dtype, n, what), 0);
+        if (exact && memcmp(x[b].want, x[b].got, bytes[b]) != 0)
+            fprintf(stderr, "  %s: not the same bits\n", what);
+        if (exact) CHECK(memcmp(x[b].want, x[b].got, bytes[b]) == 0);
+        else CHECK_EQ_INT(on_cuda ? compare_l2(&x[b], pb->dtype, n, what) : compare(&x[b], pb->dtype, n, what), 0);
         compared++;
     }
     CHECK(compared > 0);
@@ -371,7 +376,7 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
     for (int r = 0; r < plan->nmlps; r++)
         if (plan->mlps[r].backward && plan->mlps[r].graph == PG_TRAIN) runs++, fewer += plan->mlps[r].nlayers - 1;
     if (runs == 0) return;
-    compare_in_graph(plan, e, feed, symmax, choose_backward_runs, fewer, fewer, NULL,
+    compare_in_graph(plan, e, feed, symmax, choose_backward_runs, fewer, fewer, NULL, false,
                      "the fused backward kernels");
     graphs_run += runs;
 }
@@ -380,7 +385,10 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
  * Each reader's kernel in each tile shape against the library on the patches the UNFOLD
  * step made of the image (C first NaN); then the train graph with every run on (the
  * UNFOLD skipped, its buffer NaN under the emulation: a reader still reading it would
- * fail) against the graph with the patches. */
+ * fail) against the graph with the patches, each reader by the generated kernel of the
+ * same tile shape: the same products in the same order, so every stored value must be
+ * the same bits (against the library, a product rounded the other way now and then
+ * moves the nearly cancelling sums of batch norm's backward far beyond any tolerance). */
 static void check_window(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
 {
     Device *d = devexec_device(e);
@@ -410,17 +418,28 @@ static void check_window(const Plan *plan, DevExec *e, const DevFeed *feed, int 
     }
 }
 
+/* Each run of the train graph on, each reader by its smallest tile shape; or off, each
+ * reader by the plain generated kernel of that shape. */
 static void choose_windows(const Plan *plan, DevExec *e, bool on)
 {
     for (int r = 0; r < plan->nwindows; r++) {
+        const PlanWindow *w = &plan->windows[r];
+        if (w->graph != PG_TRAIN) continue;
         int tiles[PLAN_WINDOW_MAX_READERS];
-        for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) {
-            tiles[j] = -1;
-            for (int t = 0; t < PLAN_GEMM_TILES && j < plan->windows[r].nreaders && tiles[j] < 0; t++)
-                if (plan->windows[r].kernel[j][t] >= 0) tiles[j] = t;
+        for (int j = 0; j < w->nreaders; j++) {
+            tiles[j] = 0;
+            while (w->kernel[j][tiles[j]] < 0) tiles[j]++;
+            devexec_choose(e, w->graph, w->reader[j], &(PlanStepChoice){.tile = on ? 0 : tiles[j] + 1});
         }
-        devexec_choose_window(e, r, on && plan->windows[r].graph == PG_TRAIN ? tiles : NULL);
+        devexec_choose_window(e, r, on ? tiles : NULL);
     }
+}
+
+static void unchoose_windows(const Plan *plan, DevExec *e)
+{
+    for (int r = 0; r < plan->nwindows; r++)
+        for (int j = 0; j < plan->windows[r].nreaders; j++)
+            devexec_choose(e, plan->windows[r].graph, plan->windows[r].reader[j], &(PlanStepChoice){0});
 }
 
 /* The memory plan with reuse, as training lays it out: nothing born between a run's
@@ -463,7 +482,8 @@ static void check_windows_in_graph(const Plan *plan, DevExec *e, const DevFeed *
     }
     if (runs > 0) {
         /* a launch fewer per run (the UNFOLD); the readers are still GEMMs */
-        compare_in_graph(plan, e, feed, symmax, choose_windows, runs, 0, skip, "implicit GEMMs");
+        compare_in_graph(plan, e, feed, symmax, choose_windows, runs, 0, skip, true, "implicit GEMMs");
+        unchoose_windows(plan, e);
         graphs_run += runs;
         windows_in_graph += runs;
     }
@@ -570,13 +590,14 @@ int main(int argc, char **argv)
     }
     if (first < argc) {
         for (int a = first; a < argc; a++) {
-            char model[64], precision[16];
+            char model[64], precision[16], key[32], value[32];
             long long batch;
-            if (sscanf(argv[a], "%63[^:]:%15[^:]:%lld", model, precision, &batch) != 3) {
-                fprintf(stderr, "usage: test_emu_gemm [--asan | --cuda] [MODEL:PRECISION:BATCH ...]\n");
+            int n = sscanf(argv[a], "%63[^:]:%15[^:]:%lld:%31[^=]=%31s", model, precision, &batch, key, value);
+            if (n != 3 && n != 5) {
+                fprintf(stderr, "usage: test_emu_gemm [--asan | --cuda] [MODEL:PRECISION:BATCH[:KEY=VALUE] ...]\n");
                 return 2;
             }
-            check_case(model, precision, batch, NULL, NULL);
+            check_case(model, precision, batch, n == 5 ? key : NULL, n == 5 ? value : NULL);
         }
         return check_result();
     }
