@@ -134,6 +134,20 @@ def bf16_net(path, out):
     return copy
 
 
+def window_choices(out, name):
+    """What max-autotune chose for each convolution's patches (the tune file's `window`
+    lines: `patches`, or `implicit:TILE+TILE` and its time), from the run's log OUT/NAME.log,
+    which names the tune file."""
+    import re
+    try:
+        with open(os.path.join(out, f"{name}.log")) as f:
+            m = re.search(r"the choices are in (\S+\.tune)", f.read())
+        with open(m.group(1)) as f:
+            return [" ".join(line.split()[2:]) for line in f if line.startswith("window ")]
+    except (OSError, AttributeError):
+        return []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cgc", required=True)
@@ -152,13 +166,17 @@ def main():
     train = be.load_split(a.data, "train")
     res = {"device": torch.cuda.get_device_name() if device == "cuda" else "CPU (dry run)",
            "torch": torch.__version__, "dry_run": a.dry_run}
-    rows = []
+    rows, notes = [], []
     for key in a.models.split(","):
         path, batch = bf16_net(os.path.join(be.ROOT, MODELS[key][0]), a.out), MODELS[key][1]
         r = {}
         for mode in ("default", "max-autotune"):
             r[f"cgc {mode}"] = bd.bench_cgc(a.cgc, path, mode, batch, sizes.cgc_steps, device,
                                             a.data, a.out, f"cnn_{key}_{mode}")
+        windows = window_choices(a.out, f"cnn_{key}_max-autotune")
+        if "error" not in r["cgc max-autotune"]:
+            r["cgc max-autotune"]["window_choices"] = windows
+        notes.extend(f"{key}: convolution {i + 1}'s patches: {w}" for i, w in enumerate(windows))
         r["torch eager"] = bench_torch(key, False, train, sizes, device)
         r["torch.compile max-autotune"] = bench_torch(key, True, train, sizes, device)
         res[key] = r
@@ -170,7 +188,9 @@ def main():
     note = "DRY RUN on the CPU: these numbers check the script and mean nothing\n\n" if a.dry_run else ""
     text = (f"{note}device: {res['device']}, torch {res['torch']}, bf16\n\n"
             "| model | batch | runner | median ms/step | kernels per step |\n|---|---|---|---|---|\n"
-            + "\n".join(rows))
+            + "\n".join(rows)
+            + ("\n\nmax-autotune's choices for the convolutions (the tune file's window lines):\n"
+               + "\n".join(f"- {n}" for n in notes) if notes else ""))
     with open(os.path.join(a.out, "bench_cnn.md"), "w") as f:
         f.write(text + "\n")
     print(text)

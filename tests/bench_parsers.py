@@ -87,6 +87,9 @@ r = parse_autotune(tuned)
 check((r["candidates"], r["tuning_s"]) == (41, 11.5), f"candidates and tuning time: {r} from {tuned!r}")
 check(r["untimed"] == 3 and r["refused"] == 8, f"untimed and refused: {r} from {tuned!r}")
 check(not r["read_back"], f"a tuning run read back: {r}")
+convs = prefix + line("GEMMs, %d fused MLP runs and", 43, 6, 5, 1, 2, 12.5) + "\n"
+r = parse_autotune(convs)
+check((r["candidates"], r["tuning_s"]) == (43, 12.5), f"with convolutions: {r} from {convs!r}")
 again = prefix + line("choices from %s (tuned in", 22, "/x/mlp.sm_90.H100.tune", 11.5) + "\n"
 r = parse_autotune(again)
 check(r["read_back"] and r["choices"] == 22 and r["tuned_when_written_s"] == 11.5,
