@@ -165,23 +165,25 @@ static bool parse_mlp_choice(const char *s, int *shape)
     return false;
 }
 
-/* An implicit-GEMM run's key: the batch and its readers' kernels without the prefix and
- * the tile ("window.b64.nt_bf16_to_bf16_patches_a_c1h28w28_k3s1p1d1+tn_..."); runs of
- * one key share one choice. */
+/* An implicit-GEMM run's key: the batch, then per reader its GEMM's key and what its
+ * kernels gather ("window.b64.m50176.n32.k9....+patches_a_c1h28w28_k3s1p1d1+m32..."),
+ * hashed where longer than a token; runs of one key (the same GEMMs over the same
+ * patches) share one choice. */
 static void window_key(const Plan *plan, const PlanWindow *w, const int64_t *symvals, char *buf,
                        size_t len)
 {
-    char key[1024];
+    char key[2048];
     int at = snprintf(key, sizeof key, "window.b%lld", (long long)symvals[0]);
-    for (int j = 0; j < w->nreaders; j++) {
+    for (int j = 0; j < w->nreaders && at < (int)sizeof key; j++) {
+        char gemm[TUNE_TOKEN_MAX + 1];
+        autotune_gemm_key(&plan->graph[w->graph].steps[w->reader[j]].gemm, symvals, gemm, sizeof gemm);
         int k = -1;
         for (int t = 0; t < PLAN_GEMM_TILES && k < 0; t++) k = w->kernel[j][t];
-        const char *name = plan->kernels[k].name, *prefix = "gemm_tc_";
-        size_t skip = strncmp(name, prefix, strlen(prefix)) == 0 ? strlen(prefix) : 0;
+        const char *name = plan->kernels[k].name, *patches = strstr(name, "_patches_");
         const char *tile = strrchr(name, '_');
-        int n = tile && tile > name + skip ? (int)(tile - name - (long)skip) : (int)strlen(name + skip);
-        if (at < (int)sizeof key)
-            at += snprintf(key + at, sizeof key - (size_t)at, "%c%.*s", j ? '+' : '.', n, name + skip);
+        int n = patches && tile > patches ? (int)(tile - patches - 1) : 0;
+        at += snprintf(key + at, sizeof key - (size_t)at, "%c%s+%.*s", j ? '+' : '.', gemm, n,
+                       patches ? patches + 1 : "");
     }
     kernel_key(key, buf, len);
 }

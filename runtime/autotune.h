@@ -23,9 +23,9 @@
  *     (Plan.windows, codegen/gemm_tc.c): the UNFOLD step and its readers, each by the
  *     choice just made for it, against the readers' implicit-GEMM kernels gathering from
  *     the image, each reader's fastest tile shape, the UNFOLD skipped. Its key names the
- *     batch and the readers' kernels ("window.b64.nt_bf16_to_bf16_patches_a_c1h28w28_
- *     k3s1p1d1+tn_..."), its choice is "patches" or "implicit:64x64x32+32x64x32" (a
- *     tile shape per reader).
+ *     batch and, per reader, its GEMM's key and the patches its kernels gather (hashed
+ *     where longer than a token); its choice is "patches" or "implicit:64x64x32+32x64x32"
+ *     (a tile shape per reader).
  * Not yet: the kernels' own block sizes.
  *
  * Tuning runs on the arena before the tensors are initialised: each candidate is issued
@@ -62,7 +62,8 @@ uint64_t autotune_plan_hash(const Plan *plan, int64_t batch);
  * "m64.n128.k784.b1.nt.bf16.bf16.bf16.f32acc.relu_bias" (sizes, batch, transposes of A
  * and B, types of A, B and C, compute, epilogue). Steps with one key share one choice. */
 void autotune_gemm_key(const PlanGemm *g, const int64_t *symvals, char *buf, size_t len);
-/* Implicit-GEMM run R's key (Plan.windows): "window.b64." and its readers' kernels. */
+/* Implicit-GEMM run R's key (Plan.windows): "window.b64." and, per reader, its GEMM's key
+ * and the patches its kernels gather (hashed where longer than a token). */
 void autotune_window_key(const Plan *plan, int r, const int64_t *symvals, char *buf, size_t len);
 
 /* Times the candidates of every step of PLAN's training graphs with the symbols at

@@ -75,6 +75,33 @@ expect "tune budget ok" 0 "ok: model mlp" -- "$root/models/mlp.net" --mode max-a
 expect "explain max-autotune" 0 "^  gemm    m64\.n512\.k784\.b1\.nt\.f16\.f16\.f16\.f32acc\.relu_bias +default" -- "$root/models/mlp.net" --mode max-autotune --explain
 expect "explain fused MLP" 0 "^  mlp     m64\.f16_512_128r_10 +steps$" -- "$root/models/mlp.net" --mode max-autotune --explain
 expect "explain fused MLP runs" 0 "^From sm_80 too, 2 runs of GEMMs that are a narrow MLP's pass \(1 forward, 1 backward: the$" -- "$root/models/narrow_mlp.net" --mode max-autotune --explain
+# Two convolutions of one image into different widths: two implicit-GEMM choices, not
+# one key for both (their GEMMs differ in n).
+cat > "$tmp/twin.net" <<'EOF'
+model twin {
+    input x: f32[N, 2, 8, 8]
+    input y: i32[N]
+    a = conv2d(x, 8, 3, padding = 1, bias = false)
+    b = conv2d(x, 16, 3, padding = 1, bias = false)
+    la = linear(flatten(a), 4)
+    lb = linear(flatten(b), 4)
+    logits = la + lb
+    output logits
+    loss cross_entropy(logits, y)
+}
+train {
+    data = synthetic(samples = 64)
+    batch = 16
+    precision = bf16
+}
+EOF
+twin=$("$cgc" "$tmp/twin.net" --mode max-autotune --explain 2>&1)
+if [ "$(grep -c '^  window  window\.b16\.' <<<"$twin")" -ne 2 ] ||
+   ! grep -q "^From sm_80 too, 2 convolutions' patches" <<<"$twin"; then
+  fail "twin convolutions: two implicit-GEMM choices" "$twin"
+else
+  passes=$((passes + 1))
+fi
 # --emit in max-autotune: the choices before tuning, in the cache's format
 if "$cgc" "$root/models/mlp.net" --mode max-autotune --check --arch none --emit "$tmp/ma" -q &&
    head -1 "$tmp/ma/autotune.tune" | grep -q "^# cgc autotune choices: model mlp on none (heuristics: nothing timed) (sm_90)\.$" &&
