@@ -568,6 +568,17 @@ static int next_reader(const IrGraph *g, int id)
     return -1;
 }
 
+/* Whether the plan has an implicit-GEMM candidate (PlanWindow) for the patches made at
+ * .net line LINE (one convolution a statement: its line names it). */
+static bool implicit_candidate(const Plan *plan, int line)
+{
+    for (int r = 0; r < plan->nwindows; r++) {
+        const PlanWindow *w = &plan->windows[r];
+        if (plan->graph[w->graph].steps[w->unfold].loc.line == line) return true;
+    }
+    return false;
+}
+
 /* Convolutions and pooling: each window's patches (UNFOLD) and what reads them. */
 static void explain_windows(const Compiled *c, FILE *out)
 {
@@ -590,7 +601,10 @@ static void explain_windows(const Compiled *c, FILE *out)
         if (n->flags & IR_WINDOW_ROWS)
             fprintf(out, "            times the weight in one GEMM over every patch of the batch: "
                          "%s, channels last (NHWC); transposed to the language's NCHW\n", rs);
-        else
+        if ((n->flags & IR_WINDOW_ROWS) && implicit_candidate(c->plan, n->loc.line))
+            fputs("            max-autotune's candidate: implicit GEMMs, the patches gathered from the "
+                  "image, never written\n", out);
+        else if (!(n->flags & IR_WINDOW_ROWS))
             fprintf(out, "            %s over the kernel axis: %s\n", r >= 0 ? ir_op_name(g->nodes[r].op) : "?", rs);
     }
 }

@@ -76,7 +76,7 @@ expect "explain max-autotune" 0 "^  gemm    m64\.n512\.k784\.b1\.nt\.f16\.f16\.f
 expect "explain fused MLP" 0 "^  mlp     m64\.f16_512_128r_10 +steps$" -- "$root/models/mlp.net" --mode max-autotune --explain
 expect "explain fused MLP runs" 0 "^From sm_80 too, 2 runs of GEMMs that are a narrow MLP's pass \(1 forward, 1 backward: the$" -- "$root/models/narrow_mlp.net" --mode max-autotune --explain
 # Two convolutions of one image into different widths: two implicit-GEMM choices, not
-# one key for both (their GEMMs differ in n).
+# one key for both (their GEMMs differ in n), and --explain's Images section names both.
 cat > "$tmp/twin.net" <<'EOF'
 model twin {
     input x: f32[N, 2, 8, 8]
@@ -97,6 +97,7 @@ train {
 EOF
 twin=$("$cgc" "$tmp/twin.net" --mode max-autotune --explain 2>&1)
 if [ "$(grep -c '^  window  window\.b16\.' <<<"$twin")" -ne 2 ] ||
+   [ "$(grep -c "^            max-autotune's candidate: implicit GEMMs" <<<"$twin")" -ne 2 ] ||
    ! grep -q "^From sm_80 too, 2 convolutions' patches" <<<"$twin"; then
   fail "twin convolutions: two implicit-GEMM choices" "$twin"
 else
