@@ -251,22 +251,22 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* What a candidate issues: step I of GID with choice C; or (C NULL) fused MLP run MLP
- * with shape SHAPE (-1: its steps); or (WINDOW) reader READER of implicit-GEMM run MLP by
+/* What a candidate issues: step I of GID with choice C; or (C NULL) fused MLP run RUN
+ * with shape SHAPE (-1: its steps); or (WINDOW) reader READER of implicit-GEMM run RUN by
  * its kernel of tile shape SHAPE (-1: its step with its choice). */
 typedef struct Issue {
     PlanGraphId gid;
     int i;
     const PlanStepChoice *c;
-    int mlp, shape;
+    int run, shape;
     bool window;
     int reader;
 } Issue;
 
 static int issue(Tuner *t, const Issue *x)
 {
-    if (x->window) return devexec_window(t->e, x->mlp, x->reader, x->shape);
-    return x->c ? devexec_step(t->e, x->gid, x->i, t->feed, x->c) : devexec_mlp(t->e, x->mlp, x->shape);
+    if (x->window) return devexec_window(t->e, x->run, x->reader, x->shape);
+    return x->c ? devexec_step(t->e, x->gid, x->i, t->feed, x->c) : devexec_mlp(t->e, x->run, x->shape);
 }
 
 /* Whether X is a candidate the device may refuse and the run go on without: a GEMM
@@ -433,7 +433,7 @@ static int tune_mlp(Tuner *t, int r)
     } else if (n > 1) {
         for (int shape = -1; shape < PLAN_MLP_SHAPES; shape++) {
             double ms;
-            int rc = time_candidate(t, &(Issue){.mlp = r, .shape = shape}, &ms);
+            int rc = time_candidate(t, &(Issue){.run = r, .shape = shape}, &ms);
             if (rc < 0) return -1;
             if (rc > 0) t->report->refused++;
             else if (best_ms < 0 || ms < best_ms) best = shape, best_ms = ms;
@@ -482,12 +482,12 @@ static int tune_window(Tuner *t, int r)
         patches = 0;
         if (time_into(t, &(Issue){.gid = w->graph, .i = w->unfold, .c = &unfold}, &patches) != 0) return -1;
         for (int j = 0; j < w->nreaders; j++) {
-            if (time_into(t, &(Issue){.window = true, .mlp = r, .reader = j, .shape = -1}, &patches) != 0) return -1;
+            if (time_into(t, &(Issue){.window = true, .run = r, .reader = j, .shape = -1}, &patches) != 0) return -1;
             double best = -1;
             for (int k = 0; k < PLAN_GEMM_TILES; k++) {
                 if (w->kernel[j][k] < 0) continue;
                 double ms = 0;
-                if (time_into(t, &(Issue){.window = true, .mlp = r, .reader = j, .shape = k}, &ms) != 0) return -1;
+                if (time_into(t, &(Issue){.window = true, .run = r, .reader = j, .shape = k}, &ms) != 0) return -1;
                 if (ms >= 0 && (best < 0 || ms < best)) best = ms, tiles[j] = k;
             }
             implicit = best < 0 || implicit < 0 ? -1 : implicit + best;

@@ -715,15 +715,16 @@ void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
 }
 
 /* What devexec_run issues for step I of GID with the choices in force: the step itself,
- * its fused MLP run's kernel (*RUN: the run), nothing (a later layer of a fused run; the
- * UNFOLD of an implicit-GEMM run that is on), or an implicit GEMM's kernel (*RUN: the
- * run, *READER: which reader). */
-typedef enum Issue { ISSUE_STEP, ISSUE_RUN, ISSUE_NOTHING, ISSUE_WINDOW } Issue;
+ * its fused MLP run's kernel (*RUN: the run), nothing (a later layer of a fused run), an
+ * implicit GEMM's kernel (*RUN: the run, *READER: which reader), or nothing but its
+ * buffers' birth (the UNFOLD of an implicit-GEMM run that is on: the patches, never
+ * written). */
+typedef enum Issue { ISSUE_STEP, ISSUE_RUN, ISSUE_NOTHING, ISSUE_WINDOW, ISSUE_SKIPPED } Issue;
 
 static Issue issue_of(const DevExec *e, PlanGraphId gid, int i, int *run, int *reader)
 {
     int w = plan_window_at(e->plan, gid, i);
-    if (w >= 0 && window_on(e, w)) return ISSUE_NOTHING;
+    if (w >= 0 && window_on(e, w)) return ISSUE_SKIPPED;
     w = plan_window_reader(e->plan, gid, i, reader);
     if (w >= 0 && window_on(e, w)) {
         *run = w;
@@ -740,7 +741,7 @@ int devexec_launches(const DevExec *e, PlanGraphId gid, int *gemms)
     int n = 0, ng = 0, r, j;
     for (int i = 0; i < pg->nsteps; i++) {
         Issue what = issue_of(e, gid, i, &r, &j);
-        n += what != ISSUE_NOTHING;
+        n += what != ISSUE_NOTHING && what != ISSUE_SKIPPED;
         ng += what == ISSUE_RUN || what == ISSUE_WINDOW || (what == ISSUE_STEP && pg->steps[i].kind == STEP_GEMM);
     }
     if (gemms) *gemms = ng;
@@ -801,10 +802,9 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
         const PlanStep *s = &pg->steps[i];
         int r, j;
         Issue what = issue_of(e, (PlanGraphId)gid, i, &r, &j);
-        if (what == ISSUE_NOTHING && plan_window_at(e->plan, (PlanGraphId)gid, i) >= 0)
-            mark_born(e, (PlanGraphId)gid, i);      /* the patches, never written */
         if (what == ISSUE_NOTHING) continue;        /* a later layer: done at the run's first */
         mark_born(e, (PlanGraphId)gid, i);
+        if (what == ISSUE_SKIPPED) continue;
         if (what == ISSUE_WINDOW) {                 /* the GEMM, gathering from the image */
             DevTimedEvent ev = {s->what, devexec_window_kernel(e, r, j), g->name, s->loc.line, true};
             int tile = e->window[r * PLAN_WINDOW_MAX_READERS + j];
