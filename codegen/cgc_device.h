@@ -520,6 +520,25 @@ __device__ __forceinline__ void cgc_tile_load(unsigned short (*dst)[C + 8], cons
     }
 }
 
+/* One stage of a GEMM operand kept in the language's NCHW: the tile [r0, r0 + R) x
+ * [q0, q0 + C) of the row-major ROWS x COLS matrix whose entry (r, q) is X[n, q, l] for
+ * r = n*SPOTS + l (a convolution's channels-last [N*OH*OW, channels] from its NCHW
+ * [N, channels, OH*OW]; 16-bit values, zeros past the matrix) into shared DST[R][C + 8],
+ * as cgc_tile_load lays it out, value by value, neighbouring threads reading neighbouring
+ * positions l (contiguous in X); visible after the next barrier. */
+template <int R, int C, int THREADS>
+__device__ __forceinline__ void cgc_nchw_load(unsigned short (*dst)[C + 8], const unsigned short *x,
+                                              int64_t spots, int64_t rows, int64_t cols, int64_t r0,
+                                              int64_t q0)
+{
+    for (int i = threadIdx.x; i < R * C; i += THREADS) {
+        const int r = i % R, q = i / R;
+        const int64_t row = r0 + r, col = q0 + q;
+        dst[r][q] = row < rows && col < cols ? x[(row / spots * cols + col) * spots + row % spots]
+                                             : (unsigned short)0;
+    }
+}
+
 /* A convolution's patches (UNFOLD into rows, groups 1) as an implicit GEMM operand: the
  * row-major matrix of N*OH*OW rows and C*KH*KW columns whose entry (r, q), with
  * r = (n*OH + oh)*OW + ow and q = (c*KH + kh)*KW + kw, is the image's

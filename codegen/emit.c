@@ -153,23 +153,43 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
     fputc('\n', out);
 }
 
-/* Step S of G as an implicit-GEMM run's UNFOLD or reader (max-autotune's candidates). */
+/* Step S of G as an implicit-GEMM run's UNFOLD, TRANSPOSE or reader (max-autotune's
+ * candidates). */
 static void print_window(FILE *out, const Plan *pl, PlanGraphId g, int s)
 {
     int j, run = plan_window_at(pl, g, s);
     if (run >= 0) {
         const PlanWindow *w = &pl->windows[run];
-        fprintf(out, "       or skipped, steps");
+        fprintf(out, "       or skipped, with steps");
         for (int k = 0; k < w->nreaders; k++)
             fprintf(out, "%s%d", k == 0 ? " " : k + 1 < w->nreaders ? ", " : " and ", w->reader[k] + 1);
-        fprintf(out, " gathering the patches from b%d (max-autotune's implicit-GEMM candidate)\n", w->image);
+        fprintf(out, " in an implicit-GEMM run that gathers the patches from b%d (max-autotune's "
+                     "candidate)\n", w->image);
+        return;
+    }
+    run = plan_window_skips(pl, g, s);
+    if (run >= 0) {
+        const PlanWindow *w = &pl->windows[run];
+        if (w->transpose == s)
+            fprintf(out, "       or skipped, step %d storing its product NCHW into b%d (max-autotune's "
+                         "implicit-GEMM candidate)\n", w->reader[w->store_reader] + 1, w->store);
+        else
+            fprintf(out, "       or skipped, its readers reading the NCHW b%d as this channels-last "
+                         "matrix (max-autotune's implicit-GEMM candidate)\n", w->grad);
         return;
     }
     run = plan_window_reader(pl, g, s, &j);
     if (run < 0) return;
     const PlanWindow *w = &pl->windows[run];
-    fprintf(out, "         or implicit, %c = the patches of b%d (with step %d skipped):", w->operand[j], w->image,
-            w->unfold + 1);
+    fprintf(out, "         or implicit");
+    if (w->operand[j])
+        fprintf(out, ", %c = the patches of b%d (with step %d skipped)", w->operand[j], w->image, w->unfold + 1);
+    if (w->reads_grad[j])
+        fprintf(out, ", a = the NCHW b%d read as channels last (with step %d skipped)", w->grad,
+                w->grad_transpose + 1);
+    if (j == w->store_reader)
+        fprintf(out, ", C = b%d as NCHW (with step %d skipped)", w->store, w->transpose + 1);
+    fputc(':', out);
     const char *sep = "";
     for (int t = 0; t < PLAN_GEMM_TILES; t++)
         if (w->kernel[j][t] >= 0) {

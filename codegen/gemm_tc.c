@@ -16,9 +16,11 @@
  *     runs down the stage's rows;
  *   - the block's warps split the tile WARPS_M x WARPS_N; a warp's (BM / WARPS_M) x
  *     (BN / WARPS_N) is a grid of 16 x 8 products.
- * Kernels depend only on the transposes, the types, the epilogue and the tile, never on
- * the sizes (m, n, k are parameters), so GEMMs of one kind share their kernels across
- * layers and graphs, and the comment lists every GEMM a kernel serves.
+ * Kernels depend only on the transposes, the types, the epilogue and the tile (an
+ * implicit GEMM's also on its image's and window's sizes, and the positions per image of
+ * the NCHW matrices it reads or stores), never on the sizes (m, n, k are parameters),
+ * so GEMMs of one kind share their kernels across layers and graphs, and the comment
+ * lists every GEMM a kernel serves.
  */
 #include "codegen_impl.h"
 
@@ -79,6 +81,11 @@ typedef struct GemmSpec {
     int tile;
     char gather;                /* 0, or 'a' / 'b': that operand is the patches of an image */
     int64_t win[WIN_FIELDS];    /* with gather: the image and the window; else zeros */
+    /* A convolution's channels-last matrices [N*L, channels] kept in the language's NCHW
+     * [N, channels, L] instead (L = OH*OW, each image's positions): */
+    bool c_nchw;                /* C stored so (the product) */
+    bool a_nchw;                /* A read so (the product's gradient; cgc_nchw_load) */
+    int64_t spots;              /* with either: L */
 } GemmSpec;
 
 static GemmSpec spec_of(const PlanGemm *g, int tile)
@@ -94,7 +101,8 @@ static bool spec_eq(const GemmSpec *x, const GemmSpec *y)
     return x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->in_type == y->in_type &&
            x->c_type == y->c_type && x->bias_type == y->bias_type &&
            x->epilogue == y->epilogue && x->tile == y->tile && x->gather == y->gather &&
-           memcmp(x->win, y->win, sizeof x->win) == 0;
+           memcmp(x->win, y->win, sizeof x->win) == 0 && x->c_nchw == y->c_nchw && x->a_nchw == y->a_nchw &&
+           x->spots == y->spots;
 }
 
 static const char *epilogue_word(GemmEpilogue e)
@@ -131,17 +139,20 @@ static void window_name(const GemmSpec *s, char *buf, size_t len)
 }
 
 /* "gemm_tc_nt_f16_to_f16_bias_relu_64x64x32": layouts, types, epilogue, tile; an
- * implicit GEMM's name says which operand it gathers and from what. */
+ * implicit GEMM's name says which operand it gathers and from what, and which matrices
+ * it keeps NCHW ("_a_nchw196", "_c_nchw784"). */
 static void spec_name(const GemmSpec *s, char *buf, size_t len)
 {
-    char tile[32], bias[16] = "", win[96] = "";
+    char tile[32], bias[16] = "", win[96] = "", a[32] = "", c[32] = "";
     plan_gemm_tile_name(s->tile, tile, sizeof tile);
     if (s->epilogue != GEMM_EPI_NONE && s->bias_type != s->c_type)
         snprintf(bias, sizeof bias, "_%s", ir_dtype_name(s->bias_type));
     if (s->gather) window_name(s, win, sizeof win);
-    snprintf(buf, len, "gemm_tc_%c%c_%s_to_%s%s%s%s_%s", s->trans_a ? 't' : 'n',
+    if (s->a_nchw) snprintf(a, sizeof a, "_a_nchw%lld", (long long)s->spots);
+    if (s->c_nchw) snprintf(c, sizeof c, "_c_nchw%lld", (long long)s->spots);
+    snprintf(buf, len, "gemm_tc_%c%c_%s_to_%s%s%s%s%s%s_%s", s->trans_a ? 't' : 'n',
              s->trans_b ? 't' : 'n', ir_dtype_name(s->in_type), ir_dtype_name(s->c_type),
-             epilogue_word(s->epilogue), bias, win, tile);
+             epilogue_word(s->epilogue), bias, win, a, c, tile);
 }
 
 /* ---- the kernel's text ---- */
@@ -161,6 +172,12 @@ static void render_formula(StrBuf *o, const GemmSpec *s)
               s->trans_b ? "[n, k]" : "[k, n]", ir_dtype_name(s->in_type), ir_dtype_name(s->c_type));
     if (s->epilogue != GEMM_EPI_NONE) sb_printf(o, ", bias [n] %s", ir_dtype_name(s->bias_type));
     sb_puts(o, ".\n");
+    if (s->a_nchw)
+        sb_printf(o, " * A is read from the NCHW tensor [N, %s, %lld] (cgc_nchw_load): the channels-last matrix\n"
+                     " * that a transpose would make, never written.\n", s->trans_a ? "m" : "k", (long long)s->spots);
+    if (s->c_nchw)
+        sb_printf(o, " * C is stored image by image as [N, n, %lld]: the language's NCHW, so that no transpose\n"
+                     " * of the channels-last product follows.\n", (long long)s->spots);
     if (!s->gather) return;
     const int64_t *w = s->win;
     sb_printf(o, " * %c is not read as a matrix: it is the patches of the image [N, %lld, %lld, %lld] at %c,\n"
@@ -178,6 +195,10 @@ static void render_loads(StrBuf *o, const GemmSpec *s, const char *indent, const
 {
     if (s->gather == 'a')       /* never transposed: the patches are [m, k] */
         sb_printf(o, "%scgc_patch_load<BM, BK, THREADS>(sa[%s], a16, win, m, k, m0, %s);\n", indent, stage, k0);
+    else if (s->a_nchw && s->trans_a)
+        sb_printf(o, "%scgc_nchw_load<BK, BM, THREADS>(sa[%s], a16, spots, k, m, %s, m0);\n", indent, stage, k0);
+    else if (s->a_nchw)
+        sb_printf(o, "%scgc_nchw_load<BM, BK, THREADS>(sa[%s], a16, spots, m, k, m0, %s);\n", indent, stage, k0);
     else if (s->trans_a)
         sb_printf(o, "%scgc_tile_load<BK, BM, THREADS>(sa[%s], a16, k, m, %s, m0);\n", indent, stage, k0);
     else
@@ -215,13 +236,12 @@ static void render_epilogue(StrBuf *o, const GemmSpec *s)
 {
     const char *in = "                    ";
     sb_printf(o, "%sfloat v = acc[i][j][e];\n", in);
-    if (s->epilogue == GEMM_EPI_NONE) {
-        sb_printf(o, "%scgc_store(&c[row * n + col], v);\n", in);
-        return;
-    }
-    sb_printf(o, "%sv += cgc_load(bias[col]);\n", in);
+    if (s->epilogue != GEMM_EPI_NONE) sb_printf(o, "%sv += cgc_load(bias[col]);\n", in);
     if (s->epilogue == GEMM_EPI_RELU_BIAS) sb_printf(o, "%sv = v < 0.0f ? 0.0f : v;\n", in);
-    sb_printf(o, "%scgc_store(&c[row * n + col], v);\n", in);
+    if (s->c_nchw)  /* row = image * spots + position */
+        sb_printf(o, "%scgc_store(&c[(row / spots * n + col) * spots + row %% spots], v);\n", in);
+    else
+        sb_printf(o, "%scgc_store(&c[row * n + col], v);\n", in);
 }
 
 static char *render(const GemmSpec *s, const char *name, const char *uses)
@@ -260,6 +280,8 @@ static char *render(const GemmSpec *s, const char *name, const char *uses)
         for (int f = 0; f < WIN_FIELDS; f++) sb_printf(&o, "%s%lld", f ? ", " : "", (long long)w[f]);
         sb_puts(&o, "};   /* C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW */\n");
     }
+    if (s->a_nchw || s->c_nchw)
+        sb_printf(&o, "    const int64_t spots = %lld;   /* positions per image */\n", (long long)s->spots);
     sb_printf(&o, "    const unsigned short *a16 = (const unsigned short *)a, *b16 = (const unsigned short *)b;\n"
                   "    const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32, g = lane / 4, t = lane %% 4;\n"
                   "    const int wm = warp / %d * %d, wn = warp %% %d * %d;   /* the warp's part of the tile */\n",
@@ -454,17 +476,45 @@ static bool stores_only(const PlanGraph *pg, const PlanStep *s, int id)
     return true;
 }
 
-/* How GEMM G reads the patches [N, L, CKK] of SHAPE when its operand WHICH ('a' or 'b')
- * is their buffer: as the [N*L, CKK] matrix, untransposed, with generated kernels. */
-static bool reads_patches(const PlanGemm *g, char which, const Shape *shape, DType type)
+/* Whether GEMM G, with generated kernels, reads the [N, L, cols] tensor of SHAPE (its
+ * operand WHICH's buffer) as the [N*L, cols] matrix: op(A) that matrix or (TRANS) its
+ * transpose, or op(B) that matrix. */
+static bool reads_rows(const PlanGemm *g, char which, bool trans, const Shape *shape, DType type)
 {
     bool kernels = false;
     for (int t = 0; t < PLAN_GEMM_TILES; t++) kernels |= g->tile_kernel[t] >= 0;
-    const Shape *lead = which == 'a' ? &g->m_lead : &g->k_lead;
-    int64_t rows = which == 'a' ? g->m : g->k, cols = which == 'a' ? g->k : g->n;
-    bool trans = which == 'a' ? g->trans_a : g->trans_b;
-    return kernels && !trans && g->a_type == type && lead->rank == 1 && lead->dim[0] == shape->dim[0] &&
+    CGC_ASSERT(which == 'a' || !trans);
+    const Shape *lead = which == 'a' && !trans ? &g->m_lead : &g->k_lead;
+    int64_t rows = which == 'a' ? (trans ? g->k : g->m) : g->k;
+    int64_t cols = which == 'a' ? (trans ? g->m : g->k) : g->n;
+    bool t = which == 'a' ? g->trans_a : g->trans_b;
+    return kernels && t == trans && g->a_type == type && lead->rank == 1 && lead->dim[0] == shape->dim[0] &&
            rows == shape->dim[1] && cols == shape->dim[2];
+}
+
+/* Whether launch step S names buffer root U. */
+static bool launch_names(const Plan *plan, const PlanStep *s, int u)
+{
+    for (int a = 0; a < s->launch.nargs; a++)
+        if (s->launch.arg[a].kind == ARG_BUFFER && plan_buffer_root(plan, s->launch.arg[a].index) == u)
+            return true;
+    return false;
+}
+
+/* Whether GEMM G names buffer root U, as an operand or an epilogue's (but A, without
+ * WITH_A). */
+static bool gemm_names(const Plan *plan, const PlanGemm *g, int u, bool with_a)
+{
+    int b[5] = { with_a ? g->a : -1, g->b, g->c, g->bias, g->aux };
+    for (int k = 0; k < 5; k++)
+        if (b[k] >= 0 && plan_buffer_root(plan, b[k]) == u) return true;
+    return false;
+}
+
+/* Whether step S names buffer root U. */
+static bool step_names(const Plan *plan, const PlanStep *s, int u)
+{
+    return s->kind == STEP_LAUNCH ? launch_names(plan, s, u) : gemm_names(plan, &s->gemm, u, true);
 }
 
 /* The readers of buffer U in PG's steps other than UNFOLD into W: false when one is not a
@@ -477,9 +527,7 @@ static bool patch_readers(const Plan *plan, const PlanGraph *pg, int unfold, int
         const PlanStep *s = &pg->steps[i];
         if (i == unfold) continue;
         if (s->kind == STEP_LAUNCH) {
-            for (int a = 0; a < s->launch.nargs; a++)
-                if (s->launch.arg[a].kind == ARG_BUFFER && plan_buffer_root(plan, s->launch.arg[a].index) == u)
-                    return false;
+            if (launch_names(plan, s, u)) return false;
             continue;
         }
         const PlanGemm *g = &s->gemm;
@@ -488,12 +536,120 @@ static bool patch_readers(const Plan *plan, const PlanGraph *pg, int unfold, int
                      (g->aux >= 0 && plan_buffer_root(plan, g->aux) == u);
         if (!a && !b && !other) continue;
         if (other || (a && b) || w->nreaders == PLAN_WINDOW_MAX_READERS ||
-            !reads_patches(g, a ? 'a' : 'b', shape, type))
+            !reads_rows(g, a ? 'a' : 'b', false, shape, type))
             return false;
         w->operand[w->nreaders] = a ? 'a' : 'b';
         w->reader[w->nreaders++] = i;
     }
     return w->nreaders > 0;
+}
+
+/* The step of PG that transposes the product C (a buffer root) of reader STEP into
+ * [N, out, L] of TYPE, when it stores nothing else and is the only other step to name C;
+ * else -1. */
+static int transpose_store(const Plan *plan, const PlanGraph *pg, int step, int c, DType type)
+{
+    int t = -1;
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanStep *s = &pg->steps[i];
+        if (i == step || !step_names(plan, s, c)) continue;
+        if (t >= 0 || s->kind != STEP_LAUNCH || s->node < 0) return -1;
+        t = i;
+    }
+    if (t < step) return -1;
+    const PlanStep *s = &pg->steps[t];
+    const IrNode *n = &pg->ir->nodes[s->node];
+    int in = pg->node_buffer[n->in[0]], out = pg->node_buffer[s->node];
+    if (n->op != IR_TRANSPOSE || n->shape.rank != 3 || !stores_only(pg, s, s->node) || in < 0 ||
+        plan_buffer_root(plan, in) != c || out < 0)
+        return -1;
+    out = plan_buffer_root(plan, out);
+    bool ok = out != c && plan->buffers[out].kind == PB_NODE && plan->buffers[out].dtype == type;
+    return ok ? t : -1;
+}
+
+/* W's reader that may store NCHW (plan.h, PlanWindow): the product (operand 'a') whose
+ * C only a TRANSPOSE reads. */
+static void find_nchw_store(const Plan *plan, const PlanGraph *pg, PlanWindow *w)
+{
+    w->store_reader = w->transpose = w->store = -1;
+    for (int j = 0; j < w->nreaders; j++) {
+        const PlanGemm *g = &pg->steps[w->reader[j]].gemm;
+        int c = plan_buffer_root(plan, g->c);
+        if (w->operand[j] != 'a' || plan->buffers[c].kind != PB_NODE) continue;
+        int t = transpose_store(plan, pg, w->reader[j], c, g->c_type);
+        if (t < 0) continue;
+        w->store_reader = j;
+        w->transpose = t;
+        w->store = plan_buffer_root(plan, pg->node_buffer[pg->steps[t].node]);
+        return;
+    }
+}
+
+/* The launch step of PG that stores buffer root U, when it is a TRANSPOSE storing
+ * nothing else; else -1. */
+static int transpose_into(const Plan *plan, const PlanGraph *pg, int u)
+{
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanStep *s = &pg->steps[i];
+        if (s->kind != STEP_LAUNCH || s->node < 0) continue;
+        int b = pg->node_buffer[s->node];
+        if (b < 0 || plan_buffer_root(plan, b) != u) continue;
+        bool ok = pg->ir->nodes[s->node].op == IR_TRANSPOSE && stores_only(pg, s, s->node);
+        return ok ? i : -1;
+    }
+    return -1;
+}
+
+/* STEP as a reader of W that reads OPERAND ('a', 'b' or 0: no patches), the readers
+ * kept ascending. */
+static void add_reader(PlanWindow *w, int step, char operand)
+{
+    CGC_ASSERT(w->nreaders < PLAN_WINDOW_MAX_READERS);
+    int j = w->nreaders++;
+    for (; j > 0 && w->reader[j - 1] > step; j--) {
+        w->reader[j] = w->reader[j - 1];
+        w->operand[j] = w->operand[j - 1];
+    }
+    w->reader[j] = step;
+    w->operand[j] = operand;
+}
+
+/* The product's gradient (plan.h, PlanWindow): where W's weight gradient reads it as A
+ * from a TRANSPOSE of the NCHW gradient to channels last, and every other step that
+ * names that transpose is a GEMM reading it as A (the data gradient, dY @ W), which
+ * joins W's readers; all of them then read the NCHW gradient itself. */
+static void find_grad_transpose(const Plan *plan, PlanGraphId gid, PlanWindow *w)
+{
+    const PlanGraph *pg = &plan->graph[gid];
+    w->grad_transpose = w->grad = -1;
+    int j = 0;
+    while (j < w->nreaders && !(w->operand[j] == 'b' && pg->steps[w->reader[j]].gemm.trans_a)) j++;
+    if (j == w->nreaders) return;
+    const PlanGemm *g = &pg->steps[w->reader[j]].gemm;
+    int u = plan_buffer_root(plan, g->a), t = transpose_into(plan, pg, u);
+    if (t < 0 || t > w->reader[j]) return;
+    const IrNode *n = &pg->ir->nodes[pg->steps[t].node];
+    int grad = pg->node_buffer[n->in[0]];
+    if (grad < 0 || !reads_rows(g, 'a', true, &n->shape, g->a_type)) return;
+    grad = plan_buffer_root(plan, grad);
+    if (grad == u || plan->buffers[grad].dtype != g->a_type) return;
+    PlanWindow x = *w;      /* all the data gradients or none */
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanStep *s = &pg->steps[i];
+        int other;
+        if (i == t || i == w->reader[j] || !step_names(plan, s, u)) continue;
+        if (s->kind != STEP_GEMM || i < t || gemm_names(plan, &s->gemm, u, false) ||
+            !reads_rows(&s->gemm, 'a', false, &n->shape, g->a_type) ||
+            plan_window_reader(plan, gid, i, &other) >= 0 || x.nreaders == PLAN_WINDOW_MAX_READERS)
+            return;
+        add_reader(&x, i, 0);
+    }
+    for (int k = 0; k < x.nreaders; k++)
+        x.reads_grad[k] = plan_buffer_root(plan, pg->steps[x.reader[k]].gemm.a) == u;
+    x.grad_transpose = t;
+    x.grad = grad;
+    *w = x;
 }
 
 /* Step I of graph GID as the UNFOLD of a PlanWindow, into W; false when it is not one. */
@@ -516,22 +672,29 @@ static bool window_run(const Plan *plan, PlanGraphId gid, int i, PlanWindow *w)
     w->graph = gid;
     w->unfold = i;
     w->image = image;
+    find_grad_transpose(plan, gid, w);
+    find_nchw_store(plan, pg, w);
     return true;
 }
 
-/* The spec of GEMM G's kernel of tile TILE with operand OPERAND gathered: the patches of
- * UNFOLD node N over an image of shape IMAGE. */
-static GemmSpec window_spec(const PlanGemm *g, int tile, char operand, const IrNode *n,
+/* The spec of reader J's kernel of tile TILE in run R, whose UNFOLD node N reads an
+ * image of shape IMAGE: the operand that is the patches gathered from it, the product's
+ * gradient read NCHW, C stored NCHW, as R has them. */
+static GemmSpec window_spec(const PlanWindow *r, int j, const PlanGemm *g, int tile, const IrNode *n,
                             const Shape *image)
 {
     GemmSpec s = spec_of(g, tile);
     const IrWindow *w = &n->win;
-    s.gather = operand;
-    int64_t h = image->dim[2], wd = image->dim[3];
-    int64_t f[WIN_FIELDS] = { image->dim[1], h, wd, ir_window_extent(h, w, 0), ir_window_extent(wd, w, 1),
-                              w->kernel[0], w->kernel[1], w->stride[0], w->stride[1], w->pad[0],
-                              w->pad[1], w->dilation[0], w->dilation[1] };
-    memcpy(s.win, f, sizeof f);
+    int64_t h = image->dim[2], wd = image->dim[3], oh = ir_window_extent(h, w, 0), ow = ir_window_extent(wd, w, 1);
+    s.gather = r->operand[j];
+    if (s.gather) {
+        int64_t f[WIN_FIELDS] = { image->dim[1], h, wd, oh, ow, w->kernel[0], w->kernel[1], w->stride[0],
+                                  w->stride[1], w->pad[0], w->pad[1], w->dilation[0], w->dilation[1] };
+        memcpy(s.win, f, sizeof f);
+    }
+    s.a_nchw = r->reads_grad[j];
+    s.c_nchw = j == r->store_reader;
+    s.spots = s.a_nchw || s.c_nchw ? oh * ow : 0;
     return s;
 }
 
@@ -551,7 +714,7 @@ void plan_add_window_kernels(Plan *plan)
                 for (int t = 0; t < PLAN_GEMM_TILES; t++) {
                     w.kernel[j][t] = -1;
                     if (st->gemm.tile_kernel[t] < 0) continue;
-                    GemmSpec s = window_spec(&st->gemm, t, w.operand[j], n, image);
+                    GemmSpec s = window_spec(&w, j, &st->gemm, t, n, image);
                     w.kernel[j][t] = kernel_of(&set, plan, &s, st, (PlanGraphId)gid);
                 }
             }
@@ -566,6 +729,15 @@ int plan_window_at(const Plan *plan, PlanGraphId gid, int i)
 {
     for (int r = 0; r < plan->nwindows; r++)
         if (plan->windows[r].graph == gid && plan->windows[r].unfold == i) return r;
+    return -1;
+}
+
+int plan_window_skips(const Plan *plan, PlanGraphId gid, int i)
+{
+    for (int r = 0; r < plan->nwindows; r++)
+        if (plan->windows[r].graph == gid && (plan->windows[r].unfold == i || plan->windows[r].transpose == i ||
+                                               plan->windows[r].grad_transpose == i))
+            return r;
     return -1;
 }
 

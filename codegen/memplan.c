@@ -80,7 +80,8 @@ static void touch(const Plan *plan, PlanGraphId g, int i, int b, Live *live)
 /* Live ranges of the buffers graph G's steps name (indexed by buffer). A fused MLP run
  * (plan.h) may run its layers at its first step instead of their own: every buffer its
  * kernel names is also touched there. An implicit-GEMM reader (PlanWindow) may read the
- * image instead of the patches: it touches both. */
+ * image instead of the patches, or the NCHW gradient instead of its transpose: it
+ * touches both; and the one that may store NCHW, the TRANSPOSE's buffer. */
 static Live *live_ranges(const Plan *plan, PlanGraphId g)
 {
     Live *live = xmalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1) * sizeof *live);
@@ -95,7 +96,10 @@ static Live *live_ranges(const Plan *plan, PlanGraphId g)
                 if (arg[a] >= 0) touch(plan, g, i, arg[a], live);
         }
         int reader, window = plan_window_reader(plan, g, i, &reader);
-        if (window >= 0) touch(plan, g, i, plan->windows[window].image, live);
+        const PlanWindow *w = window >= 0 ? &plan->windows[window] : NULL;
+        if (w && w->operand[reader]) touch(plan, g, i, w->image, live);
+        if (w && w->reads_grad[reader]) touch(plan, g, i, w->grad, live);
+        if (w && w->store_reader == reader) touch(plan, g, i, w->store, live);
         if (s->kind == STEP_GEMM) {
             touch(plan, g, i, s->gemm.a, live);
             touch(plan, g, i, s->gemm.b, live);

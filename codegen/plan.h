@@ -318,7 +318,16 @@ typedef struct PlanMlp {
  * operand and otherwise the generated GEMMs' ABI. All or nothing: with the run on, the
  * UNFOLD step is skipped and every reader runs its implicit kernel, so the patches,
  * kh*kw times the image, are neither written nor read. The memory plan keeps the image
- * live until the last reader either way. */
+ * live until the last reader either way.
+ * The product's layout: where the product ([N, OH*OW, out], channels last) is read only
+ * by a TRANSPOSE step into the language's NCHW [N, out, OH*OW], its reader's implicit
+ * kernels store C in that order, into the TRANSPOSE's buffer, and the run skips the
+ * TRANSPOSE too; the memory plan counts that buffer live from the reader on. And the
+ * product's gradient: where the weight gradient reads the gradient [N, out, OH*OW] through
+ * a TRANSPOSE to channels last, and the only other readers of that transpose are GEMMs
+ * reading it as A (the data gradient, dY @ W, whose FOLD stays), those GEMMs join the
+ * run and its kernels read the NCHW gradient as that matrix (cgc_nchw_load): the
+ * TRANSPOSE is skipped too, and the gradient kept live to its last reader. */
 enum { PLAN_WINDOW_MAX_READERS = 4 };
 typedef struct PlanWindow {
     PlanGraphId graph;
@@ -327,8 +336,15 @@ typedef struct PlanWindow {
     int nreaders;
     int reader[PLAN_WINDOW_MAX_READERS];    /* the GEMM steps, ascending */
     char operand[PLAN_WINDOW_MAX_READERS];  /* 'a' or 'b': the reader's operand that is the
-                                             * patches, and the image in its kernels */
+                                             * patches, and the image in its kernels; 0 for
+                                             * a data gradient, which reads none */
     int kernel[PLAN_WINDOW_MAX_READERS][PLAN_GEMM_TILES];   /* per tile shape; -1: none */
+    int store_reader;               /* the reader that stores NCHW, or -1 */
+    int transpose;                  /* its TRANSPOSE step, skipped with the run (or -1) */
+    int store;                      /* the TRANSPOSE's buffer, its kernels' C (or -1) */
+    int grad_transpose;             /* the gradient's TRANSPOSE step, skipped with the run (or -1) */
+    int grad;                       /* the gradient [N, out, OH*OW], its readers' A (or -1) */
+    bool reads_grad[PLAN_WINDOW_MAX_READERS];   /* the reader's A is that gradient */
 } PlanWindow;
 
 typedef struct Plan {
@@ -436,6 +452,8 @@ void plan_add_gemm_kernels(Plan *plan);
 void plan_add_window_kernels(Plan *plan);
 /* The run of graph GID whose UNFOLD is step I, or -1. */
 int plan_window_at(const Plan *plan, PlanGraphId gid, int i);
+/* The run of graph GID that skips step I when on (its UNFOLD or a TRANSPOSE), or -1. */
+int plan_window_skips(const Plan *plan, PlanGraphId gid, int i);
 /* The run of graph GID that has step I for a reader, or -1; *J: which reader. */
 int plan_window_reader(const Plan *plan, PlanGraphId gid, int i, int *j);
 

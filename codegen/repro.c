@@ -110,11 +110,21 @@ static int window_tile(const Repro *r, PlanGraphId gid, int i, int *run, int *j)
     return *run >= 0 ? r->choices->window_tile[*run * PLAN_WINDOW_MAX_READERS + *j] : -1;
 }
 
-/* Whether step I of GID is the UNFOLD of an implicit-GEMM run that is on: skipped. */
+/* Whether step I of GID is the UNFOLD or TRANSPOSE of an implicit-GEMM run that is on:
+ * skipped. */
 static bool window_skipped(const Repro *r, PlanGraphId gid, int i)
 {
-    int run = plan_window_at(r->plan, gid, i);
+    int run = plan_window_skips(r->plan, gid, i);
     return run >= 0 && r->choices->window_tile[run * PLAN_WINDOW_MAX_READERS] >= 0;
+}
+
+/* What step I of GID, skipped by an implicit-GEMM run that is on, would have done. */
+static const char *window_skip_text(const Plan *plan, PlanGraphId gid, int i)
+{
+    const PlanWindow *w = &plan->windows[plan_window_skips(plan, gid, i)];
+    if (w->unfold == i) return "the patches, not written: their readers gather them from the image";
+    if (w->transpose == i) return "the transpose to NCHW, not run: the implicit GEMM stores its product so";
+    return "the gradient's transpose to channels last, not run: its GEMMs read it as NCHW";
 }
 
 /* The generated kernel GEMM step I of GID runs instead of the library, or -1; *TILE its
@@ -600,7 +610,8 @@ static void write_ptr(FILE *o, int b)
 }
 
 /* GEMM step STEP of GID by generated kernel K (plan.h's ABI: c, a, b, bias, aux, m, n, k;
- * a block per tile of C; an implicit GEMM takes the image for the patches), as
+ * a block per tile of C; an implicit GEMM takes the image for the patches, the NCHW
+ * gradient for its transpose, and, storing NCHW, the TRANSPOSE's buffer for C), as
  * runtime/devexec.c launches it. */
 static void write_gemm_launch(Repro *r, PlanGraphId gid, int step, const PlanStep *s, int k)
 {
@@ -617,6 +628,8 @@ static void write_gemm_launch(Repro *r, PlanGraphId gid, int step, const PlanSte
                "        Arg a[] = {", implicit ? "implicit-GEMM " : "", grid, grid == 1 ? "" : "s", shape);
     int ptr[5] = {g->c, g->a, g->b, g->bias, g->aux};
     if (implicit) ptr[r->plan->windows[run].operand[j] == 'a' ? 1 : 2] = r->plan->windows[run].image;
+    if (implicit && r->plan->windows[run].reads_grad[j]) ptr[1] = r->plan->windows[run].grad;
+    if (implicit && j == r->plan->windows[run].store_reader) ptr[0] = r->plan->windows[run].store;
     for (int i = 0; i < 5; i++) {
         arg_sep(o, i);
         write_ptr(o, ptr[i]);
@@ -712,8 +725,7 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
             fprintf(o, "    /* %d/%d: computed by the fused kernel launched at step %d */\n", i + 1, pg->nsteps,
                     r->plan->mlps[plan_mlp_layer_of(r->plan, gid, i)].step[0] + 1);
         } else if (window_skipped(r, gid, i)) {
-            fprintf(o, "    /* %d/%d: the patches, not written: their readers gather them from the image */\n",
-                    i + 1, pg->nsteps);
+            fprintf(o, "    /* %d/%d: %s */\n", i + 1, pg->nsteps, window_skip_text(r->plan, gid, i));
         } else if (fused_run(r, gid, i) >= 0) {
             write_mlp_launch(r, gid, fused_run(r, gid, i));
         } else if (s->kind == STEP_LAUNCH) {

@@ -568,15 +568,15 @@ static int next_reader(const IrGraph *g, int id)
     return -1;
 }
 
-/* Whether the plan has an implicit-GEMM candidate (PlanWindow) for the patches made at
- * .net line LINE (one convolution a statement: its line names it). */
-static bool implicit_candidate(const Plan *plan, int line)
+/* The plan's implicit-GEMM candidate (PlanWindow) for the patches made at .net line
+ * LINE (one convolution a statement: its line names it), or NULL. */
+static const PlanWindow *implicit_candidate(const Plan *plan, int line)
 {
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
-        if (plan->graph[w->graph].steps[w->unfold].loc.line == line) return true;
+        if (plan->graph[w->graph].steps[w->unfold].loc.line == line) return w;
     }
-    return false;
+    return NULL;
 }
 
 /* Convolutions and pooling: each window's patches (UNFOLD) and what reads them. */
@@ -601,9 +601,12 @@ static void explain_windows(const Compiled *c, FILE *out)
         if (n->flags & IR_WINDOW_ROWS)
             fprintf(out, "            times the weight in one GEMM over every patch of the batch: "
                          "%s, channels last (NHWC); transposed to the language's NCHW\n", rs);
-        if ((n->flags & IR_WINDOW_ROWS) && implicit_candidate(c->plan, n->loc.line))
-            fputs("            max-autotune's candidate: implicit GEMMs, the patches gathered from the "
-                  "image, never written\n", out);
+        const PlanWindow *cand = implicit_candidate(c->plan, n->loc.line);
+        if ((n->flags & IR_WINDOW_ROWS) && cand)
+            fprintf(out, "            max-autotune's candidate: implicit GEMMs, the patches gathered from the "
+                         "image, never written%s%s\n", cand->store_reader >= 0 ? ";\n            the product "
+                         "stored NCHW by its kernel, no transpose" : "", cand->grad_transpose >= 0 ? ";\n"
+                         "            its gradient read NCHW by the backward's GEMMs, no transpose" : "");
         else if (!(n->flags & IR_WINDOW_ROWS))
             fprintf(out, "            %s over the kernel axis: %s\n", r >= 0 ? ir_op_name(g->nodes[r].op) : "?", rs);
     }

@@ -165,10 +165,10 @@ static bool parse_mlp_choice(const char *s, int *shape)
     return false;
 }
 
-/* An implicit-GEMM run's key: the batch, then per reader its GEMM's key and what its
- * kernels gather ("window.b64.m50176.n32.k9....+patches_a_c1h28w28_k3s1p1d1+m32..."),
- * hashed where longer than a token; runs of one key (the same GEMMs over the same
- * patches) share one choice. */
+/* An implicit-GEMM run's key: the batch, then per reader its GEMM's key and its kernels'
+ * name without the tile ("window.b64.m50176.n32.k9....+nt_bf16_to_bf16_patches_a_c1h28w28_
+ * k3s1p1d1_c_nchw784+m32..."), hashed where longer than a token; runs of one key (the
+ * same GEMMs over the same patches and layouts) share one choice. */
 static void window_key(const Plan *plan, const PlanWindow *w, const int64_t *symvals, char *buf,
                        size_t len)
 {
@@ -179,11 +179,9 @@ static void window_key(const Plan *plan, const PlanWindow *w, const int64_t *sym
         autotune_gemm_key(&plan->graph[w->graph].steps[w->reader[j]].gemm, symvals, gemm, sizeof gemm);
         int k = -1;
         for (int t = 0; t < PLAN_GEMM_TILES && k < 0; t++) k = w->kernel[j][t];
-        const char *name = plan->kernels[k].name, *patches = strstr(name, "_patches_");
-        const char *tile = strrchr(name, '_');
-        int n = patches && tile > patches ? (int)(tile - patches - 1) : 0;
-        at += snprintf(key + at, sizeof key - (size_t)at, "%c%s+%.*s", j ? '+' : '.', gemm, n,
-                       patches ? patches + 1 : "");
+        const char *name = plan->kernels[k].name, *kind = name + strlen("gemm_tc_");
+        int n = (int)(strrchr(name, '_') - kind);
+        at += snprintf(key + at, sizeof key - (size_t)at, "%c%s+%.*s", j ? '+' : '.', gemm, n, kind);
     }
     kernel_key(key, buf, len);
 }
@@ -458,8 +456,8 @@ static int time_into(Tuner *t, const Issue *x, double *sum)
     return 0;
 }
 
-/* An implicit-GEMM run: its UNFOLD step and readers (each by the choice just made for
- * it) against each reader's fastest implicit kernel, on sm_80 and later. */
+/* An implicit-GEMM run: its UNFOLD step, TRANSPOSEs and readers (each by the choice just
+ * made for it) against each reader's fastest implicit kernel, on sm_80 and later. */
 static int tune_window(Tuner *t, int r)
 {
     const PlanWindow *w = &t->plan->windows[r];
@@ -481,6 +479,12 @@ static int tune_window(Tuner *t, int r)
         PlanStepChoice unfold = devexec_choice_of(t->e, w->graph, w->unfold);
         patches = 0;
         if (time_into(t, &(Issue){.gid = w->graph, .i = w->unfold, .c = &unfold}, &patches) != 0) return -1;
+        int skipped[2] = {w->transpose, w->grad_transpose};
+        for (int k = 0; k < 2; k++) {
+            if (skipped[k] < 0) continue;
+            PlanStepChoice tr = devexec_choice_of(t->e, w->graph, skipped[k]);
+            if (time_into(t, &(Issue){.gid = w->graph, .i = skipped[k], .c = &tr}, &patches) != 0) return -1;
+        }
         for (int j = 0; j < w->nreaders; j++) {
             if (time_into(t, &(Issue){.window = true, .run = r, .reader = j, .shape = -1}, &patches) != 0) return -1;
             double best = -1;
@@ -709,10 +713,17 @@ void autotune_explain(const Plan *plan, FILE *out)
                      "kernels here, in %d\nshapes).\n",
                 plan->nmlps, plan->nmlps - backward, backward, plan->nkernels - plan->mlp_kernels_from,
                 PLAN_MLP_SHAPES);
+    int nchw = 0, grads = 0;
+    for (int r = 0; r < plan->nwindows; r++) {
+        nchw += plan->windows[r].store_reader >= 0;
+        grads += plan->windows[r].grad_transpose >= 0;
+    }
     if (plan->nwindows > 0)
         fprintf(out, "From sm_80 too, %d convolution%s patches: the UNFOLD and the GEMMs that read "
                      "them against\nimplicit GEMMs gathering from the image (among the kernels above), "
-                     "the UNFOLD skipped.\n", plan->nwindows, plan->nwindows == 1 ? "'s" : "s'");
+                     "the UNFOLD skipped;\nin %d the product is stored NCHW and in %d its gradient read "
+                     "NCHW, their TRANSPOSEs\nskipped too.\n",
+                plan->nwindows, plan->nwindows == 1 ? "'s" : "s'", nchw, grads);
     fprintf(out, "Nothing is timed here: these are the choices before tuning.\n");
     fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
     for (int i = 0; i < t.nchoices; i++)

@@ -536,7 +536,8 @@ static int run_gemm(DevExec *e, const PlanStep *s, const PlanStepChoice *choice)
 }
 
 /* Reader J of implicit-GEMM run R by its kernel of tile shape TILE: the GEMM with the
- * image in place of the patches. */
+ * image in place of the patches, the NCHW gradient in place of its transpose, and the
+ * TRANSPOSE's buffer for C where it stores NCHW. */
 static int run_window_kernel(DevExec *e, int r, int j, int tile)
 {
     const PlanWindow *w = &e->plan->windows[r];
@@ -545,7 +546,9 @@ static int run_window_kernel(DevExec *e, int r, int j, int tile)
     if (c.m == 0 || c.n == 0) return 0;   /* nothing to write */
     DevPtr image = devexec_buffer(e, w->image);
     if (w->operand[j] == 'a') c.a = image;
-    else c.b = image;
+    if (w->operand[j] == 'b') c.b = image;
+    if (w->reads_grad[j]) c.a = devexec_buffer(e, w->grad);
+    if (j == w->store_reader) c.c = devexec_buffer(e, w->store);
     return run_gemm_kernel(e, s, &c, w->kernel[j][tile], tile);
 }
 
@@ -717,13 +720,13 @@ void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
 /* What devexec_run issues for step I of GID with the choices in force: the step itself,
  * its fused MLP run's kernel (*RUN: the run), nothing (a later layer of a fused run), an
  * implicit GEMM's kernel (*RUN: the run, *READER: which reader), or nothing but its
- * buffers' birth (the UNFOLD of an implicit-GEMM run that is on: the patches, never
- * written). */
+ * buffers' birth (the UNFOLD or TRANSPOSE of an implicit-GEMM run that is on: the
+ * patches, never written; the product, stored NCHW by its kernel). */
 typedef enum Issue { ISSUE_STEP, ISSUE_RUN, ISSUE_NOTHING, ISSUE_WINDOW, ISSUE_SKIPPED } Issue;
 
 static Issue issue_of(const DevExec *e, PlanGraphId gid, int i, int *run, int *reader)
 {
-    int w = plan_window_at(e->plan, gid, i);
+    int w = plan_window_skips(e->plan, gid, i);
     if (w >= 0 && window_on(e, w)) return ISSUE_SKIPPED;
     w = plan_window_reader(e->plan, gid, i, reader);
     if (w >= 0 && window_on(e, w)) {

@@ -126,13 +126,22 @@ case_ mlp_tuned "$ROOT/models/mlp.net" $TUNED_FLAGS --tune-file "$OUT/tuned.tune
 
 # cnn.net in bf16 with both convolutions' implicit GEMMs chosen: each UNFOLD skipped, its
 # readers launched with the image for the patches (their smallest tile shape, which
-# every reader has).
+# every reader has), each product stored NCHW and each gradient read NCHW, their
+# TRANSPOSEs skipped.
 CNN_FLAGS="--mode max-autotune --precision bf16"
 # shellcheck disable=SC2086
 if "$CGC" "$ROOT/models/cnn.net" $CNN_FLAGS --check --arch none --emit "$OUT/cnn_heur" -q > "$OUT/cnn_heur.log" 2>&1; then
+    # a tile shape per reader: host_plan.txt names each run's readers, in the order the
+    # tune file lists the runs (conv1 two: the product and the weight gradient; conv2
+    # three: the data gradient too)
+    readers=$(grep -o 'or skipped, with steps [0-9, and]* in an implicit-GEMM run' "$OUT/cnn_heur/host_plan.txt" |
+              awk '{ print gsub(/[0-9]+/, "") }' | tr '\n' ' ')
     sed -e 's/^device sm_90 .*/device sm_90 NVIDIA H100 80GB HBM3/' -e 's/^tuning none$/tuning 2210.0 ms/' \
-        -e 's/^\(window [^ ]*\) patches -$/\1 implicit:32x64x32+32x64x32 0.0105/' \
-        "$OUT/cnn_heur/autotune.tune" > "$OUT/cnn_tuned.tune"
+        "$OUT/cnn_heur/autotune.tune" |
+        awk -v readers="$readers" 'BEGIN { split(readers, n, " ") }
+             $1 == "window" && $3 == "patches" { c = "implicit:32x64x32"; k = n[++r]
+                 for (j = 2; j <= k; j++) c = c "+32x64x32"
+                 $3 = c; $4 = "0.0105" } { print }' > "$OUT/cnn_tuned.tune"
     [ "$(diff "$OUT/cnn_heur/autotune.tune" "$OUT/cnn_tuned.tune" | grep -c '^>')" = 4 ] ||
         fail "cnn_implicit: the tuned file's fixture did not change 4 lines"
 else
@@ -148,7 +157,11 @@ want() {   # want CASE TEXT: repro.c of CASE contains the fixed string TEXT
 want mlp '#define SOURCE_NAME "mlp-__MARKER__.net"'
 want cnn_implicit ': the patches, not written: their readers gather them from the image */'
 want cnn_implicit 'by the generated implicit-GEMM kernel (the autotune choice)'
-want cnn_implicit '"gemm_tc_tn_bf16_to_bf16_patches_b_c32h14w14_k3s1p1d1_32x64x32",'
+want cnn_implicit ': the transpose to NCHW, not run: the implicit GEMM stores its product so */'
+want cnn_implicit ': the gradient'"'"'s transpose to channels last, not run: its GEMMs read it as NCHW */'
+want cnn_implicit '"gemm_tc_nt_bf16_to_bf16_patches_a_c32h14w14_k3s1p1d1_c_nchw196_32x64x32",'
+want cnn_implicit '"gemm_tc_nn_bf16_to_bf16_a_nchw196_32x64x32",'
+want cnn_implicit '"gemm_tc_tn_bf16_to_bf16_patches_b_c32h14w14_k3s1p1d1_a_nchw196_32x64x32",'
 want mlp 'mode default, precision fp16, batch 64, accumulate 2, seed 42;'
 want mlp 'if (k < ACCUMULATE - 1) run_train_micro(micro_step);'
 want mlp '.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS'

@@ -44,7 +44,9 @@ static int graphs_run;      /* backward runs checked inside their graph */
 static int epilogues_run[GEMM_EPI_GELU_BIAS + 1];
 static int folded_run[2];   /* kernels run on GEMMs with batch dims folded into [m, k] */
 static int windows_run[2];  /* implicit-GEMM kernels run, gathering A (the product) or B */
+static int windows_data_grad;   /* implicit-GEMM runs' kernels that gather no patches */
 static int windows_in_graph;    /* implicit-GEMM runs checked inside their graph */
+static int windows_nchw[2];     /* implicit-GEMM kernels run that store C or read A NCHW */
 
 /* ---- values: exact in f16 and bf16 ---- */
 
@@ -383,7 +385,9 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
 
 /* ---- implicit-GEMM convolutions ----
  * Each reader's kernel in each tile shape against the library on the patches the UNFOLD
- * step made of the image (C first NaN); then the train graph with every run on (the
+ * step made of the image and the channels-last gradient its TRANSPOSE step made (C first
+ * NaN; a kernel that stores NCHW against the library's C transposed by the TRANSPOSE
+ * step it replaces); then the train graph with every run on (the
  * UNFOLD skipped, its buffer NaN under the emulation: a reader still reading it would
  * fail) against the graph with the patches, each reader by the generated kernel of the
  * same tile shape: the same products in the same order, so every stored value must be
@@ -394,13 +398,17 @@ static void check_window(const Plan *plan, DevExec *e, const DevFeed *feed, int 
     Device *d = devexec_device(e);
     const PlanWindow *w = &plan->windows[r];
     CHECK_EQ_INT(devexec_step(e, w->graph, w->unfold, feed, NULL), 0);
+    if (w->grad_transpose >= 0) CHECK_EQ_INT(devexec_step(e, w->graph, w->grad_transpose, feed, NULL), 0);
     for (int j = 0; j < w->nreaders; j++) {
         const PlanStep *s = &plan->graph[w->graph].steps[w->reader[j]];
         GemmCall call = devexec_gemm_call(e, s);
-        Matrix c = {.at = call.c, .bytes = (size_t)(call.m * call.n) * ir_dtype_size(s->gemm.c_type)};
+        bool nchw = j == w->store_reader;
+        Matrix c = {.at = nchw ? devexec_buffer(e, w->store) : call.c,
+                    .bytes = (size_t)(call.m * call.n) * ir_dtype_size(s->gemm.c_type)};
         c.want = malloc(c.bytes);
         c.got = malloc(c.bytes);
         CHECK_EQ_INT(devexec_step(e, w->graph, w->reader[j], feed, &(PlanStepChoice){0}), 0);
+        if (nchw) CHECK_EQ_INT(devexec_step(e, w->graph, w->transpose, feed, NULL), 0);
         CHECK_EQ_INT(d->ops->download(d, c.want, c.at, c.bytes), 0);
         for (int t = 0; t < PLAN_GEMM_TILES; t++) {
             if (w->kernel[j][t] < 0) continue;
@@ -411,7 +419,10 @@ static void check_window(const Plan *plan, DevExec *e, const DevFeed *feed, int 
             snprintf(what, sizeof what, "%s (%s, m %lld n %lld k %lld)", plan->kernels[w->kernel[j][t]].name,
                      s->what, (long long)call.m, (long long)call.n, (long long)call.k);
             CHECK_EQ_INT(compare(&c, s->gemm.c_type, call.m * call.n, what), 0);
-            windows_run[w->operand[j] == 'b']++;
+            if (w->operand[j]) windows_run[w->operand[j] == 'b']++;
+            else windows_data_grad++;
+            windows_nchw[0] += nchw;
+            windows_nchw[1] += w->reads_grad[j];
         }
         free(c.want);
         free(c.got);
@@ -442,36 +453,69 @@ static void unchoose_windows(const Plan *plan, DevExec *e)
             devexec_choose(e, plan->windows[r].graph, plan->windows[r].reader[j], &(PlanStepChoice){0});
 }
 
-/* The memory plan with reuse, as training lays it out: nothing born between a run's
- * UNFOLD and its last reader shares the image's memory, which an implicit GEMM reads
- * there (the unshared arena above cannot show this). */
+/* Whether step S names buffer root B (any operand, argument or epilogue input). */
+static bool step_names(const Plan *plan, const PlanStep *s, int b)
+{
+    if (s->kind == STEP_GEMM) {
+        int x[5] = {s->gemm.a, s->gemm.b, s->gemm.c, s->gemm.bias, s->gemm.aux};
+        for (int k = 0; k < 5; k++)
+            if (x[k] >= 0 && plan_buffer_root(plan, x[k]) == b) return true;
+        return false;
+    }
+    for (int a = 0; a < s->launch.nargs; a++)
+        if (s->launch.arg[a].kind == ARG_BUFFER && plan_buffer_root(plan, s->launch.arg[a].index) == b) return true;
+    return false;
+}
+
+/* The buffers that share buffer U's memory while an implicit-GEMM run on uses it in
+ * steps FROM to TO (an NCHW store written early, a gradient read late): each named by a
+ * step in between (liveness as the steps themselves name buffers, not the memory plan's
+ * own). */
+static int shared(const Plan *plan, const PlanWindow *w, const PlanLayout *lay, const int64_t *symmax,
+                  int u, int from, int to)
+{
+    const PlanGraph *pg = &plan->graph[w->graph];
+    size_t at = lay->offset[u], end = at + plan_buffer_bytes(plan, u, symmax);
+    int bad = 0;
+    for (int b = 0; b < plan->nbuffers; b++) {
+        size_t bat = lay->offset[b], bend = bat + plan_buffer_bytes(plan, b, symmax);
+        if (b == u || plan->buffers[b].alias_of >= 0 || bend == bat || bat >= end || at >= bend) continue;
+        for (int i = from; i <= to; i++)
+            if (step_names(plan, &pg->steps[i], b) && bad++ == 0)
+                fprintf(stderr, "  buffer %d (%s), named at step %d, shares b%d's memory, which the "
+                                "implicit GEMMs use from step %d to %d\n", b, plan->buffers[b].what, i + 1, u,
+                        from + 1, to + 1);
+    }
+    return bad;
+}
+
+/* The memory plan with reuse, as training lays it out: nothing that a step names from a
+ * run's UNFOLD to its last reader of the patches shares the image's memory, which an
+ * implicit GEMM reads there; nor the memory of the NCHW store from the product to the
+ * TRANSPOSE, or of the gradient from its TRANSPOSE to its last reader (the unshared
+ * arena above cannot show this). */
 static void check_window_liveness(const Plan *plan, const int64_t *symmax)
 {
     PlanLayout lay;
     plan_layout(plan, symmax, true, &lay);
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
-        int *first = malloc((size_t)plan->nbuffers * sizeof *first);
-        plan_first_steps(plan, w->graph, first);
-        size_t at = lay.offset[w->image], end = at + plan_buffer_bytes(plan, w->image, symmax);
-        int bad = 0;
-        for (int b = 0; b < plan->nbuffers; b++) {
-            size_t bat = lay.offset[b], bend = bat + plan_buffer_bytes(plan, b, symmax);
-            bool between = first[b] > w->unfold && first[b] <= w->reader[w->nreaders - 1];
-            if (b != w->image && between && bat < end && at < bend && bad++ == 0)
-                fprintf(stderr, "  buffer %d (%s), born at step %d, shares the image b%d's memory before "
-                                "its last reader (step %d)\n", b, plan->buffers[b].what, first[b] + 1,
-                        w->image, w->reader[w->nreaders - 1] + 1);
+        int patches = -1, grad = -1;    /* the last readers */
+        for (int j = 0; j < w->nreaders; j++) {
+            if (w->operand[j]) patches = w->reader[j];
+            if (w->reads_grad[j]) grad = w->reader[j];
         }
-        CHECK_EQ_INT(bad, 0);
-        free(first);
+        CHECK_EQ_INT(shared(plan, w, &lay, symmax, w->image, w->unfold, patches), 0);
+        if (w->store_reader >= 0)
+            CHECK_EQ_INT(shared(plan, w, &lay, symmax, w->store, w->reader[w->store_reader], w->transpose), 0);
+        if (w->grad >= 0) CHECK_EQ_INT(shared(plan, w, &lay, symmax, w->grad, w->grad_transpose, grad), 0);
     }
     plan_layout_free(&lay);
 }
 
 static void check_windows_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax)
 {
-    int runs = 0, readers = 0;
+    int runs = 0, readers = 0, transposes = 0;
     bool *skip = calloc((size_t)plan->nbuffers + 1, sizeof *skip);
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
@@ -479,10 +523,20 @@ static void check_windows_in_graph(const Plan *plan, DevExec *e, const DevFeed *
         runs++, readers += w->nreaders;
         const PlanStep *u = &plan->graph[PG_TRAIN].steps[w->unfold];
         skip[plan_buffer_root(plan, plan->graph[PG_TRAIN].node_buffer[u->node])] = true;
+        if (w->grad_transpose >= 0) {   /* the gradient in channels-last order, never written */
+            transposes++;
+            skip[plan_buffer_root(plan, plan->graph[PG_TRAIN].node_buffer[
+                plan->graph[PG_TRAIN].steps[w->grad_transpose].node])] = true;
+        }
+        if (w->store_reader < 0) continue;
+        transposes++;       /* and the product in channels-last order, never written */
+        skip[plan_buffer_root(plan, plan->graph[PG_TRAIN].steps[w->reader[w->store_reader]].gemm.c)] = true;
     }
     if (runs > 0) {
-        /* a launch fewer per run (the UNFOLD); the readers are still GEMMs */
-        compare_in_graph(plan, e, feed, symmax, choose_windows, runs, 0, skip, true, "implicit GEMMs");
+        /* a launch fewer per run (the UNFOLD) and per TRANSPOSE skipped; the readers
+         * are still GEMMs */
+        compare_in_graph(plan, e, feed, symmax, choose_windows, runs + transposes, 0, skip, true,
+                         "implicit GEMMs");
         unchoose_windows(plan, e);
         graphs_run += runs;
         windows_in_graph += runs;
@@ -629,5 +683,6 @@ int main(int argc, char **argv)
     CHECK(epilogues_run[GEMM_EPI_NONE] > 0 && epilogues_run[GEMM_EPI_RELU_BIAS] > 0);
     CHECK(folded_run[0] > 0 && folded_run[1] > 0);
     CHECK(windows_run[0] > 0 && windows_run[1] > 0 && windows_in_graph >= 2);
+    CHECK(windows_nchw[0] > 0 && windows_nchw[1] > 0 && windows_data_grad > 0);
     return check_result();
 }
