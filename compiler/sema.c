@@ -1206,8 +1206,10 @@ static bool conv_args(Sema *S, const Builtin *b, int x, const AstExpr **args, Ir
 
 /* conv2d as a matrix product over the patches: unfold x into rows [N, L, C*kh*kw] (L
  * output positions; [N, G, L, C/G*kh*kw] with G groups), multiply by the weight seen as
- * [out, C*kh*kw] ([G, out/G, C/G*kh*kw]), add the bias, and turn [N, L, out] into
- * [N, out, OH, OW]. */
+ * [out, C*kh*kw] ([G, out/G, C/G*kh*kw]), turn [N, L, out] into [N, out, OH, OW], and
+ * add the bias per channel there: the transpose is then the product's only reader and
+ * the gradient's transpose the GEMMs' only input, which an implicit GEMM may replace by
+ * storing or reading NCHW itself (codegen/plan.h, PlanWindow). */
 static int lower_conv2d(Sema *S, const Builtin *b, const AstExpr *call, const AstExpr **args)
 {
     int x = image_arg(S, b, args[0]);
@@ -1225,10 +1227,8 @@ static int lower_conv2d(Sema *S, const Builtin *b, const AstExpr *call, const As
     int cols = ir_unfold(S->g, x, w, IR_WINDOW_ROWS, 0, loc);
     Shape wm = groups == 1 ? (Shape){2, {out, k}} : (Shape){3, {groups, out / groups, k}};
     int y = ir_matmul(S->g, cols, ir_reshape(S->g, weight, wm, loc), IR_MATMUL_TRANS_B, loc);
-    if (bias && groups == 1) y = ir_binary(S->g, IR_ADD, y, bnode, loc);   /* over [N, L, out] */
     y = ir_reshape(S->g, ir_transpose(S->g, y, loc), ys, loc);
-    if (bias && groups > 1)
-        y = ir_binary(S->g, IR_ADD, y, ir_reshape(S->g, bnode, (Shape){3, {out, 1, 1}}, loc), loc);
+    if (bias) y = ir_binary(S->g, IR_ADD, y, ir_reshape(S->g, bnode, (Shape){3, {out, 1, 1}}, loc), loc);
     return y;
 }
 

@@ -672,6 +672,9 @@ int main(int argc, char **argv)
     /* convolutions: the product over [N * L] rows (m_lead), the weight gradient summed
      * over them (k_lead); L = 784 and 196, k = 9 and 288 */
     check_case("cnn", "bf16", 3, NULL, NULL);
+    /* a convolution with a bias (added after the transpose, so that its implicit GEMMs
+     * still store and read NCHW), a 1x1 one, and one of two groups (no implicit form) */
+    check_case("../tests/emu/models/image_windows", "bf16", 8, NULL, NULL);
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
     CHECK(tiles_left_out > 0);
     for (int s = 0; s < PLAN_MLP_SHAPES; s++) {

@@ -376,17 +376,27 @@ static bool read_node(Run *r, const IrGraph *g, int id, float *scratch, const fl
     return dn == *n;
 }
 
+/* The tensor that node ID reads, directly (a READ) or through reshapes of its READ, or
+ * -1. */
+static int viewed_tensor(const IrGraph *g, int id)
+{
+    while (g->nodes[id].op == IR_RESHAPE) id = g->nodes[id].in[0];
+    return g->nodes[id].op == IR_READ ? g->nodes[id].index : -1;
+}
+
 /* Every stored node of G against the reference, in order, each one's drift recorded
- * for the nodes that read it. A READ is what its readers saw: the tensor before G ran;
- * its stored view shows the tensor after, checked last, against what G assigned. */
+ * for the nodes that read it. A READ, or a reshape of one, is what its readers saw: the
+ * tensor before G ran; its stored view shows the tensor after, checked last, against
+ * what G assigned. */
 static int compare_nodes(Run *r, const IrGraph *g, float *scratch)
 {
     int bad = 0;
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *node = &g->nodes[id];
         int64_t n = ir_numel(&node->shape, r->symvals);
-        if (node->op == IR_READ) {
-            r->drift[id] = copy_floats(r->tensor_drift[node->index], n);
+        int t = viewed_tensor(g, id);
+        if (t >= 0) {
+            r->drift[id] = copy_floats(r->tensor_drift[t], n);
         } else if (!has_buffer(r, g, id)) {   /* an ASSIGN, or kept in registers */
             bool leaf = ir_op_info[node->op].cls == IR_CLASS_LEAF;   /* the same on both */
             r->drift[id] = leaf ? copy_floats(NULL, n) : bound_drift(r, g, id, n);
@@ -402,12 +412,12 @@ static int compare_nodes(Run *r, const IrGraph *g, float *scratch)
         }
     }
     for (int id = 0; id < g->nnodes; id++) {
-        const IrNode *node = &g->nodes[id];
         const float *cpu;
         int64_t n;
-        if (node->op != IR_READ || !has_buffer(r, g, id)) continue;
+        int t = viewed_tensor(g, id);
+        if (t < 0 || !has_buffer(r, g, id)) continue;
         if (!read_node(r, g, id, scratch, &cpu, &n)) bad++;
-        else bad += compare_value(r, g, id, cpu, n, tensor_bound(r, g, node->index), false);
+        else bad += compare_value(r, g, id, cpu, n, tensor_bound(r, g, t), false);
     }
     return bad;
 }
