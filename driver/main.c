@@ -630,8 +630,9 @@ static int check(const IrProgram *p, const Plan *plan, const Cli *cli, bool tune
                "ones it named\n", cli->path);
     else if (plan->mode == PLAN_MAX_AUTOTUNE && !cli->quiet)
         printf("%s: max-autotune: --check times nothing, so its choices are heuristics: the "
-               "plan's launch shapes, cuBLAS's own GEMM algorithms and no fused MLP kernel; a run "
-               "on a GPU times them and keeps the fastest in the cache (cgc/tune/)\n", cli->path);
+               "plan's launch shapes, cuBLAS's own GEMM algorithms, no fused MLP kernel and no "
+               "implicit-GEMM convolution; a run on a GPU times them and keeps the fastest in the "
+               "cache (cgc/tune/)\n", cli->path);
     BackendOptions bo = backend_options(cli, plan);
     return backend_check_compile(&bo, cli->arch ? backend_parse_arch(cli->arch) : 0) != 0;
 }
