@@ -53,6 +53,11 @@ const char *ir_dtype_name(DType t)
     return names[t];
 }
 
+bool ir_nonfinite_by_design(const IrNode *n, double v)
+{
+    return n->op == IR_UNFOLD && !isfinite(n->value) && v == n->value;
+}
+
 bool ir_op_is_elementwise(IrOp op)
 {
     IrOpClass c = ir_op_info[op].cls;

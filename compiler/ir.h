@@ -333,6 +333,9 @@ bool ir_shape_is_one(const Shape *s);      /* every dimension 1: one element, a 
 bool ir_op_is_elementwise(IrOp op);
 /* SUM, MEAN, MAX and REDUCE_TO: the ops a reduce or row group is built around. */
 bool ir_op_is_reduction(IrOp op);
+/* Whether V, not finite, is what node N holds by definition, not by an overflow: the
+ * -inf a max pooling's window reads outside the image (--detect-anomaly passes it). */
+bool ir_nonfinite_by_design(const IrNode *n, double v);
 /* NumPy broadcast of A and B into OUT; false when they do not broadcast (a symbol only
  * matches itself or 1). */
 bool ir_broadcast_shape(const Shape *a, const Shape *b, Shape *out);

@@ -576,6 +576,23 @@ void devexec_choose_window(DevExec *e, int r, const int *tiles)
 /* Whether implicit-GEMM run R is on (its first reader's tile, as they all are or none). */
 static bool window_on(const DevExec *e, int r) { return e->window[r * PLAN_WINDOW_MAX_READERS] >= 0; }
 
+bool devexec_unwritten(const DevExec *e, PlanGraphId gid, int b)
+{
+    const Plan *pl = e->plan;
+    const PlanGraph *pg = &pl->graph[gid];
+    b = plan_buffer_root(pl, b);
+    for (int r = 0; r < pl->nwindows; r++) {
+        const PlanWindow *w = &pl->windows[r];
+        if (w->graph != gid || !window_on(e, r)) continue;
+        int unwritten[3] = {pg->node_buffer[pg->steps[w->unfold].node],
+                            w->store_reader >= 0 ? pg->steps[w->reader[w->store_reader]].gemm.c : -1,
+                            w->grad_transpose >= 0 ? pg->node_buffer[pg->steps[w->grad_transpose].node] : -1};
+        for (int k = 0; k < 3; k++)
+            if (unwritten[k] >= 0 && plan_buffer_root(pl, unwritten[k]) == b) return true;
+    }
+    return false;
+}
+
 const char *devexec_window_kernel(const DevExec *e, int r, int j)
 {
     CGC_ASSERT(r >= 0 && r < e->plan->nwindows);

@@ -76,6 +76,9 @@ const char *devexec_mlp_kernel(const DevExec *e, int r);
 int devexec_window(DevExec *e, int r, int j, int tile);
 void devexec_choose_window(DevExec *e, int r, const int *tiles);
 const char *devexec_window_kernel(const DevExec *e, int r, int j);
+/* Whether buffer B of graph GID is left unwritten by the implicit-GEMM runs in force
+ * (the patches, a channels-last product or gradient), so that it holds nothing of a run. */
+bool devexec_unwritten(const DevExec *e, PlanGraphId gid, int b);
 /* The launches a run of graph GID issues with the choices in force (each fused MLP run
  * one, its later layers none, an implicit-GEMM run's UNFOLD none), and in *GEMMS (when
  * not NULL) how many of them are GEMMs: cuBLAS calls, generated GEMM kernels (implicit

@@ -268,7 +268,7 @@ static bool not_finite(DeviceBackend *b, const IrGraph *g, int id, CpuAnomaly *a
     b->values = xrealloc(b->values, (size_t)(n > 0 ? n : 1) * sizeof *b->values);
     if (devexec_value(b->e, g, id, b->values, &n) != 0) return false;
     for (int64_t k = 0; k < n; k++) {
-        if (isfinite(b->values[k])) continue;
+        if (isfinite(b->values[k]) || ir_nonfinite_by_design(&g->nodes[id], b->values[k])) continue;
         *a = (CpuAnomaly){ .node = id, .element = k, .value = b->values[k] };
         return true;
     }
@@ -280,16 +280,20 @@ static bool not_finite(DeviceBackend *b, const IrGraph *g, int id, CpuAnomaly *a
  * inside one are not, and the op named is the first stored one, which may be the end of
  * the chain whose earlier op made it. The run's updates have happened (on the CPU they
  * stop before them), so the values that are views of tensors are left out: they show the
- * tensors as updated (the update's own values, checked, come later in the graph). Returns
- * 0, or -1 after the report. */
+ * tensors as updated (the update's own values, checked, come later in the graph); so are
+ * those that max-autotune's implicit GEMMs never write. Returns 0, or -1 after the
+ * report. */
 static int check_values(const Trainer *t, const IrGraph *g, int64_t micro_step)
 {
     DeviceBackend *b = backend(t);
     const PlanGraph *pg = plan_graph_of(b->plan, g);
+    PlanGraphId gid = (PlanGraphId)(pg - b->plan->graph);
     CpuAnomaly a;
     for (int id = 0; id < g->nnodes; id++) {
         int buf = pg->node_buffer[id];
-        if (buf < 0 || b->plan->buffers[plan_buffer_root(b->plan, buf)].kind == PB_TENSOR) continue;
+        if (buf < 0 || b->plan->buffers[plan_buffer_root(b->plan, buf)].kind == PB_TENSOR ||
+            devexec_unwritten(b->e, gid, buf))
+            continue;
         if (!not_finite(b, g, id, &a)) continue;
         return train_report_anomaly(t, g, &a, micro_step, b->plan->mode == PLAN_EAGER
                                     ? "values that were all finite"

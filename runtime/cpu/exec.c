@@ -675,7 +675,7 @@ static bool anomalous(CpuExec *e, const IrGraph *g, int id)
     if (g->nodes[id].dtype == DT_I32 || op == IR_CONST || op == IR_ASSIGN) return false;
     for (int64_t i = 0; i < s->n; i++) {
         double v = e->real == CPU_F64 ? ((const double *)s->val)[i] : ((const float *)s->val)[i];
-        if (isfinite(v)) continue;
+        if (isfinite(v) || ir_nonfinite_by_design(&g->nodes[id], v)) continue;
         e->anomaly = (CpuAnomaly){ .node = id, .element = i, .value = v };
         return true;
     }
