@@ -136,7 +136,8 @@ def bf16_net(path, out):
 
 def window_choices(out, name):
     """What max-autotune chose for each convolution's patches (the tune file's `window`
-    lines: `patches`, or `implicit:TILE+TILE` and its time), from the run's log OUT/NAME.log,
+    lines: `patches`, `implicit:TILE+TILE` or `cudnn:ALGO+ALGO` and its time), from the
+    run's log OUT/NAME.log,
     which names the tune file."""
     import re
     try:

@@ -35,6 +35,12 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 [ -f build-gpu/libs.tar.xz ] && [ ! -d build-gpu/lib ] && tar -xJf build-gpu/libs.tar.xz -C build-gpu
 export LD_LIBRARY_PATH="$PWD/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuDNN (convolutions): the system's libcudnn.so.9 when the loader finds one, else the one
+# PyTorch's wheel brings (nvidia-cudnn); without either, convolutions run as the plan's steps
+if ! ldconfig -p 2>/dev/null | grep -q "libcudnn.so.9"; then
+    CUDNN_DIR=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(nvidia.cudnn.__path__[0], "lib"))' 2>/dev/null)
+    [ -n "$CUDNN_DIR" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$CUDNN_DIR"
+fi
 export CGC_DATA_PATH="$PWD/data"
 export CGC_MODELS_DIR="$PWD/models"   # the test programs were built at another path
 export XDG_CACHE_HOME="$OUT/cache"

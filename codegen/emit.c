@@ -155,7 +155,7 @@ static void print_gemm(FILE *out, const Plan *pl, const PlanGemm *g)
 
 /* Step S of G as an implicit-GEMM run's UNFOLD, TRANSPOSE or reader (max-autotune's
  * candidates). */
-static void print_window(FILE *out, const Plan *pl, PlanGraphId g, int s)
+static void print_implicit(FILE *out, const Plan *pl, PlanGraphId g, int s)
 {
     int j, run = plan_window_at(pl, g, s);
     if (run >= 0) {
@@ -197,6 +197,44 @@ static void print_window(FILE *out, const Plan *pl, PlanGraphId g, int s)
             sep = ",";
         }
     fputc('\n', out);
+}
+
+/* Step S of G as a step cuDNN skips or a call it makes, where it computes the run. */
+static void print_conv(FILE *out, const Plan *pl, PlanGraphId g, int s)
+{
+    for (int r = 0; r < pl->nwindows; r++) {
+        const PlanWindow *w = &pl->windows[r];
+        if (w->graph != g || !w->conv) continue;
+        if (plan_window_conv_skips(pl, r, s)) {
+            fprintf(out, "       or skipped where cuDNN computes the convolution of b%d\n", w->image);
+            return;
+        }
+        for (int j = 0; j < w->nreaders; j++) {
+            if (w->reader[j] != s) continue;
+            const PlanGemm *gm = &pl->graph[g].steps[s].gemm;
+            char role = plan_window_conv_role(w, j);
+            if (role == 'f')
+                fprintf(out, "         or cudnnConvolutionForward(x = b%d, w = b%d) -> b%d\n", w->image, gm->b, w->store);
+            else if (role == 'w')
+                fprintf(out, "         or cudnnConvolutionBackwardFilter(x = b%d, dy = b%d) -> b%d\n", w->image, w->grad,
+                        gm->c);
+            else
+                fprintf(out, "         or cudnnConvolutionBackwardData(w = b%d, dy = b%d) -> b%d\n", gm->b, w->grad,
+                        w->fold_out);
+            return;
+        }
+    }
+}
+
+/* Step S of G in the implicit-GEMM runs and the convolution library's, where it has a
+ * part in one. */
+static void print_window(FILE *out, const Plan *pl, PlanGraphId g, int s)
+{
+    int j, run = plan_window_at(pl, g, s);
+    if (run < 0) run = plan_window_skips(pl, g, s);
+    if (run < 0) run = plan_window_reader(pl, g, s, &j);
+    if (run >= 0 && pl->windows[run].implicit) print_implicit(out, pl, g, s);
+    print_conv(out, pl, g, s);
 }
 
 void plan_print(FILE *out, const Plan *pl)

@@ -476,19 +476,17 @@ static bool stores_only(const PlanGraph *pg, const PlanStep *s, int id)
     return true;
 }
 
-/* Whether GEMM G, with generated kernels, reads the [N, L, cols] tensor of SHAPE (its
- * operand WHICH's buffer) as the [N*L, cols] matrix: op(A) that matrix or (TRANS) its
- * transpose, or op(B) that matrix. */
+/* Whether GEMM G reads the [N, L, cols] tensor of SHAPE (its operand WHICH's buffer) as
+ * the [N*L, cols] matrix: op(A) that matrix or (TRANS) its transpose, or op(B) that
+ * matrix. */
 static bool reads_rows(const PlanGemm *g, char which, bool trans, const Shape *shape, DType type)
 {
-    bool kernels = false;
-    for (int t = 0; t < PLAN_GEMM_TILES; t++) kernels |= g->tile_kernel[t] >= 0;
     CGC_ASSERT(which == 'a' || !trans);
     const Shape *lead = which == 'a' && !trans ? &g->m_lead : &g->k_lead;
     int64_t rows = which == 'a' ? (trans ? g->k : g->m) : g->k;
     int64_t cols = which == 'a' ? (trans ? g->m : g->k) : g->n;
     bool t = which == 'a' ? g->trans_a : g->trans_b;
-    return kernels && t == trans && g->a_type == type && lead->rank == 1 && lead->dim[0] == shape->dim[0] &&
+    return t == trans && g->a_type == type && lead->rank == 1 && lead->dim[0] == shape->dim[0] &&
            rows == shape->dim[1] && cols == shape->dim[2];
 }
 
@@ -652,6 +650,63 @@ static void find_grad_transpose(const Plan *plan, PlanGraphId gid, PlanWindow *w
     *w = x;
 }
 
+/* The FOLD step of PG that is the only other step to name buffer root U (the data
+ * gradient's C, of reader STEP), folding it over W's window into an image of W's shape
+ * and storing nothing else; -1 when there is none. */
+static int fold_of(const Plan *plan, const PlanGraph *pg, int step, int u, const PlanWindow *w)
+{
+    int f = -1;
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanStep *s = &pg->steps[i];
+        if (i == step || !step_names(plan, s, u)) continue;
+        if (f >= 0 || s->kind != STEP_LAUNCH || s->node < 0) return -1;
+        f = i;
+    }
+    if (f < step) return -1;
+    const PlanStep *s = &pg->steps[f];
+    const IrNode *n = &pg->ir->nodes[s->node];
+    int in = pg->node_buffer[n->in[0]], out = pg->node_buffer[s->node];
+    bool ok = n->op == IR_FOLD && (n->flags & IR_WINDOW_ROWS) && memcmp(&n->win, &w->win, sizeof w->win) == 0 &&
+              ir_shape_equal(&n->shape, &w->image_shape) && stores_only(pg, s, s->node) && in >= 0 &&
+              plan_buffer_root(plan, in) == u && out >= 0 && plan_buffer_root(plan, out) != u;
+    return ok ? f : -1;
+}
+
+/* Whether reader J of W is a library call (plan.h, PlanWindow) of type TYPE: the product
+ * storing NCHW, the weight gradient reading the NCHW gradient, or the data gradient
+ * reading it whose C only a FOLD reads (into W->fold, W->fold_out). */
+static bool conv_reader(const Plan *plan, const PlanGraph *pg, PlanWindow *w, int j, DType type)
+{
+    const PlanGemm *g = &pg->steps[w->reader[j]].gemm;
+    bool types = g->a_type == type && g->b_type == type && g->c_type == type && g->epilogue == GEMM_EPI_NONE &&
+                 g->batch.rank == 0;
+    if (!types) return false;
+    if (w->operand[j] == 'a') return j == w->store_reader && g->trans_b;
+    if (w->operand[j] == 'b') return w->reads_grad[j] && g->trans_a && !g->trans_b;
+    if (!w->reads_grad[j] || g->trans_b || w->fold >= 0) return false;
+    int u = plan_buffer_root(plan, g->c);
+    w->fold = fold_of(plan, pg, w->reader[j], u, w);
+    if (w->fold < 0) return false;
+    w->fold_out = plan_buffer_root(plan, pg->node_buffer[pg->steps[w->fold].node]);
+    return plan->buffers[w->fold_out].dtype == type;
+}
+
+/* Whether a convolution library can run W (PlanWindow.conv); its FOLD where it has one. */
+static void find_conv(const Plan *plan, const PlanGraph *pg, PlanWindow *w)
+{
+    DType type = plan->buffers[w->image].dtype;
+    w->fold = w->fold_out = -1;
+    w->conv = w->store_reader >= 0 && w->win.groups == 1 && w->image_shape.rank == 4;
+    for (int j = 0; j < w->nreaders && w->conv; j++) w->conv = conv_reader(plan, pg, w, j, type);
+    if (!w->conv) w->fold = w->fold_out = -1;
+}
+
+char plan_window_conv_role(const PlanWindow *w, int j)
+{
+    CGC_ASSERT(j >= 0 && j < w->nreaders);
+    return w->operand[j] == 'a' ? 'f' : w->operand[j] == 'b' ? 'w' : 'd';
+}
+
 /* Step I of graph GID as the UNFOLD of a PlanWindow, into W; false when it is not one. */
 static bool window_run(const Plan *plan, PlanGraphId gid, int i, PlanWindow *w)
 {
@@ -672,8 +727,11 @@ static bool window_run(const Plan *plan, PlanGraphId gid, int i, PlanWindow *w)
     w->graph = gid;
     w->unfold = i;
     w->image = image;
+    w->image_shape = pg->ir->nodes[n->in[0]].shape;
+    w->win = n->win;
     find_grad_transpose(plan, gid, w);
     find_nchw_store(plan, pg, w);
+    find_conv(plan, pg, w);
     return true;
 }
 
@@ -698,22 +756,35 @@ static GemmSpec window_spec(const PlanWindow *r, int j, const PlanGemm *g, int t
     return s;
 }
 
+/* Whether every reader of W has a generated kernel of some tile shape. */
+static bool readers_generable(const PlanGraph *pg, const PlanWindow *w)
+{
+    for (int j = 0; j < w->nreaders; j++) {
+        bool any = false;
+        for (int t = 0; t < PLAN_GEMM_TILES; t++) any |= pg->steps[w->reader[j]].gemm.tile_kernel[t] >= 0;
+        if (!any) return false;
+    }
+    return true;
+}
+
 void plan_add_window_kernels(Plan *plan)
 {
     KernelSet set = { 0 };
-    for (int gid = PG_TRAIN; gid <= PG_TRAIN_MICRO; gid++) {
+    for (int gid = 0; gid < PG_NUM; gid++) {
         const PlanGraph *pg = &plan->graph[gid];
         for (int i = 0; pg->ir && i < pg->nsteps; i++) {
             PlanWindow w;
             memset(&w, 0, sizeof w);
             if (!window_run(plan, (PlanGraphId)gid, i, &w)) continue;
+            w.implicit = readers_generable(pg, &w);
+            if (!w.implicit && !w.conv) continue;
             const IrNode *n = &pg->ir->nodes[pg->steps[i].node];
             const Shape *image = &pg->ir->nodes[n->in[0]].shape;
             for (int j = 0; j < w.nreaders; j++) {
                 const PlanStep *st = &pg->steps[w.reader[j]];
                 for (int t = 0; t < PLAN_GEMM_TILES; t++) {
                     w.kernel[j][t] = -1;
-                    if (st->gemm.tile_kernel[t] < 0) continue;
+                    if (!w.implicit || st->gemm.tile_kernel[t] < 0) continue;
                     GemmSpec s = window_spec(&w, j, &st->gemm, t, n, image);
                     w.kernel[j][t] = kernel_of(&set, plan, &s, st, (PlanGraphId)gid);
                 }
@@ -739,6 +810,12 @@ int plan_window_skips(const Plan *plan, PlanGraphId gid, int i)
                                                plan->windows[r].grad_transpose == i))
             return r;
     return -1;
+}
+
+bool plan_window_conv_skips(const Plan *plan, int r, int i)
+{
+    const PlanWindow *w = &plan->windows[r];
+    return w->conv && (i == w->unfold || i == w->transpose || i == w->grad_transpose || i == w->fold);
 }
 
 int plan_window_reader(const Plan *plan, PlanGraphId gid, int i, int *j)

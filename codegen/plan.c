@@ -957,7 +957,7 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
             for (int t = 0; t < PLAN_GEMM_TILES; t++) pl->graph[gid].steps[i].gemm.tile_kernel[t] = -1;
     pl->gemm_kernels_from = pl->nkernels;
     if (mode == PLAN_MAX_AUTOTUNE) plan_add_gemm_kernels(pl);
-    if (mode == PLAN_MAX_AUTOTUNE) plan_add_window_kernels(pl);
+    plan_add_window_kernels(pl);    /* kernels in max-autotune; library runs in every mode */
     pl->mlp_kernels_from = pl->nkernels;
     if (mode == PLAN_MAX_AUTOTUNE) plan_add_mlp_kernels(pl);
     return pl;
@@ -996,6 +996,9 @@ void plan_choices_init(PlanChoices *c, const Plan *plan)
     size_t tiles = (size_t)plan->nwindows * PLAN_WINDOW_MAX_READERS;
     c->window_tile = xmalloc((tiles + 1) * sizeof *c->window_tile);
     for (size_t j = 0; j < tiles; j++) c->window_tile[j] = -1;
+    c->window_conv = xmalloc((tiles + 1) * sizeof *c->window_conv);
+    for (size_t j = 0; j < tiles; j++)
+        c->window_conv[j] = plan->windows[j / PLAN_WINDOW_MAX_READERS].conv ? 0 : -1;
 }
 
 void plan_choices_free(PlanChoices *c)
@@ -1003,6 +1006,7 @@ void plan_choices_free(PlanChoices *c)
     for (int g = 0; g < PG_NUM; g++) free(c->step[g]);
     free(c->mlp_shape);
     free(c->window_tile);
+    free(c->window_conv);
     memset(c, 0, sizeof *c);
 }
 

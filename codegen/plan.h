@@ -327,7 +327,15 @@ typedef struct PlanMlp {
  * a TRANSPOSE to channels last, and the only other readers of that transpose are GEMMs
  * reading it as A (the data gradient, dY @ W, whose FOLD stays), those GEMMs join the
  * run and its kernels read the NCHW gradient as that matrix (cgc_nchw_load): the
- * TRANSPOSE is skipped too, and the gradient kept live to its last reader. */
+ * TRANSPOSE is skipped too, and the gradient kept live to its last reader.
+ * A convolution library (runtime/device.h, ConvCall: cuDNN on a GPU) is the run's other
+ * form: where the product stores NCHW, the weight gradient and the data gradient read
+ * the NCHW gradient, and the data gradient's only reader is a FOLD (col2im) over the
+ * same window into the image's gradient, each reader is one library call on the NCHW
+ * tensors themselves (the forward, the filter gradient, the data gradient into the
+ * FOLD's buffer) and the UNFOLD, both TRANSPOSEs and the FOLD are skipped. Such runs are
+ * found in every mode and graph (PlanWindow.conv), the implicit GEMMs only where the
+ * readers have generated kernels (PlanWindow.implicit: max-autotune's training graphs). */
 enum { PLAN_WINDOW_MAX_READERS = 4 };
 typedef struct PlanWindow {
     PlanGraphId graph;
@@ -345,6 +353,12 @@ typedef struct PlanWindow {
     int grad_transpose;             /* the gradient's TRANSPOSE step, skipped with the run (or -1) */
     int grad;                       /* the gradient [N, out, OH*OW], its readers' A (or -1) */
     bool reads_grad[PLAN_WINDOW_MAX_READERS];   /* the reader's A is that gradient */
+    bool implicit;                  /* every reader has a kernel of some tile shape */
+    bool conv;                      /* the library can run it (above) */
+    int fold;                       /* conv: the data gradient's FOLD step, or -1 */
+    int fold_out;                   /* conv: its buffer, the image's gradient (or -1) */
+    Shape image_shape;              /* [N, C, H, W], symbols allowed */
+    IrWindow win;                   /* the UNFOLD's window */
 } PlanWindow;
 
 typedef struct Plan {
@@ -399,6 +413,12 @@ typedef struct PlanChoices {
      * tile shape, or -1 for all of them: the run off, the UNFOLD step and the readers' own
      * choices */
     int *window_tile;
+    /* per implicit-GEMM run, [r * PLAN_WINDOW_MAX_READERS + j]: with the run computed by a
+     * convolution library (PlanWindow.conv), reader j's algorithm (0: the library's own
+     * choice; K >= 1: the K-th of its list, ConvCall.algo), or -1 for all of them: not by
+     * the library. Initially 0 where the run can be (a device without a library runs the
+     * steps), -1 elsewhere; at most one of window_tile and window_conv is on. */
+    int *window_conv;
     int arch;                       /* what they were made for: 90 for sm_90 */
     char device[128];               /* the GPU they were timed on, or "" (heuristics) */
 } PlanChoices;
@@ -456,6 +476,12 @@ int plan_window_at(const Plan *plan, PlanGraphId gid, int i);
 int plan_window_skips(const Plan *plan, PlanGraphId gid, int i);
 /* The run of graph GID that has step I for a reader, or -1; *J: which reader. */
 int plan_window_reader(const Plan *plan, PlanGraphId gid, int i, int *j);
+/* Whether implicit-GEMM run R skips step I of its graph when the library runs it (its
+ * UNFOLD, a TRANSPOSE or the FOLD). */
+bool plan_window_conv_skips(const Plan *plan, int r, int i);
+/* What the library computes for reader J of run R: 'f' the forward (the product), 'w'
+ * the filter gradient, 'd' the data gradient. */
+char plan_window_conv_role(const PlanWindow *w, int j);
 
 /* ---- fully fused MLP passes (codegen/mlp_fused.c; PlanMlp above) ---- */
 /* One block per plan_mlp_rows[SHAPE] rows of M. */

@@ -602,12 +602,20 @@ static void explain_windows(const Compiled *c, FILE *out)
             fprintf(out, "            times the weight in one GEMM over every patch of the batch: "
                          "%s, channels last (NHWC); transposed to the language's NCHW\n", rs);
         const PlanWindow *cand = implicit_candidate(c->plan, n->loc.line);
-        if ((n->flags & IR_WINDOW_ROWS) && cand)
+        if ((n->flags & IR_WINDOW_ROWS) && cand && cand->implicit)
             fprintf(out, "            max-autotune's candidate: implicit GEMMs, the patches gathered from the "
                          "image, never written%s%s\n", cand->store_reader >= 0 ? ";\n            the product "
                          "stored NCHW by its kernel, no transpose" : "", cand->grad_transpose >= 0 ? ";\n"
                          "            its gradient read NCHW by the backward's GEMMs, no transpose" : "");
-        else if (!(n->flags & IR_WINDOW_ROWS))
+        if ((n->flags & IR_WINDOW_ROWS) && cand && cand->conv)
+            fprintf(out, "            on a device with cuDNN: %s on the NCHW tensors, no patches, no "
+                         "transpose%s\n            (the library's own algorithms; max-autotune times "
+                         "each of its list%s)\n",
+                    cand->nreaders == 1 ? "its forward call" : cand->fold >= 0 ? "forward, filter and data gradient calls"
+                                                                             : "forward and filter gradient calls",
+                    cand->fold >= 0 ? ", no col2im" : "", cand->implicit ? " against the steps and the implicit GEMMs"
+                                                                          : " against the steps");
+        if (!(n->flags & IR_WINDOW_ROWS))
             fprintf(out, "            %s over the kernel axis: %s\n", r >= 0 ? ir_op_name(g->nodes[r].op) : "?", rs);
     }
 }

@@ -59,8 +59,9 @@ static const char usage_text[] =
     "                          second batch on)\n"
     "                          or max-autotune (reduce-overhead, with each launch's grid and\n"
     "                          each GEMM's cuBLAS(Lt) algorithm, and from sm_80 generated\n"
-    "                          GEMM, fused MLP and implicit-GEMM convolution kernels, timed\n"
-    "                          on the GPU, at most 60 s, the fastest kept in the cache's\n"
+    "                          GEMM, fused MLP and implicit-GEMM convolution kernels, and\n"
+    "                          cuDNN's convolution algorithms where it loads, timed on the\n"
+    "                          GPU, at most 60 s, the fastest kept in the cache's\n"
     "                          cgc/tune/)\n"
     "  --tune-budget SECONDS   max-autotune: the most time tuning may take (default 60);\n"
     "                          what it leaves untimed keeps the plan's choice\n"
@@ -630,8 +631,8 @@ static int check(const IrProgram *p, const Plan *plan, const Cli *cli, bool tune
                "ones it named\n", cli->path);
     else if (plan->mode == PLAN_MAX_AUTOTUNE && !cli->quiet)
         printf("%s: max-autotune: --check times nothing, so its choices are heuristics: the "
-               "plan's launch shapes, cuBLAS's own GEMM algorithms, no fused MLP kernel and no "
-               "implicit-GEMM convolution; a run on a GPU times them and keeps the fastest in the "
+               "plan's launch shapes, cuBLAS's own GEMM algorithms, no fused MLP kernel, no "
+               "implicit-GEMM convolution and cuDNN's own convolution algorithms; a run on a GPU times them and keeps the fastest in the "
                "cache (cgc/tune/)\n", cli->path);
     BackendOptions bo = backend_options(cli, plan);
     return backend_check_compile(&bo, cli->arch ? backend_parse_arch(cli->arch) : 0) != 0;

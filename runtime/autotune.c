@@ -167,8 +167,10 @@ static bool parse_mlp_choice(const char *s, int *shape)
 
 /* An implicit-GEMM run's key: the batch, then per reader its GEMM's key and its kernels'
  * name without the tile ("window.b64.m50176.n32.k9....+nt_bf16_to_bf16_patches_a_c1h28w28_
- * k3s1p1d1_c_nchw784+m32..."), hashed where longer than a token; runs of one key (the
- * same GEMMs over the same patches and layouts) share one choice. */
+ * k3s1p1d1_c_nchw784+m32..."; the GEMM's key alone where it has none), then, where a
+ * library can compute it, the convolution ("+conv_c1h28w28_k3x3s1x1p1x1d1x1"), hashed
+ * where longer than a token; runs of one key (the same GEMMs over the same patches and
+ * layouts) share one choice. */
 static void window_key(const Plan *plan, const PlanWindow *w, const int64_t *symvals, char *buf,
                        size_t len)
 {
@@ -179,10 +181,19 @@ static void window_key(const Plan *plan, const PlanWindow *w, const int64_t *sym
         autotune_gemm_key(&plan->graph[w->graph].steps[w->reader[j]].gemm, symvals, gemm, sizeof gemm);
         int k = -1;
         for (int t = 0; t < PLAN_GEMM_TILES && k < 0; t++) k = w->kernel[j][t];
+        at += snprintf(key + at, sizeof key - (size_t)at, "%c%s", j ? '+' : '.', gemm);
+        if (k < 0 || at >= (int)sizeof key) continue;     /* a run only the library computes */
         const char *name = plan->kernels[k].name, *kind = name + strlen("gemm_tc_");
         int n = (int)(strrchr(name, '_') - kind);
-        at += snprintf(key + at, sizeof key - (size_t)at, "%c%s+%.*s", j ? '+' : '.', gemm, n, kind);
+        at += snprintf(key + at, sizeof key - (size_t)at, "+%.*s", n, kind);
     }
+    const IrWindow *win = &w->win;
+    const int64_t *dim = w->image_shape.dim;
+    if (w->conv && at < (int)sizeof key)    /* what the library's calls are */
+        snprintf(key + at, sizeof key - (size_t)at, "+conv_c%lldh%lldw%lld_k%dx%ds%dx%dp%dx%dd%dx%d%s",
+                 (long long)dim[1], (long long)dim[2], (long long)dim[3], win->kernel[0], win->kernel[1],
+                 win->stride[0], win->stride[1], win->pad[0], win->pad[1], win->dilation[0], win->dilation[1],
+                 w->fold >= 0 ? "_dgrad" : "");
     kernel_key(key, buf, len);
 }
 
@@ -191,10 +202,17 @@ void autotune_window_key(const Plan *plan, int r, const int64_t *symvals, char *
     window_key(plan, &plan->windows[r], symvals, buf, len);
 }
 
-/* An implicit-GEMM run's choice: "patches" (the UNFOLD and its readers' own choices) or
- * "implicit:64x64x32+32x64x32" (each reader's tile shape). */
-static void window_choice(const PlanWindow *w, const int *tiles, char *buf, size_t len)
+/* An implicit-GEMM run's choice: "patches" (the UNFOLD and its readers' own choices),
+ * "implicit:64x64x32+32x64x32" (each reader's tile shape) or "cudnn:0+3+1" (each reader
+ * by the convolution library, with that algorithm; 0 its own). */
+static void window_choice(const PlanWindow *w, const int *tiles, const int *algos, char *buf, size_t len)
 {
+    if (algos && algos[0] >= 0) {
+        int at = snprintf(buf, len, "cudnn:");
+        for (int j = 0; j < w->nreaders && at < (int)len; j++)
+            at += snprintf(buf + at, len - (size_t)at, "%s%d", j ? "+" : "", algos[j]);
+        return;
+    }
     if (!tiles || tiles[0] < 0) {
         snprintf(buf, len, "patches");
         return;
@@ -207,12 +225,30 @@ static void window_choice(const PlanWindow *w, const int *tiles, char *buf, size
     }
 }
 
-/* The choice window_choice wrote, for W, into TILES[PLAN_WINDOW_MAX_READERS] (all -1:
- * patches); a tile shape a reader has no kernel for is refused. */
-static bool parse_window_choice(const char *s, const PlanWindow *w, int *tiles)
+/* A "cudnn:" choice's algorithms into ALGOS; false unless W can take it. */
+static bool parse_conv_choice(const char *s, const PlanWindow *w, int *algos)
 {
-    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) tiles[j] = -1;
+    if (!w->conv) return false;
+    for (int j = 0; j < w->nreaders; j++) {
+        char *end;
+        long a = strtol(s, &end, 10);
+        if (end == s || *s == '-' || *s == '+' || a > DEVICE_CONV_ALGOS ||
+            *end != (j + 1 < w->nreaders ? '+' : '\0'))
+            return false;
+        algos[j] = (int)a;
+        s = *end ? end + 1 : end;
+    }
+    return true;
+}
+
+/* The choice window_choice wrote, for W, into TILES and ALGOS [PLAN_WINDOW_MAX_READERS]
+ * (all -1: patches); a tile shape a reader has no kernel for is refused, as is the
+ * library for a run it cannot compute. */
+static bool parse_window_choice(const char *s, const PlanWindow *w, int *tiles, int *algos)
+{
+    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) tiles[j] = algos[j] = -1;
     if (strcmp(s, "patches") == 0) return true;
+    if (strncmp(s, "cudnn:", 6) == 0) return parse_conv_choice(s + 6, w, algos);
     const char *prefix = "implicit:";
     if (strncmp(s, prefix, strlen(prefix)) != 0) return false;
     s += strlen(prefix);
@@ -251,18 +287,20 @@ static int cmp_double(const void *a, const void *b)
 
 /* What a candidate issues: step I of GID with choice C; or (C NULL) fused MLP run RUN
  * with shape SHAPE (-1: its steps); or (WINDOW) reader READER of implicit-GEMM run RUN by
- * its kernel of tile shape SHAPE (-1: its step with its choice). */
+ * its kernel of tile shape SHAPE (-1: its step with its choice), or (CONV) by the
+ * library's algorithm SHAPE. */
 typedef struct Issue {
     PlanGraphId gid;
     int i;
     const PlanStepChoice *c;
     int run, shape;
-    bool window;
+    bool window, conv;
     int reader;
 } Issue;
 
 static int issue(Tuner *t, const Issue *x)
 {
+    if (x->conv) return devexec_window_conv(t->e, x->run, x->reader, x->shape);
     if (x->window) return devexec_window(t->e, x->run, x->reader, x->shape);
     return x->c ? devexec_step(t->e, x->gid, x->i, t->feed, x->c) : devexec_mlp(t->e, x->run, x->shape);
 }
@@ -273,7 +311,7 @@ static int issue(Tuner *t, const Issue *x)
  * on this GPU, is refused before it runs). */
 static bool may_be_refused(const Tuner *t, const Issue *x)
 {
-    if (!x->c) return x->shape >= 0;    /* a fused MLP or implicit GEMM kernel, not steps */
+    if (!x->c) return x->shape >= 0 || x->conv;     /* a kernel or a library call, not steps */
     return x->c->tile > 0 || (t->plan->graph[x->gid].steps[x->i].kind == STEP_GEMM && x->c->algo > 0);
 }
 
@@ -456,52 +494,106 @@ static int time_into(Tuner *t, const Issue *x, double *sum)
     return 0;
 }
 
-/* An implicit-GEMM run: its UNFOLD step, TRANSPOSEs and readers (each by the choice just
- * made for it) against each reader's fastest implicit kernel, on sm_80 and later. */
+/* Run W's patches: its UNFOLD step, TRANSPOSEs and readers, each by the choice just
+ * made for it, into *MS. */
+static int time_patches(Tuner *t, int r, double *ms)
+{
+    const PlanWindow *w = &t->plan->windows[r];
+    int steps[3] = {w->unfold, w->transpose, w->grad_transpose};
+    *ms = 0;
+    for (int k = 0; k < 3; k++) {
+        if (steps[k] < 0) continue;
+        PlanStepChoice c = devexec_choice_of(t->e, w->graph, steps[k]);
+        if (time_into(t, &(Issue){.gid = w->graph, .i = steps[k], .c = &c}, ms) != 0) return -1;
+    }
+    for (int j = 0; j < w->nreaders; j++)
+        if (time_into(t, &(Issue){.window = true, .run = r, .reader = j, .shape = -1}, ms) != 0) return -1;
+    return 0;
+}
+
+/* Each reader's fastest implicit kernel into TILES, their sum into *MS (-1: one has
+ * none the device runs). */
+static int time_implicit(Tuner *t, int r, int *tiles, double *ms)
+{
+    const PlanWindow *w = &t->plan->windows[r];
+    *ms = 0;
+    for (int j = 0; j < w->nreaders; j++) {
+        double best = -1;
+        for (int k = 0; k < PLAN_GEMM_TILES; k++) {
+            if (w->kernel[j][k] < 0) continue;
+            double x = 0;
+            if (time_into(t, &(Issue){.window = true, .run = r, .reader = j, .shape = k}, &x) != 0) return -1;
+            if (x >= 0 && (best < 0 || x < best)) best = x, tiles[j] = k;
+        }
+        *ms = best < 0 || *ms < 0 ? -1 : *ms + best;
+    }
+    return 0;
+}
+
+/* Each reader's fastest algorithm of the library's into ALGOS, their sum into *MS (-1:
+ * one has none the device runs). */
+static int time_conv(Tuner *t, int r, int *algos, double *ms)
+{
+    const PlanWindow *w = &t->plan->windows[r];
+    *ms = 0;
+    for (int j = 0; j < w->nreaders; j++) {
+        int count;
+        double best = -1;
+        if (devexec_conv_algos(t->e, r, j, &count) != 0) return -1;
+        for (int a = 1; a <= count; a++) {
+            double x = 0;
+            if (time_into(t, &(Issue){.conv = true, .run = r, .reader = j, .shape = a}, &x) != 0) return -1;
+            if (x >= 0 && (best < 0 || x < best)) best = x, algos[j] = a;
+        }
+        *ms = best < 0 || *ms < 0 ? -1 : *ms + best;
+    }
+    return 0;
+}
+
+/* An implicit-GEMM run: its steps (the patches) against each reader's fastest implicit
+ * kernel (sm_80 and later, the generated kernels loaded) and against each reader's
+ * fastest algorithm of the convolution library (where the device has one), which skips
+ * the data gradient's FOLD too (timed with the other two). Untimed, the library's own
+ * algorithms where it can run the run (what the other modes do), else the steps. */
 static int tune_window(Tuner *t, int r)
 {
     const PlanWindow *w = &t->plan->windows[r];
     char key[TUNE_TOKEN_MAX + 1], choice[160];
     window_key(t->plan, w, t->feed->symvals, key, sizeof key);
-    int tiles[PLAN_WINDOW_MAX_READERS];
+    int tiles[PLAN_WINDOW_MAX_READERS], algos[PLAN_WINDOW_MAX_READERS];
     const TuneChoice *known = tune_find(t->out, TUNE_WINDOW, key);
     if (known) {
-        bool ok = parse_window_choice(known->choice, w, tiles);
+        bool ok = parse_window_choice(known->choice, w, tiles, algos);
         CGC_ASSERT(ok);     /* written below, by window_choice, for a run of the same key */
         devexec_choose_window(t->e, r, tiles[0] >= 0 ? tiles : NULL);
+        devexec_choose_window_conv(t->e, r, algos[0] >= 0 && devexec_has_conv(t->e) ? algos : NULL);
         return 0;
     }
-    double patches = -1, implicit = 0;   /* -1: not timed */
-    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) tiles[j] = -1;
-    if (!devexec_gemm_kernels_loaded(t->e) || over_budget(t)) {
-        if (devexec_gemm_kernels_loaded(t->e)) t->report->untimed++;
+    bool implicit_ok = w->implicit && devexec_gemm_kernels_loaded(t->e), conv_ok = w->conv && devexec_has_conv(t->e);
+    double patches = -1, implicit = -1, conv = -1, fold = 0, best;
+    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) tiles[j] = algos[j] = -1;
+    if (!(implicit_ok || conv_ok) || over_budget(t)) {
+        if (implicit_ok || conv_ok) t->report->untimed++;
+        if (conv_ok)
+            for (int j = 0; j < w->nreaders; j++) algos[j] = 0;
     } else {
-        PlanStepChoice unfold = devexec_choice_of(t->e, w->graph, w->unfold);
-        patches = 0;
-        if (time_into(t, &(Issue){.gid = w->graph, .i = w->unfold, .c = &unfold}, &patches) != 0) return -1;
-        int skipped[2] = {w->transpose, w->grad_transpose};
-        for (int k = 0; k < 2; k++) {
-            if (skipped[k] < 0) continue;
-            PlanStepChoice tr = devexec_choice_of(t->e, w->graph, skipped[k]);
-            if (time_into(t, &(Issue){.gid = w->graph, .i = skipped[k], .c = &tr}, &patches) != 0) return -1;
-        }
-        for (int j = 0; j < w->nreaders; j++) {
-            if (time_into(t, &(Issue){.window = true, .run = r, .reader = j, .shape = -1}, &patches) != 0) return -1;
-            double best = -1;
-            for (int k = 0; k < PLAN_GEMM_TILES; k++) {
-                if (w->kernel[j][k] < 0) continue;
-                double ms = 0;
-                if (time_into(t, &(Issue){.window = true, .run = r, .reader = j, .shape = k}, &ms) != 0) return -1;
-                if (ms >= 0 && (best < 0 || ms < best)) best = ms, tiles[j] = k;
-            }
-            implicit = best < 0 || implicit < 0 ? -1 : implicit + best;
-        }
+        PlanStepChoice fc = w->fold >= 0 ? devexec_choice_of(t->e, w->graph, w->fold) : (PlanStepChoice){0};
+        if (time_patches(t, r, &patches) != 0 ||
+            (implicit_ok && time_implicit(t, r, tiles, &implicit) != 0) ||
+            (conv_ok && time_conv(t, r, algos, &conv) != 0) ||
+            (conv_ok && w->fold >= 0 && time_into(t, &(Issue){.gid = w->graph, .i = w->fold, .c = &fc}, &fold) != 0))
+            return -1;
         t->report->windows++;
-        if (implicit < 0 || (patches >= 0 && patches <= implicit)) tiles[0] = -1;
+        best = patches < 0 ? -1 : patches + fold;
+        if (implicit >= 0 && (best < 0 || implicit + fold < best)) best = implicit + fold;
+        else tiles[0] = -1;
+        if (conv >= 0 && (best < 0 || conv < best)) best = conv, tiles[0] = -1;
+        else algos[0] = -1;
     }
     devexec_choose_window(t->e, r, tiles[0] >= 0 ? tiles : NULL);
-    window_choice(w, tiles[0] >= 0 ? tiles : NULL, choice, sizeof choice);
-    add(t, TUNE_WINDOW, key, choice, tiles[0] >= 0 ? implicit : patches);
+    devexec_choose_window_conv(t->e, r, algos[0] >= 0 ? algos : NULL);
+    window_choice(w, tiles, algos, choice, sizeof choice);
+    add(t, TUNE_WINDOW, key, choice, algos[0] >= 0 ? conv : tiles[0] >= 0 ? implicit : patches);
     return 0;
 }
 
@@ -595,11 +687,13 @@ int autotune_resolve(const Plan *plan, const int64_t *symvals, int arch, const T
     for (int r = 0; r < plan->nwindows && rc == 0; r++) {
         char key[TUNE_TOKEN_MAX + 1];
         int *tiles = &out->window_tile[r * PLAN_WINDOW_MAX_READERS];
+        if (!tuned_graph(plan->windows[r].graph)) continue;     /* the library's own, where there is one */
         window_key(plan, &plan->windows[r], symvals, key, sizeof key);
         const TuneChoice *ch = tune_find(t, TUNE_WINDOW, key);
         if (!ch) rc = refuse(why, why_len, "no choice for the convolution's patches", key);
-        else if (!parse_window_choice(ch->choice, &plan->windows[r], tiles))
-            rc = refuse(why, why_len, "not an implicit-GEMM choice the tuner writes:", ch->choice);
+        else if (!parse_window_choice(ch->choice, &plan->windows[r], tiles,
+                                      &out->window_conv[r * PLAN_WINDOW_MAX_READERS]))
+            rc = refuse(why, why_len, "not a convolution choice the tuner writes:", ch->choice);
         else if (tiles[0] >= 0 && arch < 80)
             rc = refuse(why, why_len, "an implicit GEMM kernel needs sm_80 or later:", ch->choice);
     }
@@ -631,9 +725,11 @@ int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const Tune
                 devexec_choose(e, (PlanGraphId)gid, i, &c.step[gid][i]);
     }
     for (int r = 0; r < plan->nmlps; r++) devexec_choose_mlp(e, r, c.mlp_shape[r]);
-    for (int r = 0; r < plan->nwindows; r++) {
+    for (int r = 0; r < plan->nwindows; r++) {     /* a device without the library: the steps */
         const int *tiles = &c.window_tile[r * PLAN_WINDOW_MAX_READERS];
+        const int *algos = &c.window_conv[r * PLAN_WINDOW_MAX_READERS];
         devexec_choose_window(e, r, tiles[0] >= 0 ? tiles : NULL);
+        devexec_choose_window_conv(e, r, algos[0] >= 0 && devexec_has_conv(e) ? algos : NULL);
     }
     plan_choices_free(&c);
     return 0;
@@ -670,8 +766,11 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
             CGC_INTERNAL("autotune: %s", why);
     }
     for (int r = 0; r < plan->nwindows; r++) {
-        window_key(plan, &plan->windows[r], symvals, key, sizeof key);
-        window_choice(&plan->windows[r], NULL, choice, sizeof choice);
+        const PlanWindow *w = &plan->windows[r];
+        int algos[PLAN_WINDOW_MAX_READERS] = {0, 0, 0, 0};    /* the library's own, where it can */
+        if (!tuned_graph(w->graph)) continue;
+        window_key(plan, w, symvals, key, sizeof key);
+        window_choice(w, NULL, w->conv ? algos : NULL, choice, sizeof choice);
         if (!tune_find(out, TUNE_WINDOW, key) && !tune_add(out, TUNE_WINDOW, key, choice, -1, why, sizeof why))
             CGC_INTERNAL("autotune: %s", why);
     }
@@ -713,17 +812,27 @@ void autotune_explain(const Plan *plan, FILE *out)
                      "kernels here, in %d\nshapes).\n",
                 plan->nmlps, plan->nmlps - backward, backward, plan->nkernels - plan->mlp_kernels_from,
                 PLAN_MLP_SHAPES);
-    int nchw = 0, grads = 0;
+    int implicit = 0, nchw = 0, grads = 0, conv = 0;
     for (int r = 0; r < plan->nwindows; r++) {
-        nchw += plan->windows[r].store_reader >= 0;
-        grads += plan->windows[r].grad_transpose >= 0;
+        const PlanWindow *w = &plan->windows[r];
+        if (!tuned_graph(w->graph)) continue;
+        conv += w->conv;
+        if (!w->implicit) continue;
+        implicit++;
+        nchw += w->store_reader >= 0;
+        grads += w->grad_transpose >= 0;
     }
-    if (plan->nwindows > 0)
+    if (implicit > 0)
         fprintf(out, "From sm_80 too, %d convolution%s patches: the UNFOLD and the GEMMs that read "
                      "them against\nimplicit GEMMs gathering from the image (among the kernels above), "
                      "the UNFOLD skipped;\nin %d the product is stored NCHW and in %d its gradient read "
                      "NCHW, their TRANSPOSEs\nskipped too.\n",
-                plan->nwindows, plan->nwindows == 1 ? "'s" : "s'", nchw, grads);
+                implicit, implicit == 1 ? "'s" : "s'", nchw, grads);
+    if (conv > 0)
+        fprintf(out, "Where cuDNN loads, %d convolution%s steps against each of cuDNN's deterministic "
+                     "algorithms\nfor each call (forward, filter and data gradients; cudnn.benchmark's "
+                     "search); before\ntuning, and in the other modes, cuDNN's own choice.\n",
+                conv, conv == 1 ? "'s" : "s'");
     fprintf(out, "Nothing is timed here: these are the choices before tuning.\n");
     fprintf(out, "  %-6s  %-56s  %s\n", "kind", "key", "choice");
     for (int i = 0; i < t.nchoices; i++)

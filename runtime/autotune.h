@@ -25,7 +25,12 @@
  *     the image, each reader's fastest tile shape, the UNFOLD skipped. Its key names the
  *     batch and, per reader, its GEMM's key and the patches its kernels gather (hashed
  *     where longer than a token); its choice is "patches" or "implicit:64x64x32+32x64x32"
- *     (a tile shape per reader).
+ *     (a tile shape per reader);
+ *   - where the device has a convolution library (DeviceOps.conv: cuDNN), for each such
+ *     run it can compute (PlanWindow.conv), each call's algorithms (conv_algos) against
+ *     the steps (its FOLD added to them) and the implicit GEMMs; the key then also names
+ *     the convolution, the choice is "cudnn:2+1+3" (an algorithm per reader). Untimed,
+ *     such a run takes the library's own algorithms ("cudnn:0+0+0"), as other modes do.
  * Not yet: the kernels' own block sizes.
  *
  * Tuning runs on the arena before the tensors are initialised: each candidate is issued

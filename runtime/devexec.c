@@ -42,6 +42,8 @@ struct DevExec {
     int *mlp;                   /* per fused MLP run (Plan.mlps): its shape + 1, 0: its steps */
     int *window;                /* per implicit-GEMM run (Plan.windows), reader by reader
                                  * (PLAN_WINDOW_MAX_READERS each): its tile shape, -1 off */
+    int *conv;                  /* the same, by the convolution library: its algorithm,
+                                 * -1 off (PlanChoices.window_conv) */
     int *born[PG_NUM];          /* per graph, the activations each step is the first to
                                  * name (births): mark_undefined */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
@@ -341,6 +343,10 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     e->mlp = xcalloc((size_t)plan->nmlps + 1, sizeof *e->mlp);
     e->window = xmalloc(((size_t)plan->nwindows * PLAN_WINDOW_MAX_READERS + 1) * sizeof *e->window);
     for (int j = 0; j < plan->nwindows * PLAN_WINDOW_MAX_READERS; j++) e->window[j] = -1;
+    /* the library's own algorithms wherever the device has one: as PyTorch calls cuDNN */
+    e->conv = xmalloc(((size_t)plan->nwindows * PLAN_WINDOW_MAX_READERS + 1) * sizeof *e->conv);
+    for (int j = 0; j < plan->nwindows * PLAN_WINDOW_MAX_READERS; j++)
+        e->conv[j] = d->ops->conv && plan->windows[j / PLAN_WINDOW_MAX_READERS].conv ? 0 : -1;
     e->reuse = reuse;
     layout(e);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
@@ -391,6 +397,7 @@ void devexec_free(DevExec *e)
     }
     free(e->mlp);
     free(e->window);
+    free(e->conv);
     free(e);
 }
 
@@ -552,6 +559,78 @@ static int run_window_kernel(DevExec *e, int r, int j, int tile)
     return run_gemm_kernel(e, s, &c, w->kernel[j][tile], tile);
 }
 
+/* Reader J of run R as the library computes it (ConvCall): the forward from the image
+ * into the TRANSPOSE's buffer, the filter gradient from the image and the NCHW gradient,
+ * the data gradient from that gradient into the FOLD's buffer; with algorithm ALGO. */
+static ConvCall conv_call(const DevExec *e, const PlanWindow *w, int j, int algo)
+{
+    const PlanGemm *g = &e->plan->graph[w->graph].steps[w->reader[j]].gemm;
+    char role = plan_window_conv_role(w, j);
+    const int64_t *dim = w->image_shape.dim;
+    ConvCall c = {
+        .kind = role == 'f' ? CONV_FORWARD : role == 'w' ? CONV_FILTER_GRAD : CONV_DATA_GRAD,
+        .n = bind_dim(e, dim[0]), .c = bind_dim(e, dim[1]), .h = bind_dim(e, dim[2]), .w = bind_dim(e, dim[3]),
+        .k = bind_dim(e, role == 'f' ? g->n : role == 'w' ? g->m : g->k),
+        .r = w->win.kernel[0], .s = w->win.kernel[1],
+        .stride = {w->win.stride[0], w->win.stride[1]}, .pad = {w->win.pad[0], w->win.pad[1]},
+        .dilation = {w->win.dilation[0], w->win.dilation[1]},
+        .type = e->plan->buffers[w->image].dtype, .compute = (int)g->compute, .algo = algo,
+    };
+    c.oh = ir_window_extent(c.h, &w->win, 0);
+    c.ow = ir_window_extent(c.w, &w->win, 1);
+    c.x = devexec_buffer(e, role == 'd' ? w->fold_out : w->image);
+    c.f = devexec_buffer(e, role == 'w' ? g->c : g->b);
+    c.y = devexec_buffer(e, role == 'f' ? w->store : w->grad);
+    return c;
+}
+
+static int run_window_conv(DevExec *e, int r, int j, int algo)
+{
+    const PlanWindow *w = &e->plan->windows[r];
+    const PlanStep *s = &e->plan->graph[w->graph].steps[w->reader[j]];
+    ConvCall c = conv_call(e, w, j, algo);
+    if (c.n == 0) return 0;     /* nothing to write */
+    DeviceSite site = site_of(e, s, devexec_conv_name(&c));
+    return e->d->ops->conv(e->d, &c, &site);
+}
+
+const char *devexec_conv_name(const ConvCall *c)
+{
+    static const char *const name[CONV_KINDS] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData",
+                                                 "cudnnConvolutionBackwardFilter"};
+    return name[c->kind];
+}
+
+int devexec_window_conv(DevExec *e, int r, int j, int algo)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nwindows && e->plan->windows[r].conv && e->d->ops->conv);
+    CGC_ASSERT(j >= 0 && j < e->plan->windows[r].nreaders && algo >= 0);
+    return run_window_conv(e, r, j, algo);
+}
+
+int devexec_conv_algos(DevExec *e, int r, int j, int *count)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nwindows && e->plan->windows[r].conv && e->d->ops->conv);
+    const PlanWindow *w = &e->plan->windows[r];
+    ConvCall c = conv_call(e, w, j, 0);
+    *count = 0;
+    if (c.n == 0) return 0;
+    DeviceSite site = site_of(e, &e->plan->graph[w->graph].steps[w->reader[j]], devexec_conv_name(&c));
+    return e->d->ops->conv_algos(e->d, &c, count, &site);
+}
+
+void devexec_choose_window_conv(DevExec *e, int r, const int *algos)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nwindows);
+    const PlanWindow *w = &e->plan->windows[r];
+    CGC_ASSERT(!algos || (w->conv && e->d->ops->conv));
+    if (algos) devexec_choose_window(e, r, NULL);
+    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++)
+        e->conv[r * PLAN_WINDOW_MAX_READERS + j] = algos && j < w->nreaders ? algos[j] : -1;
+}
+
+bool devexec_has_conv(const DevExec *e) { return e->d->ops->conv != NULL; }
+
 int devexec_window(DevExec *e, int r, int j, int tile)
 {
     CGC_ASSERT(r >= 0 && r < e->plan->nwindows);
@@ -566,6 +645,7 @@ void devexec_choose_window(DevExec *e, int r, const int *tiles)
 {
     CGC_ASSERT(r >= 0 && r < e->plan->nwindows);
     const PlanWindow *w = &e->plan->windows[r];
+    if (tiles) devexec_choose_window_conv(e, r, NULL);
     for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) {
         int t = tiles && j < w->nreaders ? tiles[j] : -1;
         CGC_ASSERT(t < 0 || (t < PLAN_GEMM_TILES && w->kernel[j][t] >= 0 && e->gemm_kernels_loaded));
@@ -575,6 +655,14 @@ void devexec_choose_window(DevExec *e, int r, const int *tiles)
 
 /* Whether implicit-GEMM run R is on (its first reader's tile, as they all are or none). */
 static bool window_on(const DevExec *e, int r) { return e->window[r * PLAN_WINDOW_MAX_READERS] >= 0; }
+/* Whether the library computes run R. */
+static bool conv_on(const DevExec *e, int r) { return e->conv[r * PLAN_WINDOW_MAX_READERS] >= 0; }
+
+int devexec_window_conv_algo(const DevExec *e, int r, int j)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nwindows && j >= 0 && j < PLAN_WINDOW_MAX_READERS);
+    return e->conv[r * PLAN_WINDOW_MAX_READERS + j];
+}
 
 bool devexec_unwritten(const DevExec *e, PlanGraphId gid, int b)
 {
@@ -583,11 +671,15 @@ bool devexec_unwritten(const DevExec *e, PlanGraphId gid, int b)
     b = plan_buffer_root(pl, b);
     for (int r = 0; r < pl->nwindows; r++) {
         const PlanWindow *w = &pl->windows[r];
-        if (w->graph != gid || !window_on(e, r)) continue;
-        int unwritten[3] = {pg->node_buffer[pg->steps[w->unfold].node],
+        if (w->graph != gid || !(window_on(e, r) || conv_on(e, r))) continue;
+        int dgrad = -1;         /* the data gradient's C, before its FOLD */
+        for (int j = 0; conv_on(e, r) && j < w->nreaders; j++)
+            if (plan_window_conv_role(w, j) == 'd') dgrad = pg->steps[w->reader[j]].gemm.c;
+        int unwritten[4] = {pg->node_buffer[pg->steps[w->unfold].node],
                             w->store_reader >= 0 ? pg->steps[w->reader[w->store_reader]].gemm.c : -1,
-                            w->grad_transpose >= 0 ? pg->node_buffer[pg->steps[w->grad_transpose].node] : -1};
-        for (int k = 0; k < 3; k++)
+                            w->grad_transpose >= 0 ? pg->node_buffer[pg->steps[w->grad_transpose].node] : -1,
+                            dgrad};
+        for (int k = 0; k < 4; k++)
             if (unwritten[k] >= 0 && plan_buffer_root(pl, unwritten[k]) == b) return true;
     }
     return false;
@@ -739,10 +831,29 @@ void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
  * implicit GEMM's kernel (*RUN: the run, *READER: which reader), or nothing but its
  * buffers' birth (the UNFOLD or TRANSPOSE of an implicit-GEMM run that is on: the
  * patches, never written; the product, stored NCHW by its kernel). */
-typedef enum Issue { ISSUE_STEP, ISSUE_RUN, ISSUE_NOTHING, ISSUE_WINDOW, ISSUE_SKIPPED } Issue;
+typedef enum Issue { ISSUE_STEP, ISSUE_RUN, ISSUE_NOTHING, ISSUE_WINDOW, ISSUE_SKIPPED, ISSUE_CONV } Issue;
+
+/* The library's run that skips or replaces step I of GID, or -1; *READER: the reader. */
+static int conv_run_at(const DevExec *e, PlanGraphId gid, int i, int *reader)
+{
+    *reader = -1;
+    for (int r = 0; r < e->plan->nwindows; r++) {
+        const PlanWindow *w = &e->plan->windows[r];
+        if (w->graph != gid || !conv_on(e, r)) continue;
+        if (plan_window_conv_skips(e->plan, r, i)) return r;
+        for (int j = 0; j < w->nreaders; j++)
+            if (w->reader[j] == i) return *reader = j, r;
+    }
+    return -1;
+}
 
 static Issue issue_of(const DevExec *e, PlanGraphId gid, int i, int *run, int *reader)
 {
+    int c = conv_run_at(e, gid, i, reader);
+    if (c >= 0) {
+        *run = c;
+        return *reader >= 0 ? ISSUE_CONV : ISSUE_SKIPPED;
+    }
     int w = plan_window_skips(e->plan, gid, i);
     if (w >= 0 && window_on(e, w)) return ISSUE_SKIPPED;
     w = plan_window_reader(e->plan, gid, i, reader);
@@ -762,7 +873,8 @@ int devexec_launches(const DevExec *e, PlanGraphId gid, int *gemms)
     for (int i = 0; i < pg->nsteps; i++) {
         Issue what = issue_of(e, gid, i, &r, &j);
         n += what != ISSUE_NOTHING && what != ISSUE_SKIPPED;
-        ng += what == ISSUE_RUN || what == ISSUE_WINDOW || (what == ISSUE_STEP && pg->steps[i].kind == STEP_GEMM);
+        ng += what == ISSUE_RUN || what == ISSUE_WINDOW || what == ISSUE_CONV ||
+              (what == ISSUE_STEP && pg->steps[i].kind == STEP_GEMM);
     }
     if (gemms) *gemms = ng;
     return n;
@@ -825,6 +937,14 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
         if (what == ISSUE_NOTHING) continue;        /* a later layer: done at the run's first */
         mark_born(e, (PlanGraphId)gid, i);
         if (what == ISSUE_SKIPPED) continue;
+        if (what == ISSUE_CONV) {                   /* the library, on the NCHW tensors */
+            DevTimedEvent ev = {s->what, "cuDNN", g->name, s->loc.line, true};
+            int algo = e->conv[r * PLAN_WINDOW_MAX_READERS + j];
+            if ((e->timing && timed_begin(e, &ev) != 0) || run_window_conv(e, r, j, algo) != 0 ||
+                (e->timing && timed_end(e) != 0))
+                return -1;
+            continue;
+        }
         if (what == ISSUE_WINDOW) {                 /* the GEMM, gathering from the image */
             DevTimedEvent ev = {s->what, devexec_window_kernel(e, r, j), g->name, s->loc.line, true};
             int tile = e->window[r * PLAN_WINDOW_MAX_READERS + j];

@@ -76,6 +76,21 @@ const char *devexec_mlp_kernel(const DevExec *e, int r);
 int devexec_window(DevExec *e, int r, int j, int tile);
 void devexec_choose_window(DevExec *e, int r, const int *tiles);
 const char *devexec_window_kernel(const DevExec *e, int r, int j);
+/* The same runs computed by the device's convolution library (DeviceOps.conv; PlanWindow
+ * .conv): devexec_window_conv issues reader J as the library's call with algorithm ALGO
+ * (alone, for timing); devexec_conv_algos counts the algorithms it offers for it (and
+ * makes the device ready to run any of them); devexec_choose_window_conv puts ALGOS (one
+ * per reader; NULL: off) in force: the UNFOLD, both TRANSPOSEs and the FOLD skipped, each
+ * reader one call. A device with a library starts with every such run on, algorithm 0
+ * (the library's own choice); choosing tiles turns it off, and the other way round.
+ * devexec_window_conv_algo: reader J's algorithm in force, -1 when off. */
+int devexec_window_conv(DevExec *e, int r, int j, int algo);
+int devexec_conv_algos(DevExec *e, int r, int j, int *count);
+void devexec_choose_window_conv(DevExec *e, int r, const int *algos);
+int devexec_window_conv_algo(const DevExec *e, int r, int j);
+bool devexec_has_conv(const DevExec *e);
+/* "cudnnConvolutionForward" and the like: what C calls, for sites and reports. */
+const char *devexec_conv_name(const ConvCall *c);
 /* Whether buffer B of graph GID is left unwritten by the implicit-GEMM runs in force
  * (the patches, a channels-last product or gradient), so that it holds nothing of a run. */
 bool devexec_unwritten(const DevExec *e, PlanGraphId gid, int b);

@@ -26,6 +26,7 @@
 typedef uint64_t DevPtr;            /* a device address; 0 is none */
 
 enum { DEVICE_GEMM_ALGOS = PLAN_GEMM_ALGOS };   /* algorithms a GEMM's tuning chooses among */
+enum { DEVICE_CONV_ALGOS = 8 };                 /* and a convolution's */
 
 /* Where a launch or GEMM came from, for error messages. */
 typedef struct DeviceSite {
@@ -51,6 +52,27 @@ typedef struct GemmCall {
      * that has fewer takes its last). */
     int algo;
 } GemmCall;
+
+/* A convolution as a library computes it: NCHW tensors, the filter [k, c, r, s], groups
+ * 1, cross-correlation (no flip), zero padding; every size resolved. What a PlanWindow
+ * run computes (codegen/plan.h) when a library runs it.
+ *   CONV_FORWARD      y = x * f                        reads x, f; writes y
+ *   CONV_DATA_GRAD    x = the gradient of x given y    reads y, f; writes x
+ *   CONV_FILTER_GRAD  f = the gradient of f given y    reads x, y; writes f (summed over n)
+ * The result is overwritten (beta 0). */
+typedef enum ConvKind { CONV_FORWARD, CONV_DATA_GRAD, CONV_FILTER_GRAD, CONV_KINDS } ConvKind;
+
+typedef struct ConvCall {
+    ConvKind kind;
+    int64_t n, c, h, w;             /* x: [n, c, h, w] */
+    int64_t k, r, s;                /* f: [k, c, r, s] */
+    int64_t oh, ow;                 /* y: [n, k, oh, ow] */
+    int stride[2], pad[2], dilation[2];
+    DevPtr x, f, y;
+    DType type;                     /* of x, f and y: f32, f16 or bf16 */
+    int compute;                    /* GemmCompute: GEMM_F32 allows no TF32 */
+    int algo;                       /* as GemmCall.algo, among conv_algos' */
+} ConvCall;
 
 typedef struct Device Device;
 typedef struct DeviceFence DeviceFence;     /* a point in the device's stream */
@@ -96,6 +118,13 @@ typedef struct DeviceOps {
      * library's order of preference, at most DEVICE_GEMM_ALGOS; *COUNT is 0 when G
      * cannot take a choice (a batched GEMM). NULL where the device offers no choice. */
     int (*gemm_algos)(Device *d, const GemmCall *g, int *count, const DeviceSite *site);
+    /* A convolution (NULL where the device has no convolution library), and how many
+     * algorithms it can be given (ConvCall.algo from 1 to *COUNT), best first by the
+     * library's heuristics, at most DEVICE_CONV_ALGOS. Memory the call needs beside its
+     * tensors (a workspace) is the device's affair; conv_algos makes room for every
+     * algorithm it counts, so that a later call allocates nothing (a capture may follow). */
+    int (*conv)(Device *d, const ConvCall *c, const DeviceSite *site);
+    int (*conv_algos)(Device *d, const ConvCall *c, int *count, const DeviceSite *site);
 
     /* Ordering and time. */
     int (*sync)(Device *d);

@@ -177,6 +177,25 @@ static void report_memory(const Trainer *t, DeviceBackend *b)
            used / 1048576.0);
 }
 
+/* -v: how the convolutions a library could compute ran: by it, or as the plan's steps. */
+static void report_convs(const Trainer *t, DeviceBackend *b)
+{
+    const Plan *plan = b->plan;
+    int can = 0, by_library = 0;
+    for (int r = 0; r < plan->nwindows; r++) {
+        if (plan->windows[r].graph != PG_TRAIN) continue;
+        can += plan->windows[r].conv;
+        by_library += devexec_window_conv_algo(b->e, r, 0) >= 0;
+    }
+    if (t->o->quiet || can == 0) return;
+    if (!devexec_has_conv(b->e))
+        printf("cgc: convolutions: the plan's steps (cuDNN not loaded: libcudnn.so.9 not found, "
+               "or $CGC_CUDNN)\n");
+    else
+        printf("cgc: convolutions: %d of the training step's %d by cuDNN, the others by the plan's "
+               "steps or implicit GEMMs\n", by_library, can);
+}
+
 /* ---- memory ---- */
 
 static int alloc_upload(DeviceBackend *b, const void *src, size_t bytes, DevPtr *out,
@@ -499,6 +518,7 @@ static void dev_close(Trainer *t)
     if (b->timing) {
         report_timing(t, b);
         if (b->e && t->o->verbose) report_memory(t, b);
+        if (b->e && t->o->verbose) report_convs(t, b);
         for (int i = 0; i < TIMING_STEPS && b->timing->start[i]; i++) {
             b->d->ops->fence_free(b->d, b->timing->start[i]);
             b->d->ops->fence_free(b->d, b->timing->end[i]);

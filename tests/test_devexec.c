@@ -968,7 +968,9 @@ static void check_autotune_windows(void)
     mode = PLAN_MAX_AUTOTUNE;
     Model m;
     if (model_open(&m, file, ov, 1)) {
-        CHECK_EQ_INT(m.plan->nwindows, 2);
+        int implicit = 0;
+        for (int r = 0; r < m.plan->nwindows; r++) implicit += m.plan->windows[r].implicit;
+        CHECK_EQ_INT(implicit, 2);      /* c1's and c3's, in the train graph */
         int64_t symvals[IR_MAX_SYMBOLS] = {m.p->cfg.batch};
         TuneFile t;
         CHECK(tune_init(&t, m.p->model_name, m.d->arch, m.d->model,
@@ -977,9 +979,11 @@ static void check_autotune_windows(void)
         for (int r = 0; r < m.plan->nwindows; r++) {
             const PlanWindow *w = &m.plan->windows[r];
             char key[TUNE_TOKEN_MAX + 1], name[32];
+            if (!w->implicit) continue;
             autotune_window_key(m.plan, r, symvals, key, sizeof key);
             TuneChoice *c = (TuneChoice *)tune_find(&t, TUNE_WINDOW, key);
-            CHECK(c != NULL && strcmp(c->choice, "patches") == 0);    /* the heuristics' */
+            /* the heuristics': the library's own algorithms, where a device has one */
+            CHECK(c != NULL && strncmp(c->choice, w->conv ? "cudnn:0+0" : "patches", 9) == 0);
             if (!c) continue;
             int at = snprintf(c->choice, sizeof c->choice, "implicit:");
             for (int j = 0; j < w->nreaders; j++) {
@@ -1013,6 +1017,70 @@ static void check_autotune_windows(void)
             CHECK_EQ_INT(rc, 0);
             if (rc != 0) fprintf(stderr, "%s", err);
         }
+    }
+    model_close(&m);
+    cache_end(saved_xdg);
+}
+
+/* max-autotune on an emulation with a convolution library (three algorithms, each the
+ * reference convolution in double; emu_device_convs) for conv_chain in fp32, where no
+ * implicit GEMM is generated: with modeled times (algorithm 2 the fastest, the steps'
+ * launches slower than any call), every run of the train graph chooses the library,
+ * algorithm 2 for each call, and the run reads that back. It trains within ERR of the
+ * default mode without the library (the reference sums in double, the steps' GEMMs in
+ * f32). Then the other modes use the library's own choice with no file at all. */
+static void check_autotune_convs(const char *file, const Override *ov, int nov, double err_tol)
+{
+    printf("max-autotune with a convolution library: %s\n", file);
+    char want[256], got[256], path[4200];
+    snprintf(want, sizeof want, "%s", tmp_path("conv-default.safetensors"));
+    snprintf(got, sizeof got, "%s", tmp_path("conv-tuned.safetensors"));
+    char *saved_xdg = cache_start("conv-cache");
+    train_default(file, ov, nov, want);
+    mode = PLAN_MAX_AUTOTUNE;
+    Model m;
+    if (model_open(&m, file, ov, nov)) {
+        double conv_ms[DEVICE_CONV_ALGOS + 1] = {0.4, 0.3, 0.1, 0.2};
+        double gemm_ms[DEVICE_GEMM_ALGOS + 1] = {3.0};
+        emu_device_convs(m.d, 3, conv_ms);
+        emu_device_model_time(m.d, gemm_ms, 5.0);
+        int before[CONV_KINDS];
+        for (int k = 0; k < CONV_KINDS; k++) before[k] = emu_device_conv_calls(m.d, (ConvKind)k);
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .tune_budget_s = 1e9}), 0);
+        const char *err = capture_end();
+        if (getenv("CGC_TEST_VERBOSE")) fprintf(stderr, "%s", err);
+        compare_checkpoints(got, want, err_tol);
+        TuneFile have;
+        CHECK_EQ_INT(load_choices(&m, &have, path, sizeof path), TUNE_FOUND);
+        int runs = 0;
+        for (int i = 0; i < have.nchoices; i++) {
+            const TuneChoice *c = &have.choices[i];
+            if (c->kind != TUNE_WINDOW) continue;
+            runs++;
+            CHECK(strncmp(c->choice, "cudnn:2+2", 9) == 0);      /* the fastest, each call */
+            if (strncmp(c->choice, "cudnn:2+2", 9) != 0) fprintf(stderr, "  chose %s\n", c->choice);
+        }
+        CHECK(runs > 0);
+        tune_free(&have);
+        for (int k = 0; k < CONV_KINDS; k++)
+            if (k != CONV_DATA_GRAD) CHECK(emu_device_conv_calls(m.d, (ConvKind)k) > before[k]);
+        emu_device_model_time(m.d, NULL, 0);
+        /* read back: the same choices, no timing, the same training */
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
+        err = capture_end();
+        CHECK(strstr(err, "choices from ") != NULL && strstr(err, "timing the") == NULL);
+        compare_checkpoints(got, want, err_tol);
+    }
+    model_close(&m);
+    mode = PLAN_DEFAULT;        /* no choices: the library's own algorithms */
+    if (model_open(&m, file, ov, nov)) {
+        emu_device_convs(m.d, 3, NULL);
+        int before = emu_device_conv_calls(m.d, CONV_FORWARD);
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
+        CHECK(emu_device_conv_calls(m.d, CONV_FORWARD) > before);
+        compare_checkpoints(got, want, err_tol);
     }
     model_close(&m);
     cache_end(saved_xdg);
@@ -1349,6 +1417,9 @@ int main(int argc, char **argv)
     check_autotune_tiles("mlp.net", tiles, 3);
     check_autotune_mlp();
     check_autotune_windows();
+    char chain[4200];
+    snprintf(chain, sizeof chain, "%s/../tests/emu/models/conv_chain.net", CGC_MODELS_DIR);
+    check_autotune_convs(chain, NULL, 0, 1e-5);
     mode = PLAN_DEFAULT;
     check_profile("regression.net", prof, 3);
     check_step_times();

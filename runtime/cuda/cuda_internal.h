@@ -24,7 +24,7 @@
     X(cuMemFree_v2) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)    \
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)   \
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
-    X(cuGraphGetNodes)
+    X(cuGraphGetNodes) X(cuStreamIsCapturing)
 
 #define CUDA_DRIVER_FIELD(sym) __typeof__(sym) *sym;
 typedef struct CudaDriver {
@@ -58,6 +58,7 @@ typedef struct PinnedBlock {
 
 typedef struct CudaDevice {
     Device base;                /* first: a Device * is a CudaDevice * */
+    DeviceOps ops;              /* cuda_ops, with cuDNN's convolutions where it loads */
     int ordinal;
     CUdevice dev;
     CUcontext ctx;              /* the primary context, shared with cuBLAS (runtime API) */
@@ -66,6 +67,7 @@ typedef struct CudaDevice {
     CUmodule more;              /* load_kernels' module (max-autotune's generated GEMMs) */
     cublasHandle_t blas;
     struct CudaLt *lt;          /* cuBLASLt, for GEMMs with an epilogue (gemm.c) */
+    struct CudaConv *conv;      /* cuDNN, where it loads (conv.c) */
     PinnedBlock *pinned;
     int npinned, pinned_cap;
     /* The last launch, for errors that surface later (at a sync). */
@@ -83,5 +85,12 @@ int cuda_gemm_init(CudaDevice *cd);
 void cuda_gemm_close(CudaDevice *cd);
 int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site);
 int cuda_gemm_algos(Device *d, const GemmCall *g, int *count, const DeviceSite *site);
+
+/* cuDNN's convolutions on the device's stream (runtime/cuda/conv.c). *AVAILABLE: whether
+ * cuDNN loaded (without it the device offers no `conv`, and init still succeeds). */
+int cuda_conv_init(CudaDevice *cd, bool *available);
+void cuda_conv_close(CudaDevice *cd);
+int cuda_conv(Device *d, const ConvCall *c, const DeviceSite *site);
+int cuda_conv_algos(Device *d, const ConvCall *c, int *count, const DeviceSite *site);
 
 #endif

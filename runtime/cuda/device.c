@@ -332,6 +332,9 @@ static void dev_close(Device *d)
     CudaDevice *cd = impl(d);
     if (!cd) return;
     if (cd->stream) check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+#ifdef CGC_HAVE_CUDNN
+    cuda_conv_close(cd);
+#endif
     cuda_gemm_close(cd);
     for (int i = 0; i < cd->npinned; i++) cu.cuMemFreeHost(cd->pinned[i].p);
     free(cd->pinned);
@@ -370,6 +373,21 @@ static const DeviceOps cuda_ops = {
     .graph_free = dev_graph_free,
     .close = dev_close,
 };
+
+/* Loads cuDNN for CD: its ops gain the convolutions where it is there. */
+static int open_conv(CudaDevice *cd)
+{
+#ifdef CGC_HAVE_CUDNN
+    bool available;
+    if (cuda_conv_init(cd, &available) != 0) return -1;
+    if (!available) return 0;
+    cd->ops.conv = cuda_conv;
+    cd->ops.conv_algos = cuda_conv_algos;
+#else
+    (void)cd;
+#endif
+    return 0;
+}
 
 static int open_context(CudaDevice *cd)
 {
@@ -445,11 +463,12 @@ int cuda_open(int ordinal, const void *cubin, size_t cubin_size, Device **out)
         fprintf(stderr, "cgc: error: out of memory opening cuda:%d\n", ordinal);
         return -1;
     }
-    cd->base.ops = &cuda_ops;
+    cd->ops = cuda_ops;
+    cd->base.ops = &cd->ops;
     cd->base.impl = cd;
     cd->ordinal = ordinal;
     if (open_context(cd) || load_module(cd, &cd->module, cubin, cubin_size) || cuda_gemm_init(cd) ||
-        read_free_memory(cd)) {
+        open_conv(cd) || read_free_memory(cd)) {
         dev_close(&cd->base);
         return -1;
     }

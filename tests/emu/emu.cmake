@@ -95,6 +95,15 @@ add_test(NAME test_emu_cnn COMMAND test_emu_models --batches 2,1 cnn:fp32 cnn:bf
 set_tests_properties(test_emu_cnn PROPERTIES LABELS emu TIMEOUT 900
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 
+# The convolutions by a library (cuDNN on a GPU; here the emulation's reference
+# convolution, three algorithms): the forward, filter and data gradient calls in place of
+# the patches, the GEMMs, the transposes and the col2im, against the CPU executor, in
+# each mode and with accumulation.
+add_test(NAME test_emu_cnn_library COMMAND test_emu_models --convs 3 --batches 2,1 cnn:fp32:0:default
+         cnn:bf16:0:eager cnn:fp16:2:default)
+set_tests_properties(test_emu_cnn_library PROPERTIES LABELS emu TIMEOUT 900
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+
 # Models that exist for a shape the shipped ones lack (tests/emu/models/*.net, each saying
 # why), in every precision and mode.
 add_test(NAME test_emu_shapes COMMAND test_emu_models)

@@ -59,6 +59,8 @@ typedef struct EmuNode {
     int nargs;
     uint64_t *args;                     /* the values, one 8-byte slot each */
     GemmCall gemm;
+    bool is_conv;                       /* a convolution (kernel NULL too) */
+    ConvCall conv;
     DeviceSite site;
 } EmuNode;
 
@@ -93,6 +95,10 @@ typedef struct EmuDevice {
     double clock_ms;                    /* the modeled time so far */
     double algo_ms[DEVICE_GEMM_ALGOS + 1], launch_ms;   /* what each GEMM and launch adds */
     int loads;                          /* load_kernels calls */
+    int conv_algos;                     /* emu_device_convs: 0, no convolution library */
+    double conv_ms[DEVICE_CONV_ALGOS + 1];  /* what each convolution adds to the modeled clock */
+    int conv_calls[CONV_KINDS];         /* convolutions run, per kind */
+    DeviceOps ops;                      /* emu_ops, with conv where emu_device_convs says */
 } EmuDevice;
 
 struct DeviceFence {
@@ -541,6 +547,114 @@ static int emu_gemm_algos(Device *d, const GemmCall *g, int *count, const Device
     return 0;
 }
 
+/* ---- convolutions: the reference a library is held to ---- */
+
+/* The element of a [d0, d1, d2, d3] tensor at (i, j, k, l). */
+static int64_t at4(const int64_t *dims, int64_t i, int64_t j, int64_t k, int64_t l)
+{
+    return ((i * dims[1] + j) * dims[2] + k) * dims[3] + l;
+}
+
+/* Whether [a, a + an) and [b, b + bn) share a byte. */
+static bool overlap(DevPtr a, size_t an, DevPtr b, size_t bn) { return a < b + bn && b < a + an; }
+
+/* What cuDNN would refuse, fault on or leave undefined: the types, a size outside its
+ * int, a dimension the others do not imply, an algorithm not offered, a tensor outside
+ * its allocation, a result written over an operand. */
+static bool conv_ok(Device *d, const ConvCall *c)
+{
+    int64_t dims[9] = {c->n, c->c, c->h, c->w, c->k, c->r, c->s, c->oh, c->ow};
+    for (int i = 0; i < 9; i++)
+        if (dims[i] < 1 || dims[i] > INT32_MAX) return false;
+    IrWindow w = {.kernel = {(int)c->r, (int)c->s}, .stride = {c->stride[0], c->stride[1]},
+                  .pad = {c->pad[0], c->pad[1]}, .dilation = {c->dilation[0], c->dilation[1]}, .groups = 1};
+    size_t size = ir_dtype_size(c->type);
+    size_t xb = (size_t)(c->n * c->c * c->h * c->w) * size, fb = (size_t)(c->k * c->c * c->r * c->s) * size,
+           yb = (size_t)(c->n * c->k * c->oh * c->ow) * size;
+    bool apart = c->kind == CONV_FORWARD ? !overlap(c->y, yb, c->x, xb) && !overlap(c->y, yb, c->f, fb)
+               : c->kind == CONV_DATA_GRAD ? !overlap(c->x, xb, c->y, yb) && !overlap(c->x, xb, c->f, fb)
+                                           : !overlap(c->f, fb, c->x, xb) && !overlap(c->f, fb, c->y, yb);
+    return apart && gemm_type_ok(c->type) && c->algo >= 0 && c->algo <= impl(d)->conv_algos &&
+           ir_window_extent(c->h, &w, 0) == c->oh && ir_window_extent(c->w, &w, 1) == c->ow &&
+           check_owned(d, c->x, xb, "convolution input") && check_owned(d, c->f, fb, "convolution filter") &&
+           check_owned(d, c->y, yb, "convolution output");
+}
+
+/* The three products of a convolution in double, one loop nest: for every output
+ * position, filter tap and channel pair inside the image, y += x f (forward), x += y f
+ * (data gradient), f += x y (filter gradient). */
+static void conv_reference(const ConvCall *c, const float *x, const float *f, const float *y, double *out)
+{
+    int64_t xd[4] = {c->n, c->c, c->h, c->w}, fd[4] = {c->k, c->c, c->r, c->s}, yd[4] = {c->n, c->k, c->oh, c->ow};
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t k = 0; k < c->k; k++)
+            for (int64_t oy = 0; oy < c->oh; oy++)
+                for (int64_t ox = 0; ox < c->ow; ox++)
+                    for (int64_t ch = 0; ch < c->c; ch++)
+                        for (int64_t r = 0; r < c->r; r++)
+                            for (int64_t s = 0; s < c->s; s++) {
+                                int64_t iy = oy * c->stride[0] - c->pad[0] + r * c->dilation[0];
+                                int64_t ix = ox * c->stride[1] - c->pad[1] + s * c->dilation[1];
+                                if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w) continue;
+                                int64_t xi = at4(xd, n, ch, iy, ix), fi = at4(fd, k, ch, r, s),
+                                        yi = at4(yd, n, k, oy, ox);
+                                if (c->kind == CONV_FORWARD) out[yi] += (double)x[xi] * f[fi];
+                                else if (c->kind == CONV_DATA_GRAD) out[xi] += (double)y[yi] * f[fi];
+                                else out[fi] += (double)x[xi] * y[yi];
+                            }
+}
+
+static int emu_conv(Device *d, const ConvCall *c, const DeviceSite *site)
+{
+    char buf[512];
+    if (impl(d)->recording) {
+        EmuNode *n = record(d, site);
+        if (!n) return -1;
+        n->is_conv = true;
+        n->conv = *c;
+        return 0;
+    }
+    if (!conv_ok(d, c)) {
+        fprintf(stderr, "cgc: error: CUDA emulation: convolution for %s: unsupported call (kind %d, "
+                        "type %s, x [%lld, %lld, %lld, %lld], f [%lld, %lld, %lld, %lld], y [.., .., %lld, "
+                        "%lld], algorithm %d of %d)\n", site_str(site, buf, sizeof buf), (int)c->kind,
+                ir_dtype_name(c->type), (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w,
+                (long long)c->k, (long long)c->c, (long long)c->r, (long long)c->s, (long long)c->oh,
+                (long long)c->ow, c->algo, impl(d)->conv_algos);
+        return -1;
+    }
+    impl(d)->conv_calls[c->kind]++;
+    impl(d)->clock_ms += impl(d)->conv_ms[c->algo];
+    int64_t nx = c->n * c->c * c->h * c->w, nf = c->k * c->c * c->r * c->s, ny = c->n * c->k * c->oh * c->ow;
+    int64_t nout = c->kind == CONV_FORWARD ? ny : c->kind == CONV_DATA_GRAD ? nx : nf;
+    float *x = malloc((size_t)nx * sizeof *x), *f = malloc((size_t)nf * sizeof *f);
+    float *y = malloc((size_t)ny * sizeof *y), *out = malloc((size_t)nout * sizeof *out);
+    double *sum = calloc((size_t)nout, sizeof *sum);
+    int rc = x && f && y && out && sum ? 0 : -1;
+    if (rc == 0) {
+        bool tf32 = c->compute == GEMM_TF32;
+        if (c->kind != CONV_DATA_GRAD) emu_widen(x, (const void *)(uintptr_t)c->x, nx, c->type, tf32);
+        if (c->kind != CONV_FILTER_GRAD) emu_widen(f, (const void *)(uintptr_t)c->f, nf, c->type, tf32);
+        if (c->kind != CONV_FORWARD) emu_widen(y, (const void *)(uintptr_t)c->y, ny, c->type, tf32);
+        conv_reference(c, x, f, y, sum);
+        for (int64_t i = 0; i < nout; i++) out[i] = (float)sum[i];
+        DevPtr dst = c->kind == CONV_FORWARD ? c->y : c->kind == CONV_DATA_GRAD ? c->x : c->f;
+        emu_narrow((void *)(uintptr_t)dst, out, nout, c->type);
+    } else
+        fprintf(stderr, "cgc: error: CUDA emulation: convolution for %s: out of host memory\n",
+                site_str(site, buf, sizeof buf));
+    free(x), free(f), free(y), free(out), free(sum);
+    return rc;
+}
+
+/* Like the GEMMs' algorithms, the emulation's all run the reference. */
+static int emu_conv_algos(Device *d, const ConvCall *c, int *count, const DeviceSite *site)
+{
+    (void)c, (void)site;
+    *count = impl(d)->conv_algos;
+    return 0;
+}
+
 /* ---- ordering and time: every call has finished when it returns ---- */
 
 static int emu_sync(Device *d) { return refused_in_capture(d, "sync") ? -1 : 0; }
@@ -622,7 +736,7 @@ static int emu_graph_launch(Device *d, DeviceGraph *g)
     for (int i = 0; i < g->n; i++) {
         EmuNode *n = &g->nodes[i];
         if (!n->kernel) {
-            if (emu_gemm(d, &n->gemm, &n->site) != 0) return -1;
+            if ((n->is_conv ? emu_conv(d, &n->conv, &n->site) : emu_gemm(d, &n->gemm, &n->site)) != 0) return -1;
             continue;
         }
         void *args[EMU_MAX_ARGS];
@@ -679,6 +793,9 @@ static const DeviceOps emu_ops = {
     .close = emu_close,
 };
 
+/* An emulated device: its ops are its own copy of emu_ops (emu_device_convs sets conv). */
+static bool is_emu(const Device *d) { return d->ops->close == emu_close; }
+
 int emu_device_open(const char *so_path, Device **out)
 {
     void *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
@@ -702,7 +819,8 @@ int emu_device_open(const char *so_path, Device **out)
     e->so = so;
     e->launch = launch;
     snprintf(e->so_path, sizeof e->so_path, "%s", so_path);
-    d->ops = &emu_ops;
+    e->ops = emu_ops;
+    d->ops = &e->ops;
     d->impl = e;
     snprintf(d->name, sizeof d->name, "CUDA emulation");
     snprintf(d->model, sizeof d->model, "CUDA emulation");
@@ -713,13 +831,13 @@ int emu_device_open(const char *so_path, Device **out)
 
 void emu_device_fail_captures(Device *d, bool fail)
 {
-    CGC_ASSERT(d->ops == &emu_ops);
+    CGC_ASSERT(is_emu(d));
     impl(d)->fail_captures = fail;
 }
 
 void emu_device_gemm_algos(Device *d, int count, int refused)
 {
-    CGC_ASSERT(d->ops == &emu_ops && count >= 0 && count <= DEVICE_GEMM_ALGOS);
+    CGC_ASSERT(is_emu(d) && count >= 0 && count <= DEVICE_GEMM_ALGOS);
     CGC_ASSERT(refused >= 0 && refused <= count);
     impl(d)->gemm_algos = count;
     impl(d)->refused_algo = refused;
@@ -728,7 +846,7 @@ void emu_device_gemm_algos(Device *d, int count, int refused)
 void emu_device_model_time(Device *d, const double *algo_ms, double launch_ms)
 {
     EmuDevice *e = impl(d);
-    CGC_ASSERT(d->ops == &emu_ops);
+    CGC_ASSERT(is_emu(d));
     e->modeled = algo_ms != NULL;
     for (int a = 0; a <= DEVICE_GEMM_ALGOS; a++) e->algo_ms[a] = algo_ms ? algo_ms[a] : 0;
     e->launch_ms = algo_ms ? launch_ms : 0;
@@ -737,19 +855,35 @@ void emu_device_model_time(Device *d, const double *algo_ms, double launch_ms)
 void emu_device_refuse_kernels(Device *d, const char *prefix)
 {
     EmuDevice *e = impl(d);
-    CGC_ASSERT(d->ops == &emu_ops && e->nrefused_kernels < 4 && strlen(prefix) < 64);
+    CGC_ASSERT(is_emu(d) && e->nrefused_kernels < 4 && strlen(prefix) < 64);
     snprintf(e->refused_kernels[e->nrefused_kernels++], sizeof e->refused_kernels[0], "%s", prefix);
+}
+
+void emu_device_convs(Device *d, int count, const double *algo_ms)
+{
+    CGC_ASSERT(is_emu(d) && count >= 0 && count <= DEVICE_CONV_ALGOS);
+    EmuDevice *e = impl(d);
+    e->ops.conv = count > 0 ? emu_conv : NULL;
+    e->ops.conv_algos = count > 0 ? emu_conv_algos : NULL;
+    e->conv_algos = count;
+    for (int a = 0; a <= DEVICE_CONV_ALGOS; a++) e->conv_ms[a] = algo_ms && a <= count ? algo_ms[a] : 0;
+}
+
+int emu_device_conv_calls(Device *d, ConvKind kind)
+{
+    CGC_ASSERT(is_emu(d) && kind >= 0 && kind < CONV_KINDS);
+    return impl(d)->conv_calls[kind];
 }
 
 int emu_device_kernel_loads(Device *d)
 {
-    CGC_ASSERT(d->ops == &emu_ops);
+    CGC_ASSERT(is_emu(d));
     return impl(d)->loads;
 }
 
 int emu_device_gemm_calls(Device *d, int algo)
 {
-    CGC_ASSERT(d->ops == &emu_ops && algo >= 0 && algo <= DEVICE_GEMM_ALGOS);
+    CGC_ASSERT(is_emu(d) && algo >= 0 && algo <= DEVICE_GEMM_ALGOS);
     return impl(d)->gemm_algo_calls[algo];
 }
 

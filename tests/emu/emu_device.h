@@ -36,6 +36,13 @@ void emu_device_model_time(Device *d, const double *algo_ms, double launch_ms);
  * runs, leaving the device usable, as a driver refuses a launch it cannot make (too many
  * registers or too much shared memory for the GPU). Up to 4 prefixes. */
 void emu_device_refuse_kernels(Device *d, const char *prefix);
+/* Makes D a device with a convolution library (DeviceOps.conv; none by default, as a GPU
+ * without cuDNN) offering COUNT algorithms (0: none again), each the reference
+ * convolution in double; with ALGO_MS (COUNT + 1 entries, 0 the library's own choice),
+ * each call of algorithm a adds ALGO_MS[a] to the modeled clock (emu_device_model_time). */
+void emu_device_convs(Device *d, int count, const double *algo_ms);
+/* Convolutions of KIND that D has run (recorded graphs' count when replayed). */
+int emu_device_conv_calls(Device *d, ConvKind kind);
 /* GEMMs D has run with GemmCall.algo == ALGO (recorded graphs' GEMMs count when replayed). */
 int emu_device_gemm_calls(Device *d, int algo);
 

@@ -435,7 +435,7 @@ static void choose_windows(const Plan *plan, DevExec *e, bool on)
 {
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
-        if (w->graph != PG_TRAIN) continue;
+        if (w->graph != PG_TRAIN || !w->implicit) continue;
         int tiles[PLAN_WINDOW_MAX_READERS];
         for (int j = 0; j < w->nreaders; j++) {
             tiles[j] = 0;
@@ -449,7 +449,7 @@ static void choose_windows(const Plan *plan, DevExec *e, bool on)
 static void unchoose_windows(const Plan *plan, DevExec *e)
 {
     for (int r = 0; r < plan->nwindows; r++)
-        for (int j = 0; j < plan->windows[r].nreaders; j++)
+        for (int j = 0; plan->windows[r].implicit && j < plan->windows[r].nreaders; j++)
             devexec_choose(e, plan->windows[r].graph, plan->windows[r].reader[j], &(PlanStepChoice){0});
 }
 
@@ -501,6 +501,7 @@ static void check_window_liveness(const Plan *plan, const int64_t *symmax)
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
         int patches = -1, grad = -1;    /* the last readers */
+        if (!w->implicit) continue;
         for (int j = 0; j < w->nreaders; j++) {
             if (w->operand[j]) patches = w->reader[j];
             if (w->reads_grad[j]) grad = w->reader[j];
@@ -519,7 +520,7 @@ static void check_windows_in_graph(const Plan *plan, DevExec *e, const DevFeed *
     bool *skip = calloc((size_t)plan->nbuffers + 1, sizeof *skip);
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
-        if (w->graph != PG_TRAIN) continue;
+        if (w->graph != PG_TRAIN || !w->implicit) continue;
         runs++, readers += w->nreaders;
         const PlanStep *u = &plan->graph[PG_TRAIN].steps[w->unfold];
         skip[plan_buffer_root(plan, plan->graph[PG_TRAIN].node_buffer[u->node])] = true;
@@ -590,6 +591,9 @@ static void check_case(const char *model, const char *precision, int64_t batch, 
     int64_t symmax[IR_MAX_SYMBOLS] = {batch};
     if (plan && open_device(plan, so, sizeof so, &d) == 0) e = devexec_new_unshared(plan, d, symmax, path);
     CHECK(e != NULL);
+    /* the generated kernels against the steps: a GPU's cuDNN stays off (test_emu_cnn_library
+     * and, on a GPU, test_gpu_models hold its calls to the CPU executor) */
+    for (int r = 0; e && r < plan->nwindows; r++) devexec_choose_window_conv(e, r, NULL);
     if (e) {
         DevFeed feed = {.symvals = {batch}};
         uint64_t rng = (uint64_t)batch * 1000003u + (uint64_t)strlen(model);
@@ -611,7 +615,8 @@ static void check_case(const char *model, const char *precision, int64_t batch, 
         CHECK(gemms > 0);   /* every model here has f16 or bf16 GEMMs in its step */
         for (int r = 0; r < plan->nmlps; r++) check_mlp(plan, e, &feed, r);
         check_backward_in_graph(plan, e, &feed, symmax);
-        for (int r = 0; r < plan->nwindows; r++) check_window(plan, e, &feed, r);
+        for (int r = 0; r < plan->nwindows; r++)
+            if (plan->windows[r].implicit) check_window(plan, e, &feed, r);
         check_windows_in_graph(plan, e, &feed, symmax);
         check_window_liveness(plan, symmax);
         devexec_free(e);

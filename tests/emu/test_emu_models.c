@@ -54,6 +54,7 @@ static void bind_symbols(int64_t symvals[IR_MAX_SYMBOLS], int64_t batch)
 static uint64_t seed = 20261122;
 /* --cuda: the same comparisons on the first CUDA device (label gpu). */
 static bool on_cuda;
+static int conv_algos;       /* --convs N: the emulation with a convolution library */
 
 typedef enum Mode { MODE_EAGER, MODE_DEFAULT, MODE_STANDIN, NUM_MODES } Mode;
 static const char *const mode_name[NUM_MODES] = { "eager", "default", "standin" };
@@ -216,10 +217,13 @@ static void describe_step(const Run *r, const IrGraph *g, int id, char *buf, siz
 }
 
 /* Whether node ID is stored on the device, so devexec_value can read it: not an ASSIGN,
- * nor a value a fused kernel keeps in registers. */
+ * nor a value a fused kernel keeps in registers, nor one the choices in force leave
+ * unwritten (the patches and transposes a convolution library skips). */
 static bool has_buffer(Run *r, const IrGraph *g, int id)
 {
-    return plan_graph_of(r->plan, g)->node_buffer[id] >= 0;
+    const PlanGraph *pg = plan_graph_of(r->plan, g);
+    int b = pg->node_buffer[id];
+    return b >= 0 && !devexec_unwritten(r->dev, (PlanGraphId)(pg - r->plan->graph), b);
 }
 
 /* The node's inputs at element I (the largest difference), where they have as many
@@ -879,6 +883,27 @@ static void print_plan_summary(const Plan *plan, const Run *r)
            "%d groups)\n", r->compared, pg->nsteps, gemms, fused, pg->ir ? pg->ir->ngroups : 0);
 }
 
+/* With --convs, the library computed every convolution it can: forward, filter and data
+ * gradients as the plan's runs have them. */
+static void check_convs(const Plan *plan, Device *d)
+{
+    if (!conv_algos || on_cuda) return;
+    int want[CONV_KINDS] = {0};
+    for (int r = 0; r < plan->nwindows; r++)
+        for (int j = 0; plan->windows[r].conv && j < plan->windows[r].nreaders; j++) {
+            char role = plan_window_conv_role(&plan->windows[r], j);
+            want[role == 'f' ? CONV_FORWARD : role == 'd' ? CONV_DATA_GRAD : CONV_FILTER_GRAD]++;
+        }
+    int runs = 0;
+    for (int k = 0; k < CONV_KINDS; k++) {
+        printf("  %d %s calls (%s in the plan)\n", emu_device_conv_calls(d, (ConvKind)k),
+               (const char *[]){"forward", "data gradient", "filter gradient"}[k], want[k] ? "some" : "none");
+        CHECK(want[k] == 0 || emu_device_conv_calls(d, (ConvKind)k) > 0);
+        runs += want[k];
+    }
+    CHECK(runs > 0);     /* a case run with --convs has convolutions the library takes */
+}
+
 static void run_case(const Case *c, bool asan)
 {
     char path[4096 + sizeof c->model + 1], so[256];
@@ -905,6 +930,7 @@ static void run_case(const Case *c, bool asan)
     int64_t symmax[IR_MAX_SYMBOLS];
     bind_symbols(symmax, batch_size);
     Run r = { .c = c, .p = p, .plan = plan };
+    if (conv_algos && !on_cuda) emu_device_convs(d, conv_algos, NULL);
     r.dev = devexec_new_unshared(plan, d, symmax, path);
     CHECK(r.dev != NULL);
     if (r.dev) {
@@ -923,6 +949,7 @@ static void run_case(const Case *c, bool asan)
         /* a plan whose step bookkeeping runs as `last` groups had its counter read back
          * (models with nothing to keep across steps, such as plain SGD in fp32, have none) */
         if (plan->launch_counter >= 0) CHECK(r.counter_checks > 0);
+        check_convs(plan, d);
         if (r.inherited)
             printf("  %d node values over the tolerance only through their inputs "
                    "(see tests/emu/drift.h)\n", r.inherited);
@@ -1034,6 +1061,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--asan") == 0) asan = true;
         else if (strcmp(argv[i], "--cuda") == 0) on_cuda = true;
+        else if (strcmp(argv[i], "--convs") == 0 && i + 1 < argc) conv_algos = atoi(argv[++i]);
         else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc && nskipped < 8) skipped[nskipped++] = argv[++i];
         else if (strcmp(argv[i], "--batches") == 0) {
             long long b = 0, l = 0;
