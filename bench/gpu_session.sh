@@ -59,6 +59,7 @@ step "machine"
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1; head -15 "$OUT/nvidia-smi.txt"
 ldd "$CGC" | grep -i "not found" && echo "missing libraries: see above"
 run devices "$CGC" --devices; cat "$OUT/devices.log"
+echo "cuDNN: ${CUDNN_DIR:-the system path, if it has one}" | tee -a "$OUT/summary.txt"
 if part tests; then
     step "compile times (cold, then warm from the cache)"
     run compile_cold "$CGC" models/mlp.net --check -v

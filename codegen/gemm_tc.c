@@ -542,19 +542,27 @@ static bool patch_readers(const Plan *plan, const PlanGraph *pg, int unfold, int
     return w->nreaders > 0;
 }
 
+/* The one step of PG but STEP that names buffer root U, when it is a node's launch after
+ * STEP; else -1 (none, several, or another kind). */
+static int sole_launch_after(const Plan *plan, const PlanGraph *pg, int step, int u)
+{
+    int t = -1;
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanStep *s = &pg->steps[i];
+        if (i == step || !step_names(plan, s, u)) continue;
+        if (t >= 0 || s->kind != STEP_LAUNCH || s->node < 0) return -1;
+        t = i;
+    }
+    return t > step ? t : -1;
+}
+
 /* The step of PG that transposes the product C (a buffer root) of reader STEP into
  * [N, out, L] of TYPE, when it stores nothing else and is the only other step to name C;
  * else -1. */
 static int transpose_store(const Plan *plan, const PlanGraph *pg, int step, int c, DType type)
 {
-    int t = -1;
-    for (int i = 0; i < pg->nsteps; i++) {
-        const PlanStep *s = &pg->steps[i];
-        if (i == step || !step_names(plan, s, c)) continue;
-        if (t >= 0 || s->kind != STEP_LAUNCH || s->node < 0) return -1;
-        t = i;
-    }
-    if (t < step) return -1;
+    int t = sole_launch_after(plan, pg, step, c);
+    if (t < 0) return -1;
     const PlanStep *s = &pg->steps[t];
     const IrNode *n = &pg->ir->nodes[s->node];
     int in = pg->node_buffer[n->in[0]], out = pg->node_buffer[s->node];
@@ -655,14 +663,8 @@ static void find_grad_transpose(const Plan *plan, PlanGraphId gid, PlanWindow *w
  * and storing nothing else; -1 when there is none. */
 static int fold_of(const Plan *plan, const PlanGraph *pg, int step, int u, const PlanWindow *w)
 {
-    int f = -1;
-    for (int i = 0; i < pg->nsteps; i++) {
-        const PlanStep *s = &pg->steps[i];
-        if (i == step || !step_names(plan, s, u)) continue;
-        if (f >= 0 || s->kind != STEP_LAUNCH || s->node < 0) return -1;
-        f = i;
-    }
-    if (f < step) return -1;
+    int f = sole_launch_after(plan, pg, step, u);
+    if (f < 0) return -1;
     const PlanStep *s = &pg->steps[f];
     const IrNode *n = &pg->ir->nodes[s->node];
     int in = pg->node_buffer[n->in[0]], out = pg->node_buffer[s->node];

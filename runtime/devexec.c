@@ -44,6 +44,8 @@ struct DevExec {
                                  * (PLAN_WINDOW_MAX_READERS each): its tile shape, -1 off */
     int *conv;                  /* the same, by the convolution library: its algorithm,
                                  * -1 off (PlanChoices.window_conv) */
+    int64_t *conv_checked;      /* per run: the batch its calls were last found possible
+                                 * at (conv_possible), or -1 */
     int *born[PG_NUM];          /* per graph, the activations each step is the first to
                                  * name (births): mark_undefined */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
@@ -345,6 +347,8 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     for (int j = 0; j < plan->nwindows * PLAN_WINDOW_MAX_READERS; j++) e->window[j] = -1;
     /* the library's own algorithms wherever the device has one: as PyTorch calls cuDNN */
     e->conv = xmalloc(((size_t)plan->nwindows * PLAN_WINDOW_MAX_READERS + 1) * sizeof *e->conv);
+    e->conv_checked = xmalloc(((size_t)plan->nwindows + 1) * sizeof *e->conv_checked);
+    for (int r = 0; r < plan->nwindows; r++) e->conv_checked[r] = -1;
     for (int j = 0; j < plan->nwindows * PLAN_WINDOW_MAX_READERS; j++)
         e->conv[j] = d->ops->conv && plan->windows[j / PLAN_WINDOW_MAX_READERS].conv ? 0 : -1;
     e->reuse = reuse;
@@ -398,6 +402,7 @@ void devexec_free(DevExec *e)
     free(e->mlp);
     free(e->window);
     free(e->conv);
+    free(e->conv_checked);
     free(e);
 }
 
@@ -923,6 +928,28 @@ static void mark_born(DevExec *e, PlanGraphId gid, int i)
                                   plan_buffer_bytes(e->plan, list[k], e->symmax));
 }
 
+/* Before graph GID first runs the library's calls of run R at this batch: whether the
+ * library has an algorithm for each (and room for them all); a run it has none for goes
+ * back to the steps, said once. -1 for an error. */
+static int conv_possible(DevExec *e, PlanGraphId gid)
+{
+    for (int r = 0; r < e->plan->nwindows; r++) {
+        const PlanWindow *w = &e->plan->windows[r];
+        if (w->graph != gid || !conv_on(e, r) || e->conv_checked[r] == e->symvals[0]) continue;
+        int count = 1;
+        for (int j = 0; j < w->nreaders && count > 0; j++)
+            if (devexec_conv_algos(e, r, j, &count) != 0) return -1;
+        e->conv_checked[r] = e->symvals[0];
+        if (count > 0) continue;
+        const PlanStep *s = &e->plan->graph[gid].steps[w->reader[0]];
+        cgc_warning("%s:%d: the device's convolution library has no algorithm for this "
+                    "convolution (%s) at batch %lld; it runs as the plan's steps",
+                    e->net_path, s->loc.line, s->what, (long long)e->symvals[0]);
+        devexec_choose_window_conv(e, r, NULL);
+    }
+    return 0;
+}
+
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
 {
     const PlanGraph *pg = plan_graph_of(e->plan, g);
@@ -930,6 +957,7 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     if (bind_symbols(e, feed) != 0 || upload_inputs(e, feed) != 0) return -1;
     e->last = g;
     int gid = graph_id(e, pg);
+    if (conv_possible(e, (PlanGraphId)gid) != 0) return -1;
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
         int r, j;

@@ -1028,7 +1028,8 @@ static void check_autotune_windows(void)
  * launches slower than any call), every run of the train graph chooses the library,
  * algorithm 2 for each call, and the run reads that back. It trains within ERR of the
  * default mode without the library (the reference sums in double, the steps' GEMMs in
- * f32). Then the other modes use the library's own choice with no file at all. */
+ * f32). Then the other modes use the library's own choice with no file at all, and a
+ * library that has no algorithm for the calls leaves them to the steps, saying so. */
 static void check_autotune_convs(const char *file, const Override *ov, int nov, double err_tol)
 {
     printf("max-autotune with a convolution library: %s\n", file);
@@ -1081,6 +1082,17 @@ static void check_autotune_convs(const char *file, const Override *ov, int nov, 
         CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
         CHECK(emu_device_conv_calls(m.d, CONV_FORWARD) > before);
         compare_checkpoints(got, want, err_tol);
+        /* a library with no algorithm for these calls: the steps, said; the same run as
+         * without the library, bit for bit */
+        emu_device_conv_none(m.d, true);
+        before = emu_device_conv_calls(m.d, CONV_FORWARD);
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got}), 0);
+        const char *err = capture_end();
+        CHECK(strstr(err, "has no algorithm for this convolution") != NULL);
+        CHECK(strstr(err, "it runs as the plan's steps") != NULL);
+        CHECK_EQ_INT(emu_device_conv_calls(m.d, CONV_FORWARD), before);
+        compare_checkpoints(got, want, 0.0);
     }
     model_close(&m);
     cache_end(saved_xdg);

@@ -224,21 +224,24 @@ static bool usable(cudnnStatus_t status, cudnnDeterminism_t det, cudnnMathType_t
     }
 
 /* The workspace algorithm I of E needs, as cuDNN states it for the call (the heuristics'
- * figure is an estimate), into E->memory[I]. */
-static int workspace_of(struct CudaConv *cv, const ConvCall *c, ConvEntry *e, int i, const DeviceSite *site)
+ * figure is an estimate), into E->memory[I]; false when cuDNN will not say (the
+ * algorithm is then left out, as one the heuristics marked unsupported). */
+static bool workspace_of(struct CudaConv *cv, const ConvCall *c, ConvEntry *e, int i)
 {
     size_t bytes = 0;
-    if (DNN(cv, site, cudnnSetConvolutionMathType, e->cd, e->math[i]) != 0) return -1;
-    int rc = c->kind == CONV_FORWARD
-                 ? DNN(cv, site, cudnnGetConvolutionForwardWorkspaceSize, cv->handle, e->xd, e->fd, e->cd, e->yd,
-                       (cudnnConvolutionFwdAlgo_t)e->algo[i], &bytes)
-             : c->kind == CONV_DATA_GRAD
-                 ? DNN(cv, site, cudnnGetConvolutionBackwardDataWorkspaceSize, cv->handle, e->fd, e->yd, e->cd,
-                       e->xd, (cudnnConvolutionBwdDataAlgo_t)e->algo[i], &bytes)
-                 : DNN(cv, site, cudnnGetConvolutionBackwardFilterWorkspaceSize, cv->handle, e->xd, e->yd, e->cd,
-                       e->fd, (cudnnConvolutionBwdFilterAlgo_t)e->algo[i], &bytes);
-    if (rc == 0 && bytes > e->memory[i]) e->memory[i] = bytes;
-    return rc;
+    cudnnStatus_t st = cv->dnn.cudnnSetConvolutionMathType(e->cd, e->math[i]);
+    if (st == CUDNN_STATUS_SUCCESS && c->kind == CONV_FORWARD)
+        st = cv->dnn.cudnnGetConvolutionForwardWorkspaceSize(cv->handle, e->xd, e->fd, e->cd, e->yd,
+                                                             (cudnnConvolutionFwdAlgo_t)e->algo[i], &bytes);
+    else if (st == CUDNN_STATUS_SUCCESS && c->kind == CONV_DATA_GRAD)
+        st = cv->dnn.cudnnGetConvolutionBackwardDataWorkspaceSize(cv->handle, e->fd, e->yd, e->cd, e->xd,
+                                                                  (cudnnConvolutionBwdDataAlgo_t)e->algo[i], &bytes);
+    else if (st == CUDNN_STATUS_SUCCESS)
+        st = cv->dnn.cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            cv->handle, e->xd, e->yd, e->cd, e->fd, (cudnnConvolutionBwdFilterAlgo_t)e->algo[i], &bytes);
+    if (st != CUDNN_STATUS_SUCCESS) return false;
+    if (bytes > e->memory[i]) e->memory[i] = bytes;
+    return e->memory[i] <= CONV_WORKSPACE_MAX;
 }
 
 /* The heuristics' list for C into E. */
@@ -266,19 +269,11 @@ static int list_algos(struct CudaConv *cv, const ConvCall *c, ConvEntry *e, cons
         for (int i = 0; i < got; i++) KEEP(e, p[i], c)
     }
     int kept = 0;
-    for (int i = 0; i < e->nalgo; i++) {
-        if (workspace_of(cv, c, e, i, site) != 0) return -1;
-        if (e->memory[i] > CONV_WORKSPACE_MAX) continue;
-        e->algo[kept] = e->algo[i], e->math[kept] = e->math[i], e->memory[kept++] = e->memory[i];
-    }
+    for (int i = 0; i < e->nalgo; i++)
+        if (workspace_of(cv, c, e, i))
+            e->algo[kept] = e->algo[i], e->math[kept] = e->math[i], e->memory[kept++] = e->memory[i];
     e->nalgo = kept;
-    if (e->nalgo > 0) return 0;
-    char where[512];
-    cuda_site_text(site, where, sizeof where);
-    fprintf(stderr, "cgc: error: %s: cuDNN offers no deterministic algorithm for this convolution "
-                    "within %zu MiB of workspace; run with cuDNN off (CGC_CUDNN=none)\n",
-            where, CONV_WORKSPACE_MAX >> 20);
-    return -1;
+    return 0;
 }
 
 /* C's cache entry, made on first use. */
@@ -343,6 +338,13 @@ int cuda_conv(Device *d, const ConvCall *c, const DeviceSite *site)
     struct CudaConv *cv = cd->conv;
     ConvEntry *e = entry_of(cv, c, site);
     if (!e) return -1;
+    if (e->nalgo == 0) {    /* conv_algos said so: the runner runs the steps instead */
+        char where[512];
+        cuda_site_text(site, where, sizeof where);
+        fprintf(stderr, "cgc: error: %s: cuDNN offers no deterministic algorithm for this convolution "
+                        "within %zu MiB of workspace\n", where, CONV_WORKSPACE_MAX >> 20);
+        return -1;
+    }
     int i = c->algo <= 0 ? 0 : (c->algo > e->nalgo ? e->nalgo : c->algo) - 1;
     if (workspace_for(cd, e->memory[i], site) != 0 ||
         DNN(cv, site, cudnnSetConvolutionMathType, e->cd, e->math[i]) != 0)

@@ -96,6 +96,7 @@ typedef struct EmuDevice {
     double algo_ms[DEVICE_GEMM_ALGOS + 1], launch_ms;   /* what each GEMM and launch adds */
     int loads;                          /* load_kernels calls */
     int conv_algos;                     /* emu_device_convs: 0, no convolution library */
+    bool conv_none;                     /* emu_device_conv_none: it offers no algorithm */
     double conv_ms[DEVICE_CONV_ALGOS + 1];  /* what each convolution adds to the modeled clock */
     int conv_calls[CONV_KINDS];         /* convolutions run, per kind */
     DeviceOps ops;                      /* emu_ops, with conv where emu_device_convs says */
@@ -574,7 +575,7 @@ static bool conv_ok(Device *d, const ConvCall *c)
     bool apart = c->kind == CONV_FORWARD ? !overlap(c->y, yb, c->x, xb) && !overlap(c->y, yb, c->f, fb)
                : c->kind == CONV_DATA_GRAD ? !overlap(c->x, xb, c->y, yb) && !overlap(c->x, xb, c->f, fb)
                                            : !overlap(c->f, fb, c->x, xb) && !overlap(c->f, fb, c->y, yb);
-    return apart && gemm_type_ok(c->type) && c->algo >= 0 && c->algo <= impl(d)->conv_algos &&
+    return apart && !impl(d)->conv_none && gemm_type_ok(c->type) && c->algo >= 0 && c->algo <= impl(d)->conv_algos &&
            ir_window_extent(c->h, &w, 0) == c->oh && ir_window_extent(c->w, &w, 1) == c->ow &&
            check_owned(d, c->x, xb, "convolution input") && check_owned(d, c->f, fb, "convolution filter") &&
            check_owned(d, c->y, yb, "convolution output");
@@ -651,7 +652,7 @@ static int emu_conv(Device *d, const ConvCall *c, const DeviceSite *site)
 static int emu_conv_algos(Device *d, const ConvCall *c, int *count, const DeviceSite *site)
 {
     (void)c, (void)site;
-    *count = impl(d)->conv_algos;
+    *count = impl(d)->conv_none ? 0 : impl(d)->conv_algos;
     return 0;
 }
 
@@ -867,6 +868,12 @@ void emu_device_convs(Device *d, int count, const double *algo_ms)
     e->ops.conv_algos = count > 0 ? emu_conv_algos : NULL;
     e->conv_algos = count;
     for (int a = 0; a <= DEVICE_CONV_ALGOS; a++) e->conv_ms[a] = algo_ms && a <= count ? algo_ms[a] : 0;
+}
+
+void emu_device_conv_none(Device *d, bool none)
+{
+    CGC_ASSERT(is_emu(d));
+    impl(d)->conv_none = none;
 }
 
 int emu_device_conv_calls(Device *d, ConvKind kind)

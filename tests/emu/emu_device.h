@@ -41,6 +41,9 @@ void emu_device_refuse_kernels(Device *d, const char *prefix);
  * convolution in double; with ALGO_MS (COUNT + 1 entries, 0 the library's own choice),
  * each call of algorithm a adds ALGO_MS[a] to the modeled clock (emu_device_model_time). */
 void emu_device_convs(Device *d, int count, const double *algo_ms);
+/* Makes D's convolution library offer no algorithm for any call (conv_algos counts 0,
+ * conv refuses), as cuDNN may for a shape: a runner must run the steps instead. */
+void emu_device_conv_none(Device *d, bool none);
 /* Convolutions of KIND that D has run (recorded graphs' count when replayed). */
 int emu_device_conv_calls(Device *d, ConvKind kind);
 /* GEMMs D has run with GemmCall.algo == ALGO (recorded graphs' GEMMs count when replayed). */
