@@ -102,12 +102,30 @@ static void entry_free(struct CudaConv *cv, ConvEntry *e)
     memset(e, 0, sizeof *e);
 }
 
+/* The library cgc loads: $CGC_CUDNN, else libcudnn.so.9 from the loader's path. */
+static const char *dnn_path(void)
+{
+    const char *path = getenv("CGC_CUDNN");
+    return path && *path ? path : "libcudnn.so.9";
+}
+
+size_t cuda_cudnn_version(const char **path)
+{
+    *path = dnn_path();
+    void *lib = dlopen(*path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return 0;
+    size_t (*get_version)(void);
+    *(void **)&get_version = dlsym(lib, "cudnnGetVersion");
+    size_t version = get_version ? get_version() : 0;
+    dlclose(lib);
+    return version;
+}
+
 /* Loads cuDNN's entry points into CV; false (quietly: the steps run instead) when the
  * library or one of them is missing. */
 static bool dnn_load(struct CudaConv *cv)
 {
-    const char *path = getenv("CGC_CUDNN");
-    cv->lib = dlopen(path && *path ? path : "libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    cv->lib = dlopen(dnn_path(), RTLD_NOW | RTLD_LOCAL);
     if (!cv->lib) return false;
 #define CUDNN_LOAD(sym) if (!(*(void **)&cv->dnn.sym = dlsym(cv->lib, #sym))) return false;
     CUDNN_FUNCS(CUDNN_LOAD)

@@ -89,6 +89,8 @@ int cuda_gemm_algos(Device *d, const GemmCall *g, int *count, const DeviceSite *
 /* cuDNN's convolutions on the device's stream (runtime/cuda/conv.c). *AVAILABLE: whether
  * cuDNN loaded (without it the device offers no `conv`, and init still succeeds). */
 int cuda_conv_init(CudaDevice *cd, bool *available);
+/* cuDNN's version (9.1.0 as 90100) where it loads, else 0; *PATH: what was loaded. */
+size_t cuda_cudnn_version(const char **path);
 void cuda_conv_close(CudaDevice *cd);
 int cuda_conv(Device *d, const ConvCall *c, const DeviceSite *site);
 int cuda_conv_algos(Device *d, const ConvCall *c, int *count, const DeviceSite *site);

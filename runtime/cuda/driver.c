@@ -154,5 +154,12 @@ int cuda_print_devices(FILE *out)
         fprintf(out, "cuda:%d  %s  %.1f GiB  sm_%d%d  %d SMs\n", i, infos[i].name,
                 (double)infos[i].total_bytes / (1024.0 * 1024.0 * 1024.0), infos[i].cc_major,
                 infos[i].cc_minor, infos[i].sm_count);
+#ifdef CGC_HAVE_CUDNN
+    const char *path;
+    size_t v = cuda_cudnn_version(&path);
+    if (v) fprintf(out, "cuDNN %zu.%zu.%zu (%s): convolutions by cuDNN where the plan allows\n", v / 10000,
+                   v / 100 % 100, v % 100, path);
+    else fprintf(out, "cuDNN: not loaded (%s): convolutions run as cgc's own kernels\n", path);
+#endif
     return n;
 }
