@@ -143,13 +143,19 @@ int cuda_conv_init(CudaDevice *cd, bool *available)
     }
     cd->conv = cv;
     if (!dnn_load(cv)) return 0;
-    /* cudnnCreate, like cublasCreate, finds the primary context current on this thread */
-    if (DNN(cv, NULL, cudnnCreate, &cv->handle) != 0) {
-        cv->handle = NULL;
-        return -1;
+    /* cudnnCreate, like cublasCreate, finds the primary context current on this thread.
+     * A cuDNN that loads but cannot start (built for a newer driver, say) leaves the run
+     * to cgc's own kernels, as a missing one does. */
+    cudnnStatus_t st = cv->dnn.cudnnCreate(&cv->handle);
+    if (st == CUDNN_STATUS_SUCCESS) st = cv->dnn.cudnnSetStream(cv->handle, (cudaStream_t)cd->stream);
+    if (st == CUDNN_STATUS_SUCCESS) {
+        *available = true;
+        return 0;
     }
-    if (DNN(cv, NULL, cudnnSetStream, cv->handle, (cudaStream_t)cd->stream) != 0) return -1;
-    *available = true;
+    fprintf(stderr, "cgc: warning: cuDNN loaded but did not start (%s); convolutions run as cgc's "
+                    "own kernels\n", cv->dnn.cudnnGetErrorString(st));
+    if (cv->handle) cv->dnn.cudnnDestroy(cv->handle);
+    cv->handle = NULL;
     return 0;
 }
 

@@ -87,7 +87,8 @@ int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site);
 int cuda_gemm_algos(Device *d, const GemmCall *g, int *count, const DeviceSite *site);
 
 /* cuDNN's convolutions on the device's stream (runtime/cuda/conv.c). *AVAILABLE: whether
- * cuDNN loaded (without it the device offers no `conv`, and init still succeeds). */
+ * cuDNN loaded and started (without it the device offers no `conv`, and init still
+ * succeeds). */
 int cuda_conv_init(CudaDevice *cd, bool *available);
 /* cuDNN's version (9.1.0 as 90100) where it loads, else 0; *PATH: what was loaded. */
 size_t cuda_cudnn_version(const char **path);
