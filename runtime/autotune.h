@@ -50,7 +50,7 @@ enum { AUTOTUNE_GRID_FACTORS = 4 };     /* items per block x 1, 2, 4, 8 */
 
 typedef struct AutotuneReport {
     int kernels, gemms, mlps;   /* choices timed (mlps: fused MLP runs) */
-    int windows;                /* implicit-GEMM runs timed */
+    int windows;                /* convolution runs timed (implicit GEMMs, the library) */
     int candidates;             /* candidates timed in all */
     int untimed;                /* left to heuristics: the budget ran out */
     int refused;                /* candidates the device refused (left out): GEMM

@@ -433,7 +433,7 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
                      r.candidates, r.kernels, r.gemms, r.mlps, r.seconds);
     else
         say_autotune(t, "%d candidates timed for %d kernels, %d GEMMs, %d fused MLP runs and %d "
-                        "convolutions' implicit GEMMs in %.1f s",
+                        "convolutions (implicit GEMMs, cuDNN) in %.1f s",
                      r.candidates, r.kernels, r.gemms, r.mlps, r.windows, r.seconds);
     if (r.gemm_compile_s > 0)
         say_autotune(t, "of which %.1f s compiled the generated GEMMs and MLPs (%d kernels)",
