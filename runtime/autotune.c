@@ -511,39 +511,23 @@ static int time_patches(Tuner *t, int r, double *ms)
     return 0;
 }
 
-/* Each reader's fastest implicit kernel into TILES, their sum into *MS (-1: one has
- * none the device runs). */
-static int time_implicit(Tuner *t, int r, int *tiles, double *ms)
+/* Each reader's fastest candidate into PICK, their sum into *MS (-1: a reader has none
+ * the device runs): its implicit kernels (the tile shape), or (CONV) the library's
+ * algorithms (from 1). */
+static int time_readers(Tuner *t, int r, bool conv, int *pick, double *ms)
 {
     const PlanWindow *w = &t->plan->windows[r];
     *ms = 0;
     for (int j = 0; j < w->nreaders; j++) {
+        int count = PLAN_GEMM_TILES;
         double best = -1;
-        for (int k = 0; k < PLAN_GEMM_TILES; k++) {
-            if (w->kernel[j][k] < 0) continue;
+        if (conv && devexec_conv_algos(t->e, r, j, &count) != 0) return -1;
+        for (int k = 0; k < count; k++) {
+            if (!conv && w->kernel[j][k] < 0) continue;
             double x = 0;
-            if (time_into(t, &(Issue){.window = true, .run = r, .reader = j, .shape = k}, &x) != 0) return -1;
-            if (x >= 0 && (best < 0 || x < best)) best = x, tiles[j] = k;
-        }
-        *ms = best < 0 || *ms < 0 ? -1 : *ms + best;
-    }
-    return 0;
-}
-
-/* Each reader's fastest algorithm of the library's into ALGOS, their sum into *MS (-1:
- * one has none the device runs). */
-static int time_conv(Tuner *t, int r, int *algos, double *ms)
-{
-    const PlanWindow *w = &t->plan->windows[r];
-    *ms = 0;
-    for (int j = 0; j < w->nreaders; j++) {
-        int count;
-        double best = -1;
-        if (devexec_conv_algos(t->e, r, j, &count) != 0) return -1;
-        for (int a = 1; a <= count; a++) {
-            double x = 0;
-            if (time_into(t, &(Issue){.conv = true, .run = r, .reader = j, .shape = a}, &x) != 0) return -1;
-            if (x >= 0 && (best < 0 || x < best)) best = x, algos[j] = a;
+            Issue is = {.window = !conv, .conv = conv, .run = r, .reader = j, .shape = conv ? k + 1 : k};
+            if (time_into(t, &is, &x) != 0) return -1;
+            if (x >= 0 && (best < 0 || x < best)) best = x, pick[j] = is.shape;
         }
         *ms = best < 0 || *ms < 0 ? -1 : *ms + best;
     }
@@ -579,8 +563,8 @@ static int tune_window(Tuner *t, int r)
     } else {
         PlanStepChoice fc = w->fold >= 0 ? devexec_choice_of(t->e, w->graph, w->fold) : (PlanStepChoice){0};
         if (time_patches(t, r, &patches) != 0 ||
-            (implicit_ok && time_implicit(t, r, tiles, &implicit) != 0) ||
-            (conv_ok && time_conv(t, r, algos, &conv) != 0) ||
+            (implicit_ok && time_readers(t, r, false, tiles, &implicit) != 0) ||
+            (conv_ok && time_readers(t, r, true, algos, &conv) != 0) ||
             (conv_ok && w->fold >= 0 && time_into(t, &(Issue){.gid = w->graph, .i = w->fold, .c = &fc}, &fold) != 0))
             return -1;
         t->report->windows++;
