@@ -192,7 +192,8 @@ def parse_autotune(text):
     """What max-autotune's `cgc: autotune:` lines say (runtime/train_device.c)."""
     r = {"tuning_s": None, "candidates": None, "read_back": False, "untimed": 0, "refused": 0}
     g = re.search(r"cgc: autotune: (\d+) candidates timed for \d+ kernels, \d+ GEMMs(?:,| and) \d+ "
-                  r"fused MLP runs(?: and \d+ convolutions' implicit GEMMs)? in ([0-9.]+) s", text)
+                  r"fused MLP runs(?: and \d+ convolutions \(implicit GEMMs, cuDNN\))? "
+                  r"in ([0-9.]+) s", text)
     if g:
         r["candidates"], r["tuning_s"] = int(g.group(1)), float(g.group(2))
     g = re.search(r"cgc: autotune: (\d+) choices from .* \(tuned in ([0-9.]+) s when written",
