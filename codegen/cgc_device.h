@@ -156,6 +156,29 @@ __device__ __forceinline__ float cgc_round_i32(float v)
     return (float)r;
 }
 
+/* ---- pooling windows ---- */
+
+/* A window as pooling's UNFOLD lays it out (compiler/ir.h): image h x w, output oh x ow,
+ * kernel, stride, padding and dilation. */
+struct CgcWindow {
+    int64_t h, w, oh, ow;
+    int kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+/* Entry I of the patches [N, C, KH*KW, OH, OW] of image X [N, C, H, W]: the pixel that
+ * the window puts there, or OUTSIDE where it falls in the padding. A fused kernel reads
+ * a pool's window through this instead of stored patches (compiler/fusion.c); the
+ * UNFOLD kernel and the CPU executor's unfold place the same pixels. */
+template <typename T>
+__device__ __forceinline__ float cgc_window_entry(const T *x, int64_t i, CgcWindow v, float outside)
+{
+    const int64_t l = i % (v.oh * v.ow), q = i / (v.oh * v.ow);
+    const int64_t k = q % (v.kh * v.kw), plane = q / (v.kh * v.kw);
+    const int64_t h = (l / v.ow) * v.sh - v.ph + (k / v.kw) * v.dh;
+    const int64_t w = (l % v.ow) * v.sw - v.pw + (k % v.kw) * v.dw;
+    return h >= 0 && h < v.h && w >= 0 && w < v.w ? cgc_load(x[(plane * v.h + h) * v.w + w]) : outside;
+}
+
 /* ---- scalar functions (exec_impl.h) ---- */
 
 __device__ __forceinline__ bool cgc_isfinite(float x)

@@ -125,6 +125,11 @@ void cuda_dims_expr(KernelDraft *d, const Shape *s, int from, int to, char *buf,
 void cuda_numel_expr(KernelDraft *d, const Shape *s, char *buf, size_t n);
 /* V as a float literal that reads back as exactly (float)V. */
 void cuda_float_literal(double v, char *buf, size_t n);
+/* Pooling's UNFOLD NODE (not the rows layout) at entry INDEX, read from IMAGE (a pointer
+ * expression): cgc_window_entry's call, into OUT. The UNFOLD kernel stores it; a fused
+ * kernel computes it where it reads the patches (compiler/fusion.c). */
+void cuda_window_entry(StrBuf *out, const IrNode *node, const Shape *image, const char *pixels,
+                       const char *index);
 /* The f32 expression of an elementwise op over locals x (unary), a, b (binary), c, a, b
  * (select). */
 const char *cuda_elementwise_expr(IrOp op);

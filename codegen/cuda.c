@@ -395,33 +395,50 @@ static void window_patch_macro(KernelDraft *d, const IrNode *node)
                           "    const int64_t STEP = L;\n");
 }
 
+void cuda_window_entry(StrBuf *out, const IrNode *node, const Shape *image, const char *pixels,
+                       const char *index)
+{
+    const IrWindow *w = &node->win;
+    char outside[48];
+    CGC_ASSERT(!(node->flags & IR_WINDOW_ROWS) && node->shape.rank == 5);
+    cuda_float_literal(node->value, outside, sizeof outside);
+    sb_printf(out, "cgc_window_entry(%s, %s, CgcWindow{%lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %d, %d, %d}, %s)",
+              pixels, index, (long long)image->dim[2], (long long)image->dim[3],
+              (long long)node->shape.dim[3], (long long)node->shape.dim[4], w->kernel[0], w->kernel[1],
+              w->stride[0], w->stride[1], w->pad[0], w->pad[1], w->dilation[0], w->dilation[1], outside);
+}
+
 /* UNFOLD: a thread per entry, reading its pixel or the outside value. */
 static void render_unfold(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]];
-    char n[CUDA_DIMS_MAX], outside[48];
+    char n[CUDA_DIMS_MAX];
     draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
     cuda_numel_expr(d, &node->shape, n, sizeof n);
-    cuda_float_literal(node->value, outside, sizeof outside);
-    window_prelude(d, node, &x->shape);
     bool rows = node->flags & IR_WINDOW_ROWS;
+    if (rows) window_prelude(d, node, &x->shape);
+    else sb_puts(&d->body, "    /* pooling's patches [N, C, KH*KW, OH, OW] */\n");
     sb_printf(&d->body, "    const int64_t n = %s;\n", n);
     sb_puts(&d->body, "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n");
-    if (rows)
-        sb_puts(&d->body,
-                "        const int64_t col = i % (CG * KK), q = i / (CG * KK), l = q % L, ng = q / L;\n"
-                "        const int64_t plane = (ng / G) * C + (ng % G) * CG + col / KK, k = col % KK;\n");
-    else
-        sb_puts(&d->body,
-                "        const int64_t l = i % L, q = i / L, k = q % KK, plane = q / KK;\n");
-    sb_printf(&d->body,
-              "        const int64_t h = (l / OW) * SH - PH + (k / KW) * DH;\n"
-              "        const int64_t w = (l %% OW) * SW - PW + (k %% KW) * DW;\n"
-              "        const bool inside = h >= 0 && h < H && w >= 0 && w < W;\n"
-              "        cgc_store(&out[i], inside ? cgc_load(in_x[(plane * H + h) * W + w]) : %s);\n"
-              "    }\n", outside);
+    if (rows) {
+        char outside[48];
+        cuda_float_literal(node->value, outside, sizeof outside);
+        sb_printf(&d->body,
+                  "        const int64_t col = i %% (CG * KK), q = i / (CG * KK), l = q %% L, ng = q / L;\n"
+                  "        const int64_t plane = (ng / G) * C + (ng %% G) * CG + col / KK, k = col %% KK;\n"
+                  "        const int64_t h = (l / OW) * SH - PH + (k / KW) * DH;\n"
+                  "        const int64_t w = (l %% OW) * SW - PW + (k %% KW) * DW;\n"
+                  "        const bool inside = h >= 0 && h < H && w >= 0 && w < W;\n"
+                  "        cgc_store(&out[i], inside ? cgc_load(in_x[(plane * H + h) * W + w]) : %s);\n",
+                  outside);
+    } else {
+        sb_puts(&d->body, "        cgc_store(&out[i], ");
+        cuda_window_entry(&d->body, node, &x->shape, "in_x", "i");
+        sb_puts(&d->body, ");\n");
+    }
+    sb_puts(&d->body, "    }\n");
     cuda_launch_elementwise(d, &node->shape);
 }
 

@@ -225,6 +225,8 @@ static void member_expr(const Fuser *f, int id, StrBuf *out)
     for (int j = 0; j < n->nin; j++) v[j] = f->value[n->in[j]];
     if (n->op == IR_RUNTIME) {
         sb_puts(out, f->param[id]);
+    } else if (n->op == IR_UNFOLD) {   /* gathered: the work is its patches' shape */
+        cuda_window_entry(out, n, &f->ctx->g->nodes[n->in[0]].shape, f->param[n->in[0]], "i");
     } else if (n->op == IR_DROPOUT) {
         char p[48], scale[48];
         cuda_float_literal(n->value, p, sizeof p);
@@ -248,7 +250,7 @@ static void render_loads(Fuser *f, int k, const char *indent)
     unsigned coords = 0;
     const IrSpan span = members(f->ctx, k);
     for (int id = span.first; id < span.end; id++) {
-        if (!computed_member(g, id, k)) continue;
+        if (!computed_member(g, id, k) || g->nodes[id].op == IR_UNFOLD) continue;   /* gathers */
         for (int j = 0; j < g->nodes[id].nin; j++) {
             int in = g->nodes[id].in[j];
             const IrNode *x = &g->nodes[in];
@@ -284,7 +286,7 @@ static void render_element(Fuser *f, int k, const char *indent)
         snprintf(f->value[id], sizeof f->value[id], "v%d", local++);
         StrBuf e = { 0 };
         member_expr(f, id, &e);
-        const char *round = fused_rounding(n->dtype);
+        const char *round = n->op == IR_UNFOLD ? NULL : fused_rounding(n->dtype);   /* exact */
         sb_printf(&f->d->body, "%sconst float %s = %s%s%s%s;   /* %s */\n", indent,
                   f->value[id], round ? round : "", round ? "(" : "", e.s, round ? ")" : "",
                   ir_op_name(n->op));

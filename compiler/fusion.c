@@ -15,6 +15,8 @@
  *  - scalar chains (learning-rate schedule, bias corrections, clip coefficient, loss
  *    scale) are cloned into every group that reads them: recomputing twenty flops per
  *    element is cheaper than a launch and a round trip through memory;
+ *  - pooling's patches (a window's UNFOLD) are gathered from the image by the groups
+ *    that read them rather than stored: a max pool is one kernel over its input;
  *  - in place: an ASSIGN joins the pointwise group computing its value, which then stores
  *    straight into the persistent tensor, provided every other reader of that tensor is
  *    ordered before the group (IR semantics: assignments land after the step);
@@ -37,10 +39,11 @@
  * when a path leaves one cluster and re-enters the other, which would make the graph of
  * kernels cyclic. (2) Scalar chains are cloned into the clusters that read them; their
  * originals stay only where something else (a loss kernel, an ASSIGN, an output) needs
- * them. (3) Tentative in-place ASSIGNs are checked against the order constraints they
- * need, and dropped where they would make a cycle. (4) The kernels are ordered
- * topologically, smallest original id first so that dumps stay close to the unfused
- * order, and the graph is rebuilt with each group's members consecutive.
+ * them; so are the pooling windows that only such clusters read. (3) Tentative in-place
+ * ASSIGNs are checked against the order constraints they need, and dropped where they
+ * would make a cycle. (4) The kernels are ordered topologically, smallest original id
+ * first so that dumps stay close to the unfused order, and the graph is rebuilt with
+ * each group's members consecutive.
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -112,7 +115,8 @@ typedef struct Fuser {
     int *parent;            /* union-find over node ids; -1: in no cluster */
     int *next;              /* the members of a cluster, a circular list */
     Cluster *cl;            /* by root */
-    bool *cloned;           /* a scalar only its readers' clones compute: dropped */
+    bool *cloned;           /* a scalar, or pooling's patches, that only its readers'
+                             * clones compute: dropped */
     bool *wide;             /* a scalar whose chain reads too much to be cloned */
     int **cone, *ncone;     /* per clonable scalar: the values its cloned chain reads */
     int *seen, stamp, *stack;
@@ -1095,6 +1099,50 @@ static void clone_scalars(Fuser *f)
     }
 }
 
+/* A pooling UNFOLD that every reader takes in a pointwise or reduce group over exactly its
+ * patches is never stored: each of those groups gathers the entries it reads from the
+ * image (a clone of the UNFOLD among its members), so that the patches, as large as the
+ * image or larger, make no round trip through memory and launch no kernel of their own.
+ * The rows layout is a GEMM's operand and stays stored. */
+static bool gathered(const Fuser *f, int u)
+{
+    const IrNode *n = &f->g->nodes[u];
+    if (n->op != IR_UNFOLD || (n->flags & IR_WINDOW_ROWS) || f->is_output[u] ||
+        f->use_off[u] == f->use_off[u + 1])
+        return false;
+    for (int k = f->use_off[u]; k < f->use_off[u + 1]; k++) {
+        int gi = f->w[f->uses[k]].group;
+        if (gi < 0) return false;
+        const Cluster *c = &f->groups[gi];
+        if ((c->kind != IR_GROUP_POINTWISE && c->kind != IR_GROUP_REDUCE) || !ir_shape_equal(&c->work, &n->shape))
+            return false;
+    }
+    return true;
+}
+
+/* The clone of UNFOLD U in group GI, made once per group (clones come after f->n). */
+static int clone_gather(Fuser *f, int gi, int u)
+{
+    for (int w = f->n; w < f->nw; w++)
+        if (f->w[w].src == u && f->w[w].group == gi) return w;
+    WorkNode wn = { .src = u, .group = gi };
+    memcpy(wn.in, f->g->nodes[u].in, sizeof wn.in);
+    return add_work(f, wn);
+}
+
+static void clone_gathers(Fuser *f)
+{
+    for (int u = 0; u < f->n; u++) {
+        if (!gathered(f, u)) continue;
+        f->cloned[u] = true;
+        for (int k = f->use_off[u]; k < f->use_off[u + 1]; k++) {
+            int c = f->uses[k], clone = clone_gather(f, f->w[c].group, u);
+            for (int j = 0; j < f->g->nodes[c].nin; j++)
+                if (f->w[c].in[j] == u) f->w[c].in[j] = clone;
+        }
+    }
+}
+
 /* ---- (3) the graph of kernels, and in-place assignments ---- */
 
 static bool dropped(const Fuser *f, int w) { return w < f->n && f->cloned[w]; }
@@ -1644,6 +1692,7 @@ static void fuse_graph(IrProgram *p, IrGraph *g)
     gemm_groups(&f);
     make_work(&f);
     clone_scalars(&f);
+    clone_gathers(&f);
     build_units(&f);
     place_assigns(&f);
     IrGraph dst;

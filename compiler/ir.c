@@ -758,6 +758,19 @@ int64_t ir_window_source(const IrWindow *w, int flags, const int64_t image[4], i
     return ((n * c + ch) * h + y) * wd + x;
 }
 
+int ir_unfold_twin(const IrGraph *g, int id)
+{
+    const IrNode *u = &g->nodes[id];
+    if (u->op != IR_UNFOLD) return -1;
+    for (int i = u->in[0] + 1; i < id; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op == IR_UNFOLD && n->in[0] == u->in[0] && n->flags == u->flags && n->dtype == u->dtype &&
+            memcmp(&n->win, &u->win, sizeof n->win) == 0 && n->value == u->value)
+            return i;
+    }
+    return -1;
+}
+
 int ir_unfold(IrGraph *g, int x, IrWindow w, int flags, double outside, SrcLoc loc)
 {
     const IrNode *in = node(g, x);

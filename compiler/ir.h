@@ -167,10 +167,12 @@ typedef struct IrNode {
  *                       a smaller shape is evaluated where the element needs it (so scalar
  *                       chains, like a learning-rate schedule, are recomputed per element
  *                       rather than launched); stored members, DROPOUTs and ASSIGNs have
- *                       exactly `work`. An ASSIGN member stores its value straight into the
- *                       persistent tensor (in place): the pass orders every other reader of
- *                       that tensor before the group, which keeps IR semantics (writes land
- *                       after the step's reads).
+ *                       exactly `work`. A pooling UNFOLD (not the rows layout) of shape
+ *                       `work`, unstored, may be a member too: each element reads its entry
+ *                       from the image. An ASSIGN member stores its value straight into
+ *                       the persistent tensor (in place): the pass orders every other
+ *                       reader of that tensor before the group, which keeps IR semantics
+ *                       (writes land after the step's reads).
  *   IR_GROUP_REDUCE     one or more reductions over input shape `work`: SUMs, MEANs and MAXes
  *                       along one `axis` (or IR_AXIS_ALL), or a single REDUCE_TO; plus a
  *                       pointwise prologue (members as above, no ASSIGN) evaluated at the
@@ -424,6 +426,10 @@ int64_t ir_window_extent(int64_t in, const IrWindow *w, int axis);
  * for tests and checks (the executors walk the windows their own way). */
 int64_t ir_window_source(const IrWindow *w, int flags, const int64_t image[4], int64_t e);
 int ir_unfold(IrGraph *g, int x, IrWindow w, int flags, double outside, SrcLoc loc);
+/* The first node of G before UNFOLD ID that is the same UNFOLD of the same image (window,
+ * layout, outside value), or -1: fusion gives each kernel that gathers a pool's patches a
+ * copy of its UNFOLD, which an executor that stores them computes once. */
+int ir_unfold_twin(const IrGraph *g, int id);
 /* The image of shape IMAGE that UNFOLD (W, FLAGS) of it would give X's shape. */
 int ir_fold(IrGraph *g, int x, Shape image, IrWindow w, int flags, SrcLoc loc);
 /* (train, eval), both of one shape, in their promoted dtype. */

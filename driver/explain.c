@@ -616,7 +616,9 @@ static void explain_windows(const Compiled *c, FILE *out)
                     cand->fold >= 0 ? ", no col2im" : "", cand->implicit ? " against the steps and the implicit GEMMs"
                                                                           : " against the steps");
         if (!(n->flags & IR_WINDOW_ROWS))
-            fprintf(out, "            %s over the kernel axis: %s\n", r >= 0 ? ir_op_name(g->nodes[r].op) : "?", rs);
+            fprintf(out, "            %s over the kernel axis: %s%s\n", r >= 0 ? ir_op_name(g->nodes[r].op) : "?", rs,
+                    n->group ? ", each kernel that reads the patches gathering them from the image (never "
+                               "stored)" : "");
     }
 }
 

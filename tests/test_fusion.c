@@ -195,6 +195,12 @@ static void check_member(const IrGraph *g, int k, int id)
         if (!ir_shape_equal(&g->nodes[n->in[0]].shape, &gr->work)) violation(g, k, "ASSIGN not at the work shape", id);
         return;
     }
+    if (n->op == IR_UNFOLD) {   /* pooling's patches, gathered where they are read */
+        if ((n->flags & IR_WINDOW_ROWS) || !ir_shape_equal(&n->shape, &gr->work))
+            violation(g, k, "UNFOLD member not pooling's or not at the work shape", id);
+        if (stored(g, id)) violation(g, k, "gathered UNFOLD stored", id);
+        return;
+    }
     if (!elementwise(n->op)) violation(g, k, "member that may not be fused", id);
     if (!fits(&n->shape, &gr->work)) violation(g, k, "member does not stretch to the work shape", id);
     if ((stored(g, id) || n->op == IR_DROPOUT) && !ir_shape_equal(&n->shape, &gr->work))
@@ -618,6 +624,36 @@ static void check_mlp(const char *path)
     ir_program_free(fused);
 }
 
+/* cnn.net (max pooling twice): no pooling patches stored in any graph; each pool's
+ * kernel, and the kernel of its backward that reads them, gathers them from the image.
+ * The convolutions' patches (the rows layout, a GEMM's operand) stay stored. */
+static void check_pools(const char *path)
+{
+    IrProgram *p = compile_model(path, "fp32", 0);
+    CHECK(p != NULL);
+    if (!p) return;
+    fusion_assign(p);
+    const IrGraph *graphs[] = { &p->train, &p->eval, &p->forward };
+    for (size_t j = 0; j < sizeof graphs / sizeof *graphs; j++) {
+        const IrGraph *g = graphs[j];
+        int gathered = 0, stored_pool = 0, stored_rows = 0;
+        for (int i = 0; i < g->nnodes; i++) {
+            const IrNode *n = &g->nodes[i];
+            if (n->op != IR_UNFOLD) continue;
+            if (n->flags & IR_WINDOW_ROWS) stored_rows += !n->group;
+            else if (n->group) gathered++;
+            else stored_pool++;
+        }
+        printf("cnn.net %s: %d pooling windows gathered, %d stored; %d convolution patches\n",
+               g->name, gathered, stored_pool, stored_rows);
+        CHECK_EQ_INT(stored_pool, 0);
+        CHECK(gathered >= 2);       /* two pools, each read by its reduction */
+        CHECK_EQ_INT(stored_rows, 2);
+        if (g == &p->train) CHECK_EQ_INT(gathered, 4);   /* and by its backward's tie count */
+    }
+    ir_program_free(p);
+}
+
 /* The checker on a GEMM group of G made wrong: its activation a SIGMOID, its work wider
  * than the product, its ADD taken out (the product then stored). */
 static void check_gemm_checker(IrGraph *g)
@@ -900,6 +936,9 @@ int main(int argc, char **argv)
     check_case(mlp, "fp16", 2, true);
     check_case(resmlp, "bf16", 0, true);
     check_mlp(mlp);
+    char cnn[512];
+    snprintf(cnn, sizeof cnn, "%s/cnn.net", CGC_MODELS_DIR);
+    check_pools(cnn);
     check_checker(mlp);
     check_rows(resmlp);
     check_operand_limit();

@@ -683,10 +683,11 @@ static bool anomalous(CpuExec *e, const IrGraph *g, int id)
 }
 
 /* When each node's storage dies, for a run with reuse: LAST[o], the last node of G that
- * reads storage O (through the same-dtype reshapes that alias it, SFX(place)), or G's
- * node count for storage that outlives the run (an output, an ASSIGN's value); the nodes
- * whose storage dies after node i are the chain FIRST_DEAD[i], NEXT_DEAD[...]. OWNER is
- * scratch: the node that owns a node's storage, -1 for a tensor's (READ). */
+ * reads storage O (through the same-dtype reshapes and UNFOLD twins that alias it,
+ * SFX(place)), or G's node count for storage that outlives the run (an output, an
+ * ASSIGN's value); the nodes whose storage dies after node i are the chain
+ * FIRST_DEAD[i], NEXT_DEAD[...]. OWNER is scratch: the node that owns a node's storage,
+ * -1 for a tensor's (READ). */
 static void release_plan(CpuExec *e, const IrGraph *g)
 {
     if (e->planned == g) return;   /* training runs the same few graphs, unchanged */
@@ -699,7 +700,8 @@ static void release_plan(CpuExec *e, const IrGraph *g)
     for (int i = 0; i < n; i++) {
         const IrNode *x = &g->nodes[i];
         bool alias = x->op == IR_RESHAPE && g->nodes[x->in[0]].dtype == x->dtype;
-        owner[i] = x->op == IR_READ ? -1 : alias ? owner[x->in[0]] : i;
+        int twin = ir_unfold_twin(g, i);
+        owner[i] = x->op == IR_READ ? -1 : alias ? owner[x->in[0]] : twin >= 0 ? owner[twin] : i;
         e->last[i] = i;
         e->first_dead[i] = -1;
         for (int k = 0; k < x->nin; k++) {

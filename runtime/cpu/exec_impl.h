@@ -720,7 +720,8 @@ static void SFX(dropout)(const CpuExec *e, const IrNode *node, REAL *out, const 
 
 /* ---- one node ---- */
 
-/* Leaves and aliases, whose value is placed rather than computed. True when done. */
+/* Leaves and aliases (a same-dtype RESHAPE, an UNFOLD's twin: ir_unfold_twin), whose
+ * value is placed rather than computed. True when done. */
 static bool SFX(place)(CpuExec *e, const IrGraph *g, const IrNode *node, Slot *s)
 {
     if (node->op == IR_READ) {
@@ -738,6 +739,11 @@ static bool SFX(place)(CpuExec *e, const IrGraph *g, const IrNode *node, Slot *s
     }
     if (node->op == IR_RESHAPE && g->nodes[node->in[0]].dtype == node->dtype) {
         s->val = e->slots[node->in[0]].val;
+        return true;
+    }
+    int twin = ir_unfold_twin(g, (int)(node - g->nodes));
+    if (twin >= 0) {   /* kept alive for this reader by release_plan */
+        s->val = e->slots[twin].val;
         return true;
     }
     return false;
