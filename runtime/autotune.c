@@ -534,6 +534,15 @@ static int time_readers(Tuner *t, int r, bool conv, int *pick, double *ms)
     return 0;
 }
 
+/* Puts run R's choice in force: TILES (each reader's tile shape) or ALGOS (each reader's
+ * algorithm of the library), whichever is on (its first entry >= 0), else the steps; a
+ * device without the library runs the steps for ALGOS. */
+static void choose_window(DevExec *e, int r, const int *tiles, const int *algos)
+{
+    devexec_choose_window(e, r, tiles[0] >= 0 ? tiles : NULL);
+    devexec_choose_window_conv(e, r, algos[0] >= 0 && devexec_has_conv(e) ? algos : NULL);
+}
+
 /* An implicit-GEMM run: its steps (the patches) against each reader's fastest implicit
  * kernel (sm_80 and later, the generated kernels loaded) and against each reader's
  * fastest algorithm of the convolution library (where the device has one), which skips
@@ -549,12 +558,11 @@ static int tune_window(Tuner *t, int r)
     if (known) {
         bool ok = parse_window_choice(known->choice, w, tiles, algos);
         CGC_ASSERT(ok);     /* written below, by window_choice, for a run of the same key */
-        devexec_choose_window(t->e, r, tiles[0] >= 0 ? tiles : NULL);
-        devexec_choose_window_conv(t->e, r, algos[0] >= 0 && devexec_has_conv(t->e) ? algos : NULL);
+        choose_window(t->e, r, tiles, algos);
         return 0;
     }
     bool implicit_ok = w->implicit && devexec_gemm_kernels_loaded(t->e), conv_ok = w->conv && devexec_has_conv(t->e);
-    double patches = -1, implicit = -1, conv = -1, fold = 0, best;
+    double patches = -1, implicit = -1, conv = -1, fold = 0, best = -1;
     for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) tiles[j] = algos[j] = -1;
     if (!(implicit_ok || conv_ok) || over_budget(t)) {
         if (implicit_ok || conv_ok) t->report->untimed++;
@@ -574,10 +582,9 @@ static int tune_window(Tuner *t, int r)
         if (conv >= 0 && (best < 0 || conv < best)) best = conv, tiles[0] = -1;
         else algos[0] = -1;
     }
-    devexec_choose_window(t->e, r, tiles[0] >= 0 ? tiles : NULL);
-    devexec_choose_window_conv(t->e, r, algos[0] >= 0 ? algos : NULL);
+    choose_window(t->e, r, tiles, algos);
     window_choice(w, tiles, algos, choice, sizeof choice);
-    add(t, TUNE_WINDOW, key, choice, algos[0] >= 0 ? conv : tiles[0] >= 0 ? implicit : patches);
+    add(t, TUNE_WINDOW, key, choice, best);
     return 0;
 }
 
@@ -709,12 +716,9 @@ int autotune_apply(DevExec *e, const Plan *plan, const DevFeed *feed, const Tune
                 devexec_choose(e, (PlanGraphId)gid, i, &c.step[gid][i]);
     }
     for (int r = 0; r < plan->nmlps; r++) devexec_choose_mlp(e, r, c.mlp_shape[r]);
-    for (int r = 0; r < plan->nwindows; r++) {     /* a device without the library: the steps */
-        const int *tiles = &c.window_tile[r * PLAN_WINDOW_MAX_READERS];
-        const int *algos = &c.window_conv[r * PLAN_WINDOW_MAX_READERS];
-        devexec_choose_window(e, r, tiles[0] >= 0 ? tiles : NULL);
-        devexec_choose_window_conv(e, r, algos[0] >= 0 && devexec_has_conv(e) ? algos : NULL);
-    }
+    for (int r = 0; r < plan->nwindows; r++)
+        choose_window(e, r, &c.window_tile[r * PLAN_WINDOW_MAX_READERS],
+                      &c.window_conv[r * PLAN_WINDOW_MAX_READERS]);
     plan_choices_free(&c);
     return 0;
 }
@@ -751,7 +755,7 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
     }
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
-        int algos[PLAN_WINDOW_MAX_READERS] = {0, 0, 0, 0};    /* the library's own, where it can */
+        int algos[PLAN_WINDOW_MAX_READERS] = {0};    /* the library's own, where it can */
         if (!tuned_graph(w->graph)) continue;
         window_key(plan, w, symvals, key, sizeof key);
         window_choice(w, NULL, w->conv ? algos : NULL, choice, sizeof choice);
