@@ -205,6 +205,12 @@ void render_scratch_clean(const RenderCtx *ctx, int k);
  * or the groups of one multi-tensor launch as one kernel with a segment each. D's name
  * is the first group's (with "_x<N>" for a multi). */
 void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d);
+/* Renders pointwise group K of CTX->g as another kernel's epilogue into D (named as the
+ * group): D's parameters are the group's (outputs, inputs, seed and runtime values,
+ * symbols), and its body the group's code at work element `i` (an int64_t the caller
+ * defines), where every value the group reads from buffer root FROM is VALUE (an f32
+ * expression: that buffer's element i, as a load of it would give). */
+void fused_render_epilogue(const RenderCtx *ctx, int k, int from, const char *value, KernelDraft *d);
 /* How many of the groups of one multi-tensor launch, GROUPS[0..N) in its order, one
  * kernel takes from the front (at least one): as many as keep its parameters (those
  * the groups share counted once, and the counter of `last` groups) within

@@ -170,9 +170,15 @@ static void print_implicit(FILE *out, const Plan *pl, PlanGraphId g, int s)
     run = plan_window_skips(pl, g, s);
     if (run >= 0) {
         const PlanWindow *w = &pl->windows[run];
-        if (w->transpose == s)
+        if (w->transpose == s && w->epilogue >= 0)
+            fprintf(out, "       or skipped, step %d computing step %d on its product in registers (max-autotune's "
+                         "implicit-GEMM candidate)\n", w->reader[w->store_reader] + 1, w->epilogue + 1);
+        else if (w->transpose == s)
             fprintf(out, "       or skipped, step %d storing its product NCHW into b%d (max-autotune's "
                          "implicit-GEMM candidate)\n", w->reader[w->store_reader] + 1, w->store);
+        else if (w->epilogue == s)
+            fprintf(out, "       or skipped, step %d computing it at each element of its product (max-autotune's "
+                         "implicit-GEMM candidate)\n", w->reader[w->store_reader] + 1);
         else
             fprintf(out, "       or skipped, its readers reading the NCHW b%d as this channels-last "
                          "matrix (max-autotune's implicit-GEMM candidate)\n", w->grad);
@@ -187,7 +193,10 @@ static void print_implicit(FILE *out, const Plan *pl, PlanGraphId g, int s)
     if (w->reads_grad[j])
         fprintf(out, ", a = the NCHW b%d read as channels last (with step %d skipped)", w->grad,
                 w->grad_transpose + 1);
-    if (j == w->store_reader)
+    if (j == w->store_reader && w->epilogue >= 0)
+        fprintf(out, ", C as NCHW into step %d's group, computed here (with steps %d and %d skipped)",
+                w->epilogue + 1, w->transpose + 1, w->epilogue + 1);
+    else if (j == w->store_reader)
         fprintf(out, ", C = b%d as NCHW (with step %d skipped)", w->store, w->transpose + 1);
     fputc(':', out);
     const char *sep = "";

@@ -621,6 +621,27 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
     for (int i = 0; i < n; i++) render_scratch_clean(ctx, groups[i]);
 }
 
+void fused_render_epilogue(const RenderCtx *ctx, int k, int from, const char *value, KernelDraft *d)
+{
+    CGC_ASSERT(group_of(ctx, k)->kind == IR_GROUP_POINTWISE && strlen(value) < RENDER_PARAM_MAX);
+    Fuser f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value };
+    const IrGraph *g = ctx->g;
+    const IrSpan span = members(ctx, k);
+    for (int id = span.first; id < span.end; id++)
+        for (int j = 0; computed_member(g, id, k) && j < g->nodes[id].nin; j++) {
+            int in = g->nodes[id].in[j], b = ctx->node_buffer[in];
+            if (computed_member(g, in, k) || b < 0 || plan_buffer_root(ctx->plan, b) != from) continue;
+            CGC_ASSERT(ir_shape_equal(&g->nodes[in].shape, &group_of(ctx, k)->work));
+            snprintf(f.param[in], sizeof f.param[in], "%s", value);    /* no parameter: */
+            snprintf(f.value[in], sizeof f.value[in], "%s", value);    /* no load */
+        }
+    kernel_name(ctx, &k, 1, d);
+    add_params(&f, &k, 1);
+    render_element(&f, k, "    ");
+    draft_finish_symbols(d);
+    render_scratch_clean(ctx, k);
+}
+
 int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
 {
     Fuser f = { .ctx = ctx, .counting = true, .param = ctx->scratch->param };

@@ -86,6 +86,10 @@ typedef struct GemmSpec {
     bool c_nchw;                /* C stored so (the product) */
     bool a_nchw;                /* A read so (the product's gradient; cgc_nchw_load) */
     int64_t spots;              /* with either: L */
+    /* With c_nchw: the pointwise group computed at each element of C instead of storing
+     * it (PlanWindow.epilogue), as fused.c renders it: its parameters follow the ABI's
+     * and its body runs at element i of the NCHW product; else NULL. */
+    const KernelDraft *epi;
 } GemmSpec;
 
 static GemmSpec spec_of(const PlanGemm *g, int tile)
@@ -96,9 +100,21 @@ static GemmSpec spec_of(const PlanGemm *g, int tile)
                        .epilogue = g->epilogue, .tile = tile };
 }
 
+static bool epi_eq(const KernelDraft *x, const KernelDraft *y)
+{
+    if (!x || !y) return x == y;
+    if (x->nparams != y->nparams || strcmp(x->name, y->name) != 0 || strcmp(x->body.s, y->body.s) != 0)
+        return false;
+    for (int i = 0; i < x->nparams; i++)
+        if (x->param[i].type != y->param[i].type || strcmp(x->param[i].ctype, y->param[i].ctype) != 0 ||
+            strcmp(x->param[i].name, y->param[i].name) != 0)
+            return false;
+    return true;
+}
+
 static bool spec_eq(const GemmSpec *x, const GemmSpec *y)
 {
-    return x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->in_type == y->in_type &&
+    return epi_eq(x->epi, y->epi) && x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->in_type == y->in_type &&
            x->c_type == y->c_type && x->bias_type == y->bias_type &&
            x->epilogue == y->epilogue && x->tile == y->tile && x->gather == y->gather &&
            memcmp(x->win, y->win, sizeof x->win) == 0 && x->c_nchw == y->c_nchw && x->a_nchw == y->a_nchw &&
@@ -139,25 +155,27 @@ static void window_name(const GemmSpec *s, char *buf, size_t len)
 }
 
 /* "gemm_tc_nt_f16_to_f16_bias_relu_64x64x32": layouts, types, epilogue, tile; an
- * implicit GEMM's name says which operand it gathers and from what, and which matrices
- * it keeps NCHW ("_a_nchw196", "_c_nchw784"). */
+ * implicit GEMM's name says which operand it gathers and from what, which matrices it
+ * keeps NCHW ("_a_nchw196", "_c_nchw784"), and the group it computes on C
+ * ("_then_add_relu_c1"). */
 static void spec_name(const GemmSpec *s, char *buf, size_t len)
 {
-    char tile[32], bias[16] = "", win[96] = "", a[32] = "", c[32] = "";
+    char tile[32], bias[16] = "", win[96] = "", a[32] = "", c[32] = "", epi[DRAFT_NAME_MAX + 8] = "";
     plan_gemm_tile_name(s->tile, tile, sizeof tile);
     if (s->epilogue != GEMM_EPI_NONE && s->bias_type != s->c_type)
         snprintf(bias, sizeof bias, "_%s", ir_dtype_name(s->bias_type));
     if (s->gather) window_name(s, win, sizeof win);
     if (s->a_nchw) snprintf(a, sizeof a, "_a_nchw%lld", (long long)s->spots);
     if (s->c_nchw) snprintf(c, sizeof c, "_c_nchw%lld", (long long)s->spots);
-    snprintf(buf, len, "gemm_tc_%c%c_%s_to_%s%s%s%s%s%s_%s", s->trans_a ? 't' : 'n',
+    if (s->epi) snprintf(epi, sizeof epi, "_then_%s", s->epi->name);
+    snprintf(buf, len, "gemm_tc_%c%c_%s_to_%s%s%s%s%s%s%s_%s", s->trans_a ? 't' : 'n',
              s->trans_b ? 't' : 'n', ir_dtype_name(s->in_type), ir_dtype_name(s->c_type),
-             epilogue_word(s->epilogue), bias, win, a, c, tile);
+             epilogue_word(s->epilogue), bias, win, a, c, epi, tile);
 }
 
 /* ---- the kernel's text ---- */
 
-static void render_formula(StrBuf *o, const GemmSpec *s)
+static void render_formula(StrBuf *o, const GemmSpec *s, const char *name)
 {
     const char *product = s->trans_a ? (s->trans_b ? "A^T @ B^T" : "A^T @ B")
                                      : (s->trans_b ? "A @ B^T" : "A @ B");
@@ -175,7 +193,11 @@ static void render_formula(StrBuf *o, const GemmSpec *s)
     if (s->a_nchw)
         sb_printf(o, " * A is read from the NCHW tensor [N, %s, %lld] (cgc_nchw_load): the channels-last matrix\n"
                      " * that a transpose would make, never written.\n", s->trans_a ? "m" : "k", (long long)s->spots);
-    if (s->c_nchw)
+    if (s->c_nchw && s->epi)
+        sb_printf(o, " * C, image by image the language's NCHW [N, n, %lld], is never stored: at each of its\n"
+                     " * elements the group %s that reads it runs instead (%s_epilogue).\n", (long long)s->spots,
+                  s->epi->name, name);
+    else if (s->c_nchw)
         sb_printf(o, " * C is stored image by image as [N, n, %lld]: the language's NCHW, so that no transpose\n"
                      " * of the channels-last product follows.\n", (long long)s->spots);
     if (!s->gather) return;
@@ -232,14 +254,41 @@ static void render_fragments(StrBuf *o, const GemmSpec *s)
         sb_puts(o, "                    cgc_ldmatrix(fb[j], 2, &sb[s][ks + lane % 16][wn + j * 8], true);\n");
 }
 
-static void render_epilogue(StrBuf *o, const GemmSpec *s)
+/* Parameter P of an epilogue's group as declared: "const cgc_bf16 *in0". */
+static void epi_param(StrBuf *o, const DraftParam *p)
+{
+    sb_printf(o, "%s%s%s", p->ctype, p->ctype[strlen(p->ctype) - 1] == '*' ? "" : " ", p->name);
+}
+
+/* Kernel NAME's device function that computes its epilogue's group at element i of the
+ * NCHW product, whose value there is `product`. */
+static void render_epi_function(StrBuf *o, const GemmSpec *s, const char *name)
+{
+    sb_printf(o, "/* The fusion group %s at element i of the NCHW product, which holds `product`\n"
+                 " * there (fused.c): what its own kernel would do at i, C never stored. */\n"
+                 "static __device__ __forceinline__ void %s_epilogue(\n    const int64_t i, const float product",
+              s->epi->name, name);
+    for (int p = 0; p < s->epi->nparams; p++) {
+        sb_puts(o, ",\n    ");
+        epi_param(o, &s->epi->param[p]);
+    }
+    sb_printf(o, ")\n{\n%s}\n\n", s->epi->body.s ? s->epi->body.s : "");
+}
+
+static void render_epilogue(StrBuf *o, const GemmSpec *s, const char *name)
 {
     const char *in = "                    ";
     sb_printf(o, "%sfloat v = acc[i][j][e];\n", in);
     if (s->epilogue != GEMM_EPI_NONE) sb_printf(o, "%sv += cgc_load(bias[col]);\n", in);
     if (s->epilogue == GEMM_EPI_RELU_BIAS) sb_printf(o, "%sv = v < 0.0f ? 0.0f : v;\n", in);
-    if (s->c_nchw)  /* row = image * spots + position */
-        sb_printf(o, "%scgc_store(&c[(row / spots * n + col) * spots + row %% spots], v);\n", in);
+    const char *at = "(row / spots * n + col) * spots + row % spots";   /* row = image * spots + position */
+    if (s->epi) {
+        const char *round = fused_rounding(s->c_type);      /* C as a store would hold it */
+        sb_printf(o, "%s%s_epilogue(%s, %s%sv%s", in, name, at, round ? round : "", round ? "(" : "", round ? ")" : "");
+        for (int p = 0; p < s->epi->nparams; p++) sb_printf(o, ", %s", s->epi->param[p].name);
+        sb_puts(o, ");\n");
+    } else if (s->c_nchw)
+        sb_printf(o, "%scgc_store(&c[%s], v);\n", in, at);
     else
         sb_printf(o, "%scgc_store(&c[row * n + col], v);\n", in);
 }
@@ -251,9 +300,10 @@ static char *render(const GemmSpec *s, const char *name, const char *uses)
     CGC_ASSERT(wtm % 16 == 0 && wtn % 8 == 0 && t->bk % 16 == 0);
     DType bias = s->epilogue != GEMM_EPI_NONE ? s->bias_type : s->c_type;
     StrBuf o = { 0 };
+    if (s->epi) render_epi_function(&o, s, name);
     sb_puts(&o, uses);
     sb_puts(&o, " *\n * ");
-    render_formula(&o, s);
+    render_formula(&o, s, name);
     sb_printf(&o, " * A block per %dx%d tile of C (grid-stride), %d warps of %dx%d, k %d at a time\n"
                   " * through two shared-memory stages filled by cp.async; fragments read by ldmatrix;\n"
                   " * mma.sync m16n8k16 with f32 accumulation, the epilogue on the accumulators, one\n"
@@ -262,10 +312,15 @@ static char *render(const GemmSpec *s, const char *name, const char *uses)
     sb_printf(&o, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(\n", 32 * warps, name);
     sb_printf(&o, "    %s__restrict__ c,\n    %s__restrict__ a,\n    %s__restrict__ b,\n"
                   "    %s__restrict__ bias,\n    %s__restrict__ aux,\n"
-                  "    int64_t m, int64_t n, int64_t k)\n{\n",
+                  "    int64_t m, int64_t n, int64_t k",
               cuda_storage_ctype(s->c_type, false), cuda_storage_ctype(s->in_type, true),
               cuda_storage_ctype(s->in_type, true), cuda_storage_ctype(bias, true),
               cuda_storage_ctype(s->c_type, false));
+    for (int p = 0; s->epi && p < s->epi->nparams; p++) {
+        sb_puts(&o, ",\n    ");
+        epi_param(&o, &s->epi->param[p]);
+    }
+    sb_puts(&o, ")\n{\n");
     sb_printf(&o, "    enum { BM = %d, BN = %d, BK = %d, THREADS = %d, MT = %d, NT = %d };\n",
               t->bm, t->bn, t->bk, 32 * warps, wtm / 16, wtn / 8);
     sb_printf(&o, "    __shared__ __align__(16) unsigned short sa[2][%s][%s + 8];   /* op(A), %s */\n",
@@ -330,7 +385,7 @@ static char *render(const GemmSpec *s, const char *name, const char *uses)
                 "                    const int64_t row = m0 + wm + i * 16 + g + (e >= 2 ? 8 : 0);\n"
                 "                    const int64_t col = n0 + wn + j * 8 + 2 * t + (e & 1);\n"
                 "                    if (row >= m || col >= n) continue;\n");
-    render_epilogue(&o, s);
+    render_epilogue(&o, s, name);
     sb_puts(&o, "                }\n    }\n}\n");
     return o.s;
 }
@@ -354,6 +409,14 @@ static void set_params(PlanKernel *k, const GemmSpec *s)
         k->param[i] = i < 5 ? PP_PTR : PP_I64;
         k->param_restrict[i] = i < 5;
         k->param_ctype[i] = ct[i];
+    }
+    /* the epilogue's, never restrict: a kernel shared by several runs would have to
+     * hold it for all of them */
+    for (int p = 0; s->epi && p < s->epi->nparams; p++, k->nparams++) {
+        CGC_ASSERT(k->nparams < PLAN_MAX_PARAMS);
+        k->param[k->nparams] = s->epi->param[p].type;
+        k->param_restrict[k->nparams] = false;
+        k->param_ctype[k->nparams] = s->epi->param[p].ctype;
     }
 }
 
@@ -421,16 +484,32 @@ static int kernel_of(KernelSet *set, const Plan *plan, const GemmSpec *s, const 
     return set->k[k].kernel;
 }
 
+/* NAME made unique among PLAN's kernels: two epilogues of one group name but different
+ * code would otherwise share it ("_v2", "_v3", ... after the first). */
+static void unique_name(const Plan *plan, char *name, size_t len)
+{
+    size_t base = strlen(name);
+    for (int v = 2;; v++) {
+        int k = 0;
+        while (k < plan->nkernels && strcmp(plan->kernels[k].name, name) != 0) k++;
+        if (k == plan->nkernels) return;
+        CGC_ASSERT(base + 12 < len);
+        snprintf(name + base, len - base, "_v%d", v);
+    }
+}
+
 /* Renders SET's kernels onto PLAN's, and frees SET. */
 static void add_kernels(Plan *plan, KernelSet *set)
 {
     plan->kernels = xrealloc(plan->kernels, (size_t)(plan->nkernels + set->n + 1) * sizeof *plan->kernels);
     for (int k = 0; k < set->n; k++) {
-        PlanKernel *pk = &plan->kernels[plan->nkernels++];
-        char name[160];
+        PlanKernel *pk = &plan->kernels[plan->nkernels];
+        char name[256];
         memset(pk, 0, sizeof *pk);
         spec_name(&set->k[k].spec, name, sizeof name);
+        unique_name(plan, name, sizeof name);
         pk->name = xstrdup(name);
+        plan->nkernels++;
         const PlanGemmTile *t = &plan_gemm_tiles[set->k[k].spec.tile];
         pk->block = 32 * t->warps_m * t->warps_n;
         set_params(pk, &set->k[k].spec);
@@ -758,12 +837,107 @@ static GemmSpec window_spec(const PlanWindow *r, int j, const PlanGemm *g, int t
     return s;
 }
 
+/* Whether pointwise group K of PG can run at the elements of the NCHW product U, held
+ * in registers: every input of its members rooted at U has the group's work shape (read
+ * at the element computed), and no member writes a tensor in place (an ASSIGN, which
+ * steps before the group's own may read) or gathers a window (an UNFOLD, which reads
+ * other elements). */
+static bool epilogue_group(const Plan *plan, const PlanGraph *pg, int k, int u)
+{
+    const IrGraph *g = pg->ir;
+    const IrGroup *gr = &g->groups[k - 1];
+    if (gr->kind != IR_GROUP_POINTWISE || gr->multi != 0) return false;
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (n->group != k) continue;
+        if (n->op == IR_ASSIGN || n->op == IR_UNFOLD) return false;
+        for (int j = 0; j < n->nin; j++) {
+            int b = pg->node_buffer[n->in[j]];
+            if (g->nodes[n->in[j]].group != k && b >= 0 && plan_buffer_root(plan, b) == u &&
+                !ir_shape_equal(&g->nodes[n->in[j]].shape, &gr->work))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* W's epilogue (plan.h, PlanWindow): the step after the TRANSPOSE that is the only
+ * other to name the NCHW product, when it runs one pointwise group that epilogue_group
+ * allows and no step between the product and it (but the TRANSPOSE) names a buffer it
+ * names, so that it may run at the product's step; else -1. */
+static int find_epilogue(const Plan *plan, const PlanGraph *pg, const PlanWindow *w)
+{
+    if (w->store_reader < 0) return -1;
+    int e = sole_launch_after(plan, pg, w->transpose, w->store);
+    if (e < 0 || pg->steps[e].group == 0 || !epilogue_group(plan, pg, pg->steps[e].group, w->store)) return -1;
+    const PlanLaunch *l = &pg->steps[e].launch;
+    for (int i = w->reader[w->store_reader] + 1; i < e; i++)
+        for (int a = 0; i != w->transpose && a < l->nargs; a++) {
+            int u = l->arg[a].kind == ARG_BUFFER ? plan_buffer_root(plan, l->arg[a].index) : -1;
+            if (u >= 0 && u != w->store && step_names(plan, &pg->steps[i], u)) return -1;
+        }
+    return e;
+}
+
+/* W's epilogue group rendered for its kernels by CTX (its graph's), with its arguments
+ * put in W; NULL, and W's epilogue off, when there is none or it would take too many
+ * parameters. */
+static KernelDraft *epilogue_draft(const Plan *plan, const RenderCtx *ctx, PlanWindow *w)
+{
+    int e = w->epilogue;
+    if (e < 0) return NULL;
+    KernelDraft *d = xcalloc(1, sizeof *d);
+    fused_render_epilogue(ctx, plan->graph[w->graph].steps[e].group, w->store, "product", d);
+    if (d->nparams > PLAN_MAX_PARAMS - 8) {     /* after the GEMM ABI's eight */
+        sb_free(&d->body);
+        free(d);
+        w->epilogue = -1;
+        return NULL;
+    }
+    w->epi_nargs = d->nparams;
+    w->epi_arg = xmalloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *w->epi_arg);
+    for (int i = 0; i < d->nparams; i++) {
+        w->epi_arg[i] = d->param[i].arg;
+        if (w->epi_arg[i].kind == ARG_BUFFER) w->epi_arg[i].index = plan_buffer_root(plan, w->epi_arg[i].index);
+    }
+    return d;
+}
+
+/* The training graph's implicit run that W, of a graph not tuned, follows (plan.h,
+ * PlanWindow.follows): the same convolution (its UNFOLD at the same .net line, the same
+ * window over an image of the same shape), W only storing the product NCHW, as that run
+ * does; else -1. */
+static int twin_run(const Plan *plan, const PlanWindow *w)
+{
+    if (w->graph <= PG_TRAIN_MICRO || w->nreaders != 1 || w->store_reader != 0) return -1;
+    int line = plan->graph[w->graph].steps[w->unfold].loc.line;
+    for (int r = 0; r < plan->nwindows; r++) {
+        const PlanWindow *x = &plan->windows[r];
+        if (x->graph == PG_TRAIN && x->implicit && x->store_reader >= 0 &&
+            plan->graph[PG_TRAIN].steps[x->unfold].loc.line == line &&
+            memcmp(&x->win, &w->win, sizeof w->win) == 0 && ir_shape_equal(&x->image_shape, &w->image_shape))
+            return r;
+    }
+    return -1;
+}
+
+/* Whether reader J of W has a generated kernel of tile shape T: a training graph's where
+ * its GEMM has a plain one (plan_add_gemm_kernels), a follower's where its twin's
+ * product does. */
+static bool reader_tile(const Plan *plan, const PlanWindow *w, int j, int t)
+{
+    const PlanGemm *g = &plan->graph[w->graph].steps[w->reader[j]].gemm;
+    if (w->follows < 0) return g->tile_kernel[t] >= 0;
+    const PlanWindow *x = &plan->windows[w->follows];
+    return plan_gemm_generable(g) && x->kernel[x->store_reader][t] >= 0;
+}
+
 /* Whether every reader of W has a generated kernel of some tile shape. */
-static bool readers_generable(const PlanGraph *pg, const PlanWindow *w)
+static bool readers_generable(const Plan *plan, const PlanWindow *w)
 {
     for (int j = 0; j < w->nreaders; j++) {
         bool any = false;
-        for (int t = 0; t < PLAN_GEMM_TILES; t++) any |= pg->steps[w->reader[j]].gemm.tile_kernel[t] >= 0;
+        for (int t = 0; t < PLAN_GEMM_TILES; t++) any |= reader_tile(plan, w, j, t);
         if (!any) return false;
     }
     return true;
@@ -772,30 +946,53 @@ static bool readers_generable(const PlanGraph *pg, const PlanWindow *w)
 void plan_add_window_kernels(Plan *plan)
 {
     KernelSet set = { 0 };
+    KernelDraft **epi = NULL;       /* the epilogues' drafts, until their kernels are made */
+    int nepi = 0;
     for (int gid = 0; gid < PG_NUM; gid++) {
         const PlanGraph *pg = &plan->graph[gid];
+        RenderCtx ctx = { .p = plan->p, .g = pg->ir, .node_buffer = pg->node_buffer, .plan = plan };
         for (int i = 0; pg->ir && i < pg->nsteps; i++) {
             PlanWindow w;
             memset(&w, 0, sizeof w);
             if (!window_run(plan, (PlanGraphId)gid, i, &w)) continue;
-            w.implicit = readers_generable(pg, &w);
+            w.follows = twin_run(plan, &w);
+            w.implicit = (gid <= PG_TRAIN_MICRO || w.follows >= 0) && readers_generable(plan, &w);
+            if (!w.implicit) w.follows = -1;
             if (!w.implicit && !w.conv) continue;
+            w.epilogue = w.implicit ? find_epilogue(plan, pg, &w) : -1;
+            if (w.epilogue >= 0 && !ctx.span) {
+                ctx.span = ir_group_spans(pg->ir);
+                ctx.scratch = render_scratch_new(pg->ir->nnodes);
+            }
+            KernelDraft *draft = epilogue_draft(plan, &ctx, &w);
+            if (draft) {
+                epi = xrealloc(epi, (size_t)(nepi + 1) * sizeof *epi);
+                epi[nepi++] = draft;
+            }
             const IrNode *n = &pg->ir->nodes[pg->steps[i].node];
             const Shape *image = &pg->ir->nodes[n->in[0]].shape;
             for (int j = 0; j < w.nreaders; j++) {
                 const PlanStep *st = &pg->steps[w.reader[j]];
                 for (int t = 0; t < PLAN_GEMM_TILES; t++) {
                     w.kernel[j][t] = -1;
-                    if (!w.implicit || st->gemm.tile_kernel[t] < 0) continue;
+                    if (!w.implicit || !reader_tile(plan, &w, j, t)) continue;
                     GemmSpec s = window_spec(&w, j, &st->gemm, t, n, image);
+                    if (j == w.store_reader) s.epi = draft;
                     w.kernel[j][t] = kernel_of(&set, plan, &s, st, (PlanGraphId)gid);
                 }
             }
             plan->windows = xrealloc(plan->windows, (size_t)(plan->nwindows + 1) * sizeof *plan->windows);
             plan->windows[plan->nwindows++] = w;
         }
+        free((IrSpan *)ctx.span);
+        render_scratch_free(ctx.scratch);
     }
     add_kernels(plan, &set);
+    for (int k = 0; k < nepi; k++) {
+        sb_free(&epi[k]->body);
+        free(epi[k]);
+    }
+    free(epi);
 }
 
 int plan_window_at(const Plan *plan, PlanGraphId gid, int i)
@@ -809,7 +1006,8 @@ int plan_window_skips(const Plan *plan, PlanGraphId gid, int i)
 {
     for (int r = 0; r < plan->nwindows; r++)
         if (plan->windows[r].graph == gid && (plan->windows[r].unfold == i || plan->windows[r].transpose == i ||
-                                               plan->windows[r].grad_transpose == i))
+                                               plan->windows[r].grad_transpose == i ||
+                                               plan->windows[r].epilogue == i))
             return r;
     return -1;
 }

@@ -81,7 +81,8 @@ static void touch(const Plan *plan, PlanGraphId g, int i, int b, Live *live)
  * (plan.h) may run its layers at its first step instead of their own: every buffer its
  * kernel names is also touched there. An implicit-GEMM reader (PlanWindow) may read the
  * image instead of the patches, or the NCHW gradient instead of its transpose: it
- * touches both; and the one that may store NCHW, the TRANSPOSE's buffer. Computed by a
+ * touches both; and the one that may store NCHW, the TRANSPOSE's buffer, and every
+ * buffer of the epilogue group it may compute (PlanWindow.epilogue). Computed by a
  * convolution library, the data gradient writes the FOLD's buffer: it touches that too. */
 static Live *live_ranges(const Plan *plan, PlanGraphId g)
 {
@@ -101,6 +102,8 @@ static Live *live_ranges(const Plan *plan, PlanGraphId g)
         if (w && w->operand[reader]) touch(plan, g, i, w->image, live);
         if (w && w->reads_grad[reader]) touch(plan, g, i, w->grad, live);
         if (w && w->store_reader == reader) touch(plan, g, i, w->store, live);
+        for (int a = 0; w && w->store_reader == reader && a < w->epi_nargs; a++)
+            if (w->epi_arg[a].kind == ARG_BUFFER) touch(plan, g, i, w->epi_arg[a].index, live);
         if (w && w->conv && plan_window_conv_role(w, reader) == 'd') touch(plan, g, i, w->fold_out, live);
         if (s->kind == STEP_GEMM) {
             touch(plan, g, i, s->gemm.a, live);

@@ -974,6 +974,7 @@ void plan_free(Plan *plan)
     free(plan->kernels);
     free(plan->buffers);
     free(plan->mlps);
+    for (int r = 0; r < plan->nwindows; r++) free(plan->windows[r].epi_arg);
     free(plan->windows);
     for (int g = 0; g < PG_NUM; g++) {
         free(plan->graph[g].steps);

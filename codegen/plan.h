@@ -328,6 +328,13 @@ typedef struct PlanMlp {
  * reading it as A (the data gradient, dY @ W, whose FOLD stays), those GEMMs join the
  * run and its kernels read the NCHW gradient as that matrix (cgc_nchw_load): the
  * TRANSPOSE is skipped too, and the gradient kept live to its last reader.
+ * The product's epilogue: where the NCHW product's only reader is one pointwise fusion
+ * group over exactly its elements (a bias, an activation, a cast: PlanWindow.epilogue),
+ * and no step between the product and that group names what the group reads or writes,
+ * the storing reader's implicit kernels compute the group at each element of C they hold
+ * (fused.c, fused_render_epilogue) and store its outputs instead of C; the run skips the
+ * group's step too, and the memory plan counts the group's buffers live from the reader
+ * on.
  * A convolution library (runtime/device.h, ConvCall: cuDNN on a GPU) is the run's other
  * form: where the product stores NCHW, the weight gradient and the data gradient read
  * the NCHW gradient, and the data gradient's only reader is a FOLD (col2im) over the
@@ -335,7 +342,10 @@ typedef struct PlanMlp {
  * tensors themselves (the forward, the filter gradient, the data gradient into the
  * FOLD's buffer) and the UNFOLD, both TRANSPOSEs and the FOLD are skipped. Such runs are
  * found in every mode and graph (PlanWindow.conv), the implicit GEMMs only where the
- * readers have generated kernels (PlanWindow.implicit: max-autotune's training graphs). */
+ * readers have generated kernels (PlanWindow.implicit: max-autotune's training graphs,
+ * and the evaluation's and prediction's products of the convolutions whose training run
+ * has them: those runs are not timed but follow the training run's choice, each with
+ * its own epilogue, a batch norm's inference form for one). */
 enum { PLAN_WINDOW_MAX_READERS = 4 };
 typedef struct PlanWindow {
     PlanGraphId graph;
@@ -350,6 +360,13 @@ typedef struct PlanWindow {
     int store_reader;               /* the reader that stores NCHW, or -1 */
     int transpose;                  /* its TRANSPOSE step, skipped with the run (or -1) */
     int store;                      /* the TRANSPOSE's buffer, its kernels' C (or -1) */
+    int follows;                    /* another graph's run (eval, forward): the training
+                                     * run of the same convolution whose implicit choice
+                                     * it takes (autotune.c); -1 for a training run */
+    int epilogue;                   /* the pointwise group step computed in the storing
+                                     * reader's kernels, skipped with the run (or -1) */
+    int epi_nargs;                  /* its arguments in those kernels, after the GEMM ABI's */
+    PlanArg *epi_arg;               /* owned by the plan */
     int grad_transpose;             /* the gradient's TRANSPOSE step, skipped with the run (or -1) */
     int grad;                       /* the gradient [N, out, OH*OW], its readers' A (or -1) */
     bool reads_grad[PLAN_WINDOW_MAX_READERS];   /* the reader's A is that gradient */
@@ -472,7 +489,8 @@ void plan_add_gemm_kernels(Plan *plan);
 void plan_add_window_kernels(Plan *plan);
 /* The run of graph GID whose UNFOLD is step I, or -1. */
 int plan_window_at(const Plan *plan, PlanGraphId gid, int i);
-/* The run of graph GID that skips step I when on (its UNFOLD or a TRANSPOSE), or -1. */
+/* The run of graph GID that skips step I when on (its UNFOLD, a TRANSPOSE or its
+ * epilogue), or -1. */
 int plan_window_skips(const Plan *plan, PlanGraphId gid, int i);
 /* The run of graph GID that has step I for a reader, or -1; *J: which reader. */
 int plan_window_reader(const Plan *plan, PlanGraphId gid, int i, int *j);

@@ -123,7 +123,10 @@ static const char *window_skip_text(const Plan *plan, PlanGraphId gid, int i)
 {
     const PlanWindow *w = &plan->windows[plan_window_skips(plan, gid, i)];
     if (w->unfold == i) return "the patches, not written: their readers gather them from the image";
+    if (w->transpose == i && w->epilogue >= 0)
+        return "the transpose to NCHW, not run: the implicit GEMM computes its reader on the product";
     if (w->transpose == i) return "the transpose to NCHW, not run: the implicit GEMM stores its product so";
+    if (w->epilogue == i) return "a pointwise group, not run: the implicit GEMM computes it as its epilogue";
     return "the gradient's transpose to channels last, not run: its GEMMs read it as NCHW";
 }
 
@@ -611,8 +614,8 @@ static void write_ptr(FILE *o, int b)
 
 /* GEMM step STEP of GID by generated kernel K (plan.h's ABI: c, a, b, bias, aux, m, n, k;
  * a block per tile of C; an implicit GEMM takes the image for the patches, the NCHW
- * gradient for its transpose, and, storing NCHW, the TRANSPOSE's buffer for C), as
- * runtime/devexec.c launches it. */
+ * gradient for its transpose, and, storing NCHW, the TRANSPOSE's buffer for C, then its
+ * epilogue's arguments), as runtime/devexec.c launches it. */
 static void write_gemm_launch(Repro *r, PlanGraphId gid, int step, const PlanStep *s, int k)
 {
     const PlanGemm *g = &s->gemm;
@@ -639,7 +642,13 @@ static void write_gemm_launch(Repro *r, PlanGraphId gid, int step, const PlanSte
         arg_sep(o, 5 + i);
         fprintf(o, "I64(%" PRId64 ")", dims[i]);
     }
-    end_launch(r, gid, step, s->loc.line, r->plan->kernels[k].name, grid, 8);
+    const PlanWindow *w = implicit && j == r->plan->windows[run].store_reader ? &r->plan->windows[run] : NULL;
+    int nepi = w ? w->epi_nargs : 0;    /* its epilogue's, after the ABI's */
+    for (int i = 0; i < nepi; i++) {
+        arg_sep(o, 8 + i);
+        write_arg(r, &r->plan->kernels[k], 8 + i, &w->epi_arg[i]);
+    }
+    end_launch(r, gid, step, s->loc.line, r->plan->kernels[k].name, grid, 8 + nepi);
 }
 
 /* A GEMM step: its row of the table, or its generated kernel. */

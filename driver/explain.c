@@ -579,6 +579,54 @@ static const PlanWindow *implicit_candidate(const Plan *plan, int line)
     return NULL;
 }
 
+/* Group K of G as "sub_mul_add_line7 (sub, mul, add, relu)": its name and what its
+ * members compute, into BUF. */
+static void group_words(const IrGraph *g, int k, char *buf, size_t len)
+{
+    int at = snprintf(buf, len, "%s (", g->groups[k - 1].name);
+    const char *sep = "";
+    for (int id = 0; id < g->nnodes && at < (int)len; id++) {
+        IrOp op = g->nodes[id].op;
+        if (g->nodes[id].group != k || op == IR_READ || op == IR_INPUT || op == IR_CONST) continue;
+        at += snprintf(buf + at, len - (size_t)at, "%s%s", sep, ir_op_name(op));
+        sep = ", ";
+    }
+    if (at < (int)len) snprintf(buf + at, len - (size_t)at, ")");
+}
+
+/* What W's product kernel does with the product where it computes its epilogue
+ * (PlanWindow.epilogue): "" where it does not. */
+static const char *epilogue_words(const Plan *plan, const PlanWindow *w)
+{
+    static char buf[512];
+    char group[256];
+    if (w->epilogue < 0) return "";
+    const PlanGraph *pg = &plan->graph[w->graph];
+    group_words(pg->ir, pg->steps[w->epilogue].group, group, sizeof group);
+    snprintf(buf, sizeof buf, ";\n            the product never stored: its kernel computes the group %s on it "
+                              "(no transpose, no kernel of its own)", group);
+    return buf;
+}
+
+/* What the evaluation does with the convolution at .net line LINE where its product
+ * follows training's implicit choice (PlanWindow.follows): "" where it does not. */
+static const char *follower_words(const Plan *plan, int line)
+{
+    static char buf[512];
+    char group[256];
+    for (int r = 0; r < plan->nwindows; r++) {
+        const PlanWindow *w = &plan->windows[r];
+        const PlanGraph *pg = &plan->graph[w->graph];
+        if (w->graph != PG_EVAL || w->follows < 0 || pg->steps[w->unfold].loc.line != line) continue;
+        if (w->epilogue < 0) return ";\n            the evaluation's product the same, as training chooses";
+        group_words(pg->ir, pg->steps[w->epilogue].group, group, sizeof group);
+        snprintf(buf, sizeof buf, ";\n            the evaluation's product the same, as training chooses, its kernel "
+                                  "computing the group %s", group);
+        return buf;
+    }
+    return "";
+}
+
 /* Convolutions and pooling: each window's patches (UNFOLD) and what reads them. */
 static void explain_windows(const Compiled *c, FILE *out)
 {
@@ -604,9 +652,11 @@ static void explain_windows(const Compiled *c, FILE *out)
         const PlanWindow *cand = implicit_candidate(c->plan, n->loc.line);
         if ((n->flags & IR_WINDOW_ROWS) && cand && cand->implicit)
             fprintf(out, "            max-autotune's candidate: implicit GEMMs, the patches gathered from the "
-                         "image, never written%s%s\n", cand->store_reader >= 0 ? ";\n            the product "
-                         "stored NCHW by its kernel, no transpose" : "", cand->grad_transpose >= 0 ? ";\n"
-                         "            its gradient read NCHW by the backward's GEMMs, no transpose" : "");
+                         "image, never written%s%s%s%s\n", cand->store_reader >= 0 && cand->epilogue < 0 ?
+                         ";\n            the product stored NCHW by its kernel, no transpose" : "",
+                    epilogue_words(c->plan, cand), cand->grad_transpose >= 0 ? ";\n"
+                         "            its gradient read NCHW by the backward's GEMMs, no transpose" : "",
+                    follower_words(c->plan, n->loc.line));
         if ((n->flags & IR_WINDOW_ROWS) && cand && cand->conv)
             fprintf(out, "            on a device with cuDNN: %s on the NCHW tensors, no patches, no "
                          "transpose%s\n            (the library's own algorithms; max-autotune times "

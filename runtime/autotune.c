@@ -301,7 +301,7 @@ typedef struct Issue {
 static int issue(Tuner *t, const Issue *x)
 {
     if (x->conv) return devexec_window_conv(t->e, x->run, x->reader, x->shape);
-    if (x->window) return devexec_window(t->e, x->run, x->reader, x->shape);
+    if (x->window) return devexec_window(t->e, x->run, x->reader, x->shape, t->feed);
     return x->c ? devexec_step(t->e, x->gid, x->i, t->feed, x->c) : devexec_mlp(t->e, x->run, x->shape);
 }
 
@@ -494,14 +494,14 @@ static int time_into(Tuner *t, const Issue *x, double *sum)
     return 0;
 }
 
-/* Run W's patches: its UNFOLD step, TRANSPOSEs and readers, each by the choice just
- * made for it, into *MS. */
+/* Run W's patches: its UNFOLD step, TRANSPOSEs, epilogue and readers, each by the
+ * choice just made for it, into *MS. */
 static int time_patches(Tuner *t, int r, double *ms)
 {
     const PlanWindow *w = &t->plan->windows[r];
-    int steps[3] = {w->unfold, w->transpose, w->grad_transpose};
+    int steps[4] = {w->unfold, w->transpose, w->grad_transpose, w->epilogue};
     *ms = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         if (steps[k] < 0) continue;
         PlanStepChoice c = devexec_choice_of(t->e, w->graph, steps[k]);
         if (time_into(t, &(Issue){.gid = w->graph, .i = steps[k], .c = &c}, ms) != 0) return -1;
@@ -570,10 +570,13 @@ static int tune_window(Tuner *t, int r)
             for (int j = 0; j < w->nreaders; j++) algos[j] = 0;
     } else {
         PlanStepChoice fc = w->fold >= 0 ? devexec_choice_of(t->e, w->graph, w->fold) : (PlanStepChoice){0};
+        PlanStepChoice ec = w->epilogue >= 0 ? devexec_choice_of(t->e, w->graph, w->epilogue) : (PlanStepChoice){0};
         if (time_patches(t, r, &patches) != 0 ||
             (implicit_ok && time_readers(t, r, false, tiles, &implicit) != 0) ||
             (conv_ok && time_readers(t, r, true, algos, &conv) != 0) ||
-            (conv_ok && w->fold >= 0 && time_into(t, &(Issue){.gid = w->graph, .i = w->fold, .c = &fc}, &fold) != 0))
+            (conv_ok && w->fold >= 0 && time_into(t, &(Issue){.gid = w->graph, .i = w->fold, .c = &fc}, &fold) != 0) ||
+            (conv >= 0 && w->epilogue >= 0 &&   /* the library's forward leaves the epilogue a step */
+             time_into(t, &(Issue){.gid = w->graph, .i = w->epilogue, .c = &ec}, &conv) != 0))
             return -1;
         t->report->windows++;
         best = patches < 0 ? -1 : patches + fold;
@@ -586,6 +589,36 @@ static int tune_window(Tuner *t, int r)
     window_choice(w, tiles, algos, choice, sizeof choice);
     add(t, TUNE_WINDOW, key, choice, best);
     return 0;
+}
+
+/* The choice of run R of a graph not tuned, which follows a training run (PlanWindow
+ * .follows) whose readers' tile shapes are TWIN: implicit where that run is, each reader
+ * with the tile shape of the twin's product where it has that kernel (else its
+ * smallest), into TILES; returns whether it is on. Off, R keeps its own default (the
+ * library's algorithm where it has one, else the steps). */
+static bool follow_tiles(const Plan *plan, int r, const int *twin, int *tiles)
+{
+    const PlanWindow *w = &plan->windows[r];
+    CGC_ASSERT(w->follows >= 0);
+    int t = twin[plan->windows[w->follows].store_reader];
+    for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) tiles[j] = -1;
+    if (twin[0] < 0) return false;
+    for (int j = 0; j < w->nreaders; j++) {
+        tiles[j] = t >= 0 && w->kernel[j][t] >= 0 ? t : 0;
+        while (w->kernel[j][tiles[j]] < 0) tiles[j]++;     /* a follower has some kernel */
+    }
+    return true;
+}
+
+/* The runs that follow a training run, put in force as their twins now are. */
+static void follow_live(DevExec *e, const Plan *plan)
+{
+    for (int r = 0; r < plan->nwindows; r++) {
+        int twin[PLAN_WINDOW_MAX_READERS], tiles[PLAN_WINDOW_MAX_READERS];
+        if (plan->windows[r].follows < 0) continue;
+        for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) twin[j] = devexec_window_tile(e, plan->windows[r].follows, j);
+        if (follow_tiles(plan, r, twin, tiles)) devexec_choose_window(e, r, tiles);
+    }
 }
 
 int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budget_s,
@@ -610,6 +643,7 @@ int autotune_run(DevExec *e, const Plan *plan, const DevFeed *feed, double budge
         for (int r = 0; r < plan->nwindows && rc == 0; r++)
             if ((int)plan->windows[r].graph == gid) rc = tune_window(&t, r);
     }
+    if (rc == 0) follow_live(e, plan);
     if (rc == 0 && ops->sync) rc = ops->sync(t.d);
     if (t.from) ops->fence_free(t.d, t.from);
     if (t.to) ops->fence_free(t.d, t.to);
@@ -687,6 +721,13 @@ int autotune_resolve(const Plan *plan, const int64_t *symvals, int arch, const T
             rc = refuse(why, why_len, "not a convolution choice the tuner writes:", ch->choice);
         else if (tiles[0] >= 0 && arch < 80)
             rc = refuse(why, why_len, "an implicit GEMM kernel needs sm_80 or later:", ch->choice);
+    }
+    for (int r = 0; r < plan->nwindows && rc == 0; r++) {
+        int *tiles = &out->window_tile[r * PLAN_WINDOW_MAX_READERS];
+        if (plan->windows[r].follows < 0 ||
+            !follow_tiles(plan, r, &out->window_tile[plan->windows[r].follows * PLAN_WINDOW_MAX_READERS], tiles))
+            continue;
+        for (int j = 0; j < PLAN_WINDOW_MAX_READERS; j++) out->window_conv[r * PLAN_WINDOW_MAX_READERS + j] = -1;
     }
     if (rc != 0) plan_choices_free(out);
     return rc;
@@ -800,22 +841,26 @@ void autotune_explain(const Plan *plan, FILE *out)
                      "kernels here, in %d\nshapes).\n",
                 plan->nmlps, plan->nmlps - backward, backward, plan->nkernels - plan->mlp_kernels_from,
                 PLAN_MLP_SHAPES);
-    int implicit = 0, nchw = 0, grads = 0, conv = 0;
+    int implicit = 0, nchw = 0, epilogues = 0, grads = 0, conv = 0, followers = 0;
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
+        followers += w->follows >= 0;
         if (!tuned_graph(w->graph)) continue;
         conv += w->conv;
         if (!w->implicit) continue;
         implicit++;
         nchw += w->store_reader >= 0;
+        epilogues += w->epilogue >= 0;
         grads += w->grad_transpose >= 0;
     }
     if (implicit > 0)
         fprintf(out, "From sm_80 too, %d convolution%s patches: the UNFOLD and the GEMMs that read "
                      "them against\nimplicit GEMMs gathering from the image (among the kernels above), "
                      "the UNFOLD skipped;\nin %d the product is stored NCHW and in %d its gradient read "
-                     "NCHW, their TRANSPOSEs\nskipped too.\n",
-                implicit, implicit == 1 ? "'s" : "s'", nchw, grads);
+                     "NCHW, their TRANSPOSEs\nskipped too; %d compute the pointwise group that reads the "
+                     "product on it instead of\nstoring it; the evaluation's and predictions' %d products "
+                     "take training's choice,\nuntimed.\n",
+                implicit, implicit == 1 ? "'s" : "s'", nchw, grads, epilogues, followers);
     if (conv > 0)
         fprintf(out, "Where cuDNN loads, %d convolution%s steps against each of cuDNN's deterministic "
                      "algorithms\nfor each call (forward, filter and data gradients; cudnn.benchmark's "

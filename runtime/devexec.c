@@ -522,15 +522,23 @@ DeviceSite devexec_gemm_site(const DevExec *e, const PlanStep *s, const GemmCall
 }
 
 /* GEMM step S computed by generated kernel K of tile shape TILE (plan.h's ABI for them:
- * c, a, b, bias, aux, m, n, k; a block per tile of C). */
-static int run_gemm_kernel(DevExec *e, const PlanStep *s, const GemmCall *c, int k, int tile)
+ * c, a, b, bias, aux, m, n, k; a block per tile of C), then the NEPI arguments EPI of
+ * an implicit GEMM's epilogue (PlanWindow.epilogue), runtime values from FEED. */
+static int run_gemm_kernel(DevExec *e, const PlanStep *s, const GemmCall *c, int k, int tile,
+                           const PlanArg *epi, int nepi, const DevFeed *feed)
 {
-    CGC_ASSERT(k >= 0 && k < e->plan->nkernels && e->gemm_kernels_loaded);
+    CGC_ASSERT(k >= 0 && k < e->plan->nkernels && e->gemm_kernels_loaded && 8 + nepi <= PLAN_MAX_PARAMS);
     DevPtr ptr[5] = {c->c, c->a, c->b, c->bias, c->aux};
     int64_t dims[3] = {c->m, c->n, c->k};
-    void *args[8];
+    ArgValue vals[PLAN_MAX_PARAMS];
+    void *args[PLAN_MAX_PARAMS];
     for (int i = 0; i < 5; i++) args[i] = &ptr[i];
     for (int i = 0; i < 3; i++) args[5 + i] = &dims[i];
+    for (int i = 0; i < nepi; i++) {
+        memset(&vals[i], 0, sizeof vals[i]);
+        arg_value(e, &epi[i], feed, &vals[i]);
+        args[8 + i] = &vals[i];
+    }
     DeviceSite site = site_of(e, s, e->plan->kernels[k].name);
     return e->d->ops->launch(e->d, e->kernel[k], plan_gemm_tile_grid(tile, c->m, c->n),
                              (unsigned)e->plan->kernels[k].block, args, &site);
@@ -542,15 +550,15 @@ static int run_gemm(DevExec *e, const PlanStep *s, const PlanStepChoice *choice)
     c.algo = choice->algo;
     if (c.m == 0 || c.n == 0 || c.batch == 0) return 0;   /* nothing to write */
     int tile = choice->tile - 1;
-    if (tile >= 0) return run_gemm_kernel(e, s, &c, s->gemm.tile_kernel[tile], tile);
+    if (tile >= 0) return run_gemm_kernel(e, s, &c, s->gemm.tile_kernel[tile], tile, NULL, 0, NULL);
     DeviceSite site = devexec_gemm_site(e, s, &c);
     return e->d->ops->gemm(e->d, &c, &site);
 }
 
 /* Reader J of implicit-GEMM run R by its kernel of tile shape TILE: the GEMM with the
  * image in place of the patches, the NCHW gradient in place of its transpose, and the
- * TRANSPOSE's buffer for C where it stores NCHW. */
-static int run_window_kernel(DevExec *e, int r, int j, int tile)
+ * TRANSPOSE's buffer for C where it stores NCHW, then its epilogue's arguments. */
+static int run_window_kernel(DevExec *e, int r, int j, int tile, const DevFeed *feed)
 {
     const PlanWindow *w = &e->plan->windows[r];
     const PlanStep *s = &e->plan->graph[w->graph].steps[w->reader[j]];
@@ -561,7 +569,9 @@ static int run_window_kernel(DevExec *e, int r, int j, int tile)
     if (w->operand[j] == 'b') c.b = image;
     if (w->reads_grad[j]) c.a = devexec_buffer(e, w->grad);
     if (j == w->store_reader) c.c = devexec_buffer(e, w->store);
-    return run_gemm_kernel(e, s, &c, w->kernel[j][tile], tile);
+    bool epi = j == w->store_reader;
+    return run_gemm_kernel(e, s, &c, w->kernel[j][tile], tile, epi ? w->epi_arg : NULL, epi ? w->epi_nargs : 0,
+                           feed);
 }
 
 /* Reader J of run R as the library computes it (ConvCall): the forward from the image
@@ -636,12 +646,12 @@ void devexec_choose_window_conv(DevExec *e, int r, const int *algos)
 
 bool devexec_has_conv(const DevExec *e) { return e->d->ops->conv != NULL; }
 
-int devexec_window(DevExec *e, int r, int j, int tile)
+int devexec_window(DevExec *e, int r, int j, int tile, const DevFeed *feed)
 {
     CGC_ASSERT(r >= 0 && r < e->plan->nwindows);
     const PlanWindow *w = &e->plan->windows[r];
     CGC_ASSERT(j >= 0 && j < w->nreaders && tile < PLAN_GEMM_TILES);
-    if (tile >= 0) return run_window_kernel(e, r, j, tile);
+    if (tile >= 0) return run_window_kernel(e, r, j, tile, feed);
     const PlanStep *s = &e->plan->graph[w->graph].steps[w->reader[j]];
     return run_gemm(e, s, &e->gemm[w->graph][w->reader[j]]);
 }
@@ -680,14 +690,21 @@ bool devexec_unwritten(const DevExec *e, PlanGraphId gid, int b)
         int dgrad = -1;         /* the data gradient's C, before its FOLD */
         for (int j = 0; conv_on(e, r) && j < w->nreaders; j++)
             if (plan_window_conv_role(w, j) == 'd') dgrad = pg->steps[w->reader[j]].gemm.c;
-        int unwritten[4] = {pg->node_buffer[pg->steps[w->unfold].node],
+        int unwritten[5] = {pg->node_buffer[pg->steps[w->unfold].node],
                             w->store_reader >= 0 ? pg->steps[w->reader[w->store_reader]].gemm.c : -1,
                             w->grad_transpose >= 0 ? pg->node_buffer[pg->steps[w->grad_transpose].node] : -1,
-                            dgrad};
-        for (int k = 0; k < 4; k++)
+                            dgrad,
+                            window_on(e, r) && w->epilogue >= 0 ? w->store : -1};   /* C in registers */
+        for (int k = 0; k < 5; k++)
             if (unwritten[k] >= 0 && plan_buffer_root(pl, unwritten[k]) == b) return true;
     }
     return false;
+}
+
+int devexec_window_tile(const DevExec *e, int r, int j)
+{
+    CGC_ASSERT(r >= 0 && r < e->plan->nwindows && j >= 0 && j < PLAN_WINDOW_MAX_READERS);
+    return e->window[r * PLAN_WINDOW_MAX_READERS + j];
 }
 
 const char *devexec_window_kernel(const DevExec *e, int r, int j)
@@ -976,7 +993,7 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
         if (what == ISSUE_WINDOW) {                 /* the GEMM, gathering from the image */
             DevTimedEvent ev = {s->what, devexec_window_kernel(e, r, j), g->name, s->loc.line, true};
             int tile = e->window[r * PLAN_WINDOW_MAX_READERS + j];
-            if ((e->timing && timed_begin(e, &ev) != 0) || run_window_kernel(e, r, j, tile) != 0 ||
+            if ((e->timing && timed_begin(e, &ev) != 0) || run_window_kernel(e, r, j, tile, feed) != 0 ||
                 (e->timing && timed_end(e) != 0))
                 return -1;
             continue;

@@ -68,13 +68,16 @@ int devexec_mlp(DevExec *e, int r, int shape);
 void devexec_choose_mlp(DevExec *e, int r, int shape);
 const char *devexec_mlp_kernel(const DevExec *e, int r);
 /* Implicit-GEMM run R of the plan (Plan.windows): TILE >= 0 runs reader J's kernel of
- * that tile shape (the GEMM gathering from the image), -1 reader J's GEMM step with the
- * choice in force (issued alone, for timing). devexec_choose_window puts TILES (one per
- * reader, each >= 0; NULL: the run off, the default) in force for devexec_run: the UNFOLD
- * step skipped, every reader by its kernel. devexec_window_kernel: reader J's kernel in
- * force, or NULL. */
-int devexec_window(DevExec *e, int r, int j, int tile);
+ * that tile shape (the GEMM gathering from the image; the storing reader's computes the
+ * epilogue too, its runtime values from FEED), -1 reader J's GEMM step with the choice in
+ * force (issued alone, for timing). devexec_choose_window puts TILES (one per reader,
+ * each >= 0; NULL: the run off, the default) in force for devexec_run: the UNFOLD step
+ * skipped (and the TRANSPOSEs and epilogue it computes), every reader by its kernel.
+ * devexec_window_tile and devexec_window_kernel: reader J's tile shape and kernel in
+ * force, or -1 and NULL. */
+int devexec_window(DevExec *e, int r, int j, int tile, const DevFeed *feed);
 void devexec_choose_window(DevExec *e, int r, const int *tiles);
+int devexec_window_tile(const DevExec *e, int r, int j);
 const char *devexec_window_kernel(const DevExec *e, int r, int j);
 /* The same runs computed by the device's convolution library (DeviceOps.conv; PlanWindow
  * .conv): devexec_window_conv issues reader J as the library's call with algorithm ALGO
@@ -92,7 +95,8 @@ bool devexec_has_conv(const DevExec *e);
 /* "cudnnConvolutionForward" and the like: what C calls, for sites and reports. */
 const char *devexec_conv_name(const ConvCall *c);
 /* Whether buffer B of graph GID is left unwritten by the implicit-GEMM runs in force
- * (the patches, a channels-last product or gradient), so that it holds nothing of a run. */
+ * (the patches, a channels-last product or gradient, an NCHW product whose epilogue the
+ * product's kernel computes), so that it holds nothing of a run. */
 bool devexec_unwritten(const DevExec *e, PlanGraphId gid, int b);
 /* The launches a run of graph GID issues with the choices in force (each fused MLP run
  * one, its later layers none, an implicit-GEMM run's UNFOLD none), and in *GEMMS (when

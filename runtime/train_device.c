@@ -177,23 +177,29 @@ static void report_memory(const Trainer *t, DeviceBackend *b)
            used / 1048576.0);
 }
 
-/* -v: how the convolutions a library could compute ran: by it, or as the plan's steps. */
+/* -v: how the training step's convolutions ran (by the library, by implicit GEMMs, or as
+ * the plan's steps), and how many of the evaluation's and predictions' products follow
+ * training's implicit GEMMs. */
 static void report_convs(const Trainer *t, DeviceBackend *b)
 {
     const Plan *plan = b->plan;
-    int can = 0, by_library = 0;
+    int runs = 0, can = 0, by_library = 0, implicit = 0, followers = 0, following = 0;
     for (int r = 0; r < plan->nwindows; r++) {
+        bool on = devexec_window_tile(b->e, r, 0) >= 0;
+        if (plan->windows[r].follows >= 0) followers++, following += on;
         if (plan->windows[r].graph != PG_TRAIN) continue;
+        runs++;
         can += plan->windows[r].conv;
         by_library += devexec_window_conv_algo(b->e, r, 0) >= 0;
+        implicit += on;
     }
-    if (t->o->quiet || can == 0) return;
-    if (!devexec_has_conv(b->e))
-        printf("cgc: convolutions: the plan's steps (cuDNN not loaded: libcudnn.so.9 not found, "
-               "or $CGC_CUDNN)\n");
-    else
-        printf("cgc: convolutions: %d of the training step's %d by cuDNN, the others by the plan's "
-               "steps or implicit GEMMs\n", by_library, can);
+    if (t->o->quiet || runs == 0) return;
+    printf("cgc: convolutions of the training step: %d by cuDNN%s, %d by implicit GEMMs, %d by the plan's "
+           "steps", by_library, can && !devexec_has_conv(b->e) ? " (not loaded: libcudnn.so.9 not found, or "
+           "$CGC_CUDNN)" : "", implicit, runs - by_library - implicit);
+    if (followers) printf("; %d of the evaluation's and predictions' %d by implicit GEMMs, as training", following,
+                          followers);
+    printf("\n");
 }
 
 /* ---- memory ---- */

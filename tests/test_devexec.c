@@ -949,28 +949,70 @@ static void check_autotune_tiles(const char *file, const Override *ov, int nov)
     cache_end(saved_xdg);
 }
 
-/* The implicit-GEMM convolutions of image_windows (bf16; c1 and c3, the convolutions of
- * groups 1) chosen through a choices file, whatever timing would choose: the run reads
- * them back and applies them (the UNFOLD steps skipped, the readers by their kernels),
- * and trains within 2e-2 of the default mode. test_emu_gemm checks the kernels' values,
- * alone and in their graph, and the memory plan's liveness for them. */
-static void check_autotune_windows(void)
+/* RUN's standard output (what -v reports) as well as its status into *RC; the text is
+ * valid until the next call. */
+static const char *run_stdout(Model *m, const RunSpec *spec, int *rc)
 {
-    printf("max-autotune with the implicit-GEMM convolutions chosen\n");
+    static char text[1 << 16];
+    const char *path = tmp_path("stdout.txt");
+    fflush(stdout);
+    int saved = dup(1), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    close(fd);
+    *rc = run(m, spec);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    return text;
+}
+
+/* Whether -v's report TEXT says that all FOLLOWERS runs of the evaluation and predictions
+ * follow training's implicit GEMMs. */
+static bool followers_on(const char *text, int followers)
+{
+    char want[128];
+    snprintf(want, sizeof want, "; %d of the evaluation's and predictions' %d by implicit GEMMs", followers,
+             followers);
+    if (strstr(text, want)) return true;
+    fprintf(stderr, "  -v did not say \"%s\":\n%s", want, text);
+    return false;
+}
+
+/* The implicit-GEMM convolutions of emulation model MODEL in bf16 (IMPLICIT of them in
+ * the train graph, EPILOGUES of those computing the group after their product) chosen
+ * through a choices file, whatever timing would choose: the run reads them back and
+ * applies them (the UNFOLD steps skipped, the readers by their kernels), and trains
+ * within 2e-2 of the default mode. test_emu_gemm checks the kernels' values, alone and
+ * in their graph, and the memory plan's liveness for them. */
+static void check_autotune_windows(const char *model, int implicit_want, int epilogues_want)
+{
+    printf("max-autotune with the implicit-GEMM convolutions of %s chosen\n", model);
     char file[4200], want[256], got[256], tuned[256], why[256];
-    snprintf(file, sizeof file, "%s/../tests/emu/models/image_windows.net", CGC_MODELS_DIR);
+    snprintf(file, sizeof file, "%s/../tests/emu/models/%s.net", CGC_MODELS_DIR, model);
     snprintf(want, sizeof want, "%s", tmp_path("windows-default.safetensors"));
     snprintf(got, sizeof got, "%s", tmp_path("windows.safetensors"));
     snprintf(tuned, sizeof tuned, "%s", tmp_path("windows.tune"));
     Override ov[1] = {{"precision", "precision", "bf16"}};
     char *saved_xdg = cache_start("window-cache");
+    int followers = 0;
     train_default(file, ov, 1, want);
     mode = PLAN_MAX_AUTOTUNE;
     Model m;
     if (model_open(&m, file, ov, 1)) {
-        int implicit = 0;
-        for (int r = 0; r < m.plan->nwindows; r++) implicit += m.plan->windows[r].implicit;
-        CHECK_EQ_INT(implicit, 2);      /* c1's and c3's, in the train graph */
+        int implicit = 0, epilogues = 0;
+        for (int r = 0; r < m.plan->nwindows; r++) {
+            bool train = m.plan->windows[r].graph == PG_TRAIN;
+            implicit += train && m.plan->windows[r].implicit;
+            epilogues += train && m.plan->windows[r].epilogue >= 0;
+            followers += m.plan->windows[r].follows >= 0;
+        }
+        CHECK_EQ_INT(implicit, implicit_want);
+        CHECK_EQ_INT(epilogues, epilogues_want);
+        CHECK(followers > 0);       /* the evaluation's and the predictions' products */
         int64_t symvals[IR_MAX_SYMBOLS] = {m.p->cfg.batch};
         TuneFile t;
         CHECK(tune_init(&t, m.p->model_name, m.d->arch, m.d->model,
@@ -979,7 +1021,7 @@ static void check_autotune_windows(void)
         for (int r = 0; r < m.plan->nwindows; r++) {
             const PlanWindow *w = &m.plan->windows[r];
             char key[TUNE_TOKEN_MAX + 1], name[32];
-            if (!w->implicit) continue;
+            if (!w->implicit || w->follows >= 0) continue;     /* a follower has no choice of its own */
             autotune_window_key(m.plan, r, symvals, key, sizeof key);
             TuneChoice *c = (TuneChoice *)tune_find(&t, TUNE_WINDOW, key);
             /* the heuristics': the library's own algorithms, where a device has one */
@@ -995,14 +1037,31 @@ static void check_autotune_windows(void)
         }
         CHECK_EQ_INT(tune_store_file(&t, tuned, why, sizeof why), 0);
         tune_free(&t);
-        int loads = emu_device_kernel_loads(m.d);
+        int loads = emu_device_kernel_loads(m.d), rc;
         capture_start();
-        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .tune_file = tuned}), 0);
+        const char *out = run_stdout(&m, &(RunSpec){.device = m.d, .save = got, .tune_file = tuned}, &rc);
         const char *err = capture_end();
+        CHECK_EQ_INT(rc, 0);
         CHECK(strstr(err, "timing the") == NULL);
         if (strstr(err, "timing the")) fprintf(stderr, "%s", err);
         CHECK_EQ_INT(emu_device_kernel_loads(m.d), loads + 1);   /* the generated kernels */
         compare_checkpoints(got, want, 2e-2);
+        CHECK(followers_on(out, followers));    /* as the file's choices resolve */
+    }
+    model_close(&m);
+    /* tuned live, on a modeled clock where the steps' launches and GEMMs cost more than
+     * the readers' kernels: every run chooses its implicit GEMMs, and the followers take
+     * that choice at once, with no file read back */
+    if (model_open(&m, file, ov, 1)) {
+        double gemm_ms[DEVICE_GEMM_ALGOS + 1] = {3.0};
+        emu_device_model_time(m.d, gemm_ms, 5.0);
+        int rc;
+        capture_start();
+        const char *out = run_stdout(&m, &(RunSpec){.device = m.d, .tune_budget_s = 1e9}, &rc);
+        capture_end();
+        CHECK_EQ_INT(rc, 0);
+        CHECK(followers_on(out, followers));
+        emu_device_model_time(m.d, NULL, 0);
     }
     model_close(&m);
     /* --detect-anomaly reads back every value the plan stores, but for the ones these
@@ -1435,7 +1494,8 @@ int main(int argc, char **argv)
                          {"steps", "steps", "12"}};
     check_autotune_tiles("mlp.net", tiles, 3);
     check_autotune_mlp();
-    check_autotune_windows();
+    check_autotune_windows("image_windows", 2, 0);    /* c1 and c3, of groups 1 */
+    check_autotune_windows("conv_chain", 2, 2);       /* each with its bias and relu */
     char chain[4200];
     snprintf(chain, sizeof chain, "%s/../tests/emu/models/conv_chain.net", CGC_MODELS_DIR);
     check_autotune_convs(chain, NULL, 0, 1e-5);

@@ -16,7 +16,8 @@
 # max-autotune, regression.net with the heuristics' choices, mlp.net with tuned ones
 # (--tune-file: a grid, a generated GEMM, cuBLASLt algorithms, the fused MLP) and
 # narrow_mlp.net with both fused MLP kernels (forward, input gradients), cnn.net (bf16)
-# with both convolutions' implicit GEMMs (the UNFOLD steps skipped), the
+# with both convolutions' implicit GEMMs (the UNFOLD steps skipped), conv_chain.net
+# (bf16) with its implicit GEMMs computing each bias-and-relu group (epilogues), the
 # Makefile's ARCH, what --check and a CPU training run say of --tune-file, and the
 # --tune-file files that are refused. Running ./repro needs a GPU; this checks the build
 # only. Exit 77 (skipped) without nvcc.
@@ -124,32 +125,41 @@ fi
 # shellcheck disable=SC2086
 case_ mlp_tuned "$ROOT/models/mlp.net" $TUNED_FLAGS --tune-file "$OUT/tuned.tune"
 
-# cnn.net in bf16 with both convolutions' implicit GEMMs chosen (in place of the
-# heuristics' cuDNN, whose calls the reproducer runs as the steps): each UNFOLD skipped, its
-# readers launched with the image for the patches (their smallest tile shape, which
-# every reader has), each product stored NCHW and each gradient read NCHW, their
-# TRANSPOSEs skipped.
+# implicit_case NAME NET: NET in bf16 and max-autotune with its training convolutions'
+# implicit GEMMs chosen in place of the heuristics' choices (cuDNN's, whose calls the
+# reproducer runs as the steps), through a --tune-file made from those: each reader its
+# smallest tile shape, 32x64x32, which every reader has.
 CNN_FLAGS="--mode max-autotune --precision bf16"
-# shellcheck disable=SC2086
-if "$CGC" "$ROOT/models/cnn.net" $CNN_FLAGS --check --arch none --emit "$OUT/cnn_heur" -q > "$OUT/cnn_heur.log" 2>&1; then
-    # a tile shape per reader: host_plan.txt names each run's readers, in the order the
-    # tune file lists the runs (conv1 two: the product and the weight gradient; conv2
-    # three: the data gradient too)
-    readers=$(grep -o 'or skipped, with steps [0-9, and]* in an implicit-GEMM run' "$OUT/cnn_heur/host_plan.txt" |
-              awk '{ print gsub(/[0-9]+/, "") }' | tr '\n' ' ')
-    sed -e 's/^device sm_90 .*/device sm_90 NVIDIA H100 80GB HBM3/' -e 's/^tuning none$/tuning 2210.0 ms/' \
-        "$OUT/cnn_heur/autotune.tune" |
-        awk -v readers="$readers" 'BEGIN { split(readers, n, " ") }
-             $1 == "window" && ($3 == "patches" || $3 ~ /^cudnn:/) { c = "implicit:32x64x32"; k = n[++r]
-                 for (j = 2; j <= k; j++) c = c "+32x64x32"
-                 $3 = c; $4 = "0.0105" } { print }' > "$OUT/cnn_tuned.tune"
-    [ "$(diff "$OUT/cnn_heur/autotune.tune" "$OUT/cnn_tuned.tune" | grep -c '^>')" = 4 ] ||
-        fail "cnn_implicit: the tuned file's fixture did not change 4 lines"
-else
-    fail "cnn_implicit: cgc --emit for the heuristics' choices"; cat "$OUT/cnn_heur.log"
-fi
-# shellcheck disable=SC2086
-case_ cnn_implicit "$ROOT/models/cnn.net" $CNN_FLAGS --tune-file "$OUT/cnn_tuned.tune"
+implicit_case() {
+    heur="$OUT/$1_heur"
+    # shellcheck disable=SC2086
+    if "$CGC" "$2" $CNN_FLAGS --check --arch none --emit "$heur" -q > "$heur.log" 2>&1; then
+        # a tile shape per reader: host_plan.txt names each run's readers, the training
+        # graph's first, in the order the tune file lists the runs
+        readers=$(grep -o 'or skipped, with steps [0-9, and]* in an implicit-GEMM run' "$heur/host_plan.txt" |
+                  awk '{ print gsub(/[0-9]+/, "") }' | tr '\n' ' ')
+        sed -e 's/^device sm_90 .*/device sm_90 NVIDIA H100 80GB HBM3/' -e 's/^tuning none$/tuning 2210.0 ms/' \
+            "$heur/autotune.tune" |
+            awk -v readers="$readers" 'BEGIN { split(readers, n, " ") }
+                 $1 == "window" && ($3 == "patches" || $3 ~ /^cudnn:/) { c = "implicit:32x64x32"; k = n[++r]
+                     for (j = 2; j <= k; j++) c = c "+32x64x32"
+                     $3 = c; $4 = "0.0105" } { print }' > "$OUT/$1.tune"
+        [ "$(diff "$heur/autotune.tune" "$OUT/$1.tune" | grep -c '^>')" = 4 ] ||
+            fail "$1: the tuned file's fixture did not change 4 lines"
+    else
+        fail "$1: cgc --emit for the heuristics' choices"; cat "$heur.log"
+    fi
+    # shellcheck disable=SC2086
+    case_ "$1" "$2" $CNN_FLAGS --tune-file "$OUT/$1.tune"
+}
+# cnn.net: each UNFOLD skipped, its readers launched with the image for the patches
+# (conv1 two: the product and the weight gradient; conv2 three: the data gradient too),
+# each product stored NCHW and each gradient read NCHW, their TRANSPOSEs skipped.
+implicit_case cnn_implicit "$ROOT/models/cnn.net"
+# conv_chain.net: each product's kernel computes the group after it (its bias and relu)
+# on the product, so that group's step is skipped and its buffers and scalars are the
+# kernel's arguments after the ABI's.
+implicit_case chain_implicit "$ROOT/tests/emu/models/conv_chain.net"
 
 # What each case's repro.c says and does.
 want() {   # want CASE TEXT: repro.c of CASE contains the fixed string TEXT
@@ -163,6 +173,9 @@ want cnn_implicit ': the gradient'"'"'s transpose to channels last, not run: its
 want cnn_implicit '"gemm_tc_nt_bf16_to_bf16_patches_a_c32h14w14_k3s1p1d1_c_nchw196_32x64x32",'
 want cnn_implicit '"gemm_tc_nn_bf16_to_bf16_a_nchw196_32x64x32",'
 want cnn_implicit '"gemm_tc_tn_bf16_to_bf16_patches_b_c32h14w14_k3s1p1d1_a_nchw196_32x64x32",'
+want chain_implicit ': a pointwise group, not run: the implicit GEMM computes it as its epilogue */'
+want chain_implicit ': the transpose to NCHW, not run: the implicit GEMM computes its reader on the product */'
+want chain_implicit '"gemm_tc_nt_bf16_to_bf16_patches_a_c5h5w9_k3s1p1d1_c_nchw45_then_add_relu_c2_32x64x32",'
 want mlp 'mode default, precision fp16, batch 64, accumulate 2, seed 42;'
 want mlp 'if (k < ACCUMULATE - 1) run_train_micro(micro_step);'
 want mlp '.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS'

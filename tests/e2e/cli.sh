@@ -103,6 +103,14 @@ if [ "$(grep -c '^  window  window\.b16\.' <<<"$twin")" -ne 2 ] ||
 else
   passes=$((passes + 1))
 fi
+# a convolution's bias and relu computed by its implicit GEMMs, in training and evaluation
+chain=$("$cgc" "$root/tests/emu/models/conv_chain.net" --mode max-autotune --precision bf16 --explain 2>&1)
+if [ "$(grep -c "the product never stored: its kernel computes the group add_relu_c[12] (add, relu" <<<"$chain")" -ne 2 ] ||
+   [ "$(grep -c "the evaluation's product the same, as training chooses, its kernel computing" <<<"$chain")" -ne 2 ]; then
+  fail "conv_chain: epilogues computed by the implicit GEMMs" "$chain"
+else
+  passes=$((passes + 1))
+fi
 # --emit in max-autotune: the choices before tuning, in the cache's format
 if "$cgc" "$root/models/mlp.net" --mode max-autotune --check --arch none --emit "$tmp/ma" -q &&
    head -1 "$tmp/ma/autotune.tune" | grep -q "^# cgc autotune choices: model mlp on none (heuristics: nothing timed) (sm_90)\.$" &&

@@ -47,6 +47,8 @@ static int windows_run[2];  /* implicit-GEMM kernels run, gathering A (the produ
 static int windows_data_grad;   /* implicit-GEMM runs' kernels that gather no patches */
 static int windows_in_graph;    /* implicit-GEMM runs checked inside their graph */
 static int windows_nchw[2];     /* implicit-GEMM kernels run that store C or read A NCHW */
+static int windows_epilogue[2]; /* implicit-GEMM kernels run that compute an epilogue; in a graph */
+static int windows_followed;    /* runs of the eval and forward graphs checked in their graph */
 
 /* ---- values: exact in f16 and bf16 ---- */
 
@@ -60,7 +62,9 @@ static uint64_t next(uint64_t *s)
 
 static float random_value(uint64_t *s) { return (float)((int)(next(s) % 513) - 256) / 256.0f; }
 
-/* Every buffer of the plan (but views) filled with random values of its type. */
+/* Every buffer of the plan (but views) filled with random values of its type; a batch
+ * norm's running variances, which the evaluation takes the square root of, positive,
+ * and integers (the labels) a class of the model, so that a whole evaluation is finite. */
 static void fill_buffers(const Plan *plan, DevExec *e, const int64_t *symmax, uint64_t *rng)
 {
     Device *d = devexec_device(e);
@@ -72,9 +76,12 @@ static void fill_buffers(const Plan *plan, DevExec *e, const int64_t *symmax, ui
         int64_t n = (int64_t)(bytes / ir_dtype_size(t));
         void *v = malloc(bytes);
         float *x = malloc((size_t)n * sizeof *x);
-        for (int64_t i = 0; i < n; i++) x[i] = random_value(rng);
+        const char *what = plan->buffers[b].what, *var = ".running_var";
+        bool variance = plan->buffers[b].kind == PB_TENSOR && strlen(what) > strlen(var) &&
+                        strcmp(what + strlen(what) - strlen(var), var) == 0;
+        for (int64_t i = 0; i < n; i++) x[i] = variance ? fabsf(random_value(rng)) : random_value(rng);
         if (t == DT_I32)
-            for (int64_t i = 0; i < n; i++) ((int32_t *)v)[i] = (int32_t)(next(rng) % 10);
+            for (int64_t i = 0; i < n; i++) ((int32_t *)v)[i] = (int32_t)(next(rng) % 4);   /* a class of every model here */
         else
             emu_narrow(v, x, n, t);     /* exact: every value is one of the type's */
         CHECK_EQ_INT(d->ops->upload(d, devexec_buffer(e, b), v, bytes), 0);
@@ -300,16 +307,15 @@ static void count_issued(void *ctx, const DevTimedEvent *ev, double start, doubl
 /* Puts the candidates a graph check compares in force (ON) or not. */
 typedef void (*ChooseFn)(const Plan *plan, DevExec *e, bool on);
 
-/* The train graph run whole from the same buffers twice, CHOOSE off then on: every value
- * it stores (but the buffers SKIP marks) agrees, bit for bit when EXACT, and the second
- * run issues FEWER launches, as many of them GEMMs fewer (devexec_launches's counts,
- * against what the timing records). Returns the values compared. */
-static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax,
-                            ChooseFn choose, int fewer, int fewer_gemms, const bool *skip, bool exact,
-                            const char *with)
+/* Graph GID run whole from the same buffers twice, CHOOSE off then on: every value it
+ * stores (but the buffers SKIP marks) agrees, bit for bit when EXACT, and the second run
+ * issues FEWER launches, as many of them GEMMs fewer (devexec_launches's counts, against
+ * what the timing records). Returns the values compared. */
+static int compare_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax, PlanGraphId gid,
+                         ChooseFn choose, int fewer, int fewer_gemms, const bool *skip, bool exact, const char *with)
 {
     Device *d = devexec_device(e);
-    const IrGraph *train = plan->graph[PG_TRAIN].ir;
+    const IrGraph *train = plan->graph[gid].ir;
     int nb = plan->nbuffers, compared = 0;
     size_t *bytes = calloc((size_t)nb, sizeof *bytes);
     void **start = calloc((size_t)nb, sizeof *start);
@@ -327,7 +333,7 @@ static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, c
             if (start[b]) CHECK_EQ_INT(d->ops->upload(d, x[b].at, start[b], bytes[b]), 0);
         choose(plan, e, pass == 1);
         Issued issued = {0};
-        counted[pass].launches = devexec_launches(e, PG_TRAIN, &counted[pass].gemms);
+        counted[pass].launches = devexec_launches(e, gid, &counted[pass].gemms);
         CHECK_EQ_INT(devexec_timing_start(e), 0);
         CHECK_EQ_INT(devexec_run(e, train, feed), 0);
         CHECK_EQ_INT(devexec_timing_collect(e, count_issued, &issued), 0);
@@ -339,10 +345,10 @@ static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, c
     choose(plan, e, false);
     for (int b = 0; b < nb; b++) {
         const PlanBuffer *pb = &plan->buffers[b];
-        if (!start[b] || (skip && skip[b]) || pb->kind != PB_NODE || pb->graph != PG_TRAIN || pb->dtype == DT_I32)
+        if (!start[b] || (skip && skip[b]) || pb->kind != PB_NODE || pb->graph != (int)gid || pb->dtype == DT_I32)
             continue;
         char what[256];
-        snprintf(what, sizeof what, "train graph with %s: buffer %d (%s)", with, b, pb->what);
+        snprintf(what, sizeof what, "%s graph with %s: buffer %d (%s)", train->name, with, b, pb->what);
         int64_t n = (int64_t)(bytes[b] / ir_dtype_size(pb->dtype));
         if (exact && memcmp(x[b].want, x[b].got, bytes[b]) != 0)
             fprintf(stderr, "  %s: not the same bits\n", what);
@@ -351,7 +357,7 @@ static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, c
         compared++;
     }
     CHECK(compared > 0);
-    CHECK_EQ_INT(counted[0].launches, plan->graph[PG_TRAIN].nsteps);
+    CHECK_EQ_INT(counted[0].launches, plan->graph[gid].nsteps);
     CHECK_EQ_INT(counted[1].launches, counted[0].launches - fewer);
     CHECK_EQ_INT(counted[1].gemms, counted[0].gemms - fewer_gemms);
     for (int b = 0; b < nb; b++) {
@@ -363,6 +369,13 @@ static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, c
     free(x);
     free(bytes);
     return compared;
+}
+
+static int compare_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax,
+                            ChooseFn choose, int fewer, int fewer_gemms, const bool *skip, bool exact,
+                            const char *with)
+{
+    return compare_graph(plan, e, feed, symmax, PG_TRAIN, choose, fewer, fewer_gemms, skip, exact, with);
 }
 
 static void choose_backward_runs(const Plan *plan, DevExec *e, bool on)
@@ -393,6 +406,32 @@ static void check_backward_in_graph(const Plan *plan, DevExec *e, const DevFeed 
  * same tile shape: the same products in the same order, so every stored value must be
  * the same bits (against the library, a product rounded the other way now and then
  * moves the nearly cancelling sums of batch norm's backward far beyond any tolerance). */
+/* What reader J of W writes, with the GEMM CALL's elements: C (the TRANSPOSE's buffer
+ * where it stores NCHW), or, where it computes W's epilogue, the group's outputs
+ * instead; into X and T (their types). Returns how many. */
+static int reader_writes(const Plan *plan, DevExec *e, const PlanWindow *w, int j, const GemmCall *call,
+                         Matrix *x, DType *t)
+{
+    int n = 0;
+    if (j != w->store_reader || w->epilogue < 0) {
+        t[0] = plan->graph[w->graph].steps[w->reader[j]].gemm.c_type;
+        x[n++] = (Matrix){.at = j == w->store_reader ? devexec_buffer(e, w->store) : call->c};
+    }
+    for (int a = 0; j == w->store_reader && a < w->epi_nargs; a++) {
+        int k = -1;
+        for (int tile = 0; k < 0 && tile < PLAN_GEMM_TILES; tile++) k = w->kernel[j][tile];
+        if (w->epi_arg[a].kind != ARG_BUFFER || !plan_param_written(plan->kernels[k].param_ctype[8 + a])) continue;
+        t[n] = plan->buffers[w->epi_arg[a].index].dtype;
+        x[n++] = (Matrix){.at = devexec_buffer(e, w->epi_arg[a].index)};
+    }
+    for (int i = 0; i < n; i++) {
+        x[i].bytes = (size_t)(call->m * call->n) * ir_dtype_size(t[i]);
+        x[i].want = malloc(x[i].bytes);
+        x[i].got = malloc(x[i].bytes);
+    }
+    return n;
+}
+
 static void check_window(const Plan *plan, DevExec *e, const DevFeed *feed, int r)
 {
     Device *d = devexec_device(e);
@@ -402,30 +441,34 @@ static void check_window(const Plan *plan, DevExec *e, const DevFeed *feed, int 
     for (int j = 0; j < w->nreaders; j++) {
         const PlanStep *s = &plan->graph[w->graph].steps[w->reader[j]];
         GemmCall call = devexec_gemm_call(e, s);
-        bool nchw = j == w->store_reader;
-        Matrix c = {.at = nchw ? devexec_buffer(e, w->store) : call.c,
-                    .bytes = (size_t)(call.m * call.n) * ir_dtype_size(s->gemm.c_type)};
-        c.want = malloc(c.bytes);
-        c.got = malloc(c.bytes);
+        bool nchw = j == w->store_reader, epi = nchw && w->epilogue >= 0;
+        Matrix c[PLAN_MAX_PARAMS];
+        DType ct[PLAN_MAX_PARAMS];
+        int nc = reader_writes(plan, e, w, j, &call, c, ct);
+        CHECK(nc > 0);
         CHECK_EQ_INT(devexec_step(e, w->graph, w->reader[j], feed, &(PlanStepChoice){0}), 0);
         if (nchw) CHECK_EQ_INT(devexec_step(e, w->graph, w->transpose, feed, NULL), 0);
-        CHECK_EQ_INT(d->ops->download(d, c.want, c.at, c.bytes), 0);
+        if (epi) CHECK_EQ_INT(devexec_step(e, w->graph, w->epilogue, feed, NULL), 0);
+        for (int x = 0; x < nc; x++) CHECK_EQ_INT(d->ops->download(d, c[x].want, c[x].at, c[x].bytes), 0);
         for (int t = 0; t < PLAN_GEMM_TILES; t++) {
             if (w->kernel[j][t] < 0) continue;
-            poison(d, &c);
-            CHECK_EQ_INT(devexec_window(e, r, j, t), 0);
-            CHECK_EQ_INT(d->ops->download(d, c.got, c.at, c.bytes), 0);
-            char what[256];
-            snprintf(what, sizeof what, "%s (%s, m %lld n %lld k %lld)", plan->kernels[w->kernel[j][t]].name,
-                     s->what, (long long)call.m, (long long)call.n, (long long)call.k);
-            CHECK_EQ_INT(compare(&c, s->gemm.c_type, call.m * call.n, what), 0);
+            for (int x = 0; x < nc; x++) poison(d, &c[x]);
+            CHECK_EQ_INT(devexec_window(e, r, j, t, feed), 0);
+            for (int x = 0; x < nc; x++) {
+                CHECK_EQ_INT(d->ops->download(d, c[x].got, c[x].at, c[x].bytes), 0);
+                char what[512];
+                snprintf(what, sizeof what, "%s (%s, m %lld n %lld k %lld)%s", plan->kernels[w->kernel[j][t]].name,
+                         s->what, (long long)call.m, (long long)call.n, (long long)call.k,
+                         epi ? ", an output of its epilogue" : "");
+                CHECK_EQ_INT(compare(&c[x], ct[x], call.m * call.n, what), 0);
+            }
             if (w->operand[j]) windows_run[w->operand[j] == 'b']++;
             else windows_data_grad++;
             windows_nchw[0] += nchw;
             windows_nchw[1] += w->reads_grad[j];
+            windows_epilogue[0] += epi;
         }
-        free(c.want);
-        free(c.got);
+        for (int x = 0; x < nc; x++) free(c[x].want), free(c[x].got);
     }
 }
 
@@ -509,6 +552,10 @@ static void check_window_liveness(const Plan *plan, const int64_t *symmax)
         CHECK_EQ_INT(shared(plan, w, &lay, symmax, w->image, w->unfold, patches), 0);
         if (w->store_reader >= 0)
             CHECK_EQ_INT(shared(plan, w, &lay, symmax, w->store, w->reader[w->store_reader], w->transpose), 0);
+        for (int a = 0; a < w->epi_nargs; a++)     /* the epilogue's, from the product to its step */
+            if (w->epi_arg[a].kind == ARG_BUFFER)
+                CHECK_EQ_INT(shared(plan, w, &lay, symmax, w->epi_arg[a].index, w->reader[w->store_reader],
+                                    w->epilogue), 0);
         if (w->grad >= 0) CHECK_EQ_INT(shared(plan, w, &lay, symmax, w->grad, w->grad_transpose, grad), 0);
     }
     plan_layout_free(&lay);
@@ -516,7 +563,7 @@ static void check_window_liveness(const Plan *plan, const int64_t *symmax)
 
 static void check_windows_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax)
 {
-    int runs = 0, readers = 0, transposes = 0;
+    int runs = 0, readers = 0, transposes = 0, epilogues = 0;
     bool *skip = calloc((size_t)plan->nbuffers + 1, sizeof *skip);
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
@@ -532,17 +579,67 @@ static void check_windows_in_graph(const Plan *plan, DevExec *e, const DevFeed *
         if (w->store_reader < 0) continue;
         transposes++;       /* and the product in channels-last order, never written */
         skip[plan_buffer_root(plan, plan->graph[PG_TRAIN].steps[w->reader[w->store_reader]].gemm.c)] = true;
+        if (w->epilogue < 0) continue;
+        epilogues++;        /* and in NCHW order, held in registers for the epilogue */
+        skip[w->store] = true;
     }
     if (runs > 0) {
-        /* a launch fewer per run (the UNFOLD) and per TRANSPOSE skipped; the readers
-         * are still GEMMs */
-        compare_in_graph(plan, e, feed, symmax, choose_windows, runs + transposes, 0, skip, true,
+        /* a launch fewer per run (the UNFOLD), per TRANSPOSE and per epilogue skipped;
+         * the readers are still GEMMs */
+        compare_in_graph(plan, e, feed, symmax, choose_windows, runs + transposes + epilogues, 0, skip, true,
                          "implicit GEMMs");
+        windows_epilogue[1] += epilogues;
         unchoose_windows(plan, e);
         graphs_run += runs;
         windows_in_graph += runs;
     }
     free(skip);
+}
+
+/* The graph whose following runs choose_followers puts in force. */
+static PlanGraphId follower_graph;
+
+/* Each run of follower_graph that follows a training run (PlanWindow.follows) on, each
+ * reader by its smallest tile shape, or off. */
+static void choose_followers(const Plan *plan, DevExec *e, bool on)
+{
+    for (int r = 0; r < plan->nwindows; r++) {
+        const PlanWindow *w = &plan->windows[r];
+        if (w->graph != follower_graph || w->follows < 0) continue;
+        int tiles[PLAN_WINDOW_MAX_READERS];
+        for (int j = 0; j < w->nreaders; j++)
+            for (tiles[j] = 0; w->kernel[j][tiles[j]] < 0;) tiles[j]++;
+        devexec_choose_window(e, r, on ? tiles : NULL);
+    }
+}
+
+/* The eval and forward graphs with their following runs on against the same graphs with
+ * the steps (the UNFOLD, the product by the library's GEMM, the TRANSPOSE, the epilogue's
+ * group): the products summed in another order, so every stored value within compare()'s
+ * rounding rather than bit for bit, and a launch fewer per step skipped. */
+static void check_followers_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax)
+{
+    for (PlanGraphId gid = PG_EVAL; gid <= PG_FORWARD; gid++) {
+        const PlanGraph *pg = &plan->graph[gid];
+        int runs = 0, fewer = 0;
+        bool *skip = calloc((size_t)plan->nbuffers + 1, sizeof *skip);
+        for (int r = 0; pg->ir && r < plan->nwindows; r++) {
+            const PlanWindow *w = &plan->windows[r];
+            if (w->graph != gid || w->follows < 0) continue;
+            runs++;
+            fewer += 1 + (w->transpose >= 0) + (w->epilogue >= 0);
+            skip[plan_buffer_root(plan, pg->node_buffer[pg->steps[w->unfold].node])] = true;   /* never written */
+            skip[plan_buffer_root(plan, pg->steps[w->reader[w->store_reader]].gemm.c)] = true;
+            if (w->epilogue >= 0) skip[w->store] = true;
+        }
+        if (runs > 0) {
+            follower_graph = gid;
+            compare_graph(plan, e, feed, symmax, gid, choose_followers, fewer, 0, skip, false,
+                          "implicit GEMMs as training chose them");
+            windows_followed += runs;
+        }
+        free(skip);
+    }
 }
 
 /* ---- one case ---- */
@@ -618,6 +715,8 @@ static void check_case(const char *model, const char *precision, int64_t batch, 
         for (int r = 0; r < plan->nwindows; r++)
             if (plan->windows[r].implicit) check_window(plan, e, &feed, r);
         check_windows_in_graph(plan, e, &feed, symmax);
+        fill_buffers(plan, e, symmax, &rng);     /* not the weights the steps above left */
+        check_followers_in_graph(plan, e, &feed, symmax);
         check_window_liveness(plan, symmax);
         devexec_free(e);
     }
@@ -680,6 +779,9 @@ int main(int argc, char **argv)
     /* a convolution with a bias (added after the transpose, so that its implicit GEMMs
      * still store and read NCHW), a 1x1 one, and one of two groups (no implicit form) */
     check_case("../tests/emu/models/image_windows", "bf16", 8, NULL, NULL);
+    /* convolutions with a bias and a relu after them: the implicit GEMMs compute that
+     * group on their product (PlanWindow.epilogue), the first's image strided, dilated */
+    check_case("../tests/emu/models/conv_chain", "bf16", 8, NULL, NULL);
     for (int t = 0; t < PLAN_GEMM_TILES; t++) CHECK(kernels_run[t] > 0);
     CHECK(tiles_left_out > 0);
     for (int s = 0; s < PLAN_MLP_SHAPES; s++) {
@@ -692,5 +794,6 @@ int main(int argc, char **argv)
     CHECK(folded_run[0] > 0 && folded_run[1] > 0);
     CHECK(windows_run[0] > 0 && windows_run[1] > 0 && windows_in_graph >= 2);
     CHECK(windows_nchw[0] > 0 && windows_nchw[1] > 0 && windows_data_grad > 0);
+    CHECK(windows_epilogue[0] > 0 && windows_epilogue[1] > 0 && windows_followed > 0);
     return check_result();
 }
