@@ -903,13 +903,13 @@ static KernelDraft *epilogue_draft(const Plan *plan, const RenderCtx *ctx, PlanW
     return d;
 }
 
-/* The training graph's implicit run that W, of a graph not tuned, follows (plan.h,
+/* The training graph's implicit run that W, of the evaluation graph, follows (plan.h,
  * PlanWindow.follows): the same convolution (its UNFOLD at the same .net line, the same
  * window over an image of the same shape), W only storing the product NCHW, as that run
  * does; else -1. */
 static int twin_run(const Plan *plan, const PlanWindow *w)
 {
-    if (w->graph <= PG_TRAIN_MICRO || w->nreaders != 1 || w->store_reader != 0) return -1;
+    if (w->graph != PG_EVAL || w->nreaders != 1 || w->store_reader != 0) return -1;
     int line = plan->graph[w->graph].steps[w->unfold].loc.line;
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *x = &plan->windows[r];

@@ -343,9 +343,10 @@ typedef struct PlanMlp {
  * FOLD's buffer) and the UNFOLD, both TRANSPOSEs and the FOLD are skipped. Such runs are
  * found in every mode and graph (PlanWindow.conv), the implicit GEMMs only where the
  * readers have generated kernels (PlanWindow.implicit: max-autotune's training graphs,
- * and the evaluation's and prediction's products of the convolutions whose training run
- * has them: those runs are not timed but follow the training run's choice, each with
- * its own epilogue, a batch norm's inference form for one). */
+ * and the evaluation's products of the convolutions whose training run has them: those
+ * runs are not timed but follow the training run's choice, each with its own epilogue,
+ * a batch norm's inference form for one; the forward graph, which the device does not
+ * run, has none). */
 enum { PLAN_WINDOW_MAX_READERS = 4 };
 typedef struct PlanWindow {
     PlanGraphId graph;
@@ -360,7 +361,7 @@ typedef struct PlanWindow {
     int store_reader;               /* the reader that stores NCHW, or -1 */
     int transpose;                  /* its TRANSPOSE step, skipped with the run (or -1) */
     int store;                      /* the TRANSPOSE's buffer, its kernels' C (or -1) */
-    int follows;                    /* another graph's run (eval, forward): the training
+    int follows;                    /* an evaluation graph's run: the training
                                      * run of the same convolution whose implicit choice
                                      * it takes (autotune.c); -1 for a training run */
     int epilogue;                   /* the pointwise group step computed in the storing

@@ -858,8 +858,8 @@ void autotune_explain(const Plan *plan, FILE *out)
                      "them against\nimplicit GEMMs gathering from the image (among the kernels above), "
                      "the UNFOLD skipped;\nin %d the product is stored NCHW and in %d its gradient read "
                      "NCHW, their TRANSPOSEs\nskipped too; %d compute the pointwise group that reads the "
-                     "product on it instead of\nstoring it; the evaluation's and predictions' %d products "
-                     "take training's choice,\nuntimed.\n",
+                     "product on it instead of\nstoring it; the evaluation's %d products take "
+                     "training's choice, untimed.\n",
                 implicit, implicit == 1 ? "'s" : "s'", nchw, grads, epilogues, followers);
     if (conv > 0)
         fprintf(out, "Where cuDNN loads, %d convolution%s steps against each of cuDNN's deterministic "

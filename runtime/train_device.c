@@ -178,7 +178,7 @@ static void report_memory(const Trainer *t, DeviceBackend *b)
 }
 
 /* -v: how the training step's convolutions ran (by the library, by implicit GEMMs, or as
- * the plan's steps), and how many of the evaluation's and predictions' products follow
+ * the plan's steps), and how many of the evaluation's products follow
  * training's implicit GEMMs. */
 static void report_convs(const Trainer *t, DeviceBackend *b)
 {
@@ -197,7 +197,7 @@ static void report_convs(const Trainer *t, DeviceBackend *b)
     printf("cgc: convolutions of the training step: %d by cuDNN%s, %d by implicit GEMMs, %d by the plan's "
            "steps", by_library, can && !devexec_has_conv(b->e) ? " (not loaded: libcudnn.so.9 not found, or "
            "$CGC_CUDNN)" : "", implicit, runs - by_library - implicit);
-    if (followers) printf("; %d of the evaluation's and predictions' %d by implicit GEMMs, as training", following,
+    if (followers) printf("; %d of the evaluation's %d by implicit GEMMs, as training", following,
                           followers);
     printf("\n");
 }

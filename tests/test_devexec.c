@@ -970,12 +970,12 @@ static const char *run_stdout(Model *m, const RunSpec *spec, int *rc)
     return text;
 }
 
-/* Whether -v's report TEXT says that all FOLLOWERS runs of the evaluation and predictions
- * follow training's implicit GEMMs. */
+/* Whether -v's report TEXT says that all FOLLOWERS runs of the evaluation follow
+ * training's implicit GEMMs. */
 static bool followers_on(const char *text, int followers)
 {
     char want[128];
-    snprintf(want, sizeof want, "; %d of the evaluation's and predictions' %d by implicit GEMMs", followers,
+    snprintf(want, sizeof want, "; %d of the evaluation's %d by implicit GEMMs", followers,
              followers);
     if (strstr(text, want)) return true;
     fprintf(stderr, "  -v did not say \"%s\":\n%s", want, text);
@@ -1012,7 +1012,7 @@ static void check_autotune_windows(const char *model, int implicit_want, int epi
         }
         CHECK_EQ_INT(implicit, implicit_want);
         CHECK_EQ_INT(epilogues, epilogues_want);
-        CHECK(followers > 0);       /* the evaluation's and the predictions' products */
+        CHECK(followers > 0);       /* the evaluation's products */
         int64_t symvals[IR_MAX_SYMBOLS] = {m.p->cfg.batch};
         TuneFile t;
         CHECK(tune_init(&t, m.p->model_name, m.d->arch, m.d->model,

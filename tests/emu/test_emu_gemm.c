@@ -48,7 +48,7 @@ static int windows_data_grad;   /* implicit-GEMM runs' kernels that gather no pa
 static int windows_in_graph;    /* implicit-GEMM runs checked inside their graph */
 static int windows_nchw[2];     /* implicit-GEMM kernels run that store C or read A NCHW */
 static int windows_epilogue[2]; /* implicit-GEMM kernels run that compute an epilogue; in a graph */
-static int windows_followed;    /* runs of the eval and forward graphs checked in their graph */
+static int windows_followed;    /* runs of the eval graph checked in their graph */
 
 /* ---- values: exact in f16 and bf16 ---- */
 
@@ -596,16 +596,13 @@ static void check_windows_in_graph(const Plan *plan, DevExec *e, const DevFeed *
     free(skip);
 }
 
-/* The graph whose following runs choose_followers puts in force. */
-static PlanGraphId follower_graph;
-
-/* Each run of follower_graph that follows a training run (PlanWindow.follows) on, each
+/* Each run that follows a training run (PlanWindow.follows: the eval graph's) on, each
  * reader by its smallest tile shape, or off. */
 static void choose_followers(const Plan *plan, DevExec *e, bool on)
 {
     for (int r = 0; r < plan->nwindows; r++) {
         const PlanWindow *w = &plan->windows[r];
-        if (w->graph != follower_graph || w->follows < 0) continue;
+        if (w->follows < 0) continue;
         int tiles[PLAN_WINDOW_MAX_READERS];
         for (int j = 0; j < w->nreaders; j++)
             for (tiles[j] = 0; w->kernel[j][tiles[j]] < 0;) tiles[j]++;
@@ -613,33 +610,31 @@ static void choose_followers(const Plan *plan, DevExec *e, bool on)
     }
 }
 
-/* The eval and forward graphs with their following runs on against the same graphs with
- * the steps (the UNFOLD, the product by the library's GEMM, the TRANSPOSE, the epilogue's
- * group): the products summed in another order, so every stored value within compare()'s
- * rounding rather than bit for bit, and a launch fewer per step skipped. */
+/* The eval graph with its following runs on against the same graph with the steps (the
+ * UNFOLD, the product by the library's GEMM, the TRANSPOSE, the epilogue's group): the
+ * products summed in another order, so every stored value within compare()'s rounding
+ * rather than bit for bit, and a launch fewer per step skipped. */
 static void check_followers_in_graph(const Plan *plan, DevExec *e, const DevFeed *feed, const int64_t *symmax)
 {
-    for (PlanGraphId gid = PG_EVAL; gid <= PG_FORWARD; gid++) {
-        const PlanGraph *pg = &plan->graph[gid];
-        int runs = 0, fewer = 0;
-        bool *skip = calloc((size_t)plan->nbuffers + 1, sizeof *skip);
-        for (int r = 0; pg->ir && r < plan->nwindows; r++) {
-            const PlanWindow *w = &plan->windows[r];
-            if (w->graph != gid || w->follows < 0) continue;
-            runs++;
-            fewer += 1 + (w->transpose >= 0) + (w->epilogue >= 0);
-            skip[plan_buffer_root(plan, pg->node_buffer[pg->steps[w->unfold].node])] = true;   /* never written */
-            skip[plan_buffer_root(plan, pg->steps[w->reader[w->store_reader]].gemm.c)] = true;
-            if (w->epilogue >= 0) skip[w->store] = true;
-        }
-        if (runs > 0) {
-            follower_graph = gid;
-            compare_graph(plan, e, feed, symmax, gid, choose_followers, fewer, 0, skip, false,
-                          "implicit GEMMs as training chose them");
-            windows_followed += runs;
-        }
-        free(skip);
+    const PlanGraph *pg = &plan->graph[PG_EVAL];
+    int runs = 0, fewer = 0;
+    bool *skip = calloc((size_t)plan->nbuffers + 1, sizeof *skip);
+    for (int r = 0; pg->ir && r < plan->nwindows; r++) {
+        const PlanWindow *w = &plan->windows[r];
+        if (w->follows < 0) continue;
+        CHECK_EQ_INT(w->graph, PG_EVAL);
+        runs++;
+        fewer += 1 + (w->transpose >= 0) + (w->epilogue >= 0);
+        skip[plan_buffer_root(plan, pg->node_buffer[pg->steps[w->unfold].node])] = true;   /* never written */
+        skip[plan_buffer_root(plan, pg->steps[w->reader[w->store_reader]].gemm.c)] = true;
+        if (w->epilogue >= 0) skip[w->store] = true;
     }
+    if (runs > 0) {
+        compare_graph(plan, e, feed, symmax, PG_EVAL, choose_followers, fewer, 0, skip, false,
+                      "implicit GEMMs as training chose them");
+        windows_followed += runs;
+    }
+    free(skip);
 }
 
 /* ---- one case ---- */
