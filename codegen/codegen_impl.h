@@ -98,6 +98,11 @@ const char *cuda_storage_ctype(DType t, bool is_const);
 DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype, const char *name,
                         PlanArg arg);
 void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const);
+/* Every buffer D's arguments name resolved to the buffer that owns its memory (plan.c). */
+void draft_root_args(const Plan *pl, KernelDraft *d);
+/* NAME, or the first of NAME_2, NAME_3, ... that no kernel of PL has yet (in place, in
+ * LEN bytes; plan.c). */
+void plan_unique_kernel_name(const Plan *pl, char *name, size_t len);
 /* Appends the parameter NAME through which the kernel reads IR_RUNTIME node ID of
  * CTX->g, and writes its value as an f32 expression into EXPR: the float parameter
  * itself, or, for the micro-step of a train graph in a plan with a device step counter

@@ -484,20 +484,6 @@ static int kernel_of(KernelSet *set, const Plan *plan, const GemmSpec *s, const 
     return set->k[k].kernel;
 }
 
-/* NAME made unique among PLAN's kernels: two epilogues of one group name but different
- * code would otherwise share it ("_v2", "_v3", ... after the first). */
-static void unique_name(const Plan *plan, char *name, size_t len)
-{
-    size_t base = strlen(name);
-    for (int v = 2;; v++) {
-        int k = 0;
-        while (k < plan->nkernels && strcmp(plan->kernels[k].name, name) != 0) k++;
-        if (k == plan->nkernels) return;
-        CGC_ASSERT(base + 12 < len);
-        snprintf(name + base, len - base, "_v%d", v);
-    }
-}
-
 /* Renders SET's kernels onto PLAN's, and frees SET. */
 static void add_kernels(Plan *plan, KernelSet *set)
 {
@@ -507,7 +493,7 @@ static void add_kernels(Plan *plan, KernelSet *set)
         char name[256];
         memset(pk, 0, sizeof *pk);
         spec_name(&set->k[k].spec, name, sizeof name);
-        unique_name(plan, name, sizeof name);
+        plan_unique_kernel_name(plan, name, sizeof name);   /* two epilogues of one group name */
         pk->name = xstrdup(name);
         plan->nkernels++;
         const PlanGemmTile *t = &plan_gemm_tiles[set->k[k].spec.tile];
@@ -894,12 +880,10 @@ static KernelDraft *epilogue_draft(const Plan *plan, const RenderCtx *ctx, PlanW
         w->epilogue = -1;
         return NULL;
     }
+    draft_root_args(plan, d);
     w->epi_nargs = d->nparams;
     w->epi_arg = xmalloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *w->epi_arg);
-    for (int i = 0; i < d->nparams; i++) {
-        w->epi_arg[i] = d->param[i].arg;
-        if (w->epi_arg[i].kind == ARG_BUFFER) w->epi_arg[i].index = plan_buffer_root(plan, w->epi_arg[i].index);
-    }
+    for (int i = 0; i < d->nparams; i++) w->epi_arg[i] = d->param[i].arg;
     return d;
 }
 

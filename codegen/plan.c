@@ -203,6 +203,15 @@ static bool name_taken(const Plan *pl, const char *name)
     return false;
 }
 
+void plan_unique_kernel_name(const Plan *pl, char *name, size_t len)
+{
+    size_t base = strlen(name);
+    for (int suffix = 2; name_taken(pl, name); suffix++) {
+        CGC_ASSERT(base + 12 < len);
+        snprintf(name + base, len - base, "_%d", suffix);
+    }
+}
+
 /* Whether pointer parameter I of D may be __restrict__: no other parameter names the
  * same memory where one of the two is written (an in-place assignment reads the tensor
  * through one and writes it through another; the promise would then be false, and the
@@ -260,8 +269,7 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     memset(info, 0, sizeof *info);
     char name[DRAFT_NAME_MAX + 16];
     snprintf(name, sizeof name, "%s", d->name);
-    for (int suffix = 2; name_taken(pl, name); suffix++)
-        snprintf(name, sizeof name, "%s_%d", d->name, suffix);
+    plan_unique_kernel_name(pl, name, sizeof name);
     k->name = xstrdup(name);
     k->block = d->block;
     k->nparams = d->nparams;
@@ -438,8 +446,7 @@ static RenderCtx render_ctx(const Builder *b)
                         .plan = b->plan, .span = b->span, .scratch = b->scratch };
 }
 
-/* Resolves every node buffer in kernel arguments to the buffer owning the memory. */
-static void root_args(const Plan *pl, KernelDraft *d)
+void draft_root_args(const Plan *pl, KernelDraft *d)
 {
     for (int i = 0; i < d->nparams; i++)
         if (d->param[i].arg.kind == ARG_BUFFER)
@@ -453,7 +460,7 @@ static void launch_node(Builder *b, int id)
     KernelDraft d;
     memset(&d, 0, sizeof d);
     cuda_render_node(&ctx, id, &d);
-    root_args(b->plan, &d);
+    draft_root_args(b->plan, &d);
     const char *what = ownf(b, "%s %s", ir_op_name(n->op), node_what(b, n, id));
     launch_draft(b, &d, n, id, what, ir_op_name(n->op));
 }
@@ -760,7 +767,7 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
     KernelDraft d;
     memset(&d, 0, sizeof d);
     fused_render(&ctx, groups, n, &d);
-    root_args(b->plan, &d);
+    draft_root_args(b->plan, &d);
     int k = add_kernel(b, &d);
     for (int i = 0; i < n; i++) note_group_use(b, k, groups[i]);
     const char *what = ownf(b, "fused %s", d.name);

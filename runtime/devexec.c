@@ -462,6 +462,7 @@ static DeviceSite site_of(const DevExec *e, const PlanStep *s, const char *kerne
 
 static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, ArgValue *v)
 {
+    memset(v, 0, sizeof *v);
     switch (a->kind) {
     case ARG_BUFFER: v->ptr = devexec_buffer(e, a->index); break;
     case ARG_SYMBOL: v->i64 = e->symvals[a->index]; break;
@@ -469,6 +470,16 @@ static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, A
     case ARG_I64: v->i64 = (int64_t)a->value; break;
     case ARG_F32: v->f32 = (float)a->value; break;
     case ARG_RUNTIME: v->f32 = (float)feed->runtime[a->index]; break;
+    }
+}
+
+/* The N arguments A as a launch passes them: their values into VALS, pointers to those
+ * into ARGS. */
+static void arg_values(const DevExec *e, const PlanArg *a, int n, const DevFeed *feed, ArgValue *vals, void **args)
+{
+    for (int i = 0; i < n; i++) {
+        arg_value(e, &a[i], feed, &vals[i]);
+        args[i] = &vals[i];
     }
 }
 
@@ -484,11 +495,7 @@ static int run_launch(DevExec *e, const PlanStep *s, const DevFeed *feed)
     const PlanKernel *k = &e->plan->kernels[l->kernel];
     ArgValue vals[PLAN_MAX_PARAMS];
     void *args[PLAN_MAX_PARAMS];
-    for (int i = 0; i < l->nargs; i++) {
-        memset(&vals[i], 0, sizeof vals[i]);
-        arg_value(e, &l->arg[i], feed, &vals[i]);
-        args[i] = &vals[i];
-    }
+    arg_values(e, l->arg, l->nargs, feed, vals, args);
     DeviceSite site = site_of(e, s, k->name);
     return e->d->ops->launch(e->d, e->kernel[l->kernel], devexec_grid(e, l, 0), (unsigned)k->block,
                              args, &site);
@@ -534,11 +541,7 @@ static int run_gemm_kernel(DevExec *e, const PlanStep *s, const GemmCall *c, int
     void *args[PLAN_MAX_PARAMS];
     for (int i = 0; i < 5; i++) args[i] = &ptr[i];
     for (int i = 0; i < 3; i++) args[5 + i] = &dims[i];
-    for (int i = 0; i < nepi; i++) {
-        memset(&vals[i], 0, sizeof vals[i]);
-        arg_value(e, &epi[i], feed, &vals[i]);
-        args[8 + i] = &vals[i];
-    }
+    arg_values(e, epi, nepi, feed, vals, args + 8);
     DeviceSite site = site_of(e, s, e->plan->kernels[k].name);
     return e->d->ops->launch(e->d, e->kernel[k], plan_gemm_tile_grid(tile, c->m, c->n),
                              (unsigned)e->plan->kernels[k].block, args, &site);
