@@ -914,7 +914,7 @@ static bool render_family(const RenderCtx *ctx, int id, KernelDraft *d)
         if (ctx->g->nodes[id].op == IR_UNFOLD) render_unfold(ctx, id, d);
         else render_fold(ctx, id, d);
         return true;
-    case IR_FAMILY_MODE_SWITCH:
+    case IR_FAMILY_MODE_SWITCH: case IR_FAMILY_COLLECTIVE:
     case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_MATMUL:
     case IR_FAMILY_ASSIGN:
         return false;

@@ -164,6 +164,11 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
         if (g->nodes[n->in[0]].dtype == n->dtype)
             buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
+    /* A device trains as one rank (the driver refuses more), where the sum over the ranks
+     * is the value itself: the buffer is its input's. */
+    case IR_FAMILY_COLLECTIVE:
+        buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
+        break;
     case IR_FAMILY_RUNTIME: case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST:
     case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:
     case IR_FAMILY_TRANSPOSE: case IR_FAMILY_MATMUL: case IR_FAMILY_SOFTMAX:
@@ -181,6 +186,7 @@ static bool computes(const IrGraph *g, int id)
     const IrNode *n = &g->nodes[id];
     switch (ir_op_info[n->op].family) {
     case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_ASSIGN:
+    case IR_FAMILY_COLLECTIVE:
         return false;
     case IR_FAMILY_RESHAPE: return g->nodes[n->in[0]].dtype != n->dtype;
     case IR_FAMILY_RUNTIME: case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST:

@@ -511,6 +511,15 @@ int ir_read(IrGraph *g, const IrProgram *p, int tensor, SrcLoc loc)
     return ir_add_node(g, &n);
 }
 
+int ir_allreduce(IrGraph *g, int x, int bucket, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    CGC_ASSERT(in->dtype == DT_F32 && bucket >= 0);
+    IrNode n = make(IR_ALLREDUCE, DT_F32, in->shape, loc, 1, x, 0, 0);
+    n.index = bucket;
+    return ir_add_node(g, &n);
+}
+
 int ir_const(IrGraph *g, double value, SrcLoc loc)
 {
     IrNode n = make(IR_CONST, DT_F32, ir_shape0(), loc, 0, 0, 0, 0);
@@ -908,6 +917,7 @@ static const char *runtime_name(int which)
     switch (which) {
     case IR_RT_TOTAL_STEPS: return "total_steps";
     case IR_RT_MICRO_STEP: return "micro_step";
+    case IR_RT_RANK_SHARE: return "rank_share";
     }
     return "?";
 }
@@ -947,6 +957,7 @@ static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
         print_axis(out, n->axis);
         break;
     case IR_FAMILY_WINDOW: print_window(out, n); break;
+    case IR_FAMILY_COLLECTIVE: fprintf(out, " bucket=%d", n->index); break;
     case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST: case IR_FAMILY_RESHAPE:
     case IR_FAMILY_REDUCE_TO: case IR_FAMILY_TRANSPOSE: case IR_FAMILY_CROSS_ENTROPY:
     case IR_FAMILY_CE_GRAD: case IR_FAMILY_COUNT_CORRECT: case IR_FAMILY_MODE_SWITCH:

@@ -75,7 +75,7 @@ typedef enum IrFamily {
     IR_FAMILY_BROADCAST, IR_FAMILY_DROPOUT, IR_FAMILY_REDUCE, IR_FAMILY_RESHAPE,
     IR_FAMILY_REDUCE_TO, IR_FAMILY_TRANSPOSE, IR_FAMILY_MATMUL, IR_FAMILY_SOFTMAX,
     IR_FAMILY_SOFTMAX_GRAD, IR_FAMILY_CROSS_ENTROPY, IR_FAMILY_CE_GRAD, IR_FAMILY_COUNT_CORRECT,
-    IR_FAMILY_ASSIGN, IR_FAMILY_WINDOW, IR_FAMILY_MODE_SWITCH,
+    IR_FAMILY_ASSIGN, IR_FAMILY_WINDOW, IR_FAMILY_MODE_SWITCH, IR_FAMILY_COLLECTIVE,
 } IrFamily;
 
 /* How a node's shape follows from its inputs (ops.def, column SHAPE). */
@@ -133,6 +133,8 @@ typedef enum IrRuntimeScalar {
     IR_RT_MICRO_STEP,       /* global index of the micro-batch being run: optimizer step *
                              * accumulate + micro-batch within the step (dropout's counter;
                              * a resumed run recomputes it, so no state tensor holds it) */
+    IR_RT_RANK_SHARE,       /* several ranks: this rank's rows of the micro-batch over all
+                             * of its rows (1 with one rank) */
     IR_NUM_RUNTIME,
 } IrRuntimeScalar;
 
@@ -440,6 +442,8 @@ int ir_cross_entropy(IrGraph *g, int logits, int labels, SrcLoc loc);
 int ir_ce_grad(IrGraph *g, int d, int logits, int labels, SrcLoc loc);
 int ir_count_correct(IrGraph *g, int logits, int labels, SrcLoc loc);
 int ir_assign(IrGraph *g, const IrProgram *p, int tensor, int value, SrcLoc loc);
+/* X (f32) summed over the ranks of the job, in bucket BUCKET (>= 0). */
+int ir_allreduce(IrGraph *g, int x, int bucket, SrcLoc loc);
 
 /* --- text form (ir.c) --- */
 /* The stable text form of one graph, with the program's tables first. */

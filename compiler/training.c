@@ -11,6 +11,14 @@
  *                statistics), plus the count of correct predictions.
  * Every update follows torch.optim / torch.amp.GradScaler / clip_grad_norm_ to the
  * formula (see the comments at each), so a cgc run and the equivalent PyTorch loop agree.
+ *
+ * With several ranks (cfg.ranks), each computes the gradients of its rows of the batch,
+ * weighted by its share of the rows (the runtime scalar rank_share), so that their sum
+ * over the ranks is the gradient of the whole batch's mean loss. The sums are
+ * IR_ALLREDUCE nodes in buckets, once per optimizer step: after accumulation and before
+ * the fp16 inf check and clipping, which so see the same global gradients on every rank
+ * (an overflow on one rank skips the step on all), as DistributedDataParallel does.
+ * Batch norm's running statistics are averaged over the ranks where they are assigned.
  * What must survive a step (optimizer moments, counters, the loss scale) lives in state
  * tensors named "cgc.*" that checkpoints save with the parameters.
  *
@@ -35,6 +43,10 @@
 #define SCALER_GROWTH_INTERVAL 2000
 /* clip_grad_norm_ adds this to the norm before dividing. */
 #define CLIP_EPS 1e-6
+/* Gradient buckets, as DistributedDataParallel sizes them: the first small, so that the
+ * first all-reduce starts early in the backward, the others up to bucket_cap_mb. */
+#define FIRST_BUCKET_BYTES ((int64_t)1 << 20)
+#define BUCKET_BYTES ((int64_t)25 << 20)
 
 typedef struct Lower {
     IrProgram *p;
@@ -180,6 +192,8 @@ static void build_backward(Lower *L, IrGraph *g, const char *name)
     L->loc = g->nodes[loss].loc;
     double share = 1.0 / (double)p->cfg.accumulate;
     int seed = L->scale >= 0 ? scaled(L, share, rd(L, L->scale)) : cst(L, share);
+    if (p->cfg.ranks > 1)
+        seed = mul(L, ir_runtime(g, IR_RT_RANK_SHARE, L->loc), seed);
     free(L->grads);
     L->grads = xmalloc((size_t)(p->ntensors ? p->ntensors : 1) * sizeof *L->grads);
     autodiff(g, p, loss, seed, L->grads);
@@ -196,6 +210,34 @@ static void add_accumulated(Lower *L)
         L->grads[i] = add(L, rd(L, L->accum[i]), L->grads[i]);
         assign(L, L->accum[i], ir_broadcast(L->g, cst(L, 0), L->p->tensors[i].shape, L->loc));
     }
+}
+
+/* Several ranks: each gradient summed over them, in buckets filled in the order the
+ * backward finishes the gradients (their nodes' order), so that a bucket can be sent
+ * while the backward computes the next. Buckets are numbered after FIRST. */
+static void allreduce_gradients(Lower *L, int first)
+{
+    int np = L->p->nparams, *order = xmalloc((size_t)(np ? np : 1) * sizeof *order), n = 0;
+    for (int i = 0; i < np; i++)
+        if (L->grads[i] >= 0) order[n++] = i;
+    for (int a = 1; a < n; a++)   /* by gradient node, ascending */
+        for (int b = a; b > 0 && L->grads[order[b - 1]] > L->grads[order[b]]; b--) {
+            int t = order[b];
+            order[b] = order[b - 1], order[b - 1] = t;
+        }
+    int bucket = first;
+    int64_t filled = 0;
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        int64_t bytes = ir_numel(&L->p->tensors[i].shape, NULL) * (int64_t)sizeof(float);
+        int64_t cap = bucket == first ? FIRST_BUCKET_BYTES : BUCKET_BYTES;
+        if (filled > 0 && filled + bytes > cap) bucket++, filled = 0;
+        filled += bytes;
+        L->loc = L->p->tensors[i].loc;
+        L->grads[i] = ir_allreduce(L->g, L->grads[i], bucket, L->loc);
+        L->g->nodes[L->grads[i]].name = L->p->tensors[i].name;
+    }
+    free(order);
 }
 
 /* fp16 (GradScaler.unscale_ and its inf check): the gradients are divided by the scale;
@@ -394,6 +436,52 @@ static void advance_counters(Lower *L)
     assign_unless_skipped(L, L->optim_step, old, add(L, old, cst(L, 1)));
 }
 
+/* Several ranks: every value the forward assigns (batch norm's running statistics,
+ * updated from each rank's own rows) becomes its mean over the ranks, in one bucket
+ * (number 0), so that every rank keeps the same statistics. The forward is copied with
+ * its ASSIGNs moved to the end, after the sums: an ASSIGN lands after the step wherever
+ * it stands, and a bucket can start only once all its values are computed. */
+static void average_assigned(IrProgram *p)
+{
+    IrGraph *src = &p->forward, g = {0};
+    bool any = false;
+    for (int i = 0; i < src->nnodes; i++) any |= src->nodes[i].op == IR_ASSIGN;
+    if (!any || p->cfg.ranks <= 1)
+        return;
+    ir_graph_init(&g, src->name);
+    int n = src->nnodes, *map = xmalloc((size_t)n * sizeof *map);
+    for (int i = 0; i < n; i++) {
+        IrNode node = src->nodes[i];
+        for (int k = 0; k < node.nin; k++)
+            node.in[k] = map[node.in[k]];
+        map[i] = node.op == IR_ASSIGN ? -1 : ir_add_node(&g, &node);
+    }
+    for (int i = 0; i < n; i++) {
+        IrNode node = src->nodes[i];
+        if (node.op != IR_ASSIGN)
+            continue;
+        int sum = ir_allreduce(&g, map[node.in[0]], 0, node.loc);
+        g.nodes[sum].name = node.name;
+        int ranks = ir_const(&g, (double)p->cfg.ranks, node.loc);
+        node.in[0] = ir_binary(&g, IR_DIV, sum, ranks, node.loc);
+        map[i] = ir_add_node(&g, &node);
+    }
+    for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+        g.output[r] = src->output[r] < 0 ? -1 : map[src->output[r]];
+    free(map);
+    ir_graph_free(src);
+    *src = g;
+    ir_verify(p, src);
+}
+
+/* The buckets the running statistics of G take: 1 when it averages any, else 0. */
+static int statistics_buckets(const IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == IR_ALLREDUCE) return 1;
+    return 0;
+}
+
 /* --- the graphs --- */
 
 static void build_train(Lower *L)
@@ -403,6 +491,8 @@ static void build_train(Lower *L)
     L->found_inf = -1;
     if (p->cfg.accumulate > 1)
         add_accumulated(L);
+    if (p->cfg.ranks > 1)
+        allreduce_gradients(L, statistics_buckets(&p->train));
     if (L->scale >= 0)
         unscale(L);
     if (p->cfg.clip_norm > 0)
@@ -529,6 +619,7 @@ void training_lower(IrProgram *p)
     Lower L = {.p = p};
     build_eval(p);
     resolve_training_mode(p);
+    average_assigned(p);
     register_state(&L);
     build_train(&L);
     ir_graph_free(&p->train_micro);

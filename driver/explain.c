@@ -8,6 +8,7 @@
  * fused graph.
  */
 #include "compile.h"
+#include "../runtime/comm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -692,6 +693,50 @@ static void explain_memory(const Compiled *c, FILE *out)
     }
 }
 
+/* Several ranks: the sums over them in the training step, bucket by bucket, each with
+ * the time comm.h's model predicts for it. */
+static void explain_ranks(const Compiled *c, FILE *out)
+{
+    const IrProgram *p = c->p;
+    const IrGraph *g = &p->train;
+    int ranks = p->cfg.ranks, nbuckets = 0;
+    if (ranks <= 1) return;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == IR_ALLREDUCE && g->nodes[i].index >= nbuckets) nbuckets = g->nodes[i].index + 1;
+    fprintf(out, "\nRanks: %d, each taking %lld or so of every batch's %lld rows; the training step "
+                 "sums over them\n(MPI all-reduces), each bucket started as soon as the step has "
+                 "computed its values:\n", ranks, (long long)(p->cfg.batch / ranks),
+            (long long)p->cfg.batch);
+    double total = 0;
+    for (int b = 0; b < nbuckets; b++) {
+        int members = 0, ready = 0;
+        int64_t bytes = 0;
+        char names[160] = "";
+        size_t used = 0;
+        for (int i = 0; i < g->nnodes; i++) {
+            const IrNode *n = &g->nodes[i];
+            if (n->op != IR_ALLREDUCE || n->index != b) continue;
+            members++;
+            bytes += ir_numel(&n->shape, c->symmax) * 4;
+            if (n->in[0] > ready) ready = n->in[0];
+            if (used < sizeof names - 40)
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", members > 1 ? ", " : "",
+                                         n->name ? n->name : "?");
+            else if (used < sizeof names - 4)
+                used += (size_t)snprintf(names + used, sizeof names - used, ", ...");
+        }
+        double t = comm_predict_allreduce(bytes, ranks);
+        total += t;
+        char size[32];
+        diag_format_bytes((size_t)bytes, size, sizeof size);
+        fprintf(out, "  bucket %d: %d value%s, %s, ready after node %%%d of %d; predicted %.3f ms "
+                     "(%s)\n", b, members, members == 1 ? "" : "s", size, ready, g->nnodes,
+                t * 1e3, names);
+    }
+    fprintf(out, "  predicted %.3f ms per optimizer step, at %.1f GB/s and %.1f us per message "
+                 "(MPI over shared memory)\n", total * 1e3, COMM_BANDWIDTH / 1e9, COMM_LATENCY_S * 1e6);
+}
+
 void compiled_explain(const Compiled *c, FILE *out)
 {
     const IrProgram *p = c->p;
@@ -706,6 +751,7 @@ void compiled_explain(const Compiled *c, FILE *out)
     explain_recompute(c, out);
     explain_windows(c, out);
     explain_memory(c, out);
+    explain_ranks(c, out);
     fprintf(out, "\nKernels per training step: %d launches, of which %d GEMMs (plus the data "
                  "pipeline's 2 gathers, 1 loss tracker%s)\n", steps, gemms,
             c->plan->step_state >= 0 ? " and 1 step advance" : "");

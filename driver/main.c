@@ -21,6 +21,8 @@
 #include "compile.h"
 #include "../runtime/autotune.h"
 #include "backend.h"
+#include "job.h"
+#include "../runtime/comm.h"
 #include "../runtime/train.h"
 
 static const char usage_text[] =
@@ -89,6 +91,11 @@ static const char usage_text[] =
     "  --profile FILE          write a Chrome trace (opens in Perfetto) of the second to\n"
     "                          fourth training steps this run takes: every op of the CPU\n"
     "                          reference executor, or every launch and GEMM on a device\n"
+    "  --nproc N               train on N ranks on this machine (Open MPI's mpirun starts\n"
+    "                          cgc N times; `mpirun -n N cgc ...` does the same, across\n"
+    "                          machines too); batch stays the global batch, each rank\n"
+    "                          takes its share; with --check, --explain or --dump-ir:\n"
+    "                          compile as for N ranks, start nothing\n"
     "  -q, --quiet             print only errors\n"
     "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
     "                          cache) and, on a GPU, the median step time, the launches\n"
@@ -117,7 +124,7 @@ enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_S
        OPT_DETECT_ANOMALY,
        OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
        OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH,
-       OPT_TUNE_BUDGET, OPT_TUNE_FILE };
+       OPT_TUNE_BUDGET, OPT_TUNE_FILE, OPT_NPROC };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -140,6 +147,8 @@ typedef struct Cli {
     const char *tune_file;      /* --tune-file: NULL for the cache's choices */
     int dump_after;             /* --dump-ir-after: a PipelinePass, or -1 */
     bool explain, bench;
+    int nproc;                  /* --nproc: 0 when not given */
+    CommWorld world;            /* the job this process is a rank of (comm_world) */
     const char *stats_path;     /* --stats: NULL for none */
     PlanMode mode;
     char *pass_ir[PASS_NUM];    /* --emit: each graph printed after each pass (malloc'd) */
@@ -438,6 +447,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"bench", no_argument, NULL, OPT_BENCH};
     opts[n++] = (struct option){"tune-budget", required_argument, NULL, OPT_TUNE_BUDGET};
     opts[n++] = (struct option){"tune-file", required_argument, NULL, OPT_TUNE_FILE};
+    opts[n++] = (struct option){"nproc", required_argument, NULL, OPT_NPROC};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
     opts[n++] = (struct option){"quiet", no_argument, NULL, 'q'};
     opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
@@ -492,6 +502,13 @@ static int parse_args(int argc, char **argv, Cli *cli)
                                    "not '%s'", optarg);
             break;
         case OPT_TUNE_FILE: cli->tune_file = optarg; break;
+        case OPT_NPROC: {
+            int64_t v;
+            if (!parse_count(optarg, &v) || v < 1 || v > 4096)
+                return usage_error("--nproc takes a number of ranks from 1 to 4096, not '%s'", optarg);
+            cli->nproc = (int)v;
+            break;
+        }
         case OPT_LR: cli->lr = optarg; break;
         case OPT_STOP_AFTER:
             if (!parse_count(optarg, &cli->run.stop_after) || cli->run.stop_after == 0)
@@ -543,6 +560,14 @@ static int parse_args(int argc, char **argv, Cli *cli)
                                  "prints its table; it does not go with --check, --explain, "
                                  "--dump-ir, --emit, --stats, --profile, --save, --resume, "
                                  "--metrics, --stop-after or --quiet");
+    if (cli->nproc && cli->bench)
+        return usage_error("%s", "--bench times one process; it does not go with --nproc");
+    if (cli->nproc && cli->world.size > 1 && cli->nproc != cli->world.size) {
+        char ranks[96];
+        snprintf(ranks, sizeof ranks, "%d, but the launcher started this job with %d ranks",
+                 cli->nproc, cli->world.size);
+        return usage_error("--nproc %s: give one or the other", ranks);
+    }
     if (optind == argc) return usage_error("%s", "no model file given (usage: cgc FILE.net [options])");
     if (optind + 1 < argc) return usage_error("unexpected argument '%s' (one model file at a time)", argv[optind + 1]);
     cli->path = argv[optind];
@@ -593,9 +618,40 @@ static BackendOptions backend_options(const Cli *cli, const Plan *plan)
                             .quiet = cli->quiet};
 }
 
+/* Several ranks train on the CPU for now: each rank's device would be cuda:LOCAL_RANK,
+ * with NCCL between them, which cgc does not have yet. False after reporting. */
+static bool ranks_device_ok(Cli *cli)
+{
+    if (cli->world.size == 1 || strcmp(cli->device, "cpu") == 0) return true;
+    if (strcmp(cli->device, "auto") != 0) {
+        cgc_error("--device %s: training on several ranks runs on the CPU for now (each rank "
+                  "taking cuda:LOCAL_RANK needs NCCL, which cgc does not use yet); use --device "
+                  "cpu", diag_quote(cli->device, 40));
+        return false;
+    }
+    if (!cli->quiet)
+        fprintf(stderr, "cgc: note: %d ranks train on the CPU (several ranks on GPUs need NCCL, "
+                        "which cgc does not use yet)\n", cli->world.size);
+    cli->device = "cpu";
+    return true;
+}
+
+/* Several ranks: joins the job, and checks that every rank compiled the same program. */
+static int join_job(const IrProgram *p, Cli *cli)
+{
+    if (cli->world.size == 1) return 0;
+    Comm *c = comm_open(&cli->world);
+    if (!c) return -1;
+    cli->run.comm = c;
+    return comm_agree(c, job_program_hash(p), "the compiled programs",
+                      "every rank must run the same cgc on the same .net file, with the same "
+                      "flags");
+}
+
 /* Trains P on the device --device chooses. */
 static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
 {
+    if (!ranks_device_ok(cli)) return 1;
     BackendOptions bo = backend_options(cli, plan);
     Backend b;
     if (backend_open(&bo, &b) != 0) return 1;
@@ -614,7 +670,9 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     cli->run.verbose = cli->verbose;
     cli->run.device = b.device;
     cli->run.plan = b.plan;
-    int rc = train_run(p, &cli->run);
+    int rc = join_job(p, cli) != 0 ? 1 : train_run(p, &cli->run);
+    comm_close(cli->run.comm, rc != 0);
+    cli->run.comm = NULL;
     backend_close(&b);
     return rc;
 }
@@ -675,9 +733,18 @@ int main(int argc, char **argv)
     Cli cli;
     memset(&cli, 0, sizeof cli);
     cli.mode = PLAN_DEFAULT;   /* the compiler's fused kernels, as torch.compile's default */
+    if (comm_world(&cli.world) != 0) return 1;
     int rc = parse_args(argc, argv, &cli);
     if (rc) return rc;
     if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;
+    bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench;
+    if (cli.nproc > 1 && cli.world.size == 1 && trains) return job_launch(argc, argv, cli.nproc);
+    int ranks = cli.world.size > 1 ? cli.world.size : cli.nproc ? cli.nproc : 1;
+    if (cli.world.rank > 0) {   /* rank 0 reports and writes files for the job */
+        cli.quiet = true;
+        cli.emit_dir = NULL;
+        cli.stats_path = NULL;
+    }
 
     Source *src = source_load(cli.path);
     if (!src) return 1;
@@ -696,8 +763,8 @@ int main(int argc, char **argv)
                             ? (PipelinePass)cli.dump_after : PASS_TRAINING;
     PassObserver keep = {keep_pass_ir, &cli};
     IrProgram *p = last < PASS_TRAINING || !cli.emit_dir
-                       ? pipeline_compile_until(src, cli.overrides, cli.noverrides, last)
-                       : pipeline_compile_observed(src, cli.overrides, cli.noverrides, &keep);
+                       ? pipeline_compile_until(src, cli.overrides, cli.noverrides, last, ranks)
+                       : pipeline_compile_observed(src, cli.overrides, cli.noverrides, ranks, &keep);
     if (!p) {
         /* Every failure should have said why; this is the net for one that did not. */
         if (diag_error_count() == 0) fprintf(stderr, "cgc: %s: compilation failed\n", cli.path);

@@ -34,22 +34,22 @@ const char *const pipeline_pass_names[PASS_NUM] = {
 
 IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrides)
 {
-    return pipeline_compile_until(src, overrides, noverrides, PASS_TRAINING);
+    return pipeline_compile_until(src, overrides, noverrides, PASS_TRAINING, 1);
 }
 
 static IrProgram *compile_until(Source *src, const Override *overrides, int noverrides,
-                                PipelinePass last, const PassObserver *obs);
+                                PipelinePass last, int ranks, const PassObserver *obs);
 
 IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int noverrides,
-                                  PipelinePass last)
+                                  PipelinePass last, int ranks)
 {
-    return compile_until(src, overrides, noverrides, last, NULL);
+    return compile_until(src, overrides, noverrides, last, ranks, NULL);
 }
 
 IrProgram *pipeline_compile_observed(Source *src, const Override *overrides, int noverrides,
-                                     const PassObserver *obs)
+                                     int ranks, const PassObserver *obs)
 {
-    return compile_until(src, overrides, noverrides, PASS_TRAINING, obs);
+    return compile_until(src, overrides, noverrides, PASS_TRAINING, ranks, obs);
 }
 
 static void observe(const PassObserver *obs, PipelinePass pass, const IrProgram *p)
@@ -58,9 +58,9 @@ static void observe(const PassObserver *obs, PipelinePass pass, const IrProgram 
 }
 
 static IrProgram *compile_until(Source *src, const Override *overrides, int noverrides,
-                                PipelinePass last, const PassObserver *obs)
+                                PipelinePass last, int ranks, const PassObserver *obs)
 {
-    CGC_ASSERT(last <= PASS_TRAINING);
+    CGC_ASSERT(last <= PASS_TRAINING && ranks >= 1);
     AstFile *ast = parse_file(src);
     if (!ast) return NULL;
     IrProgram *p = sema_check(src, ast);
@@ -77,6 +77,7 @@ static IrProgram *compile_until(Source *src, const Override *overrides, int nove
         return NULL;
     }
     sema_train_finish(&p->cfg);
+    p->cfg.ranks = ranks;
     observe(obs, PASS_SEMA, p);
     if (last >= PASS_PRECISION) precision_assign(p), observe(obs, PASS_PRECISION, p);
     if (last >= PASS_TRAINING) training_lower(p), observe(obs, PASS_TRAINING, p);

@@ -25,9 +25,10 @@ extern const char *const pipeline_pass_names[PASS_NUM];   /* "sema", "precision"
  * --optimizer, which resets the learning rate). Returns the lowered program, or NULL
  * after diagnostics. */
 IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrides);
-/* The same, stopping after pass LAST (at most PASS_TRAINING). */
+/* The same, stopping after pass LAST (at most PASS_TRAINING), for a job of RANKS ranks
+ * (cfg.ranks: training lowering sums the gradients over them). */
 IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int noverrides,
-                                  PipelinePass last);
+                                  PipelinePass last, int ranks);
 
 /* Called with the program after each pass (--emit writes the IR of each): here after
  * sema, precision and training; compile_program (driver/compile.h) after checkpoint and
@@ -37,8 +38,8 @@ typedef struct PassObserver {
     void *ctx;
 } PassObserver;
 
-/* pipeline_compile, telling OBS (NULL: no one) after each of its passes. */
+/* pipeline_compile for RANKS ranks, telling OBS (NULL: no one) after each of its passes. */
 IrProgram *pipeline_compile_observed(Source *src, const Override *overrides, int noverrides,
-                                     const PassObserver *obs);
+                                     int ranks, const PassObserver *obs);
 
 #endif

@@ -30,25 +30,59 @@
 
 /* ---- the plan: how many micro-batches, steps and epochs ---- */
 
-/* A batch norm over one value per channel in a row (P->stats_per_row) cannot take a
- * micro-batch of one row: its unbiased variance divides by n - 1 = 0 (PyTorch refuses
- * such a batch too). Every micro-batch holds cfg.batch rows, but the last of an epoch
- * without drop_last, which holds what is left. */
-static int check_batch_statistics(const Trainer *t, int64_t n)
+void train_rank_rows(int rank, int ranks, int64_t *first, int64_t *count)
+{
+    int64_t n = *count, lo = n * rank / ranks, hi = n * (rank + 1) / ranks;
+    *first += lo;
+    *count = hi - lo;
+}
+
+/* What a rank's micro-batch of COUNT rows weighs in the running loss: its share of the
+ * rows times the ranks, so that the mean over the ranks of every rank's sum is the sum
+ * of the whole micro-batches' mean losses (1 when the rows divide evenly). */
+static double train_loss_weight(const Trainer *t, int64_t count)
+{
+    int64_t first = 0, rows = count;
+    train_rank_rows(t->rank, t->ranks, &first, &rows);
+    return t->ranks == 1 ? 1.0 : (double)rows * t->ranks / (double)count;
+}
+
+/* V[0 .. N) := their sums over the ranks. */
+static int train_sum_over_ranks(const Trainer *t, double *v, int n, const char *what)
+{
+    return t->ranks == 1 ? 0 : comm_allreduce(t->o->comm, v, n, COMM_F64, what);
+}
+
+/* The fewest rows a rank takes from a micro-batch of N rows. */
+static int64_t fewest_rows(const Trainer *t, int64_t n) { return n / t->ranks; }
+
+/* Every rank needs rows of its own in every micro-batch, and a batch norm over one value
+ * per channel in a row (P->stats_per_row) needs two: its unbiased variance divides by
+ * n - 1 (PyTorch refuses such a batch too). Every micro-batch holds cfg.batch rows, but
+ * the last of an epoch without drop_last, which holds what is left. */
+static int check_batch_rows(const Trainer *t, int64_t n)
 {
     const TrainConfig *c = &t->p->cfg;
-    int64_t last = c->drop_last ? c->batch : n % c->batch;
-    if (t->p->stats_per_row != 1 || (c->batch > 1 && last != 1)) return 0;
-    char why[160];
-    if (c->batch == 1)
-        snprintf(why, sizeof why, "batch = 1");
+    int64_t last = c->drop_last || n % c->batch == 0 ? c->batch : n % c->batch;
+    int64_t need = t->p->stats_per_row == 1 ? 2 : 1;
+    int64_t fewest = fewest_rows(t, last < c->batch ? last : c->batch);
+    if (fewest >= need) return 0;
+    char why[200], per[64] = "";
+    if (t->ranks > 1) snprintf(per, sizeof per, " split over %d ranks", t->ranks);
+    if (last == c->batch)
+        snprintf(why, sizeof why, "batch = %lld%s", (long long)c->batch, per);
     else
-        snprintf(why, sizeof why, "the last micro-batch of each epoch holds one row: %lld training "
-                 "samples in batches of %lld", (long long)n, (long long)c->batch);
-    cgc_error("%s:%d: batchnorm over one value per channel cannot take a batch of one row (%s): "
-              "its variance has no unbiased estimate; %s", t->o->net_path, t->p->stats_loc.line, why,
-              c->batch == 1 ? "use a batch of 2 or more"
-                            : "set drop_last = true, or a batch that leaves more than one row");
+        snprintf(why, sizeof why, "the last micro-batch of each epoch holds %lld row%s%s: %lld "
+                 "training samples in batches of %lld", (long long)last, last == 1 ? "" : "s", per,
+                 (long long)n, (long long)c->batch);
+    const char *fix = last == c->batch ? "use a larger batch"
+                                       : "set drop_last = true, or a batch that leaves more rows";
+    if (need == 2)
+        cgc_error("%s:%d: batchnorm over one value per channel needs at least 2 rows per batch%s "
+                  "(%s): its variance has no unbiased estimate from one; %s", t->o->net_path,
+                  t->p->stats_loc.line, t->ranks > 1 ? " on every rank" : "", why, fix);
+    else
+        cgc_error("%s gives a rank no rows of its own; %s", why, fix);
     return -1;
 }
 
@@ -56,7 +90,7 @@ static int plan(Trainer *t)
 {
     const TrainConfig *c = &t->p->cfg;
     int64_t n = t->data.train.n;
-    if (check_batch_statistics(t, n) != 0) return -1;
+    if (check_batch_rows(t, n) != 0) return -1;
     t->micro_per_epoch = c->drop_last ? n / c->batch : (n + c->batch - 1) / c->batch;
     t->steps_per_epoch = t->micro_per_epoch / c->accumulate;
     t->scale_tensor = c->precision == PREC_FP16 ? ir_find_tensor(t->p, "cgc.scaler.scale") : -1;
@@ -86,11 +120,30 @@ typedef struct CpuBackend {
     void *y;                    /* one batch of labels */
 } CpuBackend;
 
+/* The executor's sums over the ranks (cpu/exec.h), through the job's MPI (comm.h): a
+ * bucket's sum goes in the comm slot of its number. */
+static int coll_start(void *ctx, int bucket, void *buf, int64_t n, CpuReal real)
+{
+    return comm_allreduce_start(ctx, bucket, buf, n, real == CPU_F64 ? COMM_F64 : COMM_F32);
+}
+
+static int coll_progress(void *ctx) { return comm_progress(ctx); }
+
+static int coll_wait(void *ctx, int bucket)
+{
+    char what[64];
+    snprintf(what, sizeof what, "the all-reduce of bucket %d", bucket);
+    return comm_wait(ctx, bucket, what);
+}
+
 static int cpu_open(Trainer *t)
 {
     CpuBackend *b = t->backend = xcalloc(1, sizeof *b);
     b->e = cpu_exec_new(t->p, CPU_F32);
     cpu_exec_set_reuse(b->e, true);   /* the trainer reads only the graphs' outputs */
+    if (t->ranks > 1)
+        cpu_exec_set_collectives(b->e, &(CpuCollectives){t->o->comm, coll_start, coll_progress,
+                                                         coll_wait});
     t->tensors = xcalloc((size_t)(t->p->ntensors ? t->p->ntensors : 1), sizeof *t->tensors);
     for (int i = 0; i < t->p->ntensors; i++) t->tensors[i] = cpu_exec_tensor(b->e, i);
     int64_t rows = t->p->cfg.batch > EVAL_BATCH ? t->p->cfg.batch : EVAL_BATCH;
@@ -154,14 +207,18 @@ static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64
                      int64_t start, int64_t count, int64_t micro_step)
 {
     CpuBackend *b = t->backend;
-    data_gather(d, order, start, count, b->x, b->y);
+    int64_t first = start, rows = count;
+    if (g != &t->p->eval) train_rank_rows(t->rank, t->ranks, &first, &rows);
+    data_gather(d, order, first, rows, b->x, b->y);
     CpuFeed feed;
     memset(&feed, 0, sizeof feed);
-    feed.symvals[0] = count;
+    feed.symvals[0] = rows;
     feed.inputs[0] = b->x;
     feed.inputs[1] = b->y;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
+    feed.runtime[IR_RT_RANK_SHARE] = (double)rows / (double)count;
+    feed.first_row = first - start;
     cpu_exec_set_profile(b->e, t->recording);
     cpu_exec_set_detect_anomaly(b->e, t->o->detect_anomaly);
     int rc = cpu_exec_run(b->e, g, &feed);
@@ -184,7 +241,7 @@ static int cpu_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
     double loss = output_scalar(t, g, IR_OUT_LOSS);
     if (!isfinite(loss) && t->p->cfg.precision != PREC_FP16)
         return train_loss_not_finite(t, pr->step, isnan(loss) ? "NaN" : "infinite");
-    pr->loss_sum += loss;
+    pr->loss_sum += loss * train_loss_weight(t, count);
     pr->loss_count++;
     if (g == &t->p->train) pr->skipped += output_scalar(t, g, IR_OUT_SKIPPED) != 0;
     return 0;
@@ -196,13 +253,17 @@ static int cpu_evaluate(Trainer *t, EvalResult *r)
 {
     const Dataset *d = &t->data.test;
     const IrGraph *g = &t->p->eval;
-    double loss = 0, correct = 0;
-    for (int64_t start = 0; start < d->n; start += EVAL_BATCH) {
-        int64_t count = d->n - start < EVAL_BATCH ? d->n - start : EVAL_BATCH;
+    int64_t first = 0, n = d->n;
+    train_rank_rows(t->rank, t->ranks, &first, &n);
+    double sums[2] = {0, 0};   /* loss times rows, correct predictions */
+    for (int64_t start = first; start < first + n; start += EVAL_BATCH) {
+        int64_t count = first + n - start < EVAL_BATCH ? first + n - start : EVAL_BATCH;
         if (run_batch(t, g, d, NULL, start, count, 0) != 0) return -1;   /* no dropout */
-        loss += output_scalar(t, g, IR_OUT_LOSS) * (double)count;
-        correct += output_scalar(t, g, IR_OUT_CORRECT);
+        sums[0] += output_scalar(t, g, IR_OUT_LOSS) * (double)count;
+        sums[1] += output_scalar(t, g, IR_OUT_CORRECT);
     }
+    if (train_sum_over_ranks(t, sums, 2, "the evaluation's totals") != 0) return -1;
+    double loss = sums[0], correct = sums[1];
     r->loss = loss / (double)d->n;
     r->has_accuracy = g->output[IR_OUT_CORRECT] >= 0;
     r->accuracy = correct / (double)d->n;
@@ -368,9 +429,37 @@ static int train_step_profiled(Trainer *t, TrainProgress *pr)
     return pr->step == t->profile_to ? profile_finish(t) : 0;
 }
 
+/* Several ranks: the epoch's loss sum is the one the epoch began with plus the mean over
+ * the ranks of what each added (train_loss_weight). */
+static int combine_losses(Trainer *t, TrainProgress *pr)
+{
+    double added = pr->loss_sum - t->loss_base;
+    if (t->ranks == 1 || train_sum_over_ranks(t, &added, 1, "the epoch's loss") != 0)
+        return t->ranks == 1 ? 0 : -1;
+    pr->loss_sum = t->loss_base + added / t->ranks;
+    return 0;
+}
+
+/* Several ranks apply the same update to the same sums, so they hold the same tensors
+ * after every step; checked where a checkpoint is made, by a hash of them all. */
+static int check_ranks_agree(Trainer *t)
+{
+    if (t->ranks == 1) return 0;
+    if (t->ops->pull_tensors(t) != 0) return -1;
+    uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a */
+    for (int i = 0; i < t->p->ntensors; i++) {
+        const unsigned char *b = (const unsigned char *)t->tensors[i];
+        size_t n = (size_t)ir_numel(&t->p->tensors[i].shape, NULL) * sizeof(float);
+        for (size_t k = 0; k < n; k++) h = (h ^ b[k]) * 0x100000001b3ull;
+    }
+    return comm_agree(t->o->comm, h, "the trained tensors",
+                      "the ranks' updates diverged, which is a bug in cgc; please report it");
+}
+
 static int save(Trainer *t, const TrainProgress *pr)
 {
-    if (!t->o->save_path) return 0;
+    if (check_ranks_agree(t) != 0) return -1;
+    if (!t->o->save_path || !t->lead) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
     return train_state_save(t->o->save_path, t->p, t->tensors, pr, t->total_steps);
 }
@@ -409,6 +498,7 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
 {
     const TrainConfig *c = &t->p->cfg;
     if (t->ops->epoch_begin(t, pr) != 0) return RUN_FAILED;
+    t->loss_base = pr->loss_sum;
     int64_t first_micro = pr->batch_in_epoch;
     double started = clock_seconds() - pr->train_seconds;
     int64_t end = t->steps_per_epoch * c->accumulate;
@@ -419,7 +509,9 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
         if (pr->step >= t->total_steps) { state = RUN_DONE; break; }
         if (t->o->stop_after && pr->step >= t->o->stop_after) { state = RUN_INTERRUPTED; break; }
     }
-    if (t->ops->read_totals(t, pr, true) != 0 || check_scaler(t, pr) != 0) return RUN_FAILED;
+    if (t->ops->read_totals(t, pr, true) != 0 || check_scaler(t, pr) != 0 ||
+        combine_losses(t, pr) != 0)
+        return RUN_FAILED;
     pr->train_seconds = clock_seconds() - started;
     bool epoch_complete = pr->batch_in_epoch >= end;
     EvalResult ev, *evp = NULL;
@@ -464,6 +556,9 @@ static void print_plan(const Trainer *t, const TrainProgress *pr)
            (long long)c->batch, c->accumulate > 1 ? " with accumulation" : "",
            config_optimizer_name(c->optimizer), config_schedule_name(c->schedule),
            precision_text(t), t->ops->where(t));
+    if (t->ranks > 1)
+        printf("cgc: %d ranks, each taking its %lld or so rows of every batch; gradients summed "
+               "over them every step (MPI)\n", t->ranks, (long long)(c->batch / t->ranks));
     if (pr->step > 0)
         printf("cgc: resuming at step %lld (epoch %lld, batch %lld)\n", (long long)pr->step,
                (long long)pr->epoch + 1, (long long)pr->batch_in_epoch);
@@ -498,13 +593,28 @@ static int check_progress(const Trainer *t, const TrainProgress *pr)
     return -1;
 }
 
+/* Several ranks: what rank 0 read from the checkpoint, sent to the others (the file need
+ * not be on their machines). */
+static int share_checkpoint(Trainer *t, TrainProgress *pr)
+{
+    if (t->ranks == 1) return 0;
+    Comm *c = t->o->comm;
+    for (int i = 0; i < t->p->ntensors; i++) {
+        size_t bytes = (size_t)ir_numel(&t->p->tensors[i].shape, NULL) * sizeof(float);
+        if (comm_broadcast(c, t->tensors[i], bytes, 0, "sending the checkpoint") != 0) return -1;
+    }
+    return comm_broadcast(c, pr, sizeof *pr, 0, "sending the checkpoint");
+}
+
 static int init_state(Trainer *t, TrainProgress *pr)
 {
     if (t->ops->init_tensors(t) != 0) return -1;
     if (!t->o->resume_path) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
-    if (train_state_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0) return -1;
-    if (check_progress(t, pr) != 0) return -1;
+    if (t->lead && (train_state_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0 ||
+                    check_progress(t, pr) != 0))
+        return -1;
+    if (share_checkpoint(t, pr) != 0) return -1;
     return t->ops->push_tensors(t);
 }
 
@@ -515,18 +625,24 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     t->p = p;
     t->o = o;
     t->ops = o->device ? &train_device_backend : &cpu_backend;
+    t->rank = o->comm ? comm_rank(o->comm) : 0;
+    t->ranks = o->comm ? comm_size(o->comm) : 1;
+    t->lead = t->rank == 0;
+    CGC_ASSERT(t->ranks == (p->cfg.ranks > 1 ? p->cfg.ranks : 1) && (t->ranks == 1 || !o->device));
     /* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
-    if (o->save_path && st_check_writable(o->save_path) != 0) return -1;
-    if (o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path))) return -1;
+    if (t->lead && o->save_path && st_check_writable(o->save_path) != 0) return -1;
+    if (t->lead && o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path)))
+        return -1;
     if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
     if (plan(t) != 0) return -1;
     if (t->ops->open(t) != 0) return -1;
     if (init_state(t, pr) != 0) return -1;
-    if (o->metrics_path && !(t->metrics = fopen(o->metrics_path, "a"))) {
+    if (t->lead && o->metrics_path && !(t->metrics = fopen(o->metrics_path, "a"))) {
         cgc_error("cannot open %s for the metrics: %m", o->metrics_path);
         return -1;
     }
-    t->live = isatty(STDOUT_FILENO);
+    /* mpirun gives every rank a terminal of its own, whatever the job's output is */
+    t->live = isatty(STDOUT_FILENO) && t->ranks == 1;
     return 0;
 }
 
@@ -547,6 +663,14 @@ static void print_done(const Trainer *t, RunState state, int64_t step, double se
     printf("cgc: %s at step %lld in %.1f s%s%s%s\n", state == RUN_INTERRUPTED ? "stopped" : "done",
            (long long)step, seconds, share, o->save_path ? "; saved to " : "",
            o->save_path ? o->save_path : "");
+    if (t->ranks > 1 && o->verbose) {
+        CommStats s = comm_stats(o->comm);
+        double each = s.sums ? (double)s.bytes / (double)s.sums : 0;
+        printf("cgc: rank 0 summed %lld times over the %d ranks (%.1f MB in all), and waited %.3f "
+               "s for the sums; comm.h's model predicts %.3f s for them\n", (long long)s.sums,
+               t->ranks, (double)s.bytes / 1e6, s.wait_s,
+               (double)s.sums * comm_predict_allreduce((int64_t)each, t->ranks));
+    }
 }
 
 int train_run(IrProgram *p, const RunOptions *o)

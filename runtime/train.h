@@ -13,6 +13,7 @@
 
 #include "../compiler/ir.h"
 #include "../codegen/plan.h"
+#include "comm.h"
 #include "device.h"
 
 /* Step times on a device (-v prints them; --bench reads them): device time between
@@ -50,6 +51,11 @@ typedef struct RunOptions {
      * names are stable, so that plan matches a module built from an eager plan of P. */
     Device *device;
     const Plan *plan;
+    /* The job's ranks (comm.h), or NULL for one. With several, each trains on its share
+     * of every batch (the program compiled for cfg.ranks of them), rank 0 alone prints,
+     * writes metrics, profiles and saves, and a resumed run reads the checkpoint on rank
+     * 0, which sends it to the others. */
+    Comm *comm;
 } RunOptions;
 
 /* Where a run is: everything besides tensors that a resumed run needs to continue

@@ -75,7 +75,18 @@ struct Trainer {
     int64_t profile_from, profile_to;   /* the steps it records: [from, to), 0-based */
     bool live;                  /* stdout is a terminal: draw a progress bar */
     double last_draw;
+    /* The job (RunOptions.comm): this process's rank of RANKS; LEAD: rank 0, which
+     * reports and saves. LOSS_BASE: the epoch's loss sum when this run began it (not 0
+     * when resumed mid-epoch), the same on every rank; each adds its own losses to it. */
+    int rank, ranks;
+    bool lead;
+    double loss_base;
 };
+
+/* Rows [*FIRST, *FIRST + *COUNT) of a micro-batch of COUNT rows from FIRST, which rank
+ * RANK of RANKS takes: a contiguous share, the first ranks one row fewer when the rows do
+ * not divide evenly. */
+void train_rank_rows(int rank, int ranks, int64_t *first, int64_t *count);
 
 extern const TrainBackendOps train_device_backend;   /* train_device.c */
 

@@ -6,8 +6,9 @@ set -euo pipefail
 # python3-torch: PyTorch on the CPU, the independent oracle of the crosscheck_torch test.
 # clang and libclang-rt-dev: libFuzzer, for the fuzz targets (scripts/fuzz.sh).
 # strace: kills a run at a chosen system call (a save's rename) in tests/e2e/files.sh.
+# Open MPI (libopenmpi-dev, openmpi-bin): training on several ranks, mpirun for the tests.
 packages=(cmake make gcc flex bison zlib1g-dev libopenblas-dev libcjson-dev dataset-fashion-mnist
-          python3-torch clang libclang-rt-dev strace)
+          python3-torch clang libclang-rt-dev strace libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -16,6 +16,8 @@ cgc_e2e(e2e_cli cli.sh)
 cgc_e2e(e2e_files files.sh)
 cgc_e2e(e2e_profile profile.sh)
 cgc_e2e(e2e_bench bench.sh)
+cgc_e2e(e2e_ranks ranks.sh)
+set_tests_properties(e2e_ranks PROPERTIES SKIP_RETURN_CODE 77)
 
 # Whole-binary mutation test: every byte-level mutation of each model ends in exit 0
 # or exit 1 with a diagnostic, within seconds.

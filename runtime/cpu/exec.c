@@ -79,6 +79,10 @@ struct CpuExec {
     int *last, *next_dead, *first_dead;   /* per node of PLANNED: release_plan */
     const IrGraph *planned;     /* the graph the release plan is for (NULL: none) */
     CpuAnomaly anomaly;     /* the last run's, when it stopped at one */
+    CpuCollectives coll;    /* several ranks (cpu_exec_set_collectives); start NULL: none */
+    struct Bucket *buckets; /* the graph run's all-reduce buckets (bucket_plan) */
+    int nbuckets, capbuckets;
+    int64_t *coll_offset;   /* per node of the run: an ALLREDUCE's place in its bucket */
 };
 
 /* Makes B hold at least BYTES. The old contents are not kept: callers overwrite. */
@@ -534,6 +538,100 @@ static WinGeo win_geo(const IrNode *node, const Dims *image)
     return g;
 }
 
+/* ---- sums over the ranks (IR_ALLREDUCE) ---- */
+
+/* One bucket of a run: its members' values, gathered, summed over the ranks in place.
+ * A bucket is whole when each of its values is computed before the first of its members
+ * runs (fusion may order a graph otherwise); the members of a bucket that is not are
+ * summed one by one, each where it runs (every rank runs the same order, so all agree). */
+typedef struct Bucket {
+    int ready;          /* the last node whose value it sums: it starts after that one */
+    int first;          /* its first member */
+    int64_t n;          /* elements */
+    Buf buf;
+    bool whole, started, done;
+} Bucket;
+
+/* The buckets of G for this run, and each member's offset in its bucket (node order). */
+static void bucket_plan(CpuExec *e, const IrGraph *g)
+{
+    e->nbuckets = 0;
+    e->coll_offset = xrealloc(e->coll_offset, (size_t)(g->nnodes ? g->nnodes : 1) * sizeof *e->coll_offset);
+    for (int id = 0; id < g->nnodes; id++) {
+        const IrNode *x = &g->nodes[id];
+        if (x->op != IR_ALLREDUCE) continue;
+        while (x->index >= e->nbuckets) {
+            if (e->nbuckets == e->capbuckets) {
+                e->capbuckets = e->capbuckets ? 2 * e->capbuckets : 8;
+                e->buckets = xrealloc(e->buckets, (size_t)e->capbuckets * sizeof *e->buckets);
+                memset(e->buckets + e->nbuckets, 0, (size_t)(e->capbuckets - e->nbuckets) * sizeof *e->buckets);
+            }
+            Bucket *b = &e->buckets[e->nbuckets++];
+            b->ready = -1;
+            b->first = -1;
+            b->n = 0;
+            b->started = b->done = false;
+        }
+        Bucket *b = &e->buckets[x->index];
+        Dims d = bind_shape(&x->shape, e->symvals);
+        if (b->first < 0) b->first = id;
+        e->coll_offset[id] = b->n;
+        b->n += dims_numel(&d);
+        if (x->in[0] > b->ready) b->ready = x->in[0];
+    }
+    for (int k = 0; k < e->nbuckets; k++) e->buckets[k].whole = e->buckets[k].ready < e->buckets[k].first;
+}
+
+/* After node ID of G: the buckets whose values are all computed are gathered and started. */
+static int buckets_start(CpuExec *e, const IrGraph *g, int id)
+{
+    bool flying = false;
+    for (int k = 0; k < e->nbuckets; k++) {
+        Bucket *b = &e->buckets[k];
+        flying |= b->started && !b->done;
+        if (b->ready != id || b->started || !b->whole) continue;
+        char *buf = buf_reserve(&b->buf, (size_t)b->n * e->esize);
+        for (int m = 0; m < g->nnodes; m++) {
+            const IrNode *x = &g->nodes[m];
+            if (x->op != IR_ALLREDUCE || x->index != k) continue;
+            const Slot *in = &e->slots[x->in[0]];
+            memcpy(buf + (size_t)e->coll_offset[m] * e->esize, in->val, (size_t)in->n * e->esize);
+        }
+        if (e->coll.start(e->coll.ctx, k, buf, b->n, e->real) != 0) return -1;
+        b->started = flying = true;
+    }
+    return flying ? e->coll.progress(e->coll.ctx) : 0;
+}
+
+/* ALLREDUCE node ID's value into OUT (N elements): its share of the bucket's sum, or,
+ * with one rank, its input. */
+static int allreduce_value(CpuExec *e, const IrGraph *g, int id, void *out, int64_t n)
+{
+    const IrNode *x = &g->nodes[id];
+    const Slot *in = &e->slots[x->in[0]];
+    CGC_ASSERT(in->n == n);
+    if (!e->coll.start) {
+        memcpy(out, in->val, (size_t)n * e->esize);
+        return 0;
+    }
+    Bucket *b = &e->buckets[x->index];
+    if (!b->whole) {
+        memcpy(out, in->val, (size_t)n * e->esize);
+        return e->coll.start(e->coll.ctx, x->index, out, n, e->real) != 0 ||
+               e->coll.wait(e->coll.ctx, x->index) != 0 ? -1 : 0;
+    }
+    CGC_ASSERT(b->started);
+    if (!b->done && e->coll.wait(e->coll.ctx, x->index) != 0) return -1;
+    b->done = true;
+    memcpy(out, (char *)b->buf.p + (size_t)e->coll_offset[id] * e->esize, (size_t)n * e->esize);
+    return 0;
+}
+
+void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c)
+{
+    e->coll = c ? *c : (CpuCollectives){0};
+}
+
 #define REAL float
 #define SFX(name) name##_f32
 #define MATH(fn) fn##f
@@ -583,6 +681,9 @@ void cpu_exec_free(CpuExec *e)
     free(e->pool);
     free(e->last), free(e->next_dead), free(e->first_dead);
     for (int i = 0; i < 3; i++) buf_free(&e->scratch[i]);
+    for (int i = 0; i < e->capbuckets; i++) buf_free(&e->buckets[i].buf);
+    free(e->buckets);
+    free(e->coll_offset);
     free(e);
 }
 
@@ -750,10 +851,12 @@ int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
         }
         release_plan(e, g);
     }
+    if (e->coll.start) bucket_plan(e, g);
     int rc = 0;
     for (int id = 0; id < g->nnodes && rc == 0; id++) {
         double start = e->prof ? clock_seconds() : 0;
         rc = e->real == CPU_F64 ? exec_node_f64(e, g, id) : exec_node_f32(e, g, id);
+        if (rc == 0 && e->coll.start) rc = buckets_start(e, g, id);
         /* an ASSIGN's work is its copy, timed in apply_assigns */
         if (e->prof && g->nodes[id].op != IR_ASSIGN) profile_node(e, g, id, start);
         if (rc == 0 && e->detect_anomaly && anomalous(e, g, id)) rc = -1;

@@ -28,6 +28,10 @@ typedef struct CpuFeed {
      * out densely in the input's shape with the symbols bound. */
     const void *inputs[IR_MAX_INPUTS];
     double runtime[IR_NUM_RUNTIME];  /* IR_RUNTIME scalars */
+    /* Several ranks: the row of the whole micro-batch that this run's first row is (its
+     * rank's share starts there), else 0. Dropout draws by the element's place in the
+     * whole micro-batch, so that the masks do not depend on how it is split. */
+    int64_t first_row;
 } CpuFeed;
 
 CpuExec *cpu_exec_new(const IrProgram *p, CpuReal real);
@@ -74,6 +78,21 @@ void cpu_exec_set_reuse(CpuExec *e, bool on);
 const void *cpu_exec_value(CpuExec *e, int id, int64_t *numel);
 /* Scalar node value as a double (loss, correct count, skipped flag). */
 double cpu_exec_scalar(CpuExec *e, int id);
+
+/* Several ranks: the sums over the ranks that IR_ALLREDUCE nodes ask for. A bucket's
+ * values are gathered into one buffer of N elements (REAL: float or double, as the
+ * executor computes) and START is called as soon as the run has computed the last of
+ * them, so that the sum proceeds while the run goes on; PROGRESS after each node while
+ * a bucket is in flight (MPI moves only inside its calls); WAIT when the first of the
+ * bucket's nodes is needed, after which BUF holds the sum. Each returns 0, or -1 after
+ * reporting. Without them (the default) a sum over one rank is the value itself. */
+typedef struct CpuCollectives {
+    void *ctx;
+    int (*start)(void *ctx, int bucket, void *buf, int64_t n, CpuReal real);
+    int (*progress)(void *ctx);
+    int (*wait)(void *ctx, int bucket);
+} CpuCollectives;
+void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c);   /* NULL: none */
 
 /* Seconds spent in GEMM calls since creation (for the benchmark's GEMM share). */
 double cpu_exec_gemm_seconds(const CpuExec *e);

@@ -712,10 +712,13 @@ static void SFX(dropout)(const CpuExec *e, const IrNode *node, REAL *out, const 
     double p = node->value;
     uint64_t seed = e->p->cfg.seed, counter = to_counter(counter_value);
     REAL scale = (REAL)(1.0 / (1.0 - p));
+    int64_t rows = e->symvals[0];
+    bool batched = node->shape.rank > 0 && node->shape.dim[0] == IR_SYM(0) && rows > 0;
+    uint64_t first = batched ? (uint64_t)(e->feed->first_row * (n / rows)) : 0;
     /* Each element costs a Philox block: worth threads well below PAR_MIN. */
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN / 16)
     for (int64_t i = 0; i < n; i++)
-        out[i] = rng_dropout_keep(seed, node->index, counter, (uint64_t)i, p) ? x[i] * scale : 0;
+        out[i] = rng_dropout_keep(seed, node->index, counter, first + (uint64_t)i, p) ? x[i] * scale : 0;
 }
 
 /* ---- one node ---- */
@@ -810,6 +813,7 @@ static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const 
         if (node->op == IR_UNFOLD) SFX(unfold)(node, out, x, &xd);
         else SFX(fold)(node, out, x, od);
         return 0;
+    case IR_FAMILY_COLLECTIVE: return allreduce_value(e, g, (int)(node - g->nodes), out, n);
     case IR_FAMILY_MODE_SWITCH: break;   /* resolved by training lowering */
     }
     CGC_INTERNAL("the CPU executor has no kernel for %s", ir_op_info[node->op].name);

@@ -201,8 +201,8 @@ train {
     drop_last = false
 }
 EOF
-bn_err="^cgc: error: $tmp/bn.net:5: batchnorm over one value per channel cannot take a batch of one row"
-expect "batchnorm, last batch of one" 1 "$bn_err \(the last micro-batch of each epoch holds one row: 65 training samples in batches of 8\)" -- "$tmp/bn.net" --device cpu
+bn_err="^cgc: error: $tmp/bn.net:5: batchnorm over one value per channel needs at least 2 rows per batch"
+expect "batchnorm, last batch of one" 1 "$bn_err \(the last micro-batch of each epoch holds 1 row: 65 training samples in batches of 8\)" -- "$tmp/bn.net" --device cpu
 expect "batchnorm, batch 1" 1 "$bn_err \(batch = 1\)" -- "$tmp/bn.net" --device cpu --batch 1
 expect "batchnorm, drop_last" 0 "done at step 8" -- "$tmp/bn.net" --device cpu --drop-last true
 expect "batchnorm, 66 samples" 0 "done at step 9" -- "$tmp/bn.net" --device cpu --data "synthetic(samples = 66)"

@@ -1,0 +1,309 @@
+/* comm.c: the job's ranks and MPI's collectives (see comm.h). */
+#include "comm.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <time.h>
+
+#include "../compiler/diag.h"
+#include "clock.h"
+
+#ifdef CGC_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* ---- the world, from the environment ---- */
+
+/* Variable NAME as a number in [lo, hi] into *OUT: 0; 1 when unset; -1 after reporting. */
+static int env_int(const char *name, int lo, int hi, int *out)
+{
+    const char *s = getenv(name);
+    if (!s) return 1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cgc_error("the environment variable %s is '%s', not a number from %d to %d", name,
+                  diag_quote(s, 40), lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* One launcher's three variables: 0 with all of *W set; 1 when SIZE is unset; -1 after
+ * reporting. */
+static int launcher_vars(const char *size, const char *rank, const char *local, CommWorld *w)
+{
+    int rs = env_int(size, 1, INT_MAX, &w->size);
+    if (rs != 0) return rs;
+    if (env_int(rank, 0, w->size - 1, &w->rank) != 0) {
+        if (!getenv(rank)) cgc_error("%s is set but %s is not", size, rank);
+        return -1;
+    }
+    w->local_rank = w->rank;   /* one machine unless the launcher says otherwise */
+    return env_int(local, 0, w->size - 1, &w->local_rank) < 0 ? -1 : 0;
+}
+
+int comm_world(CommWorld *w)
+{
+    *w = (CommWorld){0, 1, 0, NULL};
+    CommWorld mpi = *w, torch = *w;
+    int rm = launcher_vars("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                           "OMPI_COMM_WORLD_LOCAL_RANK", &mpi);
+    int rt = launcher_vars("WORLD_SIZE", "RANK", "LOCAL_RANK", &torch);
+    if (rm < 0 || rt < 0) return -1;
+    if (rm == 0 && rt == 0 && (mpi.size != torch.size || mpi.rank != torch.rank)) {
+        cgc_error("mpirun says rank %d of %d, but RANK and WORLD_SIZE say %d of %d; unset "
+                  "RANK and WORLD_SIZE under mpirun", mpi.rank, mpi.size, torch.rank, torch.size);
+        return -1;
+    }
+    if (rm == 0) {
+        *w = mpi;
+        w->launcher = "mpirun";
+        return 0;
+    }
+    if (rt != 0 || torch.size == 1) return 0;
+    /* Without mpirun, MPI joins the others only through a PMIx server (srun --mpi=pmix,
+     * prun); a process started alone would make a world of one and wait forever. */
+    if (!getenv("PMIX_RANK")) {
+        cgc_error("WORLD_SIZE is %d, but this process was not started by a launcher that MPI "
+                  "can join (mpirun, or a PMIx one such as Slurm's srun with PMIx); start the "
+                  "job with `mpirun -n %d cgc ...`", torch.size, torch.size);
+        return -1;
+    }
+    *w = torch;
+    w->launcher = "RANK/WORLD_SIZE";
+    return 0;
+}
+
+/* ---- collectives ---- */
+
+enum { COMM_MAX_SLOTS = 64 };
+
+struct Comm {
+    CommWorld world;
+    CommStats stats;
+    double timeout_s;
+    bool mpi;               /* MPI_Init was called */
+#ifdef CGC_HAVE_MPI
+    MPI_Request slot[COMM_MAX_SLOTS];
+#endif
+};
+
+int comm_rank(const Comm *c) { return c->world.rank; }
+CommStats comm_stats(const Comm *c) { return c->stats; }
+
+double comm_predict_allreduce(int64_t bytes, int ranks)
+{
+    if (ranks <= 1) return 0;
+    double steps = 2.0 * (ranks - 1);
+    return steps / ranks * (double)bytes / COMM_BANDWIDTH + steps * COMM_LATENCY_S;
+}
+int comm_size(const Comm *c) { return c->world.size; }
+
+static double timeout_seconds(void)
+{
+    const char *s = getenv("CGC_COMM_TIMEOUT");
+    char *end;
+    double v = s ? strtod(s, &end) : 0;
+    if (s && (end == s || *end || !(v > 0))) {
+        cgc_warning("CGC_COMM_TIMEOUT is '%s', not a number of seconds above 0; using %d",
+                    diag_quote(s, 40), COMM_TIMEOUT_S);
+        v = 0;
+    }
+    return v > 0 ? v : COMM_TIMEOUT_S;
+}
+
+#ifdef CGC_HAVE_MPI
+
+/* MPI's words for error CODE. */
+static const char *mpi_text(int code, char *buf)
+{
+    int len = 0;
+    if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) snprintf(buf, 64, "MPI error %d", code);
+    return buf;
+}
+
+static int mpi_failed(const Comm *c, int code, const char *what)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    cgc_error("rank %d: %s failed: %s", c->world.rank, what, mpi_text(code, text));
+    return -1;
+}
+
+Comm *comm_open(const CommWorld *w)
+{
+    Comm *c = xcalloc(1, sizeof *c);
+    c->world = *w;
+    c->timeout_s = timeout_seconds();
+    for (int i = 0; i < COMM_MAX_SLOTS; i++) c->slot[i] = MPI_REQUEST_NULL;
+    if (w->size == 1) return c;
+    int rc = MPI_Init(NULL, NULL);
+    if (rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        cgc_error("rank %d: MPI did not start: %s", w->rank, mpi_text(rc, text));
+        free(c);
+        return NULL;
+    }
+    c->mpi = true;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank != w->rank || size != w->size) {
+        cgc_error("rank %d: MPI says rank %d of %d, the launcher rank %d of %d", w->rank, rank,
+                  size, w->rank, w->size);
+        comm_close(c, true);
+        return NULL;
+    }
+    return c;
+}
+
+void comm_close(Comm *c, bool failed)
+{
+    if (!c) return;
+    if (c->mpi && failed) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (c->mpi) MPI_Finalize();
+    free(c);
+}
+
+static MPI_Datatype mpi_type(CommType t) { return t == COMM_F64 ? MPI_DOUBLE : MPI_FLOAT; }
+
+int comm_allreduce_start(Comm *c, int slot, void *buf, int64_t n, CommType t)
+{
+    CGC_ASSERT(slot >= 0 && slot < COMM_MAX_SLOTS && c->slot[slot] == MPI_REQUEST_NULL);
+    CGC_ASSERT(n >= 0 && n <= INT_MAX);
+    if (!c->mpi) return 0;   /* one rank: the sum is the value */
+    c->stats.sums++;
+    c->stats.bytes += n * (t == COMM_F64 ? 8 : 4);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), MPI_SUM, MPI_COMM_WORLD,
+                            &c->slot[slot]);
+    return rc == MPI_SUCCESS ? 0 : mpi_failed(c, rc, "starting an all-reduce");
+}
+
+int comm_progress(Comm *c)
+{
+    if (!c->mpi) return 0;
+    for (int i = 0; i < COMM_MAX_SLOTS; i++) {
+        if (c->slot[i] == MPI_REQUEST_NULL) continue;
+        int done, rc = MPI_Test(&c->slot[i], &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_failed(c, rc, "an all-reduce");
+        return 0;   /* one test moves every request in flight */
+    }
+    return 0;
+}
+
+/* Polls REQ until it completes, and ends the job at the timeout. Each test moves the
+ * collective a step (MPI progresses inside its calls), so the first milliseconds poll
+ * back to back, yielding the core only to a rank that shares it; after that a wait is
+ * long (a rank is slower, or gone) and polls sleep between tests. */
+static int finish(Comm *c, MPI_Request *req, const char *what)
+{
+    double start = clock_seconds(), waited = 0;
+    for (;;) {
+        int done, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        waited = clock_seconds() - start;
+        if (rc != MPI_SUCCESS) return mpi_failed(c, rc, what);
+        if (done) {
+            c->stats.wait_s += waited;
+            return 0;
+        }
+        if (waited > c->timeout_s) break;
+        if (waited < 0.01) sched_yield();
+        else nanosleep(&(struct timespec){0, 100000}, NULL);
+    }
+    cgc_error("rank %d: %s did not complete in %.0f s: another rank has stopped or hangs "
+              "(CGC_COMM_TIMEOUT sets the limit); ending the job", c->world.rank, what, waited);
+    comm_close(c, true);
+    exit(1);
+}
+
+int comm_wait(Comm *c, int slot, const char *what)
+{
+    CGC_ASSERT(slot >= 0 && slot < COMM_MAX_SLOTS);
+    if (!c->mpi) return 0;
+    return finish(c, &c->slot[slot], what);
+}
+
+int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what)
+{
+    if (!c->mpi) return 0;
+    CGC_ASSERT(n >= 0 && n <= INT_MAX);
+    c->stats.sums++;
+    c->stats.bytes += n * (t == COMM_F64 ? 8 : 4);
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), MPI_SUM, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_failed(c, rc, what);
+    return finish(c, &req, what);
+}
+
+int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, const char *what)
+{
+    if (!c->mpi) return 0;
+    for (size_t done = 0; done < bytes;) {   /* MPI counts in int */
+        size_t part = bytes - done < (size_t)INT_MAX ? bytes - done : (size_t)INT_MAX;
+        MPI_Request req;
+        int rc = MPI_Ibcast((char *)buf + done, (int)part, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+        if (rc != MPI_SUCCESS) return mpi_failed(c, rc, what);
+        if (finish(c, &req, what) != 0) return -1;
+        done += part;
+    }
+    return 0;
+}
+
+int comm_agree(Comm *c, uint64_t value, const char *what, const char *hint)
+{
+    if (!c->mpi) return 0;
+    int n = c->world.size;
+    uint64_t *all = xmalloc((size_t)n * sizeof *all);
+    MPI_Request req;
+    int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS || finish(c, &req, what) != 0) {
+        free(all);
+        return rc != MPI_SUCCESS ? mpi_failed(c, rc, what) : -1;
+    }
+    int differ = 0, first = -1;
+    for (int r = 1; r < n; r++)
+        if (all[r] != all[0]) differ++, first = first < 0 ? r : first;
+    free(all);
+    if (!differ) return 0;
+    if (c->world.rank == 0)
+        cgc_error("%s differ between ranks: %d of the %d ranks (rank %d the first) differ from "
+                  "rank 0; %s", what, differ, n, first, hint);
+    return -1;
+}
+
+#else   /* built without MPI: a world of one rank only */
+
+Comm *comm_open(const CommWorld *w)
+{
+    if (w->size > 1) {
+        cgc_error("this cgc was built without MPI, so it cannot train on %d ranks; install "
+                  "Open MPI (apt-get install libopenmpi-dev openmpi-bin) and rebuild",
+                  w->size);
+        return NULL;
+    }
+    Comm *c = xcalloc(1, sizeof *c);
+    c->world = *w;
+    c->timeout_s = timeout_seconds();
+    return c;
+}
+
+void comm_close(Comm *c, bool failed) { free(c); }
+int comm_allreduce_start(Comm *c, int slot, void *buf, int64_t n, CommType t) { return 0; }
+int comm_progress(Comm *c) { return 0; }
+int comm_wait(Comm *c, int slot, const char *what) { return 0; }
+int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what) { return 0; }
+int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, const char *what) { return 0; }
+int comm_agree(Comm *c, uint64_t value, const char *what, const char *hint) { return 0; }
+
+#endif

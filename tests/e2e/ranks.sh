@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Training on several ranks (MPI, on the CPU): R ranks taking batch / R rows each train to
+# the weights one rank reaches with the whole batch (within f32 rounding: the sums run in
+# another order), in every mode, with dropout, accumulation, clipping, fp16 and uneven
+# shares; a checkpoint made with one world size resumes with another; rank 0 alone
+# writes; ranks that compiled different programs, a killed rank and a hung one end the
+# job with a message; a launch that cannot work is refused. The oracle is the one-rank
+# run, which the other tests check against PyTorch and the gradient checks.
+set -uo pipefail
+cgc=$1 root=$2
+command -v mpirun >/dev/null || { echo "mpirun not found (apt-get install openmpi-bin): skipped"; exit 77; }
+fails=0 passes=0
+tmp=$(mktemp -d)
+trap 'rm -rf -- "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# In the sanitizer build, LeakSanitizer would report what Open MPI keeps until exit; its
+# suppressions need whole stacks (the components are unloaded before the report).
+export LSAN_OPTIONS="suppressions=$root/tests/e2e/lsan_mpi.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+mpi=(mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x LSAN_OPTIONS)
+close=(/usr/bin/env python3 "$root/tests/e2e/st_close.py")
+
+ok() { passes=$((passes + 1)); }
+bad() {  # bad DESCRIPTION OUTPUT
+  echo "FAIL: $1"; echo "$2" | tail -15
+  fails=$((fails + 1))
+}
+# run DESCRIPTION STATUS PATTERN -- COMMAND...: the command's status (nonzero: any but 0)
+# and output (stdout and stderr) as expected.
+run() {
+  local what=$1 want=$2 pattern=$3; shift 4
+  local out status
+  out=$(timeout "${limit:-300}" "$@" 2>&1); status=$?
+  local good=$([ "$want" = nonzero ] && [ "$status" -ne 0 ] || [ "$status" = "$want" ] && echo 1)
+  if [ -z "$good" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    bad "$what: status $status (want $want)" "$out"
+  else
+    ok
+  fi
+}
+# same DESCRIPTION A B REL [PREFIX]: checkpoints A and B hold the same tensors (those
+# whose names start with PREFIX) within REL.
+same() {
+  local out
+  if out=$("${close[@]}" "$2" "$3" "$4" ${5:-} 2>&1); then ok; else bad "$1: $out" ""; fi
+}
+
+cat >"$tmp/mlp.net" <<'NET'
+model mlp {
+    input x: f32[N, 32]
+    input y: i32[N]
+    h      = dropout(relu(linear(x, 64)), 0.2)
+    logits = linear(h, 10)
+    output logits
+    loss   cross_entropy(logits, y)
+}
+train {
+    data      = synthetic(samples = 1000)
+    batch     = 64
+    drop_last = false
+    optimizer = sgd(lr = 0.05, momentum = 0.9)
+    seed      = 3
+}
+NET
+m="$tmp/mlp.net"
+
+# --- the same weights, whatever the number of ranks ---
+run "one rank" 0 "done at step 16" -- "$cgc" "$m" --device cpu --save "$tmp/one.st"
+run "two ranks" 0 "2 ranks, each taking its 32" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --save "$tmp/two.st"
+same "two ranks against one (sgd, dropout, a last batch of 40 rows)" "$tmp/one.st" "$tmp/two.st" 1e-5
+run "three ranks, uneven shares" 0 "done at step 16" -- "${mpi[@]}" -n 3 "$cgc" "$m" --device cpu --save "$tmp/three.st"
+same "three ranks against one" "$tmp/one.st" "$tmp/three.st" 1e-5
+for mode in eager default reduce-overhead max-autotune; do
+  run "two ranks, --mode $mode" 0 "done at step 16" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --mode "$mode" \
+      --save "$tmp/mode.st"
+  same "two ranks in --mode $mode against one" "$tmp/one.st" "$tmp/mode.st" 1e-5
+done
+run "--nproc 2" 0 "done at step 16" -- "$cgc" "$m" --device cpu --nproc 2 --save "$tmp/nproc.st"
+same "--nproc 2 against mpirun -n 2 (bit for bit)" "$tmp/two.st" "$tmp/nproc.st" 0
+
+mixed=(--accumulate 2 --clip-norm 0.5 --optimizer "adamw(lr = 0.01)")
+run "one rank, accumulation, clipping, adamw" 0 "done at step 8" -- "$cgc" "$m" --device cpu "${mixed[@]}" \
+    --save "$tmp/one_acc.st"
+run "two ranks, accumulation, clipping, adamw" 0 "done at step 8" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu \
+    "${mixed[@]}" --save "$tmp/two_acc.st"
+# Adam divides by the root of the squared gradients' average, which magnifies the
+# rounding of the smallest gradients: 1e-4
+same "accumulation, clipping, adamw: two ranks against one" "$tmp/one_acc.st" "$tmp/two_acc.st" 1e-4
+# In fp16 each rank rounds its weight-gradient products to fp16 before the sum (as DDP
+# under autocast does), so a step differs by one fp16 rounding (2^-11) of the gradients,
+# and an epoch of steps by what such noise grows to; the loss scaler, skipping steps
+# where the summed gradients overflow, must agree exactly.
+half=(--precision fp16 --accumulate 2 --clip-norm 0.5)
+for steps in 1 8; do
+  run "one rank, fp16, $steps steps" 0 "done at step $steps" -- "$cgc" "$m" --device cpu "${half[@]}" \
+      --steps "$steps" --save "$tmp/one16.st"
+  run "two ranks, fp16, $steps steps" 0 "done at step $steps" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu \
+      "${half[@]}" --steps "$steps" --save "$tmp/two16.st"
+  same "fp16, $steps steps: the loss scaler of two ranks against one's" "$tmp/one16.st" "$tmp/two16.st" 0 cgc.scaler
+  same "fp16, $steps steps: two ranks against one" "$tmp/one16.st" "$tmp/two16.st" "$([ "$steps" = 1 ] && echo 1e-3 || echo 0.1)"
+done
+
+# --- checkpoints move between world sizes ---
+run "one rank, 3 epochs" 0 "done at step 48" -- "$cgc" "$m" --device cpu --epochs 3 --save "$tmp/full.st"
+run "two ranks stop at step 20" 0 "stopped at step 20" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --epochs 3 \
+    --stop-after 20 --save "$tmp/half.st"
+run "one rank resumes it" 0 "resuming at step 20" -- "$cgc" "$m" --device cpu --epochs 3 --resume "$tmp/half.st" \
+    --save "$tmp/resumed1.st"
+same "two ranks, then one, against one throughout" "$tmp/full.st" "$tmp/resumed1.st" 1e-5
+run "one rank stops at step 20" 0 "stopped at step 20" -- "$cgc" "$m" --device cpu --epochs 3 --stop-after 20 \
+    --save "$tmp/half1.st"
+run "three ranks resume it" 0 "resuming at step 20" -- "${mpi[@]}" -n 3 "$cgc" "$m" --device cpu --epochs 3 \
+    --resume "$tmp/half1.st" --save "$tmp/resumed3.st"
+same "one rank, then three, against one throughout" "$tmp/full.st" "$tmp/resumed3.st" 1e-5
+
+# --- rank 0 alone writes ---
+run "metrics of two ranks" 0 "done at step 48" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --epochs 3 \
+    --metrics "$tmp/metrics.jsonl"
+lines=$(wc -l <"$tmp/metrics.jsonl")
+[ "$lines" -eq 3 ] && ok || bad "metrics: $lines lines for 3 epochs of two ranks" "$(cat "$tmp/metrics.jsonl")"
+out=$("${mpi[@]}" -n 2 "$cgc" "$m" --device cpu 2>&1)
+n=$(grep -c "^epoch 1/1" <<<"$out")
+[ "$n" -eq 1 ] && ok || bad "two ranks print the epoch $n times" "$out"
+
+# --- batch norm: its running statistics averaged, the same on every rank ---
+cat >"$tmp/bn.net" <<'NET'
+model bn {
+    input x: f32[N, 32]
+    input y: i32[N]
+    z      = linear(x, 64)
+    h      = relu(batchnorm(z))
+    logits = linear(h, 10)
+    output logits
+    loss   cross_entropy(logits, y)
+}
+train {
+    data      = synthetic(samples = 1024)
+    batch     = 64
+}
+NET
+run "batch norm on two ranks" 0 "done at step 16" -- "${mpi[@]}" -n 2 "$cgc" "$tmp/bn.net" --device cpu --save "$tmp/bn2.st"
+run "batch norm on one rank" 0 "done at step 16" -- "$cgc" "$tmp/bn.net" --device cpu --save "$tmp/bn1.st"
+# every rank's statistics come from 32 rows instead of 64: close to one rank's, not equal
+same "batch norm's running mean, two ranks against one" "$tmp/bn1.st" "$tmp/bn2.st" 0.2 "h.running_mean"
+
+# --- jobs that must end, with a message ---
+run "ranks that compiled different programs" 1 "the compiled programs differ between ranks: 1 of the 2 ranks \(rank 1 the first\)" -- \
+    "${mpi[@]}" -n 1 "$cgc" "$m" --device cpu --lr 0.05 : -n 1 "$cgc" "$m" --device cpu --lr 0.06
+long=(--device cpu --epochs 100000)
+cat >"$tmp/kill1.sh" <<SH
+#!/bin/sh
+# rank 1 is killed (SIGKILL) after 2 seconds of training
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then exec timeout -s KILL 2 "$cgc" "$m" ${long[*]}; fi
+exec "$cgc" "$m" ${long[*]}
+SH
+chmod +x "$tmp/kill1.sh"
+start=$SECONDS
+limit=120 run "a killed rank ends the job" nonzero "process rank 1 .* exited on signal 9" -- "${mpi[@]}" -n 2 "$tmp/kill1.sh"
+[ $((SECONDS - start)) -lt 60 ] && ok || bad "a killed rank ended the job after $((SECONDS - start)) s" ""
+sed 's/-s KILL/-s STOP/; s/is killed (SIGKILL)/stops (SIGSTOP)/' "$tmp/kill1.sh" >"$tmp/stop1.sh"
+chmod +x "$tmp/stop1.sh"
+start=$SECONDS
+limit=120 run "a hung rank ends the job at the timeout" 1 "rank 0: the all-reduce of bucket [0-9]+ did not complete in 5 s: another rank has stopped or hangs" -- \
+    env CGC_COMM_TIMEOUT=5 "${mpi[@]}" -x CGC_COMM_TIMEOUT -n 2 "$tmp/stop1.sh"
+[ $((SECONDS - start)) -lt 60 ] && ok || bad "a hung rank ended the job after $((SECONDS - start)) s" ""
+
+# --- launches refused ---
+run "WORLD_SIZE without a launcher" 1 "WORLD_SIZE is 2, but this process was not started by a launcher that MPI can join" -- \
+    env WORLD_SIZE=2 RANK=0 "$cgc" "$m" --device cpu
+run "RANK out of range" 1 "RANK is '5', not a number from 0 to 1" -- env WORLD_SIZE=2 RANK=5 "$cgc" "$m" --device cpu
+run "--nproc against the launcher" 2 "--nproc 3, but the launcher started this job with 2 ranks" -- \
+    "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --nproc 3
+run "--nproc with --bench" 2 "does not go with --nproc" -- "$cgc" "$m" --bench --nproc 2
+run "several ranks on cuda" 1 "training on several ranks runs on the CPU for now" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cuda
+run "a batch too small for the ranks" 1 "batch = 2 split over 3 ranks gives a rank no rows of its own" -- \
+    "${mpi[@]}" -n 3 "$cgc" "$m" --device cpu --batch 2
+run "--explain --nproc 2" 0 "bucket 0: 4 values" -- "$cgc" "$m" --explain --nproc 2
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]
