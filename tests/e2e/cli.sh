@@ -29,7 +29,7 @@ for flag in --check --dump-ir --device --save --resume --stop-after --detect-ano
             --data --batch --epochs --steps --shuffle --drop-last --optimizer --lr --schedule \
             --precision --accumulate --clip-norm --checkpoint --memory --seed \
             --arch --devices --emit --mode --verbose --dump-ir-after --explain --stats \
-            --profile --bench --tune-budget; do
+            --profile --bench --tune-budget --nproc; do
   expect "help mentions $flag" 0 "$flag" -- --help
 done
 expect "version" 0 "^cgc [0-9]+\.[0-9]+\.[0-9]+" -- --version

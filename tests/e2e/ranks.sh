@@ -166,6 +166,8 @@ limit=120 run "a hung rank ends the job at the timeout" 1 "rank 0: the all-reduc
 # --- launches refused ---
 run "WORLD_SIZE without a launcher" 1 "WORLD_SIZE is 2, but this process was not started by a launcher that MPI can join" -- \
     env WORLD_SIZE=2 RANK=0 "$cgc" "$m" --device cpu
+run "RANK against mpirun's rank" nonzero "mpirun says rank 1 of 2, but RANK and WORLD_SIZE say 0 of 2" -- \
+    "${mpi[@]}" -n 2 -x RANK=0 -x WORLD_SIZE=2 "$cgc" "$m" --device cpu
 run "RANK out of range" 1 "RANK is '5', not a number from 0 to 1" -- env WORLD_SIZE=2 RANK=5 "$cgc" "$m" --device cpu
 run "--nproc against the launcher" 2 "--nproc 3, but the launcher started this job with 2 ranks" -- \
     "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --nproc 3
