@@ -227,11 +227,17 @@ void diag_note(Source *src, SrcLoc loc, const char *fmt, ...)
     va_end(ap);
 }
 
-/* "cgc: KIND: MESSAGE" on stderr, after whatever stdout holds. */
+/* The rank of a job of several that this process is (diag_set_rank), or -1. */
+static int job_rank = -1;
+
+void diag_set_rank(int rank) { job_rank = rank; }
+
+/* "cgc: KIND: [rank R: ]MESSAGE" on stderr, after whatever stdout holds. */
 static void report_plain(const char *kind, const char *fmt, va_list ap)
 {
     fflush(stdout);
     fprintf(stderr, "cgc: %s: ", kind);
+    if (job_rank >= 0) fprintf(stderr, "rank %d: ", job_rank);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
 }

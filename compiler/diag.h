@@ -60,6 +60,11 @@ void cgc_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "cgc: warning: MESSAGE": something the user should know that does not stop the run. */
 void cgc_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* In a job of several ranks, cgc_error and cgc_warning name RANK after their kind
+ * ("cgc: error: rank 1: ..."), since every rank prints its own; -1 (the default) names
+ * none. Errors in a .net file keep their FILE:LINE:COL form. */
+void diag_set_rank(int rank);
+
 /* Errors reported so far through diag_error and cgc_error, whatever their source (a
  * command-line value is a Source of its own): 0 means nothing has been said yet. */
 int diag_error_count(void);

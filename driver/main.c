@@ -740,6 +740,7 @@ int main(int argc, char **argv)
     bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench;
     if (cli.nproc > 1 && cli.world.size == 1 && trains) return job_launch(argc, argv, cli.nproc);
     int ranks = cli.world.size > 1 ? cli.world.size : cli.nproc ? cli.nproc : 1;
+    if (cli.world.size > 1) diag_set_rank(cli.world.rank);
     if (cli.world.rank > 0) {   /* rank 0 reports and writes files for the job */
         cli.quiet = true;
         cli.emit_dir = NULL;

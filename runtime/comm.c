@@ -132,7 +132,7 @@ static const char *mpi_text(int code, char *buf)
 static int mpi_failed(const Comm *c, int code, const char *what)
 {
     char text[MPI_MAX_ERROR_STRING];
-    cgc_error("rank %d: %s failed: %s", c->world.rank, what, mpi_text(code, text));
+    cgc_error("%s failed: %s", what, mpi_text(code, text));
     return -1;
 }
 
@@ -146,7 +146,7 @@ Comm *comm_open(const CommWorld *w)
     int rc = MPI_Init(NULL, NULL);
     if (rc != MPI_SUCCESS) {
         char text[MPI_MAX_ERROR_STRING];
-        cgc_error("rank %d: MPI did not start: %s", w->rank, mpi_text(rc, text));
+        cgc_error("MPI did not start: %s", mpi_text(rc, text));
         free(c);
         return NULL;
     }
@@ -156,8 +156,8 @@ Comm *comm_open(const CommWorld *w)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (rank != w->rank || size != w->size) {
-        cgc_error("rank %d: MPI says rank %d of %d, the launcher rank %d of %d", w->rank, rank,
-                  size, w->rank, w->size);
+        cgc_error("MPI says rank %d of %d, the launcher rank %d of %d", rank, size, w->rank,
+                  w->size);
         comm_close(c, true);
         return NULL;
     }
@@ -221,8 +221,8 @@ static int finish(Comm *c, MPI_Request *req, const char *what)
         if (waited < 0.01) sched_yield();
         else nanosleep(&(struct timespec){0, 100000}, NULL);
     }
-    cgc_error("rank %d: %s did not complete in %.0f s: another rank has stopped or hangs "
-              "(CGC_COMM_TIMEOUT sets the limit); ending the job", c->world.rank, what, waited);
+    cgc_error("%s did not complete in %.0f s: another rank has stopped or hangs "
+              "(CGC_COMM_TIMEOUT sets the limit); ending the job", what, waited);
     comm_close(c, true);
     exit(1);
 }

@@ -143,7 +143,7 @@ run "batch norm on one rank" 0 "done at step 16" -- "$cgc" "$tmp/bn.net" --devic
 same "batch norm's running mean, two ranks against one" "$tmp/bn1.st" "$tmp/bn2.st" 0.2 "h.running_mean"
 
 # --- jobs that must end, with a message ---
-run "ranks that compiled different programs" 1 "the compiled programs differ between ranks: 1 of the 2 ranks \(rank 1 the first\)" -- \
+run "ranks that compiled different programs" 1 "cgc: error: rank 0: the compiled programs differ between ranks: 1 of the 2 ranks \(rank 1 the first\)" -- \
     "${mpi[@]}" -n 1 "$cgc" "$m" --device cpu --lr 0.05 : -n 1 "$cgc" "$m" --device cpu --lr 0.06
 long=(--device cpu --epochs 100000)
 cat >"$tmp/kill1.sh" <<SH
@@ -159,14 +159,14 @@ limit=120 run "a killed rank ends the job" nonzero "process rank 1 .* exited on 
 sed 's/-s KILL/-s STOP/; s/is killed (SIGKILL)/stops (SIGSTOP)/' "$tmp/kill1.sh" >"$tmp/stop1.sh"
 chmod +x "$tmp/stop1.sh"
 start=$SECONDS
-limit=120 run "a hung rank ends the job at the timeout" 1 "rank 0: the all-reduce of bucket [0-9]+ did not complete in 5 s: another rank has stopped or hangs" -- \
+limit=120 run "a hung rank ends the job at the timeout" 1 "cgc: error: rank 0: the all-reduce of bucket [0-9]+ did not complete in 5 s: another rank has stopped or hangs" -- \
     env CGC_COMM_TIMEOUT=5 "${mpi[@]}" -x CGC_COMM_TIMEOUT -n 2 "$tmp/stop1.sh"
 [ $((SECONDS - start)) -lt 60 ] && ok || bad "a hung rank ended the job after $((SECONDS - start)) s" ""
 
 # --- launches refused ---
 run "WORLD_SIZE without a launcher" 1 "WORLD_SIZE is 2, but this process was not started by a launcher that MPI can join" -- \
     env WORLD_SIZE=2 RANK=0 "$cgc" "$m" --device cpu
-run "RANK against mpirun's rank" nonzero "mpirun says rank 1 of 2, but RANK and WORLD_SIZE say 0 of 2" -- \
+run "RANK against mpirun's rank" nonzero "cgc: error: mpirun says rank 1 of 2, but RANK and WORLD_SIZE say 0 of 2" -- \
     "${mpi[@]}" -n 2 -x RANK=0 -x WORLD_SIZE=2 "$cgc" "$m" --device cpu
 run "RANK out of range" 1 "RANK is '5', not a number from 0 to 1" -- env WORLD_SIZE=2 RANK=5 "$cgc" "$m" --device cpu
 run "--nproc against the launcher" 2 "--nproc 3, but the launcher started this job with 2 ranks" -- \
