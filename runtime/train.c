@@ -433,9 +433,9 @@ static int train_step_profiled(Trainer *t, TrainProgress *pr)
  * the ranks of what each added (train_loss_weight). */
 static int combine_losses(Trainer *t, TrainProgress *pr)
 {
+    if (t->ranks == 1) return 0;
     double added = pr->loss_sum - t->loss_base;
-    if (t->ranks == 1 || train_sum_over_ranks(t, &added, 1, "the epoch's loss") != 0)
-        return t->ranks == 1 ? 0 : -1;
+    if (train_sum_over_ranks(t, &added, 1, "the epoch's loss") != 0) return -1;
     pr->loss_sum = t->loss_base + added / t->ranks;
     return 0;
 }

@@ -552,6 +552,22 @@ typedef struct Bucket {
     bool whole, started, done;
 } Bucket;
 
+/* Bucket K of this run, those up to it made empty when new (their storage kept from
+ * earlier runs). */
+static Bucket *bucket_at(CpuExec *e, int k)
+{
+    while (k >= e->nbuckets) {
+        if (e->nbuckets == e->capbuckets) {
+            e->capbuckets = e->capbuckets ? 2 * e->capbuckets : 8;
+            e->buckets = xrealloc(e->buckets, (size_t)e->capbuckets * sizeof *e->buckets);
+            memset(e->buckets + e->nbuckets, 0, (size_t)(e->capbuckets - e->nbuckets) * sizeof *e->buckets);
+        }
+        Bucket *b = &e->buckets[e->nbuckets++];
+        *b = (Bucket){.ready = -1, .first = -1, .buf = b->buf};
+    }
+    return &e->buckets[k];
+}
+
 /* The buckets of G for this run, and each member's offset in its bucket (node order). */
 static void bucket_plan(CpuExec *e, const IrGraph *g)
 {
@@ -560,19 +576,7 @@ static void bucket_plan(CpuExec *e, const IrGraph *g)
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *x = &g->nodes[id];
         if (x->op != IR_ALLREDUCE) continue;
-        while (x->index >= e->nbuckets) {
-            if (e->nbuckets == e->capbuckets) {
-                e->capbuckets = e->capbuckets ? 2 * e->capbuckets : 8;
-                e->buckets = xrealloc(e->buckets, (size_t)e->capbuckets * sizeof *e->buckets);
-                memset(e->buckets + e->nbuckets, 0, (size_t)(e->capbuckets - e->nbuckets) * sizeof *e->buckets);
-            }
-            Bucket *b = &e->buckets[e->nbuckets++];
-            b->ready = -1;
-            b->first = -1;
-            b->n = 0;
-            b->started = b->done = false;
-        }
-        Bucket *b = &e->buckets[x->index];
+        Bucket *b = bucket_at(e, x->index);
         Dims d = bind_shape(&x->shape, e->symvals);
         if (b->first < 0) b->first = id;
         e->coll_offset[id] = b->n;
