@@ -83,15 +83,14 @@ int comm_world(CommWorld *w)
 
 /* ---- collectives ---- */
 
-enum { COMM_MAX_SLOTS = 64 };
-
 struct Comm {
     CommWorld world;
     CommStats stats;
     double timeout_s;
     bool mpi;               /* MPI_Init was called */
 #ifdef CGC_HAVE_MPI
-    MPI_Request slot[COMM_MAX_SLOTS];
+    MPI_Request *slot;      /* per slot (comm_allreduce_start): its sum in flight, or null */
+    int nslots;
 #endif
 };
 
@@ -141,7 +140,6 @@ Comm *comm_open(const CommWorld *w)
     Comm *c = xcalloc(1, sizeof *c);
     c->world = *w;
     c->timeout_s = timeout_seconds();
-    for (int i = 0; i < COMM_MAX_SLOTS; i++) c->slot[i] = MPI_REQUEST_NULL;
     if (w->size == 1) return c;
     int rc = MPI_Init(NULL, NULL);
     if (rc != MPI_SUCCESS) {
@@ -173,27 +171,39 @@ void comm_close(Comm *c, bool failed)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (c->mpi) MPI_Finalize();
+    free(c->slot);
     free(c);
 }
 
 static MPI_Datatype mpi_type(CommType t) { return t == COMM_F64 ? MPI_DOUBLE : MPI_FLOAT; }
 
-int comm_allreduce_start(Comm *c, int slot, void *buf, int64_t n, CommType t)
+/* Starts the in-place sum of BUF[0 .. N) into *REQ, counted in the stats. */
+static int iallreduce(Comm *c, void *buf, int64_t n, CommType t, MPI_Request *req)
 {
-    CGC_ASSERT(slot >= 0 && slot < COMM_MAX_SLOTS && c->slot[slot] == MPI_REQUEST_NULL);
     CGC_ASSERT(n >= 0 && n <= INT_MAX);
-    if (!c->mpi) return 0;   /* one rank: the sum is the value */
     c->stats.sums++;
     c->stats.bytes += n * (t == COMM_F64 ? 8 : 4);
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), MPI_SUM, MPI_COMM_WORLD,
-                            &c->slot[slot]);
+    return MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), MPI_SUM, MPI_COMM_WORLD, req);
+}
+
+int comm_allreduce_start(Comm *c, int slot, void *buf, int64_t n, CommType t)
+{
+    CGC_ASSERT(slot >= 0);
+    if (!c->mpi) return 0;   /* one rank: the sum is the value */
+    if (slot >= c->nslots) {
+        int grown = slot + 8;
+        c->slot = xrealloc(c->slot, (size_t)grown * sizeof *c->slot);
+        while (c->nslots < grown) c->slot[c->nslots++] = MPI_REQUEST_NULL;
+    }
+    CGC_ASSERT(c->slot[slot] == MPI_REQUEST_NULL);
+    int rc = iallreduce(c, buf, n, t, &c->slot[slot]);
     return rc == MPI_SUCCESS ? 0 : mpi_failed(c, rc, "starting an all-reduce");
 }
 
 int comm_progress(Comm *c)
 {
     if (!c->mpi) return 0;
-    for (int i = 0; i < COMM_MAX_SLOTS; i++) {
+    for (int i = 0; i < c->nslots; i++) {
         if (c->slot[i] == MPI_REQUEST_NULL) continue;
         int done, rc = MPI_Test(&c->slot[i], &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_failed(c, rc, "an all-reduce");
@@ -229,19 +239,16 @@ static int finish(Comm *c, MPI_Request *req, const char *what)
 
 int comm_wait(Comm *c, int slot, const char *what)
 {
-    CGC_ASSERT(slot >= 0 && slot < COMM_MAX_SLOTS);
     if (!c->mpi) return 0;
+    CGC_ASSERT(slot >= 0 && slot < c->nslots);
     return finish(c, &c->slot[slot], what);
 }
 
 int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what)
 {
     if (!c->mpi) return 0;
-    CGC_ASSERT(n >= 0 && n <= INT_MAX);
-    c->stats.sums++;
-    c->stats.bytes += n * (t == COMM_F64 ? 8 : 4);
     MPI_Request req;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), MPI_SUM, MPI_COMM_WORLD, &req);
+    int rc = iallreduce(c, buf, n, t, &req);
     if (rc != MPI_SUCCESS) return mpi_failed(c, rc, what);
     return finish(c, &req, what);
 }

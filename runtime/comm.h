@@ -52,7 +52,8 @@ typedef enum CommType { COMM_F32, COMM_F64 } CommType;
  * a timeout ("the evaluation's totals"). Returns 0, or -1 after reporting. */
 int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what);
 /* The same, started: it proceeds while the caller computes, through comm_progress, and
- * is complete after comm_wait of the same SLOT (a small number, one per sum in flight). */
+ * is complete after comm_wait of the same SLOT (a small number >= 0, one per sum in
+ * flight). */
 int comm_allreduce_start(Comm *c, int slot, void *buf, int64_t n, CommType t);
 int comm_progress(Comm *c);
 int comm_wait(Comm *c, int slot, const char *what);

@@ -53,9 +53,6 @@ static int train_sum_over_ranks(const Trainer *t, double *v, int n, const char *
     return t->ranks == 1 ? 0 : comm_allreduce(t->o->comm, v, n, COMM_F64, what);
 }
 
-/* The fewest rows a rank takes from a micro-batch of N rows. */
-static int64_t fewest_rows(const Trainer *t, int64_t n) { return n / t->ranks; }
-
 /* Every rank needs rows of its own in every micro-batch, and a batch norm over one value
  * per channel in a row (P->stats_per_row) needs two: its unbiased variance divides by
  * n - 1 (PyTorch refuses such a batch too). Every micro-batch holds cfg.batch rows, but
@@ -65,7 +62,7 @@ static int check_batch_rows(const Trainer *t, int64_t n)
     const TrainConfig *c = &t->p->cfg;
     int64_t last = c->drop_last || n % c->batch == 0 ? c->batch : n % c->batch;
     int64_t need = t->p->stats_per_row == 1 ? 2 : 1;
-    int64_t fewest = fewest_rows(t, last < c->batch ? last : c->batch);
+    int64_t fewest = (last < c->batch ? last : c->batch) / t->ranks;   /* a rank's rows, at least */
     if (fewest >= need) return 0;
     char why[200], per[64] = "";
     if (t->ranks > 1) snprintf(per, sizeof per, " split over %d ranks", t->ranks);
@@ -459,7 +456,7 @@ static int check_ranks_agree(Trainer *t)
 static int save(Trainer *t, const TrainProgress *pr)
 {
     if (check_ranks_agree(t) != 0) return -1;
-    if (!t->o->save_path || !t->lead) return 0;
+    if (!t->o->save_path || t->rank != 0) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
     return train_state_save(t->o->save_path, t->p, t->tensors, pr, t->total_steps);
 }
@@ -611,8 +608,9 @@ static int init_state(Trainer *t, TrainProgress *pr)
     if (t->ops->init_tensors(t) != 0) return -1;
     if (!t->o->resume_path) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
-    if (t->lead && (train_state_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0 ||
-                    check_progress(t, pr) != 0))
+    bool lead = t->rank == 0;   /* the file is read on rank 0 only (share_checkpoint) */
+    if (lead && (train_state_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0 ||
+                 check_progress(t, pr) != 0))
         return -1;
     if (share_checkpoint(t, pr) != 0) return -1;
     return t->ops->push_tensors(t);
@@ -627,17 +625,16 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     t->ops = o->device ? &train_device_backend : &cpu_backend;
     t->rank = o->comm ? comm_rank(o->comm) : 0;
     t->ranks = o->comm ? comm_size(o->comm) : 1;
-    t->lead = t->rank == 0;
     CGC_ASSERT(t->ranks == (p->cfg.ranks > 1 ? p->cfg.ranks : 1) && (t->ranks == 1 || !o->device));
     /* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
-    if (t->lead && o->save_path && st_check_writable(o->save_path) != 0) return -1;
-    if (t->lead && o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path)))
+    if (t->rank == 0 && o->save_path && st_check_writable(o->save_path) != 0) return -1;
+    if (t->rank == 0 && o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path)))
         return -1;
     if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
     if (plan(t) != 0) return -1;
     if (t->ops->open(t) != 0) return -1;
     if (init_state(t, pr) != 0) return -1;
-    if (t->lead && o->metrics_path && !(t->metrics = fopen(o->metrics_path, "a"))) {
+    if (t->rank == 0 && o->metrics_path && !(t->metrics = fopen(o->metrics_path, "a"))) {
         cgc_error("cannot open %s for the metrics: %m", o->metrics_path);
         return -1;
     }

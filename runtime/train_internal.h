@@ -75,11 +75,10 @@ struct Trainer {
     int64_t profile_from, profile_to;   /* the steps it records: [from, to), 0-based */
     bool live;                  /* stdout is a terminal: draw a progress bar */
     double last_draw;
-    /* The job (RunOptions.comm): this process's rank of RANKS; LEAD: rank 0, which
-     * reports and saves. LOSS_BASE: the epoch's loss sum when this run began it (not 0
+    /* The job (RunOptions.comm): this process's rank of RANKS (rank 0 reports and
+     * saves). LOSS_BASE: the epoch's loss sum when this run began it (not 0
      * when resumed mid-epoch), the same on every rank; each adds its own losses to it. */
     int rank, ranks;
-    bool lead;
     double loss_base;
 };
 
