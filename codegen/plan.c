@@ -165,9 +165,11 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
             buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
     /* A device trains as one rank (the driver refuses more), where the sum over the ranks
-     * is the value itself: the buffer is its input's. */
+     * is the value itself: the buffer is its input's. A plan for several ranks is built
+     * for what it shows (--explain, --stats: the memory of a rank), never run: the
+     * slices of shard = optimizer have storage of their own, which no step fills. */
     case IR_FAMILY_COLLECTIVE:
-        buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
+        if (n->op == IR_ALLREDUCE) buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
     case IR_FAMILY_RUNTIME: case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST:
     case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:

@@ -55,6 +55,7 @@ typedef struct TrainConfig {
     CheckpointMode checkpoint;  /* none */
     int64_t memory;             /* bytes; 0 = the device's free memory */
     uint64_t seed;              /* 0 */
+    bool shard_optimizer;       /* shard = optimizer (false: none) */
     int ranks;                  /* 1: the job's ranks, which its launch decides (not a key) */
 
     bool has_train_block;       /* false: compile, check and run one step on synthetic data */

@@ -1292,20 +1292,23 @@ static const char *tensor_subject(const IrProgram *p, int t)
 }
 
 /* The tensor the elements of node V end up assigned to, following consumers of V's shape
- * breadth first (a gradient's reductions are named for its parameter); NULL when none. */
+ * (or its slices', through collectives) breadth first (a gradient's reductions are named
+ * for its parameter); NULL when none. */
 static const char *assigned_subject(Fuser *f, int v)
 {
     enum { LIMIT = 256 };
     int queue[LIMIT], head = 0, tail = 0;
-    const Shape *shape = &f->g->nodes[v].shape;
     f->stamp++;
     queue[tail++] = v;
     while (head < tail) {
         int x = queue[head++];
+        const Shape *shape = &f->g->nodes[x].shape;
         if (f->g->nodes[x].op == IR_ASSIGN) return tensor_subject(f->p, f->g->nodes[x].index);
         for (int k = f->use_off[x]; k < f->use_off[x + 1] && tail < LIMIT; k++) {
             int c = f->uses[k];
-            bool same = f->g->nodes[c].op == IR_ASSIGN || ir_shape_equal(&f->g->nodes[c].shape, shape);
+            const IrNode *u = &f->g->nodes[c];
+            bool same = u->op == IR_ASSIGN || ir_op_info[u->op].family == IR_FAMILY_COLLECTIVE ||
+                        ir_shape_equal(&u->shape, shape);
             if (same && f->seen[c] != f->stamp) f->seen[c] = f->stamp, queue[tail++] = c;
         }
     }

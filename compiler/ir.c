@@ -331,7 +331,7 @@ int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, Ir
      * goes before the states (a batch norm's running statistics) and renumbers them. */
     int t = kind == IR_PARAM ? p->nparams : p->ntensors;
     if (t < p->ntensors) renumber_states(p);
-    p->tensors[t] = (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of};
+    p->tensors[t] = (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of, false};
     p->string_tensor[intern_index(p, name)] = t;
     if (kind == IR_PARAM) p->nparams++;
     p->ntensors++;
@@ -511,13 +511,24 @@ int ir_read(IrGraph *g, const IrProgram *p, int tensor, SrcLoc loc)
     return ir_add_node(g, &n);
 }
 
-int ir_allreduce(IrGraph *g, int x, int bucket, SrcLoc loc)
+int ir_collective(IrGraph *g, IrOp op, int x, Shape shape, int bucket, SrcLoc loc)
 {
     const IrNode *in = node(g, x);
-    CGC_ASSERT(in->dtype == DT_F32 && bucket >= 0);
-    IrNode n = make(IR_ALLREDUCE, DT_F32, in->shape, loc, 1, x, 0, 0);
+    CGC_ASSERT(ir_op_info[op].family == IR_FAMILY_COLLECTIVE && in->dtype == DT_F32);
+    CGC_ASSERT(op == IR_SHARD ? bucket == -1 : bucket >= 0);
+    if (op == IR_ALLREDUCE) CGC_ASSERT(ir_shape_equal(&shape, &in->shape));
+    else {   /* one side is a slice: [S], a size */
+        const Shape *slice = op == IR_ALLGATHER ? &in->shape : &shape;
+        CGC_ASSERT(slice->rank == 1 && slice->dim[0] > 0);
+    }
+    IrNode n = make(op, DT_F32, shape, loc, 1, x, 0, 0);
     n.index = bucket;
     return ir_add_node(g, &n);
+}
+
+int ir_allreduce(IrGraph *g, int x, int bucket, SrcLoc loc)
+{
+    return ir_collective(g, IR_ALLREDUCE, x, node(g, x)->shape, bucket, loc);
 }
 
 int ir_const(IrGraph *g, double value, SrcLoc loc)
@@ -957,7 +968,9 @@ static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
         print_axis(out, n->axis);
         break;
     case IR_FAMILY_WINDOW: print_window(out, n); break;
-    case IR_FAMILY_COLLECTIVE: fprintf(out, " bucket=%d", n->index); break;
+    case IR_FAMILY_COLLECTIVE:
+        if (n->op != IR_SHARD) fprintf(out, " bucket=%d", n->index);
+        break;
     case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST: case IR_FAMILY_RESHAPE:
     case IR_FAMILY_REDUCE_TO: case IR_FAMILY_TRANSPOSE: case IR_FAMILY_CROSS_ENTROPY:
     case IR_FAMILY_CE_GRAD: case IR_FAMILY_COUNT_CORRECT: case IR_FAMILY_MODE_SWITCH:

@@ -297,6 +297,8 @@ typedef struct IrTensor {
     double init_value;
     SrcLoc loc;
     int param_of;           /* state tensors: the parameter they belong to, or -1 */
+    bool sharded;           /* shard = optimizer: state that holds this rank's slice of
+                             * param_of's values (IR_SHARD's shape), not all of them */
 } IrTensor;
 
 typedef struct IrProgram {
@@ -444,6 +446,9 @@ int ir_count_correct(IrGraph *g, int logits, int labels, SrcLoc loc);
 int ir_assign(IrGraph *g, const IrProgram *p, int tensor, int value, SrcLoc loc);
 /* X (f32) summed over the ranks of the job, in bucket BUCKET (>= 0). */
 int ir_allreduce(IrGraph *g, int x, int bucket, SrcLoc loc);
+/* OP (of the COLLECTIVE family) of X (f32), of SHAPE, in bucket BUCKET (>= 0; SHARD, which
+ * sends nothing: -1). */
+int ir_collective(IrGraph *g, IrOp op, int x, Shape shape, int bucket, SrcLoc loc);
 
 /* --- text form (ir.c) --- */
 /* The stable text form of one graph, with the program's tables first. */

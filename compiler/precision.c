@@ -146,7 +146,7 @@ static int clone_node(IrGraph *g, const IrProgram *p, const IrNode *n, const int
                                   : ir_fold(g, in[0], n->shape, n->win, n->flags, n->loc);
     case IR_FAMILY_MODE_SWITCH: return ir_mode_switch(g, in[0], in[1], n->loc);
     case IR_FAMILY_COLLECTIVE:
-        return ir_allreduce(g, ir_cast(g, in[0], DT_F32, n->loc), n->index, n->loc);
+        return ir_collective(g, n->op, ir_cast(g, in[0], DT_F32, n->loc), n->shape, n->index, n->loc);
     case IR_FAMILY_ASSIGN:
         return ir_assign(g, p, n->index, ir_cast(g, in[0], DT_F32, n->loc), n->loc);
     }

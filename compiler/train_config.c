@@ -236,6 +236,17 @@ static int entry_checkpoint(Source *src, TrainConfig *cfg, const AstExpr *v)
     return 0;
 }
 
+/* optimizer: with several ranks, each keeps and updates a slice of every parameter's
+ * optimizer state (ZeRO stage 1); with one rank, nothing changes. */
+static int entry_shard(Source *src, TrainConfig *cfg, const AstExpr *v)
+{
+    static const char *const names[] = {"none", "optimizer", NULL};
+    int k;
+    if (sema_const_choice(src, v, "shard", names, &k) < 0) return -1;
+    cfg->shard_optimizer = k == 1;
+    return 0;
+}
+
 /* Bytes, or a number glued to KB, MB or GB (powers of 1024): 512MB, 1.5GB. */
 static int entry_memory(Source *src, TrainConfig *cfg, const AstExpr *v)
 {
@@ -296,6 +307,7 @@ static const struct {
     {"precision", entry_precision}, {"accumulate", entry_accumulate},
     {"clip_norm", entry_clip_norm}, {"checkpoint", entry_checkpoint},
     {"memory", entry_memory},       {"seed", entry_seed},
+    {"shard", entry_shard},
 };
 enum { NUM_TRAIN_KEYS = sizeof train_keys / sizeof train_keys[0] };
 

@@ -19,6 +19,11 @@
  * the fp16 inf check and clipping, which so see the same global gradients on every rank
  * (an overflow on one rank skips the step on all), as DistributedDataParallel does.
  * Batch norm's running statistics are averaged over the ranks where they are assigned.
+ * With shard = optimizer (ZeRO stage 1) each rank keeps the optimizer state of one slice
+ * of every parameter (IR_SHARD: its elements cut in cfg.ranks pieces): the gradients are
+ * reduce-scattered instead, so that a rank receives the sum of its slices only, the
+ * rank updates those slices, and an all-gather puts the parameters together again on
+ * every rank; the inf check and the clip norm add their per-rank parts over the ranks.
  * What must survive a step (optimizer moments, counters, the loss scale) lives in state
  * tensors named "cgc.*" that checkpoints save with the parameters.
  *
@@ -57,6 +62,8 @@ typedef struct Lower {
     int *momentum, *exp_avg, *exp_avg_sq, *accum;   /* per parameter */
     /* per graph */
     int *grads;            /* per tensor: its gradient node, or -1 */
+    int *slices;           /* shard = optimizer: per parameter, its updated slice, or -1 */
+    int bucket;            /* the next collective's bucket */
     int *read_of;          /* per tensor: a READ of it in the graph, or -1 */
     int found_inf;         /* fp16 train: 1 when this step is skipped, else -1 */
 } Lower;
@@ -112,6 +119,46 @@ static void assign_unless_skipped(Lower *L, int tensor, int old, int v)
     assign(L, tensor, v);
 }
 
+/* --- shard = optimizer --- */
+
+static bool sharded(const IrProgram *p) { return p->cfg.shard_optimizer && p->cfg.ranks > 1; }
+
+/* [S]: a rank's slice of parameter I, its elements cut in cfg.ranks pieces (the last
+ * padded with zeros). */
+static Shape slice_shape(const IrProgram *p, int i)
+{
+    int64_t n = ir_numel(&p->tensors[i].shape, NULL), r = p->cfg.ranks;
+    return (Shape){.rank = 1, .dim = {(n + r - 1) / r}};
+}
+
+/* Parameter I's value as the optimizer updates it: the rank's slice when sharded. */
+static int param_read(Lower *L, int i)
+{
+    int w = rd(L, i);
+    return sharded(L->p) ? ir_collective(L->g, IR_SHARD, w, slice_shape(L->p, i), -1, L->loc) : w;
+}
+
+/* Parameter I := V (OLD when the step is skipped), or, sharded, V is this rank's slice,
+ * gathered with the others' by gather_params. */
+static void param_update(Lower *L, int i, int old, int v)
+{
+    if (!sharded(L->p)) {
+        assign_unless_skipped(L, i, old, v);
+        return;
+    }
+    L->slices[i] = L->found_inf >= 0 ? sel(L, L->found_inf, old, v) : v;
+}
+
+/* Sharded: scalar X, a sum over this rank's slices, summed over the ranks (in a bucket
+ * of its own), NAME in dumps. */
+static int sum_over_ranks(Lower *L, int x, const char *name)
+{
+    if (!sharded(L->p)) return x;
+    int sum = ir_allreduce(L->g, x, L->bucket++, L->loc);
+    L->g->nodes[sum].name = name;
+    return sum;
+}
+
 /* --- state tensors --- */
 
 static int scalar_state(IrProgram *p, const char *name, IrInit init, double value)
@@ -122,25 +169,28 @@ static int scalar_state(IrProgram *p, const char *name, IrInit init, double valu
     return ir_add_tensor(p, name, IR_STATE, ir_shape0(), init, value, -1, NO_LOC);
 }
 
-/* "PREFIX.PARAM", zeros, of the parameter's shape. The name is as long as it needs to
- * be: two parameters differ somewhere, and so must their states. */
-static int param_state(IrProgram *p, const char *prefix, int param)
+/* "PREFIX.PARAM", zeros, of the parameter's shape, or its slice's (SLICE). The name is as
+ * long as it needs to be: two parameters differ somewhere, and so must their states. */
+static int param_state(IrProgram *p, const char *prefix, int param, bool slice)
 {
     IrTensor pt = p->tensors[param];
     size_t len = strlen(prefix) + strlen(pt.name) + 2;
     char *name = xmalloc(len);
     snprintf(name, len, "%s.%s", prefix, pt.name);
-    int t = ir_add_tensor(p, name, IR_STATE, pt.shape, IR_INIT_ZEROS, 0, param, pt.loc);
+    Shape shape = slice ? slice_shape(p, param) : pt.shape;
+    int t = ir_add_tensor(p, name, IR_STATE, shape, IR_INIT_ZEROS, 0, param, pt.loc);
+    p->tensors[t].sharded = slice;
     free(name);
     return t;
 }
 
-/* Per-parameter ids of PREFIX's state, or all -1 when WANTED is false. */
-static int *param_states(IrProgram *p, const char *prefix, bool wanted)
+/* Per-parameter ids of PREFIX's state, or all -1 when WANTED is false. The optimizer's
+ * (OPTIMIZER) are slices when sharded. */
+static int *param_states(IrProgram *p, const char *prefix, bool wanted, bool optimizer)
 {
     int *ids = xmalloc((size_t)(p->nparams ? p->nparams : 1) * sizeof *ids);
     for (int i = 0; i < p->nparams; i++)
-        ids[i] = wanted ? param_state(p, prefix, i) : -1;
+        ids[i] = wanted ? param_state(p, prefix, i, optimizer && sharded(p)) : -1;
     return ids;
 }
 
@@ -157,10 +207,10 @@ static void register_state(Lower *L)
         L->growth_tracker = scalar_state(p, "cgc.scaler.growth_tracker", IR_INIT_ZEROS, 0);
     }
     L->momentum = param_states(p, "cgc.sgd.momentum_buffer",
-                               c->optimizer == OPT_SGD && c->momentum != 0);
-    L->exp_avg = param_states(p, "cgc.adam.exp_avg", adam);
-    L->exp_avg_sq = param_states(p, "cgc.adam.exp_avg_sq", adam);
-    L->accum = param_states(p, "cgc.accum", c->accumulate > 1);
+                               c->optimizer == OPT_SGD && c->momentum != 0, true);
+    L->exp_avg = param_states(p, "cgc.adam.exp_avg", adam, true);
+    L->exp_avg_sq = param_states(p, "cgc.adam.exp_avg_sq", adam, true);
+    L->accum = param_states(p, "cgc.accum", c->accumulate > 1, false);
 }
 
 /* --- gradients --- */
@@ -212,10 +262,33 @@ static void add_accumulated(Lower *L)
     }
 }
 
-/* Several ranks: each gradient summed over them, in buckets filled in the order the
- * backward finishes the gradients (their nodes' order), so that a bucket can be sent
- * while the backward computes the next. Buckets are numbered after FIRST. */
-static void allreduce_gradients(Lower *L, int first)
+/* Parameter I's VALUES[i] through collective OP (a sum, a reduce-scatter of the
+ * gradient, an all-gather of the slice), for each I of ORDER[0 .. N), in buckets filled
+ * in that order: the first small, so that its collective can start early. */
+static void in_buckets(Lower *L, int *values, const int *order, int n, IrOp op)
+{
+    int first = L->bucket;
+    int64_t filled = 0;
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const IrTensor *t = &L->p->tensors[i];
+        int64_t bytes = ir_numel(&t->shape, NULL) * (int64_t)sizeof(float);
+        int64_t cap = L->bucket == first ? FIRST_BUCKET_BYTES : BUCKET_BYTES;
+        if (filled > 0 && filled + bytes > cap) L->bucket++, filled = 0;
+        filled += bytes;
+        L->loc = t->loc;
+        Shape shape = op == IR_REDUCE_SCATTER ? slice_shape(L->p, i)
+                                              : op == IR_ALLGATHER ? t->shape : L->g->nodes[values[i]].shape;
+        values[i] = ir_collective(L->g, op, values[i], shape, L->bucket, L->loc);
+        L->g->nodes[values[i]].name = t->name;
+    }
+    if (filled > 0) L->bucket++;
+}
+
+/* Several ranks: each gradient summed over them (reduce-scattered when sharded), in
+ * buckets filled in the order the backward finishes the gradients (their nodes'
+ * order), so that a bucket can be sent while the backward computes the next. */
+static void sum_gradients(Lower *L)
 {
     int np = L->p->nparams, *order = xmalloc((size_t)(np ? np : 1) * sizeof *order), n = 0;
     for (int i = 0; i < np; i++)
@@ -225,17 +298,21 @@ static void allreduce_gradients(Lower *L, int first)
             int t = order[b];
             order[b] = order[b - 1], order[b - 1] = t;
         }
-    int bucket = first;
-    int64_t filled = 0;
+    in_buckets(L, L->grads, order, n, sharded(L->p) ? IR_REDUCE_SCATTER : IR_ALLREDUCE);
+    free(order);
+}
+
+/* shard = optimizer: every rank's updated slices put together, in parameter order, and
+ * assigned. */
+static void gather_params(Lower *L)
+{
+    int np = L->p->nparams, *order = xmalloc((size_t)(np ? np : 1) * sizeof *order), n = 0;
+    for (int i = 0; i < np; i++)
+        if (L->slices[i] >= 0) order[n++] = i;
+    in_buckets(L, L->slices, order, n, IR_ALLGATHER);
     for (int k = 0; k < n; k++) {
-        int i = order[k];
-        int64_t bytes = ir_numel(&L->p->tensors[i].shape, NULL) * (int64_t)sizeof(float);
-        int64_t cap = bucket == first ? FIRST_BUCKET_BYTES : BUCKET_BYTES;
-        if (filled > 0 && filled + bytes > cap) bucket++, filled = 0;
-        filled += bytes;
-        L->loc = L->p->tensors[i].loc;
-        L->grads[i] = ir_allreduce(L->g, L->grads[i], bucket, L->loc);
-        L->g->nodes[L->grads[i]].name = L->p->tensors[i].name;
+        L->loc = L->p->tensors[order[k]].loc;
+        assign(L, order[k], L->slices[order[k]]);
     }
     free(order);
 }
@@ -255,7 +332,8 @@ static void unscale(Lower *L)
         int n = sum_all(L, un(L, IR_NONFINITE, L->grads[i]));
         nonfinite = nonfinite < 0 ? n : add(L, nonfinite, n);
     }
-    L->found_inf = bin(L, IR_LESS, cst(L, 0), nonfinite < 0 ? cst(L, 0) : nonfinite);
+    nonfinite = sum_over_ranks(L, nonfinite < 0 ? cst(L, 0) : nonfinite, "nonfinite_count");
+    L->found_inf = bin(L, IR_LESS, cst(L, 0), nonfinite);
     g->output[IR_OUT_SKIPPED] = L->found_inf;
 }
 
@@ -274,7 +352,7 @@ static void clip(Lower *L)
     }
     if (squares < 0)
         return;   /* no gradients: nothing to clip */
-    int norm = un(L, IR_SQRT, squares);
+    int norm = un(L, IR_SQRT, sum_over_ranks(L, squares, "grad_norm_squares"));
     g->output[IR_OUT_GRAD_NORM] = norm;
     int ratio = bin(L, IR_DIV, cst(L, L->p->cfg.clip_norm), add(L, norm, cst(L, CLIP_EPS)));
     int coef = bin(L, IR_MINIMUM, ratio, cst(L, 1));
@@ -339,7 +417,7 @@ static int learning_rate(Lower *L)
 static void sgd_update(Lower *L, int i, int lr)
 {
     const TrainConfig *c = &L->p->cfg;
-    int w = rd(L, i), g = L->grads[i];
+    int w = param_read(L, i), g = L->grads[i];
     if (c->weight_decay != 0)
         g = add(L, g, scaled(L, c->weight_decay, w));
     if (c->momentum != 0) {
@@ -348,7 +426,7 @@ static void sgd_update(Lower *L, int i, int lr)
         assign_unless_skipped(L, L->momentum[i], old, buf);
         g = c->nesterov ? add(L, g, scaled(L, c->momentum, buf)) : buf;
     }
-    assign_unless_skipped(L, i, w, bin(L, IR_SUB, w, mul(L, lr, g)));
+    param_update(L, i, w, bin(L, IR_SUB, w, mul(L, lr, g)));
 }
 
 /* The step-dependent factors Adam shares between parameters. */
@@ -375,7 +453,7 @@ static AdamScalars adam_scalars(Lower *L, int lr)
 static void adam_update(Lower *L, int i, AdamScalars s)
 {
     const TrainConfig *c = &L->p->cfg;
-    int w = rd(L, i), g = L->grads[i];
+    int w = param_read(L, i), g = L->grads[i];
     int w0 = w;
     if (s.decay >= 0)
         w = mul(L, w, s.decay);
@@ -388,7 +466,7 @@ static void adam_update(Lower *L, int i, AdamScalars s)
     int delta = mul(L, s.step_size, bin(L, IR_DIV, m, denom));
     assign_unless_skipped(L, L->exp_avg[i], m_old, m);
     assign_unless_skipped(L, L->exp_avg_sq[i], v_old, v);
-    assign_unless_skipped(L, i, w0, bin(L, IR_SUB, w, delta));
+    param_update(L, i, w0, bin(L, IR_SUB, w, delta));
 }
 
 /* Parameters without a gradient are left alone, as torch skips those with grad None. */
@@ -491,14 +569,17 @@ static void build_train(Lower *L)
     L->found_inf = -1;
     if (p->cfg.accumulate > 1)
         add_accumulated(L);
+    L->bucket = statistics_buckets(&p->train);
     if (p->cfg.ranks > 1)
-        allreduce_gradients(L, statistics_buckets(&p->train));
+        sum_gradients(L);
     if (L->scale >= 0)
         unscale(L);
     if (p->cfg.clip_norm > 0)
         clip(L);
     int lr = learning_rate(L);
     optimizer_update(L, lr);
+    if (sharded(p))
+        gather_params(L);
     if (L->scale >= 0)
         update_scaler(L);
     advance_counters(L);
@@ -621,11 +702,14 @@ void training_lower(IrProgram *p)
     resolve_training_mode(p);
     average_assigned(p);
     register_state(&L);
+    L.slices = xmalloc((size_t)(p->nparams ? p->nparams : 1) * sizeof *L.slices);
+    for (int i = 0; i < p->nparams; i++) L.slices[i] = -1;
     build_train(&L);
     ir_graph_free(&p->train_micro);
     if (p->cfg.accumulate > 1)
         build_train_micro(&L);
     free(L.grads);
+    free(L.slices);
     free(L.read_of);
     free(L.momentum);
     free(L.exp_avg);

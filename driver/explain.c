@@ -693,8 +693,77 @@ static void explain_memory(const Compiled *c, FILE *out)
     }
 }
 
-/* Several ranks: the sums over them in the training step, bucket by bucket, each with
- * the time comm.h's model predicts for it. */
+static bool in_bucket(const IrNode *n)
+{
+    return ir_op_info[n->op].family == IR_FAMILY_COLLECTIVE && n->op != IR_SHARD;
+}
+
+/* Bytes of the buffer node N's collective runs on, per member: its value for a sum, one
+ * slice per rank for the others. */
+static int64_t bucket_member_bytes(const IrGraph *g, const IrNode *n, int ranks, const int64_t *symmax)
+{
+    if (n->op == IR_ALLREDUCE) return ir_numel(&n->shape, symmax) * 4;
+    const Shape *slice = n->op == IR_ALLGATHER ? &g->nodes[n->in[0]].shape : &n->shape;
+    return (int64_t)ranks * ir_numel(slice, symmax) * 4;
+}
+
+static CommOp comm_op(IrOp op)
+{
+    return op == IR_REDUCE_SCATTER ? COMM_REDUCE_SCATTER : op == IR_ALLGATHER ? COMM_ALLGATHER : COMM_SUM;
+}
+
+/* One bucket of G: its members, bytes, and the time comm.h's model predicts for it. */
+static double explain_bucket(const Compiled *c, const IrGraph *g, int b, FILE *out)
+{
+    int members = 0, ready = 0, ranks = c->p->cfg.ranks;
+    IrOp op = IR_ALLREDUCE;
+    int64_t bytes = 0;
+    char names[160] = "";
+    size_t used = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (!in_bucket(n) || n->index != b) continue;
+        members++;
+        op = n->op;
+        bytes += bucket_member_bytes(g, n, ranks, c->symmax);
+        if (n->in[0] > ready) ready = n->in[0];
+        if (used < sizeof names - 40)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", members > 1 ? ", " : "",
+                                     n->name ? n->name : "?");
+        else if (used < sizeof names - 4)
+            used += (size_t)snprintf(names + used, sizeof names - used, ", ...");
+    }
+    static const char *const what[] = {"sum", "reduce-scatter", "all-gather"};
+    double t = comm_predict(comm_op(op), bytes, ranks);
+    char size[32];
+    diag_format_bytes((size_t)bytes, size, sizeof size);
+    fprintf(out, "  bucket %d: %s of %d value%s, %s, ready after node %%%d of %d; predicted %.3f ms "
+                 "(%s)\n", b, what[comm_op(op)], members, members == 1 ? "" : "s", size, ready,
+            g->nnodes, t * 1e3, names);
+    return t;
+}
+
+/* shard = optimizer: the optimizer state a rank keeps, against what every rank would. */
+static void explain_shard(const IrProgram *p, FILE *out)
+{
+    int64_t kept = 0, whole = 0;
+    for (int i = 0; i < p->ntensors; i++) {
+        const IrTensor *t = &p->tensors[i];
+        if (!t->sharded) continue;
+        kept += ir_numel(&t->shape, NULL) * 4;
+        whole += ir_numel(&p->tensors[t->param_of].shape, NULL) * 4;
+    }
+    if (!whole) return;
+    char k[32], w[32];
+    diag_format_bytes((size_t)kept, k, sizeof k);
+    diag_format_bytes((size_t)whole, w, sizeof w);
+    fprintf(out, "  shard = optimizer: each rank keeps %s of optimizer state, a slice of every "
+                 "tensor of it (%s unsharded), updates its slices of the parameters and "
+                 "gathers the rest\n", k, w);
+}
+
+/* Several ranks: the collectives of the training step, bucket by bucket, each with the
+ * time comm.h's model predicts for it. */
 static void explain_ranks(const Compiled *c, FILE *out)
 {
     const IrProgram *p = c->p;
@@ -702,39 +771,15 @@ static void explain_ranks(const Compiled *c, FILE *out)
     int ranks = p->cfg.ranks, nbuckets = 0;
     if (ranks <= 1) return;
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op == IR_ALLREDUCE && g->nodes[i].index >= nbuckets) nbuckets = g->nodes[i].index + 1;
-    fprintf(out, "\nRanks: %d, each taking %lld or so of every batch's %lld rows; the training step "
-                 "sums over them\n(MPI all-reduces), each bucket started as soon as the step has "
-                 "computed its values:\n", ranks, (long long)(p->cfg.batch / ranks),
-            (long long)p->cfg.batch);
+        if (in_bucket(&g->nodes[i]) && g->nodes[i].index >= nbuckets) nbuckets = g->nodes[i].index + 1;
+    fprintf(out, "\nRanks: %d, each taking %lld or so of every batch's %lld rows; the training step's "
+                 "collectives\n(MPI), in buckets, each started as soon as the step has computed its "
+                 "values:\n", ranks, (long long)(p->cfg.batch / ranks), (long long)p->cfg.batch);
     double total = 0;
-    for (int b = 0; b < nbuckets; b++) {
-        int members = 0, ready = 0;
-        int64_t bytes = 0;
-        char names[160] = "";
-        size_t used = 0;
-        for (int i = 0; i < g->nnodes; i++) {
-            const IrNode *n = &g->nodes[i];
-            if (n->op != IR_ALLREDUCE || n->index != b) continue;
-            members++;
-            bytes += ir_numel(&n->shape, c->symmax) * 4;
-            if (n->in[0] > ready) ready = n->in[0];
-            if (used < sizeof names - 40)
-                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", members > 1 ? ", " : "",
-                                         n->name ? n->name : "?");
-            else if (used < sizeof names - 4)
-                used += (size_t)snprintf(names + used, sizeof names - used, ", ...");
-        }
-        double t = comm_predict_allreduce(bytes, ranks);
-        total += t;
-        char size[32];
-        diag_format_bytes((size_t)bytes, size, sizeof size);
-        fprintf(out, "  bucket %d: %d value%s, %s, ready after node %%%d of %d; predicted %.3f ms "
-                     "(%s)\n", b, members, members == 1 ? "" : "s", size, ready, g->nnodes,
-                t * 1e3, names);
-    }
+    for (int b = 0; b < nbuckets; b++) total += explain_bucket(c, g, b, out);
     fprintf(out, "  predicted %.3f ms per optimizer step, at %.1f GB/s and %.1f us per message "
                  "(MPI over shared memory)\n", total * 1e3, COMM_BANDWIDTH / 1e9, COMM_LATENCY_S * 1e6);
+    explain_shard(p, out);
 }
 
 void compiled_explain(const Compiled *c, FILE *out)

@@ -118,7 +118,9 @@ static const char usage_text[] =
     "                          activations and temporaries of a step (default: the GPU's\n"
     "                          free memory less the plan's persistent buffers: parameters,\n"
     "                          optimizer state, inputs; the data set a GPU run uploads is\n"
-    "                          not counted; none on the CPU)\n";
+    "                          not counted; none on the CPU)\n"
+    "  --shard S               none, or optimizer: with several ranks, each keeps and\n"
+    "                          updates a slice of the optimizer state (ZeRO stage 1)\n";
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_DETECT_ANOMALY,
@@ -132,7 +134,7 @@ static const char *const train_flags[][2] = {
     {"steps", "steps"},         {"shuffle", "shuffle"},   {"drop-last", "drop_last"},
     {"optimizer", "optimizer"}, {"schedule", "schedule"}, {"precision", "precision"},
     {"accumulate", "accumulate"}, {"clip-norm", "clip_norm"}, {"checkpoint", "checkpoint"},
-    {"memory", "memory"},       {"seed", "seed"},
+    {"memory", "memory"},       {"seed", "seed"},         {"shard", "shard"},
 };
 enum { NUM_TRAIN_FLAGS = sizeof train_flags / sizeof train_flags[0] };
 

@@ -89,7 +89,7 @@ struct Comm {
     double timeout_s;
     bool mpi;               /* MPI_Init was called */
 #ifdef CGC_HAVE_MPI
-    MPI_Request *slot;      /* per slot (comm_allreduce_start): its sum in flight, or null */
+    MPI_Request *slot;      /* per slot (comm_start): its collective in flight, or null */
     int nslots;
 #endif
 };
@@ -97,13 +97,18 @@ struct Comm {
 int comm_rank(const Comm *c) { return c->world.rank; }
 CommStats comm_stats(const Comm *c) { return c->stats; }
 
-double comm_predict_allreduce(int64_t bytes, int ranks)
+double comm_predict(CommOp op, int64_t bytes, int ranks)
 {
     if (ranks <= 1) return 0;
-    double steps = 2.0 * (ranks - 1);
+    double steps = (op == COMM_SUM ? 2.0 : 1.0) * (ranks - 1);
     return steps / ranks * (double)bytes / COMM_BANDWIDTH + steps * COMM_LATENCY_S;
 }
 int comm_size(const Comm *c) { return c->world.size; }
+
+int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what)
+{
+    return comm_run(c, COMM_SUM, buf, n, t, what);
+}
 
 static double timeout_seconds(void)
 {
@@ -177,27 +182,43 @@ void comm_close(Comm *c, bool failed)
 
 static MPI_Datatype mpi_type(CommType t) { return t == COMM_F64 ? MPI_DOUBLE : MPI_FLOAT; }
 
-/* Starts the in-place sum of BUF[0 .. N) into *REQ, counted in the stats. */
-static int iallreduce(Comm *c, void *buf, int64_t n, CommType t, MPI_Request *req)
+/* Starts OP over BUF (N elements per rank, comm.h) into *REQ, counted in the stats. */
+static int istart(Comm *c, CommOp op, void *buf, int64_t n, CommType t, MPI_Request *req)
 {
-    CGC_ASSERT(n >= 0 && n <= INT_MAX);
-    c->stats.sums++;
-    c->stats.bytes += n * (t == COMM_F64 ? 8 : 4);
-    return MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), MPI_SUM, MPI_COMM_WORLD, req);
+    int64_t whole = op == COMM_SUM ? n : n * c->world.size;
+    CGC_ASSERT(n >= 0 && whole <= INT_MAX);
+    int64_t bytes = whole * (t == COMM_F64 ? 8 : 4);
+    c->stats.calls++;
+    c->stats.bytes += bytes;
+    c->stats.model_s += comm_predict(op, bytes, c->world.size);
+    MPI_Datatype type = mpi_type(t);
+    switch (op) {
+    case COMM_SUM:
+        return MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, type, MPI_SUM, MPI_COMM_WORLD, req);
+    case COMM_REDUCE_SCATTER:   /* in place: the pieces are read from BUF, the share lands first */
+        return MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)n, type, MPI_SUM, MPI_COMM_WORLD, req);
+    case COMM_ALLGATHER:        /* in place: this rank's piece is already at its place */
+        return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)n, type, MPI_COMM_WORLD, req);
+    case COMM_GATHER:           /* in place on rank 0, whose piece is already at its place */
+        if (c->world.rank == 0)
+            return MPI_Igather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)n, type, 0, MPI_COMM_WORLD, req);
+        return MPI_Igather(buf, (int)n, type, NULL, 0, type, 0, MPI_COMM_WORLD, req);
+    }
+    CGC_INTERNAL("unknown collective %d", (int)op);
 }
 
-int comm_allreduce_start(Comm *c, int slot, void *buf, int64_t n, CommType t)
+int comm_start(Comm *c, int slot, CommOp op, void *buf, int64_t n, CommType t)
 {
     CGC_ASSERT(slot >= 0);
-    if (!c->mpi) return 0;   /* one rank: the sum is the value */
+    if (!c->mpi) return 0;   /* one rank: the sum, its share and the gathering are the value */
     if (slot >= c->nslots) {
         int grown = slot + 8;
         c->slot = xrealloc(c->slot, (size_t)grown * sizeof *c->slot);
         while (c->nslots < grown) c->slot[c->nslots++] = MPI_REQUEST_NULL;
     }
     CGC_ASSERT(c->slot[slot] == MPI_REQUEST_NULL);
-    int rc = iallreduce(c, buf, n, t, &c->slot[slot]);
-    return rc == MPI_SUCCESS ? 0 : mpi_failed(c, rc, "starting an all-reduce");
+    int rc = istart(c, op, buf, n, t, &c->slot[slot]);
+    return rc == MPI_SUCCESS ? 0 : mpi_failed(c, rc, "starting a collective");
 }
 
 int comm_progress(Comm *c)
@@ -206,7 +227,7 @@ int comm_progress(Comm *c)
     for (int i = 0; i < c->nslots; i++) {
         if (c->slot[i] == MPI_REQUEST_NULL) continue;
         int done, rc = MPI_Test(&c->slot[i], &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_failed(c, rc, "an all-reduce");
+        if (rc != MPI_SUCCESS) return mpi_failed(c, rc, "a collective");
         return 0;   /* one test moves every request in flight */
     }
     return 0;
@@ -244,11 +265,11 @@ int comm_wait(Comm *c, int slot, const char *what)
     return finish(c, &c->slot[slot], what);
 }
 
-int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what)
+int comm_run(Comm *c, CommOp op, void *buf, int64_t n, CommType t, const char *what)
 {
     if (!c->mpi) return 0;
     MPI_Request req;
-    int rc = iallreduce(c, buf, n, t, &req);
+    int rc = istart(c, op, buf, n, t, &req);
     if (rc != MPI_SUCCESS) return mpi_failed(c, rc, what);
     return finish(c, &req, what);
 }
@@ -306,10 +327,10 @@ Comm *comm_open(const CommWorld *w)
 }
 
 void comm_close(Comm *c, bool failed) { free(c); }
-int comm_allreduce_start(Comm *c, int slot, void *buf, int64_t n, CommType t) { return 0; }
+int comm_start(Comm *c, int slot, CommOp op, void *buf, int64_t n, CommType t) { return 0; }
 int comm_progress(Comm *c) { return 0; }
 int comm_wait(Comm *c, int slot, const char *what) { return 0; }
-int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what) { return 0; }
+int comm_run(Comm *c, CommOp op, void *buf, int64_t n, CommType t, const char *what) { return 0; }
 int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, const char *what) { return 0; }
 int comm_agree(Comm *c, uint64_t value, const char *what, const char *hint) { return 0; }
 

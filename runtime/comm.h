@@ -48,13 +48,24 @@ int comm_size(const Comm *c);
 
 typedef enum CommType { COMM_F32, COMM_F64 } CommType;
 
-/* BUF[0 .. N) := the sum over the ranks of their BUF, on every rank. WHAT names it in
- * a timeout ("the evaluation's totals"). Returns 0, or -1 after reporting. */
+/* The collectives over a buffer of every rank, N elements per rank:
+ *   COMM_SUM             BUF[0 .. N) := the sum over the ranks of their BUF[0 .. N)
+ *   COMM_REDUCE_SCATTER  BUF holds SIZE pieces of N; BUF[0 .. N) := the sum over the
+ *                        ranks of their piece number RANK (a rank's share of the sum)
+ *   COMM_ALLGATHER       BUF holds SIZE pieces of N; piece r := rank r's piece r
+ *   COMM_GATHER          the same on rank 0 only; another rank's BUF is its N elements,
+ *                        which it sends */
+typedef enum CommOp { COMM_SUM, COMM_REDUCE_SCATTER, COMM_ALLGATHER, COMM_GATHER } CommOp;
+
+/* OP over BUF, completed. WHAT names it in a timeout ("the evaluation's totals").
+ * Returns 0, or -1 after reporting. */
+int comm_run(Comm *c, CommOp op, void *buf, int64_t n, CommType t, const char *what);
+/* The sum over the ranks: comm_run's COMM_SUM. */
 int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what);
-/* The same, started: it proceeds while the caller computes, through comm_progress, and
- * is complete after comm_wait of the same SLOT (a small number >= 0, one per sum in
+/* OP started: it proceeds while the caller computes, through comm_progress, and is
+ * complete after comm_wait of the same SLOT (a small number >= 0, one per collective in
  * flight). */
-int comm_allreduce_start(Comm *c, int slot, void *buf, int64_t n, CommType t);
+int comm_start(Comm *c, int slot, CommOp op, void *buf, int64_t n, CommType t);
 int comm_progress(Comm *c);
 int comm_wait(Comm *c, int slot, const char *what);
 /* BYTES of BUF := rank ROOT's, on every rank. */
@@ -66,19 +77,22 @@ int comm_agree(Comm *c, uint64_t value, const char *what, const char *hint);
 
 /* What the job's collectives have cost this rank so far. */
 typedef struct CommStats {
-    int64_t sums;           /* all-reduces */
-    int64_t bytes;          /* their bytes, once each (what one rank sends in) */
+    int64_t calls;          /* collectives run */
+    int64_t bytes;          /* their buffers' bytes, once each (what one rank sends in) */
     double wait_s;          /* seconds spent waiting for them to complete */
+    double model_s;         /* what comm_predict says they take */
 } CommStats;
 CommStats comm_stats(const Comm *c);
 
 /* The model --explain predicts with: a ring all-reduce of BYTES over RANKS ranks moves
  * 2 (R - 1) / R of them through each rank at COMM_BANDWIDTH bytes per second, in
- * 2 (R - 1) messages of COMM_LATENCY_S each. The figures are Open MPI's over shared
- * memory on the 2-core development machine, rounded (scripts/bench_ranks.sh: 9.9 GB/s at
- * 1 MB, 0.27 us for 4 bytes; BENCHMARKS.md); across machines both are worse. */
+ * 2 (R - 1) messages of COMM_LATENCY_S each; a reduce-scatter or an all-gather of BYTES
+ * (the whole buffer, every rank's piece) is either half of that ring. The figures are
+ * Open MPI's over shared memory on the 2-core development machine, rounded
+ * (scripts/bench_ranks.sh: 9.9 GB/s at 1 MB, 0.27 us for 4 bytes; BENCHMARKS.md); across
+ * machines both are worse. */
 #define COMM_BANDWIDTH 8e9
 #define COMM_LATENCY_S 0.2e-6
-double comm_predict_allreduce(int64_t bytes, int ranks);
+double comm_predict(CommOp op, int64_t bytes, int ranks);
 
 #endif

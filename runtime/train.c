@@ -117,11 +117,12 @@ typedef struct CpuBackend {
     void *y;                    /* one batch of labels */
 } CpuBackend;
 
-/* The executor's sums over the ranks (cpu/exec.h), through the job's MPI (comm.h): a
- * bucket's sum goes in the comm slot of its number. */
-static int coll_start(void *ctx, int bucket, void *buf, int64_t n, CpuReal real)
+/* The executor's collectives (cpu/exec.h), through the job's MPI (comm.h): a bucket's
+ * goes in the comm slot of its number. */
+static int coll_start(void *ctx, int bucket, IrOp op, void *buf, int64_t n, CpuReal real)
 {
-    return comm_allreduce_start(ctx, bucket, buf, n, real == CPU_F64 ? COMM_F64 : COMM_F32);
+    CommOp c = op == IR_REDUCE_SCATTER ? COMM_REDUCE_SCATTER : op == IR_ALLGATHER ? COMM_ALLGATHER : COMM_SUM;
+    return comm_start(ctx, bucket, c, buf, n, real == CPU_F64 ? COMM_F64 : COMM_F32);
 }
 
 static int coll_progress(void *ctx) { return comm_progress(ctx); }
@@ -129,7 +130,7 @@ static int coll_progress(void *ctx) { return comm_progress(ctx); }
 static int coll_wait(void *ctx, int bucket)
 {
     char what[64];
-    snprintf(what, sizeof what, "the all-reduce of bucket %d", bucket);
+    snprintf(what, sizeof what, "the collective of bucket %d", bucket);
     return comm_wait(ctx, bucket, what);
 }
 
@@ -139,8 +140,8 @@ static int cpu_open(Trainer *t)
     b->e = cpu_exec_new(t->p, CPU_F32);
     cpu_exec_set_reuse(b->e, true);   /* the trainer reads only the graphs' outputs */
     if (t->ranks > 1)
-        cpu_exec_set_collectives(b->e, &(CpuCollectives){t->o->comm, coll_start, coll_progress,
-                                                         coll_wait});
+        cpu_exec_set_collectives(b->e, &(CpuCollectives){t->o->comm, t->rank, t->ranks, coll_start,
+                                                         coll_progress, coll_wait});
     t->tensors = xcalloc((size_t)(t->p->ntensors ? t->p->ntensors : 1), sizeof *t->tensors);
     for (int i = 0; i < t->p->ntensors; i++) t->tensors[i] = cpu_exec_tensor(b->e, i);
     int64_t rows = t->p->cfg.batch > EVAL_BATCH ? t->p->cfg.batch : EVAL_BATCH;
@@ -438,13 +439,15 @@ static int combine_losses(Trainer *t, TrainProgress *pr)
 }
 
 /* Several ranks apply the same update to the same sums, so they hold the same tensors
- * after every step; checked where a checkpoint is made, by a hash of them all. */
+ * after every step (but the slices of shard = optimizer's state, each its own); checked
+ * where a checkpoint is made, by a hash of them all. */
 static int check_ranks_agree(Trainer *t)
 {
     if (t->ranks == 1) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
     uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a */
     for (int i = 0; i < t->p->ntensors; i++) {
+        if (t->p->tensors[i].sharded) continue;
         const unsigned char *b = (const unsigned char *)t->tensors[i];
         size_t n = (size_t)ir_numel(&t->p->tensors[i].shape, NULL) * sizeof(float);
         for (size_t k = 0; k < n; k++) h = (h ^ b[k]) * 0x100000001b3ull;
@@ -453,12 +456,53 @@ static int check_ranks_agree(Trainer *t)
                       "the ranks' updates diverged, which is a bug in cgc; please report it");
 }
 
+/* ---- checkpoints: shard = optimizer's states are slices on the ranks, whole in a file ---- */
+
+/* The tensors as a checkpoint holds them (train.h): this rank's, but for the sharded
+ * states: buffers of every rank's slices (zeros) where WHOLE, else NULL. */
+static float **checkpoint_buffers(const Trainer *t, bool whole)
+{
+    const IrProgram *p = t->p;
+    float **w = xcalloc((size_t)(p->ntensors ? p->ntensors : 1), sizeof *w);
+    for (int i = 0; i < p->ntensors; i++) {
+        int64_t n = ir_numel(&p->tensors[i].shape, NULL);
+        if (!p->tensors[i].sharded) w[i] = t->tensors[i];
+        else if (whole) w[i] = xcalloc((size_t)(n * t->ranks), sizeof(float));
+    }
+    return w;
+}
+
+static void free_checkpoint_buffers(const Trainer *t, float **w)
+{
+    for (int i = 0; i < t->p->ntensors; i++)
+        if (t->p->tensors[i].sharded) free(w[i]);
+    free(w);
+}
+
+/* Rank 0's W (checkpoint_buffers) := every rank's slices of the sharded states. */
+static int gather_slices(Trainer *t, float **w)
+{
+    for (int i = 0; i < t->p->ntensors; i++) {
+        if (!t->p->tensors[i].sharded) continue;
+        int64_t n = ir_numel(&t->p->tensors[i].shape, NULL);
+        if (t->rank == 0) memcpy(w[i], t->tensors[i], (size_t)n * sizeof(float));
+        if (comm_run(t->o->comm, COMM_GATHER, t->rank == 0 ? w[i] : t->tensors[i], n, COMM_F32,
+                     "gathering the optimizer state") != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int save(Trainer *t, const TrainProgress *pr)
 {
     if (check_ranks_agree(t) != 0) return -1;
-    if (!t->o->save_path || t->rank != 0) return 0;
+    if (!t->o->save_path) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
-    return train_state_save(t->o->save_path, t->p, t->tensors, pr, t->total_steps);
+    float **w = checkpoint_buffers(t, t->rank == 0);
+    int rc = gather_slices(t, w);
+    if (rc == 0 && t->rank == 0) rc = train_state_save(t->o->save_path, t->p, w, pr, t->total_steps);
+    free_checkpoint_buffers(t, w);
+    return rc;
 }
 
 typedef enum { RUN_ON, RUN_DONE, RUN_INTERRUPTED, RUN_FAILED } RunState;
@@ -590,17 +634,22 @@ static int check_progress(const Trainer *t, const TrainProgress *pr)
     return -1;
 }
 
-/* Several ranks: what rank 0 read from the checkpoint, sent to the others (the file need
- * not be on their machines). */
-static int share_checkpoint(Trainer *t, TrainProgress *pr)
+/* Several ranks: what rank 0 read from the checkpoint into W (checkpoint_buffers), sent
+ * to the others (the file need not be on their machines); of a sharded state each rank
+ * keeps its slice. */
+static int share_checkpoint(Trainer *t, float **w, TrainProgress *pr)
 {
-    if (t->ranks == 1) return 0;
     Comm *c = t->o->comm;
-    for (int i = 0; i < t->p->ntensors; i++) {
-        size_t bytes = (size_t)ir_numel(&t->p->tensors[i].shape, NULL) * sizeof(float);
-        if (comm_broadcast(c, t->tensors[i], bytes, 0, "sending the checkpoint") != 0) return -1;
+    for (int i = 0; i < t->p->ntensors && t->ranks > 1; i++) {
+        bool sharded = t->p->tensors[i].sharded;
+        int64_t n = ir_numel(&t->p->tensors[i].shape, NULL), all = sharded ? n * t->ranks : n;
+        float *buf = w[i] ? w[i] : xcalloc((size_t)all, sizeof(float));
+        int rc = comm_broadcast(c, buf, (size_t)all * sizeof(float), 0, "sending the checkpoint");
+        if (rc == 0 && sharded) memcpy(t->tensors[i], buf + t->rank * n, (size_t)n * sizeof(float));
+        if (buf != w[i]) free(buf);
+        if (rc != 0) return -1;
     }
-    return comm_broadcast(c, pr, sizeof *pr, 0, "sending the checkpoint");
+    return t->ranks > 1 ? comm_broadcast(c, pr, sizeof *pr, 0, "sending the checkpoint") : 0;
 }
 
 static int init_state(Trainer *t, TrainProgress *pr)
@@ -609,11 +658,12 @@ static int init_state(Trainer *t, TrainProgress *pr)
     if (!t->o->resume_path) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
     bool lead = t->rank == 0;   /* the file is read on rank 0 only (share_checkpoint) */
-    if (lead && (train_state_load(t->o->resume_path, t->p, t->tensors, pr, t->total_steps) != 0 ||
-                 check_progress(t, pr) != 0))
-        return -1;
-    if (share_checkpoint(t, pr) != 0) return -1;
-    return t->ops->push_tensors(t);
+    float **w = checkpoint_buffers(t, lead);
+    int rc = lead && (train_state_load(t->o->resume_path, t->p, w, pr, t->total_steps) != 0 ||
+                      check_progress(t, pr) != 0) ? -1 : 0;
+    if (rc == 0) rc = share_checkpoint(t, w, pr);
+    free_checkpoint_buffers(t, w);
+    return rc == 0 ? t->ops->push_tensors(t) : -1;
 }
 
 static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *pr)
@@ -662,11 +712,9 @@ static void print_done(const Trainer *t, RunState state, int64_t step, double se
            o->save_path ? o->save_path : "");
     if (t->ranks > 1 && o->verbose) {
         CommStats s = comm_stats(o->comm);
-        double each = s.sums ? (double)s.bytes / (double)s.sums : 0;
-        printf("cgc: rank 0 summed %lld times over the %d ranks (%.1f MB in all), and waited %.3f "
-               "s for the sums; comm.h's model predicts %.3f s for them\n", (long long)s.sums,
-               t->ranks, (double)s.bytes / 1e6, s.wait_s,
-               (double)s.sums * comm_predict_allreduce((int64_t)each, t->ranks));
+        printf("cgc: rank 0 ran %lld collectives over the %d ranks (%.1f MB in all), and waited "
+               "%.3f s for them; comm.h's model predicts %.3f s\n", (long long)s.calls, t->ranks,
+               (double)s.bytes / 1e6, s.wait_s, s.model_s);
     }
 }
 

@@ -74,7 +74,8 @@ typedef struct TrainProgress {
 int train_run(IrProgram *p, const RunOptions *o);
 
 /* train_state.c: --save / --resume files (safetensors; see README). TENSORS[i] holds
- * persistent tensor i of P as f32 (ir_numel of its shape): read by save, written by load.
+ * persistent tensor i of P as f32 (ir_numel of its shape; a sharded state, IrTensor, of
+ * its parameter's: every rank's slices): read by save, written by load.
  * TOTAL_STEPS: the optimizer steps the run spans (saved, and compared on resume). */
 int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
                     const TrainProgress *pr, int64_t total_steps);

@@ -88,16 +88,24 @@ static void describe_config(const TrainConfig *c, Setting s[NUM_SETTINGS])
     setting(&s[9], "cgc.clip_norm", "%.9g", c->clip_norm);
 }
 
+/* Tensor I's shape in a checkpoint: a sharded state's is its parameter's, the state of
+ * every rank's slices (so that a run of any number of ranks, sharded or not, resumes). */
+static const Shape *stored_shape(const IrProgram *p, int i)
+{
+    const IrTensor *d = &p->tensors[i];
+    return d->sharded ? &p->tensors[d->param_of].shape : &d->shape;
+}
+
 int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
                     const TrainProgress *pr, int64_t total_steps)
 {
     StTensor *t = xcalloc((size_t)p->ntensors, sizeof *t);
     for (int i = 0; i < p->ntensors; i++) {
-        const IrTensor *d = &p->tensors[i];
-        t[i].name = d->name;
+        const Shape *shape = stored_shape(p, i);
+        t[i].name = p->tensors[i].name;
         t[i].dtype = "F32";
-        t[i].rank = d->shape.rank;
-        memcpy(t[i].shape, d->shape.dim, sizeof(int64_t) * (size_t)d->shape.rank);
+        t[i].rank = shape->rank;
+        memcpy(t[i].shape, shape->dim, sizeof(int64_t) * (size_t)shape->rank);
         t[i].data = tensors[i];
     }
     MetaBuf m = {0};
@@ -172,6 +180,7 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
         }
     for (int i = 0; i < p->ntensors; i++) {
         const IrTensor *d = &p->tensors[i];
+        const Shape *want_shape = stored_shape(p, i);
         const StTensor *t = st_find(f, d->name);
         if (!t) {
             cgc_error("%s: no tensor '%s' (was it saved from another model, or with another "
@@ -181,13 +190,13 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
         Shape s = ir_shape0();
         s.rank = t->rank;
         for (int k = 0; k < t->rank && k < IR_MAX_RANK; k++) s.dim[k] = t->shape[k];
-        if (strcmp(t->dtype, "F32") != 0 || t->rank > IR_MAX_RANK || !ir_shape_equal(&s, &d->shape)) {
+        if (strcmp(t->dtype, "F32") != 0 || t->rank > IR_MAX_RANK || !ir_shape_equal(&s, want_shape)) {
             cgc_error("%s: tensor '%s' is %s%s, the model's is F32%s", path, d->name, t->dtype,
                       t->rank > IR_MAX_RANK ? "[...]" : ir_shape_str(p, &s, got, sizeof got),
-                      ir_shape_str(p, &d->shape, want, sizeof want));
+                      ir_shape_str(p, want_shape, want, sizeof want));
             return -1;
         }
-        memcpy(tensors[i], t->data, (size_t)ir_numel(&d->shape, NULL) * sizeof(float));
+        memcpy(tensors[i], t->data, (size_t)ir_numel(want_shape, NULL) * sizeof(float));
     }
     return 0;
 }

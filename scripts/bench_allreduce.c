@@ -44,7 +44,7 @@ int main(int argc, char **argv)
         double median = t[REPEATS / 2], moved = 2.0 * (ranks - 1) / ranks * (double)bytes;
         if (rank == 0)
             printf("%12ld %12.4f %12.4f %10.2f\n", bytes, median * 1e3,
-                   comm_predict_allreduce(bytes, ranks) * 1e3, moved / median / 1e9);
+                   comm_predict(COMM_SUM, bytes, ranks) * 1e3, moved / median / 1e9);
         if (bytes == 4) latency = median;
         if (bytes == 1L << 20) bandwidth = moved / median;
         free(buf);

@@ -82,7 +82,8 @@ struct CpuExec {
     CpuCollectives coll;    /* several ranks (cpu_exec_set_collectives); start NULL: none */
     struct Bucket *buckets; /* the graph run's all-reduce buckets (bucket_plan) */
     int nbuckets, capbuckets;
-    int64_t *coll_offset;   /* per node of the run: an ALLREDUCE's place in its bucket */
+    int64_t *coll_offset;   /* per node of the run: a collective's place in its bucket */
+    Buf coll_alone;         /* a collective run alone (a bucket not whole) */
 };
 
 /* Makes B hold at least BYTES. The old contents are not kept: callers overwrite. */
@@ -538,16 +539,20 @@ static WinGeo win_geo(const IrNode *node, const Dims *image)
     return g;
 }
 
-/* ---- sums over the ranks (IR_ALLREDUCE) ---- */
+/* ---- the collectives (IR_ALLREDUCE, IR_REDUCE_SCATTER, IR_ALLGATHER) and IR_SHARD ---- */
 
-/* One bucket of a run: its members' values, gathered, summed over the ranks in place.
- * A bucket is whole when each of its values is computed before the first of its members
- * runs (fusion may order a graph otherwise); the members of a bucket that is not are
- * summed one by one, each where it runs (every rank runs the same order, so all agree). */
+/* One bucket of a run: its members' values gathered in one buffer, on which one
+ * collective of theirs runs in place (cpu/exec.h). A sum's buffer holds the members one
+ * after another, N elements; a reduce-scatter's or an all-gather's holds one piece of N
+ * per rank, piece r holding each member's slice r (ops.def) in the same places. A bucket
+ * is whole when each of its values is computed before the first of its members runs
+ * (fusion may order a graph otherwise); the members of a bucket that is not are run one
+ * by one, each where it runs (every rank runs the same order, so all agree). */
 typedef struct Bucket {
-    int ready;          /* the last node whose value it sums: it starts after that one */
+    IrOp op;            /* its members' */
+    int ready;          /* the last node whose value it takes: it starts after that one */
     int first;          /* its first member */
-    int64_t n;          /* elements */
+    int64_t n;          /* elements (per piece) */
     Buf buf;
     bool whole, started, done;
 } Bucket;
@@ -568,19 +573,81 @@ static Bucket *bucket_at(CpuExec *e, int k)
     return &e->buckets[k];
 }
 
-/* The buckets of G for this run, and each member's offset in its bucket (node order). */
+static int64_t node_numel(const CpuExec *e, const IrNode *x)
+{
+    Dims d = bind_shape(&x->shape, e->symvals);
+    return dims_numel(&d);
+}
+
+/* What collective node ID puts in a piece of its bucket: its value (a sum) or a slice. */
+static int64_t piece_numel(const CpuExec *e, const IrGraph *g, int id)
+{
+    const IrNode *x = &g->nodes[id];
+    return node_numel(e, x->op == IR_ALLGATHER ? &g->nodes[x->in[0]] : x);
+}
+
+/* OUT[0 .. S) := slice R of IN (N elements; ops.def): zeros past its end. */
+static void slice_of(const CpuExec *e, char *out, const char *in, int64_t n, int64_t s, int r)
+{
+    int64_t lo = (int64_t)r * s, have = n - lo < 0 ? 0 : n - lo < s ? n - lo : s;
+    memcpy(out, in + (size_t)lo * e->esize, (size_t)have * e->esize);
+    memset(out + (size_t)have * e->esize, 0, (size_t)(s - have) * e->esize);
+}
+
+/* Node ID's input into BUF, a bucket of N elements per piece, at OFF in its pieces. */
+static void pack(const CpuExec *e, const IrGraph *g, int id, char *buf, int64_t n, int64_t off)
+{
+    const IrNode *x = &g->nodes[id];
+    const Slot *in = &e->slots[x->in[0]];
+    int64_t s = piece_numel(e, g, id);
+    size_t es = e->esize;
+    switch (x->op) {
+    case IR_ALLREDUCE: memcpy(buf + (size_t)off * es, in->val, (size_t)s * es); return;
+    case IR_REDUCE_SCATTER:
+        for (int r = 0; r < e->coll.ranks; r++)
+            slice_of(e, buf + (size_t)(r * n + off) * es, in->val, in->n, s, r);
+        return;
+    case IR_ALLGATHER: memcpy(buf + (size_t)(e->coll.rank * n + off) * es, in->val, (size_t)s * es); return;
+    default: CGC_INTERNAL("%s has no bucket", ir_op_info[x->op].name);
+    }
+}
+
+/* OUT := node ID's value, from BUF after its collective (as pack laid it out). */
+static void unpack(const CpuExec *e, const IrGraph *g, int id, const char *buf, int64_t n, int64_t off,
+                   void *out)
+{
+    const IrNode *x = &g->nodes[id];
+    int64_t s = piece_numel(e, g, id), total = node_numel(e, x);
+    size_t es = e->esize;
+    if (x->op != IR_ALLGATHER) {
+        memcpy(out, buf + (size_t)off * es, (size_t)s * es);
+        return;
+    }
+    for (int r = 0; r < e->coll.ranks && r * s < total; r++) {
+        int64_t have = total - r * s < s ? total - r * s : s;
+        memcpy((char *)out + (size_t)(r * s) * es, buf + (size_t)(r * n + off) * es, (size_t)have * es);
+    }
+}
+
+static size_t bucket_bytes(const CpuExec *e, IrOp op, int64_t n)
+{
+    return (size_t)n * (op == IR_ALLREDUCE ? 1 : (size_t)e->coll.ranks) * e->esize;
+}
+
+/* The buckets of G for this run, and each member's offset in its bucket's pieces (node
+ * order). */
 static void bucket_plan(CpuExec *e, const IrGraph *g)
 {
     e->nbuckets = 0;
     e->coll_offset = xrealloc(e->coll_offset, (size_t)(g->nnodes ? g->nnodes : 1) * sizeof *e->coll_offset);
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *x = &g->nodes[id];
-        if (x->op != IR_ALLREDUCE) continue;
+        if (ir_op_info[x->op].family != IR_FAMILY_COLLECTIVE || x->op == IR_SHARD) continue;
         Bucket *b = bucket_at(e, x->index);
-        Dims d = bind_shape(&x->shape, e->symvals);
-        if (b->first < 0) b->first = id;
+        if (b->first < 0) b->first = id, b->op = x->op;
+        CGC_ASSERT(b->op == x->op);
         e->coll_offset[id] = b->n;
-        b->n += dims_numel(&d);
+        b->n += piece_numel(e, g, id);
         if (x->in[0] > b->ready) b->ready = x->in[0];
     }
     for (int k = 0; k < e->nbuckets; k++) e->buckets[k].whole = e->buckets[k].ready < e->buckets[k].first;
@@ -594,40 +661,48 @@ static int buckets_start(CpuExec *e, const IrGraph *g, int id)
         Bucket *b = &e->buckets[k];
         flying |= b->started && !b->done;
         if (b->ready != id || b->started || !b->whole) continue;
-        char *buf = buf_reserve(&b->buf, (size_t)b->n * e->esize);
+        char *buf = buf_reserve(&b->buf, bucket_bytes(e, b->op, b->n));
         for (int m = 0; m < g->nnodes; m++) {
             const IrNode *x = &g->nodes[m];
-            if (x->op != IR_ALLREDUCE || x->index != k) continue;
-            const Slot *in = &e->slots[x->in[0]];
-            memcpy(buf + (size_t)e->coll_offset[m] * e->esize, in->val, (size_t)in->n * e->esize);
+            if (ir_op_info[x->op].family == IR_FAMILY_COLLECTIVE && x->op != IR_SHARD && x->index == k)
+                pack(e, g, m, buf, b->n, e->coll_offset[m]);
         }
-        if (e->coll.start(e->coll.ctx, k, buf, b->n, e->real) != 0) return -1;
+        if (e->coll.start(e->coll.ctx, k, b->op, buf, b->n, e->real) != 0) return -1;
         b->started = flying = true;
     }
     return flying ? e->coll.progress(e->coll.ctx) : 0;
 }
 
-/* ALLREDUCE node ID's value into OUT (N elements): its share of the bucket's sum, or,
- * with one rank, its input. */
-static int allreduce_value(CpuExec *e, const IrGraph *g, int id, void *out, int64_t n)
+/* Collective node ID's value into OUT: from its bucket, or, with one rank, what one rank
+ * makes of its input. */
+static int collective_value(CpuExec *e, const IrGraph *g, int id, void *out)
 {
     const IrNode *x = &g->nodes[id];
     const Slot *in = &e->slots[x->in[0]];
-    CGC_ASSERT(in->n == n);
-    if (!e->coll.start) {
-        memcpy(out, in->val, (size_t)n * e->esize);
+    int64_t n = node_numel(e, x);
+    if (x->op == IR_SHARD || !e->coll.start) {
+        /* one rank: the program was compiled for one (training.c), where every slice is
+         * the whole */
+        CGC_ASSERT(x->op == IR_ALLREDUCE || e->coll.start);
+        if (x->op == IR_SHARD) slice_of(e, out, in->val, in->n, n, e->coll.rank);
+        else memcpy(out, in->val, (size_t)n * e->esize);
         return 0;
     }
     Bucket *b = &e->buckets[x->index];
-    if (!b->whole) {
-        memcpy(out, in->val, (size_t)n * e->esize);
-        return e->coll.start(e->coll.ctx, x->index, out, n, e->real) != 0 ||
-               e->coll.wait(e->coll.ctx, x->index) != 0 ? -1 : 0;
+    if (!b->whole) {   /* run alone, as a bucket of its own */
+        int64_t s = piece_numel(e, g, id);
+        char *buf = buf_reserve(&e->coll_alone, bucket_bytes(e, x->op, s));
+        pack(e, g, id, buf, s, 0);
+        if (e->coll.start(e->coll.ctx, x->index, x->op, buf, s, e->real) != 0 ||
+            e->coll.wait(e->coll.ctx, x->index) != 0)
+            return -1;
+        unpack(e, g, id, buf, s, 0, out);
+        return 0;
     }
     CGC_ASSERT(b->started);
     if (!b->done && e->coll.wait(e->coll.ctx, x->index) != 0) return -1;
     b->done = true;
-    memcpy(out, (char *)b->buf.p + (size_t)e->coll_offset[id] * e->esize, (size_t)n * e->esize);
+    unpack(e, g, id, b->buf.p, b->n, e->coll_offset[id], out);
     return 0;
 }
 
@@ -688,6 +763,7 @@ void cpu_exec_free(CpuExec *e)
     for (int i = 0; i < e->capbuckets; i++) buf_free(&e->buckets[i].buf);
     free(e->buckets);
     free(e->coll_offset);
+    buf_free(&e->coll_alone);
     free(e);
 }
 

@@ -79,16 +79,19 @@ const void *cpu_exec_value(CpuExec *e, int id, int64_t *numel);
 /* Scalar node value as a double (loss, correct count, skipped flag). */
 double cpu_exec_scalar(CpuExec *e, int id);
 
-/* Several ranks: the sums over the ranks that IR_ALLREDUCE nodes ask for. A bucket's
- * values are gathered into one buffer of N elements (REAL: float or double, as the
- * executor computes) and START is called as soon as the run has computed the last of
- * them, so that the sum proceeds while the run goes on; PROGRESS after each node while
- * a bucket is in flight (MPI moves only inside its calls); WAIT when the first of the
- * bucket's nodes is needed, after which BUF holds the sum. Each returns 0, or -1 after
- * reporting. Without them (the default) a sum over one rank is the value itself. */
+/* Several ranks: the collectives that IR_ALLREDUCE, IR_REDUCE_SCATTER and IR_ALLGATHER
+ * nodes ask for, and this rank's place (IR_SHARD). A bucket's values are gathered into
+ * one buffer (REAL: float or double, as the executor computes) of N elements, or of RANKS
+ * pieces of N for a reduce-scatter or an all-gather (comm.h's CommOp, in place), and
+ * START is called as soon as the run has computed the last of them, so that it proceeds
+ * while the run goes on; PROGRESS after each node while a bucket is in flight (MPI moves
+ * only inside its calls); WAIT when the first of the bucket's nodes is needed, after
+ * which BUF holds the result. Each returns 0, or -1 after reporting. Without them (the
+ * default) the program runs as one rank, whose sum is the value itself. */
 typedef struct CpuCollectives {
     void *ctx;
-    int (*start)(void *ctx, int bucket, void *buf, int64_t n, CpuReal real);
+    int rank, ranks;
+    int (*start)(void *ctx, int bucket, IrOp op, void *buf, int64_t n, CpuReal real);
     int (*progress)(void *ctx);
     int (*wait)(void *ctx, int bucket);
 } CpuCollectives;

@@ -813,7 +813,7 @@ static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const 
         if (node->op == IR_UNFOLD) SFX(unfold)(node, out, x, &xd);
         else SFX(fold)(node, out, x, od);
         return 0;
-    case IR_FAMILY_COLLECTIVE: return allreduce_value(e, g, (int)(node - g->nodes), out, n);
+    case IR_FAMILY_COLLECTIVE: return collective_value(e, g, (int)(node - g->nodes), out);
     case IR_FAMILY_MODE_SWITCH: break;   /* resolved by training lowering */
     }
     CGC_INTERNAL("the CPU executor has no kernel for %s", ir_op_info[node->op].name);

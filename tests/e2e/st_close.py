@@ -7,7 +7,7 @@ Reads both files with nothing but struct and json (an oracle independent of cgc'
 reader), and compares every F32 tensor whose name starts with NAME_PREFIX (default: all):
 the largest |a - b| over the largest |a| of that tensor must be at most REL. Prints the
 worst tensor; exit status 0 when all are within REL, 1 otherwise (or on a tensor only
-one file has).
+one file has, or two shapes that differ).
 """
 import json
 import struct
@@ -25,7 +25,7 @@ def load(path):
             continue
         start, end = info["data_offsets"]
         raw = data[8 + n + start:8 + n + end]
-        tensors[name] = struct.unpack("<%df" % (len(raw) // 4), raw)
+        tensors[name] = (info["shape"], struct.unpack("<%df" % (len(raw) // 4), raw))
     return tensors
 
 
@@ -38,8 +38,12 @@ def main():
         if name not in a or name not in b:
             print(f"{name}: only in {'the first' if name in a else 'the second'} file")
             return 1
-        scale = max((abs(v) for v in a[name]), default=0.0) or 1.0
-        diff = max((abs(x - y) for x, y in zip(a[name], b[name])), default=0.0)
+        (shape_a, va), (shape_b, vb) = a[name], b[name]
+        if shape_a != shape_b:
+            print(f"{name}: shape {shape_a} in the first file, {shape_b} in the second")
+            return 1
+        scale = max((abs(v) for v in va), default=0.0) or 1.0
+        diff = max((abs(x - y) for x, y in zip(va, vb)), default=0.0)
         if diff / scale >= worst:
             worst, worst_name = diff / scale, name
     print(f"worst relative difference {worst:.3g} ({worst_name}), allowed {rel:g}")
