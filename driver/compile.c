@@ -87,12 +87,18 @@ static void search(IrProgram *p, const CompileOptions *o, const Saved *s, const 
     }
 }
 
+/* The most rows of a batch one rank takes (the runtime's shares differ by one at most). */
+static int64_t rank_rows(const TrainConfig *c)
+{
+    return (c->batch + c->ranks - 1) / c->ranks;
+}
+
 int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out)
 {
     memset(out, 0, sizeof *out);
     out->p = p;
     for (int k = 0; k < IR_MAX_SYMBOLS; k++)
-        out->symmax[k] = o->symmax[k] > 0 ? o->symmax[k] : k == 0 ? p->cfg.batch : 1;
+        out->symmax[k] = o->symmax[k] > 0 ? o->symmax[k] : k == 0 ? rank_rows(&p->cfg) : 1;
     int *cand = NULL;
     int n = recompute_candidates(p, &cand);
     Saved saved;

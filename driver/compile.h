@@ -23,8 +23,9 @@
 typedef struct CompileOptions {
     PlanMode mode;
     const char *net_path;       /* for the kernels' comments */
-    int64_t symmax[IR_MAX_SYMBOLS];          /* symbol maxima of the memory plan; 0 = cfg.batch for symbol
-                                 * 0 and 1 for others */
+    int64_t symmax[IR_MAX_SYMBOLS];          /* symbol maxima of the memory plan; 0 = for symbol 0
+                                 * the rows of a batch one rank takes (cfg.batch on one
+                                 * rank), and 1 for others */
     size_t device_free;         /* bytes free on the device that will run it; 0 = unknown */
     bool stop_after_checkpoint; /* --dump-ir-after checkpoint: decide as MODE would, then
                                  * leave the graphs unfused and build no plan */

@@ -85,7 +85,7 @@ void compiled_write_stats(const Compiled *c, FILE *out)
     fprintf(out, ",\n  \"mode\": \"%s\",\n  \"precision\": \"%s\",\n  \"checkpoint\": \"%s\",\n",
             plan_mode_name(c->plan->mode), config_precision_name(p->cfg.precision),
             config_checkpoint_name(p->cfg.checkpoint));
-    fprintf(out, "  \"batch\": %lld,\n", (long long)c->symmax[0]);
+    fprintf(out, "  \"batch\": %lld,\n  \"ranks\": %d,\n", (long long)c->symmax[0], p->cfg.ranks);
     fprintf(out, "  \"kernels_per_step\": %d,\n  \"gemms_per_step\": %d,\n", steps, gemms);
     fprintf(out, "  \"peak_bytes\": %zu,\n  \"activation_bytes\": %zu,\n  \"persistent_bytes\": %zu,\n",
             c->layout.arena_bytes, compiled_activation_bytes(c), c->layout.persistent_bytes);
@@ -679,9 +679,11 @@ static void explain_memory(const Compiled *c, FILE *out)
     diag_format_bytes(c->layout.arena_bytes, peak, sizeof peak);
     diag_format_bytes(c->layout.persistent_bytes, pers, sizeof pers);
     diag_format_bytes(compiled_activation_bytes(c), act, sizeof act);
-    fprintf(out, "\nMemory plan (batch %lld): peak %s = %s persistent (parameters, optimizer "
+    char ranks[48] = "";
+    if (c->p->cfg.ranks > 1) snprintf(ranks, sizeof ranks, " rows on each of %d ranks", c->p->cfg.ranks);
+    fprintf(out, "\nMemory plan (batch %lld%s): peak %s = %s persistent (parameters, optimizer "
                  "state, inputs, data)\n  + %s for the train step's activations and temporaries\n",
-            (long long)c->symmax[0], peak, pers, act);
+            (long long)c->symmax[0], ranks, peak, pers, act);
     fputs("  (a run with a test split lays the arena out for its evaluation batch too, up to\n"
           "  1000 rows, when that is larger than the training batch)\n", out);
     static const char *const names[PG_NUM] = { "train", "train_micro", "eval", "forward" };
@@ -789,7 +791,7 @@ void compiled_explain(const Compiled *c, FILE *out)
     int steps = compiled_steps_per_train(c, &gemms);
     fprintf(out, "cgc explain: model %s, mode %s, precision %s, batch %lld\n\n",
             p->model_name ? p->model_name : "?", plan_mode_name(c->plan->mode),
-            config_precision_name(p->cfg.precision), (long long)c->symmax[0]);
+            config_precision_name(p->cfg.precision), (long long)p->cfg.batch);
     explain_precision(c, out);
     explain_groups(c, out);
     explain_boundaries(c, out);

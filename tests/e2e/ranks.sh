@@ -160,6 +160,19 @@ run "--explain: the parameters gathered" 0 "bucket 1: all-gather of 4 values, 10
 # AdamW's two moments of 2762 parameters, 921 each of the 2763 after padding on a rank
 run "--explain: the state a rank keeps" 0 "each rank keeps 7.2 KB of optimizer state, a slice of every tensor of it \(21.6 KB unsharded\)" -- \
     "${explain[@]}"
+# the memory plan of a rank: its rows of the batch, and the state it keeps
+for s in none optimizer; do
+  "$cgc" "$m" --check --arch none --nproc 3 "${adamw[@]}" --shard "$s" --stats "$tmp/stats_$s.json" -q
+done
+if out=$(python3 - "$tmp/stats_none.json" "$tmp/stats_optimizer.json" <<'PY' 2>&1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+saved = a["persistent_bytes"] - b["persistent_bytes"]
+# AdamW's moments of 2762 parameters: 22096 bytes on every rank, 7384 sharded over 3
+assert a["ranks"] == b["ranks"] == 3 and a["batch"] == b["batch"] == 22, (a["ranks"], a["batch"])
+assert 13000 <= saved <= 15000, saved
+PY
+); then ok; else bad "--stats of a sharded rank" "$out"; fi
 
 # --- rank 0 alone writes ---
 run "metrics of two ranks" 0 "done at step 48" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --epochs 3 \
