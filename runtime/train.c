@@ -18,6 +18,7 @@
 #include "train.h"
 #include "train_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,6 +439,61 @@ static int combine_losses(Trainer *t, TrainProgress *pr)
     return 0;
 }
 
+/* ---- several ranks: what must be the same on every rank ---- */
+
+enum { FNV_BASIS = 0xcbf29ce484222325ull, FNV_PRIME = 0x100000001b3ull };
+
+/* H, continued over BYTES bytes at P (FNV-1a, eight bytes at a step). */
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t bytes)
+{
+    const unsigned char *b = p;
+    size_t k = 0;
+    for (; k + 8 <= bytes; k += 8) {
+        uint64_t w;
+        memcpy(&w, b + k, 8);
+        h = (h ^ w) * FNV_PRIME;
+    }
+    for (; k < bytes; k++) h = (h ^ b[k]) * FNV_PRIME;
+    return h;
+}
+
+static uint64_t hash_dataset(uint64_t h, const Dataset *d)
+{
+    size_t n = (size_t)d->n, y_bytes = d->y_int ? sizeof(int32_t) : sizeof(float);
+    h = hash_bytes(h, &d->n, sizeof d->n);
+    h = hash_bytes(h, d->x, n * (size_t)d->x_row * sizeof(float));
+    return hash_bytes(h, d->y_int ? (const void *)d->y_i32 : (const void *)d->y_f32, n * (size_t)d->y_row * y_bytes);
+}
+
+/* Every rank reads the data itself, and takes its share of the same epoch order: ranks on
+ * machines whose data path holds other files would train on other samples, which would
+ * show only later, as ranks whose weights differ. */
+static int check_same_data(const Trainer *t)
+{
+    if (t->ranks == 1) return 0;
+    uint64_t h = hash_dataset(FNV_BASIS, &t->data.train);
+    if (t->data.has_test) h = hash_dataset(h, &t->data.test);
+    return comm_agree(t->o->comm, h, "the data the ranks read",
+                      "every rank must read the same data (on each machine, the data path "
+                      "must hold the same files)");
+}
+
+/* MPI counts the elements of a call in an int, and a parameter's gradient is summed (or
+ * reduce-scattered, R slices) in one call. */
+static int check_collective_sizes(const Trainer *t)
+{
+    for (int i = 0; i < t->p->nparams && t->ranks > 1; i++) {
+        int64_t n = ir_numel(&t->p->tensors[i].shape, NULL);
+        if ((n + t->ranks - 1) / t->ranks * t->ranks <= INT_MAX) continue;
+        cgc_error("%s:%d: parameter '%s' has %lld elements, more than one MPI call carries "
+                  "(2^31 - 1), so its gradient cannot be summed over the ranks; train it on "
+                  "one rank, or make the layer smaller", t->o->net_path, t->p->tensors[i].loc.line,
+                  t->p->tensors[i].name, (long long)n);
+        return -1;
+    }
+    return 0;
+}
+
 /* Several ranks apply the same update to the same sums, so they hold the same tensors
  * after every step (but the slices of shard = optimizer's state, each its own); checked
  * where a checkpoint is made, by a hash of them all. */
@@ -445,13 +501,10 @@ static int check_ranks_agree(Trainer *t)
 {
     if (t->ranks == 1) return 0;
     if (t->ops->pull_tensors(t) != 0) return -1;
-    uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a */
-    for (int i = 0; i < t->p->ntensors; i++) {
-        if (t->p->tensors[i].sharded) continue;
-        const unsigned char *b = (const unsigned char *)t->tensors[i];
-        size_t n = (size_t)ir_numel(&t->p->tensors[i].shape, NULL) * sizeof(float);
-        for (size_t k = 0; k < n; k++) h = (h ^ b[k]) * 0x100000001b3ull;
-    }
+    uint64_t h = FNV_BASIS;
+    for (int i = 0; i < t->p->ntensors; i++)
+        if (!t->p->tensors[i].sharded)
+            h = hash_bytes(h, t->tensors[i], (size_t)ir_numel(&t->p->tensors[i].shape, NULL) * sizeof(float));
     return comm_agree(t->o->comm, h, "the trained tensors",
                       "the ranks' updates diverged, which is a bug in cgc; please report it");
 }
@@ -680,7 +733,8 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     if (t->rank == 0 && o->save_path && st_check_writable(o->save_path) != 0) return -1;
     if (t->rank == 0 && o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path)))
         return -1;
-    if (data_load(p, o->src, o->net_path, &t->data) != 0) return -1;
+    if (check_collective_sizes(t) != 0) return -1;
+    if (data_load(p, o->src, o->net_path, &t->data) != 0 || check_same_data(t) != 0) return -1;
     if (plan(t) != 0) return -1;
     if (t->ops->open(t) != 0) return -1;
     if (init_state(t, pr) != 0) return -1;

@@ -204,9 +204,41 @@ run "batch norm on one rank" 0 "done at step 16" -- "$cgc" "$tmp/bn.net" --devic
 # every rank's statistics come from 32 rows instead of 64: close to one rank's, not equal
 same "batch norm's running mean, two ranks against one" "$tmp/bn1.st" "$tmp/bn2.st" 0.2 "h.running_mean"
 
+cat >"$tmp/huge.net" <<'NET'
+model huge {
+    input x: f32[N, 32768]
+    input y: i32[N]
+    h      = linear(x, 65536)
+    logits = linear(h, 10)
+    output logits
+    loss   cross_entropy(logits, y)
+}
+train {
+    data  = synthetic(samples = 64)
+    batch = 32
+}
+NET
+
 # --- jobs that must end, with a message ---
 run "ranks that compiled different programs" 1 "cgc: error: rank 0: the compiled programs differ between ranks: 1 of the 2 ranks \(rank 1 the first\)" -- \
     "${mpi[@]}" -n 1 "$cgc" "$m" --device cpu --lr 0.05 : -n 1 "$cgc" "$m" --device cpu --lr 0.06
+# the same .net file and data path on two machines, with other files there
+for d in a b; do
+  mkdir -p "$tmp/$d/data"
+  sed 's|synthetic(samples = 1000)|idx("data")|; s|f32\[N, 32\]|f32[N, 4]|' "$m" >"$tmp/$d/m.net"
+  python3 - "$tmp/$d/data" "$([ $d = a ] && echo 1 || echo 2)" <<'PY'
+import struct, sys
+d, seed = sys.argv[1], int(sys.argv[2])
+n = 100
+with open(f"{d}/train-images-idx3-ubyte", "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, n, 2, 2) + bytes((i * 7 * seed) % 256 for i in range(4 * n)))
+with open(f"{d}/train-labels-idx1-ubyte", "wb") as f:
+    f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
+done
+run "ranks that read other data" 1 "cgc: error: rank 0: the data the ranks read differ between ranks: 1 of the 2 ranks \(rank 1 the first\)" -- \
+    "${mpi[@]}" -n 1 "$cgc" "$tmp/a/m.net" --device cpu : -n 1 "$cgc" "$tmp/b/m.net" --device cpu
+run "ranks that read the same data" 0 "done at step" -- "${mpi[@]}" -n 2 "$cgc" "$tmp/a/m.net" --device cpu
 long=(--device cpu --epochs 100000)
 cat >"$tmp/kill1.sh" <<SH
 #!/bin/sh
@@ -233,6 +265,8 @@ run "WORLD_SIZE without a launcher" 1 "WORLD_SIZE is 2, but this process was not
 run "RANK against mpirun's rank" nonzero "cgc: error: mpirun says rank 1 of 2, but RANK and WORLD_SIZE say 0 of 2" -- \
     "${mpi[@]}" -n 2 -x RANK=0 -x WORLD_SIZE=2 "$cgc" "$m" --device cpu
 run "RANK out of range" 1 "RANK is '5', not a number from 0 to 1" -- env WORLD_SIZE=2 RANK=5 "$cgc" "$m" --device cpu
+run "a parameter too large for one MPI call" 1 "parameter 'h.weight' has 2147483648 elements, more than one MPI call carries" -- \
+    "${mpi[@]}" -n 2 "$cgc" "$tmp/huge.net" --device cpu
 run "--nproc against the launcher" 2 "--nproc 3, but the launcher started this job with 2 ranks" -- \
     "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --nproc 3
 run "--nproc with --bench" 2 "does not go with --nproc" -- "$cgc" "$m" --bench --nproc 2
