@@ -144,6 +144,44 @@ run "two ranks, fp16, sharded" 0 "done at step 1" -- "${mpi[@]}" -n 2 "$cgc" "$m
     --steps 1 --save "$tmp/two16_sh.st"
 same "fp16, sharded: the loss scaler of two ranks against one's" "$tmp/one16.st" "$tmp/two16_sh.st" 0 cgc.scaler
 same "fp16, sharded: two ranks against one" "$tmp/one16.st" "$tmp/two16_sh.st" 1e-3
+# An fp16 overflow on one rank skips the step on all: rank 1's rows (the second half of
+# each batch, unshuffled) alone overflow the gradient of the weight's second element, the
+# element rank 1's slice holds when sharded, until the loss scale has halved twice.
+mkdir -p "$tmp/ovf/data"
+python3 - "$tmp/ovf/data" <<'PY'
+import struct, sys
+d, n = sys.argv[1], 256
+img, lab = bytearray(), bytearray()
+for i in range(n):
+    rank1 = i % 64 >= 32
+    img += bytes([0, 3] if rank1 else [1, 0])
+    lab.append(0 if rank1 else 1)
+open(f"{d}/train-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 1, 2) + img)
+open(f"{d}/train-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + lab)
+PY
+cat >"$tmp/ovf/ovf.net" <<'NET'
+model ovf {
+    input x: f32[N, 2]
+    input t: f32[N, 1]
+    pred = linear(x, 1, bias = false)
+    output pred
+    loss   mse(pred, t)
+}
+train {
+    data      = idx("data", scale = 1)
+    batch     = 64
+    shuffle   = false
+    precision = fp16
+    optimizer = sgd(lr = 0.01)
+}
+NET
+run "fp16 overflow, one rank" 0 "2 fp16 steps skipped so far" -- "$cgc" "$tmp/ovf/ovf.net" --device cpu --steps 8 --save "$tmp/ovf1.st"
+for s in none optimizer; do
+  run "fp16 overflow on rank 1, shard $s" 0 "2 fp16 steps skipped so far" -- "${mpi[@]}" -n 2 "$cgc" "$tmp/ovf/ovf.net" \
+      --device cpu --steps 8 --shard "$s" --save "$tmp/ovf2.st"
+  same "fp16 overflow on rank 1, shard $s: the loss scaler against one rank's" "$tmp/ovf1.st" "$tmp/ovf2.st" 0 cgc.scaler
+  same "fp16 overflow on rank 1, shard $s: the weights against one rank's" "$tmp/ovf1.st" "$tmp/ovf2.st" 1e-3
+done
 # a checkpoint holds the whole state, whatever the shards: it resumes on any world size
 run "one rank, 3 epochs, adamw" 0 "done at step 48" -- "$cgc" "$m" --device cpu --epochs 3 "${adamw[@]}" --save "$tmp/full_aw.st"
 run "two ranks, sharded, stop at step 20" 0 "stopped at step 20" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --epochs 3 \
