@@ -740,12 +740,17 @@ int main(int argc, char **argv)
     if (rc) return rc;
     if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;
     bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench;
-    if (cli.nproc > 1 && cli.world.size == 1 && trains) return job_launch(argc, argv, cli.nproc);
     int ranks = cli.world.size > 1 ? cli.world.size : cli.nproc ? cli.nproc : 1;
+    /* A reproducer replays one device's step; several ranks train on the CPU, with
+     * collectives no device plan runs. */
+    if (ranks > 1 && cli.emit_dir)
+        return usage_error("--emit writes the kernels and reproducer of one device's training "
+                           "step, and several ranks train on the CPU (%s); emit from one rank",
+                           cli.world.size > 1 ? "this job" : "--nproc");
+    if (cli.nproc > 1 && cli.world.size == 1 && trains) return job_launch(argc, argv, cli.nproc);
     if (cli.world.size > 1) diag_set_rank(cli.world.rank);
     if (cli.world.rank > 0) {   /* rank 0 reports and writes files for the job */
         cli.quiet = true;
-        cli.emit_dir = NULL;
         cli.stats_path = NULL;
     }
 

@@ -308,6 +308,10 @@ run "a parameter too large for one MPI call" 1 "parameter 'h.weight' has 2147483
 run "--nproc against the launcher" 2 "--nproc 3, but the launcher started this job with 2 ranks" -- \
     "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --nproc 3
 run "--nproc with --bench" 2 "does not go with --nproc" -- "$cgc" "$m" --bench --nproc 2
+run "--emit with --nproc" 2 "--emit writes the kernels and reproducer of one device's training step, and several ranks train on the CPU \(--nproc\)" -- \
+    "$cgc" "$m" --check --nproc 2 --emit "$tmp/emit"
+run "--emit under mpirun" 2 "several ranks train on the CPU \(this job\)" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --emit "$tmp/emit"
+[ ! -e "$tmp/emit" ] && ok || bad "a refused --emit wrote $tmp/emit" "$(ls "$tmp/emit")"
 run "several ranks on cuda" 1 "training on several ranks runs on the CPU for now" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cuda
 run "a batch too small for the ranks" 1 "batch = 2 split over 3 ranks gives a rank no rows of its own" -- \
     "${mpi[@]}" -n 3 "$cgc" "$m" --device cpu --batch 2
