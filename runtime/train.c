@@ -460,9 +460,10 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t bytes)
 static uint64_t hash_dataset(uint64_t h, const Dataset *d)
 {
     size_t n = (size_t)d->n, y_bytes = d->y_int ? sizeof(int32_t) : sizeof(float);
+    const void *y = d->y_int ? (const void *)d->y_i32 : (const void *)d->y_f32;
     h = hash_bytes(h, &d->n, sizeof d->n);
     h = hash_bytes(h, d->x, n * (size_t)d->x_row * sizeof(float));
-    return hash_bytes(h, d->y_int ? (const void *)d->y_i32 : (const void *)d->y_f32, n * (size_t)d->y_row * y_bytes);
+    return hash_bytes(h, y, n * (size_t)d->y_row * y_bytes);
 }
 
 /* Every rank reads the data itself, and takes its share of the same epoch order: ranks on
