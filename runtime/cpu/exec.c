@@ -590,7 +590,7 @@ static int64_t piece_numel(const CpuExec *e, const IrGraph *g, int id)
 static void slice_of(const CpuExec *e, char *out, const char *in, int64_t n, int64_t s, int r)
 {
     int64_t lo = (int64_t)r * s, have = n - lo < 0 ? 0 : n - lo < s ? n - lo : s;
-    memcpy(out, in + (size_t)lo * e->esize, (size_t)have * e->esize);
+    if (have > 0) memcpy(out, in + (size_t)lo * e->esize, (size_t)have * e->esize);
     memset(out + (size_t)have * e->esize, 0, (size_t)(s - have) * e->esize);
 }
 
