@@ -1,4 +1,5 @@
 /* diag.c: source loading and the one diagnostic path (see diag.h). */
+#define _GNU_SOURCE   /* vasprintf */
 #include "diag.h"
 
 #include <errno.h>
@@ -192,15 +193,24 @@ static void show_line(Source *src, SrcLoc loc)
     fputs("^\n", stderr);
 }
 
+/* FMT's message, malloc'd (NULL when out of memory). A diagnostic is then written by one
+ * fprintf, one write on unbuffered stderr, so that processes sharing stderr (the ranks
+ * under mpirun) never split each other's lines. */
+static char *message(const char *fmt, va_list ap)
+{
+    char *msg;
+    return vasprintf(&msg, fmt, ap) < 0 ? NULL : msg;
+}
+
 static void report(Source *src, SrcLoc loc, const char *kind, const char *fmt, va_list ap)
 {
+    char *msg = message(fmt, ap);
     fflush(stdout);
     if (loc.line > 0)
-        fprintf(stderr, "%s:%d:%d: %s: ", src->path, loc.line, loc.col, kind);
+        fprintf(stderr, "%s:%d:%d: %s: %s\n", src->path, loc.line, loc.col, kind, msg ? msg : fmt);
     else
-        fprintf(stderr, "%s: %s: ", src->path, kind);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+        fprintf(stderr, "%s: %s: %s\n", src->path, kind, msg ? msg : fmt);
+    free(msg);
     if (loc.line > 0) show_line(src, loc);
 }
 
@@ -235,11 +245,11 @@ void diag_set_rank(int rank) { job_rank = rank; }
 /* "cgc: KIND: [rank R: ]MESSAGE" on stderr, after whatever stdout holds. */
 static void report_plain(const char *kind, const char *fmt, va_list ap)
 {
+    char *msg = message(fmt, ap), rank[32] = "";
+    if (job_rank >= 0) snprintf(rank, sizeof rank, "rank %d: ", job_rank);
     fflush(stdout);
-    fprintf(stderr, "cgc: %s: ", kind);
-    if (job_rank >= 0) fprintf(stderr, "rank %d: ", job_rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "cgc: %s: %s%s\n", kind, rank, msg ? msg : fmt);
+    free(msg);
 }
 
 void cgc_error(const char *fmt, ...)
