@@ -990,9 +990,9 @@ static const DataKernelSpec data_kernels[PDK_NUM] = {
     [PDK_TRACK_LOSS] = {
         "cgc_track_loss", 1,
         "double *totals, const float *loss, const float *skipped, int64_t step, int64_t check_finite, "
-        "const int64_t *state, int64_t accumulate",
+        "const int64_t *state, int64_t accumulate, int64_t weight_num, int64_t weight_den",
         "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
-        "    totals[0] += (double)loss[0];\n"
+        "    totals[0] += (double)loss[0] * ((double)weight_num / (double)weight_den);\n"
         "    totals[1] += 1.0;\n"
         "    if (skipped) totals[2] += (double)skipped[0];\n"
         "    if (check_finite && !cgc_isfinite(loss[0]) && totals[3] < 0.0)\n"

@@ -246,6 +246,21 @@ static void print_window(FILE *out, const Plan *pl, PlanGraphId g, int s)
     print_conv(out, pl, g, s);
 }
 
+/* The collectives started after step AFTER of PG (-1: before the first). */
+static void print_collectives(FILE *out, const Plan *pl, const PlanGraph *pg, int after)
+{
+    for (int c = 0; c < pg->ncolls; c++) {
+        const PlanCollective *pc = &pg->colls[c];
+        if (pc->after != after) continue;
+        fprintf(out, "       %s sum over the ranks, bucket %d, in place:", after < 0 ? "first" : "then",
+                pc->bucket);
+        for (int m = 0; m < pc->nmembers; m++)
+            fprintf(out, "%s %s", m ? "," : "", pl->buffers[pc->member[m]].what);
+        if (pc->wait < pg->nsteps) fprintf(out, "; step %d waits for it\n", pc->wait + 1);
+        else fputs("; the graph's end waits for it\n", out);
+    }
+}
+
 void plan_print(FILE *out, const Plan *pl)
 {
     fprintf(out, "host plan of %s: model %s, mode %s\n", pl->source_name, pl->p->model_name,
@@ -257,6 +272,7 @@ void plan_print(FILE *out, const Plan *pl)
         const PlanGraph *pg = &pl->graph[g];
         if (!pg->ir) continue;
         fprintf(out, "\ngraph %s: %d steps\n", codegen_graph_label[g], pg->nsteps);
+        print_collectives(out, pl, pg, -1);
         for (int s = 0; s < pg->nsteps; s++) {
             const PlanStep *st = &pg->steps[s];
             fprintf(out, "  %3d  %s", s + 1, st->what);
@@ -266,6 +282,7 @@ void plan_print(FILE *out, const Plan *pl)
             if (st->kind == STEP_GEMM) print_gemm(out, pl, &st->gemm);
             else print_launch(out, pl, &st->launch);
             print_window(out, pl, (PlanGraphId)g, s);
+            print_collectives(out, pl, pg, s);
             int run = plan_mlp_at(pl, (PlanGraphId)g, s);
             if (run < 0) continue;
             const PlanMlp *m = &pl->mlps[run];

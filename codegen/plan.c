@@ -164,10 +164,9 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
         if (g->nodes[n->in[0]].dtype == n->dtype)
             buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
-    /* A device trains as one rank (the driver refuses more), where the sum over the ranks
-     * is the value itself: the buffer is its input's. A plan for several ranks is built
-     * for what it shows (--explain, --stats: the memory of a rank), never run: the
-     * slices of shard = optimizer have storage of their own, which no step fills. */
+    /* A sum over the ranks is made in place, in its input's buffer (PlanCollective).
+     * The slices of shard = optimizer have storage of their own, which no step fills
+     * (Plan.sharded). */
     case IR_FAMILY_COLLECTIVE:
         if (n->op == IR_ALLREDUCE) buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
@@ -958,6 +957,7 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
     add_launch_counter(&b);
     add_step_state(&b);
     for (int gid = 0; gid < PG_NUM; gid++) build_graph(&b, (PlanGraphId)gid);
+    plan_add_collectives(pl);
     for (int k = 0; k < pl->nkernels; k++) {
         pl->kernels[k].source = kernel_source(&pl->kernels[k], &b.info[k]);
         free(b.info[k].key);
@@ -994,6 +994,8 @@ void plan_free(Plan *plan)
     for (int g = 0; g < PG_NUM; g++) {
         free(plan->graph[g].steps);
         free(plan->graph[g].node_buffer);
+        for (int c = 0; c < plan->graph[g].ncolls; c++) free(plan->graph[g].colls[c].member);
+        free(plan->graph[g].colls);
     }
     for (int i = 0; i < owner->nowned; i++) free(owner->owned[i]);
     free(owner->owned);

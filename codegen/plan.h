@@ -220,11 +220,27 @@ typedef struct PlanStep {
 
 typedef enum PlanGraphId { PG_TRAIN, PG_TRAIN_MICRO, PG_EVAL, PG_FORWARD, PG_NUM } PlanGraphId;
 
+/* Several ranks: one bucket of sums over the ranks (the IR_ALLREDUCE nodes with one
+ * IrNode.index), run in place on its members' buffers (an IR_ALLREDUCE's buffer is its
+ * input's). A runner starts it after step AFTER of its graph (-1: before the first),
+ * where the last of its members has been computed, and makes step WAIT (nsteps: the
+ * graph's end) and every later one wait for it. It runs beside the steps in between,
+ * which name none of its members. A bucket whose sums fusion orders before all its
+ * members are computed runs as several, one member each. */
+typedef struct PlanCollective {
+    int bucket;             /* IrNode.index of its members */
+    int after, wait;        /* steps */
+    int nmembers;
+    int *member;            /* the members' root buffers, in node order */
+} PlanCollective;
+
 typedef struct PlanGraph {
     const IrGraph *ir;      /* NULL when the program has no such graph (train_micro) */
     PlanStep *steps;
     int nsteps;
     int *node_buffer;       /* per IR node: the buffer holding its value, or -1 (ASSIGN) */
+    PlanCollective *colls;  /* by AFTER, then bucket */
+    int ncolls;
 } PlanGraph;
 
 /* ---- the data pipeline (runtime kernels that are not IR ops) ----
@@ -249,8 +265,10 @@ typedef struct PlanGraph {
  *   cgc_gather_i32(int32_t *out, const int32_t *data, const int32_t *order, ...)  same
  *       (order NULL (0): rows first + r in file order)
  *   cgc_track_loss(double *totals, const float *loss, const float *skipped, int64_t step,
- *                  int64_t check_finite, const int64_t *state, int64_t accumulate)
- *       totals[0] += loss; totals[1] += 1; totals[2] += skipped (skipped may be NULL);
+ *                  int64_t check_finite, const int64_t *state, int64_t accumulate,
+ *                  int64_t weight_num, int64_t weight_den)
+ *       totals[0] += loss * (weight_num / weight_den, in double: what a rank's loss weighs,
+ *       1 / 1 with one rank); totals[1] += 1; totals[2] += skipped (skipped may be NULL);
  *       when check_finite and loss is not finite and totals[3] < 0: totals[3] = the
  *       optimizer step (state ? state[0] / accumulate : step)
  *   cgc_step_advance(int64_t *state, int64_t rows)
@@ -263,8 +281,8 @@ typedef enum PlanDataKernel {
     PDK_ORDER_DRAWS, PDK_ORDER_SHUFFLE, PDK_GATHER_F32, PDK_GATHER_I32, PDK_TRACK_LOSS,
     PDK_TRACK_EVAL, PDK_STEP_ADVANCE, PDK_NUM,
 } PlanDataKernel;
-/* The most parameters a data kernel takes (cgc_gather_* and cgc_track_loss take 7). */
-enum { PLAN_DATA_KERNEL_MAX_PARAMS = 8 };
+/* The most parameters a data kernel takes (cgc_track_loss takes 9). */
+enum { PLAN_DATA_KERNEL_MAX_PARAMS = 9 };
 
 /* ---- fully fused MLP passes (codegen/mlp_fused.c) ----
  * max-autotune's other candidate for a narrow MLP's passes, in the manner of
@@ -404,6 +422,10 @@ typedef struct Plan {
     int nmlps;
     PlanWindow *windows;        /* max-autotune: the implicit-GEMM candidates; none elsewhere */
     int nwindows;
+    /* shard = optimizer's slices (IR_SHARD, IR_REDUCE_SCATTER, IR_ALLGATHER) have
+     * storage but no step: such a plan shows a rank's memory (--explain, --stats), and
+     * only the CPU runs the program */
+    bool sharded;
 } Plan;
 
 /* ---- max-autotune's choices ----
@@ -488,6 +510,9 @@ void plan_add_gemm_kernels(Plan *plan);
 /* The runs of PLAN's training graphs that qualify get a PlanWindow each (Plan.windows)
  * and their kernels, after the generated GEMMs (plan_build does, for max-autotune). */
 void plan_add_window_kernels(Plan *plan);
+/* The graphs' collectives (PlanGraph.colls) from their IR_ALLREDUCE nodes, and
+ * Plan.sharded (codegen/collective.c). */
+void plan_add_collectives(Plan *plan);
 /* The run of graph GID whose UNFOLD is step I, or -1. */
 int plan_window_at(const Plan *plan, PlanGraphId gid, int i);
 /* The run of graph GID that skips step I when on (its UNFOLD, a TRANSPOSE or its

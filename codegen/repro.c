@@ -561,9 +561,11 @@ static void write_arg(Repro *r, const PlanKernel *k, int i, const PlanArg *a)
         cuda_float_literal(a->value, lit, sizeof lit);
         fprintf(o, "F32(%s)", lit);
         return;
-    case ARG_RUNTIME:
-        CGC_ASSERT(a->index == IR_RT_TOTAL_STEPS || a->index == IR_RT_MICRO_STEP);
-        fprintf(o, a->index == IR_RT_TOTAL_STEPS ? "F32((float)TOTAL_STEPS)" : "F32((float)micro_step)");
+    case ARG_RUNTIME:   /* the step replayed as the job's one rank: its share is all */
+        CGC_ASSERT(a->index == IR_RT_TOTAL_STEPS || a->index == IR_RT_MICRO_STEP ||
+                   a->index == IR_RT_RANK_SHARE);
+        fprintf(o, a->index == IR_RT_TOTAL_STEPS ? "F32((float)TOTAL_STEPS)"
+                   : a->index == IR_RT_MICRO_STEP ? "F32((float)micro_step)" : "F32(1.0f)");
         return;
     }
 }

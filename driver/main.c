@@ -620,21 +620,33 @@ static BackendOptions backend_options(const Cli *cli, const Plan *plan)
                             .quiet = cli->quiet};
 }
 
-/* Several ranks train on the CPU for now: each rank's device would be cuda:LOCAL_RANK,
- * with NCCL between them, which cgc does not have yet. False after reporting. */
+/* Several ranks: each takes the GPU cuda:LOCAL_RANK (--device cuda, or auto where every
+ * rank finds its own; NCCL sums between them), or the CPU. The ranks must agree: NCCL's
+ * sums and MPI's do not meet. False after reporting. */
 static bool ranks_device_ok(Cli *cli)
 {
+    static char own[16];
     if (cli->world.size == 1 || strcmp(cli->device, "cpu") == 0) return true;
-    if (strcmp(cli->device, "auto") != 0) {
-        cgc_error("--device %s: training on several ranks runs on the CPU for now (each rank "
-                  "taking cuda:LOCAL_RANK needs NCCL, which cgc does not use yet); use --device "
-                  "cpu", diag_quote(cli->device, 40));
+    if (strncmp(cli->device, "cuda:", 5) == 0) {
+        cgc_error("--device %s: with several ranks each takes the GPU of its local rank "
+                  "(cuda:LOCAL_RANK); use --device cuda", diag_quote(cli->device, 40));
         return false;
     }
-    if (!cli->quiet)
-        fprintf(stderr, "cgc: note: %d ranks train on the CPU (several ranks on GPUs need NCCL, "
-                        "which cgc does not use yet)\n", cli->world.size);
-    cli->device = "cpu";
+    CudaDeviceInfo info[CUDA_MAX_DEVICES];
+    char why[256] = "";
+    int count = cuda_probe(info, CUDA_MAX_DEVICES, why, sizeof why);
+    bool gpu = cli->world.local_rank < count;
+    if (strcmp(cli->device, "auto") == 0 &&
+        comm_agree(cli->run.comm, gpu, "whether a GPU of its own was found (--device auto)",
+                   "give every rank a GPU (no more ranks on a machine than it has GPUs), or "
+                   "use --device cpu") != 0)
+        return false;
+    if (!gpu && strcmp(cli->device, "auto") == 0) {
+        cli->device = "cpu";
+        return true;
+    }
+    snprintf(own, sizeof own, "cuda:%d", cli->world.local_rank);
+    cli->device = own;
     return true;
 }
 
@@ -650,13 +662,21 @@ static int join_job(const IrProgram *p, Cli *cli)
                       "flags");
 }
 
+/* Leaves the job (if any) after a run that ends with status RC; returns RC. */
+static int leave_job(Cli *cli, int rc)
+{
+    comm_close(cli->run.comm, rc != 0);
+    cli->run.comm = NULL;
+    return rc;
+}
+
 /* Trains P on the device --device chooses. */
 static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
 {
-    if (!ranks_device_ok(cli)) return 1;
+    if (join_job(p, cli) != 0 || !ranks_device_ok(cli)) return leave_job(cli, 1);
     BackendOptions bo = backend_options(cli, plan);
     Backend b;
-    if (backend_open(&bo, &b) != 0) return 1;
+    if (backend_open(&bo, &b) != 0) return leave_job(cli, 1);
     if (!b.device && plan_mode_captures(cli->mode) && !cli->quiet)
         fprintf(stderr, "cgc: note: --mode %s %s on a GPU; on the CPU the reference "
                         "executor runs every step op by op\n", plan_mode_name(cli->mode),
@@ -672,11 +692,9 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     cli->run.verbose = cli->verbose;
     cli->run.device = b.device;
     cli->run.plan = b.plan;
-    int rc = join_job(p, cli) != 0 ? 1 : train_run(p, &cli->run);
-    comm_close(cli->run.comm, rc != 0);
-    cli->run.comm = NULL;
+    int rc = train_run(p, &cli->run);
     backend_close(&b);
-    return rc;
+    return leave_job(cli, rc);
 }
 
 /* --check: the front end's verdict, then NVRTC. TUNED: --emit wrote tuned choices. */
@@ -741,11 +759,10 @@ int main(int argc, char **argv)
     if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;
     bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench;
     int ranks = cli.world.size > 1 ? cli.world.size : cli.nproc ? cli.nproc : 1;
-    /* A reproducer replays one device's step; several ranks train on the CPU, with
-     * collectives no device plan runs. */
+    /* A reproducer replays one device's step, without the job's sums. */
     if (ranks > 1 && cli.emit_dir)
         return usage_error("--emit writes the kernels and reproducer of one device's training "
-                           "step, and several ranks train on the CPU (%s); emit from one rank",
+                           "step, not a job's (%s); emit from one rank",
                            cli.world.size > 1 ? "this job" : "--nproc");
     if (cli.nproc > 1 && cli.world.size == 1 && trains) return job_launch(argc, argv, cli.nproc);
     if (cli.world.size > 1) diag_set_rank(cli.world.rank);

@@ -220,6 +220,33 @@ static bool check_fits(const DevExec *e)
     return false;
 }
 
+/* Whether D can run a plan with sums over the ranks (the device is a rank of the job) and
+ * slices (not yet on any device); says why not. */
+static bool check_ranks(const Plan *plan, Device *d, const char *net_path)
+{
+    bool sums = false;
+    for (int g = 0; g < PG_NUM; g++) sums |= plan->graph[g].ncolls > 0;
+    if (plan->sharded) {
+        cgc_error("%s: shard = optimizer trains on the CPU only for now (the slices have no "
+                  "kernels on a device yet); train on the CPU, or without sharding",
+                  net_path);
+        return false;
+    }
+    for (int i = 0; sums && i < plan->p->train.nnodes; i++) {
+        if (plan->p->train.nodes[i].op != IR_DROPOUT) continue;
+        cgc_error("%s:%d: dropout trains on one rank of a device only for now (a rank's "
+                  "masks would not be those of its rows of the batch); train the ranks on the "
+                  "CPU", net_path, plan->p->train.nodes[i].loc.line);
+        return false;
+    }
+    if (sums && !d->ops->sum_start) {
+        cgc_error("%s: %s cannot sum over the ranks of a job; train the ranks on the CPU",
+                  net_path, d->name);
+        return false;
+    }
+    return true;
+}
+
 DevPtr devexec_buffer(const DevExec *e, int b)
 {
     CGC_ASSERT(b >= 0 && b < e->plan->nbuffers);
@@ -330,6 +357,7 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
                           const char *net_path)
 {
     check_plan(plan);
+    if (!check_ranks(plan, d, net_path ? net_path : "(model)")) return NULL;
     DevExec *e = xcalloc(1, sizeof *e);
     e->plan = plan;
     e->p = plan->p;
@@ -970,55 +998,83 @@ static int conv_possible(DevExec *e, PlanGraphId gid)
     return 0;
 }
 
+/* Issues step I of graph G (GID) as the choices in force say. */
+static int issue_step(DevExec *e, const IrGraph *g, PlanGraphId gid, int i, const DevFeed *feed)
+{
+    const PlanStep *s = &e->plan->graph[gid].steps[i];
+    int r, j;
+    Issue what = issue_of(e, gid, i, &r, &j);
+    if (what == ISSUE_NOTHING) return 0;        /* a later layer: done at the run's first */
+    mark_born(e, gid, i);
+    if (what == ISSUE_SKIPPED) return 0;
+    if (what == ISSUE_CONV) {                   /* the library, on the NCHW tensors */
+        DevTimedEvent ev = {s->what, "cuDNN", g->name, s->loc.line, true};
+        int algo = e->conv[r * PLAN_WINDOW_MAX_READERS + j];
+        return (e->timing && timed_begin(e, &ev) != 0) || run_window_conv(e, r, j, algo) != 0 ||
+               (e->timing && timed_end(e) != 0) ? -1 : 0;
+    }
+    if (what == ISSUE_WINDOW) {                 /* the GEMM, gathering from the image */
+        DevTimedEvent ev = {s->what, devexec_window_kernel(e, r, j), g->name, s->loc.line, true};
+        int tile = e->window[r * PLAN_WINDOW_MAX_READERS + j];
+        return (e->timing && timed_begin(e, &ev) != 0) || run_window_kernel(e, r, j, tile, feed) != 0 ||
+               (e->timing && timed_end(e) != 0) ? -1 : 0;
+    }
+    if (what == ISSUE_RUN) {                    /* the run's layers in one launch */
+        DevTimedEvent ev = {s->what, devexec_mlp_kernel(e, r), g->name, s->loc.line, true};
+        return (e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||
+               (e->timing && timed_end(e) != 0) ? -1 : 0;
+    }
+    bool gemm = s->kind == STEP_GEMM;
+    if (e->timing) {
+        const char *kernel = gemm ? devexec_gemm_kernel(e, gid, i) : e->plan->kernels[s->launch.kernel].name;
+        DevTimedEvent ev = {s->what, kernel ? kernel : "cuBLAS", g->name, s->loc.line, gemm};
+        if (timed_begin(e, &ev) != 0) return -1;
+    }
+    int rc = gemm ? run_gemm(e, s, &e->gemm[gid][i]) : run_launch(e, s, feed);
+    return rc != 0 || (e->timing && timed_end(e) != 0) ? -1 : 0;
+}
+
+/* ---- sums over the ranks (PlanCollective) ---- */
+
+/* Starts PG's sums that follow step AFTER; collective C is the device's sum slot C. */
+static int sums_start(DevExec *e, const PlanGraph *pg, int after)
+{
+    for (int c = 0; c < pg->ncolls; c++) {
+        const PlanCollective *pc = &pg->colls[c];
+        if (pc->after != after) continue;
+        DeviceSpan *span = xmalloc((size_t)pc->nmembers * sizeof *span);
+        for (int m = 0; m < pc->nmembers; m++) {
+            const PlanBuffer *b = &e->plan->buffers[pc->member[m]];
+            span[m] = (DeviceSpan){devexec_buffer(e, pc->member[m]), ir_numel(&b->shape, e->symvals),
+                                   b->dtype};
+        }
+        int rc = e->d->ops->sum_start(e->d, c, span, pc->nmembers);
+        free(span);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* Makes step STEP of PG (nsteps: the graph's end) wait for the sums it needs. */
+static int sums_wait(DevExec *e, const PlanGraph *pg, int step)
+{
+    for (int c = 0; c < pg->ncolls; c++)
+        if (pg->colls[c].wait == step && e->d->ops->sum_wait(e->d, c) != 0) return -1;
+    return 0;
+}
+
 int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
 {
     const PlanGraph *pg = plan_graph_of(e->plan, g);
     if (!pg) CGC_INTERNAL("graph %s has no plan", g->name);
     if (bind_symbols(e, feed) != 0 || upload_inputs(e, feed) != 0) return -1;
     e->last = g;
-    int gid = graph_id(e, pg);
-    if (conv_possible(e, (PlanGraphId)gid) != 0) return -1;
-    for (int i = 0; i < pg->nsteps; i++) {
-        const PlanStep *s = &pg->steps[i];
-        int r, j;
-        Issue what = issue_of(e, (PlanGraphId)gid, i, &r, &j);
-        if (what == ISSUE_NOTHING) continue;        /* a later layer: done at the run's first */
-        mark_born(e, (PlanGraphId)gid, i);
-        if (what == ISSUE_SKIPPED) continue;
-        if (what == ISSUE_CONV) {                   /* the library, on the NCHW tensors */
-            DevTimedEvent ev = {s->what, "cuDNN", g->name, s->loc.line, true};
-            int algo = e->conv[r * PLAN_WINDOW_MAX_READERS + j];
-            if ((e->timing && timed_begin(e, &ev) != 0) || run_window_conv(e, r, j, algo) != 0 ||
-                (e->timing && timed_end(e) != 0))
-                return -1;
-            continue;
-        }
-        if (what == ISSUE_WINDOW) {                 /* the GEMM, gathering from the image */
-            DevTimedEvent ev = {s->what, devexec_window_kernel(e, r, j), g->name, s->loc.line, true};
-            int tile = e->window[r * PLAN_WINDOW_MAX_READERS + j];
-            if ((e->timing && timed_begin(e, &ev) != 0) || run_window_kernel(e, r, j, tile, feed) != 0 ||
-                (e->timing && timed_end(e) != 0))
-                return -1;
-            continue;
-        }
-        if (what == ISSUE_RUN) {                    /* the run's layers in one launch */
-            DevTimedEvent ev = {s->what, devexec_mlp_kernel(e, r), g->name, s->loc.line, true};
-            if ((e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||
-                (e->timing && timed_end(e) != 0))
-                return -1;
-            continue;
-        }
-        bool gemm = s->kind == STEP_GEMM;
-        if (e->timing) {
-            const char *kernel = gemm ? devexec_gemm_kernel(e, (PlanGraphId)gid, i)
-                                      : e->plan->kernels[s->launch.kernel].name;
-            DevTimedEvent ev = {s->what, kernel ? kernel : "cuBLAS", g->name, s->loc.line, gemm};
-            if (timed_begin(e, &ev) != 0) return -1;
-        }
-        int rc = gemm ? run_gemm(e, s, &e->gemm[gid][i]) : run_launch(e, s, feed);
-        if (rc != 0 || (e->timing && timed_end(e) != 0)) return -1;
-    }
-    return 0;
+    PlanGraphId gid = (PlanGraphId)graph_id(e, pg);
+    if (conv_possible(e, gid) != 0 || sums_start(e, pg, -1) != 0) return -1;
+    for (int i = 0; i < pg->nsteps; i++)
+        if (sums_wait(e, pg, i) != 0 || issue_step(e, g, gid, i, feed) != 0 || sums_start(e, pg, i) != 0)
+            return -1;
+    return sums_wait(e, pg, pg->nsteps);
 }
 
 int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *what)

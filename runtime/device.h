@@ -22,6 +22,7 @@
 
 #include "../codegen/plan.h"
 #include "../compiler/ir.h"
+#include "comm.h"
 
 typedef uint64_t DevPtr;            /* a device address; 0 is none */
 
@@ -74,6 +75,13 @@ typedef struct ConvCall {
     int algo;                       /* as GemmCall.algo, among conv_algos' */
 } ConvCall;
 
+/* COUNT elements of TYPE at P: what a sum over the ranks is made of. */
+typedef struct DeviceSpan {
+    DevPtr p;
+    int64_t count;
+    DType type;                     /* f32, f16 or bf16 */
+} DeviceSpan;
+
 typedef struct Device Device;
 typedef struct DeviceFence DeviceFence;     /* a point in the device's stream */
 typedef struct DeviceGraph DeviceGraph;     /* recorded work, replayed as one (a CUDA graph) */
@@ -125,6 +133,15 @@ typedef struct DeviceOps {
      * algorithm it counts, so that a later call allocates nothing (a capture may follow). */
     int (*conv)(Device *d, const ConvCall *c, const DeviceSite *site);
     int (*conv_algos)(Device *d, const ConvCall *c, int *count, const DeviceSite *site);
+
+    /* Several ranks (NULL where the device cannot be one). join makes D a rank of job
+     * C, once, before any sum. sum_start sums N spans over the ranks, each in place,
+     * ordered after earlier work, as sum SLOT (a small number >= 0, one per sum in
+     * flight), while later work goes on beside it; sum_wait orders all later work after
+     * SLOT's sum. Nothing may touch the spans between the two. */
+    int (*join)(Device *d, Comm *c);
+    int (*sum_start)(Device *d, int slot, const DeviceSpan *span, int n);
+    int (*sum_wait)(Device *d, int slot);
 
     /* Ordering and time. */
     int (*sync)(Device *d);

@@ -48,8 +48,7 @@ static double train_loss_weight(const Trainer *t, int64_t count)
     return t->ranks == 1 ? 1.0 : (double)rows * t->ranks / (double)count;
 }
 
-/* V[0 .. N) := their sums over the ranks. */
-static int train_sum_over_ranks(const Trainer *t, double *v, int n, const char *what)
+int train_sum_over_ranks(const Trainer *t, double *v, int n, const char *what)
 {
     return t->ranks == 1 ? 0 : comm_allreduce(t->o->comm, v, n, COMM_F64, what);
 }
@@ -729,7 +728,7 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     t->ops = o->device ? &train_device_backend : &cpu_backend;
     t->rank = o->comm ? comm_rank(o->comm) : 0;
     t->ranks = o->comm ? comm_size(o->comm) : 1;
-    CGC_ASSERT(t->ranks == (p->cfg.ranks > 1 ? p->cfg.ranks : 1) && (t->ranks == 1 || !o->device));
+    CGC_ASSERT(t->ranks == (p->cfg.ranks > 1 ? p->cfg.ranks : 1));
     /* --save writes after the first epoch: find out now, not an epoch later, that it can't. */
     if (t->rank == 0 && o->save_path && st_check_writable(o->save_path) != 0) return -1;
     if (t->rank == 0 && o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path)))

@@ -329,13 +329,15 @@ static int check_values(const Trainer *t, const IrGraph *g, int64_t micro_step)
     return 0;
 }
 
-static int run_graph(const Trainer *t, const IrGraph *g, int64_t count, int64_t micro_step)
+/* Runs G on ROWS rows, this rank's of a micro-batch of COUNT. */
+static int run_graph(const Trainer *t, const IrGraph *g, int64_t rows, int64_t count, int64_t micro_step)
 {
     DevFeed feed;
     memset(&feed, 0, sizeof feed);
-    feed.symvals[0] = count;
+    feed.symvals[0] = rows;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
+    feed.runtime[IR_RT_RANK_SHARE] = (double)rows / (double)count;
     if (devexec_run(backend(t)->e, g, &feed) != 0) return -1;
     return t->o->detect_anomaly ? check_values(t, g, micro_step) : 0;
 }
@@ -479,7 +481,8 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     if (!b->plan) b->plan = b->own_plan = plan_build(t->p, PLAN_EAGER, t->o->net_path);
     const TrainConfig *c = &t->p->cfg;
     int64_t eval_rows = t->data.has_test ? (t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH) : 0;
-    int64_t symmax[IR_MAX_SYMBOLS] = {c->batch > eval_rows ? c->batch : eval_rows};
+    int64_t rows = (c->batch + t->ranks - 1) / t->ranks;     /* a rank's share, at most */
+    int64_t symmax[IR_MAX_SYMBOLS] = {rows > eval_rows ? rows : eval_rows};
     memcpy(b->symmax, symmax, sizeof symmax);
     /* --detect-anomaly reads every stored value after a run: each keeps its own memory */
     b->e = t->o->detect_anomaly ? devexec_new_unshared(b->plan, b->d, symmax, t->o->net_path)
@@ -490,6 +493,24 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     return b->plan->mode == PLAN_MAX_AUTOTUNE ? dev_autotune(t, b) : 0;
 }
 
+/* Several ranks: the device joins the job. Autotuning would time each rank's device
+ * apart and choose differently, and the ranks would then round differently. */
+static int dev_join(Trainer *t, DeviceBackend *b)
+{
+    if (t->ranks == 1) return 0;
+    if (t->o->plan && t->o->plan->mode == PLAN_MAX_AUTOTUNE) {
+        cgc_error("%s: max-autotune trains one rank only for now (each rank would tune apart, "
+                  "choose differently and round differently); use the reduce-overhead mode",
+                  t->o->net_path);
+        return -1;
+    }
+    if (!b->d->ops->join) {
+        cgc_error("%s cannot be a rank of a job; train the ranks on the CPU", b->d->name);
+        return -1;
+    }
+    return b->d->ops->join(b->d, t->o->comm);
+}
+
 static int dev_open(Trainer *t)
 {
     DeviceBackend *b = t->backend = xcalloc(1, sizeof *b);
@@ -497,7 +518,7 @@ static int dev_open(Trainer *t)
     t->tensors = xcalloc((size_t)(t->p->ntensors ? t->p->ntensors : 1), sizeof *t->tensors);
     for (int i = 0; i < t->p->ntensors; i++)
         t->tensors[i] = xcalloc((size_t)ir_numel(&t->p->tensors[i].shape, NULL) + 1, sizeof(float));
-    if (dev_open_plan(t, b) != 0) return -1;
+    if (dev_join(t, b) != 0 || dev_open_plan(t, b) != 0) return -1;
     int64_t n = t->data.train.n;
     if (upload_split(b, &t->data.train, &b->train, "the training set") != 0 ||
         (t->data.has_test && upload_split(b, &t->data.test, &b->test, "the test set") != 0) ||
@@ -589,6 +610,7 @@ const char *train_capture_refusal(const CaptureQuery *q)
     if (q->count != q->batch) return "a partial batch runs launch by launch";
     if (q->profiled) return "a profiled step runs launch by launch, each timed";
     if (q->checked) return "the anomaly check reads every value after each run";
+    if (q->ranks > 1) return "the sums over the ranks are not captured yet";
     if (q->runs == 0) return "the first full batch runs launch by launch, as a warm-up";
     return NULL;
 }
@@ -605,20 +627,22 @@ static int set_step(DeviceBackend *b, int64_t micro_step, int64_t start)
     return 0;
 }
 
-/* The work of one micro-batch: what a capture records. */
-static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *pr,
-                            int64_t start, int64_t count, int64_t micro_step)
+/* The work of one micro-batch of COUNT rows from START, of which this rank takes ROWS
+ * from FIRST: what a capture records. A rank's loss weighs its share of the rows times
+ * the ranks (train_loss_weight). */
+static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_t first,
+                            int64_t rows, int64_t count, int64_t micro_step)
 {
     DeviceBackend *b = backend(t);
     const TrainConfig *c = &t->p->cfg;
-    if (gather(t, &t->data.train, &b->train, b->order, start, count, b->step) != 0) return -1;
-    if (run_graph(t, g, count, micro_step) != 0) return -1;
+    if (gather(t, &t->data.train, &b->train, b->order, first, rows, b->step) != 0) return -1;
+    if (run_graph(t, g, rows, count, micro_step) != 0) return -1;
     /* The skipped flag counts once per optimizer step: the step's last graph has it. */
     DevPtr skipped = g == &t->p->train ? node_buffer(b, g, IR_OUT_SKIPPED) : 0;
-    KArg a[7] = {{.p = b->totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)}, {.p = skipped},
+    KArg a[9] = {{.p = b->totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)}, {.p = skipped},
                  {.i = pr->step}, {.i = c->precision != PREC_FP16}, {.p = b->step},
-                 {.i = c->accumulate}};
-    if (launch(t, PDK_TRACK_LOSS, 0, a, 7, "add up the loss") != 0) return -1;
+                 {.i = c->accumulate}, {.i = rows * t->ranks}, {.i = count}};
+    if (launch(t, PDK_TRACK_LOSS, 0, a, 9, "add up the loss") != 0) return -1;
     if (!b->step) return 0;
     KArg adv[2] = {{.p = b->step}, {.i = c->batch}};
     return launch(t, PDK_STEP_ADVANCE, 0, adv, 2, "advance the step counter");
@@ -626,13 +650,13 @@ static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *p
 
 /* Captures the micro-batch into SC; on failure says so once, and the run goes on
  * uncaptured. Returns 0 when SC holds a graph, 1 when the work must run uncaptured. */
-static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_t start,
-                   int64_t count, int64_t micro_step, StepCapture *sc)
+static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_t first,
+                   int64_t rows, int64_t count, int64_t micro_step, StepCapture *sc)
 {
     DeviceBackend *b = backend(t);
     const DeviceOps *ops = b->d->ops;
     if (ops->capture_begin(b->d) == 0) {
-        int work = micro_batch_work(t, g, pr, start, count, micro_step);
+        int work = micro_batch_work(t, g, pr, first, rows, count, micro_step);
         if (ops->capture_end(b->d, &sc->graph, &sc->nodes) == 0 && work == 0) {
             train_clear_progress(t);
             if (!t->o->quiet)
@@ -657,19 +681,21 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
 {
     DeviceBackend *b = backend(t);
     const TrainConfig *c = &t->p->cfg;
-    int64_t k = micro_step % c->accumulate;
+    int64_t k = micro_step % c->accumulate, first = start, rows = count;
+    train_rank_rows(t->rank, t->ranks, &first, &rows);
     if (k == 0 && time_step(b, true) != 0) return -1;
-    if (b->step && set_step(b, micro_step, start) != 0) return -1;
+    if (b->step && set_step(b, micro_step, first) != 0) return -1;
     StepCapture *sc = &b->capture[g == &t->p->train ? 0 : 1];
     CaptureQuery q = {.mode = b->plan->mode, .device_can = b->d->ops->capture_begin != NULL,
                       .failed = b->capture_failed, .count = count, .batch = c->batch,
                       .runs = sc->runs, .profiled = t->recording != NULL,
-                      .checked = t->o->detect_anomaly};
+                      .checked = t->o->detect_anomaly, .ranks = t->ranks};
     bool replay = train_capture_refusal(&q) == NULL;
     if (count == c->batch) sc->runs++;
-    if (replay && !sc->graph && capture(t, g, pr, start, count, micro_step, sc) != 0) replay = false;
+    if (replay && !sc->graph && capture(t, g, pr, first, rows, count, micro_step, sc) != 0)
+        replay = false;
     int rc = replay ? b->d->ops->graph_launch(b->d, sc->graph)
-                    : micro_batch_work(t, g, pr, start, count, micro_step);
+                    : micro_batch_work(t, g, pr, first, rows, count, micro_step);
     if (rc != 0) return -1;
     if (b->step) {
         b->step_next[0]++;
@@ -715,23 +741,28 @@ static int dev_read_totals(Trainer *t, TrainProgress *pr, bool wait)
     return request_totals(b);
 }
 
-/* The test split in file order, in batches of EVAL_BATCH; one read at the end. */
+/* This rank's share of the test split in file order, in batches of EVAL_BATCH; one read
+ * at the end, summed over the ranks. */
 static int dev_evaluate(Trainer *t, EvalResult *r)
 {
     DeviceBackend *b = backend(t);
     const Dataset *d = &t->data.test;
     const IrGraph *g = &t->p->eval;
     double zero[2] = {0, 0}, totals[2];
+    int64_t first = 0, n = d->n;
+    train_rank_rows(t->rank, t->ranks, &first, &n);
     if (b->d->ops->upload(b->d, b->eval_totals, zero, sizeof zero) != 0) return -1;
-    for (int64_t start = 0; start < d->n; start += EVAL_BATCH) {
-        int64_t count = d->n - start < EVAL_BATCH ? d->n - start : EVAL_BATCH;
+    for (int64_t start = first; start < first + n; start += EVAL_BATCH) {
+        int64_t count = first + n - start < EVAL_BATCH ? first + n - start : EVAL_BATCH;
         if (gather(t, d, &b->test, 0, start, count, 0) != 0) return -1;
-        if (run_graph(t, g, count, 0) != 0) return -1;      /* no dropout */
+        if (run_graph(t, g, count, count, 0) != 0) return -1;      /* no dropout */
         KArg a[4] = {{.p = b->eval_totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)},
                      {.p = node_buffer(b, g, IR_OUT_CORRECT)}, {.i = count}};
         if (launch(t, PDK_TRACK_EVAL, 0, a, 4, "add up the test loss") != 0) return -1;
     }
-    if (b->d->ops->download(b->d, totals, b->eval_totals, sizeof totals) != 0) return -1;
+    if (b->d->ops->download(b->d, totals, b->eval_totals, sizeof totals) != 0 ||
+        train_sum_over_ranks(t, totals, 2, "the evaluation's totals") != 0)
+        return -1;
     r->loss = totals[0] / (double)d->n;
     r->has_accuracy = g->output[IR_OUT_CORRECT] >= 0;
     r->accuracy = totals[1] / (double)d->n;

@@ -87,6 +87,9 @@ struct Trainer {
  * not divide evenly. */
 void train_rank_rows(int rank, int ranks, int64_t *first, int64_t *count);
 
+/* V[0 .. N) := their sums over the ranks. */
+int train_sum_over_ranks(const Trainer *t, double *v, int n, const char *what);
+
 extern const TrainBackendOps train_device_backend;   /* train_device.c */
 
 /* --mode reduce-overhead on a device (train_device.c): a micro-batch of a train graph is
@@ -100,6 +103,7 @@ typedef struct CaptureQuery {
     int64_t runs;               /* full micro-batches this graph has run so far */
     bool profiled;              /* the step is one --profile times */
     bool checked;               /* --detect-anomaly: every run's values are read back */
+    int ranks;                  /* of the job */
 } CaptureQuery;
 
 /* NULL when the micro-batch is replayed from a graph (captured now if need be), else why

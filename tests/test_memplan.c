@@ -403,8 +403,8 @@ static void test_hand_plan(void)
     memset(&pl, 0, sizeof pl);
     pl.buffers = bufs;
     pl.nbuffers = 8;
-    pl.graph[PG_TRAIN] = (PlanGraph){ &train, train_steps, 4, train_nodes };
-    pl.graph[PG_EVAL] = (PlanGraph){ &eval, eval_steps, 1, eval_nodes };
+    pl.graph[PG_TRAIN] = (PlanGraph){ .ir = &train, .steps = train_steps, .nsteps = 4, .node_buffer = train_nodes };
+    pl.graph[PG_EVAL] = (PlanGraph){ .ir = &eval, .steps = eval_steps, .nsteps = 1, .node_buffer = eval_nodes };
     int64_t symmax[IR_MAX_SYMBOLS] = {1};
     PlanLayout l;
     plan_layout(&pl, symmax, true, &l);
@@ -507,7 +507,7 @@ static void random_plan(int n, int steps, bool nested)
     memset(&pl, 0, sizeof pl);
     pl.buffers = bufs;
     pl.nbuffers = n;
-    pl.graph[PG_TRAIN] = (PlanGraph){ &train, st, steps, NULL };
+    pl.graph[PG_TRAIN] = (PlanGraph){ .ir = &train, .steps = st, .nsteps = steps };
     int64_t symmax[IR_MAX_SYMBOLS] = {1};
     PlanLayout l;
     plan_layout(&pl, symmax, true, &l);

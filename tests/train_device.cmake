@@ -14,3 +14,10 @@ set_tests_properties(test_devexec PROPERTIES LABELS emu TIMEOUT 1500
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 set_tests_properties(test_devexec_asan PROPERTIES LABELS "emu;asan" TIMEOUT 1500
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+
+# Several ranks on devices: ranks on the emulation (emu/emu_rank, under mpirun) against
+# cgc's ranks on the CPU.
+add_test(NAME e2e_ranks_device COMMAND bash ${TESTS_DIR}/e2e/ranks_device.sh ${CGC_BIN}
+         ${CMAKE_SOURCE_DIR} $<TARGET_FILE:emu_rank>)
+set_tests_properties(e2e_ranks_device PROPERTIES LABELS "emu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")

@@ -24,7 +24,7 @@
     X(cuMemFree_v2) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)    \
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)   \
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
-    X(cuGraphGetNodes) X(cuStreamIsCapturing)
+    X(cuGraphGetNodes) X(cuStreamIsCapturing) X(cuStreamWaitEvent)
 
 #define CUDA_DRIVER_FIELD(sym) __typeof__(sym) *sym;
 typedef struct CudaDriver {
@@ -68,6 +68,7 @@ typedef struct CudaDevice {
     cublasHandle_t blas;
     struct CudaLt *lt;          /* cuBLASLt, for GEMMs with an epilogue (gemm.c) */
     struct CudaConv *conv;      /* cuDNN, where it loads (conv.c) */
+    struct CudaNccl *nccl;      /* NCCL, once the device joins a job (nccl.c) */
     PinnedBlock *pinned;
     int npinned, pinned_cap;
     /* The last launch, for errors that surface later (at a sync). */
@@ -95,5 +96,10 @@ size_t cuda_cudnn_version(const char **path);
 void cuda_conv_close(CudaDevice *cd);
 int cuda_conv(Device *d, const ConvCall *c, const DeviceSite *site);
 int cuda_conv_algos(Device *d, const ConvCall *c, int *count, const DeviceSite *site);
+
+/* NCCL's sums over the ranks (runtime/cuda/nccl.c): enable gives CD's ops join,
+ * sum_start and sum_wait (the library loads at join); close ends what join began. */
+void cuda_nccl_enable(CudaDevice *cd);
+void cuda_nccl_close(CudaDevice *cd);
 
 #endif

@@ -335,6 +335,9 @@ static void dev_close(Device *d)
 #ifdef CGC_HAVE_CUDNN
     cuda_conv_close(cd);
 #endif
+#ifdef CGC_HAVE_NCCL
+    cuda_nccl_close(cd);
+#endif
     cuda_gemm_close(cd);
     for (int i = 0; i < cd->npinned; i++) cu.cuMemFreeHost(cd->pinned[i].p);
     free(cd->pinned);
@@ -387,6 +390,16 @@ static int open_conv(CudaDevice *cd)
     (void)cd;
 #endif
     return 0;
+}
+
+/* CD's ops gain the sums over the ranks where cgc was built with NCCL's header. */
+static void open_nccl(CudaDevice *cd)
+{
+#ifdef CGC_HAVE_NCCL
+    cuda_nccl_enable(cd);
+#else
+    (void)cd;
+#endif
 }
 
 static int open_context(CudaDevice *cd)
@@ -467,6 +480,7 @@ int cuda_open(int ordinal, const void *cubin, size_t cubin_size, Device **out)
     cd->base.ops = &cd->ops;
     cd->base.impl = cd;
     cd->ordinal = ordinal;
+    open_nccl(cd);
     if (open_context(cd) || load_module(cd, &cd->module, cubin, cubin_size) || cuda_gemm_init(cd) ||
         open_conv(cd) || read_free_memory(cd)) {
         dev_close(&cd->base);

@@ -308,11 +308,15 @@ run "a parameter too large for one MPI call" 1 "parameter 'h.weight' has 2147483
 run "--nproc against the launcher" 2 "--nproc 3, but the launcher started this job with 2 ranks" -- \
     "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --nproc 3
 run "--nproc with --bench" 2 "does not go with --nproc" -- "$cgc" "$m" --bench --nproc 2
-run "--emit with --nproc" 2 "--emit writes the kernels and reproducer of one device's training step, and several ranks train on the CPU \(--nproc\)" -- \
+run "--emit with --nproc" 2 "--emit writes the kernels and reproducer of one device's training step, not a job's \(--nproc\)" -- \
     "$cgc" "$m" --check --nproc 2 --emit "$tmp/emit"
-run "--emit under mpirun" 2 "several ranks train on the CPU \(this job\)" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --emit "$tmp/emit"
+run "--emit under mpirun" 2 "not a job's \(this job\)" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu --emit "$tmp/emit"
 [ ! -e "$tmp/emit" ] && ok || bad "a refused --emit wrote $tmp/emit" "$(ls "$tmp/emit")"
-run "several ranks on cuda" 1 "training on several ranks runs on the CPU for now" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cuda
+# each rank takes cuda:LOCAL_RANK: on a machine without GPUs, none is there
+run "several ranks on cuda" 1 "rank 1: --device cuda:1: no usable CUDA device" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cuda
+run "several ranks on one named GPU" 1 "with several ranks each takes the GPU of its local rank" -- \
+    "${mpi[@]}" -n 2 "$cgc" "$m" --device cuda:0
+run "several ranks, --device auto without GPUs" 0 "done at step 16" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device auto
 run "a batch too small for the ranks" 1 "batch = 2 split over 3 ranks gives a rank no rows of its own" -- \
     "${mpi[@]}" -n 3 "$cgc" "$m" --device cpu --batch 2
 run "--explain --nproc 2" 0 "bucket 0: sum of 4 values" -- "$cgc" "$m" --explain --nproc 2

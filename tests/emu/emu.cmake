@@ -17,7 +17,7 @@ function(cgc_emu_device_lib name)   # cgc_emu_device_lib(NAME [COMPILE/LINK FLAG
   target_compile_definitions(${name} PUBLIC CGC_EMU_CXX="${CMAKE_CXX_COMPILER}"
                              CGC_EMU_DIR="${EMU_DIR}")
   target_include_directories(${name} PRIVATE ${CBLAS_INCLUDE_DIR})
-  target_link_libraries(${name} PUBLIC cgc_codegen cgc_cpu ${OPENBLAS_LIBRARY} ${CMAKE_DL_LIBS})
+  target_link_libraries(${name} PUBLIC cgc_codegen cgc_cpu cgc_comm ${OPENBLAS_LIBRARY} ${CMAKE_DL_LIBS})
   if(ARGN)
     target_compile_options(${name} PUBLIC ${ARGN})
     target_link_options(${name} PUBLIC ${ARGN})
@@ -152,3 +152,8 @@ if(NOT CGC_SANITIZE)
   set_tests_properties(test_emu_runtime_tsan test_emu_models_tsan test_emu_gemm_tsan PROPERTIES
                        ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1:history_size=4;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
 endif()
+
+# One rank of a job on the emulated device (tests/e2e/ranks_device.sh runs it under
+# mpirun against cgc's ranks on the CPU).
+add_executable(emu_rank emu/emu_rank.c)
+target_link_libraries(emu_rank PRIVATE cgc_emu_device cgc_driver)

@@ -100,7 +100,19 @@ typedef struct EmuDevice {
     double conv_ms[DEVICE_CONV_ALGOS + 1];  /* what each convolution adds to the modeled clock */
     int conv_calls[CONV_KINDS];         /* convolutions run, per kind */
     DeviceOps ops;                      /* emu_ops, with conv where emu_device_convs says */
+    Comm *comm;                         /* join: the job this device is a rank of */
+    struct EmuSum *sums;                /* per sum slot: the sum in flight */
+    int nsums;
 } EmuDevice;
+
+/* A sum over the ranks in flight: its spans' values, widened to f32, summed by MPI into
+ * HOST while the spans themselves hold NaN (no one may touch them before sum_wait). */
+typedef struct EmuSum {
+    bool active;
+    DeviceSpan *span;
+    int nspans;
+    float *host;
+} EmuSum;
 
 struct DeviceFence {
     double seconds;     /* wall time when recorded: every call has finished by then */
@@ -750,6 +762,83 @@ static int emu_graph_launch(Device *d, DeviceGraph *g)
 
 static void emu_graph_free(Device *d, DeviceGraph *g) { graph_destroy(g); }
 
+/* ---- sums over the ranks: MPI's, through the job's Comm ---- */
+
+static int emu_join(Device *d, Comm *c)
+{
+    impl(d)->comm = c;
+    return 0;
+}
+
+static bool span_ok(Device *d, const DeviceSpan *s)
+{
+    size_t es = s->type == DT_F32 ? 4 : 2;
+    if (s->type != DT_F32 && s->type != DT_F16 && s->type != DT_BF16) {
+        fprintf(stderr, "cgc: error: CUDA emulation: a sum over the ranks of %s values, which "
+                        "a GPU's collectives are not asked for\n", ir_dtype_name(s->type));
+        return false;
+    }
+    return check_owned(d, s->p, (size_t)s->count * es, "sum_start");
+}
+
+static EmuSum *sum_slot(Device *d, int slot)
+{
+    EmuDevice *e = impl(d);
+    if (slot >= e->nsums) {
+        e->sums = realloc(e->sums, (size_t)(slot + 1) * sizeof *e->sums);
+        memset(e->sums + e->nsums, 0, (size_t)(slot + 1 - e->nsums) * sizeof *e->sums);
+        e->nsums = slot + 1;
+    }
+    return &e->sums[slot];
+}
+
+static int emu_sum_start(Device *d, int slot, const DeviceSpan *span, int n)
+{
+    EmuDevice *e = impl(d);
+    if (refused_in_capture(d, "a sum over the ranks")) return -1;
+    EmuSum *s = sum_slot(d, slot);
+    if (!e->comm || s->active) {
+        fprintf(stderr, "cgc: error: CUDA emulation: sum %d started %s\n", slot,
+                e->comm ? "again before it was waited for" : "before the device joined a job");
+        return -1;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (!span_ok(d, &span[i])) return -1;
+        total += span[i].count;
+    }
+    s->host = realloc(s->host, (size_t)(total ? total : 1) * sizeof *s->host);
+    size_t spans = n > 0 ? (size_t)n : 0;
+    s->span = realloc(s->span, (spans ? spans : 1) * sizeof *s->span);
+    memcpy(s->span, span, spans * sizeof *span);
+    s->nspans = n;
+    float *at = s->host;
+    for (int i = 0; i < n; at += span[i++].count) {
+        void *p = (void *)(uintptr_t)span[i].p;
+        emu_widen(at, p, span[i].count, span[i].type, false);
+        memset(p, 0xFF, (size_t)span[i].count * (span[i].type == DT_F32 ? 4 : 2));
+    }
+    s->active = true;
+    return comm_start(e->comm, slot, COMM_SUM, s->host, total, COMM_F32);
+}
+
+static int emu_sum_wait(Device *d, int slot)
+{
+    EmuDevice *e = impl(d);
+    if (refused_in_capture(d, "a wait for a sum over the ranks")) return -1;
+    EmuSum *s = slot < e->nsums ? &e->sums[slot] : NULL;
+    if (!s || !s->active) {
+        fprintf(stderr, "cgc: error: CUDA emulation: a wait for sum %d, which is not in flight\n", slot);
+        return -1;
+    }
+    s->active = false;
+    if (comm_wait(e->comm, slot, "the sum over the ranks") != 0) return -1;
+    const float *at = s->host;
+    for (int i = 0; i < s->nspans; at += s->span[i++].count)
+        emu_narrow((void *)(uintptr_t)s->span[i].p, at, s->span[i].count, s->span[i].type);
+    return 0;
+}
+
 static void emu_close(Device *d)
 {
     EmuDevice *e = impl(d);
@@ -761,6 +850,11 @@ static void emu_close(Device *d)
         free(k);
     }
     while (e->allocs) emu_free(d, (DevPtr)(uintptr_t)e->allocs->p);
+    for (int i = 0; i < e->nsums; i++) {
+        free(e->sums[i].host);
+        free(e->sums[i].span);
+    }
+    free(e->sums);
     dlclose(e->so);
     free(e);
     free(d);
@@ -791,6 +885,9 @@ static const DeviceOps emu_ops = {
     .capture_end = emu_capture_end,
     .graph_launch = emu_graph_launch,
     .graph_free = emu_graph_free,
+    .join = emu_join,
+    .sum_start = emu_sum_start,
+    .sum_wait = emu_sum_wait,
     .close = emu_close,
 };
 

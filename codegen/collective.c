@@ -1,0 +1,135 @@
+/* collective.c: where each graph's sums over the ranks run among its steps (plan.h's
+ * PlanCollective).
+ *
+ * A sum is summed in place, in its input's buffer, which only the step computing that
+ * input writes (a node's buffer is its own; views are not computed). So a member is
+ * ready after the last step that writes its buffer, and its sum is needed at the first
+ * step after that which names the buffer. A bucket starts when its last member is
+ * ready and is waited for where the first of its sums is needed; when a sum is needed
+ * before another member is ready, each member runs alone, from its own readiness to its
+ * own need, as the CPU executor does (runtime/cpu/exec.c).
+ */
+#include "codegen_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether step S names root buffer B; *WRITES, whether it writes it. */
+static bool step_names(const Plan *pl, const PlanStep *s, int b, bool *writes)
+{
+    bool named = false;
+    *writes = false;
+    if (s->kind == STEP_GEMM) {
+        const PlanGemm *g = &s->gemm;
+        const int operand[] = {g->a, g->b, g->bias, g->c, g->aux};    /* the last two written */
+        for (int i = 0; i < 5; i++) {
+            if (operand[i] < 0 || plan_buffer_root(pl, operand[i]) != b) continue;
+            named = true;
+            *writes |= i >= 3;
+        }
+        return named;
+    }
+    const PlanKernel *k = &pl->kernels[s->launch.kernel];
+    for (int a = 0; a < s->launch.nargs; a++) {
+        const PlanArg *arg = &s->launch.arg[a];
+        if (arg->kind != ARG_BUFFER || plan_buffer_root(pl, arg->index) != b) continue;
+        named = true;
+        *writes |= plan_param_written(k->param_ctype[a]);
+    }
+    return named;
+}
+
+/* Member buffer B of graph PG: the last step that writes it (*READY) and the first after
+ * that which names it (*NEED; nsteps when none does). */
+static void member_steps(const Plan *pl, const PlanGraph *pg, int b, int *ready, int *need)
+{
+    *ready = -1;
+    *need = pg->nsteps;
+    for (int i = 0; i < pg->nsteps; i++) {
+        bool writes;
+        if (step_names(pl, &pg->steps[i], b, &writes) && writes) *ready = i;
+    }
+    for (int i = *ready + 1; i < pg->nsteps && *need == pg->nsteps; i++) {
+        bool writes;
+        if (step_names(pl, &pg->steps[i], b, &writes)) *need = i;
+    }
+}
+
+static PlanCollective *add_coll(PlanGraph *pg, int *cap, int bucket)
+{
+    if (pg->ncolls == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        pg->colls = xrealloc(pg->colls, (size_t)*cap * sizeof *pg->colls);
+    }
+    PlanCollective *c = &pg->colls[pg->ncolls++];
+    *c = (PlanCollective){.bucket = bucket, .after = -1};
+    return c;
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const PlanCollective *x = a, *y = b;
+    if (x->after != y->after) return x->after < y->after ? -1 : 1;
+    return (x->bucket > y->bucket) - (x->bucket < y->bucket);
+}
+
+/* Bucket K's members of graph PG (node ids ID[0 .. N)): one collective, or one each. */
+static void plan_bucket(const Plan *pl, PlanGraph *pg, int *cap, int k, const int *id, int n)
+{
+    int *buf = xmalloc((size_t)n * sizeof *buf), *ready = xmalloc((size_t)n * sizeof *ready);
+    int *need = xmalloc((size_t)n * sizeof *need), last = -1, first = pg->nsteps;
+    for (int j = 0; j < n; j++) {
+        buf[j] = plan_buffer_root(pl, pg->node_buffer[id[j]]);
+        const PlanBuffer *pb = &pl->buffers[buf[j]];
+        member_steps(pl, pg, buf[j], &ready[j], &need[j]);
+        if (pb->kind != PB_NODE || ready[j] < 0)   /* a tensor or constant, summed in place */
+            CGC_INTERNAL("%s graph: the sum over the ranks %%%d is of %s, which no step computes",
+                         pg->ir->name, id[j], pb->what);
+        if (ready[j] > last) last = ready[j];
+        if (need[j] < first) first = need[j];
+    }
+    bool whole = last < first;
+    for (int j = 0; j < n; j++) {
+        if (whole && j > 0) {
+            pg->colls[pg->ncolls - 1].member[j] = buf[j];
+            continue;
+        }
+        PlanCollective *c = add_coll(pg, cap, k);
+        c->after = whole ? last : ready[j];
+        c->wait = whole ? first : need[j];
+        c->nmembers = whole ? n : 1;
+        c->member = xmalloc((size_t)c->nmembers * sizeof *c->member);
+        c->member[0] = buf[j];
+    }
+    free(buf);
+    free(ready);
+    free(need);
+}
+
+static void graph_collectives(Plan *pl, PlanGraph *pg)
+{
+    const IrGraph *g = pg->ir;
+    int *id = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *id), cap = 0;
+    for (int k = 0;; k++) {     /* bucket by bucket; the numbers are dense from 0 */
+        int n = 0;
+        bool any = false;
+        for (int i = 0; i < g->nnodes; i++) {
+            const IrNode *x = &g->nodes[i];
+            if (x->op == IR_SHARD || x->op == IR_REDUCE_SCATTER || x->op == IR_ALLGATHER)
+                pl->sharded = true;
+            if (x->op != IR_ALLREDUCE) continue;
+            any |= x->index >= k;
+            if (x->index == k) id[n++] = i;
+        }
+        if (!any) break;
+        if (n) plan_bucket(pl, pg, &cap, k, id, n);
+    }
+    free(id);
+    if (pg->ncolls) qsort(pg->colls, (size_t)pg->ncolls, sizeof *pg->colls, by_start);
+}
+
+void plan_add_collectives(Plan *pl)
+{
+    for (int gid = 0; gid < PG_NUM; gid++)
+        if (pl->graph[gid].ir) graph_collectives(pl, &pl->graph[gid]);
+}

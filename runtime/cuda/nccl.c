@@ -1,0 +1,170 @@
+/* nccl.c: the device's sums over the ranks, through NCCL (DeviceOps.join, sum_start,
+ * sum_wait).
+ *
+ * NCCL is loaded at run time, like the driver and cuDNN: dlopen of $CGC_NCCL when set,
+ * else of "libnccl.so.2" (the CUDA Toolkit's, or the one a PyTorch wheel brings in
+ * nvidia/nccl/lib when that folder is on LD_LIBRARY_PATH), when the device joins a job;
+ * a run of one rank never loads it.
+ *
+ * join: rank 0 makes the job's id (ncclGetUniqueId), MPI sends it to the others
+ * (comm_broadcast: the job is already an MPI one), and each rank makes its communicator
+ * on its device (ncclCommInitRank), with a stream of its own for the sums.
+ *
+ * A sum: the sum stream waits for an event recorded on the device's stream after the
+ * work that computed the spans, then runs the spans' all-reduces in place as one group
+ * (ncclGroupStart .. ncclGroupEnd: NCCL fuses them), then records the slot's event, for
+ * which sum_wait makes the device's stream wait. So a bucket is summed beside the
+ * backward's later kernels, and what needs the sums waits on the GPU, not on the host.
+ * Every sum of a run is issued in the same order on every rank (the plan is the same),
+ * which NCCL requires. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+#include "cuda_internal.h"
+
+#define NCCL_FUNCS(X)                                                                      \
+    X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclGetErrorString)        \
+    X(ncclAllReduce) X(ncclGroupStart) X(ncclGroupEnd)
+
+#define NCCL_FIELD(sym) __typeof__(sym) *sym;
+typedef struct Nccl {
+    NCCL_FUNCS(NCCL_FIELD)
+} Nccl;
+#undef NCCL_FIELD
+
+struct CudaNccl {
+    void *lib;
+    Nccl f;
+    ncclComm_t comm;
+    CUstream stream;            /* the sums' own */
+    CUevent ready;              /* on the device's stream: the spans are computed */
+    CUevent *done;              /* per slot: its sum has finished */
+    int nslots;
+};
+
+static const char *nccl_path(void)
+{
+    const char *path = getenv("CGC_NCCL");
+    return path && *path ? path : "libnccl.so.2";
+}
+
+static int nccl_check(const struct CudaNccl *n, ncclResult_t r, const char *call)
+{
+    if (r == ncclSuccess) return 0;
+    fprintf(stderr, "cgc: error: %s failed: %s\n", call, n->f.ncclGetErrorString(r));
+    return -1;
+}
+
+static bool nccl_load(struct CudaNccl *n)
+{
+    n->lib = dlopen(nccl_path(), RTLD_NOW | RTLD_LOCAL);
+    if (!n->lib) {
+        fprintf(stderr, "cgc: error: cannot load NCCL (%s), which several ranks on GPUs sum "
+                        "their gradients with: %s; install it (the CUDA Toolkit's, or a PyTorch "
+                        "wheel's nvidia/nccl/lib on LD_LIBRARY_PATH), set CGC_NCCL to the "
+                        "library, or train the ranks on the CPU\n",
+                nccl_path(), dlerror());
+        return false;
+    }
+#define NCCL_LOAD(sym)                                                                     \
+    if (!(*(void **)&n->f.sym = dlsym(n->lib, #sym))) {                                   \
+        fprintf(stderr, "cgc: error: %s has no %s: not an NCCL 2 library\n", nccl_path(), #sym); \
+        return false;                                                                      \
+    }
+    NCCL_FUNCS(NCCL_LOAD)
+#undef NCCL_LOAD
+    return true;
+}
+
+static int nccl_join(Device *d, Comm *c)
+{
+    CudaDevice *cd = d->impl;
+    struct CudaNccl *n = cd->nccl = calloc(1, sizeof *n);
+    if (!n || !nccl_load(n)) return -1;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (comm_rank(c) == 0 && nccl_check(n, n->f.ncclGetUniqueId(&id), "ncclGetUniqueId") != 0) return -1;
+    if (comm_broadcast(c, &id, sizeof id, 0, "sending NCCL's id") != 0 ||
+        nccl_check(n, n->f.ncclCommInitRank(&n->comm, comm_size(c), id, comm_rank(c)),
+                   "ncclCommInitRank") != 0)
+        return -1;
+    return CU(NULL, cuStreamCreate, &n->stream, CU_STREAM_NON_BLOCKING) ||
+           CU(NULL, cuEventCreate, &n->ready, CU_EVENT_DISABLE_TIMING) ? -1 : 0;
+}
+
+static ncclDataType_t nccl_type(DType t)
+{
+    return t == DT_F16 ? ncclFloat16 : t == DT_BF16 ? ncclBfloat16 : ncclFloat32;
+}
+
+/* Slot SLOT's event, made when first used. */
+static int slot_event(struct CudaNccl *n, int slot, CUevent *out)
+{
+    if (slot >= n->nslots) {
+        CUevent *grown = realloc(n->done, (size_t)(slot + 1) * sizeof *grown);
+        if (!grown) return -1;
+        n->done = grown;
+        for (; n->nslots <= slot; n->nslots++)
+            if (CU(NULL, cuEventCreate, &n->done[n->nslots], CU_EVENT_DISABLE_TIMING)) return -1;
+    }
+    *out = n->done[slot];
+    return 0;
+}
+
+static int nccl_sum_start(Device *d, int slot, const DeviceSpan *span, int count)
+{
+    CudaDevice *cd = d->impl;
+    struct CudaNccl *n = cd->nccl;
+    CUevent done;
+    if (!n || !n->comm || slot_event(n, slot, &done) != 0) return -1;
+    if (CU(NULL, cuEventRecord, n->ready, cd->stream) || CU(NULL, cuStreamWaitEvent, n->stream, n->ready, 0) ||
+        nccl_check(n, n->f.ncclGroupStart(), "ncclGroupStart") != 0)
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < count && rc == 0; i++) {
+        void *p = (void *)(uintptr_t)span[i].p;
+        rc = nccl_check(n, n->f.ncclAllReduce(p, p, (size_t)span[i].count, nccl_type(span[i].type),
+                                              ncclSum, n->comm, (cudaStream_t)n->stream),
+                        "ncclAllReduce");
+    }
+    /* the group is ended whatever happened in it */
+    if (nccl_check(n, n->f.ncclGroupEnd(), "ncclGroupEnd") != 0 || rc != 0) return -1;
+    return CU(NULL, cuEventRecord, done, n->stream) ? -1 : 0;
+}
+
+static int nccl_sum_wait(Device *d, int slot)
+{
+    CudaDevice *cd = d->impl;
+    struct CudaNccl *n = cd->nccl;
+    if (!n || slot >= n->nslots) {
+        fprintf(stderr, "cgc: error: a wait for sum %d, which was never started\n", slot);
+        return -1;
+    }
+    return CU(NULL, cuStreamWaitEvent, cd->stream, n->done[slot], 0) ? -1 : 0;
+}
+
+void cuda_nccl_enable(CudaDevice *cd)
+{
+    cd->ops.join = nccl_join;
+    cd->ops.sum_start = nccl_sum_start;
+    cd->ops.sum_wait = nccl_sum_wait;
+}
+
+void cuda_nccl_close(CudaDevice *cd)
+{
+    struct CudaNccl *n = cd->nccl;
+    if (!n) return;
+    if (n->stream) cu.cuStreamSynchronize(n->stream);
+    for (int i = 0; i < n->nslots; i++) cu.cuEventDestroy_v2(n->done[i]);
+    if (n->ready) cu.cuEventDestroy_v2(n->ready);
+    if (n->comm) n->f.ncclCommDestroy(n->comm);
+    if (n->stream) cu.cuStreamDestroy_v2(n->stream);
+    if (n->lib) dlclose(n->lib);
+    free(n->done);
+    free(n);
+    cd->nccl = NULL;
+}

@@ -1,0 +1,83 @@
+/* emu_rank: one rank of a job that trains on the CUDA emulation, for tests/e2e/ranks_device.sh.
+ *
+ *     mpirun -n R emu_rank MODEL.net MODE SAVE [KEY=VALUE ...]
+ *
+ * compiles MODEL for the R ranks its launcher started (in MODE, with the train keys
+ * overridden as given), builds the plan's kernels for the emulation, and trains on the
+ * emulated device as cgc's runtime does on a GPU: the sums over the ranks are the
+ * device's (DeviceOps.sum_start, MPI underneath), in place, between the plan's steps.
+ * Rank 0 saves to SAVE, which the script compares with what `cgc --device cpu` saves. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/diag.h"
+#include "driver/compile.h"
+#include "driver/pipeline.h"
+#include "runtime/comm.h"
+#include "runtime/train.h"
+#include "tests/emu/emu_device.h"
+
+enum { MAX_OVERRIDES = 16 };
+
+static bool parse_mode(const char *s, PlanMode *out)
+{
+    for (int m = PLAN_EAGER; m <= PLAN_MAX_AUTOTUNE; m++)
+        if (strcmp(s, plan_mode_name((PlanMode)m)) == 0) {
+            *out = (PlanMode)m;
+            return true;
+        }
+    return false;
+}
+
+/* Trains P compiled in MODE on an emulated device as rank C of the job. */
+static int train_emulated(Source *src, IrProgram *p, PlanMode mode, const char *net, const char *save,
+                          Comm *c, bool lead)
+{
+    Compiled compiled;
+    if (compile_program(p, &(CompileOptions){.mode = mode, .net_path = net}, &compiled) != 0) return 1;
+    char so[256] = "";
+    Device *d = NULL;
+    int rc = 1;
+    if (emu_build_plan(compiled.plan, false, so, sizeof so) == 0 && emu_device_open(so, &d) == 0) {
+        RunOptions o = {.net_path = net, .src = src, .save_path = save, .device = d,
+                        .plan = compiled.plan, .comm = c, .verbose = lead, .quiet = !lead};
+        rc = train_run(p, &o);
+    }
+    if (d) d->ops->close(d);
+    if (so[0]) emu_remove_build(so);
+    compiled_free(&compiled);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    PlanMode mode;
+    if (argc < 4 || argc - 4 > MAX_OVERRIDES || !parse_mode(argv[2], &mode)) {
+        fprintf(stderr, "usage: emu_rank MODEL.net MODE SAVE [KEY=VALUE ...] (at most %d)\n", MAX_OVERRIDES);
+        return 2;
+    }
+    Override ov[MAX_OVERRIDES];
+    int nov = 0;
+    for (int i = 4; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!eq) {
+            fprintf(stderr, "emu_rank: '%s' is not KEY=VALUE\n", argv[i]);
+            return 2;
+        }
+        *eq = '\0';
+        ov[nov++] = (Override){argv[i], argv[i], eq + 1};
+    }
+    CommWorld w;
+    if (comm_world(&w) != 0) return 1;
+    if (w.size > 1) diag_set_rank(w.rank);
+    Comm *c = w.size > 1 ? comm_open(&w) : NULL;
+    if (w.size > 1 && !c) return 1;
+    Source *src = source_load(argv[1]);
+    IrProgram *p = src ? pipeline_compile_until(src, ov, nov, PASS_TRAINING, w.size) : NULL;
+    int rc = p ? train_emulated(src, p, mode, argv[1], argv[3], c, w.rank == 0) : 1;
+    if (p) ir_program_free(p);
+    if (src) source_free(src);
+    if (c) comm_close(c, rc != 0);
+    return rc;
+}
