@@ -55,22 +55,23 @@ static void member_steps(const Plan *pl, const PlanGraph *pg, int b, int *ready,
     }
 }
 
-static PlanCollective *add_coll(PlanGraph *pg, int *cap, int bucket)
+/* A collective of bucket K over the N buffers MEMBER (which it takes), started after step
+ * AFTER and waited for at step WAIT. */
+static void add_coll(PlanGraph *pg, int *cap, int k, int after, int wait, int *member, int n)
 {
     if (pg->ncolls == *cap) {
         *cap = *cap ? 2 * *cap : 8;
         pg->colls = xrealloc(pg->colls, (size_t)*cap * sizeof *pg->colls);
     }
-    PlanCollective *c = &pg->colls[pg->ncolls++];
-    *c = (PlanCollective){.bucket = bucket, .after = -1};
-    return c;
+    pg->colls[pg->ncolls++] = (PlanCollective){k, after, wait, n, member};
 }
 
 static int by_start(const void *a, const void *b)
 {
     const PlanCollective *x = a, *y = b;
     if (x->after != y->after) return x->after < y->after ? -1 : 1;
-    return (x->bucket > y->bucket) - (x->bucket < y->bucket);
+    if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
+    return (x->member[0] > y->member[0]) - (x->member[0] < y->member[0]);
 }
 
 /* Bucket K's members of graph PG (node ids ID[0 .. N)): one collective, or one each. */
@@ -88,48 +89,64 @@ static void plan_bucket(const Plan *pl, PlanGraph *pg, int *cap, int k, const in
         if (ready[j] > last) last = ready[j];
         if (need[j] < first) first = need[j];
     }
-    bool whole = last < first;
-    for (int j = 0; j < n; j++) {
-        if (whole && j > 0) {
-            pg->colls[pg->ncolls - 1].member[j] = buf[j];
-            continue;
-        }
-        PlanCollective *c = add_coll(pg, cap, k);
-        c->after = whole ? last : ready[j];
-        c->wait = whole ? first : need[j];
-        c->nmembers = whole ? n : 1;
-        c->member = xmalloc((size_t)c->nmembers * sizeof *c->member);
-        c->member[0] = buf[j];
+    if (last < first) {     /* every member ready before any sum is needed */
+        add_coll(pg, cap, k, last, first, buf, n);
+        buf = NULL;
+    }
+    for (int j = 0; buf && j < n; j++) {
+        int *one = xmalloc(sizeof *one);
+        *one = buf[j];
+        add_coll(pg, cap, k, ready[j], need[j], one, 1);
     }
     free(buf);
     free(ready);
     free(need);
 }
 
-static void graph_collectives(Plan *pl, PlanGraph *pg)
+typedef struct Member {
+    int bucket, id;
+} Member;
+
+/* By bucket, then in node order. */
+static int by_bucket(const void *a, const void *b)
+{
+    const Member *x = a, *y = b;
+    if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void graph_collectives(const Plan *pl, PlanGraph *pg)
 {
     const IrGraph *g = pg->ir;
-    int *id = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *id), cap = 0;
-    for (int k = 0;; k++) {     /* bucket by bucket; the numbers are dense from 0 */
-        int n = 0;
-        bool any = false;
-        for (int i = 0; i < g->nnodes; i++) {
-            const IrNode *x = &g->nodes[i];
-            if (x->op == IR_SHARD || x->op == IR_REDUCE_SCATTER || x->op == IR_ALLGATHER)
-                pl->sharded = true;
-            if (x->op != IR_ALLREDUCE) continue;
-            any |= x->index >= k;
-            if (x->index == k) id[n++] = i;
-        }
-        if (!any) break;
-        if (n) plan_bucket(pl, pg, &cap, k, id, n);
+    Member *m = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *m);
+    int *id = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *id), n = 0, cap = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == IR_ALLREDUCE) m[n++] = (Member){g->nodes[i].index, i};
+    qsort(m, (size_t)n, sizeof *m, by_bucket);
+    for (int first = 0, end = 0; first < n; first = end) {
+        for (end = first; end < n && m[end].bucket == m[first].bucket; end++) id[end - first] = m[end].id;
+        plan_bucket(pl, pg, &cap, m[first].bucket, id, end - first);
     }
+    free(m);
     free(id);
     if (pg->ncolls) qsort(pg->colls, (size_t)pg->ncolls, sizeof *pg->colls, by_start);
+}
+
+/* Whether any graph of P holds shard = optimizer's slices. */
+static bool has_slices(const IrProgram *p)
+{
+    const IrGraph *g[] = {&p->train, &p->train_micro, &p->eval, &p->forward};
+    for (size_t k = 0; k < sizeof g / sizeof g[0]; k++)
+        for (int i = 0; i < g[k]->nnodes; i++) {
+            IrOp op = g[k]->nodes[i].op;
+            if (op == IR_SHARD || op == IR_REDUCE_SCATTER || op == IR_ALLGATHER) return true;
+        }
+    return false;
 }
 
 void plan_add_collectives(Plan *pl)
 {
     for (int gid = 0; gid < PG_NUM; gid++)
         if (pl->graph[gid].ir) graph_collectives(pl, &pl->graph[gid]);
+    pl->sharded = has_slices(pl->p);
 }

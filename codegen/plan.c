@@ -928,6 +928,18 @@ const char *plan_mode_name(PlanMode mode)
     CGC_INTERNAL("unknown plan mode %d", (int)mode);
 }
 
+bool plan_mode_from_name(const char *name, PlanMode *out)
+{
+    static const PlanMode modes[] = {PLAN_EAGER, PLAN_DEFAULT, PLAN_REDUCE_OVERHEAD,
+                                     PLAN_MAX_AUTOTUNE};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (strcmp(name, plan_mode_name(modes[i])) != 0) continue;
+        *out = modes[i];
+        return true;
+    }
+    return false;
+}
+
 bool plan_mode_captures(PlanMode mode)
 {
     return mode == PLAN_REDUCE_OVERHEAD || mode == PLAN_MAX_AUTOTUNE;

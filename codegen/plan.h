@@ -65,6 +65,8 @@ typedef enum PlanMode {
 
 /* "eager", "default", "reduce-overhead", "max-autotune": --mode's names. */
 const char *plan_mode_name(PlanMode mode);
+/* The mode NAME names (plan_mode_name's inverse), into *OUT; false for none. */
+bool plan_mode_from_name(const char *name, PlanMode *out);
 /* The modes whose plans keep the step counter on the device and are captured as CUDA
  * graphs: reduce-overhead and max-autotune. */
 bool plan_mode_captures(PlanMode mode);

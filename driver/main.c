@@ -47,7 +47,8 @@ static const char usage_text[] =
     "                          and exit\n"
     "  --stats FILE            also write those numbers as JSON to FILE (works with --check)\n"
     "  --device DEV            auto (default: the first usable GPU, else the CPU), cpu,\n"
-    "                          or cuda[:N]\n"
+    "                          or cuda[:N]; with several ranks, each takes the GPU\n"
+    "                          cuda:LOCAL_RANK (auto: if every rank has one)\n"
     "  --devices               list the CUDA devices cgc can use and cuDNN's version, and\n"
     "                          exit\n"
     "  --emit DIR              write the generated CUDA kernels (one .cu each, module.cu),\n"
@@ -202,14 +203,7 @@ static bool parse_seconds(const char *s, double *out)
 /* --mode: torch.compile's names. Returns 0, or -1 after saying what there is. */
 static int parse_mode(const char *s, PlanMode *mode)
 {
-    static const PlanMode modes[] = {PLAN_EAGER, PLAN_DEFAULT, PLAN_REDUCE_OVERHEAD,
-                                     PLAN_MAX_AUTOTUNE};
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        if (strcmp(s, plan_mode_name(modes[i])) == 0) {
-            *mode = modes[i];
-            return 0;
-        }
-    }
+    if (plan_mode_from_name(s, mode)) return 0;
     fprintf(stderr, "cgc: --mode %s: unknown mode; the modes are eager, default, reduce-overhead "
             "and max-autotune\nTry 'cgc --help'.\n", diag_quote(s, 40));
     return -1;
@@ -620,9 +614,9 @@ static BackendOptions backend_options(const Cli *cli, const Plan *plan)
                             .quiet = cli->quiet};
 }
 
-/* Several ranks: each takes the GPU cuda:LOCAL_RANK (--device cuda, or auto where every
- * rank finds its own; NCCL sums between them), or the CPU. The ranks must agree: NCCL's
- * sums and MPI's do not meet. False after reporting. */
+/* Several ranks: each takes the GPU cuda:LOCAL_RANK (--device cuda; auto, when every
+ * rank finds its own, else every rank the CPU: NCCL's sums and MPI's do not meet), with
+ * NCCL between them, or the CPU. False after reporting. */
 static bool ranks_device_ok(Cli *cli)
 {
     static char own[16];
@@ -632,18 +626,19 @@ static bool ranks_device_ok(Cli *cli)
                   "(cuda:LOCAL_RANK); use --device cuda", diag_quote(cli->device, 40));
         return false;
     }
-    CudaDeviceInfo info[CUDA_MAX_DEVICES];
-    char why[256] = "";
-    int count = cuda_probe(info, CUDA_MAX_DEVICES, why, sizeof why);
-    bool gpu = cli->world.local_rank < count;
-    if (strcmp(cli->device, "auto") == 0 &&
-        comm_agree(cli->run.comm, gpu, "whether a GPU of its own was found (--device auto)",
-                   "give every rank a GPU (no more ranks on a machine than it has GPUs), or "
-                   "use --device cpu") != 0)
-        return false;
-    if (!gpu && strcmp(cli->device, "auto") == 0) {
-        cli->device = "cpu";
-        return true;
+    if (strcmp(cli->device, "auto") == 0) {
+        CudaDeviceInfo info[CUDA_MAX_DEVICES];
+        char why[256] = "";
+        double found = cli->world.local_rank < cuda_probe(info, CUDA_MAX_DEVICES, why, sizeof why);
+        if (comm_allreduce(cli->run.comm, &found, 1, COMM_F64, "which ranks have a GPU") != 0)
+            return false;
+        if (found < cli->world.size) {
+            if (!cli->quiet)
+                fprintf(stderr, "cgc: note: %g of the %d ranks found a GPU of their own; every "
+                                "rank trains on the CPU\n", found, cli->world.size);
+            cli->device = "cpu";
+            return true;
+        }
     }
     snprintf(own, sizeof own, "cuda:%d", cli->world.local_rank);
     cli->device = own;

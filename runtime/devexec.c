@@ -46,6 +46,8 @@ struct DevExec {
                                  * -1 off (PlanChoices.window_conv) */
     int64_t *conv_checked;      /* per run: the batch its calls were last found possible
                                  * at (conv_possible), or -1 */
+    DeviceSpan *spans;          /* a sum's spans, as sum_start takes them */
+    int *flying, nflying;       /* the sums started and not yet waited for */
     int *born[PG_NUM];          /* per graph, the activations each step is the first to
                                  * name (births): mark_undefined */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
@@ -247,6 +249,20 @@ static bool check_ranks(const Plan *plan, Device *d, const char *net_path)
     return true;
 }
 
+/* Room for the sums of E's plan: the most spans one takes, and every one in flight. */
+static void sums_alloc(DevExec *e)
+{
+    int spans = 1, colls = 1;
+    for (int g = 0; g < PG_NUM; g++) {
+        const PlanGraph *pg = &e->plan->graph[g];
+        if (pg->ncolls > colls) colls = pg->ncolls;
+        for (int c = 0; c < pg->ncolls; c++)
+            if (pg->colls[c].nmembers > spans) spans = pg->colls[c].nmembers;
+    }
+    e->spans = xmalloc((size_t)spans * sizeof *e->spans);
+    e->flying = xmalloc((size_t)colls * sizeof *e->flying);
+}
+
 DevPtr devexec_buffer(const DevExec *e, int b)
 {
     CGC_ASSERT(b >= 0 && b < e->plan->nbuffers);
@@ -380,6 +396,7 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     for (int j = 0; j < plan->nwindows * PLAN_WINDOW_MAX_READERS; j++)
         e->conv[j] = d->ops->conv && plan->windows[j / PLAN_WINDOW_MAX_READERS].conv ? 0 : -1;
     e->reuse = reuse;
+    sums_alloc(e);
     layout(e);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
     if (!check_fits(e)) {
@@ -427,6 +444,8 @@ void devexec_free(DevExec *e)
         free(e->gemm[g]);
         free(e->born[g]);
     }
+    free(e->spans);
+    free(e->flying);
     free(e->mlp);
     free(e->window);
     free(e->conv);
@@ -1036,30 +1055,35 @@ static int issue_step(DevExec *e, const IrGraph *g, PlanGraphId gid, int i, cons
 
 /* ---- sums over the ranks (PlanCollective) ---- */
 
-/* Starts PG's sums that follow step AFTER; collective C is the device's sum slot C. */
-static int sums_start(DevExec *e, const PlanGraph *pg, int after)
+/* Starts PG's sums that follow step AFTER: the next in PlanGraph.colls' order from
+ * *NEXT. Sum C is the device's sum slot C. */
+static int sums_start(DevExec *e, const PlanGraph *pg, int after, int *next)
 {
-    for (int c = 0; c < pg->ncolls; c++) {
-        const PlanCollective *pc = &pg->colls[c];
-        if (pc->after != after) continue;
-        DeviceSpan *span = xmalloc((size_t)pc->nmembers * sizeof *span);
+    for (; *next < pg->ncolls && pg->colls[*next].after == after; ++*next) {
+        const PlanCollective *pc = &pg->colls[*next];
         for (int m = 0; m < pc->nmembers; m++) {
             const PlanBuffer *b = &e->plan->buffers[pc->member[m]];
-            span[m] = (DeviceSpan){devexec_buffer(e, pc->member[m]), ir_numel(&b->shape, e->symvals),
-                                   b->dtype};
+            e->spans[m] = (DeviceSpan){devexec_buffer(e, pc->member[m]),
+                                       ir_numel(&b->shape, e->symvals), b->dtype};
         }
-        int rc = e->d->ops->sum_start(e->d, c, span, pc->nmembers);
-        free(span);
-        if (rc != 0) return -1;
+        if (e->d->ops->sum_start(e->d, *next, e->spans, pc->nmembers) != 0) return -1;
+        e->flying[e->nflying++] = *next;
     }
     return 0;
 }
 
-/* Makes step STEP of PG (nsteps: the graph's end) wait for the sums it needs. */
+/* Makes step STEP of PG (nsteps: the graph's end) wait for the sums in flight it needs. */
 static int sums_wait(DevExec *e, const PlanGraph *pg, int step)
 {
-    for (int c = 0; c < pg->ncolls; c++)
-        if (pg->colls[c].wait == step && e->d->ops->sum_wait(e->d, c) != 0) return -1;
+    for (int k = 0; k < e->nflying;) {
+        int c = e->flying[k];
+        if (pg->colls[c].wait != step) {
+            k++;
+            continue;
+        }
+        if (e->d->ops->sum_wait(e->d, c) != 0) return -1;
+        e->flying[k] = e->flying[--e->nflying];
+    }
     return 0;
 }
 
@@ -1070,9 +1094,12 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     if (bind_symbols(e, feed) != 0 || upload_inputs(e, feed) != 0) return -1;
     e->last = g;
     PlanGraphId gid = (PlanGraphId)graph_id(e, pg);
-    if (conv_possible(e, gid) != 0 || sums_start(e, pg, -1) != 0) return -1;
+    int next = 0;
+    e->nflying = 0;
+    if (conv_possible(e, gid) != 0 || sums_start(e, pg, -1, &next) != 0) return -1;
     for (int i = 0; i < pg->nsteps; i++)
-        if (sums_wait(e, pg, i) != 0 || issue_step(e, g, gid, i, feed) != 0 || sums_start(e, pg, i) != 0)
+        if (sums_wait(e, pg, i) != 0 || issue_step(e, g, gid, i, feed) != 0 ||
+            sums_start(e, pg, i, &next) != 0)
             return -1;
     return sums_wait(e, pg, pg->nsteps);
 }

@@ -652,7 +652,8 @@ static void print_plan(const Trainer *t, const TrainProgress *pr)
            precision_text(t), t->ops->where(t));
     if (t->ranks > 1)
         printf("cgc: %d ranks, each taking its %lld or so rows of every batch; gradients summed "
-               "over them every step (MPI)\n", t->ranks, (long long)(c->batch / t->ranks));
+               "over them every step (%s)\n", t->ranks, (long long)(c->batch / t->ranks),
+               t->o->device ? "the device's collectives" : "MPI");
     if (pr->step > 0)
         printf("cgc: resuming at step %lld (epoch %lld, batch %lld)\n", (long long)pr->step,
                (long long)pr->epoch + 1, (long long)pr->batch_in_epoch);

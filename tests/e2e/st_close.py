@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """st_close.py: whether two cgc checkpoints hold the same tensors within a tolerance.
 
-Usage: st_close.py A.safetensors B.safetensors REL [NAME_PREFIX]
+Usage: st_close.py [--meta] A.safetensors B.safetensors REL [NAME_PREFIX]
 
 Reads both files with nothing but struct and json (an oracle independent of cgc's
 reader), and compares every F32 tensor whose name starts with NAME_PREFIX (default: all):
 the largest |a - b| over the largest |a| of that tensor must be at most REL. Prints the
 worst tensor; exit status 0 when all are within REL, 1 otherwise (or on a tensor only
-one file has, or two shapes that differ).
+one file has, or two shapes that differ). With --meta, the run's position must match
+too: cgc.epoch, cgc.step, cgc.loss_count and cgc.skipped equal, cgc.loss_sum within REL.
 """
 import json
 import struct
@@ -19,7 +20,7 @@ def load(path):
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
-    tensors = {}
+    tensors = {"__metadata__": header.get("__metadata__", {})}
     for name, info in header.items():
         if name == "__metadata__" or info["dtype"] != "F32":
             continue
@@ -29,10 +30,28 @@ def load(path):
     return tensors
 
 
+def meta_differs(a, b, rel):
+    """What differs in the runs' positions (metadata) of A and B, or None."""
+    ma, mb = a["__metadata__"], b["__metadata__"]
+    for key in ("cgc.epoch", "cgc.step", "cgc.loss_count", "cgc.skipped"):
+        if ma.get(key) != mb.get(key):
+            return f"{key}: {ma.get(key)} in the first file, {mb.get(key)} in the second"
+    x, y = (float.fromhex(m.get("cgc.loss_sum", "nan")) for m in (ma, mb))
+    if not abs(x - y) <= rel * max(abs(x), abs(y), 1e-30):
+        return f"cgc.loss_sum: {x!r} in the first file, {y!r} in the second"
+    return None
+
+
 def main():
-    a, b = load(sys.argv[1]), load(sys.argv[2])
-    rel, prefix = float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else ""
-    names = sorted(k for k in a.keys() | b.keys() if k.startswith(prefix))
+    args = [x for x in sys.argv[1:] if x != "--meta"]
+    a, b = load(args[0]), load(args[1])
+    rel, prefix = float(args[2]), args[3] if len(args) > 3 else ""
+    if "--meta" in sys.argv[1:]:
+        why = meta_differs(a, b, rel)
+        if why:
+            print(why)
+            return 1
+    names = sorted(k for k in a.keys() | b.keys() if k.startswith(prefix) and k != "__metadata__")
     worst, worst_name = 0.0, None
     for name in names:
         if name not in a or name not in b:

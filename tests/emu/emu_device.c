@@ -785,7 +785,7 @@ static EmuSum *sum_slot(Device *d, int slot)
 {
     EmuDevice *e = impl(d);
     if (slot >= e->nsums) {
-        e->sums = realloc(e->sums, (size_t)(slot + 1) * sizeof *e->sums);
+        e->sums = xrealloc(e->sums, (size_t)(slot + 1) * sizeof *e->sums);
         memset(e->sums + e->nsums, 0, (size_t)(slot + 1 - e->nsums) * sizeof *e->sums);
         e->nsums = slot + 1;
     }
@@ -807,9 +807,9 @@ static int emu_sum_start(Device *d, int slot, const DeviceSpan *span, int n)
         if (!span_ok(d, &span[i])) return -1;
         total += span[i].count;
     }
-    s->host = realloc(s->host, (size_t)(total ? total : 1) * sizeof *s->host);
+    s->host = xrealloc(s->host, (size_t)(total ? total : 1) * sizeof *s->host);
     size_t spans = n > 0 ? (size_t)n : 0;
-    s->span = realloc(s->span, (spans ? spans : 1) * sizeof *s->span);
+    s->span = xrealloc(s->span, (spans ? spans : 1) * sizeof *s->span);
     memcpy(s->span, span, spans * sizeof *span);
     s->nspans = n;
     float *at = s->host;

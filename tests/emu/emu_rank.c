@@ -20,16 +20,6 @@
 
 enum { MAX_OVERRIDES = 16 };
 
-static bool parse_mode(const char *s, PlanMode *out)
-{
-    for (int m = PLAN_EAGER; m <= PLAN_MAX_AUTOTUNE; m++)
-        if (strcmp(s, plan_mode_name((PlanMode)m)) == 0) {
-            *out = (PlanMode)m;
-            return true;
-        }
-    return false;
-}
-
 /* Trains P compiled in MODE on an emulated device as rank C of the job. */
 static int train_emulated(Source *src, IrProgram *p, PlanMode mode, const char *net, const char *save,
                           Comm *c, bool lead)
@@ -53,7 +43,7 @@ static int train_emulated(Source *src, IrProgram *p, PlanMode mode, const char *
 int main(int argc, char **argv)
 {
     PlanMode mode;
-    if (argc < 4 || argc - 4 > MAX_OVERRIDES || !parse_mode(argv[2], &mode)) {
+    if (argc < 4 || argc - 4 > MAX_OVERRIDES || !plan_mode_from_name(argv[2], &mode)) {
         fprintf(stderr, "usage: emu_rank MODEL.net MODE SAVE [KEY=VALUE ...] (at most %d)\n", MAX_OVERRIDES);
         return 2;
     }
