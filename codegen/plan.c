@@ -1090,16 +1090,9 @@ char *plan_gemm_module_source(const Plan *plan)
 
 /* ---- the plan's hash ---- */
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *c = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
-    return h;
-}
+static uint64_t fnv_i64(uint64_t h, int64_t v) { return fnv1a(h, &v, sizeof v); }
 
-static uint64_t fnv_i64(uint64_t h, int64_t v) { return fnv(h, &v, sizeof v); }
-
-static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
+static uint64_t fnv_str(uint64_t h, const char *s) { return fnv1a(h, s, strlen(s) + 1); }
 
 static uint64_t fnv_shape(uint64_t h, const Shape *s)
 {
@@ -1130,7 +1123,7 @@ static uint64_t fnv_step(uint64_t h, const PlanStep *s)
 
 uint64_t plan_hash(const Plan *plan)
 {
-    uint64_t h = fnv_str(0xcbf29ce484222325ull, plan_mode_name(plan->mode));
+    uint64_t h = fnv_str(FNV_BASIS, plan_mode_name(plan->mode));
     for (int k = 0; k < plan->nkernels; k++) {
         const PlanKernel *pk = &plan->kernels[k];
         h = fnv_i64(fnv_str(fnv_str(h, pk->name), pk->source), pk->block);

@@ -287,6 +287,13 @@ static void out_of_memory(void)
     exit(1);
 }
 
+uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * FNV_PRIME;
+    return h;
+}
+
 void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);

@@ -13,6 +13,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 /* A position in a .net file. line == 0 means "no location" (command line, defaults). */
@@ -82,6 +83,12 @@ void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
+
+/* FNV-1a, 64 bits: hash H (FNV_BASIS to begin with) continued over N bytes at P. What
+ * cgc hashes with: names, plans (the autotune cache's keys), programs across ranks. */
+#define FNV_BASIS 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+uint64_t fnv1a(uint64_t h, const void *p, size_t n);
 
 /* "did you mean": the candidate closest to NAME by edit distance (case-insensitive; an
  * insertion, deletion, substitution or swap of two adjacent letters is one edit), or

@@ -225,12 +225,7 @@ void ir_program_free(IrProgram *p)
     free(p);
 }
 
-static uint64_t hash_string(const char *s)   /* FNV-1a */
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
+static uint64_t hash_string(const char *s) { return fnv1a(FNV_BASIS, s, strlen(s)); }
 
 /* Puts pool entry I into the open-addressing table of P (which has a free slot). */
 static void intern_slot(IrProgram *p, int i)

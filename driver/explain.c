@@ -8,7 +8,7 @@
  * fused graph.
  */
 #include "compile.h"
-#include "../runtime/comm.h"
+#include "../runtime/train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -709,11 +709,6 @@ static int64_t bucket_member_bytes(const IrGraph *g, const IrNode *n, int ranks,
     return (int64_t)ranks * ir_numel(slice, symmax) * 4;
 }
 
-static CommOp comm_op(IrOp op)
-{
-    return op == IR_REDUCE_SCATTER ? COMM_REDUCE_SCATTER : op == IR_ALLGATHER ? COMM_ALLGATHER : COMM_SUM;
-}
-
 /* One bucket of G: its members, bytes, and the time comm.h's model predicts for it. */
 static double explain_bucket(const Compiled *c, const IrGraph *g, int b, FILE *out)
 {
@@ -736,11 +731,11 @@ static double explain_bucket(const Compiled *c, const IrGraph *g, int b, FILE *o
             used += (size_t)snprintf(names + used, sizeof names - used, ", ...");
     }
     static const char *const what[] = {"sum", "reduce-scatter", "all-gather"};
-    double t = comm_predict(comm_op(op), bytes, ranks);
+    double t = comm_predict(train_comm_op(op), bytes, ranks);
     char size[32];
     diag_format_bytes((size_t)bytes, size, sizeof size);
     fprintf(out, "  bucket %d: %s of %d value%s, %s, ready after node %%%d of %d; predicted %.3f ms "
-                 "(%s)\n", b, what[comm_op(op)], members, members == 1 ? "" : "s", size, ready,
+                 "(%s)\n", b, what[train_comm_op(op)], members, members == 1 ? "" : "s", size, ready,
             g->nnodes, t * 1e3, names);
     return t;
 }

@@ -70,9 +70,7 @@ uint64_t job_program_hash(const IrProgram *p)
                "accumulate %lld clip %.17g\n", optimizer, schedule, data, (long long)c->batch,
             (long long)c->epochs, (long long)c->steps, (unsigned long long)c->seed, c->shuffle,
             c->drop_last, (long long)c->accumulate, c->clip_norm);
-    uint64_t h = 0xcbf29ce484222325ull;
-    if (fclose(f) == 0)
-        for (size_t k = 0; k < size; k++) h = (h ^ (unsigned char)text[k]) * 0x100000001b3ull;
+    uint64_t h = fclose(f) == 0 ? fnv1a(FNV_BASIS, text, size) : FNV_BASIS;
     free(text);
     return h;
 }

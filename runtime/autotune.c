@@ -72,8 +72,7 @@ static void kernel_key(const char *name, char *buf, size_t len)
         snprintf(buf, len, "%s", name);
         return;
     }
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    uint64_t h = fnv1a(FNV_BASIS, name, strlen(name));
     snprintf(buf, len, "%.100s.%016llx", name, (unsigned long long)h);
 }
 

@@ -119,10 +119,14 @@ typedef struct CpuBackend {
 
 /* The executor's collectives (cpu/exec.h), through the job's MPI (comm.h): a bucket's
  * goes in the comm slot of its number. */
+CommOp train_comm_op(IrOp op)
+{
+    return op == IR_REDUCE_SCATTER ? COMM_REDUCE_SCATTER : op == IR_ALLGATHER ? COMM_ALLGATHER : COMM_SUM;
+}
+
 static int coll_start(void *ctx, int bucket, IrOp op, void *buf, int64_t n, CpuReal real)
 {
-    CommOp c = op == IR_REDUCE_SCATTER ? COMM_REDUCE_SCATTER : op == IR_ALLGATHER ? COMM_ALLGATHER : COMM_SUM;
-    return comm_start(ctx, bucket, c, buf, n, real == CPU_F64 ? COMM_F64 : COMM_F32);
+    return comm_start(ctx, bucket, train_comm_op(op), buf, n, real == CPU_F64 ? COMM_F64 : COMM_F32);
 }
 
 static int coll_progress(void *ctx) { return comm_progress(ctx); }
@@ -440,9 +444,8 @@ static int combine_losses(Trainer *t, TrainProgress *pr)
 
 /* ---- several ranks: what must be the same on every rank ---- */
 
-enum { FNV_BASIS = 0xcbf29ce484222325ull, FNV_PRIME = 0x100000001b3ull };
-
-/* H, continued over BYTES bytes at P (FNV-1a, eight bytes at a step). */
+/* H, continued over BYTES bytes at P: FNV-1a (compiler/diag.h) eight bytes at a step,
+ * which the data sets' sizes call for. */
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t bytes)
 {
     const unsigned char *b = p;
