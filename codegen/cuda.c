@@ -819,26 +819,47 @@ static void render_count_correct(const RenderCtx *ctx, int id, KernelDraft *d)
 
 /* ---- the rest ---- */
 
+/* Whether dropout NODE's masks run over the batch's rows: then a rank's elements start at
+ * those of its first row of the micro-batch, as the CPU executor keys them. */
+bool cuda_dropout_batched(const IrNode *node)
+{
+    return node->shape.rank > 0 && node->shape.dim[0] == IR_SYM(0);
+}
+
+void cuda_dropout_element(KernelDraft *d, const IrNode *node, const char *i, char *buf, size_t n)
+{
+    if (!cuda_dropout_batched(node)) {
+        snprintf(buf, n, "(uint64_t)%s", i);
+        return;
+    }
+    char row[CUDA_DIMS_MAX];
+    cuda_dims_expr(d, &node->shape, 1, node->shape.rank, row, sizeof row);
+    snprintf(buf, n, "rank_row * (uint64_t)(%s) + (uint64_t)%s", row, i);
+}
+
 static void render_dropout(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]], *ctr = &ctx->g->nodes[node->in[1]];
-    char n[CUDA_DIMS_MAX], p[48], scale[48];
+    char n[CUDA_DIMS_MAX], p[48], scale[48], element[CUDA_DIMS_MAX + 64];
     draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
     draft_buffer(d, "counter", ctx->node_buffer[node->in[1]], ctr->dtype, true);
     draft_param(d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
+    if (cuda_dropout_batched(node))
+        draft_param(d, PP_U64, "uint64_t", "rank_row", (PlanArg){ .kind = ARG_RANK_ROW });
     cuda_numel_expr(d, &node->shape, n, sizeof n);
+    cuda_dropout_element(d, node, "i", element, sizeof element);
     cuda_float_literal(node->value, p, sizeof p);
     cuda_float_literal(1.0 / (1.0 - node->value), scale, sizeof scale);
     sb_printf(&d->body,
               "    const int64_t n = %s;\n"
               "    const uint64_t step = cgc_to_counter(cgc_load(counter[0]));\n"
               "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n"
-              "        const bool keep = cgc_dropout_keep(seed, %d, step, (uint64_t)i, %s);\n"
+              "        const bool keep = cgc_dropout_keep(seed, %d, step, %s, %s);\n"
               "        cgc_store(&out[i], keep ? cgc_load(in_x[i]) * %s : 0.0f);\n"
               "    }\n",
-              n, node->index, p, scale);
+              n, node->index, element, p, scale);
     cuda_launch_elementwise(d, &node->shape);
 }
 

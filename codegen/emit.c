@@ -65,6 +65,7 @@ static void print_arg(FILE *out, const Plan *pl, const PlanArg *a)
     case ARG_I64: fprintf(out, "%lld", (long long)a->value); break;
     case ARG_F32: fprintf(out, "%.9g", a->value); break;
     case ARG_RUNTIME: fprintf(out, "runtime %d", a->index); break;
+    case ARG_RANK_ROW: fprintf(out, "rank_row"); break;
     }
 }
 

@@ -38,7 +38,7 @@ typedef struct Fuser {
     char (*value)[RENDER_VALUE_MAX];    /* per node: the expression of its value in the
                                          * group being rendered (v<k>, x<n>, a literal), "" */
     int nin, nout, nrt;
-    bool seed;
+    bool seed, rank_row;
     bool counting;              /* parameters only counted (in `counted`), no draft */
     int counted;
 } Fuser;
@@ -172,6 +172,11 @@ static void add_scalars(Fuser *f, int k)
             else draft_param(f->d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
             f->seed = true;
         }
+        if (n->op == IR_DROPOUT && cuda_dropout_batched(n) && !f->rank_row) {
+            if (f->counting) f->counted++;
+            else draft_param(f->d, PP_U64, "uint64_t", "rank_row", (PlanArg){ .kind = ARG_RANK_ROW });
+            f->rank_row = true;
+        }
         if (n->op == IR_RUNTIME) {
             char name[16];
             snprintf(name, sizeof name, "rt%d", f->nrt++);
@@ -228,11 +233,12 @@ static void member_expr(const Fuser *f, int id, StrBuf *out)
     } else if (n->op == IR_UNFOLD) {   /* gathered: the work is its patches' shape */
         cuda_window_entry(out, n, &f->ctx->g->nodes[n->in[0]].shape, f->param[n->in[0]], "i");
     } else if (n->op == IR_DROPOUT) {
-        char p[48], scale[48];
+        char p[48], scale[48], element[CUDA_DIMS_MAX + 64];
         cuda_float_literal(n->value, p, sizeof p);
         cuda_float_literal(1.0 / (1.0 - n->value), scale, sizeof scale);
-        sb_printf(out, "cgc_dropout_keep(seed, %d, cgc_to_counter(%s), (uint64_t)i, %s) ? %s * %s : 0.0f",
-                  n->index, v[1], p, v[0], scale);
+        cuda_dropout_element(f->d, n, "i", element, sizeof element);
+        sb_printf(out, "cgc_dropout_keep(seed, %d, cgc_to_counter(%s), %s, %s) ? %s * %s : 0.0f",
+                  n->index, v[1], element, p, v[0], scale);
     } else if (n->nin == 3) {
         fused_substitute(out, cuda_elementwise_expr(n->op), "", v[1], v[2], v[0]);
     } else {

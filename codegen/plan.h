@@ -124,6 +124,8 @@ typedef enum PlanArgKind {
     ARG_I64,                /* int64: `value` */
     ARG_F32,                /* float: `value` */
     ARG_RUNTIME,            /* float: runtime scalar `index` (IrRuntimeScalar) of this run */
+    ARG_RANK_ROW,           /* uint64: this rank's first row of the micro-batch (0 with one
+                             * rank): dropout masks are keyed by the micro-batch's rows */
 } PlanArgKind;
 
 typedef struct PlanArg {

@@ -234,13 +234,6 @@ static bool check_ranks(const Plan *plan, Device *d, const char *net_path)
                   net_path);
         return false;
     }
-    for (int i = 0; sums && i < plan->p->train.nnodes; i++) {
-        if (plan->p->train.nodes[i].op != IR_DROPOUT) continue;
-        cgc_error("%s:%d: dropout trains on one rank of a device only for now (a rank's "
-                  "masks would not be those of its rows of the batch); train the ranks on the "
-                  "CPU", net_path, plan->p->train.nodes[i].loc.line);
-        return false;
-    }
     if (sums && !d->ops->sum_start) {
         cgc_error("%s: %s cannot sum over the ranks of a job; train the ranks on the CPU",
                   net_path, d->name);
@@ -295,7 +288,7 @@ static bool arg_fits(PlanParamType t, PlanArgKind k)
     switch (t) {
     case PP_PTR: return k == ARG_BUFFER;
     case PP_I64: return k == ARG_SYMBOL || k == ARG_I64;
-    case PP_U64: return k == ARG_SEED || k == ARG_I64;
+    case PP_U64: return k == ARG_SEED || k == ARG_I64 || k == ARG_RANK_ROW;
     case PP_F32: return k == ARG_F32 || k == ARG_RUNTIME;
     }
     return false;
@@ -517,6 +510,7 @@ static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, A
     case ARG_I64: v->i64 = (int64_t)a->value; break;
     case ARG_F32: v->f32 = (float)a->value; break;
     case ARG_RUNTIME: v->f32 = (float)feed->runtime[a->index]; break;
+    case ARG_RANK_ROW: v->u64 = (uint64_t)feed->rank_row; break;
     }
 }
 

@@ -28,6 +28,7 @@ typedef struct DevFeed {
      * device by the data kernels). */
     const void *inputs[IR_MAX_INPUTS];
     double runtime[IR_NUM_RUNTIME];
+    int64_t rank_row;       /* this rank's first row of the micro-batch (ARG_RANK_ROW) */
 } DevFeed;
 
 /* Lays out the arena of PLAN for symbols up to SYMMAX on D, and looks up every kernel.

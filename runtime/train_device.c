@@ -329,17 +329,24 @@ static int check_values(const Trainer *t, const IrGraph *g, int64_t micro_step)
     return 0;
 }
 
-/* Runs G on ROWS rows, this rank's of a micro-batch of COUNT. */
-static int run_graph(const Trainer *t, const IrGraph *g, int64_t rows, int64_t count, int64_t micro_step)
+/* A micro-batch of COUNT rows from START, of which this rank takes ROWS from FIRST, and
+ * its number in the run (the counter dropout masks are keyed by). */
+typedef struct MicroBatch {
+    int64_t start, count, first, rows, micro_step;
+} MicroBatch;
+
+/* Runs G on this rank's rows of micro-batch M. */
+static int run_graph(const Trainer *t, const IrGraph *g, const MicroBatch *m)
 {
     DevFeed feed;
     memset(&feed, 0, sizeof feed);
-    feed.symvals[0] = rows;
+    feed.symvals[0] = m->rows;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
-    feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
-    feed.runtime[IR_RT_RANK_SHARE] = (double)rows / (double)count;
+    feed.runtime[IR_RT_MICRO_STEP] = (double)m->micro_step;
+    feed.runtime[IR_RT_RANK_SHARE] = (double)m->rows / (double)m->count;
+    feed.rank_row = m->first - m->start;
     if (devexec_run(backend(t)->e, g, &feed) != 0) return -1;
-    return t->o->detect_anomaly ? check_values(t, g, micro_step) : 0;
+    return t->o->detect_anomaly ? check_values(t, g, m->micro_step) : 0;
 }
 
 /* ---- the backend ---- */
@@ -627,21 +634,19 @@ static int set_step(DeviceBackend *b, int64_t micro_step, int64_t start)
     return 0;
 }
 
-/* The work of one micro-batch of COUNT rows from START, of which this rank takes ROWS
- * from FIRST: what a capture records. A rank's loss weighs its share of the rows times
- * the ranks (train_loss_weight). */
-static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_t first,
-                            int64_t rows, int64_t count, int64_t micro_step)
+/* The work of micro-batch M: what a capture records. A rank's loss weighs its share of
+ * the rows times the ranks (train_loss_weight). */
+static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *pr, const MicroBatch *m)
 {
     DeviceBackend *b = backend(t);
     const TrainConfig *c = &t->p->cfg;
-    if (gather(t, &t->data.train, &b->train, b->order, first, rows, b->step) != 0) return -1;
-    if (run_graph(t, g, rows, count, micro_step) != 0) return -1;
+    if (gather(t, &t->data.train, &b->train, b->order, m->first, m->rows, b->step) != 0) return -1;
+    if (run_graph(t, g, m) != 0) return -1;
     /* The skipped flag counts once per optimizer step: the step's last graph has it. */
     DevPtr skipped = g == &t->p->train ? node_buffer(b, g, IR_OUT_SKIPPED) : 0;
     KArg a[9] = {{.p = b->totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)}, {.p = skipped},
                  {.i = pr->step}, {.i = c->precision != PREC_FP16}, {.p = b->step},
-                 {.i = c->accumulate}, {.i = rows * t->ranks}, {.i = count}};
+                 {.i = c->accumulate}, {.i = m->rows * t->ranks}, {.i = m->count}};
     if (launch(t, PDK_TRACK_LOSS, 0, a, 9, "add up the loss") != 0) return -1;
     if (!b->step) return 0;
     KArg adv[2] = {{.p = b->step}, {.i = c->batch}};
@@ -650,13 +655,13 @@ static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *p
 
 /* Captures the micro-batch into SC; on failure says so once, and the run goes on
  * uncaptured. Returns 0 when SC holds a graph, 1 when the work must run uncaptured. */
-static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, int64_t first,
-                   int64_t rows, int64_t count, int64_t micro_step, StepCapture *sc)
+static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, const MicroBatch *m,
+                   StepCapture *sc)
 {
     DeviceBackend *b = backend(t);
     const DeviceOps *ops = b->d->ops;
     if (ops->capture_begin(b->d) == 0) {
-        int work = micro_batch_work(t, g, pr, first, rows, count, micro_step);
+        int work = micro_batch_work(t, g, pr, m);
         if (ops->capture_end(b->d, &sc->graph, &sc->nodes) == 0 && work == 0) {
             train_clear_progress(t);
             if (!t->o->quiet)
@@ -681,10 +686,12 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
 {
     DeviceBackend *b = backend(t);
     const TrainConfig *c = &t->p->cfg;
-    int64_t k = micro_step % c->accumulate, first = start, rows = count;
-    train_rank_rows(t->rank, t->ranks, &first, &rows);
+    int64_t k = micro_step % c->accumulate;
+    MicroBatch m = {.start = start, .count = count, .first = start, .rows = count,
+                    .micro_step = micro_step};
+    train_rank_rows(t->rank, t->ranks, &m.first, &m.rows);
     if (k == 0 && time_step(b, true) != 0) return -1;
-    if (b->step && set_step(b, micro_step, first) != 0) return -1;
+    if (b->step && set_step(b, micro_step, m.first) != 0) return -1;
     StepCapture *sc = &b->capture[g == &t->p->train ? 0 : 1];
     CaptureQuery q = {.mode = b->plan->mode, .device_can = b->d->ops->capture_begin != NULL,
                       .failed = b->capture_failed, .count = count, .batch = c->batch,
@@ -692,10 +699,9 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
                       .checked = t->o->detect_anomaly, .ranks = t->ranks};
     bool replay = train_capture_refusal(&q) == NULL;
     if (count == c->batch) sc->runs++;
-    if (replay && !sc->graph && capture(t, g, pr, first, rows, count, micro_step, sc) != 0)
+    if (replay && !sc->graph && capture(t, g, pr, &m, sc) != 0)
         replay = false;
-    int rc = replay ? b->d->ops->graph_launch(b->d, sc->graph)
-                    : micro_batch_work(t, g, pr, first, rows, count, micro_step);
+    int rc = replay ? b->d->ops->graph_launch(b->d, sc->graph) : micro_batch_work(t, g, pr, &m);
     if (rc != 0) return -1;
     if (b->step) {
         b->step_next[0]++;
@@ -755,7 +761,8 @@ static int dev_evaluate(Trainer *t, EvalResult *r)
     for (int64_t start = first; start < first + n; start += EVAL_BATCH) {
         int64_t count = first + n - start < EVAL_BATCH ? first + n - start : EVAL_BATCH;
         if (gather(t, d, &b->test, 0, start, count, 0) != 0) return -1;
-        if (run_graph(t, g, count, count, 0) != 0) return -1;      /* no dropout */
+        MicroBatch m = {.start = start, .count = count, .first = start, .rows = count};
+        if (run_graph(t, g, &m) != 0) return -1;      /* no dropout */
         KArg a[4] = {{.p = b->eval_totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)},
                      {.p = node_buffer(b, g, IR_OUT_CORRECT)}, {.i = count}};
         if (launch(t, PDK_TRACK_EVAL, 0, a, 4, "add up the test loss") != 0) return -1;

@@ -3,7 +3,7 @@
 # plan's kernels, with each bucket of gradients summed in place between the plan's steps
 # through the device's collectives, MPI underneath) reach the weights the same ranks
 # reach on the CPU executor, in every mode that runs ranks on a device, with
-# accumulation, clipping, adamw, bf16 and uneven shares. The oracle is cgc's CPU ranks,
+# dropout, accumulation, clipping, adamw, bf16 and uneven shares. The oracle is cgc's CPU ranks,
 # which tests/e2e/ranks.sh checks against one rank. What devices cannot do with ranks
 # yet is refused with a message.
 set -uo pipefail
@@ -64,10 +64,18 @@ run "two ranks on the emulation, bf16" 0 "done at step 16" -- "${mpi[@]}" -n 2 "
     "$tmp/dev16.st" precision=bf16
 same "bf16: the emulation against the CPU" "$tmp/dev16.st" "$tmp/cpu16.st" 1e-2
 
-# --- what devices do not do with several ranks yet ---
+# dropout: each rank's masks are those of its rows of the micro-batch, in the dropout's
+# own kernel (eager) and fused into its neighbours (default)
 sed 's/h      = relu(linear(x, 64))/h      = dropout(relu(linear(x, 64)), 0.2)/' "$m" >"$tmp/drop.net"
-run "dropout is refused" 1 "drop.net:4: dropout trains on one rank of a device only for now" -- \
-    "${mpi[@]}" -n 2 "$rank" "$tmp/drop.net" default "$tmp/x.st"
+run "two ranks on the CPU, dropout" 0 "done at step 16" -- "${mpi[@]}" -n 2 "$cgc" "$tmp/drop.net" \
+    --device cpu --save "$tmp/cpu_drop.st"
+for mode in eager default; do
+  run "two ranks on the emulation, dropout, $mode" 0 "done at step 16" -- "${mpi[@]}" -n 2 "$rank" \
+      "$tmp/drop.net" "$mode" "$tmp/dev_drop.st"
+  same "dropout ($mode): the emulation against the CPU" "$tmp/dev_drop.st" "$tmp/cpu_drop.st" 1e-6
+done
+
+# --- what devices do not do with several ranks yet ---
 run "max-autotune is refused" 1 "max-autotune trains one rank only for now" -- \
     "${mpi[@]}" -n 2 "$rank" "$m" max-autotune "$tmp/x.st"
 run "shard = optimizer is refused" 1 "shard = optimizer trains on the CPU only for now" -- \
