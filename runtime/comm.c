@@ -237,9 +237,9 @@ int comm_progress(Comm *c)
  * collective a step (MPI progresses inside its calls), so the first milliseconds poll
  * back to back, yielding the core only to a rank that shares it; after that a wait is
  * long (a rank is slower, or gone) and polls sleep between tests. */
-static int finish(Comm *c, MPI_Request *req, const char *what)
+static int finish_after(Comm *c, MPI_Request *req, double work_s, const char *what)
 {
-    double start = clock_seconds(), waited = 0;
+    double start = clock_seconds(), waited = 0, timeout = c->timeout_s + work_s;
     for (;;) {
         int done, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         waited = clock_seconds() - start;
@@ -248,7 +248,7 @@ static int finish(Comm *c, MPI_Request *req, const char *what)
             c->stats.wait_s += waited;
             return 0;
         }
-        if (waited > c->timeout_s) break;
+        if (waited > timeout) break;
         if (waited < 0.01) sched_yield();
         else nanosleep(&(struct timespec){0, 100000}, NULL);
     }
@@ -256,6 +256,11 @@ static int finish(Comm *c, MPI_Request *req, const char *what)
               "(CGC_COMM_TIMEOUT sets the limit); ending the job", what, waited);
     comm_close(c, true);
     exit(1);
+}
+
+static int finish(Comm *c, MPI_Request *req, const char *what)
+{
+    return finish_after(c, req, 0, what);
 }
 
 int comm_wait(Comm *c, int slot, const char *what)
@@ -274,7 +279,7 @@ int comm_run(Comm *c, CommOp op, void *buf, int64_t n, CommType t, const char *w
     return finish(c, &req, what);
 }
 
-int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, const char *what)
+int comm_broadcast_after(Comm *c, void *buf, size_t bytes, int root, double work_s, const char *what)
 {
     if (!c->mpi) return 0;
     for (size_t done = 0; done < bytes;) {   /* MPI counts in int */
@@ -282,10 +287,15 @@ int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, const char *what)
         MPI_Request req;
         int rc = MPI_Ibcast((char *)buf + done, (int)part, MPI_BYTE, root, MPI_COMM_WORLD, &req);
         if (rc != MPI_SUCCESS) return mpi_failed(c, rc, what);
-        if (finish(c, &req, what) != 0) return -1;
+        if (finish_after(c, &req, work_s, what) != 0) return -1;
         done += part;
     }
     return 0;
+}
+
+int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, const char *what)
+{
+    return comm_broadcast_after(c, buf, bytes, root, 0, what);
 }
 
 int comm_agree(Comm *c, uint64_t value, const char *what, const char *hint)
@@ -332,6 +342,10 @@ int comm_progress(Comm *c) { return 0; }
 int comm_wait(Comm *c, int slot, const char *what) { return 0; }
 int comm_run(Comm *c, CommOp op, void *buf, int64_t n, CommType t, const char *what) { return 0; }
 int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, const char *what) { return 0; }
+int comm_broadcast_after(Comm *c, void *buf, size_t bytes, int root, double work_s, const char *what)
+{
+    return 0;
+}
 int comm_agree(Comm *c, uint64_t value, const char *what, const char *hint) { return 0; }
 
 #endif

@@ -70,6 +70,9 @@ int comm_progress(Comm *c);
 int comm_wait(Comm *c, int slot, const char *what);
 /* BYTES of BUF := rank ROOT's, on every rank. */
 int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, const char *what);
+/* As comm_broadcast, where ROOT sends after up to WORK_S seconds of work of its own (the
+ * others wait that much longer before they call it a hang). */
+int comm_broadcast_after(Comm *c, void *buf, size_t bytes, int root, double work_s, const char *what);
 /* Whether every rank has the same VALUE (a hash of what it compiled, say). If not, rank 0
  * reports how many ranks differ from it, which first, WHAT differs ("the compiled
  * program") and HINT (why, or what to do), and every rank returns -1. */

@@ -368,15 +368,13 @@ static void say_autotune(const Trainer *t, const char *fmt, ...)
  * and batch on this device, else tuned now and kept there. With --tune-file FILE, FILE
  * takes the cache's place, but as a lockfile: one that is there and cannot be used is an
  * error, never tuned again and replaced. Runs before the tensors are initialised
- * (autotune.h), so tuning leaves nothing behind in the arena. */
-static int dev_autotune(Trainer *t, DeviceBackend *b)
+ * (autotune.h), so tuning leaves nothing behind in the arena. The choices in force are
+ * left in *CHOSEN (their file's text, malloc'd) for the other ranks. */
+static int dev_autotune(Trainer *t, DeviceBackend *b, const DevFeed *tuned, char **chosen)
 {
     const Plan *plan = b->plan;
-    DevFeed feed;
-    memset(&feed, 0, sizeof feed);
-    feed.symvals[0] = t->p->cfg.batch;
-    feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
-    uint64_t hash = autotune_plan_hash(plan, t->p->cfg.batch);
+    DevFeed feed = *tuned;
+    uint64_t hash = autotune_plan_hash(plan, feed.symvals[0]);
     char why[512], path[4200] = "";
     TuneFile want, have;
     bool keep = tune_init(&want, t->p->model_name, b->d->arch, b->d->model, hash, why, sizeof why);
@@ -400,6 +398,7 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
         if (rc == 0)
             say_autotune(t, "%d choices from %s (tuned in %.1f s when written; delete it to "
                             "tune again)", have.nchoices, path, have.tuning_ms / 1e3);
+        if (rc == 0) *chosen = tune_format(&have);
         tune_free(&have);
         if (rc != -1) tune_free(&want);
         if (rc == 0) return 0;
@@ -478,8 +477,74 @@ static int dev_autotune(Trainer *t, DeviceBackend *b)
             say_autotune(t, "%s; the choices are not kept", why);
         }
     }
+    *chosen = tune_format(&want);
     tune_free(&want);
     return 0;
+}
+
+/* The batch max-autotune times: the rows of a full micro-batch that rank 0 takes (its
+ * choices are every rank's). */
+static DevFeed tuning_feed(const Trainer *t)
+{
+    DevFeed feed;
+    memset(&feed, 0, sizeof feed);
+    int64_t first = 0, rows = t->p->cfg.batch;
+    train_rank_rows(0, t->ranks, &first, &rows);
+    feed.symvals[0] = rows;
+    feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
+    return feed;
+}
+
+/* Puts rank 0's choices, the text of a choices file, in force on this rank's device. */
+static int take_choices(Trainer *t, DeviceBackend *b, const DevFeed *feed, const char *text)
+{
+    TuneFile f;
+    char why[300];
+    if (!tune_parse(text, strlen(text), &f, why, sizeof why))
+        CGC_INTERNAL("rank 0's autotune choices do not read back: %s", why);
+    int rc = autotune_apply(b->e, b->plan, feed, &f, why, sizeof why);
+    tune_free(&f);
+    if (rc != 0)
+        cgc_error("max-autotune: rank 0's choices cannot be used on %s: %s", b->d->name, why);
+    return rc == 0 ? 0 : -1;
+}
+
+/* max-autotune: rank 0 chooses (dev_autotune) and sends its choices, which the other
+ * ranks put in force on their devices, so that every rank runs the same kernels and
+ * rounds alike. Rank 0 may take the tuning budget and the kernels' compilation before it
+ * sends: the others wait that much longer than for a collective. */
+static int dev_choose(Trainer *t, DeviceBackend *b)
+{
+    DevFeed feed = tuning_feed(t);
+    char *text = NULL;
+    int64_t len = -1;
+    char gpu[160];
+    snprintf(gpu, sizeof gpu, "%s sm_%d", b->d->model, b->d->arch);
+    if (t->ranks > 1 && comm_agree(t->o->comm, fnv1a(FNV_BASIS, gpu, strlen(gpu)), "the GPUs' models",
+                                   "max-autotune with several ranks needs GPUs alike (rank 0 "
+                                   "chooses for all); use the reduce-overhead mode") != 0)
+        return -1;
+    if (t->rank == 0 && dev_autotune(t, b, &feed, &text) == 0) len = (int64_t)strlen(text);
+    if (t->ranks == 1) {
+        free(text);
+        return len < 0 ? -1 : 0;
+    }
+    double budget = t->o->tune_budget_s > 0 ? t->o->tune_budget_s : AUTOTUNE_BUDGET_S;
+    double wait = 2 * budget;   /* the budget, and as long again compiling what is timed */
+    Comm *c = t->o->comm;
+    if (comm_broadcast_after(c, &len, sizeof len, 0, wait, "rank 0's autotune choices") != 0) return -1;
+    if (len < 0) {
+        if (t->rank != 0) cgc_error("max-autotune: rank 0 could not choose (its error is above)");
+        return -1;
+    }
+    if (t->rank != 0) text = xmalloc((size_t)len + 1);
+    int rc = comm_broadcast(c, text, (size_t)len, 0, "rank 0's autotune choices");
+    if (rc == 0 && t->rank != 0) {
+        text[len] = '\0';
+        rc = take_choices(t, b, &feed, text);
+    }
+    free(text);
+    return rc;
 }
 
 static int dev_open_plan(Trainer *t, DeviceBackend *b)
@@ -497,20 +562,13 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     if (!b->e) return -1;
     b->step = b->plan->step_state >= 0 ? devexec_buffer(b->e, b->plan->step_state) : 0;
     b->step_next[0] = b->step_next[1] = -1;
-    return b->plan->mode == PLAN_MAX_AUTOTUNE ? dev_autotune(t, b) : 0;
+    return b->plan->mode == PLAN_MAX_AUTOTUNE ? dev_choose(t, b) : 0;
 }
 
-/* Several ranks: the device joins the job. Autotuning would time each rank's device
- * apart and choose differently, and the ranks would then round differently. */
+/* Several ranks: the device joins the job. */
 static int dev_join(Trainer *t, DeviceBackend *b)
 {
     if (t->ranks == 1) return 0;
-    if (t->o->plan && t->o->plan->mode == PLAN_MAX_AUTOTUNE) {
-        cgc_error("%s: max-autotune trains one rank only for now (each rank would tune apart, "
-                  "choose differently and round differently); use the reduce-overhead mode",
-                  t->o->net_path);
-        return -1;
-    }
     if (!b->d->ops->join) {
         cgc_error("%s cannot be a rank of a job; train the ranks on the CPU", b->d->name);
         return -1;

@@ -75,9 +75,21 @@ for mode in eager default; do
   same "dropout ($mode): the emulation against the CPU" "$tmp/dev_drop.st" "$tmp/cpu_drop.st" 1e-6
 done
 
+# max-autotune: rank 0 chooses, and every rank runs its choices. On the modeled clock rank
+# 1 alone would choose algorithm 3 for every GEMM; it runs rank 0's algorithm 1 instead
+# (rank 0 times all three when it tunes; it runs only algorithm 1 once it reads them back).
+for how in tuned "read back"; do
+  want="rank 1: GEMMs of algorithms 1, 2, 3: [1-9][0-9]*, 0, 0"
+  [ "$how" = tuned ] || want="rank 0: GEMMs of algorithms 1, 2, 3: [1-9][0-9]*, 0, 0"
+  out=$(timeout 300 "${mpi[@]}" -n 2 "$rank" "$m" max-autotune "$tmp/dev_tuned.st" "tune=$tmp/choices.tune" 2>&1)
+  if grep -q "done at step 16" <<<"$out" && grep -qE "$want" <<<"$out" &&
+     grep -qE "rank 1: GEMMs of algorithms 1, 2, 3: [1-9][0-9]*, 0, 0" <<<"$out"; then ok
+  else bad "max-autotune ($how): every rank runs rank 0's choices" "$out"; fi
+  same "max-autotune ($how): the emulation against the CPU" "$tmp/dev_tuned.st" "$tmp/cpu.st" 1e-6
+done
+grep -q "choices from" <<<"$out" && ok || bad "max-autotune read the choices file back" "$out"
+
 # --- what devices do not do with several ranks yet ---
-run "max-autotune is refused" 1 "max-autotune trains one rank only for now" -- \
-    "${mpi[@]}" -n 2 "$rank" "$m" max-autotune "$tmp/x.st"
 run "shard = optimizer is refused" 1 "shard = optimizer trains on the CPU only for now" -- \
     "${mpi[@]}" -n 2 "$rank" "$m" default "$tmp/x.st" shard=optimizer
 

@@ -1,12 +1,16 @@
 /* emu_rank: one rank of a job that trains on the CUDA emulation, for tests/e2e/ranks_device.sh.
  *
- *     mpirun -n R emu_rank MODEL.net MODE SAVE [KEY=VALUE ...]
+ *     mpirun -n R emu_rank MODEL.net MODE SAVE [tune=FILE] [KEY=VALUE ...]
  *
  * compiles MODEL for the R ranks its launcher started (in MODE, with the train keys
  * overridden as given), builds the plan's kernels for the emulation, and trains on the
  * emulated device as cgc's runtime does on a GPU: the sums over the ranks are the
  * device's (DeviceOps.sum_start, MPI underneath), in place, between the plan's steps.
- * Rank 0 saves to SAVE, which the script compares with what `cgc --device cpu` saves. */
+ * Rank 0 saves to SAVE, which the script compares with what `cgc --device cpu` saves.
+ *
+ * tune=FILE (max-autotune): FILE is the choices file, and each device offers three GEMM
+ * algorithms on a modeled clock on which rank 0's fastest is algorithm 1 and every other
+ * rank's algorithm 3; each rank prints how many GEMMs it ran with each algorithm. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +24,21 @@
 
 enum { MAX_OVERRIDES = 16 };
 
-/* Trains P compiled in MODE on an emulated device as rank C of the job. */
-static int train_emulated(Source *src, IrProgram *p, PlanMode mode, const char *net, const char *save,
-                          Comm *c, bool lead)
+/* Gives D three GEMM algorithms on a modeled clock, on which a rank other than 0 would
+ * choose otherwise than rank 0 (launches slower than any GEMM). */
+static void model_tuning(Device *d, int rank)
 {
+    double algo_ms[DEVICE_GEMM_ALGOS + 1] = {3.0, rank == 0 ? 1.0 : 2.0, 1.5, rank == 0 ? 2.0 : 1.0};
+    emu_device_gemm_algos(d, 3, 0);
+    emu_device_model_time(d, algo_ms, 5.0);
+}
+
+/* Trains P compiled in MODE on an emulated device as rank C of the job; TUNE, the choices
+ * file of a modeled tuning, or NULL. */
+static int train_emulated(Source *src, IrProgram *p, PlanMode mode, const char *net, const char *save,
+                          const char *tune, Comm *c, int rank)
+{
+    bool lead = rank == 0;
     Compiled compiled;
     if (compile_program(p, &(CompileOptions){.mode = mode, .net_path = net}, &compiled) != 0) return 1;
     char so[256] = "";
@@ -31,8 +46,13 @@ static int train_emulated(Source *src, IrProgram *p, PlanMode mode, const char *
     int rc = 1;
     if (emu_build_plan(compiled.plan, false, so, sizeof so) == 0 && emu_device_open(so, &d) == 0) {
         RunOptions o = {.net_path = net, .src = src, .save_path = save, .device = d,
-                        .plan = compiled.plan, .comm = c, .verbose = lead, .quiet = !lead};
+                        .plan = compiled.plan, .comm = c, .verbose = lead, .quiet = !lead,
+                        .tune_file = tune, .tune_budget_s = 1e9};
+        if (tune) model_tuning(d, rank);
         rc = train_run(p, &o);
+        if (tune)
+            printf("emu_rank: rank %d: GEMMs of algorithms 1, 2, 3: %d, %d, %d\n", rank,
+                   emu_device_gemm_calls(d, 1), emu_device_gemm_calls(d, 2), emu_device_gemm_calls(d, 3));
     }
     if (d) d->ops->close(d);
     if (so[0]) emu_remove_build(so);
@@ -49,7 +69,12 @@ int main(int argc, char **argv)
     }
     Override ov[MAX_OVERRIDES];
     int nov = 0;
+    const char *tune = NULL;
     for (int i = 4; i < argc; i++) {
+        if (!strncmp(argv[i], "tune=", 5)) {
+            tune = argv[i] + 5;
+            continue;
+        }
         char *eq = strchr(argv[i], '=');
         if (!eq) {
             fprintf(stderr, "emu_rank: '%s' is not KEY=VALUE\n", argv[i]);
@@ -65,7 +90,7 @@ int main(int argc, char **argv)
     if (w.size > 1 && !c) return 1;
     Source *src = source_load(argv[1]);
     IrProgram *p = src ? pipeline_compile_until(src, ov, nov, PASS_TRAINING, w.size) : NULL;
-    int rc = p ? train_emulated(src, p, mode, argv[1], argv[3], c, w.rank == 0) : 1;
+    int rc = p ? train_emulated(src, p, mode, argv[1], argv[3], tune, c, w.rank) : 1;
     if (p) ir_program_free(p);
     if (src) source_free(src);
     if (c) comm_close(c, rc != 0);
