@@ -104,6 +104,7 @@ double comm_predict(CommOp op, int64_t bytes, int ranks)
     return steps / ranks * (double)bytes / COMM_BANDWIDTH + steps * COMM_LATENCY_S;
 }
 int comm_size(const Comm *c) { return c->world.size; }
+double comm_timeout_s(const Comm *c) { return c->timeout_s; }
 
 int comm_allreduce(Comm *c, void *buf, int64_t n, CommType t, const char *what)
 {

@@ -45,6 +45,8 @@ void comm_close(Comm *c, bool failed);
 
 int comm_rank(const Comm *c);
 int comm_size(const Comm *c);
+/* How long a rank waits for the others before it calls it a hang, in seconds. */
+double comm_timeout_s(const Comm *c);
 
 typedef enum CommType { COMM_F32, COMM_F64 } CommType;
 

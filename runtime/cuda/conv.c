@@ -165,7 +165,7 @@ void cuda_conv_close(CudaDevice *cd)
     if (!cv) return;
     for (int i = 0; i < cv->ncache; i++) entry_free(cv, &cv->cache[i]);
     if (cv->workspace) {            /* queued calls may still use it */
-        CU(NULL, cuStreamSynchronize, cd->stream);
+        cuda_wait(cd, NULL, "cuStreamSynchronize");
         CU(NULL, cuMemFree_v2, cv->workspace);
     }
     if (cv->handle) cv->dnn.cudnnDestroy(cv->handle);
@@ -335,7 +335,7 @@ static int workspace_for(CudaDevice *cd, size_t bytes, const DeviceSite *site)
         return -1;
     }
     if (cv->workspace) {
-        if (CU(site, cuStreamSynchronize, cd->stream) != 0 || CU(site, cuMemFree_v2, cv->workspace) != 0)
+        if (cuda_wait(cd, NULL, "cuStreamSynchronize") != 0 || CU(site, cuMemFree_v2, cv->workspace) != 0)
             return -1;
         cv->workspace = 0;
         cv->workspace_bytes = 0;

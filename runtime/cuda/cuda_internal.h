@@ -24,7 +24,7 @@
     X(cuMemFree_v2) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)    \
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)   \
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
-    X(cuGraphGetNodes) X(cuStreamIsCapturing) X(cuStreamWaitEvent)
+    X(cuGraphGetNodes) X(cuStreamIsCapturing) X(cuStreamWaitEvent) X(cuStreamQuery)
 
 #define CUDA_DRIVER_FIELD(sym) __typeof__(sym) *sym;
 typedef struct CudaDriver {
@@ -81,6 +81,12 @@ struct DeviceFence {
     bool recorded;
 };
 
+/* Waits for EVENT, or for all the work queued on CD's stream when EVENT is NULL; CALL
+ * names the wait in an error. Where the device sums over ranks the wait polls instead of
+ * blocking (cuda_nccl_poll), so that a rank that died or hangs in a sum, for which
+ * NCCL's kernels would wait forever, ends the job. */
+int cuda_wait(CudaDevice *cd, CUevent event, const char *call);
+
 /* cuBLAS and cuBLASLt on the device's stream (runtime/cuda/gemm.c). */
 int cuda_gemm_init(CudaDevice *cd);
 void cuda_gemm_close(CudaDevice *cd);
@@ -101,5 +107,10 @@ int cuda_conv_algos(Device *d, const ConvCall *c, int *count, const DeviceSite *
  * sum_start and sum_wait (the library loads at join); close ends what join began. */
 void cuda_nccl_enable(CudaDevice *cd);
 void cuda_nccl_close(CudaDevice *cd);
+/* One look at the sums of a device that has joined a job, while the host has waited
+ * WAITED seconds for it: returns while NCCL reports nothing wrong and the job's timeout
+ * (comm_timeout_s) has not passed; else says which, aborts NCCL's communicator and ends
+ * the whole job, as a collective of comm.h that times out does. */
+void cuda_nccl_poll(CudaDevice *cd, double waited);
 
 #endif

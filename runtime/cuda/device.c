@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "../clock.h"
 #include "cuda_internal.h"
 
 static CudaDevice *impl(Device *d) { return (CudaDevice *)d; }
@@ -28,6 +30,19 @@ static int check_wait(CudaDevice *cd, CUresult r, const char *call)
                 cd->last_kernel, cd->last_what, cd->last_net[0] ? cd->last_net : "?",
                 cd->last_line);
     return -1;
+}
+
+int cuda_wait(CudaDevice *cd, CUevent event, const char *call)
+{
+#ifdef CGC_HAVE_NCCL
+    for (double start = clock_seconds(); cd->nccl;) {
+        CUresult r = event ? cu.cuEventQuery(event) : cu.cuStreamQuery(cd->stream);
+        if (r != CUDA_ERROR_NOT_READY) return check_wait(cd, r, call);
+        cuda_nccl_poll(cd, clock_seconds() - start);
+        nanosleep(&(struct timespec){0, 100000}, NULL);
+    }
+#endif
+    return check_wait(cd, event ? cu.cuEventSynchronize(event) : cu.cuStreamSynchronize(cd->stream), call);
 }
 
 /* ---- memory ---- */
@@ -55,7 +70,7 @@ static void dev_free(Device *d, DevPtr p)
 {
     if (!p) return;
     /* Work still queued may use P: let it finish before the memory goes back. */
-    check_wait(impl(d), cu.cuStreamSynchronize(impl(d)->stream), "cuStreamSynchronize");
+    cuda_wait(impl(d), NULL, "cuStreamSynchronize");
     CU(NULL, cuMemFree_v2, (CUdeviceptr)p);
 }
 
@@ -79,16 +94,16 @@ static int dev_upload(Device *d, DevPtr dst, const void *src, size_t bytes)
     if (bytes == 0) return 0;
     if (CU(NULL, cuMemcpyHtoDAsync_v2, (CUdeviceptr)dst, src, bytes, cd->stream)) return -1;
     if (is_pinned(cd, src, bytes))
-        return check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+        return cuda_wait(cd, NULL, "cuStreamSynchronize");
     return 0;
 }
 
 static int dev_download(Device *d, void *dst, DevPtr src, size_t bytes)
 {
     CudaDevice *cd = impl(d);
-    if (bytes == 0) return check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+    if (bytes == 0) return cuda_wait(cd, NULL, "cuStreamSynchronize");
     if (CU(NULL, cuMemcpyDtoHAsync_v2, dst, (CUdeviceptr)src, bytes, cd->stream)) return -1;
-    return check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+    return cuda_wait(cd, NULL, "cuStreamSynchronize");
 }
 
 static int dev_download_async(Device *d, void *dst, DevPtr src, size_t bytes)
@@ -127,7 +142,7 @@ static void dev_host_free(Device *d, void *p)
         break;
     }
     /* An async download into P may still be in flight. */
-    check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+    cuda_wait(cd, NULL, "cuStreamSynchronize");
     CU(NULL, cuMemFreeHost, p);
 }
 
@@ -199,7 +214,7 @@ static int dev_launch(Device *d, void *kernel, unsigned grid, unsigned block, vo
 
 static int dev_sync(Device *d)
 {
-    return check_wait(impl(d), cu.cuStreamSynchronize(impl(d)->stream), "cuStreamSynchronize");
+    return cuda_wait(impl(d), NULL, "cuStreamSynchronize");
 }
 
 static int dev_fence_new(Device *d, DeviceFence **f)
@@ -236,7 +251,7 @@ static int dev_fence_done(Device *d, DeviceFence *f, bool wait, bool *done)
     CudaDevice *cd = impl(d);
     *done = false;
     if (wait) {
-        if (check_wait(cd, cu.cuEventSynchronize(f->event), "cuEventSynchronize")) return -1;
+        if (cuda_wait(cd, f->event, "cuEventSynchronize")) return -1;
         *done = true;
         return 0;
     }
@@ -314,7 +329,7 @@ static void dev_graph_free(Device *d, DeviceGraph *g)
 {
     if (!g) return;
     /* a launch of it may still be running */
-    check_wait(impl(d), cu.cuStreamSynchronize(impl(d)->stream), "cuStreamSynchronize");
+    cuda_wait(impl(d), NULL, "cuStreamSynchronize");
     graph_destroy(g);
 }
 
@@ -331,7 +346,7 @@ static void dev_close(Device *d)
 {
     CudaDevice *cd = impl(d);
     if (!cd) return;
-    if (cd->stream) check_wait(cd, cu.cuStreamSynchronize(cd->stream), "cuStreamSynchronize");
+    if (cd->stream) cuda_wait(cd, NULL, "cuStreamSynchronize");
 #ifdef CGC_HAVE_CUDNN
     cuda_conv_close(cd);
 #endif

@@ -94,7 +94,7 @@ static void lt_close(CudaDevice *cd)
     for (int i = 0; i < lt->ncache; i++) lt_entry_free(&lt->cache[i]);
     /* the workspace may still be in use by queued GEMMs */
     if (lt->workspace) {
-        CU(NULL, cuStreamSynchronize, cd->stream);
+        cuda_wait(cd, NULL, "cuStreamSynchronize");
         CU(NULL, cuMemFree_v2, lt->workspace);
     }
     if (lt->handle) blas_check(cublasLtDestroy(lt->handle), "cublasLtDestroy", NULL);

@@ -16,7 +16,13 @@
  * which sum_wait makes the device's stream wait. So a bucket is summed beside the
  * backward's later kernels, and what needs the sums waits on the GPU, not on the host.
  * Every sum of a run is issued in the same order on every rank (the plan is the same),
- * which NCCL requires. */
+ * which NCCL requires.
+ *
+ * A rank that dies or hangs leaves the others' sums waiting for it on their GPUs, for
+ * ever. So the host never blocks on a device that has joined: its waits poll
+ * (cuda_wait), and each poll asks NCCL for an error of the communicator; an error, or a
+ * wait past the job's timeout, aborts the communicator and ends the job (MPI_Abort),
+ * naming the rank that saw it. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +34,8 @@
 
 #define NCCL_FUNCS(X)                                                                      \
     X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclGetErrorString)        \
-    X(ncclAllReduce) X(ncclGroupStart) X(ncclGroupEnd)
+    X(ncclAllReduce) X(ncclGroupStart) X(ncclGroupEnd) X(ncclCommGetAsyncError)          \
+    X(ncclCommAbort)
 
 #define NCCL_FIELD(sym) __typeof__(sym) *sym;
 typedef struct Nccl {
@@ -39,6 +46,7 @@ typedef struct Nccl {
 struct CudaNccl {
     void *lib;
     Nccl f;
+    Comm *job;
     ncclComm_t comm;
     CUstream stream;            /* the sums' own */
     CUevent ready;              /* on the device's stream: the spans are computed */
@@ -85,6 +93,7 @@ static int nccl_join(Device *d, Comm *c)
     CudaDevice *cd = d->impl;
     struct CudaNccl *n = cd->nccl = calloc(1, sizeof *n);
     if (!n || !nccl_load(n)) return -1;
+    n->job = c;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (comm_rank(c) == 0 && nccl_check(n, n->f.ncclGetUniqueId(&id), "ncclGetUniqueId") != 0) return -1;
@@ -147,6 +156,27 @@ static int nccl_sum_wait(Device *d, int slot)
     return CU(NULL, cuStreamWaitEvent, cd->stream, n->done[slot], 0) ? -1 : 0;
 }
 
+void cuda_nccl_poll(CudaDevice *cd, double waited)
+{
+    struct CudaNccl *n = cd->nccl;
+    if (!n->comm) return;
+    ncclResult_t async = ncclSuccess, r = n->f.ncclCommGetAsyncError(n->comm, &async);
+    if (r == ncclSuccess) r = async == ncclInProgress ? ncclSuccess : async;
+    double limit = comm_timeout_s(n->job);
+    if (r == ncclSuccess && waited <= limit) return;
+    if (r != ncclSuccess)
+        fprintf(stderr, "cgc: error: rank %d: NCCL failed in a sum over the ranks: %s; ending the "
+                        "job\n", comm_rank(n->job), n->f.ncclGetErrorString(r));
+    else
+        fprintf(stderr, "cgc: error: rank %d: the GPU's work did not complete in %.0f s: another "
+                        "rank has stopped or hangs in a sum over the ranks (CGC_COMM_TIMEOUT sets "
+                        "the limit); ending the job\n", comm_rank(n->job), waited);
+    n->f.ncclCommAbort(n->comm);
+    n->comm = NULL;
+    comm_close(n->job, true);
+    exit(1);
+}
+
 void cuda_nccl_enable(CudaDevice *cd)
 {
     cd->ops.join = nccl_join;
@@ -158,7 +188,9 @@ void cuda_nccl_close(CudaDevice *cd)
 {
     struct CudaNccl *n = cd->nccl;
     if (!n) return;
-    if (n->stream) cu.cuStreamSynchronize(n->stream);
+    /* sums still running: waited for as any wait of the device is, under the timeout */
+    if (n->stream && n->ready && !CU(NULL, cuEventRecord, n->ready, n->stream))
+        cuda_wait(cd, n->ready, "cuEventSynchronize");
     for (int i = 0; i < n->nslots; i++) cu.cuEventDestroy_v2(n->done[i]);
     if (n->ready) cu.cuEventDestroy_v2(n->ready);
     if (n->comm) n->f.ncclCommDestroy(n->comm);
