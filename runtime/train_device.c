@@ -14,7 +14,9 @@
  * gathers' first row, the micro-step dropout reads, the step track_loss records), moved
  * by cgc_step_advance after each micro-batch; the host writes it only where the
  * sequence jumps (an epoch's start, a resumed run). So a micro-batch's work reads no
- * host value, and is captured once as a CUDA graph per train graph and replayed
+ * host value (a rank's share of a full batch, and its first row in it, are the same in
+ * every full batch), and is captured once as a CUDA graph per train graph and replayed,
+ * the sums over the ranks in it
  * (train_capture_refusal says when not: a partial batch, the first run, a failed
  * capture). A capture that fails is said once, and the run goes on uncaptured: the same
  * kernels, launched one by one, as the default mode runs them.
@@ -675,7 +677,6 @@ const char *train_capture_refusal(const CaptureQuery *q)
     if (q->count != q->batch) return "a partial batch runs launch by launch";
     if (q->profiled) return "a profiled step runs launch by launch, each timed";
     if (q->checked) return "the anomaly check reads every value after each run";
-    if (q->ranks > 1) return "the sums over the ranks are not captured yet";
     if (q->runs == 0) return "the first full batch runs launch by launch, as a warm-up";
     return NULL;
 }
@@ -754,7 +755,7 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
     CaptureQuery q = {.mode = b->plan->mode, .device_can = b->d->ops->capture_begin != NULL,
                       .failed = b->capture_failed, .count = count, .batch = c->batch,
                       .runs = sc->runs, .profiled = t->recording != NULL,
-                      .checked = t->o->detect_anomaly, .ranks = t->ranks};
+                      .checked = t->o->detect_anomaly};
     bool replay = train_capture_refusal(&q) == NULL;
     if (count == c->batch) sc->runs++;
     if (replay && !sc->graph && capture(t, g, pr, &m, sc) != 0)

@@ -103,7 +103,6 @@ typedef struct CaptureQuery {
     int64_t runs;               /* full micro-batches this graph has run so far */
     bool profiled;              /* the step is one --profile times */
     bool checked;               /* --detect-anomaly: every run's values are read back */
-    int ranks;                  /* of the job */
 } CaptureQuery;
 
 /* NULL when the micro-batch is replayed from a graph (captured now if need be), else why

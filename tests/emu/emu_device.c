@@ -12,7 +12,9 @@
  * object, cgc_emu_argbytes_NAME) and a GEMM its call, and nothing runs; graph_launch runs
  * the copies in order. A copy, a wait or a fence while capturing is refused as CUDA's
  * thread-local capture refuses it, and makes capture_end fail, so that what the
- * emulation replays is what a CUDA graph could hold.
+ * emulation replays is what a CUDA graph could hold. A sum over the ranks and the wait
+ * for it are recorded too (NCCL's collectives can be captured, on a stream forked from
+ * the captured one and joined back), and run in their order when replayed.
  */
 #define _GNU_SOURCE
 #include "tests/emu/emu_device.h"
@@ -61,6 +63,10 @@ typedef struct EmuNode {
     GemmCall gemm;
     bool is_conv;                       /* a convolution (kernel NULL too) */
     ConvCall conv;
+    bool sum_start, sum_wait;           /* a sum over the ranks, or its wait (kernel NULL) */
+    int slot;
+    DeviceSpan *spans;                  /* sum_start: a copy of its spans */
+    int nspans;
     DeviceSite site;
 } EmuNode;
 
@@ -705,7 +711,7 @@ static int emu_fence_elapsed_ms(Device *d, DeviceFence *from, DeviceFence *to, f
 static void graph_destroy(DeviceGraph *g)
 {
     if (!g) return;
-    for (int i = 0; i < g->n; i++) free(g->nodes[i].args);
+    for (int i = 0; i < g->n; i++) free(g->nodes[i].args), free(g->nodes[i].spans);
     free(g->nodes);
     free(g);
 }
@@ -743,11 +749,19 @@ static int emu_capture_end(Device *d, DeviceGraph **out, int *nodes)
     return 0;
 }
 
+static int emu_sum_start(Device *d, int slot, const DeviceSpan *span, int n);
+static int emu_sum_wait(Device *d, int slot);
+
 static int emu_graph_launch(Device *d, DeviceGraph *g)
 {
     if (refused_in_capture(d, "graph launch")) return -1;
     for (int i = 0; i < g->n; i++) {
         EmuNode *n = &g->nodes[i];
+        if (n->sum_start || n->sum_wait) {
+            if ((n->sum_start ? emu_sum_start(d, n->slot, n->spans, n->nspans) : emu_sum_wait(d, n->slot)) != 0)
+                return -1;
+            continue;
+        }
         if (!n->kernel) {
             if ((n->is_conv ? emu_conv(d, &n->conv, &n->site) : emu_gemm(d, &n->gemm, &n->site)) != 0) return -1;
             continue;
@@ -792,10 +806,27 @@ static EmuSum *sum_slot(Device *d, int slot)
     return &e->sums[slot];
 }
 
+/* Records a sum over the ranks (SPAN, N of them) or, with SPAN NULL, the wait for it. */
+static int record_sum(Device *d, int slot, const DeviceSpan *span, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!span_ok(d, &span[i])) return -1;
+    EmuNode *node = record(d, NULL);
+    if (!node) return -1;
+    node->slot = slot;
+    node->sum_start = span != NULL;
+    node->sum_wait = span == NULL;
+    if (!span) return 0;
+    node->spans = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *span);
+    memcpy(node->spans, span, (size_t)n * sizeof *span);
+    node->nspans = n;
+    return 0;
+}
+
 static int emu_sum_start(Device *d, int slot, const DeviceSpan *span, int n)
 {
     EmuDevice *e = impl(d);
-    if (refused_in_capture(d, "a sum over the ranks")) return -1;
+    if (e->recording) return record_sum(d, slot, span, n);
     EmuSum *s = sum_slot(d, slot);
     if (!e->comm || s->active) {
         fprintf(stderr, "cgc: error: CUDA emulation: sum %d started %s\n", slot,
@@ -825,7 +856,7 @@ static int emu_sum_start(Device *d, int slot, const DeviceSpan *span, int n)
 static int emu_sum_wait(Device *d, int slot)
 {
     EmuDevice *e = impl(d);
-    if (refused_in_capture(d, "a wait for a sum over the ranks")) return -1;
+    if (e->recording) return record_sum(d, slot, NULL, 0);
     EmuSum *s = slot < e->nsums ? &e->sums[slot] : NULL;
     if (!s || !s->active) {
         fprintf(stderr, "cgc: error: CUDA emulation: a wait for sum %d, which is not in flight\n", slot);
