@@ -62,6 +62,6 @@ int compiled_steps_per_train(const Compiled *c, int *gemms);
 void compiled_write_stats(const Compiled *c, FILE *out);
 /* --explain: a readable report: precision of every tensor and why, fusion groups, the
  * recomputed tensors, the memory plan and its peak, kernels per step. */
-void compiled_explain(const Compiled *c, FILE *out);
+void compiled_explain(const Compiled *c, bool on_gpus, FILE *out);
 
 #endif

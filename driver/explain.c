@@ -709,8 +709,9 @@ static int64_t bucket_member_bytes(const IrGraph *g, const IrNode *n, int ranks,
     return (int64_t)ranks * ir_numel(slice, symmax) * 4;
 }
 
-/* One bucket of G: its members, bytes, and the time comm.h's model predicts for it. */
-static double explain_bucket(const Compiled *c, const IrGraph *g, int b, FILE *out)
+/* One bucket of G: its members, bytes, and the time comm.h's model predicts for it (the
+ * GPUs' when ON_GPUS). */
+static double explain_bucket(const Compiled *c, const IrGraph *g, int b, bool on_gpus, FILE *out)
 {
     int members = 0, ready = 0, ranks = c->p->cfg.ranks;
     IrOp op = IR_ALLREDUCE;
@@ -731,7 +732,8 @@ static double explain_bucket(const Compiled *c, const IrGraph *g, int b, FILE *o
             used += (size_t)snprintf(names + used, sizeof names - used, ", ...");
     }
     static const char *const what[] = {"sum", "reduce-scatter", "all-gather"};
-    double t = comm_predict(train_comm_op(op), bytes, ranks);
+    double t = on_gpus ? comm_predict_gpu(train_comm_op(op), bytes, ranks)
+                       : comm_predict(train_comm_op(op), bytes, ranks);
     char size[32];
     diag_format_bytes((size_t)bytes, size, sizeof size);
     fprintf(out, "  bucket %d: %s of %d value%s, %s, ready after node %%%d of %d; predicted %.3f ms "
@@ -760,8 +762,8 @@ static void explain_shard(const IrProgram *p, FILE *out)
 }
 
 /* Several ranks: the collectives of the training step, bucket by bucket, each with the
- * time comm.h's model predicts for it. */
-static void explain_ranks(const Compiled *c, FILE *out)
+ * time comm.h's model predicts for it: NCCL's ON_GPUS, else MPI's. */
+static void explain_ranks(const Compiled *c, bool on_gpus, FILE *out)
 {
     const IrProgram *p = c->p;
     const IrGraph *g = &p->train;
@@ -770,16 +772,23 @@ static void explain_ranks(const Compiled *c, FILE *out)
     for (int i = 0; i < g->nnodes; i++)
         if (in_bucket(&g->nodes[i]) && g->nodes[i].index >= nbuckets) nbuckets = g->nodes[i].index + 1;
     fprintf(out, "\nRanks: %d, each taking %lld or so of every batch's %lld rows; the training step's "
-                 "collectives\n(MPI), in buckets, each started as soon as the step has computed its "
-                 "values:\n", ranks, (long long)(p->cfg.batch / ranks), (long long)p->cfg.batch);
+                 "collectives\n(%s), in buckets, each started as soon as the step has computed its "
+                 "values:\n", ranks, (long long)(p->cfg.batch / ranks), (long long)p->cfg.batch,
+            on_gpus ? "NCCL, one GPU a rank" : "MPI");
     double total = 0;
-    for (int b = 0; b < nbuckets; b++) total += explain_bucket(c, g, b, out);
-    fprintf(out, "  predicted %.3f ms per optimizer step, at %.1f GB/s and %.1f us per message "
-                 "(MPI over shared memory)\n", total * 1e3, COMM_BANDWIDTH / 1e9, COMM_LATENCY_S * 1e6);
+    for (int b = 0; b < nbuckets; b++) total += explain_bucket(c, g, b, on_gpus, out);
+    if (on_gpus)
+        fprintf(out, "  predicted %.3f ms per optimizer step, at %.0f GB/s of bus bandwidth and %.0f us "
+                     "per collective (published nccl-tests figures for H100s on NVLink; on PCIe "
+                     "about a tenth of the bandwidth)\n", total * 1e3, COMM_GPU_BANDWIDTH / 1e9,
+                COMM_GPU_LATENCY_S * 1e6);
+    else
+        fprintf(out, "  predicted %.3f ms per optimizer step, at %.1f GB/s and %.1f us per message "
+                     "(MPI over shared memory)\n", total * 1e3, COMM_BANDWIDTH / 1e9, COMM_LATENCY_S * 1e6);
     explain_shard(p, out);
 }
 
-void compiled_explain(const Compiled *c, FILE *out)
+void compiled_explain(const Compiled *c, bool on_gpus, FILE *out)
 {
     const IrProgram *p = c->p;
     int gemms = 0;
@@ -793,7 +802,7 @@ void compiled_explain(const Compiled *c, FILE *out)
     explain_recompute(c, out);
     explain_windows(c, out);
     explain_memory(c, out);
-    explain_ranks(c, out);
+    explain_ranks(c, on_gpus, out);
     fprintf(out, "\nKernels per training step: %d launches, of which %d GEMMs (plus the data "
                  "pipeline's 2 gathers, 1 loss tracker%s)\n", steps, gemms,
             c->plan->step_state >= 0 ? " and 1 step advance" : "");

@@ -261,8 +261,8 @@ static bool tuned_choices(const Plan *plan, int arch, TuneFile *out, char *devic
     if (arch > 0 && arch != dev_arch) return false;
     TuneFile want;
     const IrProgram *p = plan->p;
-    if (!tune_init(&want, p->model_name, dev_arch, info.name, autotune_plan_hash(plan, p->cfg.batch),
-                   why, sizeof why))
+    int64_t rows = p->cfg.batch / p->cfg.ranks;   /* rank 0's share: the batch it tunes at */
+    if (!tune_init(&want, p->model_name, dev_arch, info.name, autotune_plan_hash(plan, rows), why, sizeof why))
         return false;
     bool found = tune_load(&want, out, path, sizeof path, why, sizeof why) == TUNE_FOUND;
     tune_free(&want);
@@ -712,6 +712,17 @@ static int check(const IrProgram *p, const Plan *plan, const Cli *cli, bool tune
     return backend_check_compile(&bo, cli->arch ? backend_parse_arch(cli->arch) : 0) != 0;
 }
 
+/* Whether the RANKS ranks of a job would each take a GPU (ranks_device_ok): with --device
+ * cuda, or auto where this machine has a GPU for each. */
+static bool ranks_on_gpus(const Cli *cli, int ranks)
+{
+    if (ranks <= 1 || strcmp(cli->device, "cpu") == 0) return false;
+    if (strcmp(cli->device, "auto") != 0) return true;
+    CudaDeviceInfo info[CUDA_MAX_DEVICES];
+    char why[256];
+    return cuda_probe(info, CUDA_MAX_DEVICES, why, sizeof why) >= ranks;
+}
+
 /* Everything after the front end: the passes and the plan, then what the flags ask. */
 static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
 {
@@ -732,7 +743,7 @@ static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
     } else if (rc == 0) {
         if (cli->stats_path) rc = write_stats(&c, cli->stats_path);
         if (rc == 0 && cli->explain) {
-            compiled_explain(&c, stdout);
+            compiled_explain(&c, ranks_on_gpus(cli, p->cfg.ranks), stdout);
             if (c.plan->mode == PLAN_MAX_AUTOTUNE) autotune_explain(c.plan, stdout);
         }
         else if (rc == 0 && cli->emit_dir && emit_plan(c.plan, cli, &tuned) != 0) rc = 1;

@@ -103,6 +103,14 @@ double comm_predict(CommOp op, int64_t bytes, int ranks)
     double steps = (op == COMM_SUM ? 2.0 : 1.0) * (ranks - 1);
     return steps / ranks * (double)bytes / COMM_BANDWIDTH + steps * COMM_LATENCY_S;
 }
+
+double comm_predict_gpu(CommOp op, int64_t bytes, int ranks)
+{
+    if (ranks <= 1) return 0;
+    double moved = (op == COMM_SUM ? 2.0 : 1.0) * (ranks - 1) / ranks * (double)bytes;
+    return moved / COMM_GPU_BANDWIDTH + COMM_GPU_LATENCY_S;
+}
+
 int comm_size(const Comm *c) { return c->world.size; }
 double comm_timeout_s(const Comm *c) { return c->timeout_s; }
 

@@ -99,5 +99,14 @@ CommStats comm_stats(const Comm *c);
 #define COMM_BANDWIDTH 8e9
 #define COMM_LATENCY_S 0.2e-6
 double comm_predict(CommOp op, int64_t bytes, int ranks);
+/* The same ring for ranks on GPUs, whose sums are NCCL's: BYTES at COMM_GPU_BANDWIDTH
+ * (nccl-tests' bus bandwidth, the figure its ring formula divides by) and one
+ * COMM_GPU_LATENCY_S per collective (NCCL pipelines a ring's steps). The figures are
+ * published nccl-tests results for 8 x H100 SXM over NVLink (about 450 GB/s at large
+ * sizes, some 10 us for a small all-reduce), not this project's measurement; GPUs on
+ * PCIe see about a tenth of the bandwidth. */
+#define COMM_GPU_BANDWIDTH 450e9
+#define COMM_GPU_LATENCY_S 10e-6
+double comm_predict_gpu(CommOp op, int64_t bytes, int ranks);
 
 #endif
