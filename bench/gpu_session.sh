@@ -24,6 +24,10 @@
 #            default and max-autotune against PyTorch eager (cudnn.benchmark,
 #            channels_last) and torch.compile max-autotune (bench/bench_cnn.py); not in
 #            the default PARTS: give it a call of its own
+#   ranks    a job of one rank (--nproc 1: its gradients summed over it through NCCL)
+#            against no job, in reduce-overhead: mlp.net's weights after 300 steps
+#            (fp32, the sums change nothing) and both models' step times, the wide MLP's
+#            NCCL overhead; not in the default PARTS
 # BENCH_DRY_RUN=1 runs bench_default.py, bench_modes.py and bench_cnn.py on the CPU (a
 # check of the scripts, on a machine without a GPU).
 # STEP_TIMEOUT (seconds, default 600) ends any one step that runs longer, so that a hang
@@ -135,6 +139,24 @@ if part cnn; then
     run bench_cnn python3 bench/bench_cnn.py --cgc "$CGC" --data data/fashion-mnist \
         --out "$OUT" ${BENCH_DRY_RUN:+--dry-run}
     cat "$OUT/bench_cnn.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
+if part ranks; then
+    step "a job of one rank: NCCL's sums over one GPU, against no job"
+    # NCCL: the system's libnccl.so.2 when the loader finds one, else PyTorch's wheel's
+    if ! ldconfig -p 2>/dev/null | grep -q "libnccl.so.2"; then
+        NCCL_DIR=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+        [ -n "$NCCL_DIR" ] && export CGC_NCCL="$NCCL_DIR/libnccl.so.2"
+    fi
+    echo "NCCL: ${CGC_NCCL:-libnccl.so.2 on the system path, if it has one}" | tee -a "$OUT/summary.txt"
+    for job in none one; do
+        flags=(); [ "$job" = one ] && flags=(--nproc 1)
+        run "ranks_mlp_$job" "$CGC" models/mlp.net --mode reduce-overhead --steps 300 -v "${flags[@]}" \
+            --save "$OUT/ranks_mlp_$job.st"
+        run "ranks_wide_$job" "$CGC" bench/models/wide_mlp.net --mode reduce-overhead --steps 200 -v "${flags[@]}"
+    done
+    grep -HE "a job of one rank|captured|median step|error" "$OUT"/ranks_*.log | tee -a "$OUT/summary.txt"
+    run ranks_same python3 tests/e2e/st_close.py "$OUT/ranks_mlp_one.st" "$OUT/ranks_mlp_none.st" 1e-6
+    cat "$OUT/ranks_same.log" | tee -a "$OUT/summary.txt"
 fi
 step "done"
 cat "$OUT/summary.txt"

@@ -57,6 +57,8 @@ typedef struct TrainConfig {
     uint64_t seed;              /* 0 */
     bool shard_optimizer;       /* shard = optimizer (false: none) */
     int ranks;                  /* 1: the job's ranks, which its launch decides (not a key) */
+    bool job;                   /* a rank of a job, even of one (a launcher started it, or
+                                 * --nproc): the gradients are summed over the ranks */
 
     bool has_train_block;       /* false: compile, check and run one step on synthetic data */
     /* Where the file wrote the train block and its optimizer, schedule and precision keys

@@ -123,6 +123,10 @@ static void assign_unless_skipped(Lower *L, int tensor, int old, int v)
 
 static bool sharded(const IrProgram *p) { return p->cfg.shard_optimizer && p->cfg.ranks > 1; }
 
+/* Whether the gradients are summed over the ranks: in a job, even of one rank (what the
+ * sums cost, as DDP with one process). */
+static bool summed(const IrProgram *p) { return p->cfg.ranks > 1 || p->cfg.job; }
+
 /* [S]: a rank's slice of parameter I, its elements cut in cfg.ranks pieces (the last
  * padded with zeros). */
 static Shape slice_shape(const IrProgram *p, int i)
@@ -524,7 +528,7 @@ static void average_assigned(IrProgram *p)
     IrGraph *src = &p->forward, g = {0};
     bool any = false;
     for (int i = 0; i < src->nnodes; i++) any |= src->nodes[i].op == IR_ASSIGN;
-    if (!any || p->cfg.ranks <= 1)
+    if (!any || !summed(p))
         return;
     ir_graph_init(&g, src->name);
     int n = src->nnodes, *map = xmalloc((size_t)n * sizeof *map);
@@ -570,7 +574,7 @@ static void build_train(Lower *L)
     if (p->cfg.accumulate > 1)
         add_accumulated(L);
     L->bucket = statistics_buckets(&p->train);
-    if (p->cfg.ranks > 1)
+    if (summed(p))
         sum_gradients(L);
     if (L->scale >= 0)
         unscale(L);

@@ -96,7 +96,10 @@ static const char usage_text[] =
     "                          cgc N times; `mpirun -n N cgc ...` does the same, across\n"
     "                          machines too); batch stays the global batch, each rank\n"
     "                          takes its share; with --check, --explain or --dump-ir:\n"
-    "                          compile as for N ranks, start nothing\n"
+    "                          compile as for N ranks, start nothing. A job of one rank\n"
+    "                          (--nproc 1, or a launcher's one rank) still sums its\n"
+    "                          gradients over its ranks (NCCL on a GPU): what the sums\n"
+    "                          cost, as DDP with one process\n"
     "  -q, --quiet             print only errors\n"
     "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
     "                          cache) and, on a GPU, the median step time, the launches\n"
@@ -558,7 +561,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
                                  "--metrics, --stop-after or --quiet");
     if (cli->nproc && cli->bench)
         return usage_error("%s", "--bench times one process; it does not go with --nproc");
-    if (cli->nproc && cli->world.size > 1 && cli->nproc != cli->world.size) {
+    if (cli->nproc && cli->world.launcher && cli->nproc != cli->world.size) {
         char ranks[96];
         snprintf(ranks, sizeof ranks, "%d, but the launcher started this job with %d ranks",
                  cli->nproc, cli->world.size);
@@ -645,10 +648,10 @@ static bool ranks_device_ok(Cli *cli)
     return true;
 }
 
-/* Several ranks: joins the job, and checks that every rank compiled the same program. */
+/* A job: joins it, and checks that every rank compiled the same program. */
 static int join_job(const IrProgram *p, Cli *cli)
 {
-    if (cli->world.size == 1) return 0;
+    if (!p->cfg.job) return 0;
     Comm *c = comm_open(&cli->world);
     if (!c) return -1;
     cli->run.comm = c;
@@ -764,12 +767,13 @@ int main(int argc, char **argv)
     if (rc) return rc;
     if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;
     bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench;
-    int ranks = cli.world.size > 1 ? cli.world.size : cli.nproc ? cli.nproc : 1;
+    /* a job, even of one rank, when a launcher started it or --nproc asks for one; 0: none */
+    int ranks = cli.world.launcher ? cli.world.size : cli.nproc;
     /* A reproducer replays one device's step, without the job's sums. */
-    if (ranks > 1 && cli.emit_dir)
+    if (ranks > 0 && cli.emit_dir)
         return usage_error("--emit writes the kernels and reproducer of one device's training "
-                           "step, not a job's (%s); emit from one rank",
-                           cli.world.size > 1 ? "this job" : "--nproc");
+                           "step, not a job's (%s); emit from a run of its own",
+                           cli.world.launcher ? "this job" : "--nproc");
     if (cli.nproc > 1 && cli.world.size == 1 && trains) return job_launch(argc, argv, cli.nproc);
     if (cli.world.size > 1) diag_set_rank(cli.world.rank);
     if (cli.world.rank > 0) {   /* rank 0 reports and writes files for the job */

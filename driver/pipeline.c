@@ -34,7 +34,7 @@ const char *const pipeline_pass_names[PASS_NUM] = {
 
 IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrides)
 {
-    return pipeline_compile_until(src, overrides, noverrides, PASS_TRAINING, 1);
+    return pipeline_compile_until(src, overrides, noverrides, PASS_TRAINING, 0);
 }
 
 static IrProgram *compile_until(Source *src, const Override *overrides, int noverrides,
@@ -60,7 +60,7 @@ static void observe(const PassObserver *obs, PipelinePass pass, const IrProgram 
 static IrProgram *compile_until(Source *src, const Override *overrides, int noverrides,
                                 PipelinePass last, int ranks, const PassObserver *obs)
 {
-    CGC_ASSERT(last <= PASS_TRAINING && ranks >= 1);
+    CGC_ASSERT(last <= PASS_TRAINING && ranks >= 0);
     AstFile *ast = parse_file(src);
     if (!ast) return NULL;
     IrProgram *p = sema_check(src, ast);
@@ -77,7 +77,8 @@ static IrProgram *compile_until(Source *src, const Override *overrides, int nove
         return NULL;
     }
     sema_train_finish(&p->cfg);
-    p->cfg.ranks = ranks;
+    p->cfg.ranks = ranks ? ranks : 1;
+    p->cfg.job = ranks > 0;
     observe(obs, PASS_SEMA, p);
     if (last >= PASS_PRECISION) precision_assign(p), observe(obs, PASS_PRECISION, p);
     if (last >= PASS_TRAINING) training_lower(p), observe(obs, PASS_TRAINING, p);

@@ -26,7 +26,8 @@ extern const char *const pipeline_pass_names[PASS_NUM];   /* "sema", "precision"
  * after diagnostics. */
 IrProgram *pipeline_compile(Source *src, const Override *overrides, int noverrides);
 /* The same, stopping after pass LAST (at most PASS_TRAINING), for a job of RANKS ranks
- * (cfg.ranks: training lowering sums the gradients over them). */
+ * (cfg.ranks and cfg.job: training lowering sums the gradients over them, even over one),
+ * or for no job when RANKS is 0: a plain run of one process, which sums nothing. */
 IrProgram *pipeline_compile_until(Source *src, const Override *overrides, int noverrides,
                                   PipelinePass last, int ranks);
 
@@ -38,7 +39,7 @@ typedef struct PassObserver {
     void *ctx;
 } PassObserver;
 
-/* pipeline_compile for RANKS ranks, telling OBS (NULL: no one) after each of its passes. */
+/* pipeline_compile for RANKS ranks (0: no job), telling OBS (NULL: no one) after each of its passes. */
 IrProgram *pipeline_compile_observed(Source *src, const Override *overrides, int noverrides,
                                      int ranks, const PassObserver *obs);
 

@@ -653,10 +653,13 @@ static void print_plan(const Trainer *t, const TrainProgress *pr)
            (long long)c->batch, c->accumulate > 1 ? " with accumulation" : "",
            config_optimizer_name(c->optimizer), config_schedule_name(c->schedule),
            precision_text(t), t->ops->where(t));
+    const char *how = t->o->device ? "the device's collectives" : "MPI";
     if (t->ranks > 1)
         printf("cgc: %d ranks, each taking its %lld or so rows of every batch; gradients summed "
-               "over them every step (%s)\n", t->ranks, (long long)(c->batch / t->ranks),
-               t->o->device ? "the device's collectives" : "MPI");
+               "over them every step (%s)\n", t->ranks, (long long)(c->batch / t->ranks), how);
+    else if (t->o->comm)
+        printf("cgc: a job of one rank: its gradients are summed over it every step (%s), as "
+               "in a job of several\n", how);
     if (pr->step > 0)
         printf("cgc: resuming at step %lld (epoch %lld, batch %lld)\n", (long long)pr->step,
                (long long)pr->epoch + 1, (long long)pr->batch_in_epoch);

@@ -567,10 +567,10 @@ static int dev_open_plan(Trainer *t, DeviceBackend *b)
     return b->plan->mode == PLAN_MAX_AUTOTUNE ? dev_choose(t, b) : 0;
 }
 
-/* Several ranks: the device joins the job. */
+/* A job, even of one rank: the device joins it. */
 static int dev_join(Trainer *t, DeviceBackend *b)
 {
-    if (t->ranks == 1) return 0;
+    if (!t->o->comm) return 0;
     if (!b->d->ops->join) {
         cgc_error("%s cannot be a rank of a job; train the ranks on the CPU", b->d->name);
         return -1;

@@ -2,8 +2,9 @@
 # pack_gpu.sh: prepares what a GPU-machine session carries (see docs/testing.md):
 #   build-gpu/   a Release build (that machine has no flex/bison), its test programs, and
 #                build-gpu/libs.tar.xz: the Debian libraries cgc links that a stock
-#                machine lacks (OpenBLAS and its Fortran runtime, cJSON, libgomp),
-#                compressed because carries are limited to 64 MiB in all
+#                machine lacks (OpenBLAS and its Fortran runtime, cJSON, libgomp, Open
+#                MPI's, which a job of one rank loads but never starts), compressed
+#                because carries are limited to 64 MiB in all
 #   data/fashion-mnist/   the dataset
 # On the GPU machine: `tar -xJf build-gpu/libs.tar.xz -C build-gpu` then
 # bench/gpu_session.sh (which sets LD_LIBRARY_PATH to build-gpu/lib).
@@ -13,7 +14,9 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-gpu -j"$(nproc)"
 mkdir -p build-gpu/lib data
 rm -f build-gpu/lib/*
-for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libcjson.so.1 libgomp.so.1; do
+for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libcjson.so.1 libgomp.so.1 \
+           libmpi.so.40 libopen-rte.so.40 libopen-pal.so.40 libhwloc.so.15 \
+           libevent_core-2.1.so.7 libevent_pthreads-2.1.so.7 libudev.so.1; do
     path=$(ldd build-gpu/cgc | awk -v l="$lib" '$1 == l { print $3 }')
     [ -n "$path" ] && cp -L "$path" build-gpu/lib/
 done

@@ -43,6 +43,18 @@ for mode in eager default reduce-overhead max-autotune; do
 done
 run "--nproc 2" 0 "done at step 16" -- "$cgc" "$m" --device cpu --nproc 2 --save "$tmp/nproc.st"
 same "--nproc 2 against mpirun -n 2 (bit for bit)" "$tmp/two.st" "$tmp/nproc.st" 0
+# a job of one rank sums over it: a sum over one rank is the value, so bit for bit
+for how in "--nproc 1" "mpirun -n 1"; do
+  launch=("$cgc"); [ "$how" = "--nproc 1" ] || launch=("${mpi[@]}" -n 1 "$cgc")
+  extra=(); [ "$how" = "--nproc 1" ] && extra=(--nproc 1)
+  run "a job of one rank ($how)" 0 "a job of one rank: its gradients are summed over it every step" -- \
+      "${launch[@]}" "$m" --device cpu "${extra[@]}" --save "$tmp/job1.st"
+  same "a job of one rank ($how) against no job (bit for bit)" "$tmp/one.st" "$tmp/job1.st" 0
+done
+out=$("$cgc" "$m" --dump-ir --nproc 1 2>&1)
+grep -q "allreduce" <<<"$out" && ok || bad "--nproc 1 compiles the sums over the ranks" "$out"
+out=$("$cgc" "$m" --dump-ir 2>&1)
+grep -q "allreduce" <<<"$out" && bad "a plain run compiles sums over ranks" "$out" || ok
 
 mixed=(--accumulate 2 --clip-norm 0.5 --optimizer "adamw(lr = 0.01)")
 run "one rank, accumulation, clipping, adamw" 0 "done at step 8" -- "$cgc" "$m" --device cpu "${mixed[@]}" \

@@ -44,6 +44,14 @@ run "the sums of the emulated device are the job's collectives" 0 "rank 0 ran 17
 run "reduce-overhead captures the ranks' micro-batch" 0 "graph train captured at step 2" -- \
     "${mpi[@]}" -n 2 "$rank" "$m" reduce-overhead "$tmp/dev.st"
 
+# a job of one rank on a device sums over it too (NCCL with one rank on a GPU: what the
+# sums cost); between a sum's start and its wait the gradients hold NaN in the emulation,
+# so the plan must still wait for each before it is read
+run "one rank on the CPU, no job" 0 "done at step 16" -- "$cgc" "$m" --device cpu --save "$tmp/cpu1.st"
+run "a job of one rank on the emulation" 0 "a job of one rank: its gradients are summed over it every step \(the device's collectives\)" -- \
+    "${mpi[@]}" -n 1 "$rank" "$m" reduce-overhead "$tmp/dev1.st"
+same "a job of one rank on the emulation against one rank on the CPU" "$tmp/dev1.st" "$tmp/cpu1.st" 1e-6
+
 # Ten of the epoch's 16 steps, so that the checkpoint keeps the epoch's loss so far
 run "three ranks on the CPU, uneven shares" 0 "done at step 10" -- "${mpi[@]}" -n 3 "$cgc" "$m" --device cpu \
     --steps 10 --save "$tmp/cpu3.st"

@@ -86,8 +86,8 @@ int main(int argc, char **argv)
     CommWorld w;
     if (comm_world(&w) != 0) return 1;
     if (w.size > 1) diag_set_rank(w.rank);
-    Comm *c = w.size > 1 ? comm_open(&w) : NULL;
-    if (w.size > 1 && !c) return 1;
+    Comm *c = comm_open(&w);   /* a job, even of one rank */
+    if (!c) return 1;
     Source *src = source_load(argv[1]);
     IrProgram *p = src ? pipeline_compile_until(src, ov, nov, PASS_TRAINING, w.size) : NULL;
     int rc = p ? train_emulated(src, p, mode, argv[1], argv[3], tune, c, w.rank) : 1;
