@@ -1,13 +1,15 @@
-/* collective.c: where each graph's sums over the ranks run among its steps (plan.h's
- * PlanCollective).
+/* collective.c: where each graph's collectives over the ranks run among its steps
+ * (plan.h's PlanCollective).
  *
- * A sum is summed in place, in its input's buffer, which only the step computing that
- * input writes (a node's buffer is its own; views are not computed). So a member is
- * ready after the last step that writes its buffer, and its sum is needed at the first
- * step after that which names the buffer. A bucket starts when its last member is
- * ready and is waited for where the first of its sums is needed; when a sum is needed
- * before another member is ready, each member runs alone, from its own readiness to its
- * own need, as the CPU executor does (runtime/cpu/exec.c).
+ * A collective reads its input's buffer, which only the step computing that input
+ * writes (a node's buffer is its own; views are not computed), and writes its own: a sum
+ * in place, in its input's buffer; a reduce-scatter or an all-gather (shard = optimizer)
+ * into a buffer no step computes. So a member is ready after the last step that writes
+ * its input, and its result is needed at the first step after that which names its
+ * output. A bucket starts when its last member is ready and is waited for where the
+ * first of its results is needed; when a result is needed before another member is
+ * ready, each member runs alone, from its own readiness to its own need, as the CPU
+ * executor does (runtime/cpu/exec.c).
  */
 #include "codegen_impl.h"
 
@@ -39,31 +41,39 @@ static bool step_names(const Plan *pl, const PlanStep *s, int b, bool *writes)
     return named;
 }
 
-/* Member buffer B of graph PG: the last step that writes it (*READY) and the first after
- * that which names it (*NEED; nsteps when none does). */
-static void member_steps(const Plan *pl, const PlanGraph *pg, int b, int *ready, int *need)
+/* A member of graph PG, from root buffer IN to root buffer OUT: the last step that
+ * writes IN (*READY) and the first after that which names OUT (*NEED; nsteps when none
+ * does). */
+static void member_steps(const Plan *pl, const PlanGraph *pg, int in, int out, int *ready, int *need)
 {
     *ready = -1;
     *need = pg->nsteps;
     for (int i = 0; i < pg->nsteps; i++) {
         bool writes;
-        if (step_names(pl, &pg->steps[i], b, &writes) && writes) *ready = i;
+        if (step_names(pl, &pg->steps[i], in, &writes) && writes) *ready = i;
     }
     for (int i = *ready + 1; i < pg->nsteps && *need == pg->nsteps; i++) {
         bool writes;
-        if (step_names(pl, &pg->steps[i], b, &writes)) *need = i;
+        if (step_names(pl, &pg->steps[i], out, &writes)) *need = i;
     }
 }
 
-/* A collective of bucket K over the N buffers MEMBER (which it takes), started after step
- * AFTER and waited for at step WAIT. */
-static void add_coll(PlanGraph *pg, int *cap, int k, int after, int wait, int *member, int n)
+/* A collective OP of bucket K from the N buffers IN to the N buffers OUT (it takes both
+ * arrays), started after step AFTER and waited for at step WAIT. */
+static void add_coll(PlanGraph *pg, int *cap, IrOp op, int k, int after, int wait, int *in, int *out, int n)
 {
     if (pg->ncolls == *cap) {
         *cap = *cap ? 2 * *cap : 8;
         pg->colls = xrealloc(pg->colls, (size_t)*cap * sizeof *pg->colls);
     }
-    pg->colls[pg->ncolls++] = (PlanCollective){k, after, wait, n, member};
+    pg->colls[pg->ncolls++] = (PlanCollective){op, k, after, wait, n, in, out};
+}
+
+static int *one_int(int v)
+{
+    int *p = xmalloc(sizeof *p);
+    *p = v;
+    return p;
 }
 
 static int by_start(const void *a, const void *b)
@@ -77,28 +87,31 @@ static int by_start(const void *a, const void *b)
 /* Bucket K's members of graph PG (node ids ID[0 .. N)): one collective, or one each. */
 static void plan_bucket(const Plan *pl, PlanGraph *pg, int *cap, int k, const int *id, int n)
 {
-    int *buf = xmalloc((size_t)n * sizeof *buf), *ready = xmalloc((size_t)n * sizeof *ready);
-    int *need = xmalloc((size_t)n * sizeof *need), last = -1, first = pg->nsteps;
+    const IrGraph *g = pg->ir;
+    IrOp op = g->nodes[id[0]].op;
+    int *in = xmalloc((size_t)n * sizeof *in), *out = xmalloc((size_t)n * sizeof *out);
+    int *ready = xmalloc((size_t)n * sizeof *ready), *need = xmalloc((size_t)n * sizeof *need);
+    int last = -1, first = pg->nsteps;
     for (int j = 0; j < n; j++) {
-        buf[j] = plan_buffer_root(pl, pg->node_buffer[id[j]]);
-        const PlanBuffer *pb = &pl->buffers[buf[j]];
-        member_steps(pl, pg, buf[j], &ready[j], &need[j]);
-        if (pb->kind != PB_NODE || ready[j] < 0)   /* a tensor or constant, summed in place */
-            CGC_INTERNAL("%s graph: the sum over the ranks %%%d is of %s, which no step computes",
-                         pg->ir->name, id[j], pb->what);
+        CGC_ASSERT(g->nodes[id[j]].op == op);
+        in[j] = plan_buffer_root(pl, pg->node_buffer[g->nodes[id[j]].in[0]]);
+        out[j] = plan_buffer_root(pl, pg->node_buffer[id[j]]);
+        const PlanBuffer *pb = &pl->buffers[in[j]];
+        member_steps(pl, pg, in[j], out[j], &ready[j], &need[j]);
+        if (pb->kind != PB_NODE || ready[j] < 0)   /* a tensor or constant: not a step's */
+            CGC_INTERNAL("%s graph: the collective over the ranks %%%d is of %s, which no step "
+                         "computes", g->name, id[j], pb->what);
         if (ready[j] > last) last = ready[j];
         if (need[j] < first) first = need[j];
     }
-    if (last < first) {     /* every member ready before any sum is needed */
-        add_coll(pg, cap, k, last, first, buf, n);
-        buf = NULL;
+    if (last < first) {     /* every member ready before any result is needed */
+        add_coll(pg, cap, op, k, last, first, in, out, n);
+        in = out = NULL;
     }
-    for (int j = 0; buf && j < n; j++) {
-        int *one = xmalloc(sizeof *one);
-        *one = buf[j];
-        add_coll(pg, cap, k, ready[j], need[j], one, 1);
-    }
-    free(buf);
+    for (int j = 0; in && j < n; j++)
+        add_coll(pg, cap, op, k, ready[j], need[j], one_int(in[j]), one_int(out[j]), 1);
+    free(in);
+    free(out);
     free(ready);
     free(need);
 }
@@ -121,7 +134,8 @@ static void graph_collectives(const Plan *pl, PlanGraph *pg)
     Member *m = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *m);
     int *id = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *id), n = 0, cap = 0;
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op == IR_ALLREDUCE) m[n++] = (Member){g->nodes[i].index, i};
+        if (ir_op_info[g->nodes[i].op].family == IR_FAMILY_COLLECTIVE && g->nodes[i].op != IR_SHARD)
+            m[n++] = (Member){g->nodes[i].index, i};
     qsort(m, (size_t)n, sizeof *m, by_bucket);
     for (int first = 0, end = 0; first < n; first = end) {
         for (end = first; end < n && m[end].bucket == m[first].bucket; end++) id[end - first] = m[end].id;
@@ -132,21 +146,8 @@ static void graph_collectives(const Plan *pl, PlanGraph *pg)
     if (pg->ncolls) qsort(pg->colls, (size_t)pg->ncolls, sizeof *pg->colls, by_start);
 }
 
-/* Whether any graph of P holds shard = optimizer's slices. */
-static bool has_slices(const IrProgram *p)
-{
-    const IrGraph *g[] = {&p->train, &p->train_micro, &p->eval, &p->forward};
-    for (size_t k = 0; k < sizeof g / sizeof g[0]; k++)
-        for (int i = 0; i < g[k]->nnodes; i++) {
-            IrOp op = g[k]->nodes[i].op;
-            if (op == IR_SHARD || op == IR_REDUCE_SCATTER || op == IR_ALLGATHER) return true;
-        }
-    return false;
-}
-
 void plan_add_collectives(Plan *pl)
 {
     for (int gid = 0; gid < PG_NUM; gid++)
         if (pl->graph[gid].ir) graph_collectives(pl, &pl->graph[gid]);
-    pl->sharded = has_slices(pl->p);
 }

@@ -890,6 +890,26 @@ static void render_runtime(const RenderCtx *ctx, int id, KernelDraft *d)
     launch_single_block(d, 32);
 }
 
+/* shard = optimizer: this rank's slice of x, S elements from rank * S, zeros past x's end
+ * (ops.def). */
+static void render_shard(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    char n[CUDA_DIMS_MAX], s[CUDA_DIMS_MAX];
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    draft_param(d, PP_I64, "int64_t", "rank", (PlanArg){ .kind = ARG_RANK });
+    cuda_numel_expr(d, &x->shape, n, sizeof n);
+    cuda_numel_expr(d, &node->shape, s, sizeof s);
+    sb_printf(&d->body,
+              "    const int64_t n = %s, s = %s, first = rank * s;\n"
+              "    for (int64_t i = cgc_thread_index(); i < s; i += cgc_thread_count())\n"
+              "        cgc_store(&out[i], first + i < n ? cgc_load(in_x[first + i]) : 0.0f);\n",
+              n, s);
+    cuda_launch_elementwise(d, &node->shape);
+}
+
 /* A RESHAPE that changes the dtype (a same-dtype one is a view): the elements in order. */
 static void render_reshape(const RenderCtx *ctx, int id, KernelDraft *d)
 {
@@ -935,7 +955,11 @@ static bool render_family(const RenderCtx *ctx, int id, KernelDraft *d)
         if (ctx->g->nodes[id].op == IR_UNFOLD) render_unfold(ctx, id, d);
         else render_fold(ctx, id, d);
         return true;
-    case IR_FAMILY_MODE_SWITCH: case IR_FAMILY_COLLECTIVE:
+    case IR_FAMILY_COLLECTIVE:
+        if (ctx->g->nodes[id].op != IR_SHARD) return false;    /* the job's, not a kernel */
+        render_shard(ctx, id, d);
+        return true;
+    case IR_FAMILY_MODE_SWITCH:
     case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_MATMUL:
     case IR_FAMILY_ASSIGN:
         return false;

@@ -66,6 +66,7 @@ static void print_arg(FILE *out, const Plan *pl, const PlanArg *a)
     case ARG_F32: fprintf(out, "%.9g", a->value); break;
     case ARG_RUNTIME: fprintf(out, "runtime %d", a->index); break;
     case ARG_RANK_ROW: fprintf(out, "rank_row"); break;
+    case ARG_RANK: fprintf(out, "rank"); break;
     }
 }
 
@@ -253,10 +254,14 @@ static void print_collectives(FILE *out, const Plan *pl, const PlanGraph *pg, in
     for (int c = 0; c < pg->ncolls; c++) {
         const PlanCollective *pc = &pg->colls[c];
         if (pc->after != after) continue;
-        fprintf(out, "       %s sum over the ranks, bucket %d, in place:", after < 0 ? "first" : "then",
-                pc->bucket);
-        for (int m = 0; m < pc->nmembers; m++)
+        bool sum = pc->op == IR_ALLREDUCE;
+        fprintf(out, "       %s %s over the ranks, bucket %d%s:", after < 0 ? "first" : "then",
+                sum ? "sum" : pc->op == IR_REDUCE_SCATTER ? "reduce-scatter" : "all-gather",
+                pc->bucket, sum ? ", in place" : "");
+        for (int m = 0; m < pc->nmembers; m++) {
             fprintf(out, "%s %s", m ? "," : "", pl->buffers[pc->member[m]].what);
+            if (!sum) fprintf(out, " into %s", pl->buffers[pc->out[m]].what);
+        }
         if (pc->wait < pg->nsteps) fprintf(out, "; step %d waits for it\n", pc->wait + 1);
         else fputs("; the graph's end waits for it\n", out);
     }

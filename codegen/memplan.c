@@ -83,7 +83,27 @@ static void touch(const Plan *plan, PlanGraphId g, int i, int b, Live *live)
  * image instead of the patches, or the NCHW gradient instead of its transpose: it
  * touches both; and the one that may store NCHW, the TRANSPOSE's buffer, and every
  * buffer of the epilogue group it may compute (PlanWindow.epilogue). Computed by a
- * convolution library, the data gradient writes the FOLD's buffer: it touches that too. */
+ * convolution library, the data gradient writes the FOLD's buffer: it touches that too.
+ * A collective over the ranks (PlanCollective) reads its inputs until the step that waits
+ * for it, and writes its outputs once the step it follows has run: it touches both from
+ * that step (where an output is so born, before the collective writes it: a runner
+ * marks a buffer's bytes undefined where it is born) to the waiting one. */
+static void collective_touches(const Plan *plan, PlanGraphId g, Live *live)
+{
+    const PlanGraph *pg = &plan->graph[g];
+    for (int c = 0; c < pg->ncolls && pg->nsteps > 0; c++) {
+        const PlanCollective *pc = &pg->colls[c];
+        CGC_ASSERT(pc->after >= 0);   /* its inputs are computed (collective.c) */
+        int start = pc->after;
+        int end = pc->wait < pg->nsteps ? pc->wait : pg->nsteps - 1;
+        for (int m = 0; m < pc->nmembers; m++) {
+            touch(plan, g, end, pc->member[m], live);
+            touch(plan, g, start, pc->out[m], live);
+            touch(plan, g, end, pc->out[m], live);
+        }
+    }
+}
+
 static Live *live_ranges(const Plan *plan, PlanGraphId g)
 {
     Live *live = xmalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1) * sizeof *live);
@@ -116,6 +136,7 @@ static Live *live_ranges(const Plan *plan, PlanGraphId g)
         for (int a = 0; a < s->launch.nargs; a++)
             if (s->launch.arg[a].kind == ARG_BUFFER) touch(plan, g, i, s->launch.arg[a].index, live);
     }
+    collective_touches(plan, g, live);
     return live;
 }
 

@@ -164,9 +164,8 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
         if (g->nodes[n->in[0]].dtype == n->dtype)
             buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
-    /* A sum over the ranks is made in place, in its input's buffer (PlanCollective).
-     * The slices of shard = optimizer have storage of their own, which no step fills
-     * (Plan.sharded). */
+    /* A sum over the ranks is made in place, in its input's buffer (PlanCollective);
+     * the slices of shard = optimizer have storage of their own. */
     case IR_FAMILY_COLLECTIVE:
         if (n->op == IR_ALLREDUCE) buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
@@ -187,8 +186,8 @@ static bool computes(const IrGraph *g, int id)
     const IrNode *n = &g->nodes[id];
     switch (ir_op_info[n->op].family) {
     case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_ASSIGN:
-    case IR_FAMILY_COLLECTIVE:
         return false;
+    case IR_FAMILY_COLLECTIVE: return n->op == IR_SHARD;   /* a kernel; the rest, the job's */
     case IR_FAMILY_RESHAPE: return g->nodes[n->in[0]].dtype != n->dtype;
     case IR_FAMILY_RUNTIME: case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST:
     case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:
@@ -1006,7 +1005,11 @@ void plan_free(Plan *plan)
     for (int g = 0; g < PG_NUM; g++) {
         free(plan->graph[g].steps);
         free(plan->graph[g].node_buffer);
-        for (int c = 0; c < plan->graph[g].ncolls; c++) free(plan->graph[g].colls[c].member);
+        for (int c = 0; c < plan->graph[g].ncolls; c++) {
+            PlanCollective *pc = &plan->graph[g].colls[c];
+            free(pc->out);
+            free(pc->member);
+        }
         free(plan->graph[g].colls);
     }
     for (int i = 0; i < owner->nowned; i++) free(owner->owned[i]);

@@ -126,6 +126,8 @@ typedef enum PlanArgKind {
     ARG_RUNTIME,            /* float: runtime scalar `index` (IrRuntimeScalar) of this run */
     ARG_RANK_ROW,           /* uint64: this rank's first row of the micro-batch (0 with one
                              * rank): dropout masks are keyed by the micro-batch's rows */
+    ARG_RANK,               /* int64: this process's rank in the job (0 with one): the
+                             * slice of a parameter that IR_SHARD takes */
 } PlanArgKind;
 
 typedef struct PlanArg {
@@ -224,18 +226,22 @@ typedef struct PlanStep {
 
 typedef enum PlanGraphId { PG_TRAIN, PG_TRAIN_MICRO, PG_EVAL, PG_FORWARD, PG_NUM } PlanGraphId;
 
-/* Several ranks: one bucket of sums over the ranks (the IR_ALLREDUCE nodes with one
- * IrNode.index), run in place on its members' buffers (an IR_ALLREDUCE's buffer is its
- * input's). A runner starts it after step AFTER of its graph (-1: before the first),
- * where the last of its members has been computed, and makes step WAIT (nsteps: the
- * graph's end) and every later one wait for it. It runs beside the steps in between,
- * which name none of its members. A bucket whose sums fusion orders before all its
- * members are computed runs as several, one member each. */
+/* Several ranks: one bucket of collectives over the ranks (the IR_ALLREDUCE,
+ * IR_REDUCE_SCATTER or IR_ALLGATHER nodes with one IrNode.index), each member read from
+ * its input's buffer and written to its own (a sum's is its input's: it is made in
+ * place). A runner starts it after step AFTER of its graph (-1: before the first), where
+ * the last of its inputs has been computed, and makes step WAIT (nsteps: the graph's
+ * end) and every later one wait for it. It runs beside the steps in between, which write
+ * none of its inputs and name none of its outputs (the memory plan keeps both live from
+ * AFTER to WAIT). A bucket whose results fusion orders before all its inputs are
+ * computed runs as several, one member each. */
 typedef struct PlanCollective {
+    IrOp op;                /* its members' */
     int bucket;             /* IrNode.index of its members */
     int after, wait;        /* steps */
     int nmembers;
-    int *member;            /* the members' root buffers, in node order */
+    int *member;            /* the members' input root buffers, in node order */
+    int *out;               /* their own (for a sum, the same) */
 } PlanCollective;
 
 typedef struct PlanGraph {
@@ -426,10 +432,6 @@ typedef struct Plan {
     int nmlps;
     PlanWindow *windows;        /* max-autotune: the implicit-GEMM candidates; none elsewhere */
     int nwindows;
-    /* shard = optimizer's slices (IR_SHARD, IR_REDUCE_SCATTER, IR_ALLGATHER) have
-     * storage but no step: such a plan shows a rank's memory (--explain, --stats), and
-     * only the CPU runs the program */
-    bool sharded;
 } Plan;
 
 /* ---- max-autotune's choices ----
@@ -514,8 +516,8 @@ void plan_add_gemm_kernels(Plan *plan);
 /* The runs of PLAN's training graphs that qualify get a PlanWindow each (Plan.windows)
  * and their kernels, after the generated GEMMs (plan_build does, for max-autotune). */
 void plan_add_window_kernels(Plan *plan);
-/* The graphs' collectives (PlanGraph.colls) from their IR_ALLREDUCE nodes, and
- * Plan.sharded (codegen/collective.c). */
+/* The graphs' collectives (PlanGraph.colls) from their IR_ALLREDUCE, IR_REDUCE_SCATTER
+ * and IR_ALLGATHER nodes (codegen/collective.c). */
 void plan_add_collectives(Plan *plan);
 /* The run of graph GID whose UNFOLD is step I, or -1. */
 int plan_window_at(const Plan *plan, PlanGraphId gid, int i);

@@ -568,6 +568,7 @@ static void write_arg(Repro *r, const PlanKernel *k, int i, const PlanArg *a)
                    : a->index == IR_RT_MICRO_STEP ? "F32((float)micro_step)" : "F32(1.0f)");
         return;
     case ARG_RANK_ROW: fprintf(o, "U64(0ULL)"); return;     /* the one rank's rows are all */
+    case ARG_RANK: fprintf(o, "I64(0)"); return;
     }
 }
 

@@ -732,12 +732,12 @@ static double explain_bucket(const Compiled *c, const IrGraph *g, int b, bool on
             used += (size_t)snprintf(names + used, sizeof names - used, ", ...");
     }
     static const char *const what[] = {"sum", "reduce-scatter", "all-gather"};
-    double t = on_gpus ? comm_predict_gpu(train_comm_op(op), bytes, ranks)
-                       : comm_predict(train_comm_op(op), bytes, ranks);
+    double t = on_gpus ? comm_predict_gpu(comm_op_of(op), bytes, ranks)
+                       : comm_predict(comm_op_of(op), bytes, ranks);
     char size[32];
     diag_format_bytes((size_t)bytes, size, sizeof size);
     fprintf(out, "  bucket %d: %s of %d value%s, %s, ready after node %%%d of %d; predicted %.3f ms "
-                 "(%s)\n", b, what[train_comm_op(op)], members, members == 1 ? "" : "s", size, ready,
+                 "(%s)\n", b, what[comm_op_of(op)], members, members == 1 ? "" : "s", size, ready,
             g->nnodes, t * 1e3, names);
     return t;
 }

@@ -46,8 +46,8 @@ struct DevExec {
                                  * -1 off (PlanChoices.window_conv) */
     int64_t *conv_checked;      /* per run: the batch its calls were last found possible
                                  * at (conv_possible), or -1 */
-    DeviceSpan *spans;          /* a sum's spans, as sum_start takes them */
-    int *flying, nflying;       /* the sums started and not yet waited for */
+    DeviceSpan *spans;          /* a collective's spans, as coll_start takes them */
+    int *flying, nflying;       /* the collectives started and not yet waited for */
     int *born[PG_NUM];          /* per graph, the activations each step is the first to
                                  * name (births): mark_undefined */
     bool gemm_kernels_loaded;   /* devexec_load_gemm_kernels has run */
@@ -222,19 +222,13 @@ static bool check_fits(const DevExec *e)
     return false;
 }
 
-/* Whether D can run a plan with sums over the ranks (the device is a rank of the job) and
- * slices (not yet on any device); says why not. */
+/* Whether D can run a plan with collectives over the ranks (the device is a rank of the
+ * job); says why not. */
 static bool check_ranks(const Plan *plan, Device *d, const char *net_path)
 {
     bool sums = false;
     for (int g = 0; g < PG_NUM; g++) sums |= plan->graph[g].ncolls > 0;
-    if (plan->sharded) {
-        cgc_error("%s: shard = optimizer trains on the CPU only for now (the slices have no "
-                  "kernels on a device yet); train on the CPU, or without sharding",
-                  net_path);
-        return false;
-    }
-    if (sums && !d->ops->sum_start) {
+    if (sums && !d->ops->coll_start) {
         cgc_error("%s: %s cannot sum over the ranks of a job; train the ranks on the CPU",
                   net_path, d->name);
         return false;
@@ -242,7 +236,8 @@ static bool check_ranks(const Plan *plan, Device *d, const char *net_path)
     return true;
 }
 
-/* Room for the sums of E's plan: the most spans one takes, and every one in flight. */
+/* Room for the collectives of E's plan: the most spans one takes, and every one in
+ * flight. */
 static void sums_alloc(DevExec *e)
 {
     int spans = 1, colls = 1;
@@ -287,7 +282,7 @@ static bool arg_fits(PlanParamType t, PlanArgKind k)
 {
     switch (t) {
     case PP_PTR: return k == ARG_BUFFER;
-    case PP_I64: return k == ARG_SYMBOL || k == ARG_I64;
+    case PP_I64: return k == ARG_SYMBOL || k == ARG_I64 || k == ARG_RANK;
     case PP_U64: return k == ARG_SEED || k == ARG_I64 || k == ARG_RANK_ROW;
     case PP_F32: return k == ARG_F32 || k == ARG_RUNTIME;
     }
@@ -511,6 +506,7 @@ static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, A
     case ARG_F32: v->f32 = (float)a->value; break;
     case ARG_RUNTIME: v->f32 = (float)feed->runtime[a->index]; break;
     case ARG_RANK_ROW: v->u64 = (uint64_t)feed->rank_row; break;
+    case ARG_RANK: v->i64 = feed->rank; break;
     }
 }
 
@@ -1047,26 +1043,29 @@ static int issue_step(DevExec *e, const IrGraph *g, PlanGraphId gid, int i, cons
     return rc != 0 || (e->timing && timed_end(e) != 0) ? -1 : 0;
 }
 
-/* ---- sums over the ranks (PlanCollective) ---- */
+/* ---- collectives over the ranks (PlanCollective) ---- */
 
-/* Starts PG's sums that follow step AFTER: the next in PlanGraph.colls' order from
- * *NEXT. Sum C is the device's sum slot C. */
+/* Starts PG's collectives that follow step AFTER: the next in PlanGraph.colls' order
+ * from *NEXT. Collective C is the device's slot C. A span counts the elements of the
+ * whole value: the input's of a sum or a reduce-scatter, the output's of an all-gather. */
 static int sums_start(DevExec *e, const PlanGraph *pg, int after, int *next)
 {
     for (; *next < pg->ncolls && pg->colls[*next].after == after; ++*next) {
         const PlanCollective *pc = &pg->colls[*next];
         for (int m = 0; m < pc->nmembers; m++) {
-            const PlanBuffer *b = &e->plan->buffers[pc->member[m]];
-            e->spans[m] = (DeviceSpan){devexec_buffer(e, pc->member[m]),
+            int whole = pc->op == IR_ALLGATHER ? pc->out[m] : pc->member[m];
+            const PlanBuffer *b = &e->plan->buffers[whole];
+            e->spans[m] = (DeviceSpan){devexec_buffer(e, pc->member[m]), devexec_buffer(e, pc->out[m]),
                                        ir_numel(&b->shape, e->symvals), b->dtype};
         }
-        if (e->d->ops->sum_start(e->d, *next, e->spans, pc->nmembers) != 0) return -1;
+        if (e->d->ops->coll_start(e->d, *next, comm_op_of(pc->op), e->spans, pc->nmembers) != 0) return -1;
         e->flying[e->nflying++] = *next;
     }
     return 0;
 }
 
-/* Makes step STEP of PG (nsteps: the graph's end) wait for the sums in flight it needs. */
+/* Makes step STEP of PG (nsteps: the graph's end) wait for the collectives in flight it
+ * needs. */
 static int sums_wait(DevExec *e, const PlanGraph *pg, int step)
 {
     for (int k = 0; k < e->nflying;) {
@@ -1075,7 +1074,7 @@ static int sums_wait(DevExec *e, const PlanGraph *pg, int step)
             k++;
             continue;
         }
-        if (e->d->ops->sum_wait(e->d, c) != 0) return -1;
+        if (e->d->ops->coll_wait(e->d, c) != 0) return -1;
         e->flying[k] = e->flying[--e->nflying];
     }
     return 0;

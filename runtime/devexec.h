@@ -29,6 +29,7 @@ typedef struct DevFeed {
     const void *inputs[IR_MAX_INPUTS];
     double runtime[IR_NUM_RUNTIME];
     int64_t rank_row;       /* this rank's first row of the micro-batch (ARG_RANK_ROW) */
+    int64_t rank;           /* this process's rank in the job (ARG_RANK) */
 } DevFeed;
 
 /* Lays out the arena of PLAN for symbols up to SYMMAX on D, and looks up every kernel.

@@ -75,9 +75,21 @@ typedef struct ConvCall {
     int algo;                       /* as GemmCall.algo, among conv_algos' */
 } ConvCall;
 
-/* COUNT elements of TYPE at P: what a sum over the ranks is made of. */
+/* The collective that IR collective OP (IR_ALLREDUCE, IR_REDUCE_SCATTER, IR_ALLGATHER)
+ * asks of the job: what both the CPU executor's and a device's run. */
+static inline CommOp comm_op_of(IrOp op)
+{
+    return op == IR_REDUCE_SCATTER ? COMM_REDUCE_SCATTER : op == IR_ALLGATHER ? COMM_ALLGATHER : COMM_SUM;
+}
+
+/* One value of a collective over the job's R ranks: COUNT elements of TYPE, read at IN,
+ * the result written at OUT. A sum (COMM_SUM) is made in place (IN == OUT). With S =
+ * ceil(COUNT / R), rank r's slice of a value is its elements [r S, r S + S), zeros past
+ * the end: a reduce-scatter (COMM_REDUCE_SCATTER) writes this rank's slice of the sum of
+ * the COUNT elements at IN to the S elements at OUT; an all-gather (COMM_ALLGATHER) puts
+ * every rank's slice (S elements at IN) together into the COUNT elements at OUT. */
 typedef struct DeviceSpan {
-    DevPtr p;
+    DevPtr in, out;
     int64_t count;
     DType type;                     /* f32, f16 or bf16 */
 } DeviceSpan;
@@ -135,13 +147,14 @@ typedef struct DeviceOps {
     int (*conv_algos)(Device *d, const ConvCall *c, int *count, const DeviceSite *site);
 
     /* Several ranks (NULL where the device cannot be one). join makes D a rank of job
-     * C, once, before any sum. sum_start sums N spans over the ranks, each in place,
-     * ordered after earlier work, as sum SLOT (a small number >= 0, one per sum in
-     * flight), while later work goes on beside it; sum_wait orders all later work after
-     * SLOT's sum. Nothing may touch the spans between the two. */
+     * C, once, before any collective. coll_start runs OP (COMM_SUM, COMM_REDUCE_SCATTER
+     * or COMM_ALLGATHER) over the ranks on N spans, ordered after earlier work, as
+     * collective SLOT (a small number >= 0, one per collective in flight), while later
+     * work goes on beside it; coll_wait orders all later work after SLOT's collective.
+     * Between the two nothing may write the spans' inputs or touch their outputs. */
     int (*join)(Device *d, Comm *c);
-    int (*sum_start)(Device *d, int slot, const DeviceSpan *span, int n);
-    int (*sum_wait)(Device *d, int slot);
+    int (*coll_start)(Device *d, int slot, CommOp op, const DeviceSpan *span, int n);
+    int (*coll_wait)(Device *d, int slot);
 
     /* Ordering and time. */
     int (*sync)(Device *d);

@@ -119,14 +119,9 @@ typedef struct CpuBackend {
 
 /* The executor's collectives (cpu/exec.h), through the job's MPI (comm.h): a bucket's
  * goes in the comm slot of its number. */
-CommOp train_comm_op(IrOp op)
-{
-    return op == IR_REDUCE_SCATTER ? COMM_REDUCE_SCATTER : op == IR_ALLGATHER ? COMM_ALLGATHER : COMM_SUM;
-}
-
 static int coll_start(void *ctx, int bucket, IrOp op, void *buf, int64_t n, CpuReal real)
 {
-    return comm_start(ctx, bucket, train_comm_op(op), buf, n, real == CPU_F64 ? COMM_F64 : COMM_F32);
+    return comm_start(ctx, bucket, comm_op_of(op), buf, n, real == CPU_F64 ? COMM_F64 : COMM_F32);
 }
 
 static int coll_progress(void *ctx) { return comm_progress(ctx); }

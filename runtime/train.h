@@ -70,10 +70,6 @@ typedef struct TrainProgress {
     double train_seconds;       /* training time this epoch, before an interruption */
 } TrainProgress;
 
-/* The collective that IR collective OP (IR_ALLREDUCE, IR_REDUCE_SCATTER, IR_ALLGATHER)
- * runs over the ranks. */
-CommOp train_comm_op(IrOp op);
-
 /* Trains P (already lowered) as P->cfg says. Returns the process exit status. */
 int train_run(IrProgram *p, const RunOptions *o);
 

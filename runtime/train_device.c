@@ -347,6 +347,7 @@ static int run_graph(const Trainer *t, const IrGraph *g, const MicroBatch *m)
     feed.runtime[IR_RT_MICRO_STEP] = (double)m->micro_step;
     feed.runtime[IR_RT_RANK_SHARE] = (double)m->rows / (double)m->count;
     feed.rank_row = m->first - m->start;
+    feed.rank = t->rank;
     if (devexec_run(backend(t)->e, g, &feed) != 0) return -1;
     return t->o->detect_anomaly ? check_values(t, g, m->micro_step) : 0;
 }

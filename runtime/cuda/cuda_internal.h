@@ -104,7 +104,7 @@ int cuda_conv(Device *d, const ConvCall *c, const DeviceSite *site);
 int cuda_conv_algos(Device *d, const ConvCall *c, int *count, const DeviceSite *site);
 
 /* NCCL's sums over the ranks (runtime/cuda/nccl.c): enable gives CD's ops join,
- * sum_start and sum_wait (the library loads at join); close ends what join began. */
+ * coll_start and coll_wait (the library loads at join); close ends what join began. */
 void cuda_nccl_enable(CudaDevice *cd);
 void cuda_nccl_close(CudaDevice *cd);
 /* One look at the sums of a device that has joined a job, while the host has waited

@@ -1,5 +1,5 @@
-/* nccl.c: the device's sums over the ranks, through NCCL (DeviceOps.join, sum_start,
- * sum_wait).
+/* nccl.c: the device's collectives over the ranks, through NCCL (DeviceOps.join,
+ * coll_start, coll_wait).
  *
  * NCCL is loaded at run time, like the driver and cuDNN: dlopen of $CGC_NCCL when set,
  * else of "libnccl.so.2" (the CUDA Toolkit's, or the one a PyTorch wheel brings in
@@ -10,11 +10,16 @@
  * (comm_broadcast: the job is already an MPI one), and each rank makes its communicator
  * on its device (ncclCommInitRank), with a stream of its own for the sums.
  *
- * A sum: the sum stream waits for an event recorded on the device's stream after the
- * work that computed the spans, then runs the spans' all-reduces in place as one group
+ * A collective: the sum stream waits for an event recorded on the device's stream after
+ * the work that computed the spans, then runs the spans' calls as one group
  * (ncclGroupStart .. ncclGroupEnd: NCCL fuses them), then records the slot's event, for
- * which sum_wait makes the device's stream wait. So a bucket is summed beside the
+ * which coll_wait makes the device's stream wait. So a bucket is summed beside the
  * backward's later kernels, and what needs the sums waits on the GPU, not on the host.
+ * A sum is an in-place ncclAllReduce. shard = optimizer's slices are NCCL's
+ * ncclReduceScatter and ncclAllGather where the ranks divide a value evenly; where they
+ * do not, the last slice is short, and its pieces go one by one (an ncclReduce to each
+ * rank of its piece, an ncclBroadcast from each rank of its piece), with the padding of
+ * this rank's reduced slice zeroed (device.h's DeviceSpan).
  * Every sum of a run is issued in the same order on every rank (the plan is the same),
  * which NCCL requires.
  *
@@ -35,7 +40,7 @@
 #define NCCL_FUNCS(X)                                                                      \
     X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclGetErrorString)        \
     X(ncclAllReduce) X(ncclGroupStart) X(ncclGroupEnd) X(ncclCommGetAsyncError)          \
-    X(ncclCommAbort)
+    X(ncclCommAbort) X(ncclReduceScatter) X(ncclAllGather) X(ncclReduce) X(ncclBroadcast)
 
 #define NCCL_FIELD(sym) __typeof__(sym) *sym;
 typedef struct Nccl {
@@ -124,7 +129,76 @@ static int slot_event(struct CudaNccl *n, int slot, CUevent *out)
     return 0;
 }
 
-static int nccl_sum_start(Device *d, int slot, const DeviceSpan *span, int count)
+static size_t type_bytes(DType t) { return t == DT_F32 ? 4 : 2; }
+
+/* Rank R's piece of span S over RANKS: its elements [R slice, ...), *LEN of them. */
+static char *piece(const DeviceSpan *s, DevPtr base, int r, int ranks, size_t *len)
+{
+    size_t n = (size_t)s->count, slice = (n + (size_t)ranks - 1) / (size_t)ranks, lo = (size_t)r * slice;
+    *len = lo >= n ? 0 : n - lo < slice ? n - lo : slice;
+    return (char *)(uintptr_t)base + lo * type_bytes(s->type);
+}
+
+/* A reduce-scatter of span S the ranks do not divide evenly: rank r's piece reduced to
+ * rank r, and the padding of this rank's slice zeroed. Inside a group. */
+static int reduce_pieces(struct CudaNccl *n, const DeviceSpan *s)
+{
+    int ranks = comm_size(n->job), me = comm_rank(n->job);
+    size_t es = type_bytes(s->type), slice = ((size_t)s->count + (size_t)ranks - 1) / (size_t)ranks, mine = 0;
+    for (int r = 0; r < ranks; r++) {
+        size_t len;
+        char *send = piece(s, s->in, r, ranks, &len);
+        if (r == me) mine = len;
+        if (len && nccl_check(n, n->f.ncclReduce(send, (void *)(uintptr_t)s->out, len, nccl_type(s->type),
+                                                 ncclSum, r, n->comm, (cudaStream_t)n->stream),
+                              "ncclReduce") != 0)
+            return -1;
+    }
+    if (mine == slice) return 0;
+    return CU(NULL, cuMemsetD8Async, s->out + mine * es, 0, (slice - mine) * es, n->stream) ? -1 : 0;
+}
+
+/* An all-gather of span S the ranks do not divide evenly: each rank's piece broadcast
+ * from it. Inside a group. */
+static int broadcast_pieces(struct CudaNccl *n, const DeviceSpan *s)
+{
+    int ranks = comm_size(n->job);
+    for (int r = 0; r < ranks; r++) {
+        size_t len;
+        char *recv = piece(s, s->out, r, ranks, &len);
+        if (len && nccl_check(n, n->f.ncclBroadcast((void *)(uintptr_t)s->in, recv, len, nccl_type(s->type), r,
+                                                    n->comm, (cudaStream_t)n->stream),
+                              "ncclBroadcast") != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Span S's part of collective OP, inside the group. */
+static int nccl_span(struct CudaNccl *n, CommOp op, const DeviceSpan *s)
+{
+    int ranks = comm_size(n->job);
+    void *in = (void *)(uintptr_t)s->in, *out = (void *)(uintptr_t)s->out;
+    size_t count = (size_t)s->count, slice = count / (size_t)ranks;
+    ncclDataType_t t = nccl_type(s->type);
+    cudaStream_t st = (cudaStream_t)n->stream;
+    bool even = count % (size_t)ranks == 0;
+    switch (op) {
+    case COMM_SUM:
+        return nccl_check(n, n->f.ncclAllReduce(in, out, count, t, ncclSum, n->comm, st), "ncclAllReduce");
+    case COMM_REDUCE_SCATTER:
+        if (!even) return reduce_pieces(n, s);
+        return nccl_check(n, n->f.ncclReduceScatter(in, out, slice, t, ncclSum, n->comm, st), "ncclReduceScatter");
+    case COMM_ALLGATHER:
+        if (!even) return broadcast_pieces(n, s);
+        return nccl_check(n, n->f.ncclAllGather(in, out, slice, t, n->comm, st), "ncclAllGather");
+    case COMM_GATHER: break;
+    }
+    fprintf(stderr, "cgc: error: NCCL is not asked for collective %d on a device\n", (int)op);
+    return -1;
+}
+
+static int nccl_coll_start(Device *d, int slot, CommOp op, const DeviceSpan *span, int count)
 {
     CudaDevice *cd = d->impl;
     struct CudaNccl *n = cd->nccl;
@@ -134,23 +208,18 @@ static int nccl_sum_start(Device *d, int slot, const DeviceSpan *span, int count
         nccl_check(n, n->f.ncclGroupStart(), "ncclGroupStart") != 0)
         return -1;
     int rc = 0;
-    for (int i = 0; i < count && rc == 0; i++) {
-        void *p = (void *)(uintptr_t)span[i].p;
-        rc = nccl_check(n, n->f.ncclAllReduce(p, p, (size_t)span[i].count, nccl_type(span[i].type),
-                                              ncclSum, n->comm, (cudaStream_t)n->stream),
-                        "ncclAllReduce");
-    }
+    for (int i = 0; i < count && rc == 0; i++) rc = nccl_span(n, op, &span[i]);
     /* the group is ended whatever happened in it */
     if (nccl_check(n, n->f.ncclGroupEnd(), "ncclGroupEnd") != 0 || rc != 0) return -1;
     return CU(NULL, cuEventRecord, done, n->stream) ? -1 : 0;
 }
 
-static int nccl_sum_wait(Device *d, int slot)
+static int nccl_coll_wait(Device *d, int slot)
 {
     CudaDevice *cd = d->impl;
     struct CudaNccl *n = cd->nccl;
     if (!n || slot >= n->nslots) {
-        fprintf(stderr, "cgc: error: a wait for sum %d, which was never started\n", slot);
+        fprintf(stderr, "cgc: error: a wait for collective %d, which was never started\n", slot);
         return -1;
     }
     return CU(NULL, cuStreamWaitEvent, cd->stream, n->done[slot], 0) ? -1 : 0;
@@ -180,8 +249,8 @@ void cuda_nccl_poll(CudaDevice *cd, double waited)
 void cuda_nccl_enable(CudaDevice *cd)
 {
     cd->ops.join = nccl_join;
-    cd->ops.sum_start = nccl_sum_start;
-    cd->ops.sum_wait = nccl_sum_wait;
+    cd->ops.coll_start = nccl_coll_start;
+    cd->ops.coll_wait = nccl_coll_wait;
 }
 
 void cuda_nccl_close(CudaDevice *cd)

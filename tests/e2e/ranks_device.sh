@@ -3,9 +3,8 @@
 # plan's kernels, with each bucket of gradients summed in place between the plan's steps
 # through the device's collectives, MPI underneath) reach the weights the same ranks
 # reach on the CPU executor, in every mode that runs ranks on a device, with
-# dropout, accumulation, clipping, adamw, bf16 and uneven shares. The oracle is cgc's CPU ranks,
-# which tests/e2e/ranks.sh checks against one rank. What devices cannot do with ranks
-# yet is refused with a message.
+# dropout, accumulation, clipping, adamw, bf16, uneven shares and shard = optimizer. The
+# oracle is cgc's CPU ranks, which tests/e2e/ranks.sh checks against one rank.
 set -uo pipefail
 cgc=$1 root=$2 rank=$3
 source "$root/tests/e2e/ranks_lib.sh"
@@ -98,8 +97,31 @@ for how in tuned "read back"; do
 done
 grep -q "choices from" <<<"$out" && ok || bad "max-autotune read the choices file back" "$out"
 
-# --- what devices do not do with several ranks yet ---
-run "shard = optimizer is refused" 1 "shard = optimizer trains on the CPU only for now" -- \
-    "${mpi[@]}" -n 2 "$rank" "$m" default "$tmp/x.st" shard=optimizer
+# shard = optimizer: the gradients reduce-scattered, each rank's slices updated, the
+# parameters all-gathered, by the device's collectives; 3 ranks cut some values unevenly
+# (a short last slice, padded with zeros), and clipping sums the slices' norms
+adamw="optimizer=adamw(lr = 0.01)"
+run "two ranks on the CPU, sharded" 0 "done at step 16" -- "${mpi[@]}" -n 2 "$cgc" "$m" --device cpu \
+    --shard optimizer --optimizer "adamw(lr = 0.01)" --save "$tmp/cpu_sh.st"
+for mode in eager default reduce-overhead; do
+  run "two ranks on the emulation, sharded, $mode" 0 "done at step 16" -- "${mpi[@]}" -n 2 "$rank" "$m" "$mode" \
+      "$tmp/dev_sh.st" shard=optimizer "$adamw"
+  same "sharded ($mode): the emulation against the CPU" "$tmp/dev_sh.st" "$tmp/cpu_sh.st" 1e-6
+done
+run "three ranks on the CPU, sharded, accumulation, clipping" 0 "done at step 8" -- "${mpi[@]}" -n 3 "$cgc" "$m" \
+    --device cpu --shard optimizer --optimizer "adamw(lr = 0.01)" --accumulate 2 --clip-norm 0.5 \
+    --save "$tmp/cpu_sh3.st"
+run "three ranks on the emulation, sharded, accumulation, clipping" 0 "done at step 8" -- "${mpi[@]}" -n 3 \
+    "$rank" "$m" default "$tmp/dev_sh3.st" shard=optimizer "$adamw" accumulate=2 clip_norm=0.5
+same "three ranks, sharded: the emulation against the CPU" "$tmp/dev_sh3.st" "$tmp/cpu_sh3.st" 1e-6
+# a sharded checkpoint of the emulation's ranks holds every rank's slices: one rank of
+# the CPU resumes it and ends where a run that never stopped ends
+run "two ranks on the emulation, sharded, 10 steps" 0 "done at step 10" -- "${mpi[@]}" -n 2 "$rank" "$m" \
+    default "$tmp/dev_sh10.st" shard=optimizer "$adamw" steps=10
+run "one rank on the CPU resumes it" 0 "resuming at step 10" -- "$cgc" "$m" --device cpu \
+    --optimizer "adamw(lr = 0.01)" --resume "$tmp/dev_sh10.st" --save "$tmp/res_sh.st"
+run "one rank on the CPU, not stopped" 0 "done at step 16" -- "$cgc" "$m" --device cpu \
+    --optimizer "adamw(lr = 0.01)" --save "$tmp/cpu_adamw1.st"
+same "the sharded checkpoint resumed against a run that never stopped" "$tmp/res_sh.st" "$tmp/cpu_adamw1.st" 1e-5
 
 summary

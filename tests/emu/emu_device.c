@@ -12,9 +12,9 @@
  * object, cgc_emu_argbytes_NAME) and a GEMM its call, and nothing runs; graph_launch runs
  * the copies in order. A copy, a wait or a fence while capturing is refused as CUDA's
  * thread-local capture refuses it, and makes capture_end fail, so that what the
- * emulation replays is what a CUDA graph could hold. A sum over the ranks and the wait
- * for it are recorded too (NCCL's collectives can be captured, on a stream forked from
- * the captured one and joined back), and run in their order when replayed.
+ * emulation replays is what a CUDA graph could hold. A collective over the ranks and the
+ * wait for it are recorded too (NCCL's collectives can be captured, on a stream forked
+ * from the captured one and joined back), and run in their order when replayed.
  */
 #define _GNU_SOURCE
 #include "tests/emu/emu_device.h"
@@ -63,9 +63,11 @@ typedef struct EmuNode {
     GemmCall gemm;
     bool is_conv;                       /* a convolution (kernel NULL too) */
     ConvCall conv;
-    bool sum_start, sum_wait;           /* a sum over the ranks, or its wait (kernel NULL) */
+    bool coll_start, coll_wait;         /* a collective over the ranks, or its wait (kernel
+                                         * NULL) */
     int slot;
-    DeviceSpan *spans;                  /* sum_start: a copy of its spans */
+    CommOp op;
+    DeviceSpan *spans;                  /* coll_start: a copy of its spans */
     int nspans;
     DeviceSite site;
 } EmuNode;
@@ -107,18 +109,24 @@ typedef struct EmuDevice {
     int conv_calls[CONV_KINDS];         /* convolutions run, per kind */
     DeviceOps ops;                      /* emu_ops, with conv where emu_device_convs says */
     Comm *comm;                         /* join: the job this device is a rank of */
-    struct EmuSum *sums;                /* per sum slot: the sum in flight */
-    int nsums;
+    struct EmuColl *colls;              /* per collective slot: the one in flight */
+    int ncolls;
 } EmuDevice;
 
-/* A sum over the ranks in flight: its spans' values, widened to f32, summed by MPI into
- * HOST while the spans themselves hold NaN (no one may touch them before sum_wait). */
-typedef struct EmuSum {
+/* A collective over the ranks in flight: its spans' inputs, widened to f32, laid out in
+ * HOST as comm.h's collective OP takes them, which MPI runs on. Meanwhile the spans'
+ * outputs hold NaN (nothing may read them before coll_wait), and the inputs of a
+ * reduce-scatter or an all-gather, which it reads from where they are, must not change
+ * (their hash, CHECK, is compared at coll_wait). */
+typedef struct EmuColl {
     bool active;
+    CommOp op;
     DeviceSpan *span;
     int nspans;
     float *host;
-} EmuSum;
+    int64_t piece;                      /* elements of HOST per rank (all of it for a sum) */
+    uint64_t check;
+} EmuColl;
 
 struct DeviceFence {
     double seconds;     /* wall time when recorded: every call has finished by then */
@@ -749,16 +757,17 @@ static int emu_capture_end(Device *d, DeviceGraph **out, int *nodes)
     return 0;
 }
 
-static int emu_sum_start(Device *d, int slot, const DeviceSpan *span, int n);
-static int emu_sum_wait(Device *d, int slot);
+static int emu_coll_start(Device *d, int slot, CommOp op, const DeviceSpan *span, int n);
+static int emu_coll_wait(Device *d, int slot);
 
 static int emu_graph_launch(Device *d, DeviceGraph *g)
 {
     if (refused_in_capture(d, "graph launch")) return -1;
     for (int i = 0; i < g->n; i++) {
         EmuNode *n = &g->nodes[i];
-        if (n->sum_start || n->sum_wait) {
-            if ((n->sum_start ? emu_sum_start(d, n->slot, n->spans, n->nspans) : emu_sum_wait(d, n->slot)) != 0)
+        if (n->coll_start || n->coll_wait) {
+            if ((n->coll_start ? emu_coll_start(d, n->slot, n->op, n->spans, n->nspans)
+                               : emu_coll_wait(d, n->slot)) != 0)
                 return -1;
             continue;
         }
@@ -776,7 +785,7 @@ static int emu_graph_launch(Device *d, DeviceGraph *g)
 
 static void emu_graph_free(Device *d, DeviceGraph *g) { graph_destroy(g); }
 
-/* ---- sums over the ranks: MPI's, through the job's Comm ---- */
+/* ---- collectives over the ranks: MPI's, through the job's Comm ---- */
 
 static int emu_join(Device *d, Comm *c)
 {
@@ -784,38 +793,50 @@ static int emu_join(Device *d, Comm *c)
     return 0;
 }
 
-static bool span_ok(Device *d, const DeviceSpan *s)
+static size_t span_bytes(DType t) { return t == DT_F32 ? 4 : 2; }
+
+/* Elements of span S's value a rank's slice holds (device.h), over R ranks. */
+static int64_t slice_of(const DeviceSpan *s, int r) { return (s->count + r - 1) / r; }
+
+/* Whether span S of collective OP is one a GPU's collectives are asked for, on memory
+ * this device gave out. */
+static bool span_ok(Device *d, CommOp op, const DeviceSpan *s)
 {
-    size_t es = s->type == DT_F32 ? 4 : 2;
     if (s->type != DT_F32 && s->type != DT_F16 && s->type != DT_BF16) {
-        fprintf(stderr, "cgc: error: CUDA emulation: a sum over the ranks of %s values, which "
-                        "a GPU's collectives are not asked for\n", ir_dtype_name(s->type));
+        fprintf(stderr, "cgc: error: CUDA emulation: a collective over the ranks of %s values, "
+                        "which a GPU's collectives are not asked for\n", ir_dtype_name(s->type));
         return false;
     }
-    return check_owned(d, s->p, (size_t)s->count * es, "sum_start");
+    int r = comm_size(impl(d)->comm);
+    size_t es = span_bytes(s->type), whole = (size_t)s->count * es, slice = (size_t)slice_of(s, r) * es;
+    if (op == COMM_SUM && s->in != s->out) {
+        fprintf(stderr, "cgc: error: CUDA emulation: a sum over the ranks not in place\n");
+        return false;
+    }
+    return check_owned(d, s->in, op == COMM_ALLGATHER ? slice : whole, "coll_start (input)") &&
+           check_owned(d, s->out, op == COMM_REDUCE_SCATTER ? slice : whole, "coll_start (output)");
 }
 
-static EmuSum *sum_slot(Device *d, int slot)
+static EmuColl *coll_slot(Device *d, int slot)
 {
     EmuDevice *e = impl(d);
-    if (slot >= e->nsums) {
-        e->sums = xrealloc(e->sums, (size_t)(slot + 1) * sizeof *e->sums);
-        memset(e->sums + e->nsums, 0, (size_t)(slot + 1 - e->nsums) * sizeof *e->sums);
-        e->nsums = slot + 1;
+    if (slot >= e->ncolls) {
+        e->colls = xrealloc(e->colls, (size_t)(slot + 1) * sizeof *e->colls);
+        memset(e->colls + e->ncolls, 0, (size_t)(slot + 1 - e->ncolls) * sizeof *e->colls);
+        e->ncolls = slot + 1;
     }
-    return &e->sums[slot];
+    return &e->colls[slot];
 }
 
-/* Records a sum over the ranks (SPAN, N of them) or, with SPAN NULL, the wait for it. */
-static int record_sum(Device *d, int slot, const DeviceSpan *span, int n)
+/* Records a collective (SPAN, N of them) or, with SPAN NULL, the wait for it. */
+static int record_coll(Device *d, int slot, CommOp op, const DeviceSpan *span, int n)
 {
-    for (int i = 0; i < n; i++)
-        if (!span_ok(d, &span[i])) return -1;
     EmuNode *node = record(d, NULL);
     if (!node) return -1;
     node->slot = slot;
-    node->sum_start = span != NULL;
-    node->sum_wait = span == NULL;
+    node->op = op;
+    node->coll_start = span != NULL;
+    node->coll_wait = span == NULL;
     if (!span) return 0;
     node->spans = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *span);
     memcpy(node->spans, span, (size_t)n * sizeof *span);
@@ -823,50 +844,128 @@ static int record_sum(Device *d, int slot, const DeviceSpan *span, int n)
     return 0;
 }
 
-static int emu_sum_start(Device *d, int slot, const DeviceSpan *span, int n)
+/* The hash of the inputs of C's spans (a reduce-scatter's or an all-gather's), over R
+ * ranks. */
+static uint64_t inputs_hash(const EmuColl *c, int r)
 {
-    EmuDevice *e = impl(d);
-    if (e->recording) return record_sum(d, slot, span, n);
-    EmuSum *s = sum_slot(d, slot);
-    if (!e->comm || s->active) {
-        fprintf(stderr, "cgc: error: CUDA emulation: sum %d started %s\n", slot,
-                e->comm ? "again before it was waited for" : "before the device joined a job");
-        return -1;
+    uint64_t h = FNV_BASIS;
+    for (int i = 0; i < c->nspans; i++) {
+        const DeviceSpan *s = &c->span[i];
+        int64_t n = c->op == COMM_ALLGATHER ? slice_of(s, r) : s->count;
+        h = fnv1a(h, (const void *)(uintptr_t)s->in, (size_t)n * span_bytes(s->type));
     }
-    int64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        if (!span_ok(d, &span[i])) return -1;
-        total += span[i].count;
-    }
-    s->host = xrealloc(s->host, (size_t)(total ? total : 1) * sizeof *s->host);
-    size_t spans = n > 0 ? (size_t)n : 0;
-    s->span = xrealloc(s->span, (spans ? spans : 1) * sizeof *s->span);
-    memcpy(s->span, span, spans * sizeof *span);
-    s->nspans = n;
-    float *at = s->host;
-    for (int i = 0; i < n; at += span[i++].count) {
-        void *p = (void *)(uintptr_t)span[i].p;
-        emu_widen(at, p, span[i].count, span[i].type, false);
-        memset(p, 0xFF, (size_t)span[i].count * (span[i].type == DT_F32 ? 4 : 2));
-    }
-    s->active = true;
-    return comm_start(e->comm, slot, COMM_SUM, s->host, total, COMM_F32);
+    return h;
 }
 
-static int emu_sum_wait(Device *d, int slot)
+/* C's inputs into HOST as comm.h lays out OP: a sum's one after another; a
+ * reduce-scatter's piece r holding every span's slice r, an all-gather's this rank's
+ * piece its slices, at the same places (zeros past a value's end). */
+static void pack(EmuColl *c, int ranks, int rank)
+{
+    int64_t off = 0;
+    for (int i = 0; i < c->nspans; i++) {
+        const DeviceSpan *s = &c->span[i];
+        const char *in = (const char *)(uintptr_t)s->in;
+        int64_t slice = slice_of(s, ranks), es = (int64_t)span_bytes(s->type);
+        if (c->op == COMM_SUM) {
+            emu_widen(c->host + off, in, s->count, s->type, false);
+            off += s->count;
+            continue;
+        }
+        for (int r = 0; r < ranks; r++) {
+            if (c->op == COMM_ALLGATHER && r != rank) continue;
+            float *to = c->host + r * c->piece + off;
+            int64_t lo = c->op == COMM_ALLGATHER ? 0 : r * slice;
+            int64_t have = c->op == COMM_ALLGATHER ? slice : s->count - lo < 0 ? 0 : s->count - lo < slice ? s->count - lo : slice;
+            emu_widen(to, in + lo * es, have, s->type, false);
+            for (int64_t k = have; k < slice; k++) to[k] = 0;
+        }
+        off += slice;
+    }
+}
+
+/* HOST, after C's collective, into C's outputs. */
+static void unpack(const EmuColl *c, int ranks)
+{
+    int64_t off = 0;
+    for (int i = 0; i < c->nspans; i++) {
+        const DeviceSpan *s = &c->span[i];
+        char *out = (char *)(uintptr_t)s->out;
+        int64_t slice = slice_of(s, ranks), es = (int64_t)span_bytes(s->type);
+        if (c->op == COMM_SUM) {
+            emu_narrow(out, c->host + off, s->count, s->type);
+            off += s->count;
+            continue;
+        }
+        if (c->op == COMM_REDUCE_SCATTER) emu_narrow(out, c->host + off, slice, s->type);
+        for (int r = 0; c->op == COMM_ALLGATHER && r < ranks && r * slice < s->count; r++) {
+            int64_t have = s->count - r * slice < slice ? s->count - r * slice : slice;
+            emu_narrow(out + r * slice * es, c->host + r * c->piece + off, have, s->type);
+        }
+        off += slice;
+    }
+}
+
+static int emu_coll_start(Device *d, int slot, CommOp op, const DeviceSpan *span, int n)
 {
     EmuDevice *e = impl(d);
-    if (e->recording) return record_sum(d, slot, NULL, 0);
-    EmuSum *s = slot < e->nsums ? &e->sums[slot] : NULL;
-    if (!s || !s->active) {
-        fprintf(stderr, "cgc: error: CUDA emulation: a wait for sum %d, which is not in flight\n", slot);
+    if (!e->comm) {
+        fprintf(stderr, "cgc: error: CUDA emulation: collective %d started before the device joined "
+                        "a job\n", slot);
         return -1;
     }
-    s->active = false;
-    if (comm_wait(e->comm, slot, "the sum over the ranks") != 0) return -1;
-    const float *at = s->host;
-    for (int i = 0; i < s->nspans; at += s->span[i++].count)
-        emu_narrow((void *)(uintptr_t)s->span[i].p, at, s->span[i].count, s->span[i].type);
+    if (op != COMM_SUM && op != COMM_REDUCE_SCATTER && op != COMM_ALLGATHER) {
+        fprintf(stderr, "cgc: error: CUDA emulation: collective %d of kind %d, which a device is "
+                        "not asked for\n", slot, (int)op);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (!span_ok(d, op, &span[i])) return -1;
+    if (e->recording) return record_coll(d, slot, op, span, n);
+    EmuColl *c = coll_slot(d, slot);
+    if (c->active) {
+        fprintf(stderr, "cgc: error: CUDA emulation: collective %d started again before it was "
+                        "waited for\n", slot);
+        return -1;
+    }
+    int ranks = comm_size(e->comm), rank = comm_rank(e->comm);
+    c->op = op;
+    c->piece = 0;
+    for (int i = 0; i < n; i++) c->piece += op == COMM_SUM ? span[i].count : slice_of(&span[i], ranks);
+    int64_t total = c->piece * (op == COMM_SUM ? 1 : ranks);
+    c->host = xrealloc(c->host, (size_t)(total ? total : 1) * sizeof *c->host);
+    c->span = xrealloc(c->span, (size_t)(n > 0 ? n : 1) * sizeof *c->span);
+    memcpy(c->span, span, (size_t)(n > 0 ? n : 0) * sizeof *span);
+    c->nspans = n;
+    pack(c, ranks, rank);
+    c->check = op == COMM_SUM ? 0 : inputs_hash(c, ranks);
+    for (int i = 0; i < n; i++) {   /* the results are not there yet */
+        int64_t out = op == COMM_REDUCE_SCATTER ? slice_of(&span[i], ranks) : span[i].count;
+        memset((void *)(uintptr_t)span[i].out, 0xFF, (size_t)out * span_bytes(span[i].type));
+    }
+    c->active = true;
+    return comm_start(e->comm, slot, op, c->host, c->piece, COMM_F32);
+}
+
+static int emu_coll_wait(Device *d, int slot)
+{
+    EmuDevice *e = impl(d);
+    if (e->recording) return record_coll(d, slot, COMM_SUM, NULL, 0);
+    EmuColl *c = slot < e->ncolls ? &e->colls[slot] : NULL;
+    if (!c || !c->active) {
+        fprintf(stderr, "cgc: error: CUDA emulation: a wait for collective %d, which is not in "
+                        "flight\n", slot);
+        return -1;
+    }
+    c->active = false;
+    if (comm_wait(e->comm, slot, "the collective over the ranks") != 0) return -1;
+    int ranks = comm_size(e->comm);
+    if (c->op != COMM_SUM && inputs_hash(c, ranks) != c->check) {
+        fprintf(stderr, "cgc: error: CUDA emulation: the input of collective %d changed while it "
+                        "was in flight (a step wrote it before the wait)\n", slot);
+        return -1;
+    }
+    unpack(c, ranks);
     return 0;
 }
 
@@ -881,11 +980,11 @@ static void emu_close(Device *d)
         free(k);
     }
     while (e->allocs) emu_free(d, (DevPtr)(uintptr_t)e->allocs->p);
-    for (int i = 0; i < e->nsums; i++) {
-        free(e->sums[i].host);
-        free(e->sums[i].span);
+    for (int i = 0; i < e->ncolls; i++) {
+        free(e->colls[i].host);
+        free(e->colls[i].span);
     }
-    free(e->sums);
+    free(e->colls);
     dlclose(e->so);
     free(e);
     free(d);
@@ -917,8 +1016,8 @@ static const DeviceOps emu_ops = {
     .graph_launch = emu_graph_launch,
     .graph_free = emu_graph_free,
     .join = emu_join,
-    .sum_start = emu_sum_start,
-    .sum_wait = emu_sum_wait,
+    .coll_start = emu_coll_start,
+    .coll_wait = emu_coll_wait,
     .close = emu_close,
 };
 
