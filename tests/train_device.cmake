@@ -21,3 +21,8 @@ add_test(NAME e2e_ranks_device COMMAND bash ${TESTS_DIR}/e2e/ranks_device.sh ${C
          ${CMAKE_SOURCE_DIR} $<TARGET_FILE:emu_rank>)
 set_tests_properties(e2e_ranks_device PROPERTIES LABELS "emu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+# The same with the emulation and the kernels under AddressSanitizer (emu_rank_asan).
+add_test(NAME e2e_ranks_device_asan COMMAND bash ${TESTS_DIR}/e2e/ranks_device.sh ${CGC_BIN}
+         ${CMAKE_SOURCE_DIR} $<TARGET_FILE:emu_rank_asan>)
+set_tests_properties(e2e_ranks_device_asan PROPERTIES LABELS "emu;e2e;asan" TIMEOUT 900
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")

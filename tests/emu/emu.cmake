@@ -154,6 +154,10 @@ if(NOT CGC_SANITIZE)
 endif()
 
 # One rank of a job on the emulated device (tests/e2e/ranks_device.sh runs it under
-# mpirun against cgc's ranks on the CPU).
+# mpirun against cgc's ranks on the CPU); emu_rank_asan, with the emulation and the
+# kernels under AddressSanitizer.
 add_executable(emu_rank emu/emu_rank.c)
 target_link_libraries(emu_rank PRIVATE cgc_emu_device cgc_driver)
+add_executable(emu_rank_asan emu/emu_rank.c)
+target_link_libraries(emu_rank_asan PRIVATE cgc_emu_device_asan cgc_driver)
+target_compile_definitions(emu_rank_asan PRIVATE EMU_RANK_ASAN=1)

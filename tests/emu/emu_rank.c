@@ -24,6 +24,10 @@
 
 enum { MAX_OVERRIDES = 16 };
 
+#ifndef EMU_RANK_ASAN   /* emu_rank_asan: the kernels built with AddressSanitizer too */
+#define EMU_RANK_ASAN 0
+#endif
+
 /* Gives D three GEMM algorithms on a modeled clock, on which a rank other than 0 would
  * choose otherwise than rank 0 (launches slower than any GEMM). */
 static void model_tuning(Device *d, int rank)
@@ -44,7 +48,7 @@ static int train_emulated(Source *src, IrProgram *p, PlanMode mode, const char *
     char so[256] = "";
     Device *d = NULL;
     int rc = 1;
-    if (emu_build_plan(compiled.plan, false, so, sizeof so) == 0 && emu_device_open(so, &d) == 0) {
+    if (emu_build_plan(compiled.plan, EMU_RANK_ASAN, so, sizeof so) == 0 && emu_device_open(so, &d) == 0) {
         RunOptions o = {.net_path = net, .src = src, .save_path = save, .device = d,
                         .plan = compiled.plan, .comm = c, .verbose = lead, .quiet = !lead,
                         .tune_file = tune, .tune_budget_s = 1e9};
