@@ -109,11 +109,11 @@ void plan_unique_kernel_name(const Plan *pl, char *name, size_t len);
  * (plan.h), a read of state[0] through the pointer parameter NAME. */
 void cuda_runtime_value(KernelDraft *d, const RenderCtx *ctx, int id, const char *name,
                         char *expr, size_t len);
-/* Whether dropout NODE's masks run over the batch's rows, so that its kernels take the
- * rank's first row (a uint64 parameter rank_row, ARG_RANK_ROW). */
-bool cuda_dropout_batched(const IrNode *node);
 /* Writes into BUF the element index dropout NODE keys the mask of its element I (a C
- * expression) by: I itself, or I past the elements of the rank's earlier rows. */
+ * expression) by: I itself, or, where its masks run over the batch's rows
+ * (ir_shape_is_batched: its kernels then take the rank's first row, a uint64 parameter
+ * rank_row, ARG_RANK_ROW), I past the elements of the rank's earlier rows, as the CPU
+ * executor keys them. */
 void cuda_dropout_element(KernelDraft *d, const IrNode *node, const char *i, char *buf, size_t n);
 /* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
 void draft_finish_symbols(KernelDraft *d);

@@ -819,16 +819,9 @@ static void render_count_correct(const RenderCtx *ctx, int id, KernelDraft *d)
 
 /* ---- the rest ---- */
 
-/* Whether dropout NODE's masks run over the batch's rows: then a rank's elements start at
- * those of its first row of the micro-batch, as the CPU executor keys them. */
-bool cuda_dropout_batched(const IrNode *node)
-{
-    return node->shape.rank > 0 && node->shape.dim[0] == IR_SYM(0);
-}
-
 void cuda_dropout_element(KernelDraft *d, const IrNode *node, const char *i, char *buf, size_t n)
 {
-    if (!cuda_dropout_batched(node)) {
+    if (!ir_shape_is_batched(&node->shape)) {
         snprintf(buf, n, "(uint64_t)%s", i);
         return;
     }
@@ -846,7 +839,7 @@ static void render_dropout(const RenderCtx *ctx, int id, KernelDraft *d)
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
     draft_buffer(d, "counter", ctx->node_buffer[node->in[1]], ctr->dtype, true);
     draft_param(d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
-    if (cuda_dropout_batched(node))
+    if (ir_shape_is_batched(&node->shape))
         draft_param(d, PP_U64, "uint64_t", "rank_row", (PlanArg){ .kind = ARG_RANK_ROW });
     cuda_numel_expr(d, &node->shape, n, sizeof n);
     cuda_dropout_element(d, node, "i", element, sizeof element);

@@ -172,7 +172,7 @@ static void add_scalars(Fuser *f, int k)
             else draft_param(f->d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
             f->seed = true;
         }
-        if (n->op == IR_DROPOUT && cuda_dropout_batched(n) && !f->rank_row) {
+        if (n->op == IR_DROPOUT && ir_shape_is_batched(&n->shape) && !f->rank_row) {
             if (f->counting) f->counted++;
             else draft_param(f->d, PP_U64, "uint64_t", "rank_row", (PlanArg){ .kind = ARG_RANK_ROW });
             f->rank_row = true;

@@ -123,6 +123,8 @@ bool ir_shape_is_static(const Shape *s)
     return true;
 }
 
+bool ir_shape_is_batched(const Shape *s) { return s->rank > 0 && s->dim[0] == IR_SYM(0); }
+
 bool ir_shape_is_one(const Shape *s)
 {
     for (int i = 0; i < s->rank; i++)

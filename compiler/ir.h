@@ -333,6 +333,7 @@ int64_t ir_numel(const Shape *s, const int64_t *symvals);  /* symvals[k] binds s
 bool ir_shape_equal(const Shape *a, const Shape *b);
 bool ir_shape_is_static(const Shape *s);   /* no symbolic dimension */
 bool ir_shape_is_one(const Shape *s);      /* every dimension 1: one element, a scalar too */
+bool ir_shape_is_batched(const Shape *s);  /* rows of the batch: dimension 0 is symbol 0 */
 /* Elementwise: the unary, binary and ternary classes, BROADCAST and DROPOUT (each output
  * element from the inputs' elements at its broadcast position). What a pointwise fusion
  * group computes and what checkpointing may recompute. */

@@ -8,7 +8,7 @@
  * fused graph.
  */
 #include "compile.h"
-#include "../runtime/train.h"
+#include "../runtime/device.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -97,18 +97,20 @@ struct Comm {
 int comm_rank(const Comm *c) { return c->world.rank; }
 CommStats comm_stats(const Comm *c) { return c->stats; }
 
+/* The ring's steps for OP over RANKS ranks: each moves 1 / RANKS of the bytes. */
+static double ring_steps(CommOp op, int ranks) { return (op == COMM_SUM ? 2.0 : 1.0) * (ranks - 1); }
+
 double comm_predict(CommOp op, int64_t bytes, int ranks)
 {
     if (ranks <= 1) return 0;
-    double steps = (op == COMM_SUM ? 2.0 : 1.0) * (ranks - 1);
+    double steps = ring_steps(op, ranks);
     return steps / ranks * (double)bytes / COMM_BANDWIDTH + steps * COMM_LATENCY_S;
 }
 
 double comm_predict_gpu(CommOp op, int64_t bytes, int ranks)
 {
     if (ranks <= 1) return 0;
-    double moved = (op == COMM_SUM ? 2.0 : 1.0) * (ranks - 1) / ranks * (double)bytes;
-    return moved / COMM_GPU_BANDWIDTH + COMM_GPU_LATENCY_S;
+    return ring_steps(op, ranks) / ranks * (double)bytes / COMM_GPU_BANDWIDTH + COMM_GPU_LATENCY_S;
 }
 
 int comm_size(const Comm *c) { return c->world.size; }

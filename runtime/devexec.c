@@ -238,7 +238,7 @@ static bool check_ranks(const Plan *plan, Device *d, const char *net_path)
 
 /* Room for the collectives of E's plan: the most spans one takes, and every one in
  * flight. */
-static void sums_alloc(DevExec *e)
+static void colls_alloc(DevExec *e)
 {
     int spans = 1, colls = 1;
     for (int g = 0; g < PG_NUM; g++) {
@@ -384,7 +384,7 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     for (int j = 0; j < plan->nwindows * PLAN_WINDOW_MAX_READERS; j++)
         e->conv[j] = d->ops->conv && plan->windows[j / PLAN_WINDOW_MAX_READERS].conv ? 0 : -1;
     e->reuse = reuse;
-    sums_alloc(e);
+    colls_alloc(e);
     layout(e);
     size_t bytes = e->arena_bytes ? e->arena_bytes : ARENA_ALIGN;
     if (!check_fits(e)) {
@@ -1048,7 +1048,7 @@ static int issue_step(DevExec *e, const IrGraph *g, PlanGraphId gid, int i, cons
 /* Starts PG's collectives that follow step AFTER: the next in PlanGraph.colls' order
  * from *NEXT. Collective C is the device's slot C. A span counts the elements of the
  * whole value: the input's of a sum or a reduce-scatter, the output's of an all-gather. */
-static int sums_start(DevExec *e, const PlanGraph *pg, int after, int *next)
+static int colls_start(DevExec *e, const PlanGraph *pg, int after, int *next)
 {
     for (; *next < pg->ncolls && pg->colls[*next].after == after; ++*next) {
         const PlanCollective *pc = &pg->colls[*next];
@@ -1066,7 +1066,7 @@ static int sums_start(DevExec *e, const PlanGraph *pg, int after, int *next)
 
 /* Makes step STEP of PG (nsteps: the graph's end) wait for the collectives in flight it
  * needs. */
-static int sums_wait(DevExec *e, const PlanGraph *pg, int step)
+static int colls_wait(DevExec *e, const PlanGraph *pg, int step)
 {
     for (int k = 0; k < e->nflying;) {
         int c = e->flying[k];
@@ -1089,12 +1089,12 @@ int devexec_run(DevExec *e, const IrGraph *g, const DevFeed *feed)
     PlanGraphId gid = (PlanGraphId)graph_id(e, pg);
     int next = 0;
     e->nflying = 0;
-    if (conv_possible(e, gid) != 0 || sums_start(e, pg, -1, &next) != 0) return -1;
+    if (conv_possible(e, gid) != 0 || colls_start(e, pg, -1, &next) != 0) return -1;
     for (int i = 0; i < pg->nsteps; i++)
-        if (sums_wait(e, pg, i) != 0 || issue_step(e, g, gid, i, feed) != 0 ||
-            sums_start(e, pg, i, &next) != 0)
+        if (colls_wait(e, pg, i) != 0 || issue_step(e, g, gid, i, feed) != 0 ||
+            colls_start(e, pg, i, &next) != 0)
             return -1;
-    return sums_wait(e, pg, pg->nsteps);
+    return colls_wait(e, pg, pg->nsteps);
 }
 
 int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *what)

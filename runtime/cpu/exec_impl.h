@@ -713,7 +713,7 @@ static void SFX(dropout)(const CpuExec *e, const IrNode *node, REAL *out, const 
     uint64_t seed = e->p->cfg.seed, counter = to_counter(counter_value);
     REAL scale = (REAL)(1.0 / (1.0 - p));
     int64_t rows = e->symvals[0];
-    bool batched = node->shape.rank > 0 && node->shape.dim[0] == IR_SYM(0) && rows > 0;
+    bool batched = ir_shape_is_batched(&node->shape) && rows > 0;
     uint64_t first = batched ? (uint64_t)(e->feed->first_row * (n / rows)) : 0;
     /* Each element costs a Philox block: worth threads well below PAR_MIN. */
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN / 16)

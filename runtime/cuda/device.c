@@ -7,6 +7,7 @@
  * the next wait: those messages name the last kernel launched. */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +36,13 @@ static int check_wait(CudaDevice *cd, CUresult r, const char *call)
 int cuda_wait(CudaDevice *cd, CUevent event, const char *call)
 {
 #ifdef CGC_HAVE_NCCL
-    for (double start = clock_seconds(); cd->nccl;) {
+    /* the first milliseconds back to back (a step's wait is short), then sleeping */
+    for (double start = clock_seconds(), waited; cd->nccl;) {
         CUresult r = event ? cu.cuEventQuery(event) : cu.cuStreamQuery(cd->stream);
         if (r != CUDA_ERROR_NOT_READY) return check_wait(cd, r, call);
-        cuda_nccl_poll(cd, clock_seconds() - start);
-        nanosleep(&(struct timespec){0, 100000}, NULL);
+        cuda_nccl_poll(cd, waited = clock_seconds() - start);
+        if (waited < 0.01) sched_yield();
+        else nanosleep(&(struct timespec){0, 100000}, NULL);
     }
 #endif
     return check_wait(cd, event ? cu.cuEventSynchronize(event) : cu.cuStreamSynchronize(cd->stream), call);

@@ -4,8 +4,8 @@
  *
  * compiles MODEL for the R ranks its launcher started (in MODE, with the train keys
  * overridden as given), builds the plan's kernels for the emulation, and trains on the
- * emulated device as cgc's runtime does on a GPU: the sums over the ranks are the
- * device's (DeviceOps.coll_start, MPI underneath), in place, between the plan's steps.
+ * emulated device as cgc's runtime does on a GPU: the collectives over the ranks are the
+ * device's (DeviceOps.coll_start, MPI underneath), between the plan's steps.
  * Rank 0 saves to SAVE, which the script compares with what `cgc --device cpu` saves.
  *
  * tune=FILE (max-autotune): FILE is the choices file, and each device offers three GEMM
