@@ -520,10 +520,13 @@ static bool acyclic_merge(Fuser *f, int a, int b)
     return true;
 }
 
-/* Whether clusters A and B may share a kernel as far as checkpointing goes. */
+/* Whether clusters A and B may share a kernel as far as checkpointing goes: the
+ * forward, checkpointing's copies and the rest of the backward each have kernels of their
+ * own. A copy fused into a backward kernel would hold that kernel's other inputs (the
+ * gradients waiting for it) live through the recomputation too. */
 static bool same_phase(const Cluster *a, const Cluster *b)
 {
-    return !(a->recompute && b->forward) && !(a->forward && b->recompute);
+    return a->recompute == b->recompute;
 }
 
 /* ---- operands ----
@@ -1549,7 +1552,7 @@ static void emit_unit(Fuser *f, Unit *units, int k, int multi, bool last)
  * or it would be kept as long as the original it replaces. */
 static int patience(const Fuser *f, int k)
 {
-    if (k < f->ngroups && f->groups[k].recompute) return 2;
+    if (k < f->ngroups ? f->groups[k].recompute : src_node(f, k - f->ngroups)->recompute) return 2;
     return multi_candidate(f, k) ? 1 : 0;
 }
 

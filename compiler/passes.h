@@ -59,17 +59,42 @@ void training_lower(IrProgram *p);
 
 /* recompute.c: activation checkpointing on P->train and P->train_micro.
  *
- * A candidate is a forward node (an id below nforward, the same in both graphs) whose
- * value the backward reads (or a candidate's copy does) and which can be recomputed:
- * elementwise ops, BROADCAST, CAST and DROPOUT (same mask: same counter and stream), and
- * whose recomputation saves memory: every input is a leaf, recomputed too,
- * kept for the backward anyway, or smaller (recompute.c says why). Matrix products,
- * reductions, softmax, losses and leaves are never recomputed.
- * recompute_candidates returns how many there are and, in *NODES (malloc'd), their ids,
- * cheapest first: by FLOPs to recompute per byte no longer kept, ties by id. */
-int recompute_candidates(const IrProgram *p, int **nodes);
+ * A schedule keeps some of the forward's cuts (values through which the forward narrows
+ * to one) and recomputes, in the backward, every value it needs between two kept cuts:
+ * matrix products, reductions and dropout included; leaves, assignments and collectives
+ * never. recompute.c explains the cuts, the memory model and the solver. */
+typedef struct RecomputeSchedule {
+    int nkept;
+    int *kept;          /* the cuts kept as segment ends: forward node ids, ascending */
+    int nnodes;
+    int *nodes;         /* the forward nodes the backward recomputes, ascending */
+    int *segment_nodes;     /* per kept cut: how many of NODES its segment recomputes */
+    double *segment_flops;  /* per kept cut: their FLOPs */
+    double flops;       /* FLOPs to recompute them, per micro-batch (batch = cfg.batch) */
+    double peak;        /* the modelled peak bytes of forward values (recompute.c) */
+} RecomputeSchedule;
+
+/* What checkpointing can do with a program: the frontier of schedules, each recomputing
+ * the fewest FLOPs for its modelled peak, from S[0] (nothing recomputed) to S[N - 1]
+ * (the least memory): FLOPs strictly ascending, peaks strictly descending. */
+typedef struct RecomputeChoices {
+    int ncuts;
+    int *cuts;              /* every cut, ascending */
+    double forward_flops;   /* of the forward's activations, per micro-batch */
+    int n;
+    RecomputeSchedule *s;
+} RecomputeChoices;
+
+void recompute_choices(const IrProgram *p, RecomputeChoices *c);
+void recompute_choices_free(RecomputeChoices *c);
+/* The FLOPs of one micro-batch's forward (its activations), as the schedules count them. */
+double recompute_forward_flops(const IrProgram *p);
+/* The schedule keeping the cuts among KEPT[0..N) (node ids; others are ignored), e.g. a
+ * baseline keeping every k-th layer's input. */
+void recompute_schedule(const IrProgram *p, const int *kept, int n, RecomputeSchedule *s);
+void recompute_schedule_free(RecomputeSchedule *s);
 /* Rebuilds P->train (and P->train_micro) so that the backward recomputes forward nodes
- * NODES[0..N) (candidate ids) instead of reading them: each gets one copy (marked
+ * NODES[0..N) (a schedule's) instead of reading them: each gets one copy (marked
  * IrNode.recompute), placed just before its first backward reader, which reads the
  * copies of any other recomputed inputs. Gradients are unchanged bit for bit (the same
  * ops on the same values). N = 0 leaves the graphs as they are. */

@@ -5,12 +5,13 @@
  *
  * and what --stats and --explain report about the result.
  *
- * checkpoint = all recomputes every candidate (compiler/passes.h); auto recomputes the
- * cheapest candidates, one more at a time, until the planned activation bytes (the peak
- * of the training step's own buffers: activations, gradients, temporaries) fit the
- * budget: cfg.memory, else the device's free memory less the persistent buffers, else
- * (no device known) no budget, so nothing is recomputed. When even recomputing every
- * candidate does not fit, it says so and keeps that plan.
+ * checkpoint = all takes the schedule (compiler/passes.h) whose plan needs the fewest
+ * activation bytes; auto the one with the fewest recomputed FLOPs whose planned
+ * activation bytes (the peak of the training step's own buffers: activations,
+ * gradients, temporaries) fit the budget: cfg.memory, else the device's free memory less
+ * the persistent buffers, else (no device known) no budget, so nothing is recomputed.
+ * When even the least memory does not fit, it says so (with the batch that would) and
+ * keeps that plan.
  */
 #ifndef CGC_COMPILE_H
 #define CGC_COMPILE_H
@@ -18,6 +19,7 @@
 #include <stdio.h>
 
 #include "pipeline.h"
+#include "../compiler/passes.h"
 #include "../codegen/plan.h"
 
 typedef struct CompileOptions {
@@ -41,8 +43,11 @@ typedef struct Compiled {
     Plan *plan;
     PlanLayout layout;          /* memory reused (the plan the device runs) */
     int64_t symmax[IR_MAX_SYMBOLS];
+    RecomputeChoices choices;   /* checkpointing's frontier (none with checkpoint = none) */
+    const RecomputeSchedule *schedule;  /* the one applied (in choices), or NULL */
     int nrecomputed;            /* forward nodes the backward recomputes */
-    int *recomputed;            /* their ids (forward graph), malloc'd */
+    char (*kept_words)[96];     /* per kept cut of the schedule: "h5 (line 10)", from the
+                                 * graph before fusion renumbered it (malloc'd) */
     size_t budget;              /* checkpoint = auto: the activation budget; 0 = none */
     bool over_budget;           /* auto could not fit the budget */
 } Compiled;
@@ -54,6 +59,8 @@ void compiled_free(Compiled *c);
 
 /* Activation bytes: the largest training graph's own peak (layout.graph_bytes). */
 size_t compiled_activation_bytes(const Compiled *c);
+/* The segments the backward recomputes (kept cuts with something to recompute before them). */
+int compiled_segments(const Compiled *c);
 /* Launches (kernels and GEMMs) of one optimizer step's train graph; GEMMS: of which GEMMs. */
 int compiled_steps_per_train(const Compiled *c, int *gemms);
 

@@ -90,6 +90,9 @@ void compiled_write_stats(const Compiled *c, FILE *out)
     fprintf(out, "  \"peak_bytes\": %zu,\n  \"activation_bytes\": %zu,\n  \"persistent_bytes\": %zu,\n",
             c->layout.arena_bytes, compiled_activation_bytes(c), c->layout.persistent_bytes);
     fprintf(out, "  \"memory_budget\": %zu,\n  \"recomputed\": %d,\n", c->budget, c->nrecomputed);
+    fprintf(out, "  \"checkpoint_segments\": %d,\n  \"recomputed_flops\": %.0f,\n  \"forward_flops\": %.0f,\n",
+            compiled_segments(c), c->schedule ? c->schedule->flops : 0,
+            recompute_forward_flops(c->p));
     fputs("  \"fusion_groups\": [", out);
     const IrGraph *g = &p->train;
     for (int k = 1; k <= g->ngroups; k++) stats_group(out, g, k, k == 1);
@@ -394,10 +397,9 @@ static void boundary_reason(const Compiled *cc, Boundaries *b, int pn, int up, i
     else if (ir_op_is_reduction(P->op) && !(gp && gc && gp->kind == IR_GROUP_ROW))
         snprintf(why, len, "a reduction is whole only when its kernel ends, so its readers "
                            "run in the next one");
-    else if ((P->recompute && !C->recompute && cn < g->nforward) ||
-             (C->recompute && !P->recompute && pn < g->nforward))
-        snprintf(why, len, "checkpointing: a recomputed value belongs to the backward, and a "
-                           "kernel does not mix it with the forward");
+    else if (P->recompute != C->recompute)
+        snprintf(why, len, "checkpointing: recomputed values have kernels of their own, apart "
+                           "from the forward's and from the backward's that wait for them");
     else if (!ir_shape_fits(&P->shape, unit_work(g, uc)))
         snprintf(why, len, "different work: %s against %s",
                  ir_shape_str(p, unit_work(g, up), a, sizeof a),
@@ -542,7 +544,7 @@ static void explain_boundaries(const Compiled *c, FILE *out)
 static void explain_recompute(const Compiled *c, FILE *out)
 {
     const IrProgram *p = c->p;
-    const IrGraph *g = &p->train;
+    const RecomputeSchedule *s = c->schedule;
     fprintf(out, "\nActivation checkpointing: checkpoint = %s", config_checkpoint_name(p->cfg.checkpoint));
     if (p->cfg.checkpoint == CKPT_AUTO) {
         char b[32];
@@ -550,14 +552,25 @@ static void explain_recompute(const Compiled *c, FILE *out)
         if (c->budget) fprintf(out, ", budget %s%s", b, c->over_budget ? " (not met)" : "");
         else fputs(", no budget known (no `memory`, no GPU): nothing recomputed", out);
     }
-    fprintf(out, "; %d forward values recomputed in the backward\n", c->nrecomputed);
-    for (int id = 0; id < g->nnodes; id++) {
-        const IrNode *n = &g->nodes[id];
-        if (!n->recompute) continue;
-        char shape[96];
-        fprintf(out, "  %-22s %-5s %-14s line %d\n", n->name ? n->name : ir_op_name(n->op),
-                ir_dtype_name(n->dtype), ir_shape_str(p, &n->shape, shape, sizeof shape), n->loc.line);
+    if (!s || s->nnodes == 0) {
+        fputs("; nothing recomputed", out);
+        if (c->choices.n) fprintf(out, " (of %d schedules on the frontier)", c->choices.n);
+        fputc('\n', out);
+        return;
     }
+    double fwd = c->choices.forward_flops;
+    fprintf(out, "; the schedule %d of %d on the frontier: %d segment%s recomputed in the backward, "
+                 "%d values, %.3g FLOPs per micro-batch (%.0f%% of the forward's %.3g)\n",
+            (int)(s - c->choices.s) + 1, c->choices.n, compiled_segments(c), compiled_segments(c) == 1 ? "" : "s", s->nnodes, s->flops,
+            fwd > 0 ? 100 * s->flops / fwd : 0, fwd);
+    const char *from = "the inputs";
+    for (int k = 0, shown = 0; k < s->nkept; k++) {
+        if (s->segment_nodes[k])    /* a kept cut with nothing to recompute before it: no segment */
+            fprintf(out, "  segment %d: after %s, up to %s (kept): %d recomputed, %.3g FLOPs\n",
+                    ++shown, from, c->kept_words[k], s->segment_nodes[k], s->segment_flops[k]);
+        from = c->kept_words[k];
+    }
+    fprintf(out, "  after %s: kept as the forward left it\n", from);
 }
 
 /* The first node of G after ID that reads ID, through casts (autocast's), or -1. */

@@ -688,6 +688,50 @@ static void cache_end(char *saved)
     free(saved);
 }
 
+/* FILE trained on the emulation in mode MODE_ with checkpoint = none and with `all`
+ * (the least-memory schedule: matrix products, dropouts and layer norms recomputed): the
+ * same weights and totals bit for bit. In max-autotune each run tunes, and the choices
+ * files hold as many GEMM keys: a recomputed GEMM takes its original's choice. */
+static void check_checkpoint_exact(const char *file, const Override *ov, int nov, PlanMode mode_)
+{
+    printf("training %s on the emulation in %s: checkpoint = all against none, bit for bit\n",
+           file, plan_mode_name(mode_));
+    char want[256], got[256];
+    snprintf(want, sizeof want, "%s", tmp_path("plain.safetensors"));
+    snprintf(got, sizeof got, "%s", tmp_path("checkpointed.safetensors"));
+    Override o[8];
+    CHECK(nov < 8);
+    memcpy(o, ov, (size_t)nov * sizeof *ov);
+    char *saved_xdg = cache_start("ckpt_cache");
+    const char *save[2] = { want, got }, *policy[2] = { "none", "all" };
+    int gemm_keys[2] = { 0, 0 };
+    PlanMode before = mode;
+    mode = mode_;
+    for (int i = 0; i < 2; i++) {
+        o[nov] = (Override){"checkpoint", "checkpoint", policy[i]};
+        Model m;
+        if (model_open(&m, file, o, nov + 1)) {
+            CHECK(i == 0 ? m.compiled.nrecomputed == 0 : m.compiled.nrecomputed > 0);
+            capture_start();
+            CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = save[i], .tune_budget_s = 1e9}), 0);
+            capture_end();
+            TuneFile have;
+            char path[4200];
+            if (mode_ == PLAN_MAX_AUTOTUNE && load_choices(&m, &have, path, sizeof path) == TUNE_FOUND) {
+                for (int k = 0; k < have.nchoices; k++) gemm_keys[i] += have.choices[k].kind == TUNE_GEMM;
+                tune_free(&have);
+            }
+        }
+        model_close(&m);
+    }
+    /* a recomputed GEMM has its original's key, so takes its choice: no key of its own */
+    CHECK_EQ_INT(gemm_keys[1], gemm_keys[0]);
+    if (mode_ == PLAN_MAX_AUTOTUNE) CHECK(gemm_keys[0] > 0);
+    mode = before;
+    cache_end(saved_xdg);
+    compare_checkpoints(got, want, 0.0);
+}
+
 /* max-autotune on the emulation, which offers three GEMM algorithms (each the reference
  * GEMM): the first run times the candidates and writes the choices file, each choice one
  * of the candidates; the next runs read it back and run what it says (rewritten here:
@@ -1466,6 +1510,20 @@ int main(int argc, char **argv)
                         {"steps", "steps", "40"}, {"checkpoint", "checkpoint", "all"}};
     check_training("mlp.net", ckpt, 4, 2e-2, false);
     check_anomaly();
+    /* checkpointing replays the same kernels on the same values: bit for bit, residual
+     * branches, dropout and layer norms (resmlp), convolutions (conv_chain), fp16's loss
+     * scaling (mlp), in the fused modes; under ASan the first two */
+    Override drop_ck[3] = {{"precision", "precision", "bf16"}, {"batch", "batch", "16"},
+                           {"steps", "steps", "6"}};
+    check_checkpoint_exact("resmlp.net", drop_ck, 3, PLAN_DEFAULT);
+    if (!asan) check_checkpoint_exact("resmlp.net", drop_ck, 3, PLAN_REDUCE_OVERHEAD);
+    Override conv_ck[2] = {{"precision", "precision", "fp16"}, {"steps", "steps", "3"}};
+    char convs[4200];
+    snprintf(convs, sizeof convs, "%s/../tests/emu/models/conv_chain.net", CGC_MODELS_DIR);
+    check_checkpoint_exact(convs, conv_ck, 2, PLAN_DEFAULT);
+    Override half_ck[3] = {{"precision", "precision", "fp16"}, {"batch", "batch", "32"},
+                           {"steps", "steps", "8"}};
+    if (!asan) check_checkpoint_exact("mlp.net", half_ck, 3, PLAN_MAX_AUTOTUNE);
 
     /* reduce-overhead: the default mode's kernels, the step counter on the device, each
      * micro-batch captured once and replayed */

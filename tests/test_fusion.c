@@ -526,12 +526,14 @@ static bool train_identically(IrProgram *plain, IrProgram *fused)
 
 /* ---- the cases ---- */
 
-/* checkpoint = all, as compile_program runs it: recomputation before fusion. */
+/* Checkpointing's least-memory schedule, as compile_program runs it: recomputation
+ * before fusion. */
 static void recompute_all(IrProgram *p)
 {
-    int *cand = NULL, n = recompute_candidates(p, &cand);
-    recompute_apply(p, cand, n);
-    free(cand);
+    RecomputeChoices rc;
+    recompute_choices(p, &rc);
+    recompute_apply(p, rc.s[rc.n - 1].nodes, rc.s[rc.n - 1].nnodes);
+    recompute_choices_free(&rc);
 }
 
 /* The most operands any group of P's graphs takes. */

@@ -1,22 +1,31 @@
-/* test_recompute.c: activation checkpointing (compiler/recompute.c).
+/* test_recompute.c: activation checkpointing (compiler/recompute.c, driver/compile.c).
  *
  *  1. Gradients unchanged: every model in models/ at fp32, bf16 and fp16 (and mlp and
  *     resmlp with gradient accumulation, so that train_micro is rebuilt too) is compiled
- *     twice; one copy recomputes every candidate. Both train 10 optimizer steps on the
+ *     twice; one copy recomputes the least-memory schedule's values, and one more copy a
+ *     schedule from the middle of the frontier. Each trains 10 optimizer steps on the
  *     CPU executor from the same seed on the same random batches: every persistent
  *     tensor and every run's loss must be bit-identical. The rebuilt graphs are checked
  *     for shape: the forward untouched, no backward node reads a recomputed node's
- *     original, and every recompute node is one copy of a candidate, reading the copies
- *     of its recomputed inputs and the originals of the others. n = 0 changes nothing.
- *  2. Peak memory (driver/compile.h, default mode): recomputing every candidate of
- *     mlp.net (fp16) must lower the planned activation bytes; `auto` with a budget
- *     between the two must fit it, and with a budget no plan reaches must warn and keep
- *     all.
- *  3. Candidate order: sorted by FLOPs per byte from this file's own copy of the cost
- *     table that recompute.c documents, ties by id.
+ *     original, and every recompute node is one copy of a recomputed node, reading the
+ *     copies of its recomputed inputs and the originals of the others. n = 0 changes
+ *     nothing.
+ *  2. The cost model against a closed formula: on a 6-layer tanh MLP in f32, the FLOPs
+ *     and the modelled peak of schedules keeping one or two layer outputs, from the
+ *     layer sizes alone (matmul 2*N*K*W, add 1 and tanh 10 per element).
+ *  3. The solver against brute force: on small models (a chain, resmlp with its residual
+ *     branches and dropout, regression) every subset of the cuts is a schedule; the
+ *     Pareto frontier of (FLOPs, modelled peak) over all of them must be the solver's.
+ *  4. Planned memory (driver/compile.h, default mode) on 16- and 32-layer MLPs, resmlp
+ *     and mlp: `all` lowers the activation bytes (to at most 45% of none's for 16 layers,
+ *     40% for 32); `auto` fits every budget between the two with exactly the FLOPs of
+ *     the first frontier schedule whose plan fits (found here by a linear scan), and
+ *     never more than keeping every k-th layer's output (k = 2 .. 8) that fits the same
+ *     budget; below every plan it warns, names a batch, and keeps the least memory.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -93,11 +102,14 @@ static bool same_op(const IrNode *a, const IrNode *b)
  * candidate each earlier recompute node copies, -1 for others), or -1 when none: same op
  * and attributes, each input a copy of the original's input when that is recomputed too
  * (CAND), else that input itself. */
-static int copied_candidate(const IrGraph *g, int j, const int *copy_of, const bool *cand)
+static int copied_candidate(const IrGraph *g, int j, const int *copy_of, const bool *cand,
+                            const int *copies)
 {
     const IrNode *n = &g->nodes[j];
     for (int c = 0; c < g->nforward; c++) {
-        if (!cand[c] || !same_op(n, &g->nodes[c])) continue;
+        /* identical forward nodes (a convolution's lowering makes some) are told apart by
+         * which is copied already */
+        if (!cand[c] || copies[c] || !same_op(n, &g->nodes[c])) continue;
         bool inputs = true;
         for (int k = 0; k < n->nin; k++) {
             int in = n->in[k], want = g->nodes[c].in[k];
@@ -123,7 +135,7 @@ static void check_rebuilt(const IrGraph *before, const IrGraph *g, const int *ca
     for (int j = g->nforward; j < g->nnodes; j++) {
         const IrNode *node = &g->nodes[j];
         for (int k = 0; k < node->nin; k++) bad_reads += node->in[k] < g->nforward && is_cand[node->in[k]];
-        copy_of[j] = node->recompute ? copied_candidate(g, j, copy_of, is_cand) : -1;
+        copy_of[j] = node->recompute ? copied_candidate(g, j, copy_of, is_cand, copies) : -1;
         if (node->recompute) {
             ncopies++;
             bad_copies += copy_of[j] < 0;
@@ -227,42 +239,47 @@ static void compare_runs(const IrProgram *p, CpuExec *plain, CpuExec *ckpt, cons
     CHECK(memcmp(la, lb, (size_t)nruns * sizeof *la) == 0);
 }
 
-static void test_same_training(const char *path, const char *precision, const char *accumulate)
+/* PATH at PRECISION with gradient accumulation ACCUMULATE, trained plainly and with the
+ * schedule of index WHICH of its frontier (-1: the last, least memory): bit for bit. */
+static void same_training(const char *path, const char *precision, const char *accumulate, int which)
 {
     char what[600];
-    snprintf(what, sizeof what, "%s %s accumulate %s", path, precision, accumulate);
+    snprintf(what, sizeof what, "%s %s accumulate %s schedule %d", path, precision, accumulate, which);
     printf("%s\n", what);
     Override ov[2] = { {"precision", "precision", precision}, {"accumulate", "accumulate", accumulate} };
     IrProgram *plain = compile_model(path, ov, 2), *ckpt = compile_model(path, ov, 2);
     if (!plain || !ckpt) return;
-    int *cand = NULL;
-    int n = recompute_candidates(ckpt, &cand);
-    /* regression's one activation, tanh(linear), does not pay (see test_candidates), nor
-     * do the relus of mlp and narrow_mlp in f32 (whose gradient reads their output, kept
-     * anyway) */
-    bool relu_mlp = strstr(path, "/mlp.net") || strstr(path, "/narrow_mlp.net");
-    CHECK(n > 0 || strstr(path, "regression.net") || (relu_mlp && !strcmp(precision, "fp32")));
-    if (!candidates_in(&ckpt->train, cand, n)) {
-        free(cand);
-        ir_program_free(plain);
-        ir_program_free(ckpt);
-        return;
+    RecomputeChoices rc;
+    recompute_choices(ckpt, &rc);
+    /* every model has something worth recomputing but regression, whose one hidden
+     * layer would be recomputed from the input only to be kept beside the output */
+    CHECK(rc.n >= 2 || strstr(path, "/regression.net"));
+    const RecomputeSchedule *s = &rc.s[which < 0 || which >= rc.n ? rc.n - 1 : which];
+    int n = s->nnodes;
+    CHECK(n > 0 || rc.n < 2);
+    if (candidates_in(&ckpt->train, s->nodes, n)) {
+        recompute_apply(ckpt, s->nodes, n);
+        check_rebuilt(&plain->train, &ckpt->train, s->nodes, n);
+        if (plain->train_micro.nnodes) check_rebuilt(&plain->train_micro, &ckpt->train_micro, s->nodes, n);
+        CHECK_EQ_INT(ckpt->train.nnodes, plain->train.nnodes + n);   /* each needed: one copy */
+        int nruns = STEPS * (plain->cfg.accumulate > 1 ? (int)plain->cfg.accumulate : 1);
+        double *la = calloc((size_t)nruns, sizeof *la), *lb = calloc((size_t)nruns, sizeof *lb);
+        CpuExec *a = train(plain, la), *b = train(ckpt, lb);
+        compare_runs(plain, a, b, la, lb, nruns, what);
+        cpu_exec_free(a);
+        cpu_exec_free(b);
+        free(la);
+        free(lb);
     }
-    recompute_apply(ckpt, cand, n);
-    check_rebuilt(&plain->train, &ckpt->train, cand, n);
-    if (plain->train_micro.nnodes) check_rebuilt(&plain->train_micro, &ckpt->train_micro, cand, n);
-    CHECK_EQ_INT(ckpt->train.nnodes, plain->train.nnodes + n);   /* the backward reads each */
-    int nruns = STEPS * (plain->cfg.accumulate > 1 ? (int)plain->cfg.accumulate : 1);
-    double *la = calloc((size_t)nruns, sizeof *la), *lb = calloc((size_t)nruns, sizeof *lb);
-    CpuExec *a = train(plain, la), *b = train(ckpt, lb);
-    compare_runs(plain, a, b, la, lb, nruns, what);
-    cpu_exec_free(a);
-    cpu_exec_free(b);
-    free(la);
-    free(lb);
-    free(cand);
+    recompute_choices_free(&rc);
     ir_program_free(plain);
     ir_program_free(ckpt);
+}
+
+static void test_same_training(const char *path, const char *precision, const char *accumulate)
+{
+    same_training(path, precision, accumulate, -1);
+    same_training(path, precision, accumulate, 1);
 }
 
 static bool same_graph(const IrGraph *a, const IrGraph *b)
@@ -292,182 +309,163 @@ static void test_apply_none(const char *path)
     ir_program_free(p);
 }
 
-/* ---- candidates ---- */
+/* ---- generated models ---- */
 
-/* The cost table recompute.c documents, kept here on its own so that a change to
- * either shows. */
-static double documented_cost(IrOp op)
+static char tmpdir[64];
+
+/* A tanh MLP of LAYERS hidden layers of WIDTH (inputs 784, 10 classes) at BATCH rows, in
+ * f32: written to the test's directory; returns its path (static). */
+static const char *write_mlp(int layers, int width, int batch)
 {
-    switch (op) {
-    case IR_DIV: case IR_SQRT: case IR_RSQRT:
-        return 4;
-    case IR_EXP: case IR_LOG: case IR_TANH: case IR_SIGMOID: case IR_SILU: case IR_GELU:
-    case IR_GELU_TANH: case IR_COS: case IR_POW: case IR_DROPOUT: case IR_GELU_GRAD:
-    case IR_GELU_TANH_GRAD: case IR_SILU_GRAD:
-        return 10;
-    default:
-        return 1;
+    static char path[160];
+    snprintf(path, sizeof path, "%s/mlp%d_%d_%d.net", tmpdir, layers, width, batch);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return path;
+    fprintf(f, "model deep {\n    input x: f32[N, 784]\n    input y: i32[N]\n");
+    fprintf(f, "    h1 = tanh(linear(x, %d))\n", width);
+    for (int i = 2; i <= layers; i++) fprintf(f, "    h%d = tanh(linear(h%d, %d))\n", i, i - 1, width);
+    fprintf(f, "    logits = linear(h%d, 10)\n    output logits\n    loss cross_entropy(logits, y)\n}\n"
+               "train {\n    data = synthetic\n    batch = %d\n    optimizer = sgd(lr = 0.01)\n}\n",
+            layers, batch);
+    fclose(f);
+    return path;
+}
+
+/* The forward node of P named NAME, or -1. */
+static int named(const IrProgram *p, const char *name)
+{
+    for (int i = 0; i < p->train.nforward; i++)
+        if (p->train.nodes[i].name && strcmp(p->train.nodes[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* ---- the cost model against a closed formula ---- */
+
+enum { CF_LAYERS = 6, CF_WIDTH = 64, CF_BATCH = 32 };
+
+/* FLOPs of hidden layer I (1-based) of the closed-form MLP: matmul, bias add, tanh. */
+static double layer_flops(int i)
+{
+    double k = i == 1 ? 784 : CF_WIDTH, nw = (double)CF_BATCH * CF_WIDTH;
+    return 2 * CF_BATCH * k * CF_WIDTH + nw * 1 + nw * 10;
+}
+
+/* Schedule keeping h<A> (and h<B> when B > 0) of P, against the formula. */
+static void check_formula(const IrProgram *p, int a, int b)
+{
+    double u = (double)CF_BATCH * CF_WIDTH * 4, logits = (double)CF_BATCH * 10 * 4;
+    int kept[2], n = 0;
+    char name[16];
+    snprintf(name, sizeof name, "h%d", a);
+    kept[n++] = named(p, name);
+    if (b > 0) {
+        snprintf(name, sizeof name, "h%d", b);
+        kept[n++] = named(p, name);
     }
-}
-
-static double per_byte(const IrProgram *p, const IrNode *n)
-{
-    int64_t symvals[IR_MAX_SYMBOLS] = {p->cfg.batch, 1, 1, 1, 1, 1, 1, 1};
-    int64_t numel = ir_numel(&n->shape, symvals);
-    int size = n->dtype == DT_F16 || n->dtype == DT_BF16 ? 2 : 4;
-    return (double)numel * documented_cost(n->op) / ((double)numel * size);
-}
-
-static bool read_by_backward(const IrGraph *g, int id)
-{
-    for (int i = g->nforward; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            if (g->nodes[i].in[k] == id) return true;
-    return false;
-}
-
-static bool recomputable_op(IrOp op)
-{
-    IrOpClass c = ir_op_info[op].cls;
-    return c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY ||
-           op == IR_BROADCAST || op == IR_DROPOUT;
-}
-
-static double bytes_of(const IrProgram *p, const IrNode *n)
-{
-    int64_t symvals[IR_MAX_SYMBOLS] = {p->cfg.batch, 1, 1, 1, 1, 1, 1, 1};
-    return (double)ir_numel(&n->shape, symvals) * (n->dtype == DT_F16 || n->dtype == DT_BF16 ? 2 : 4);
-}
-
-/* Whether a member of SET reads forward node X. */
-static bool read_by_set(const IrGraph *g, const bool *set, int x)
-{
-    for (int i = 0; i < g->nforward; i++)
-        for (int k = 0; set[i] && k < g->nodes[i].nin; k++)
-            if (g->nodes[i].in[k] == x) return true;
-    return false;
-}
-
-/* passes.h's rule, restated: recomputable forward nodes, less those that neither the
- * backward nor a member reads and those with an input that is no leaf, not in the set,
- * not read by the backward, and at least as large, until none is left. Fills SET (per
- * forward node). */
-static void paying_set(const IrProgram *p, const IrGraph *g, bool *set)
-{
-    for (int i = 0; i < g->nforward; i++) set[i] = recomputable_op(g->nodes[i].op);
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int i = 0; i < g->nforward; i++) {
-            const IrNode *n = &g->nodes[i];
-            if (set[i] && !read_by_backward(g, i) && !read_by_set(g, set, i))
-                set[i] = false, changed = true;
-            for (int k = 0; set[i] && k < n->nin; k++) {
-                const IrNode *in = &g->nodes[n->in[k]];
-                bool kept = ir_op_info[in->op].cls == IR_CLASS_LEAF || set[n->in[k]] ||
-                            read_by_backward(g, n->in[k]);
-                if (!kept && bytes_of(p, in) >= bytes_of(p, n)) set[i] = false, changed = true;
-            }
-        }
+    double flops = 0, peak;
+    for (int i = 1; i < a; i++) flops += layer_flops(i);
+    if (b > 0) {
+        for (int i = a + 1; i < b; i++) flops += layer_flops(i);
+        peak = fmax(fmax(a * u, u + (b - a) * u), 2 * u + (CF_LAYERS - b) * u + logits);
+    } else {
+        peak = fmax(a * u, u + (CF_LAYERS - a) * u + logits);
     }
+    RecomputeSchedule s;
+    recompute_schedule(p, kept, n, &s);
+    if (s.flops != flops || s.peak != peak)
+        fprintf(stderr, "keeping h%d h%d: flops %.0f (formula %.0f), peak %.0f (formula %.0f)\n",
+                a, b, s.flops, flops, s.peak, peak);
+    CHECK(s.flops == flops);
+    CHECK(s.peak == peak);
+    CHECK_EQ_INT(s.nkept, n);
+    recompute_schedule_free(&s);
 }
 
-/* Every candidate of PATH at PRECISION: sorted by the documented cost per byte (ties by
- * id), each a recomputable forward node the backward reads whose recomputation pays, and
- * none left out. Returns
- * how many, and whether an op named OP is among them in *HAS. */
-static int check_candidates(const char *path, const char *precision, IrOp op, bool *has)
+static void test_formula(void)
+{
+    const char *path = write_mlp(CF_LAYERS, CF_WIDTH, CF_BATCH);
+    IrProgram *p = compile_model(path, NULL, 0);
+    if (!p) return;
+    RecomputeSchedule none;
+    recompute_schedule(p, NULL, 0, &none);
+    CHECK(none.flops == 0 && none.nnodes == 0);
+    CHECK(none.peak == CF_LAYERS * (double)CF_BATCH * CF_WIDTH * 4 + CF_BATCH * 10 * 4);
+    recompute_schedule_free(&none);
+    RecomputeChoices rc;
+    recompute_choices(p, &rc);
+    for (int i = 1; i <= CF_LAYERS; i++) {    /* every layer's output is a cut */
+        char name[16];
+        snprintf(name, sizeof name, "h%d", i);
+        bool cut = false;
+        for (int c = 0; c < rc.ncuts; c++) cut |= rc.cuts[c] == named(p, name);
+        CHECK(cut);
+    }
+    CHECK(rc.n >= 3);
+    recompute_choices_free(&rc);
+    for (int a = 1; a <= CF_LAYERS; a++) {
+        check_formula(p, a, 0);
+        for (int b = a + 1; b <= CF_LAYERS; b++) check_formula(p, a, b);
+    }
+    ir_program_free(p);
+}
+
+/* ---- the solver against brute force ---- */
+
+typedef struct Point {
+    double flops, peak;
+} Point;
+
+static int by_flops(const void *a, const void *b)
+{
+    const Point *x = a, *y = b;
+    if (x->flops != y->flops) return x->flops < y->flops ? -1 : 1;
+    return (x->peak > y->peak) - (x->peak < y->peak);
+}
+
+enum { MAX_BRUTE_CUTS = 16 };
+
+static void test_frontier_exact(const char *path, const char *precision)
 {
     Override ov[1] = { {"precision", "precision", precision} };
     IrProgram *p = compile_model(path, ov, 1);
-    if (!p) return 0;
-    const IrGraph *g = &p->train;
-    int *cand = NULL;
-    int n = recompute_candidates(p, &cand);
-    if (!candidates_in(g, cand, n)) n = 0;
-    int expected = 0, unsorted = 0;
-    bool *set = calloc((size_t)g->nforward + 1, sizeof *set);
-    paying_set(p, g, set);
-    for (int i = 0; i < g->nforward; i++) expected += set[i];
-    CHECK_EQ_INT(n, expected);
-    *has = false;
-    for (int k = 0; k < n; k++) {
-        const IrNode *node = &g->nodes[cand[k]];
-        CHECK(cand[k] < g->nforward && set[cand[k]]);
-        CHECK(recomputable_op(node->op));
-        *has |= node->op == op;
-        if (k == 0) continue;
-        double a = per_byte(p, &g->nodes[cand[k - 1]]), b = per_byte(p, node);
-        unsorted += a > b || (a == b && cand[k - 1] >= cand[k]);
-    }
-    CHECK_EQ_INT(unsorted, 0);
-    free(set);
-    free(cand);
-    ir_program_free(p);
-    return n;
-}
-
-static void test_candidates(void)
-{
-    char mlp[600], resmlp[600], regression[600];
-    snprintf(mlp, sizeof mlp, "%s/mlp.net", CGC_MODELS_DIR);
-    snprintf(resmlp, sizeof resmlp, "%s/resmlp.net", CGC_MODELS_DIR);
-    snprintf(regression, sizeof regression, "%s/regression.net", CGC_MODELS_DIR);
-    bool has;
-    /* mlp in fp16: the input casts; not the relus, whose gradient reads their output,
-     * which the next layer's weight gradient keeps anyway (recomputing needs the input) */
-    CHECK(check_candidates(mlp, "fp16", IR_CAST, &has) > 0);
-    CHECK(has);
-    CHECK(check_candidates(mlp, "fp16", IR_RELU, &has) > 0);
-    CHECK(!has);
-    /* Costlier ops among cheap ones: resmlp's dropouts (10) among layernorm's arithmetic
-     * and casts. */
-    CHECK(check_candidates(resmlp, "bf16", IR_DROPOUT, &has) > 0);
-    CHECK(has);
-    /* Recomputations that do not pay: regression's tanh(x @ W + b) would keep x @ W + b,
-     * as large, instead of its output; so would mlp's bias adds. */
-    CHECK(check_candidates(regression, "fp32", IR_TANH, &has) == 0);
-    CHECK(!has);
-    check_candidates(mlp, "fp32", IR_ADD, &has);
-    CHECK(!has);
-    /* In mlp at fp16 the f32 cast the loss reads (1 FLOP / 4 bytes) is cheapest of all. */
-    Override ov[1] = { {"precision", "precision", "fp16"} };
-    IrProgram *p = compile_model(mlp, ov, 1);
     if (!p) return;
-    int *cand = NULL;
-    int n = recompute_candidates(p, &cand);
-    CHECK(n > 0 && candidates_in(&p->train, cand, n) && p->train.nodes[cand[0]].op == IR_CAST &&
-          p->train.nodes[cand[0]].dtype == DT_F32);
-    free(cand);
+    RecomputeChoices rc;
+    recompute_choices(p, &rc);
+    printf("%s %s: %d cuts, %d schedules on the frontier\n", path, precision, rc.ncuts, rc.n);
+    CHECK(rc.ncuts >= 3 && rc.ncuts <= MAX_BRUTE_CUTS);
+    if (rc.ncuts < 3 || rc.ncuts > MAX_BRUTE_CUTS) {
+        recompute_choices_free(&rc);
+        ir_program_free(p);
+        return;
+    }
+    int total = 1 << rc.ncuts, nf = 0;
+    Point *pt = malloc((size_t)total * sizeof *pt);
+    int kept[MAX_BRUTE_CUTS];
+    for (int mask = 0; mask < total; mask++) {
+        int n = 0;
+        for (int c = 0; c < rc.ncuts; c++)
+            if (mask >> c & 1) kept[n++] = rc.cuts[c];
+        RecomputeSchedule s;
+        recompute_schedule(p, kept, n, &s);
+        pt[mask] = (Point){ s.flops, s.peak };
+        recompute_schedule_free(&s);
+    }
+    qsort(pt, (size_t)total, sizeof *pt, by_flops);
+    for (int i = 0; i < total; i++)     /* fewer FLOPs first: each point under every earlier one */
+        if (nf == 0 || pt[i].peak < pt[nf - 1].peak) pt[nf++] = pt[i];
+    CHECK_EQ_INT(rc.n, nf);
+    int differ = 0;
+    for (int i = 0; i < nf && i < rc.n; i++)
+        if (rc.s[i].flops != pt[i].flops || rc.s[i].peak != pt[i].peak) {
+            fprintf(stderr, "frontier point %d: solver %.0f FLOPs %.0f bytes, brute force %.0f %.0f\n",
+                    i, rc.s[i].flops, rc.s[i].peak, pt[i].flops, pt[i].peak);
+            differ++;
+        }
+    CHECK_EQ_INT(differ, 0);
+    free(pt);
+    recompute_choices_free(&rc);
     ir_program_free(p);
-}
-
-/* ---- peak memory ---- */
-
-static IrProgram *compile_mlp(const char *batch, const char *mode, const char *memory)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/mlp.net", CGC_MODELS_DIR);
-    Override ov[4] = { {"precision", "precision", "fp16"}, {"batch", "batch", batch},
-                       {"checkpoint", "checkpoint", mode}, {"memory", "memory", memory} };
-    return compile_model(path, ov, memory ? 4 : 3);
-}
-
-static int compile_plan(IrProgram *p, Compiled *c)
-{
-    CompileOptions o = {.mode = PLAN_DEFAULT, .net_path = "mlp.net"};
-    return compile_program(p, &o, c);
-}
-
-static size_t activation_bytes(const char *batch, const char *mode)
-{
-    IrProgram *p = compile_mlp(batch, mode, NULL);
-    if (!p) return 0;
-    Compiled c;
-    CHECK_EQ_INT(compile_plan(p, &c), 0);
-    size_t bytes = compiled_activation_bytes(&c);
-    compiled_free(&c);
-    ir_program_free(p);
-    return bytes;
 }
 
 /* What the compiler writes to stderr between capture_start and capture_end. */
@@ -499,18 +497,18 @@ static const char *capture_end(void)
     return captured;
 }
 
-/* `auto` under BUDGET bytes: the plan it chose, and what it said. The caller frees c->p
- * after compiled_free. */
-static void compile_auto(const char *batch, size_t budget, Compiled *c, const char **said)
+/* ---- planned memory ---- */
+
+/* PATH (with OV) compiled by compile_program in the default mode; *BYTES its planned
+ * activation bytes. The caller frees c->p after compiled_free. */
+static void compile_path(const char *path, const Override *ov, int nov, Compiled *c, const char **said)
 {
-    char memory[32];
-    snprintf(memory, sizeof memory, "%zu", budget);
-    IrProgram *p = compile_mlp(batch, "auto", memory);
+    IrProgram *p = compile_model(path, ov, nov);
     memset(c, 0, sizeof *c);
-    *said = "";     /* read by the caller's checks, which fail without a compile */
+    *said = "";
     if (!p) return;
     capture_start();
-    int rc = compile_plan(p, c);
+    int rc = compile_program(p, &(CompileOptions){.mode = PLAN_DEFAULT, .net_path = path}, c);
     *said = capture_end();
     CHECK_EQ_INT(rc, 0);
 }
@@ -522,60 +520,146 @@ static void free_compiled(Compiled *c)
     ir_program_free(p);
 }
 
-static void test_peak(const char *batch)
+static size_t policy_bytes(const char *path, const char *precision, const char *policy)
 {
-    size_t none = activation_bytes(batch, "none"), all = activation_bytes(batch, "all");
-    printf("mlp.net fp16 batch %s: activation bytes none %zu, all %zu\n", batch, none, all);
-    CHECK(none > 0);
-    CHECK(all < none);
-    if (!(all < none)) return;
-
+    Override ov[2] = { {"precision", "precision", precision}, {"checkpoint", "checkpoint", policy} };
     Compiled c;
     const char *said;
-    size_t budget = all + (none - all) / 2;
-    compile_auto(batch, budget, &c, &said);
-    printf("  auto, budget %zu: %zu bytes, %d recomputed\n", budget, compiled_activation_bytes(&c), c.nrecomputed);
-    CHECK(compiled_activation_bytes(&c) <= budget);
-    CHECK(c.nrecomputed > 0);
-    CHECK(c.budget == budget && !c.over_budget);
-    CHECK(strstr(said, "warning") == NULL);
-    free_compiled(&c);
+    compile_path(path, ov, 2, &c, &said);
+    size_t bytes = c.p ? compiled_activation_bytes(&c) : 0;
+    if (c.p) free_compiled(&c);
+    return bytes;
+}
 
-    int *cand = NULL;
-    IrProgram *p = compile_mlp(batch, "none", NULL);
-    int n = p ? recompute_candidates(p, &cand) : 0;
-    free(cand);
+/* The planned activation bytes of PATH with schedule S applied, compiled here step by
+ * step as a trial of compile.c does (the oracle of `auto`'s choice). */
+static size_t planned_with(const char *path, const RecomputeSchedule *s)
+{
+    IrProgram *p = compile_model(path, NULL, 0);
+    if (!p) return 0;
+    recompute_apply(p, s->nodes, s->nnodes);
+    fusion_assign(p);
+    Plan *plan = plan_build(p, PLAN_DEFAULT, path);
+    int64_t symmax[IR_MAX_SYMBOLS] = {p->cfg.batch, 1, 1, 1, 1, 1, 1, 1};
+    PlanLayout l;
+    plan_layout(plan, symmax, true, &l);
+    size_t a = l.graph_bytes[PG_TRAIN], b = l.graph_bytes[PG_TRAIN_MICRO];
+    plan_layout_free(&l);
+    plan_free(plan);
     ir_program_free(p);
-    /* Not all - 1: recomputing fewer can need less than recomputing all (a copy keeps
-     * its inputs alive until it is made), so only a budget below every plan is sure to
-     * be out of reach. */
-    compile_auto(batch, 1, &c, &said);
-    printf("  auto, budget 1 byte: %zu bytes, %d of %d recomputed\n", compiled_activation_bytes(&c), c.nrecomputed, n);
-    CHECK(c.over_budget);
-    CHECK_EQ_INT(c.nrecomputed, n);
-    CHECK(c.budget == 1 && strstr(said, "checkpoint = auto") != NULL);
-    CHECK_EQ_INT(compiled_activation_bytes(&c), all);
-    free_compiled(&c);
+    return a > b ? a : b;
+}
+
+/* `all` lowers PATH's planned activation bytes to at most PERCENT of none's. */
+static void test_all_lowers(const char *path, const char *precision, int percent)
+{
+    size_t none = policy_bytes(path, precision, "none"), all = policy_bytes(path, precision, "all");
+    printf("%s %s: activation bytes none %zu, all %zu (%.1f%%)\n", path, precision, none, all,
+           none ? 100.0 * (double)all / (double)none : 0);
+    CHECK(none > 0 && all > 0);
+    CHECK((double)all * 100 <= (double)none * percent);
+}
+
+enum { MAX_K = 8 };
+
+/* `auto` on PATH (an MLP of LAYERS from write_mlp) at budgets between `all` and `none`
+ * and at every baseline's own bytes: it fits, with the FLOPs of the first frontier
+ * schedule whose plan fits, and no more than any baseline that fits. */
+static void test_budgets(const char *path, int layers)
+{
+    IrProgram *p = compile_model(path, NULL, 0);
+    if (!p) return;
+    RecomputeChoices rc;
+    recompute_choices(p, &rc);
+    size_t *planned = malloc((size_t)rc.n * sizeof *planned);
+    for (int i = 0; i < rc.n; i++) planned[i] = planned_with(path, &rc.s[i]);
+    size_t base_bytes[MAX_K + 1];
+    double base_flops[MAX_K + 1];
+    for (int k = 2; k <= MAX_K; k++) {  /* keep every k-th layer's output */
+        int kept[64], n = 0;
+        for (int i = k; i < layers && n < 64; i += k) {
+            char name[16];
+            snprintf(name, sizeof name, "h%d", i);
+            kept[n++] = named(p, name);
+        }
+        RecomputeSchedule s;
+        recompute_schedule(p, kept, n, &s);
+        base_bytes[k] = planned_with(path, &s);
+        base_flops[k] = s.flops;
+        recompute_schedule_free(&s);
+    }
+    size_t none = planned[0], all = policy_bytes(path, "fp32", "all");
+    size_t budgets[5 + MAX_K];
+    int nb = 0;
+    for (int t = 1; t <= 9; t += 2) budgets[nb++] = all + (none - all) * (size_t)t / 10;
+    for (int k = 2; k <= MAX_K; k++) budgets[nb++] = base_bytes[k];
+    for (int b = 0; b < nb; b++) {
+        char memory[32];
+        snprintf(memory, sizeof memory, "%zu", budgets[b]);
+        Override ov[2] = { {"checkpoint", "checkpoint", "auto"}, {"memory", "memory", memory} };
+        Compiled c;
+        const char *said;
+        compile_path(path, ov, 2, &c, &said);
+        if (!c.p) continue;
+        int first = 0;
+        while (first < rc.n && planned[first] > budgets[b]) first++;
+        double flops = c.schedule ? c.schedule->flops : 0;
+        printf("  auto, budget %zu: %zu bytes, %.3g FLOPs recomputed\n", budgets[b],
+               compiled_activation_bytes(&c), flops);
+        CHECK(compiled_activation_bytes(&c) <= budgets[b] && !c.over_budget);
+        CHECK(strstr(said, "warning") == NULL);
+        CHECK(first < rc.n && flops == rc.s[first < rc.n ? first : 0].flops);
+        for (int k = 2; k <= MAX_K; k++)
+            if (base_bytes[k] <= budgets[b] && flops > base_flops[k]) {
+                fprintf(stderr, "auto recomputes %.0f FLOPs, keeping every %d-th layer %.0f\n",
+                        flops, k, base_flops[k]);
+                CHECK(!"auto no costlier than a baseline that fits");
+            }
+        free_compiled(&c);
+    }
+    /* below every plan: a warning naming the batch that would fit, and the least memory */
+    Override ov[2] = { {"checkpoint", "checkpoint", "auto"}, {"memory", "memory", "1"} };
+    Compiled c;
+    const char *said;
+    compile_path(path, ov, 2, &c, &said);
+    if (c.p) {
+        CHECK(c.over_budget && c.budget == 1);
+        CHECK(strstr(said, "checkpoint = auto") != NULL && strstr(said, "not even one row") != NULL);
+        CHECK_EQ_INT(compiled_activation_bytes(&c), all);
+        free_compiled(&c);
+    }
+    free(planned);
+    recompute_choices_free(&rc);
+    ir_program_free(p);
 }
 
 int main(void)
 {
     find_models();
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cgc_recompute_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     for (int m = 0; m < nmodels; m++)
         for (int k = 0; k < 3; k++) test_same_training(model_paths[m], precisions[k], "1");
-    char mlp[600];
+    char mlp[600], resmlp[600];
     snprintf(mlp, sizeof mlp, "%s/mlp.net", CGC_MODELS_DIR);
-    char resmlp[600];
     snprintf(resmlp, sizeof resmlp, "%s/resmlp.net", CGC_MODELS_DIR);
     test_same_training(mlp, "fp16", "2");
     test_same_training(resmlp, "bf16", "2");   /* dropout's counter is the micro-step */
     test_apply_none(mlp);
-    test_candidates();
-    /* Batches where mlp's activations outweigh its parameter gradients: at 64 or 256 rows
-     * the gradient of h1.weight alone (f16, then f32) is larger than every activation
-     * together, the step's peak is there, and recomputing cannot lower it. */
-    test_peak("2048");
-    test_peak("4096");
+    test_formula();
+    test_frontier_exact(write_mlp(3, 32, 16), "fp32");
+    test_frontier_exact(resmlp, "fp32");        /* residual branches, dropout */
+    test_frontier_exact(mlp, "fp16");
+    /* activations dominate: batch 8192 (only planned, never run) */
+    char deep16[160];
+    snprintf(deep16, sizeof deep16, "%s", write_mlp(15, 512, 8192));
+    test_all_lowers(deep16, "fp32", 45);
+    test_all_lowers(write_mlp(31, 512, 8192), "fp32", 40);
+    test_all_lowers(resmlp, "bf16", 80);
+    test_budgets(deep16, 15);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     return check_result();
 }
