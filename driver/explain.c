@@ -550,7 +550,7 @@ static void explain_recompute(const Compiled *c, FILE *out)
         char b[32];
         diag_format_bytes(c->budget, b, sizeof b);
         if (c->budget) fprintf(out, ", budget %s%s", b, c->over_budget ? " (not met)" : "");
-        else fputs(", no budget known (no `memory`, no GPU): nothing recomputed", out);
+        else fputs(", no budget known (no `memory`, no GPU)", out);
     }
     if (!s || s->nnodes == 0) {
         fputs("; nothing recomputed", out);
