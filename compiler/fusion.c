@@ -78,9 +78,7 @@ typedef struct Cluster {
     Shape work;
     int axis;
     bool reduce_to;
-    /* Checkpointing's copies belong to the backward: a kernel holding one must not hold
-     * a forward node, or the copy would be computed (and kept) in the forward again. */
-    bool forward, recompute;
+    bool recompute;         /* holds checkpointing's copies (same_phase) */
     int size;               /* members */
     int operands;           /* a bound on its operands (see "operands") */
 } Cluster;
@@ -341,8 +339,8 @@ static void start_cluster(Fuser *f, int v, IrGroupKind kind, Shape work, int axi
     set(f, &f->parent[v], v);
     set(f, &f->next[v], v);
     const IrNode *n = &f->g->nodes[v];
-    f->cl[v] = (Cluster){ kind, work, axis, reduce_to, .forward = v < f->g->nforward && !n->recompute,
-                          .recompute = n->recompute, .size = 1, .operands = node_bound(f, v) };
+    f->cl[v] = (Cluster){ kind, work, axis, reduce_to, .recompute = n->recompute, .size = 1,
+                          .operands = node_bound(f, v) };
 }
 
 /* Scalar chains are cloned into these; other clusters hold scalar nodes themselves. */
@@ -520,10 +518,10 @@ static bool acyclic_merge(Fuser *f, int a, int b)
     return true;
 }
 
-/* Whether clusters A and B may share a kernel as far as checkpointing goes: the
- * forward, checkpointing's copies and the rest of the backward each have kernels of their
- * own. A copy fused into a backward kernel would hold that kernel's other inputs (the
- * gradients waiting for it) live through the recomputation too. */
+/* Whether clusters A and B may share a kernel as far as checkpointing goes: its copies
+ * have kernels of their own. With a forward node a copy would be computed (and kept) in
+ * the forward again; with a backward one, that kernel's other inputs (the gradients
+ * waiting for the copy) would be held live through the recomputation. */
 static bool same_phase(const Cluster *a, const Cluster *b)
 {
     return a->recompute == b->recompute;
@@ -625,7 +623,6 @@ static void merge(Fuser *f, int a, int b)
 {
     f->cl[b].operands = merged_bound(f, a, b);
     f->cl[b].size += f->cl[a].size;
-    f->cl[b].forward |= f->cl[a].forward;
     f->cl[b].recompute |= f->cl[a].recompute;
     set(f, &f->parent[a], b);
     int t = f->next[a];

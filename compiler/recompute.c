@@ -218,6 +218,18 @@ static void segment_scan(const Forward *f, int end, bool *chosen, bool *kept, Su
     }
 }
 
+/* The segment [FIRST, END] from S (filled for END): the bytes the backward holds while
+ * it works through it (kept, with END itself, and recomputed) and the FLOPs. */
+typedef struct Segment {
+    double recomputed, kept, flops;
+} Segment;
+
+static Segment segment_cost(const Forward *f, const Sums *s, int first, int end)
+{
+    return (Segment){ s->recomputed[end] - s->recomputed[first],
+                      s->kept[end] - s->kept[first] + f->bytes[end], s->flops[end] - s->flops[first] };
+}
+
 /* The first node of the segment that starts after boundary A: 0 for the start (A = 0),
  * else the node after cut A - 1. */
 static int segment_first(const Forward *f, int a)
@@ -235,14 +247,21 @@ static double tail_bytes(const Forward *f, int first)
 
 /* ---- a schedule ---- */
 
-static int by_int(const void *a, const void *b)
+static Sums sums_new(const Forward *f)
 {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
+    size_t n = (size_t)f->n + 1;
+    return (Sums){ xcalloc(n, sizeof(double)), xcalloc(n, sizeof(double)), xcalloc(n, sizeof(double)) };
+}
+
+static void sums_free(Sums *s)
+{
+    free(s->recomputed);
+    free(s->kept);
+    free(s->flops);
 }
 
 /* S for F with cut boundaries BOUND[0..n) (indices into F->cuts, ascending): its nodes,
- * FLOPs and modelled peak. */
+ * FLOPs and modelled peak, from the sums the solver uses. */
 static void schedule_make(const Forward *f, const int *bound, int n, RecomputeSchedule *s)
 {
     memset(s, 0, sizeof *s);
@@ -252,26 +271,22 @@ static void schedule_make(const Forward *f, const int *bound, int n, RecomputeSc
     s->nodes = xmalloc(((size_t)f->n + 1) * sizeof *s->nodes);
     bool *chosen = xcalloc((size_t)f->n + 1, sizeof *chosen);
     bool *kept = xcalloc((size_t)f->n + 1, sizeof *kept);
+    Sums sum = sums_new(f);
     double prefix = 0;
     for (int k = 0; k < n; k++) {
-        int end = f->cuts[bound[k]], first = k ? f->cuts[bound[k - 1]] + 1 : 0;
-        double rec = 0, keep = f->bytes[end];
-        segment_scan(f, end, chosen, kept, NULL);
-        for (int v = first; v < end; v++) {
-            if (chosen[v]) {
-                s->nodes[s->nnodes++] = v;
-                s->segment_nodes[k]++;
-                s->segment_flops[k] += f->flops[v];
-            }
-            rec += chosen[v] && f->read[v] ? f->bytes[v] : 0;
-            keep += kept[v] ? f->bytes[v] : 0;
-        }
-        s->peak = fmax(s->peak, prefix + keep + rec);
-        prefix += keep;
+        int end = f->cuts[bound[k]], first = segment_first(f, k ? bound[k - 1] + 1 : 0);
+        segment_scan(f, end, chosen, kept, &sum);
+        for (int v = first; v < end; v++)
+            if (chosen[v]) s->nodes[s->nnodes++] = v, s->segment_nodes[k]++;
+        Segment seg = segment_cost(f, &sum, first, end);
+        s->peak = fmax(s->peak, prefix + seg.kept + seg.recomputed);
+        prefix += seg.kept;
+        s->segment_flops[k] = seg.flops;
         s->flops += s->segment_flops[k];
         s->kept[s->nkept++] = end;
     }
-    s->peak = fmax(s->peak, prefix + tail_bytes(f, n ? f->cuts[bound[n - 1]] + 1 : 0));
+    s->peak = fmax(s->peak, prefix + tail_bytes(f, segment_first(f, n ? bound[n - 1] + 1 : 0)));
+    sums_free(&sum);
     free(chosen);
     free(kept);
 }
@@ -280,16 +295,15 @@ void recompute_schedule(const IrProgram *p, const int *kept, int n, RecomputeSch
 {
     Forward f;
     forward_init(&f, p);
-    int *bound = xmalloc(((size_t)n + 1) * sizeof *bound), nb = 0;
-    int *sorted = xmalloc(((size_t)n + 1) * sizeof *sorted);
-    if (n) memcpy(sorted, kept, (size_t)n * sizeof *kept);
-    qsort(sorted, (size_t)n, sizeof *sorted, by_int);
+    bool *keep = xcalloc((size_t)f.n + 1, sizeof *keep);
     for (int k = 0; k < n; k++)
-        for (int c = 0; c < f.ncuts; c++)
-            if (f.cuts[c] == sorted[k] && (nb == 0 || bound[nb - 1] != c)) bound[nb++] = c;
+        if (kept[k] >= 0 && kept[k] < f.n) keep[kept[k]] = true;
+    int *bound = xmalloc(((size_t)f.ncuts + 1) * sizeof *bound), nb = 0;
+    for (int c = 0; c < f.ncuts; c++)
+        if (keep[f.cuts[c]]) bound[nb++] = c;
     schedule_make(&f, bound, nb, s);
-    free(sorted);
     free(bound);
+    free(keep);
     forward_free(&f);
 }
 
@@ -350,20 +364,16 @@ static bool solve(const Forward *f, double budget, RecomputeSchedule *out)
     States *at = xcalloc((size_t)nb, sizeof *at);
     states_add(&at[0], (State){ 0, 0, -1, -1 });
     bool *chosen = xcalloc((size_t)f->n + 1, sizeof *chosen), *kept = xcalloc((size_t)f->n + 1, sizeof *kept);
-    Sums s = { xcalloc((size_t)f->n + 1, sizeof(double)), xcalloc((size_t)f->n + 1, sizeof(double)),
-               xcalloc((size_t)f->n + 1, sizeof(double)) };
+    Sums s = sums_new(f);
     for (int b = 1; b < nb; b++) {
         int end = f->cuts[b - 1];
         segment_scan(f, end, chosen, kept, &s);
         for (int a = 0; a < b; a++) {
-            int first = segment_first(f, a);
-            double rec = s.recomputed[end] - s.recomputed[first];
-            double keep = s.kept[end] - s.kept[first] + f->bytes[end];
-            double flops = s.flops[end] - s.flops[first];
+            Segment seg = segment_cost(f, &s, segment_first(f, a), end);
             for (int i = 0; i < at[a].n; i++) {
                 const State *x = &at[a].s[i];
-                if (x->prefix + keep + rec <= budget)
-                    states_add(&at[b], (State){ x->prefix + keep, x->flops + flops, a, i });
+                if (x->prefix + seg.kept + seg.recomputed <= budget)
+                    states_add(&at[b], (State){ x->prefix + seg.kept, x->flops + seg.flops, a, i });
             }
         }
         states_prune(&at[b]);
@@ -397,9 +407,7 @@ static bool solve(const Forward *f, double budget, RecomputeSchedule *out)
     free(at);
     free(chosen);
     free(kept);
-    free(s.recomputed);
-    free(s.kept);
-    free(s.flops);
+    sums_free(&s);
     return best >= 0;
 }
 

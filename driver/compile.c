@@ -167,7 +167,7 @@ int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out)
     case CKPT_ALL: least_memory(p, o, &saved, out); break;
     case CKPT_AUTO: search(p, o, &saved, out); break;
     }
-    describe_kept(out, &saved.g[1]);
+    describe_kept(out, &saved.g[1]);    /* program_graph's train */
     if (o->stop_after_checkpoint) {
         restore_graphs(p, &saved);
         if (out->schedule) recompute_apply(p, out->schedule->nodes, out->schedule->nnodes);
