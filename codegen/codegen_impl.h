@@ -247,9 +247,6 @@ void cuda_data_kernels(PlanKernel out[PDK_NUM]);
 
 /* "x" -> "x", "h1.weight" -> "h1_weight", at most MAX - 1 characters. */
 void codegen_mangle(char *dst, size_t max, const char *s);
-/* S with anything but [A-Za-z0-9._-] replaced by '_' (FALLBACK when S is empty or NULL):
- * safe in any comment or string literal of generated code. */
-void codegen_sanitise(char *dst, size_t max, const char *s, const char *fallback);
 
 /* ---- repro.c: the reproducer's fixed host code ---- */
 

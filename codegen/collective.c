@@ -134,7 +134,7 @@ static void graph_collectives(const Plan *pl, PlanGraph *pg)
     Member *m = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *m);
     int *id = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *id), n = 0, cap = 0;
     for (int i = 0; i < g->nnodes; i++)
-        if (ir_op_info[g->nodes[i].op].family == IR_FAMILY_COLLECTIVE && g->nodes[i].op != IR_SHARD)
+        if (ir_op_info[g->nodes[i].op].fuse == IR_FUSE_COLLECTIVE)
             m[n++] = (Member){g->nodes[i].index, i};
     qsort(m, (size_t)n, sizeof *m, by_bucket);
     for (int first = 0, end = 0; first < n; first = end) {

@@ -290,11 +290,8 @@ static void render_map(KernelDraft *d, const Shape *out_shape, const Operand *op
     sb_puts(&d->body, "    }\n");
 }
 
-/* An f32 CONST operand of an elementwise op is written into the kernel. */
-static bool inlinable(const IrNode *in)
-{
-    return in->op == IR_CONST && in->dtype == DT_F32;
-}
+/* A literal operand of an elementwise op is written into the kernel. */
+static bool inlinable(const IrNode *in) { return ir_node_is_literal(in); }
 
 static void render_elementwise(const RenderCtx *ctx, int id, KernelDraft *d)
 {
@@ -862,7 +859,7 @@ void cuda_runtime_value(KernelDraft *d, const RenderCtx *ctx, int id, const char
     const IrNode *node = &ctx->g->nodes[id];
     const Plan *pl = ctx->plan;
     bool train = ctx->g == pl->graph[PG_TRAIN].ir || ctx->g == pl->graph[PG_TRAIN_MICRO].ir;
-    CGC_ASSERT(node->op == IR_RUNTIME);
+    CGC_ASSERT(ir_node_fuse(node) == IR_FUSE_SCALAR);
     if (pl->step_state >= 0 && train && node->index == IR_RT_MICRO_STEP) {
         draft_param(d, PP_PTR, "const int64_t *", name,
                     (PlanArg){ .kind = ARG_BUFFER, .index = pl->step_state });
@@ -945,11 +942,11 @@ static bool render_family(const RenderCtx *ctx, int id, KernelDraft *d)
     case IR_FAMILY_DROPOUT: render_dropout(ctx, id, d); return true;
     case IR_FAMILY_RUNTIME: render_runtime(ctx, id, d); return true;
     case IR_FAMILY_WINDOW:
-        if (ctx->g->nodes[id].op == IR_UNFOLD) render_unfold(ctx, id, d);
+        if (ir_op_info[ctx->g->nodes[id].op].shape == IR_SHAPE_WINDOW) render_unfold(ctx, id, d);
         else render_fold(ctx, id, d);
         return true;
     case IR_FAMILY_COLLECTIVE:
-        if (ctx->g->nodes[id].op != IR_SHARD) return false;    /* the job's, not a kernel */
+        if (ir_op_info[ctx->g->nodes[id].op].fuse == IR_FUSE_COLLECTIVE) return false;   /* the job's */
         render_shard(ctx, id, d);
         return true;
     case IR_FAMILY_MODE_SWITCH:

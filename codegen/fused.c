@@ -30,7 +30,7 @@
 enum { MAX_POINTWISE_VBLOCKS = 1024 };
 
 /* One kernel being rendered: the names of what it reads and writes, per graph node. */
-typedef struct Fuser {
+typedef struct GroupKernel {
     const RenderCtx *ctx;
     KernelDraft *d;
     char (*param)[RENDER_PARAM_MAX];    /* per node: its parameter (in<n>, out<n>, rt<n>),
@@ -41,7 +41,7 @@ typedef struct Fuser {
     bool seed, rank_row;
     bool counting;              /* parameters only counted (in `counted`), no draft */
     int counted;
-} Fuser;
+} GroupKernel;
 
 static const IrGroup *group_of(const RenderCtx *ctx, int k)
 {
@@ -91,17 +91,15 @@ void render_scratch_clean(const RenderCtx *ctx, int k)
     }
 }
 
-/* READ, INPUT and CONST members are placed, not computed: readers load them (or inline
- * an f32 CONST) like any value from outside. */
-static bool placed(const IrNode *n)
-{
-    return n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST;
-}
+/* Placed members (ir_node_is_placed) are not computed: readers load them (or inline a
+ * literal) like any value from outside. */
+static bool placed(const IrNode *n) { return ir_node_is_placed(n); }
 
-static bool inlinable(const IrNode *n)
-{
-    return n->op == IR_CONST && n->dtype == DT_F32;
-}
+static bool inlinable(const IrNode *n) { return ir_node_is_literal(n); }
+
+
+/* A member that stores its value into the persistent tensor it assigns. */
+static bool is_effect(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_EFFECT; }
 
 /* A member computed in registers (not placed). */
 static bool computed_member(const IrGraph *g, int id, int k)
@@ -110,40 +108,40 @@ static bool computed_member(const IrGraph *g, int id, int k)
 }
 
 /* Whether the group stores member ID (to a buffer, not a tensor). */
-static bool stored(const Fuser *f, int id)
+static bool stored(const GroupKernel *f, int id)
 {
     const IrNode *n = &f->ctx->g->nodes[id];
-    return n->op != IR_ASSIGN && f->ctx->node_buffer[id] >= 0;
+    return !is_effect(n) && f->ctx->node_buffer[id] >= 0;
 }
 
 /* ---- parameters: outputs, then inputs, then seed and runtime values ---- */
 
 /* Buffer parameter NAME: appended to the draft, or only counted. */
-static void fuser_buffer(Fuser *f, const char *name, int buffer, DType t, bool is_const)
+static void kernel_buffer(GroupKernel *f, const char *name, int buffer, DType t, bool is_const)
 {
     if (f->counting) f->counted++;
     else draft_buffer(f->d, name, buffer, t, is_const);
 }
 
-static void add_outputs(Fuser *f, int k)
+static void add_outputs(GroupKernel *f, int k)
 {
     const RenderCtx *ctx = f->ctx;
     const Shape *work = &group_of(ctx, k)->work;
     const IrSpan span = members(ctx, k);
     for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &ctx->g->nodes[id];
-        if (!computed_member(ctx->g, id, k) || (!stored(f, id) && n->op != IR_ASSIGN)) continue;
-        const Shape *shape = n->op == IR_ASSIGN ? &ctx->p->tensors[n->index].shape : &n->shape;
+        if (!computed_member(ctx->g, id, k) || (!stored(f, id) && !is_effect(n))) continue;
+        const Shape *shape = is_effect(n) ? &ctx->p->tensors[n->index].shape : &n->shape;
         CGC_ASSERT(ir_op_is_reduction(n->op) || ir_shape_equal(shape, work));
         snprintf(f->param[id], sizeof f->param[id], "out%d", f->nout++);
-        if (n->op == IR_ASSIGN)
-            fuser_buffer(f, f->param[id], ctx->plan->tensor_buffer_base + n->index, DT_F32, false);
+        if (is_effect(n))
+            kernel_buffer(f, f->param[id], ctx->plan->tensor_buffer_base + n->index, DT_F32, false);
         else
-            fuser_buffer(f, f->param[id], ctx->node_buffer[id], n->dtype, false);
+            kernel_buffer(f, f->param[id], ctx->node_buffer[id], n->dtype, false);
     }
 }
 
-static void add_inputs(Fuser *f, int k)
+static void add_inputs(GroupKernel *f, int k)
 {
     const IrGraph *g = f->ctx->g;
     const IrSpan span = members(f->ctx, k);
@@ -155,29 +153,29 @@ static void add_inputs(Fuser *f, int k)
             if (computed_member(g, in, k) || inlinable(x) || f->param[in][0]) continue;
             CGC_ASSERT(f->ctx->node_buffer[in] >= 0);
             snprintf(f->param[in], sizeof f->param[in], "in%d", f->nin++);
-            fuser_buffer(f, f->param[in], f->ctx->node_buffer[in], x->dtype, true);
+            kernel_buffer(f, f->param[in], f->ctx->node_buffer[in], x->dtype, true);
         }
     }
 }
 
-static void add_scalars(Fuser *f, int k)
+static void add_scalars(GroupKernel *f, int k)
 {
     const IrGraph *g = f->ctx->g;
     const IrSpan span = members(f->ctx, k);
     for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k)) continue;
-        if (n->op == IR_DROPOUT && !f->seed) {
+        if (ir_node_fuse(n) == IR_FUSE_RANDOM && !f->seed) {
             if (f->counting) f->counted++;
             else draft_param(f->d, PP_U64, "uint64_t", "seed", (PlanArg){ .kind = ARG_SEED });
             f->seed = true;
         }
-        if (n->op == IR_DROPOUT && ir_shape_is_batched(&n->shape) && !f->rank_row) {
+        if (ir_node_fuse(n) == IR_FUSE_RANDOM && ir_shape_is_batched(&n->shape) && !f->rank_row) {
             if (f->counting) f->counted++;
             else draft_param(f->d, PP_U64, "uint64_t", "rank_row", (PlanArg){ .kind = ARG_RANK_ROW });
             f->rank_row = true;
         }
-        if (n->op == IR_RUNTIME) {
+        if (ir_node_fuse(n) == IR_FUSE_SCALAR) {
             char name[16];
             snprintf(name, sizeof name, "rt%d", f->nrt++);
             if (f->counting) f->counted++;
@@ -223,16 +221,17 @@ const char *fused_rounding(DType t)
 }
 
 /* The value of member ID, unrounded, from its operands' values. */
-static void member_expr(const Fuser *f, int id, StrBuf *out)
+static void member_expr(const GroupKernel *f, int id, StrBuf *out)
 {
     const IrNode *n = &f->ctx->g->nodes[id];
     const char *v[IR_MAX_IN] = { "", "", "" };
     for (int j = 0; j < n->nin; j++) v[j] = f->value[n->in[j]];
-    if (n->op == IR_RUNTIME) {
+    IrFamily family = ir_op_info[n->op].family;
+    if (family == IR_FAMILY_RUNTIME) {
         sb_puts(out, f->param[id]);
-    } else if (n->op == IR_UNFOLD) {   /* gathered: the work is its patches' shape */
+    } else if (family == IR_FAMILY_WINDOW) {   /* a gathered UNFOLD: the work is its patches' shape */
         cuda_window_entry(out, n, &f->ctx->g->nodes[n->in[0]].shape, f->param[n->in[0]], "i");
-    } else if (n->op == IR_DROPOUT) {
+    } else if (family == IR_FAMILY_DROPOUT) {
         char p[48], scale[48], element[CUDA_DIMS_MAX + 64];
         cuda_float_literal(n->value, p, sizeof p);
         cuda_float_literal(1.0 / (1.0 - n->value), scale, sizeof scale);
@@ -248,7 +247,7 @@ static void member_expr(const Fuser *f, int id, StrBuf *out)
 
 /* Loads every outside value group K reads at work element i, with the coordinates the
  * loads need, each statement indented by INDENT. */
-static void render_loads(Fuser *f, int k, const char *indent)
+static void render_loads(GroupKernel *f, int k, const char *indent)
 {
     const IrGraph *g = f->ctx->g;
     const Shape *work = &group_of(f->ctx, k)->work;
@@ -256,7 +255,7 @@ static void render_loads(Fuser *f, int k, const char *indent)
     unsigned coords = 0;
     const IrSpan span = members(f->ctx, k);
     for (int id = span.first; id < span.end; id++) {
-        if (!computed_member(g, id, k) || g->nodes[id].op == IR_UNFOLD) continue;   /* gathers */
+        if (!computed_member(g, id, k) || ir_node_fuse(&g->nodes[id]) == IR_FUSE_WINDOW) continue;   /* gathers */
         for (int j = 0; j < g->nodes[id].nin; j++) {
             int in = g->nodes[id].in[j];
             const IrNode *x = &g->nodes[in];
@@ -279,7 +278,7 @@ static void render_loads(Fuser *f, int k, const char *indent)
 
 /* The members of group K at work element i (loads, values, stores); reductions are left
  * to the caller, which reads their inputs' values from f->value. */
-static void render_element(Fuser *f, int k, const char *indent)
+static void render_element(GroupKernel *f, int k, const char *indent)
 {
     const IrGraph *g = f->ctx->g;
     render_loads(f, k, indent);
@@ -287,12 +286,12 @@ static void render_element(Fuser *f, int k, const char *indent)
     const IrSpan span = members(f->ctx, k);
     for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
-        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op) || n->op == IR_ASSIGN) continue;
-        CGC_ASSERT(n->op != IR_DROPOUT || ir_shape_equal(&n->shape, &group_of(f->ctx, k)->work));
+        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op) || is_effect(n)) continue;
+        CGC_ASSERT(ir_node_fuse(n) != IR_FUSE_RANDOM || ir_shape_equal(&n->shape, &group_of(f->ctx, k)->work));
         snprintf(f->value[id], sizeof f->value[id], "v%d", local++);
         StrBuf e = { 0 };
         member_expr(f, id, &e);
-        const char *round = n->op == IR_UNFOLD ? NULL : fused_rounding(n->dtype);   /* exact */
+        const char *round = ir_node_fuse(n) == IR_FUSE_WINDOW ? NULL : fused_rounding(n->dtype);   /* exact */
         sb_printf(&f->d->body, "%sconst float %s = %s%s%s%s;   /* %s */\n", indent,
                   f->value[id], round ? round : "", round ? "(" : "", e.s, round ? ")" : "",
                   ir_op_name(n->op));
@@ -301,7 +300,7 @@ static void render_element(Fuser *f, int k, const char *indent)
     for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k) || ir_op_is_reduction(n->op)) continue;
-        if (n->op == IR_ASSIGN)
+        if (is_effect(n))
             sb_printf(&f->d->body, "%scgc_store(&%s[i], %s);   /* in place */\n", indent,
                       f->param[id], f->value[n->in[0]]);
         else if (stored(f, id))
@@ -310,7 +309,7 @@ static void render_element(Fuser *f, int k, const char *indent)
 }
 
 /* Forgets the values of group K's members and loads: another segment comes next. */
-static void forget_values(Fuser *f, int k)
+static void forget_values(GroupKernel *f, int k)
 {
     const IrGraph *g = f->ctx->g;
     const IrSpan span = members(f->ctx, k);
@@ -322,7 +321,7 @@ static void forget_values(Fuser *f, int k)
 
 /* ---- the groups' loops, from FIRST by STEP ---- */
 
-static void render_pointwise(Fuser *f, int k, const char *first, const char *step)
+static void render_pointwise(GroupKernel *f, int k, const char *first, const char *step)
 {
     char n[CUDA_DIMS_MAX];
     cuda_numel_expr(f->d, &group_of(f->ctx, k)->work, n, sizeof n);
@@ -347,7 +346,7 @@ static bool uses_identifier(const char *text, const char *id)
 /* Group K's element code inside a reduction loop, preceded by its index `i` = INDEX when
  * it reads one. A group of constants reads none; an unused `i` would be a warning, so
  * then the row's BASE, which INDEX reads, is marked used instead. */
-static void render_indexed_element(Fuser *f, int k, const char *index, const char *base)
+static void render_indexed_element(GroupKernel *f, int k, const char *index, const char *base)
 {
     StrBuf *body = &f->d->body;
     size_t at = body->len;
@@ -365,7 +364,7 @@ static void render_indexed_element(Fuser *f, int k, const char *index, const cha
 
 /* Group K's reductions along its axis: one accumulator each (acc<n>: sums in double;
  * m<n>: maxima, NaN wins). */
-static void render_reduce_axis(Fuser *f, int k, const char *first, const char *step)
+static void render_reduce_axis(GroupKernel *f, int k, const char *first, const char *step)
 {
     const IrGraph *g = f->ctx->g;
     const IrGroup *gr = group_of(f->ctx, k);
@@ -414,7 +413,7 @@ static int reduce_to_member(const RenderCtx *ctx, int k)
 }
 
 /* Group K's REDUCE_TO ID; returns the launch's work (cuda_reduce_to_work). */
-static Shape render_reduce_to(Fuser *f, int k, int id, const char *first, const char *step)
+static Shape render_reduce_to(GroupKernel *f, int k, int id, const char *first, const char *step)
 {
     const IrNode *n = &f->ctx->g->nodes[id];
     ReduceToIndex ix;
@@ -433,7 +432,7 @@ static Shape render_reduce_to(Fuser *f, int k, int id, const char *first, const 
 
 /* Group K's loop. Sets the launch geometry of a kernel of its own; returns the rows (or
  * output elements) of a reduction, else the elements, as a shape. */
-static Shape render_group(Fuser *f, int k, const char *first, const char *step)
+static Shape render_group(GroupKernel *f, int k, const char *first, const char *step)
 {
     const IrGroup *gr = group_of(f->ctx, k);
     Shape rows = gr->work;
@@ -454,7 +453,7 @@ static Shape render_group(Fuser *f, int k, const char *first, const char *step)
 
 /* ---- kernels ---- */
 
-static void add_params(Fuser *f, const int *groups, int n)
+static void add_params(GroupKernel *f, const int *groups, int n)
 {
     for (int i = 0; i < n; i++) add_outputs(f, groups[i]);
     for (int i = 0; i < n; i++) add_inputs(f, groups[i]);
@@ -511,7 +510,7 @@ static void append_indented(KernelDraft *d, const char *text, const char *indent
  * the block that counts last knows every other block has finished reading, fences so
  * that it sees their writes, runs the groups (scalars: thread 0 does the work), and sets
  * the counter back to 0 for the next launch. */
-static void render_last_groups(Fuser *f, const int *groups, int n)
+static void render_last_groups(GroupKernel *f, const int *groups, int n)
 {
     KernelDraft *d = f->d;
     draft_param(d, PP_PTR, "unsigned int *", "counter",
@@ -558,7 +557,7 @@ static int split_last(const RenderCtx *ctx, const int *groups, int n, int *order
     return m;
 }
 
-static void render_multi(Fuser *f, const int *all, int nall)
+static void render_multi(GroupKernel *f, const int *all, int nall)
 {
     KernelDraft *d = f->d;
     int *groups = xmalloc((size_t)nall * sizeof *groups);
@@ -609,7 +608,7 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
         draft_finish_symbols(d);
         return;
     }
-    Fuser f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value };
+    GroupKernel f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value };
     kernel_name(ctx, groups, n, d);
     add_params(&f, groups, n);
     if (n > 1) {
@@ -630,7 +629,7 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
 void fused_render_epilogue(const RenderCtx *ctx, int k, int from, const char *value, KernelDraft *d)
 {
     CGC_ASSERT(group_of(ctx, k)->kind == IR_GROUP_POINTWISE && strlen(value) < RENDER_PARAM_MAX);
-    Fuser f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value };
+    GroupKernel f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value };
     const IrGraph *g = ctx->g;
     const IrSpan span = members(ctx, k);
     for (int id = span.first; id < span.end; id++)
@@ -650,7 +649,7 @@ void fused_render_epilogue(const RenderCtx *ctx, int k, int from, const char *va
 
 int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
 {
-    Fuser f = { .ctx = ctx, .counting = true, .param = ctx->scratch->param };
+    GroupKernel f = { .ctx = ctx, .counting = true, .param = ctx->scratch->param };
     bool counter = false;
     int fit = 0;
     for (; fit < n; fit++) {

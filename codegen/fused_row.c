@@ -39,13 +39,13 @@ typedef struct RowKernel {
 
 static const IrNode *node(const RowKernel *rk, int id) { return &rk->ctx->g->nodes[id]; }
 
+
 /* The group's members, and the nodes between none (ir.h: members are consecutive). */
 static IrSpan span_of(const RowKernel *rk) { return rk->ctx->span[rk->k]; }
 
 static bool member(const RowKernel *rk, int id)
 {
-    IrOp op = node(rk, id)->op;
-    return node(rk, id)->group == rk->k && op != IR_READ && op != IR_INPUT && op != IR_CONST;
+    return node(rk, id)->group == rk->k && !ir_node_is_placed(node(rk, id));
 }
 
 /* Shape S holds one value per row: [rows...], [rows..., 1], or a single value. */
@@ -85,13 +85,13 @@ static void add_params(RowKernel *rk)
         for (int j = 0; member(rk, id) && j < g->nodes[id].nin; j++) {
             int in = g->nodes[id].in[j];
             const IrNode *x = &g->nodes[in];
-            if (member(rk, in) || rk->param[in][0] || (x->op == IR_CONST && x->dtype == DT_F32)) continue;
+            if (member(rk, in) || rk->param[in][0] || ir_node_is_literal(x)) continue;
             CGC_ASSERT(rk->ctx->node_buffer[in] >= 0);
             snprintf(rk->param[in], sizeof rk->param[in], "in%d", rk->nin++);
             draft_buffer(rk->d, rk->param[in], rk->ctx->node_buffer[in], x->dtype, true);
         }
     for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++)
-        if (member(rk, id) && g->nodes[id].op == IR_RUNTIME) {
+        if (member(rk, id) && ir_node_fuse(&g->nodes[id]) == IR_FUSE_SCALAR) {
             char name[16];
             snprintf(name, sizeof name, "rt%d", rk->nrt++);
             cuda_runtime_value(rk->d, rk->ctx, id, name, rk->param[id], sizeof rk->param[id]);
@@ -122,7 +122,7 @@ static void number_locals(RowKernel *rk)
 {
     int rows = 0, elements = 0;
     for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++)
-        if (member(rk, id) && node(rk, id)->op != IR_RESHAPE)   /* a view: no local */
+        if (member(rk, id) && ir_node_fuse(node(rk, id)) != IR_FUSE_VIEW)   /* a view: no local */
             rk->local[id] = per_row(rk, &node(rk, id)->shape) ? rows++ : elements++;
 }
 
@@ -160,7 +160,7 @@ static void member_expr(const RowKernel *rk, int id, StrBuf *out)
     const IrNode *n = node(rk, id);
     const char *v[IR_MAX_IN] = { "", "", "" };
     for (int j = 0; j < n->nin; j++) v[j] = rk->value[n->in[j]];
-    if (n->op == IR_RUNTIME) sb_puts(out, rk->param[id]);
+    if (ir_node_fuse(n) == IR_FUSE_SCALAR) sb_puts(out, rk->param[id]);
     else if (n->nin == 3) fused_substitute(out, cuda_elementwise_expr(n->op), "", v[1], v[2], v[0]);
     else fused_substitute(out, cuda_elementwise_expr(n->op), v[0], v[0], v[1], "");
 }
@@ -178,7 +178,7 @@ static void render_value(RowKernel *rk, int id, const char *name, const char *ex
 /* Member ID (not a reduction) as a local NAME; a RESHAPE is its input's value. */
 static void render_member(RowKernel *rk, int id, const char *name, const char *indent)
 {
-    if (node(rk, id)->op == IR_RESHAPE) {
+    if (ir_node_fuse(node(rk, id)) == IR_FUSE_VIEW) {
         memcpy(rk->value[id], rk->value[node(rk, id)->in[0]], sizeof rk->value[id]);
         return;
     }
@@ -198,7 +198,7 @@ static void render_row_loads(RowKernel *rk)
             int in = g->nodes[id].in[j];
             const IrNode *x = &g->nodes[in];
             if (member(rk, in) || rk->value[in][0]) continue;
-            if (x->op == IR_CONST && x->dtype == DT_F32) {
+            if (ir_node_is_literal(x)) {
                 cuda_float_literal(x->value, rk->value[in], sizeof rk->value[in]);
             } else if (per_row(rk, &x->shape)) {
                 snprintf(rk->value[in], sizeof rk->value[in], "x%s", rk->param[in] + 2);

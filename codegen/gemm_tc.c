@@ -836,7 +836,7 @@ static bool epilogue_group(const Plan *plan, const PlanGraph *pg, int k, int u)
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
         if (n->group != k) continue;
-        if (n->op == IR_ASSIGN || n->op == IR_UNFOLD) return false;
+        if (ir_node_is_assign(n) || ir_node_fuse(n) == IR_FUSE_WINDOW) return false;
         for (int j = 0; j < n->nin; j++) {
             int b = pg->node_buffer[n->in[j]];
             if (g->nodes[n->in[j]].group != k && b >= 0 && plan_buffer_root(plan, b) == u &&

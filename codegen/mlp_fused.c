@@ -165,12 +165,12 @@ static bool step_names(const Plan *plan, const PlanStep *s, int b)
 }
 
 /* Whether OP is an activation's gradient g(d, act) a backward run can apply in its
- * kernel: elementwise in f32 on d and one activation value (cuda_elementwise_expr's a
- * and b), as the plan's own step computes it. */
+ * kernel: a gradient op, elementwise in f32 on d and one activation value
+ * (cuda_elementwise_expr's a and b), as the plan's own step computes it. */
 static bool link_op(IrOp op)
 {
-    return op == IR_RELU_GRAD || op == IR_TANH_GRAD || op == IR_SIGMOID_GRAD || op == IR_GELU_GRAD ||
-           op == IR_GELU_TANH_GRAD || op == IR_SILU_GRAD;
+    const IrOpInfo *o = &ir_op_info[op];
+    return o->backward_only && o->fuse == IR_FUSE_POINTWISE && o->arity == 2 && o->expr;
 }
 
 /* The next layer of a backward run whose last layer is step P of PG: a later GEMM step

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/text.h"
+
 /* The Plan and what it owns besides its arrays; plan_build hands out &owner->plan. */
 typedef struct PlanOwner {
     Plan plan;
@@ -97,25 +99,12 @@ static const char *plan_name(Builder *b, const char *s)
     return own(b, xstrdup(buf));
 }
 
-void codegen_sanitise(char *dst, size_t max, const char *s, const char *fallback)
-{
-    size_t n = 0;
-    for (; s && s[n] && n + 1 < max; n++) {
-        char c = s[n];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '_' || c == '-';
-        dst[n] = ok ? c : '_';
-    }
-    dst[n] = '\0';
-    if (n == 0) snprintf(dst, max, "%s", fallback);
-}
-
 /* The .net file's base name with anything but [A-Za-z0-9._-] replaced. */
 static const char *source_base_name(Builder *b, const char *path)
 {
     const char *base = path ? strrchr(path, '/') : NULL;
     char buf[80];
-    codegen_sanitise(buf, sizeof buf, base ? base + 1 : path, "model.net");
+    text_sanitise(buf, sizeof buf, base ? base + 1 : path, "model.net");
     return own(b, xstrdup(buf));
 }
 
@@ -180,22 +169,18 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
     return add_buffer(b, buf);
 }
 
-/* Whether node ID is computed by a step (rather than placed). */
+/* Whether node ID is computed by a step of its own: not placed, not a view of its input,
+ * not an assignment (a copy or a kernel's store) nor a collective (the job's step). */
 static bool computes(const IrGraph *g, int id)
 {
     const IrNode *n = &g->nodes[id];
-    switch (ir_op_info[n->op].family) {
-    case IR_FAMILY_INPUT: case IR_FAMILY_READ: case IR_FAMILY_CONST: case IR_FAMILY_ASSIGN:
+    switch (ir_node_fuse(n)) {
+    case IR_FUSE_LEAF: case IR_FUSE_EFFECT: case IR_FUSE_COLLECTIVE:
         return false;
-    case IR_FAMILY_COLLECTIVE: return n->op == IR_SHARD;   /* a kernel; the rest, the job's */
-    case IR_FAMILY_RESHAPE: return g->nodes[n->in[0]].dtype != n->dtype;
-    case IR_FAMILY_RUNTIME: case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST:
-    case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:
-    case IR_FAMILY_TRANSPOSE: case IR_FAMILY_MATMUL: case IR_FAMILY_SOFTMAX:
-    case IR_FAMILY_SOFTMAX_GRAD: case IR_FAMILY_CROSS_ENTROPY: case IR_FAMILY_CE_GRAD:
-    case IR_FAMILY_COUNT_CORRECT: case IR_FAMILY_WINDOW:
+    case IR_FUSE_VIEW: return g->nodes[n->in[0]].dtype != n->dtype;
+    case IR_FUSE_SCALAR: case IR_FUSE_POINTWISE: case IR_FUSE_RANDOM: case IR_FUSE_REDUCTION:
+    case IR_FUSE_WINDOW: case IR_FUSE_MATMUL: case IR_FUSE_BARRIER:
         return true;
-    case IR_FAMILY_MODE_SWITCH: CGC_INTERNAL("a mode switch outlived training lowering");
     }
     return true;
 }
@@ -360,7 +345,7 @@ static void note_group_use(Builder *b, int kernel, int k)
             seen_op |= g->nodes[j].op == n->op;
         }
         if (!seen_line) sb_printf(&lines, "%s%d", nlines++ ? ", " : "", n->loc.line);
-        if (seen_op || n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST) continue;
+        if (seen_op || ir_node_is_placed(n)) continue;
         if (nops++ < MAX_LISTED_OPS) sb_printf(&ops, "%s%s", nops > 1 ? ", " : "", ir_op_name(n->op));
         else if (nops == MAX_LISTED_OPS + 1) sb_puts(&ops, ", ...");
     }
@@ -606,7 +591,7 @@ static void gemm_group_step(Builder *b, int k, int last)
 {
     const IrGraph *g = b->graph->ir;
     int mm = last;
-    while (g->nodes[mm].op != IR_MATMUL) mm--;
+    while (ir_op_info[g->nodes[mm].op].fuse != IR_FUSE_MATMUL) mm--;
     int add = mm + 1;
     const IrNode *x = &g->nodes[add], *end = &g->nodes[last];
     CGC_ASSERT(g->nodes[mm].group == k && x->group == k && x->op == IR_ADD && last - mm <= 2);
@@ -631,10 +616,12 @@ static bool in_kernel(const Builder *b, const IrNode *n)
     return b->plan->mode != PLAN_EAGER && n->group != 0;
 }
 
+static bool assigns(const IrNode *n, int tensor) { return ir_node_is_assign(n) && n->index == tensor; }
+
 static bool assigned_in_graph(const IrGraph *g, int tensor)
 {
     for (int id = 0; id < g->nnodes; id++)
-        if (g->nodes[id].op == IR_ASSIGN && g->nodes[id].index == tensor) return true;
+        if (assigns(&g->nodes[id], tensor)) return true;
     return false;
 }
 
@@ -643,7 +630,7 @@ static bool assigned_in_place(const Builder *b, int tensor)
 {
     const IrGraph *g = b->graph->ir;
     for (int id = 0; id < g->nnodes; id++)
-        if (g->nodes[id].op == IR_ASSIGN && g->nodes[id].index == tensor && in_kernel(b, &g->nodes[id]))
+        if (assigns(&g->nodes[id], tensor) && in_kernel(b, &g->nodes[id]))
             return true;
     return false;
 }
@@ -684,7 +671,7 @@ static void assign_steps(Builder *b)
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
         src[id] = -1;
-        if (n->op != IR_ASSIGN || in_kernel(b, n)) continue;
+        if (!ir_node_is_assign(n) || in_kernel(b, n)) continue;
         const IrTensor *t = &pl->p->tensors[n->index];
         int dst = pl->tensor_buffer_base + n->index;
         src[id] = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
@@ -707,7 +694,7 @@ static void assign_steps(Builder *b)
     }
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
-        if (n->op != IR_ASSIGN || src[id] < 0) continue;
+        if (!ir_node_is_assign(n) || src[id] < 0) continue;
         const IrTensor *t = &pl->p->tensors[n->index];
         copy_step(b, id, "assign", pl->tensor_buffer_base + n->index, src[id],
                   pl->buffers[src[id]].dtype, &t->shape, ownf(b, "assign %s", plan_name(b, t->name)),
@@ -723,8 +710,7 @@ static void assign_steps(Builder *b)
 static bool in_registers(const IrGraph *g, int id, const bool *stored)
 {
     const IrNode *n = &g->nodes[id];
-    bool placed = n->op == IR_READ || n->op == IR_INPUT || n->op == IR_CONST;
-    return n->group != 0 && !placed && !stored[id];
+    return n->group != 0 && !ir_node_is_placed(n) && !stored[id];
 }
 
 /* When each group k (index k) launches: a group of its own at its last member; the groups
@@ -809,9 +795,8 @@ static void check_group_order(const IrGraph *g, const GroupLaunch *l)
         const IrNode *n = &g->nodes[u];
         for (int j = 0; j < n->nin; j++) {
             const IrNode *x = &g->nodes[n->in[j]];
-            bool placed = x->op == IR_READ || x->op == IR_INPUT || x->op == IR_CONST;
             int k = x->group;
-            if (k && !placed && n->group != k && u <= l->at[k])
+            if (k && !ir_node_is_placed(x) && n->group != k && u <= l->at[k])
                 CGC_INTERNAL("%s graph: node %%%d reads %%%d of fusion group %d before the "
                              "group's kernel runs", g->name, u, n->in[j], k);
         }
@@ -860,7 +845,7 @@ static void build_graph(Builder *b, PlanGraphId gid)
         if (k) {
             if (launch.last[k] == id) group_step(b, k, id, &launch);
         } else if (computes(g, id)) {
-            if (g->nodes[id].op == IR_MATMUL) gemm_node(b, id);
+            if (ir_op_info[g->nodes[id].op].fuse == IR_FUSE_MATMUL) gemm_node(b, id);
             else launch_node(b, id);
         }
     }

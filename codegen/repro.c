@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/text.h"
 #include "../compiler/config.h"
 #include "gemm_map.h"
 
@@ -826,7 +827,7 @@ void plan_write_repro(FILE *out, const Plan *plan, const PlanChoices *choices)
     Repro r;
     PlanChoices own;
     repro_init(&r, out, plan, choices, &own);
-    codegen_sanitise(r.model, sizeof r.model, plan->p->model_name, "model");
+    text_sanitise(r.model, sizeof r.model, plan->p->model_name, "model");
     plan_layout(plan, r.symvals, true, &r.layout);
     write_header(&r);
     write_fixed(&r, repro_types);

@@ -47,7 +47,7 @@ static void mark_active(Autodiff *ad, int loss)
     bool *depends = xcalloc((size_t)loss + 1, sizeof *depends);
     for (int i = 0; i <= loss; i++) {
         const IrNode *n = &g->nodes[i];
-        depends[i] = n->op == IR_READ;
+        depends[i] = ir_node_reads_tensor(n) >= 0;
         for (int s = 0; s < n->nin; s++)
             if (edge_carries_gradient(g, n, s) && depends[n->in[s]])
                 depends[i] = true;
@@ -355,7 +355,8 @@ static void grad_cross_entropy(Autodiff *ad, const IrNode *n, int y, int d)
 #define FN(name) grad_##name(ad, n, y, d)
 #define NOT_NEEDED \
     CGC_INTERNAL("autodiff: %s is a gradient op, never differentiated", ir_op_info[n->op].name)
-#define IR_OP(name, arity, cls, family, shape, autocast, cost, diff, grad, meaning, deriv) \
+#define IR_OP(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning,   \
+              deriv)                                                                      \
     static void rule_##name(Autodiff *ad, const IrNode *n, int y, int d)                  \
     {                                                                                       \
         int x = n->in[0];                                                                   \
@@ -382,7 +383,7 @@ static void collect_tensor_grads(Autodiff *ad, int *grads)
 {
     for (int i = 0; i < ad->nforward; i++) {
         IrNode n = ad->g->nodes[i];
-        if (n.op != IR_READ || !ad->active[i] || ad->adj[i] < 0)
+        if (ir_node_reads_tensor(&n) < 0 || !ad->active[i] || ad->adj[i] < 0)
             continue;
         int c = ir_cast(ad->g, ad->adj[i], DT_F32, n.loc);
         int *gr = &grads[n.index];

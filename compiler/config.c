@@ -1,4 +1,4 @@
-/* config.c: dsl.md's defaults for the train block, and names for its enums. */
+/* config.c: the train block's defaults (docs/language.md), and names for its enums. */
 #include "config.h"
 
 #include <stdio.h>

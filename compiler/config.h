@@ -1,6 +1,6 @@
 /* config.h: the training configuration, from the train block and the command line.
  *
- * train_config.c fills it from the file (defaults from dsl.md for every key not given);
+ * train_config.c fills it from the file (docs/language.md's default for a key not given);
  * the command-line flags then override single keys through the same checks
  * (sema_train_entry), so a flag and a file entry can never mean different things; last,
  * sema_train_finish applies the rules that relate keys to each other.
@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "diag.h"
+#include "../base/diag.h"
 
 typedef enum DataKind { DATA_SYNTHETIC, DATA_IDX } DataKind;
 typedef enum OptKind { OPT_SGD, OPT_ADAM, OPT_ADAMW } OptKind;
@@ -68,7 +68,7 @@ typedef struct TrainConfig {
     SrcLoc train_loc, optimizer_loc, schedule_loc, precision_loc;
 } TrainConfig;
 
-/* dsl.md's defaults. */
+/* The defaults of docs/language.md, "The train block". */
 void config_defaults(TrainConfig *cfg);
 /* Names for messages and dumps: "adamw", "cosine", "bf16", "auto". */
 const char *config_optimizer_name(OptKind k);

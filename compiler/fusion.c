@@ -53,21 +53,20 @@
 
 /* ---- node classes ---- */
 
-static bool is_leaf(const IrNode *n)
-{
-    return n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST;
-}
+
+static bool is_leaf(const IrNode *n) { return ir_node_is_placed(n); }
 
 /* May be a member of any group (IrGroup's contract). */
 static bool is_elementwise(const IrNode *n)
 {
-    return ir_op_is_elementwise(n->op) || n->op == IR_RUNTIME;
+    return ir_op_is_elementwise(n->op) || ir_node_fuse(n) == IR_FUSE_SCALAR;
 }
 
-/* One value, recomputed wherever a group needs it rather than launched. */
+/* One value, recomputed wherever a group needs it rather than launched (never a random
+ * draw: each clone would draw its own). */
 static bool is_scalar(const IrNode *n)
 {
-    return is_elementwise(n) && n->op != IR_DROPOUT && ir_shape_is_one(&n->shape);
+    return is_elementwise(n) && ir_node_fuse(n) != IR_FUSE_RANDOM && ir_shape_is_one(&n->shape);
 }
 
 /* ---- state ---- */
@@ -244,7 +243,7 @@ _Static_assert(CLONE_MAX_OPERANDS * IR_MAX_IN + 4 <= IR_GROUP_MAX_OPERANDS,
                "a node alone, every input a cloned chain, fits one kernel");
 
 /* An f32 CONST: written into the kernel that reads it, not a parameter. */
-static bool is_literal(const IrNode *n) { return n->op == IR_CONST && n->dtype == DT_F32; }
+static bool is_literal(const IrNode *n) { return ir_node_is_literal(n); }
 
 /* A scalar that the clusters taking clones recompute (rather than read). */
 static bool clonable(const Fuser *f, int v)
@@ -268,7 +267,7 @@ static void find_cone(Fuser *f, int v)
     const IrNode *n = &f->g->nodes[v];
     int *cone = xmalloc((CLONE_MAX_OPERANDS + 1) * sizeof *cone), count = 0;
     f->stamp++;
-    if (n->op == IR_RUNTIME) cone_add(f, cone, &count, v);
+    if (ir_node_fuse(n) == IR_FUSE_SCALAR) cone_add(f, cone, &count, v);
     for (int k = 0; k < n->nin; k++) {
         int x = n->in[k];
         if (clonable(f, x))
@@ -300,8 +299,8 @@ static int read_weight(const Fuser *f, int x)
 static int node_bound(const Fuser *f, int v)
 {
     const IrNode *n = &f->g->nodes[v];
-    int bound = f->use_off[v + 1] - f->use_off[v] + f->is_output[v];
-    bound += n->op == IR_ASSIGN || n->op == IR_RUNTIME || n->op == IR_DROPOUT;
+    bool seed = false;
+    int bound = f->use_off[v + 1] - f->use_off[v] + f->is_output[v] + ir_member_params(n, false, &seed);
     for (int k = 0; k < n->nin; k++) bound += read_weight(f, n->in[k]);
     return bound;
 }
@@ -581,8 +580,7 @@ static int member_operands(Fuser *f, int x, int a, int b, bool clones, bool *see
         int c = f->uses[k], kc = cluster_of(f, c);
         stored = (kc != a && kc != b && reads_original(f, x, c)) || clone_reads(f, x, c);
     }
-    int count = (stored && n->op != IR_ASSIGN) + (n->op == IR_ASSIGN) + (n->op == IR_RUNTIME);
-    if (n->op == IR_DROPOUT && !*seed) *seed = true, count++;
+    int count = ir_member_params(n, stored, seed);
     for (int k = 0; k < n->nin; k++) {
         int in = n->in[k], c = cluster_of(f, in);
         if (c == a || c == b || is_literal(&f->g->nodes[in])) continue;
@@ -696,7 +694,7 @@ static bool can_join(Fuser *f, int v, int b)
         if (cluster_of(f, c) != b && reads_original(f, v, c)) stored = true;
     }
     const Shape *work = &f->cl[b].work;
-    bool shape_ok = stored || n->op == IR_DROPOUT ? ir_shape_equal(&n->shape, work)
+    bool shape_ok = stored || ir_node_fuse(n) == IR_FUSE_RANDOM ? ir_shape_equal(&n->shape, work)
                                                   : ir_shape_fits(&n->shape, work);
     return shape_ok && same_phase(&f->cl[find(f, v)], &f->cl[b]) && operands_fit(f, find(f, v), b) &&
            acyclic_merge(f, find(f, v), b);
@@ -737,7 +735,7 @@ static void cluster_node(Fuser *f, int v)
     } else if (ir_op_is_reduction(n->op)) {
         start_cluster(f, v, IR_GROUP_REDUCE, f->g->nodes[n->in[0]].shape, n->axis,
                       n->op == IR_REDUCE_TO);
-    } else if (n->op == IR_ASSIGN && is_elementwise(&f->g->nodes[n->in[0]])) {
+    } else if (ir_node_fuse(n) == IR_FUSE_EFFECT && is_elementwise(&f->g->nodes[n->in[0]])) {
         /* Tentative: in_place() keeps it only where the order allows. */
         start_cluster(f, v, IR_GROUP_POINTWISE, f->g->nodes[n->in[0]].shape, 0, false);
     }
@@ -795,10 +793,10 @@ static bool row_member_ok(const Fuser *f, int v, const Shape *work)
 {
     const IrNode *n = &f->g->nodes[v];
     if (ir_op_is_reduction(n->op)) return row_reduction(f, v, work);
-    if (n->op == IR_RESHAPE)
+    if (ir_node_fuse(n) == IR_FUSE_VIEW)
         return per_row(&n->shape, work) && per_row(&f->g->nodes[n->in[0]].shape, work) &&
                n->dtype == f->g->nodes[n->in[0]].dtype;
-    if (!is_elementwise(n) || n->op == IR_DROPOUT) return false;
+    if (!is_elementwise(n) || ir_node_fuse(n) == IR_FUSE_RANDOM) return false;
     if (!per_row(&n->shape, work)) return ir_shape_fits(&n->shape, work);
     for (int k = 0; k < n->nin; k++)   /* a row value reads row values */
         if (!per_row(&f->g->nodes[n->in[k]].shape, work)) return false;
@@ -877,7 +875,7 @@ static bool row_absorb_neighbour(Fuser *f, int g, int y)
     int k = cluster_of(f, y);
     if (k == g) return false;
     if (k >= 0) return row_candidate(f, k, work) && row_absorb(f, g, -1, k);
-    if (f->g->nodes[y].op != IR_RESHAPE) return false;
+    if (ir_node_fuse(&f->g->nodes[y]) != IR_FUSE_VIEW) return false;
     int partner = reshape_partner(f, g, y);
     if (partner == -2 || (partner >= 0 && !row_candidate(f, partner, work))) return false;
     return row_absorb(f, g, y, partner);
@@ -1037,7 +1035,7 @@ static void gemm_group(Fuser *f, int mm)
 static void gemm_groups(Fuser *f)
 {
     for (int v = 0; v < f->n; v++)
-        if (f->g->nodes[v].op == IR_MATMUL && f->parent[v] < 0) gemm_group(f, v);
+        if (ir_node_fuse(&f->g->nodes[v]) == IR_FUSE_MATMUL && f->parent[v] < 0) gemm_group(f, v);
 }
 
 /* ---- (2) work nodes and clones ---- */
@@ -1201,8 +1199,8 @@ static void mark_reachable(Fuser *f, int from)
 static int viewed_tensor(const Fuser *f, int w)
 {
     const IrNode *n = src_node(f, w);
-    if (n->op == IR_READ) return n->index;
-    return n->op == IR_RESHAPE ? viewed_tensor(f, f->w[w].in[0]) : -1;
+    if (is_leaf(n)) return ir_node_tensor(n);
+    return ir_node_fuse(n) == IR_FUSE_VIEW ? viewed_tensor(f, f->w[w].in[0]) : -1;
 }
 
 /* The readers of each persistent tensor, as (work node, the view it reads) pairs: CSR
@@ -1257,7 +1255,7 @@ static bool in_place_ok(Fuser *f, const Readers *r, int a, bool commit)
         int u = unit_of(f, w);
         /* an ASSIGN left as a copy runs after every kernel (plan.c), so it would see
          * the new value: no in-place store of a tensor another copy reads */
-        if (u != gi && src_node(f, w)->op == IR_ASSIGN) return false;
+        if (u != gi && ir_node_fuse(src_node(f, w)) == IR_FUSE_EFFECT) return false;
         if (u == gi && !ir_shape_equal(&src_node(f, x)->shape, &f->groups[gi].work)) return false;
         if (u == gi || u < 0) continue;
         if (commit) add_edge(f, u, gi);
@@ -1270,7 +1268,7 @@ static void place_assigns(Fuser *f)
 {
     Readers r = tensor_readers(f);
     for (int a = 0; a < f->n; a++) {
-        if (f->g->nodes[a].op != IR_ASSIGN || f->w[a].group < 0) continue;
+        if (ir_node_fuse(&f->g->nodes[a]) != IR_FUSE_EFFECT || f->w[a].group < 0) continue;
         if (in_place_ok(f, &r, a, false)) {
             in_place_ok(f, &r, a, true);
         } else {
@@ -1303,11 +1301,11 @@ static const char *assigned_subject(Fuser *f, int v)
     while (head < tail) {
         int x = queue[head++];
         const Shape *shape = &f->g->nodes[x].shape;
-        if (f->g->nodes[x].op == IR_ASSIGN) return tensor_subject(f->p, f->g->nodes[x].index);
+        if (ir_node_fuse(&f->g->nodes[x]) == IR_FUSE_EFFECT) return tensor_subject(f->p, f->g->nodes[x].index);
         for (int k = f->use_off[x]; k < f->use_off[x + 1] && tail < LIMIT; k++) {
             int c = f->uses[k];
             const IrNode *u = &f->g->nodes[c];
-            bool same = u->op == IR_ASSIGN || ir_op_info[u->op].family == IR_FAMILY_COLLECTIVE ||
+            bool same = ir_node_fuse(u) == IR_FUSE_EFFECT || ir_op_info[u->op].family == IR_FAMILY_COLLECTIVE ||
                         ir_shape_equal(&u->shape, shape);
             if (same && f->seen[c] != f->stamp) f->seen[c] = f->stamp, queue[tail++] = c;
         }
@@ -1331,8 +1329,8 @@ static const char *subject_of(Fuser *f, const int *m, int nm, const Shape *work,
     for (int i = 0; i < nm; i++)
         for (int k = 0; k < src_node(f, m[i])->nin; k++) {
             const IrNode *x = src_node(f, f->w[m[i]].in[k]);
-            if (x->op == IR_READ && ir_shape_equal(&x->shape, work)) return f->p->tensors[x->index].name;
-            if (x->op == IR_INPUT && ir_shape_equal(&x->shape, work)) return f->p->inputs[x->index].name;
+            const char *table = ir_node_table_name(f->p, x);
+            if (table && ir_shape_equal(&x->shape, work)) return table;
         }
     for (int pass = 0; pass < 2; pass++)   /* from values over the work shape, then results */
         for (int i = nm - 1; i >= 0; i--) {
@@ -1362,7 +1360,8 @@ static void name_ops(Fuser *f, const int *m, int nm, char *buf, size_t len)
     int ns = 0;
     for (int i = 0; i < nm && ns < 3; i++) {
         const IrNode *n = src_node(f, m[i]);
-        if (m[i] >= f->n || n->op == IR_CAST || n->op == IR_ASSIGN || n->op == IR_RESHAPE) continue;
+        IrFuse fu = ir_node_fuse(n);
+        if (m[i] >= f->n || n->op == IR_CAST || fu == IR_FUSE_EFFECT || fu == IR_FUSE_VIEW) continue;
         bool dup = false;
         for (int k = 0; k < ns; k++) dup |= seen[k] == ir_op_name(n->op);
         if (!dup) append(buf, len, seen[ns++] = ir_op_name(n->op));
@@ -1377,7 +1376,7 @@ static const char *group_name(Fuser *f, const int *m, int nm, const Shape *work)
     bool param = false;
     for (int i = 0; i < nm && !subject; i++) {
         const IrNode *n = src_node(f, m[i]);
-        if (n->op != IR_ASSIGN) continue;
+        if (ir_node_fuse(n) != IR_FUSE_EFFECT) continue;
         subject = tensor_subject(f->p, n->index);
         int t = ir_find_tensor(f->p, subject);
         param = t >= 0 && f->p->tensors[t].kind == IR_PARAM;

@@ -21,12 +21,14 @@
 #define FN(name) false
 #define NOT_NEEDED true
 const IrOpInfo ir_op_info[IR_NUM_OPS] = {
-#define IR_OP(name, arity, cls, family, shape, autocast, cost, diff, grad, meaning, deriv)   \
-    {#name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_SHAPE_##shape,                     \
-     IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, NULL},
-#define IR_EW(name, arity, cls, family, shape, autocast, cost, diff, grad, meaning, deriv, ...) \
-    {#name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_SHAPE_##shape,                     \
-     IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, #__VA_ARGS__},
+#define IR_OP(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning, \
+              deriv)                                                                           \
+    {#name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_FUSE_##fuse, IR_ATTRS_##attrs,       \
+     IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, NULL},
+#define IR_EW(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning, \
+              deriv, ...)                                                                      \
+    {#name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_FUSE_##fuse, IR_ATTRS_##attrs,       \
+     IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, #__VA_ARGS__},
 #include "ops.def"
 };
 
@@ -55,19 +57,51 @@ const char *ir_dtype_name(DType t)
 
 bool ir_nonfinite_by_design(const IrNode *n, double v)
 {
-    return n->op == IR_UNFOLD && !isfinite(n->value) && v == n->value;
+    return ir_op_info[n->op].attrs == IR_ATTRS_WINDOW_OUTSIDE && !isfinite(n->value) && v == n->value;
 }
 
 bool ir_op_is_elementwise(IrOp op)
 {
-    IrOpClass c = ir_op_info[op].cls;
-    return c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY ||
-           op == IR_BROADCAST || op == IR_DROPOUT;
+    IrFuse f = ir_op_info[op].fuse;
+    return f == IR_FUSE_POINTWISE || f == IR_FUSE_RANDOM;
 }
 
-bool ir_op_is_reduction(IrOp op)
+bool ir_op_is_reduction(IrOp op) { return ir_op_info[op].fuse == IR_FUSE_REDUCTION; }
+
+bool ir_node_is_placed(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_LEAF; }
+
+bool ir_node_is_literal(const IrNode *n)
 {
-    return op == IR_SUM || op == IR_MEAN || op == IR_MAX || op == IR_REDUCE_TO;
+    return ir_op_info[n->op].attrs == IR_ATTRS_CONST_VALUE && n->dtype == DT_F32;
+}
+
+int ir_node_input(const IrNode *n)
+{
+    return ir_op_info[n->op].attrs == IR_ATTRS_INPUT_NAME ? n->index : -1;
+}
+
+int ir_node_tensor(const IrNode *n)
+{
+    IrAttrs a = ir_op_info[n->op].attrs;
+    return a == IR_ATTRS_TENSOR_NAME || a == IR_ATTRS_TARGET_NAME ? n->index : -1;
+}
+
+int ir_node_reads_tensor(const IrNode *n) { return ir_node_is_placed(n) ? ir_node_tensor(n) : -1; }
+
+bool ir_node_is_assign(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_EFFECT; }
+
+const char *ir_node_table_name(const IrProgram *p, const IrNode *n)
+{
+    if (ir_node_input(n) >= 0) return p->inputs[n->index].name;
+    return ir_node_tensor(n) >= 0 ? p->tensors[n->index].name : NULL;
+}
+
+int ir_member_params(const IrNode *n, bool stored, bool *seed)
+{
+    IrFuse f = ir_node_fuse(n);
+    int count = (stored && f != IR_FUSE_EFFECT) + (f == IR_FUSE_EFFECT) + (f == IR_FUSE_SCALAR);
+    if (f == IR_FUSE_RANDOM && !*seed) *seed = true, count++;
+    return count;
 }
 
 size_t ir_dtype_size(DType t)
@@ -310,7 +344,7 @@ static void renumber_states(IrProgram *p)
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < graphs[k]->nnodes; i++) {
             IrNode *n = &graphs[k]->nodes[i];
-            if ((n->op == IR_READ || n->op == IR_ASSIGN) && n->index >= p->nparams) n->index++;
+            if (ir_node_tensor(n) >= p->nparams) n->index++;
         }
 }
 
@@ -391,11 +425,6 @@ bool ir_member_stored(const IrGraph *g, int id)
     return false;
 }
 
-static bool ir_placed(const IrNode *n)
-{
-    return n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST;
-}
-
 bool *ir_stored_members(const IrGraph *g)
 {
     bool *stored = xcalloc((size_t)g->nnodes + 1, sizeof *stored);
@@ -417,14 +446,12 @@ static int member_operands(const IrGraph *g, int u, const bool *stored, int *see
 {
     const IrNode *n = &g->nodes[u];
     int k = n->group;
-    int count = (stored[u] && n->op != IR_ASSIGN) + (n->op == IR_ASSIGN) + (n->op == IR_RUNTIME);
-    if (n->op == IR_DROPOUT && !*seed) *seed = true, count++;
+    int count = ir_member_params(n, stored[u], seed);
     for (int j = 0; j < n->nin; j++) {
         int x = n->in[j];
         const IrNode *xn = &g->nodes[x];
-        bool member = xn->group == k && !ir_placed(xn);
-        bool literal = xn->op == IR_CONST && xn->dtype == DT_F32;
-        if (member || literal || seen[x] == k) continue;
+        bool member = xn->group == k && !ir_node_is_placed(xn);
+        if (member || ir_node_is_literal(xn) || seen[x] == k) continue;
         seen[x] = k;
         count++;
     }
@@ -438,7 +465,7 @@ void ir_group_operands(const IrGraph *g, int *count)
     for (int k = 0; k < g->ngroups; k++) count[k] = 0;
     for (int u = 0; u < g->nnodes; u++) {
         int k = g->nodes[u].group;
-        if (k && !ir_placed(&g->nodes[u]))
+        if (k && !ir_node_is_placed(&g->nodes[u]))
             count[k - 1] += member_operands(g, u, stored, seen, &seed[k - 1]);
     }
     free(stored), free(seed), free(seen);
@@ -512,7 +539,7 @@ int ir_collective(IrGraph *g, IrOp op, int x, Shape shape, int bucket, SrcLoc lo
 {
     const IrNode *in = node(g, x);
     CGC_ASSERT(ir_op_info[op].family == IR_FAMILY_COLLECTIVE && in->dtype == DT_F32);
-    CGC_ASSERT(op == IR_SHARD ? bucket == -1 : bucket >= 0);
+    CGC_ASSERT(ir_op_info[op].attrs == IR_ATTRS_BUCKET ? bucket >= 0 : bucket == -1);
     if (op == IR_ALLREDUCE) CGC_ASSERT(ir_shape_equal(&shape, &in->shape));
     else {   /* one side is a slice: [S], a size */
         const Shape *slice = op == IR_ALLGATHER ? &in->shape : &shape;
@@ -820,7 +847,7 @@ int ir_mode_switch(IrGraph *g, int train, int eval, SrcLoc loc)
 
 int ir_softmax(IrGraph *g, IrOp op, int x, int axis, SrcLoc loc)
 {
-    CGC_ASSERT(op == IR_SOFTMAX || op == IR_LOG_SOFTMAX);
+    CGC_ASSERT(ir_op_info[op].family == IR_FAMILY_SOFTMAX);
     const IrNode *in = node(g, x);
     CGC_ASSERT(axis >= 0 && axis < in->shape.rank);
     IrNode n = make(op, in->dtype, in->shape, loc, 1, x, 0, 0);
@@ -830,7 +857,7 @@ int ir_softmax(IrGraph *g, IrOp op, int x, int axis, SrcLoc loc)
 
 int ir_softmax_grad(IrGraph *g, IrOp op, int d, int y, int axis, SrcLoc loc)
 {
-    CGC_ASSERT(op == IR_SOFTMAX_GRAD || op == IR_LOG_SOFTMAX_GRAD);
+    CGC_ASSERT(ir_op_info[op].family == IR_FAMILY_SOFTMAX_GRAD);
     const IrNode *nd = node(g, d), *ny = node(g, y);
     CGC_ASSERT(ir_shape_equal(&nd->shape, &ny->shape));
     IrNode n = make(op, ir_promote(nd->dtype, ny->dtype), ny->shape, loc, 2, d, y, 0);
@@ -936,42 +963,42 @@ static void print_axis(FILE *out, int axis)
     else fprintf(out, " axis=%d", axis);
 }
 
-/* " kernel=3x3 stride=1x1 pad=1x1 dilation=1x1 groups=1 rows outside=0" */
+/* " kernel=3x3 stride=1x1 pad=1x1 dilation=1x1 groups=1 rows" */
 static void print_window(FILE *out, const IrNode *n)
 {
     const IrWindow *w = &n->win;
     fprintf(out, " kernel=%dx%d stride=%dx%d pad=%dx%d dilation=%dx%d groups=%d%s", w->kernel[0],
             w->kernel[1], w->stride[0], w->stride[1], w->pad[0], w->pad[1], w->dilation[0],
             w->dilation[1], w->groups, (n->flags & IR_WINDOW_ROWS) ? " rows" : "");
-    if (n->op == IR_UNFOLD) fprintf(out, " outside=%.9g", n->value);
 }
 
+static void print_matmul_flags(FILE *out, int flags)
+{
+    if (flags & IR_MATMUL_TRANS_A) fputs(" trans_a", out);
+    if (flags & IR_MATMUL_TRANS_B) fputs(" trans_b", out);
+    if (flags & IR_MATMUL_TF32) fputs(" tf32", out);
+    if (flags & IR_MATMUL_BATCH_SUM) fputs(" batch_sum", out);
+}
+
+/* The attributes the op reads (ops.def, ATTRS). */
 static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
 {
-    switch (ir_op_info[n->op].family) {
-    case IR_FAMILY_INPUT: fprintf(out, " %s", p->inputs[n->index].name); break;
-    case IR_FAMILY_READ: fprintf(out, " %s", p->tensors[n->index].name); break;
-    case IR_FAMILY_ASSIGN: fprintf(out, " -> %s", p->tensors[n->index].name); break;
-    case IR_FAMILY_CONST: fprintf(out, " %.9g", n->value); break;
-    case IR_FAMILY_RUNTIME: fprintf(out, " %s", runtime_name(n->index)); break;
-    case IR_FAMILY_DROPOUT: fprintf(out, " p=%.9g stream=%d", n->value, n->index); break;
-    case IR_FAMILY_MATMUL:
-        if (n->flags & IR_MATMUL_TRANS_A) fputs(" trans_a", out);
-        if (n->flags & IR_MATMUL_TRANS_B) fputs(" trans_b", out);
-        if (n->flags & IR_MATMUL_TF32) fputs(" tf32", out);
-        if (n->flags & IR_MATMUL_BATCH_SUM) fputs(" batch_sum", out);
+    switch (ir_op_info[n->op].attrs) {
+    case IR_ATTRS_NO_ATTR: break;
+    case IR_ATTRS_INPUT_NAME: fprintf(out, " %s", p->inputs[n->index].name); break;
+    case IR_ATTRS_TENSOR_NAME: fprintf(out, " %s", p->tensors[n->index].name); break;
+    case IR_ATTRS_TARGET_NAME: fprintf(out, " -> %s", p->tensors[n->index].name); break;
+    case IR_ATTRS_CONST_VALUE: fprintf(out, " %.9g", n->value); break;
+    case IR_ATTRS_RUNTIME_NAME: fprintf(out, " %s", runtime_name(n->index)); break;
+    case IR_ATTRS_P_STREAM: fprintf(out, " p=%.9g stream=%d", n->value, n->index); break;
+    case IR_ATTRS_MATMUL_FLAGS: print_matmul_flags(out, n->flags); break;
+    case IR_ATTRS_AXIS: print_axis(out, n->axis); break;
+    case IR_ATTRS_WINDOW: print_window(out, n); break;
+    case IR_ATTRS_WINDOW_OUTSIDE:
+        print_window(out, n);
+        fprintf(out, " outside=%.9g", n->value);
         break;
-    case IR_FAMILY_REDUCE: case IR_FAMILY_SOFTMAX: case IR_FAMILY_SOFTMAX_GRAD:
-        print_axis(out, n->axis);
-        break;
-    case IR_FAMILY_WINDOW: print_window(out, n); break;
-    case IR_FAMILY_COLLECTIVE:
-        if (n->op != IR_SHARD) fprintf(out, " bucket=%d", n->index);
-        break;
-    case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST: case IR_FAMILY_RESHAPE:
-    case IR_FAMILY_REDUCE_TO: case IR_FAMILY_TRANSPOSE: case IR_FAMILY_CROSS_ENTROPY:
-    case IR_FAMILY_CE_GRAD: case IR_FAMILY_COUNT_CORRECT: case IR_FAMILY_MODE_SWITCH:
-        break;   /* no attributes */
+    case IR_ATTRS_BUCKET: fprintf(out, " bucket=%d", n->index); break;
     }
 }
 
@@ -997,7 +1024,7 @@ void ir_print(FILE *out, const IrProgram *p, const IrGraph *g)
         print_attrs(out, p, n);
         fprintf(out, " : %s%s", ir_dtype_name(n->dtype), ir_shape_str(p, &n->shape, sb, sizeof sb));
         /* Leaves and assignments already show their table name. */
-        bool show_name = n->name && n->op != IR_INPUT && n->op != IR_READ && n->op != IR_ASSIGN;
+        bool show_name = n->name && !ir_node_table_name(p, n);
         if (show_name || n->loc.line || n->group || n->recompute) fputs("  ;", out);
         if (show_name) fprintf(out, " %s", n->name);
         if (n->loc.line) fprintf(out, " @%d:%d", n->loc.line, n->loc.col);
@@ -1063,12 +1090,14 @@ static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n
         else s->dim[t.rank - 1] = t.dim[t.rank - 2], s->dim[t.rank - 2] = t.dim[t.rank - 1];
         return true;
     case IR_SHAPE_SCALAR: *s = ir_shape0(); return true;
-    case IR_SHAPE_WINDOW:   /* UNFOLD's from its input; FOLD's own, which unfolds to its input */
+    case IR_SHAPE_WINDOW:
+        a = in_shape(g, n, 0);
+        if (!ir_window_shape(&a, &n->win, n->flags, s)) s->rank = -1;
+        return true;
+    case IR_SHAPE_IMAGE:
         a = in_shape(g, n, 0);
         *s = n->shape;
-        if (n->op == IR_UNFOLD ? !ir_window_shape(&a, &n->win, n->flags, s)
-                               : !ir_window_shape(s, &n->win, n->flags, &b) || !ir_shape_equal(&a, &b))
-            s->rank = -1;
+        if (!ir_window_shape(s, &n->win, n->flags, &b) || !ir_shape_equal(&a, &b)) s->rank = -1;
         return true;
     case IR_SHAPE_ASSIGN:
         *s = ir_shape0();
@@ -1115,6 +1144,24 @@ static void verify_groups(const IrGraph *g)
     verify_reduce_groups(g);
 }
 
+/* What is wrong with N's index attribute, by what it names (ops.def, ATTRS), or NULL. */
+static const char *bad_index(const IrProgram *p, const IrNode *n)
+{
+    switch (ir_op_info[n->op].attrs) {
+    case IR_ATTRS_INPUT_NAME:
+        return n->index < 0 || n->index >= p->ninputs ? "bad input index" : NULL;
+    case IR_ATTRS_TENSOR_NAME: case IR_ATTRS_TARGET_NAME:
+        return n->index < 0 || n->index >= p->ntensors ? "bad tensor index" : NULL;
+    case IR_ATTRS_RUNTIME_NAME:
+        return n->index < 0 || n->index >= IR_NUM_RUNTIME ? "bad runtime scalar" : NULL;
+    case IR_ATTRS_NO_ATTR: case IR_ATTRS_CONST_VALUE: case IR_ATTRS_P_STREAM:
+    case IR_ATTRS_MATMUL_FLAGS: case IR_ATTRS_AXIS: case IR_ATTRS_WINDOW:
+    case IR_ATTRS_WINDOW_OUTSIDE: case IR_ATTRS_BUCKET:
+        return NULL;
+    }
+    return NULL;
+}
+
 void ir_verify(const IrProgram *p, const IrGraph *g)
 {
     for (int i = 0; i < g->nnodes; i++) {
@@ -1123,9 +1170,8 @@ void ir_verify(const IrProgram *p, const IrGraph *g)
         if (n->nin != ir_op_info[n->op].arity) verify_fail(g, i, "wrong number of inputs");
         for (int k = 0; k < n->nin; k++)
             if (n->in[k] < 0 || n->in[k] >= i) verify_fail(g, i, "input is not an earlier node");
-        if (n->op == IR_INPUT && (n->index < 0 || n->index >= p->ninputs)) verify_fail(g, i, "bad input index");
-        if (n->op == IR_READ && (n->index < 0 || n->index >= p->ntensors)) verify_fail(g, i, "bad tensor index");
-        if (n->op == IR_RUNTIME && (n->index < 0 || n->index >= IR_NUM_RUNTIME)) verify_fail(g, i, "bad runtime scalar");
+        const char *bad = bad_index(p, n);
+        if (bad) verify_fail(g, i, bad);
         Shape want;
         if (expected_shape(p, g, n, &want) && (want.rank < 0 || !ir_shape_equal(&want, &n->shape)))
             verify_fail(g, i, "shape does not follow from the inputs");

@@ -16,7 +16,7 @@
  *    step never race).
  *  - Storage of a node's value is rounded to its dtype (round to nearest even for f16 and
  *    bf16); f32 math otherwise (or f64 when a reference executor runs in f64 for checks).
- *  - IR_DROPOUT draws its mask from rng_dropout_keep() (runtime/rng.h) keyed by
+ *  - IR_DROPOUT draws its mask from rng_dropout_keep() (base/rng.h) keyed by
  *    (seed, attribute `stream`, the value of its counter input, element index), so any
  *    backend, and the backward pass, reproduce the same mask without storing it.
  */
@@ -28,7 +28,7 @@
 #include <stdio.h>
 
 #include "config.h"
-#include "diag.h"
+#include "../base/diag.h"
 
 /* The IR's fixed sizes. Every array of one of these kinds is sized by its constant, and
  * each limit a .net file can reach is checked where the file is read (sema.c, the
@@ -78,10 +78,25 @@ typedef enum IrFamily {
     IR_FAMILY_ASSIGN, IR_FAMILY_WINDOW, IR_FAMILY_MODE_SWITCH, IR_FAMILY_COLLECTIVE,
 } IrFamily;
 
+/* How an op runs, stores its value and fuses (ops.def, column FUSE). */
+typedef enum IrFuse {
+    IR_FUSE_LEAF, IR_FUSE_SCALAR, IR_FUSE_POINTWISE, IR_FUSE_RANDOM, IR_FUSE_REDUCTION,
+    IR_FUSE_WINDOW, IR_FUSE_MATMUL, IR_FUSE_VIEW, IR_FUSE_BARRIER, IR_FUSE_COLLECTIVE,
+    IR_FUSE_EFFECT,
+} IrFuse;
+
+/* Which attributes of a node its op reads (ops.def, column ATTRS). */
+typedef enum IrAttrs {
+    IR_ATTRS_NO_ATTR, IR_ATTRS_INPUT_NAME, IR_ATTRS_TENSOR_NAME, IR_ATTRS_TARGET_NAME,
+    IR_ATTRS_CONST_VALUE, IR_ATTRS_RUNTIME_NAME, IR_ATTRS_P_STREAM, IR_ATTRS_MATMUL_FLAGS,
+    IR_ATTRS_AXIS, IR_ATTRS_WINDOW, IR_ATTRS_WINDOW_OUTSIDE, IR_ATTRS_BUCKET,
+} IrAttrs;
+
 /* How a node's shape follows from its inputs (ops.def, column SHAPE). */
 typedef enum IrShapeRule {
     IR_SHAPE_OWN, IR_SHAPE_IN0, IR_SHAPE_IN1, IR_SHAPE_BROADCAST, IR_SHAPE_REDUCE,
     IR_SHAPE_MATMUL, IR_SHAPE_TRANSPOSE, IR_SHAPE_SCALAR, IR_SHAPE_ASSIGN, IR_SHAPE_WINDOW,
+    IR_SHAPE_IMAGE,
 } IrShapeRule;
 
 /* What an op runs in under bf16 or fp16 autocast (ops.def, column AUTOCAST). */
@@ -92,6 +107,8 @@ typedef struct IrOpInfo {
     int arity;
     IrOpClass cls;
     IrFamily family;
+    IrFuse fuse;
+    IrAttrs attrs;
     IrShapeRule shape;
     IrAutocast autocast;
     int cost;               /* FLOPs per element to recompute it */
@@ -138,6 +155,19 @@ typedef enum IrRuntimeScalar {
     IR_NUM_RUNTIME,
 } IrRuntimeScalar;
 
+/* Why the precision pass (compiler/precision.c) gave a forward value its dtype, as it
+ * decided; --explain prints it. */
+typedef enum IrDtypeWhy {
+    IR_WHY_FOLLOWS,         /* the type of its inputs */
+    IR_WHY_PRODUCT,         /* a matrix product: tensor cores under tf32, bf16 and fp16 */
+    IR_WHY_BIAS,            /* a cast: a linear layer's bias joins its product's type */
+    IR_WHY_OPERAND,         /* a cast: an operand of a matrix product */
+    IR_WHY_F32_READER,      /* a cast: read by an op that runs in f32 */
+    IR_WHY_LOSS,            /* the loss, always f32 */
+    IR_WHY_F32_LIST,        /* autocast's f32 list: inputs cast to f32 */
+    IR_WHY_INTEGER,         /* not a float: left alone */
+} IrDtypeWhy;
+
 typedef struct IrNode {
     IrOp op;
     DType dtype;
@@ -156,6 +186,7 @@ typedef struct IrNode {
                              * own, else k for the graph's groups[k - 1] */
     bool recompute;         /* checkpointing (compiler/recompute.c) inserted it: the
                              * backward's copy of a forward node, recomputed, not kept */
+    IrDtypeWhy dtype_why;   /* forward graph: the precision pass's reason for dtype */
 } IrNode;
 
 /* A fusion group: nodes of one graph that codegen renders as one kernel. Members of a
@@ -334,12 +365,32 @@ bool ir_shape_equal(const Shape *a, const Shape *b);
 bool ir_shape_is_static(const Shape *s);   /* no symbolic dimension */
 bool ir_shape_is_one(const Shape *s);      /* every dimension 1: one element, a scalar too */
 bool ir_shape_is_batched(const Shape *s);  /* rows of the batch: dimension 0 is symbol 0 */
-/* Elementwise: the unary, binary and ternary classes, BROADCAST and DROPOUT (each output
- * element from the inputs' elements at its broadcast position). What a pointwise fusion
- * group computes and what checkpointing may recompute. */
+/* Questions the passes and backends ask of an op, answered from ops.def's columns. */
+static inline IrFuse ir_node_fuse(const IrNode *n) { return ir_op_info[n->op].fuse; }
+/* Each output element from the inputs' elements at its broadcast position (FUSE
+ * POINTWISE or RANDOM): what a pointwise fusion group computes. */
 bool ir_op_is_elementwise(IrOp op);
-/* SUM, MEAN, MAX and REDUCE_TO: the ops a reduce or row group is built around. */
+/* FUSE REDUCTION: the ops a reduce or row group is built around. */
 bool ir_op_is_reduction(IrOp op);
+/* FUSE LEAF: its value is placed before the step (data, a persistent tensor, a
+ * constant), so no kernel computes it and a group reads it as an operand. */
+bool ir_node_is_placed(const IrNode *n);
+/* An f32 constant: written into the kernel that reads it, not passed as an operand. */
+bool ir_node_is_literal(const IrNode *n);
+/* The program input N reads (ATTRS INPUT_NAME), or -1. */
+int ir_node_input(const IrNode *n);
+/* The persistent tensor N reads or writes (ATTRS TENSOR_NAME or TARGET_NAME), or -1. */
+int ir_node_tensor(const IrNode *n);
+/* The persistent tensor whose storage placed leaf N is (a READ), or -1. */
+int ir_node_reads_tensor(const IrNode *n);
+/* An assignment (FUSE EFFECT): N writes persistent tensor n->index after the step. */
+bool ir_node_is_assign(const IrNode *n);
+/* The name of the input or persistent tensor N's index names, or NULL. */
+const char *ir_node_table_name(const IrProgram *p, const IrNode *n);
+/* The kernel parameters group member N brings of its own: its output when STORED (an
+ * EFFECT's is the tensor it writes), a SCALAR's value, and the seed of the first RANDOM
+ * member (*SEED, shared by the kernel's members). */
+int ir_member_params(const IrNode *n, bool stored, bool *seed);
 /* Whether V, not finite, is what node N holds by definition, not by an overflow: the
  * -inf a max pooling's window reads outside the image (--detect-anomaly passes it). */
 bool ir_nonfinite_by_design(const IrNode *n, double v);

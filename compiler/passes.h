@@ -3,7 +3,7 @@
 #ifndef CGC_PASSES_H
 #define CGC_PASSES_H
 
-#include "ast.h"
+#include "../grammar/ast.h"
 #include "ir.h"
 
 /* sema.c: checks names, types, shapes and train entries of FILE and builds the program:
@@ -40,9 +40,6 @@ void sema_train_finish(TrainConfig *cfg);
  * follow stay in it, and softmax, losses, reductions and normalisation statistics are
  * computed in f32; for tf32, MATMULs get IR_MATMUL_TF32. fp32 leaves the graph as is. */
 void precision_assign(IrProgram *p);
-/* precision.c: whether OP is on autocast's fp32 list (as far as the IR has those ops):
- * under bf16 and fp16 its float inputs are cast to f32. */
-bool precision_runs_in_f32(IrOp op);
 
 /* autodiff.c: reverse mode. Appends to G the nodes computing the gradient of scalar node
  * LOSS, seeded with node DLOSS (d loss / d loss, e.g. the fp16 loss scale, or CONST 1),

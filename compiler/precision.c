@@ -24,7 +24,9 @@
  *   the loss output                     f32    f32                 f32
  *
  * Parameters stay f32 (master weights); only their uses are cast. The graph is rebuilt
- * rather than edited, because casts are new nodes and ids must stay topological.
+ * rather than edited, because casts are new nodes and ids must stay topological. Each
+ * node records the rule that gave it its dtype (IrNode.dtype_why), which --explain
+ * prints.
  */
 #include <stdlib.h>
 
@@ -40,13 +42,16 @@ typedef struct Autocast {
     int *as_half, *as_f32; /* src id -> dst id of its cast, made once; -1 until needed */
 } Autocast;
 
-bool precision_runs_in_f32(IrOp op)
+/* OP is on autocast's fp32 list (as far as the IR has those ops): under bf16 and fp16
+ * its float inputs are cast to f32. */
+static bool precision_runs_in_f32(IrOp op)
 {
     return ir_op_info[op].autocast == IR_AUTOCAST_F32;
 }
 
-/* Source node X as dtype T in the new graph; integers are left alone. */
-static int cast_to(Autocast *ac, int x, DType t, SrcLoc loc)
+/* Source node X as dtype T in the new graph, cast (once) for WHY; integers are left
+ * alone. */
+static int cast_to(Autocast *ac, int x, DType t, IrDtypeWhy why, SrcLoc loc)
 {
     int y = ac->map[x];
     DType have = ac->dst->nodes[y].dtype;
@@ -54,15 +59,17 @@ static int cast_to(Autocast *ac, int x, DType t, SrcLoc loc)
         return y;
     int *cache = t == DT_F32 ? ac->as_f32 : ac->as_half;
     CGC_ASSERT(t == DT_F32 || t == ac->half);
-    if (cache[x] < 0)
+    if (cache[x] < 0) {
         cache[x] = ir_cast(ac->dst, y, t, loc);
+        ac->dst->nodes[cache[x]].dtype_why = why;
+    }
     return cache[x];
 }
 
 static bool is_rank1_param_read(const Autocast *ac, int x)
 {
     const IrNode *n = &ac->src->nodes[x];
-    return n->op == IR_READ && ac->p->tensors[n->index].kind == IR_PARAM &&
+    return ir_node_reads_tensor(n) >= 0 && ac->p->tensors[n->index].kind == IR_PARAM &&
            ac->p->tensors[n->index].shape.rank == 1;
 }
 
@@ -83,15 +90,16 @@ static void autocast_inputs(Autocast *ac, IrNode *n, int *in)
     bool half = ac->half != DT_F32;
     bool to_half = half && (ir_op_info[n->op].autocast == IR_AUTOCAST_HALF || is_bias_add(ac, n));
     bool to_f32 = half && precision_runs_in_f32(n->op);
+    IrDtypeWhy why = is_bias_add(ac, n) ? IR_WHY_BIAS : IR_WHY_OPERAND;
     for (int k = 0; k < n->nin; k++) {
         if (to_half)
-            in[k] = cast_to(ac, n->in[k], ac->half, n->loc);
+            in[k] = cast_to(ac, n->in[k], ac->half, why, n->loc);
         else if (to_f32)
-            in[k] = cast_to(ac, n->in[k], DT_F32, n->loc);
+            in[k] = cast_to(ac, n->in[k], DT_F32, IR_WHY_F32_READER, n->loc);
         else
             in[k] = ac->map[n->in[k]];
     }
-    if (ac->tf32 && n->op == IR_MATMUL)
+    if (ac->tf32 && ir_op_info[n->op].autocast == IR_AUTOCAST_HALF)
         n->flags |= IR_MATMUL_TF32;
 }
 
@@ -105,7 +113,7 @@ static bool patches_in_half(const Autocast *ac, int x)
     for (int i = x + 1; i < ac->src->nnodes; i++)
         for (int k = 0; k < ac->src->nodes[i].nin; k++)
             if (ac->src->nodes[i].in[k] == x) {
-                if (ac->src->nodes[i].op != IR_MATMUL) return false;
+                if (ir_op_info[ac->src->nodes[i].op].autocast != IR_AUTOCAST_HALF) return false;
                 read = true;
             }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
@@ -142,7 +150,7 @@ static int clone_node(IrGraph *g, const IrProgram *p, const IrNode *n, const int
     case IR_FAMILY_CE_GRAD: return ir_ce_grad(g, in[0], in[1], in[2], n->loc);
     case IR_FAMILY_COUNT_CORRECT: return ir_count_correct(g, in[0], in[1], n->loc);
     case IR_FAMILY_WINDOW:
-        return n->op == IR_UNFOLD ? ir_unfold(g, in[0], n->win, n->flags, n->value, n->loc)
+        return ir_op_info[n->op].shape == IR_SHAPE_WINDOW ? ir_unfold(g, in[0], n->win, n->flags, n->value, n->loc)
                                   : ir_fold(g, in[0], n->shape, n->win, n->flags, n->loc);
     case IR_FAMILY_MODE_SWITCH: return ir_mode_switch(g, in[0], in[1], n->loc);
     case IR_FAMILY_COLLECTIVE:
@@ -153,6 +161,42 @@ static int clone_node(IrGraph *g, const IrProgram *p, const IrNode *n, const int
     CGC_INTERNAL("precision: unknown op family");
 }
 
+/* The rule that gives node N of the new graph its dtype (HALF: bf16 or fp16). */
+static IrDtypeWhy rule_of(const IrNode *n, bool half)
+{
+    if (ir_op_info[n->op].autocast == IR_AUTOCAST_HALF) return IR_WHY_PRODUCT;
+    if (n->op == IR_CAST) return n->dtype == DT_F32 ? IR_WHY_F32_READER : IR_WHY_OPERAND;
+    if (half && precision_runs_in_f32(n->op)) return IR_WHY_F32_LIST;
+    if (!ir_dtype_is_float(n->dtype)) return IR_WHY_INTEGER;
+    return IR_WHY_FOLLOWS;
+}
+
+/* The nodes of G from FIRST on, made for source node N as node ID: ID by its rule, the
+ * rest (casts to f32 for a collective or an assignment) for their f32 reader. */
+static void note_rules(IrGraph *g, int first, int id, bool half)
+{
+    for (int i = first; i < g->nnodes; i++)
+        g->nodes[i].dtype_why = i == id ? rule_of(&g->nodes[i], half) : IR_WHY_F32_READER;
+}
+
+/* Node LOSS is the loss: that is its reason, unless it is a product or a cast. */
+static void note_loss(IrGraph *g, int loss)
+{
+    IrDtypeWhy *why = &g->nodes[loss].dtype_why;
+    if (*why == IR_WHY_FOLLOWS || *why == IR_WHY_F32_LIST || *why == IR_WHY_INTEGER) *why = IR_WHY_LOSS;
+}
+
+/* The loss output of G in f32, by a cast made for it where it is not. */
+static void loss_in_f32(IrGraph *g)
+{
+    int loss = g->output[IR_OUT_LOSS];
+    if (loss < 0) return;
+    int out = ir_cast(g, loss, DT_F32, g->nodes[loss].loc);
+    if (out != loss) g->nodes[out].dtype_why = IR_WHY_F32_READER;
+    else note_loss(g, loss);
+    g->output[IR_OUT_LOSS] = out;
+}
+
 static void rebuild(Autocast *ac)
 {
     const IrGraph *src = ac->src;
@@ -160,20 +204,20 @@ static void rebuild(Autocast *ac)
         IrNode n = src->nodes[i];
         int in[IR_MAX_IN] = {0};
         if (patches_in_half(ac, i))
-            in[0] = cast_to(ac, n.in[0], ac->half, n.loc);
+            in[0] = cast_to(ac, n.in[0], ac->half, IR_WHY_OPERAND, n.loc);
         else
             autocast_inputs(ac, &n, in);
         int before = ac->dst->nnodes;
         int id = clone_node(ac->dst, ac->p, &n, in);
-        if (id >= before)   /* a new node, not an input handed back unchanged */
+        if (id >= before) {   /* a new node, not an input handed back unchanged */
             ac->dst->nodes[id].name = n.name;
+            note_rules(ac->dst, before, id, ac->half != DT_F32);
+        }
         ac->map[i] = id;
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
         ac->dst->output[r] = src->output[r] < 0 ? -1 : ac->map[src->output[r]];
-    int loss = ac->dst->output[IR_OUT_LOSS];
-    if (loss >= 0)
-        ac->dst->output[IR_OUT_LOSS] = ir_cast(ac->dst, loss, DT_F32, ac->dst->nodes[loss].loc);
+    loss_in_f32(ac->dst);
 }
 
 static int *filled(int n, int value)
@@ -187,8 +231,12 @@ static int *filled(int n, int value)
 void precision_assign(IrProgram *p)
 {
     Precision prec = p->cfg.precision;
-    if (prec == PREC_FP32)
+    if (prec == PREC_FP32) {   /* nothing cast: each value's rule only */
+        IrGraph *g = &p->forward;
+        for (int i = 0; i < g->nnodes; i++) g->nodes[i].dtype_why = rule_of(&g->nodes[i], false);
+        if (g->output[IR_OUT_LOSS] >= 0) note_loss(g, g->output[IR_OUT_LOSS]);
         return;
+    }
     int n = p->forward.nnodes;
     IrGraph dst;
     ir_graph_init(&dst, p->forward.name);

@@ -87,7 +87,7 @@ static double numel(const IrProgram *p, const Shape *s)
 static double node_flops(const IrProgram *p, const IrGraph *g, const IrNode *n)
 {
     double out = numel(p, &n->shape);
-    if (n->op == IR_MATMUL) {
+    if (ir_node_fuse(n) == IR_FUSE_MATMUL) {
         Shape cols = { 1, { n->shape.dim[n->shape.rank - 1] } };
         return 2 * numel(p, &g->nodes[n->in[0]].shape) * numel(p, &cols);
     }
@@ -165,7 +165,7 @@ static void forward_init(Forward *f, const IrProgram *p)
     if (p->train_micro.nnodes) mark_backward_reads(&p->train_micro, f->read);
     for (int v = 0; v < f->n; v++) {
         const IrNode *x = &g->nodes[v];
-        f->act[v] = x->op == IR_INPUT;
+        f->act[v] = ir_node_input(x) >= 0;   /* the data's */
         for (int k = 0; k < x->nin; k++) f->act[v] |= f->act[x->in[k]];
         f->can[v] = f->act[v] && recomputable(x->op);
         bool leaf = ir_op_info[x->op].cls == IR_CLASS_LEAF;     /* inputs: not the step's memory */

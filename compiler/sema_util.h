@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ast.h"
+#include "../grammar/ast.h"
 #include "ir.h"
 
 /* ---- messages ---- */

@@ -369,7 +369,7 @@ int sema_train_lr(Source *src, IrProgram *p, const AstExpr *value)
 
 void sema_train_finish(TrainConfig *cfg)
 {
-    /* dsl.md: without a train block, compile, check and run one step. */
+    /* docs/language.md: without a train block, compile, check and run one step. */
     if (!cfg->has_train_block && cfg->steps == 0) cfg->steps = 1;
     /* `steps` alone limits the run; with `epochs` too, whichever ends first. */
     if (cfg->steps > 0 && !cfg->epochs_given) cfg->epochs = 0;

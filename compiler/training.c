@@ -228,7 +228,7 @@ static void begin_graph(Lower *L, IrGraph *g)
     for (int t = 0; t < L->p->ntensors; t++)
         L->read_of[t] = -1;
     for (int i = g->nnodes - 1; i >= 0; i--)
-        if (g->nodes[i].op == IR_READ)
+        if (ir_node_reads_tensor(&g->nodes[i]) >= 0)
             L->read_of[g->nodes[i].index] = i;
 }
 
@@ -527,7 +527,7 @@ static void average_assigned(IrProgram *p)
 {
     IrGraph *src = &p->forward, g = {0};
     bool any = false;
-    for (int i = 0; i < src->nnodes; i++) any |= src->nodes[i].op == IR_ASSIGN;
+    for (int i = 0; i < src->nnodes; i++) any |= ir_node_is_assign(&src->nodes[i]);
     if (!any || !summed(p))
         return;
     ir_graph_init(&g, src->name);
@@ -536,11 +536,11 @@ static void average_assigned(IrProgram *p)
         IrNode node = src->nodes[i];
         for (int k = 0; k < node.nin; k++)
             node.in[k] = map[node.in[k]];
-        map[i] = node.op == IR_ASSIGN ? -1 : ir_add_node(&g, &node);
+        map[i] = ir_node_is_assign(&node) ? -1 : ir_add_node(&g, &node);
     }
     for (int i = 0; i < n; i++) {
         IrNode node = src->nodes[i];
-        if (node.op != IR_ASSIGN)
+        if (!ir_node_is_assign(&node))
             continue;
         int sum = ir_allreduce(&g, map[node.in[0]], 0, node.loc);
         g.nodes[sum].name = node.name;
@@ -607,7 +607,7 @@ static void build_train_micro(Lower *L)
 static int find_input(IrGraph *g, const IrProgram *p, int input)
 {
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op == IR_INPUT && g->nodes[i].index == input)
+        if (ir_node_input(&g->nodes[i]) == input)
             return i;
     return ir_input(g, p, input, NO_LOC);
 }
@@ -625,7 +625,7 @@ static void copy_mode(IrGraph *dst, const IrGraph *src, const char *name, bool e
         const IrNode *x = &src->nodes[i];
         same[i] = x->op == IR_MODE_SWITCH ? same[x->in[eval]]
                   : eval && x->op == IR_DROPOUT ? same[x->in[0]] : i;
-        live[i] = !eval && x->op == IR_ASSIGN;
+        live[i] = !eval && ir_node_is_assign(x);
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
         if (src->output[r] >= 0)

@@ -155,8 +155,8 @@ int backend_open(const BackendOptions *o, Backend *out)
     return 0;
 }
 
-void backend_close(Backend *b)
+void backend_close(Backend *be)
 {
-    if (b->device) b->device->ops->close(b->device);
-    memset(b, 0, sizeof *b);
+    if (be->device) be->device->ops->close(be->device);
+    memset(be, 0, sizeof *be);
 }

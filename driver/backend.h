@@ -30,7 +30,7 @@ bool backend_device_name_ok(const char *device);
 /* Opens what O->device asks for. `auto` takes the first usable GPU and says so on one
  * line, or says why there is none and takes the CPU. Returns 0, or -1 after reporting. */
 int backend_open(const BackendOptions *o, Backend *out);
-void backend_close(Backend *b);
+void backend_close(Backend *be);
 
 /* --check: compiles O->plan's module with NVRTC for ARCH (sm_XX as 90; 0: the first
  * device's, or sm_90 without one) and reports what was compiled. Returns 0 or -1. */

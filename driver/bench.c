@@ -7,7 +7,7 @@
 
 #include "compile.h"
 #include "backend.h"
-#include "../runtime/clock.h"
+#include "../base/clock.h"
 #include "../runtime/device.h"
 #include "../runtime/train.h"
 

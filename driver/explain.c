@@ -1,11 +1,11 @@
 /* explain.c: what the passes decided, for people (--explain) and for scripts (--stats).
  *
  * Both read the compiled program and its plan; nothing here decides anything. The
- * precision reasons restate compiler/precision.c's table for each value of the forward
- * pass (the backward follows the forward's types), so the wording here must follow that
- * table when it changes. Likewise the reasons given for each kernel boundary restate
- * compiler/fusion.c's rules (can_join, same_phase, the GEMM groups), found again from the
- * fused graph.
+ * precision of each value of the forward pass is explained by the rule the precision
+ * pass recorded on it (IrNode.dtype_why; the backward follows the forward's types). The
+ * reasons given for each kernel boundary restate compiler/fusion.c's rules (can_join,
+ * same_phase, the GEMM groups), found again from the fused graph, so their wording must
+ * follow fusion.c when it changes.
  */
 #include "compile.h"
 #include "../runtime/device.h"
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/text.h"
 #include "../compiler/passes.h"
 
 /* ---- shared facts ---- */
@@ -36,31 +37,19 @@ static int group_lines(const IrGraph *g, int k, int **out)
     return n;
 }
 
-/* Whether node I computes something a reader would call an op (not a leaf). */
-static bool is_op(const IrNode *n)
-{
-    IrOpClass c = ir_op_info[n->op].cls;
-    return c != IR_CLASS_LEAF || n->op == IR_RUNTIME;
-}
 
-static void json_string(FILE *out, const char *s)
-{
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
-        else if (c < 0x20) fprintf(out, "\\u%04x", c);
-        else fputc(c, out);
-    }
-    fputc('"', out);
-}
+/* Whether node I computes something a reader would call an op (not a placed leaf). */
+static bool is_op(const IrNode *n) { return !ir_node_is_placed(n); }
+
+/* A runtime scalar, which every kernel reading it computes. */
+static bool is_scalar(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_SCALAR; }
 
 /* ---- --stats ---- */
 
 static void stats_group(FILE *out, const IrGraph *g, int k, bool first)
 {
     fprintf(out, "%s\n    {\"name\": ", first ? "" : ",");
-    json_string(out, g->groups[k - 1].name);
+    text_json_string(out, g->groups[k - 1].name);
     fputs(", \"ops\": [", out);
     bool any = false;
     for (int i = 0; i < g->nnodes; i++) {
@@ -81,7 +70,7 @@ void compiled_write_stats(const Compiled *c, FILE *out)
     int gemms = 0;
     int steps = compiled_steps_per_train(c, &gemms);
     fputs("{\n  \"model\": ", out);
-    json_string(out, p->model_name ? p->model_name : "");
+    text_json_string(out, p->model_name ? p->model_name : "");
     fprintf(out, ",\n  \"mode\": \"%s\",\n  \"precision\": \"%s\",\n  \"checkpoint\": \"%s\",\n",
             plan_mode_name(c->plan->mode), config_precision_name(p->cfg.precision),
             config_checkpoint_name(p->cfg.checkpoint));
@@ -101,35 +90,24 @@ void compiled_write_stats(const Compiled *c, FILE *out)
 
 /* ---- --explain ---- */
 
-/* The first reader of node ID in G, or -1. */
-static int first_reader(const IrGraph *g, int id)
+/* Why forward node N has its dtype: the rule the precision pass recorded. */
+static const char *precision_reason(const IrProgram *p, const IrNode *n)
 {
-    for (int i = id + 1; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            if (g->nodes[i].in[k] == id) return i;
-    return -1;
-}
-
-/* Why forward node ID has its dtype (precision.c's table, restated). */
-static const char *precision_reason(const IrProgram *p, const IrGraph *g, int id)
-{
-    const IrNode *n = &g->nodes[id];
     Precision prec = p->cfg.precision;
     bool half = prec == PREC_BF16 || prec == PREC_FP16;
-    if (n->op == IR_MATMUL)
+    switch (n->dtype_why) {
+    case IR_WHY_PRODUCT:
         return half ? "matrix product on tensor cores, half inputs, f32 accumulation"
                : prec == PREC_TF32 ? "matrix product: f32 storage, tf32 tensor-core math"
                                    : "matrix product in f32";
-    if (n->op == IR_CAST && n->dtype != DT_F32) {
-        int r = first_reader(g, id);
-        bool bias = r >= 0 && g->nodes[r].op == IR_ADD;
-        return bias ? "autocast: the bias of a linear layer joins its product's type"
-                    : "autocast: an operand of a matrix product";
+    case IR_WHY_BIAS: return "autocast: the bias of a linear layer joins its product's type";
+    case IR_WHY_OPERAND: return "autocast: an operand of a matrix product";
+    case IR_WHY_F32_READER: return "autocast: read by an op that runs in f32";
+    case IR_WHY_LOSS: return "the loss is always f32";
+    case IR_WHY_F32_LIST: return "autocast's f32 list (reductions, softmax, losses)";
+    case IR_WHY_INTEGER: return "integer";
+    case IR_WHY_FOLLOWS: break;
     }
-    if (n->op == IR_CAST) return "autocast: read by an op that runs in f32";
-    if (id == g->output[IR_OUT_LOSS]) return "the loss is always f32";
-    if (half && precision_runs_in_f32(n->op)) return "autocast's f32 list (reductions, softmax, losses)";
-    if (!ir_dtype_is_float(n->dtype)) return "integer";
     if (half && n->dtype != DT_F32) return "follows its inputs (half stays half)";
     return half ? "follows its inputs (f32 with anything is f32)" : "f32 model";
 }
@@ -150,14 +128,14 @@ static void explain_precision(const Compiled *c, FILE *out)
                 ir_dtype_name(p->inputs[i].dtype), ir_shape_str(p, &p->inputs[i].shape, shape, sizeof shape));
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *n = &g->nodes[id];
-        if (!is_op(n) || n->op == IR_RUNTIME || (n->shape.rank == 0 && n->op != IR_CROSS_ENTROPY))
+        if (!is_op(n) || is_scalar(n) || (n->shape.rank == 0 && n->op != IR_CROSS_ENTROPY))
             continue;
         char who[48];
         if (n->name) snprintf(who, sizeof who, "%s (%s)", n->name, ir_op_name(n->op));
         else snprintf(who, sizeof who, "%%%d %s", id, ir_op_name(n->op));
         fprintf(out, "  %-22s %-5s %-14s line %-3d %s\n", who, ir_dtype_name(n->dtype),
                 ir_shape_str(p, &n->shape, shape, sizeof shape), n->loc.line,
-                precision_reason(p, g, id));
+                precision_reason(p, n));
     }
 }
 
@@ -227,7 +205,7 @@ typedef struct Boundaries {
     unsigned char *seen;
 } Boundaries;
 
-static bool is_view(const IrNode *n) { return n->op == IR_RESHAPE && n->group == 0; }
+static bool is_view(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_VIEW && n->group == 0; }
 
 /* The unit computing node ID (through views), or -1 for a leaf. */
 static int unit_of(const IrGraph *g, int id)
@@ -235,7 +213,7 @@ static int unit_of(const IrGraph *g, int id)
     while (is_view(&g->nodes[id])) id = g->nodes[id].in[0];
     const IrNode *n = &g->nodes[id];
     if (n->group > 0) return n->group;
-    return is_op(n) && n->op != IR_RUNTIME ? g->ngroups + 1 + id : -1;
+    return is_op(n) && !is_scalar(n) ? g->ngroups + 1 + id : -1;
 }
 
 /* The node behind input K of node C, views skipped. */
@@ -601,7 +579,7 @@ static void group_words(const IrGraph *g, int k, char *buf, size_t len)
     const char *sep = "";
     for (int id = 0; id < g->nnodes && at < (int)len; id++) {
         IrOp op = g->nodes[id].op;
-        if (g->nodes[id].group != k || op == IR_READ || op == IR_INPUT || op == IR_CONST) continue;
+        if (g->nodes[id].group != k || ir_node_is_placed(&g->nodes[id])) continue;
         at += snprintf(buf + at, len - (size_t)at, "%s%s", sep, ir_op_name(op));
         sep = ", ";
     }
@@ -708,10 +686,7 @@ static void explain_memory(const Compiled *c, FILE *out)
     }
 }
 
-static bool in_bucket(const IrNode *n)
-{
-    return ir_op_info[n->op].family == IR_FAMILY_COLLECTIVE && n->op != IR_SHARD;
-}
+static bool in_bucket(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_COLLECTIVE; }
 
 /* Bytes of the buffer node N's collective runs on, per member: its value for a sum, one
  * slice per rank for the others. */

@@ -3,7 +3,7 @@
 #ifndef CGC_PIPELINE_H
 #define CGC_PIPELINE_H
 
-#include "../compiler/diag.h"
+#include "../base/diag.h"
 #include "../compiler/ir.h"
 
 /* One command-line override of a train key: KEY NULL means --lr. FLAG is the flag

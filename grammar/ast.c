@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/ast.h"
+#include "ast.h"
 #include "parser.h"
 
 /* --- constructors --- */

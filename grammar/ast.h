@@ -7,7 +7,7 @@
 #ifndef CGC_AST_H
 #define CGC_AST_H
 
-#include "diag.h"
+#include "../base/diag.h"
 
 typedef enum AstExprKind {
     AST_NUM,    /* 64, 1e-3, 512MB: num, unit ("" or the letters glued to the number) */

@@ -1,4 +1,4 @@
-/* parser.y: the grammar of .net files (shared/dsl.md), building the AST of ast.h.
+/* parser.y: the .net grammar (docs/language.md, "Grammar"), building the AST of ast.h.
  *
  * A pure, LALR(1) parser with look-ahead correction (parse.lac full), so that the
  * "expected ..." part of a message lists exactly the tokens that could come next. The
@@ -18,7 +18,7 @@
 %code requires {
 #include <stdbool.h>
 
-#include "compiler/ast.h"
+#include "ast.h"
 
 #ifndef YY_TYPEDEF_YY_SCANNER_T
 #define YY_TYPEDEF_YY_SCANNER_T
@@ -73,7 +73,7 @@ yyscan_t lex_open(LexState *st, const char *text, size_t len);
 void lex_close(yyscan_t scanner);
 LexState *lex_state(yyscan_t scanner);
 
-/* compiler/ast.c: constructors the parser uses; they take ownership of their strings
+/* grammar/ast.c: constructors the parser uses; they take ownership of their strings
  * and subtrees. */
 AstExpr *ast_num(SrcLoc loc, double value, char *unit);
 AstExpr *ast_str(SrcLoc loc, char *str);

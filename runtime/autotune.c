@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "../base/clock.h"
 
 enum {
     WARMUP = 2,         /* issues of a candidate before it is timed */

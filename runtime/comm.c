@@ -9,8 +9,8 @@
 #include <sched.h>
 #include <time.h>
 
-#include "../compiler/diag.h"
-#include "clock.h"
+#include "../base/diag.h"
+#include "../base/clock.h"
 
 #ifdef CGC_HAVE_MPI
 #include <mpi.h>

@@ -26,7 +26,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "rng.h"
+#include "../base/rng.h"
 
 /* IDX payloads are at most 4 GiB (the format's u32 dimensions could claim more; no real
  * dataset does, and refusing early keeps every size below in range). */
@@ -626,7 +626,7 @@ static int32_t argmax(const float *v, int64_t n)
     return (int32_t)best;
 }
 
-/* dsl.md asks for "random features and labels of the inputs' shapes". Labels drawn
+/* docs/language.md ("Data"): random features and labels of the inputs' shapes. Labels drawn
  * independently of the features would give a model nothing to learn, so both come from a
  * random teacher instead: features are standard normal; class ids are the argmax of a
  * fixed random linear map of the features (over num_classes classes, 2 when the loss

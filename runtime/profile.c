@@ -3,8 +3,8 @@
  * Recording only appends to two arrays, steps and ops, so that it perturbs the timed
  * work as little as it can; the JSON is written once, at the end. Every string that
  * comes from the user (the model file's path, value names, the model's name) goes
- * through json_string, which escapes what JSON requires and replaces bytes that are not
- * UTF-8 with U+FFFD, so the file parses whatever the names hold.
+ * through text_json_string (base/text.h), which escapes what JSON requires and replaces
+ * bytes that are not UTF-8 with U+FFFD, so the file parses whatever the names hold.
  */
 #include "profile.h"
 
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/text.h"
 #include "build_config.h"
 
 typedef struct ProfStep {
@@ -116,33 +117,6 @@ int profile_ops(const Profile *pr) { return pr->nops; }
 
 /* ---- writing JSON ---- */
 
-/* The length of the UTF-8 sequence at S (RFC 3629: shortest form, no surrogates, at most
- * U+10FFFF), or 0 when S does not start one. */
-static int utf8_length(const unsigned char *s)
-{
-    int n = s[0] < 0xc2 ? 0 : s[0] < 0xe0 ? 2 : s[0] < 0xf0 ? 3 : s[0] < 0xf5 ? 4 : 0;
-    for (int i = 1; i < n; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    if (n == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0;
-    if (n == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
-    return n;
-}
-
-static void json_string(FILE *f, const char *str)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    fputc('"', f);
-    while (*s) {
-        int n = *s < 0x80 ? 1 : utf8_length(s);
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if (*s < 0x20 || *s == 0x7f) fprintf(f, "\\u%04x", *s);
-        else if (n == 0) fputs("\\ufffd", f);
-        else fwrite(s, 1, (size_t)n, f);
-        s += n ? n : 1;
-    }
-    fputc('"', f);
-}
-
 /* T as microseconds since T0, from whole nanoseconds: rounding is monotonic, so a step
  * written this way still encloses its ops exactly. */
 static int64_t ns_since(double t, double t0) { return llround((t - t0) * 1e9); }
@@ -158,7 +132,7 @@ static void event_begin(FILE *f, const char *name, const char *cat, double start
 {
     int64_t from = ns_since(start, t0), to = ns_since(end, t0);
     fputs("{\"name\": ", f);
-    json_string(f, name);
+    text_json_string(f, name);
     fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": ", cat);
     json_micros(f, from);
     fputs(", \"dur\": ", f);
@@ -179,9 +153,7 @@ static const char *const class_category[] = {
  * leaves and assignments, else the node number. */
 static void op_name(const IrProgram *p, const IrNode *n, int id, char *buf, size_t size)
 {
-    const char *what = n->name;
-    if (n->op == IR_READ || n->op == IR_ASSIGN) what = p->tensors[n->index].name;
-    if (n->op == IR_INPUT) what = p->inputs[n->index].name;
+    const char *table = ir_node_table_name(p, n), *what = table ? table : n->name;
     if (what) snprintf(buf, size, "%s %s", ir_op_name(n->op), what);
     else snprintf(buf, size, "%s %%%d", ir_op_name(n->op), id);
 }
@@ -192,9 +164,9 @@ static void write_kernel(const Profile *pr, const ProfOp *op, double t0)
     FILE *f = pr->f;
     event_begin(f, op->what, op->gemm ? "gemm" : "kernel", op->start, op->end, t0);
     fputs("\"kernel\": ", f);
-    json_string(f, op->kernel);
+    text_json_string(f, op->kernel);
     fputs(", \"graph\": ", f);
-    json_string(f, op->graph);
+    text_json_string(f, op->graph);
     if (op->line > 0) fprintf(f, ", \"line\": %d", op->line);
     fputs("}}", f);
 }
@@ -211,7 +183,7 @@ static void write_op(const Profile *pr, const ProfOp *op, double t0)
     op_name(pr->p, n, op->id, name, sizeof name);
     event_begin(f, name, class_category[ir_op_info[n->op].cls], op->start, op->end, t0);
     fprintf(f, "\"op\": \"%s\", \"graph\": ", ir_op_name(n->op));
-    json_string(f, op->g->name);
+    text_json_string(f, op->g->name);
     fprintf(f, ", \"node\": %d", op->id);
     if (n->loc.line > 0) fprintf(f, ", \"line\": %d", n->loc.line);
     fputs(", \"shape\": [", f);
@@ -220,7 +192,7 @@ static void write_op(const Profile *pr, const ProfOp *op, double t0)
     fprintf(f, "], \"dtype\": \"%s\"", ir_dtype_name(n->dtype));
     if (n->group) {
         fputs(", \"kernel\": ", f);
-        json_string(f, op->g->groups[n->group - 1].name);
+        text_json_string(f, op->g->groups[n->group - 1].name);
     }
     fputs("}}", f);
 }
@@ -237,11 +209,11 @@ static void write_other_data(const Profile *pr)
 {
     FILE *f = pr->f;
     fputs("\"otherData\": {\"generator\": \"cgc " CGC_VERSION "\", \"model\": ", f);
-    json_string(f, pr->p->model_name ? pr->p->model_name : "");
+    text_json_string(f, pr->p->model_name ? pr->p->model_name : "");
     fputs(", \"net_file\": ", f);
-    json_string(f, pr->net_path);
+    text_json_string(f, pr->net_path);
     fputs(", \"device\": ", f);
-    json_string(f, pr->device ? pr->device : "cpu");
+    text_json_string(f, pr->device ? pr->device : "cpu");
     fprintf(f, ", \"executor\": \"%s\", \"precision\": \"%s\", \"batch\": %lld, "
                "\"steps_recorded\": %d, \"ops_recorded\": %d, \"clock\": \"%s\"}",
             pr->device ? "the plan's kernels and GEMMs, one by one" : "reference, op by op",

@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../compiler/diag.h"
+#include "../base/diag.h"
 
 /* The reference implementation's limit on the header (ours on ranks is StTensor's). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)

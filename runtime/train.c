@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "../base/clock.h"
 #include "cpu/exec.h"
 #include "data.h"
 #include "safetensors.h"
@@ -135,30 +135,30 @@ static int coll_wait(void *ctx, int bucket)
 
 static int cpu_open(Trainer *t)
 {
-    CpuBackend *b = t->backend = xcalloc(1, sizeof *b);
-    b->e = cpu_exec_new(t->p, CPU_F32);
-    cpu_exec_set_reuse(b->e, true);   /* the trainer reads only the graphs' outputs */
+    CpuBackend *cpu = t->backend = xcalloc(1, sizeof *cpu);
+    cpu->e = cpu_exec_new(t->p, CPU_F32);
+    cpu_exec_set_reuse(cpu->e, true);   /* the trainer reads only the graphs' outputs */
     if (t->ranks > 1)
-        cpu_exec_set_collectives(b->e, &(CpuCollectives){t->o->comm, t->rank, t->ranks, coll_start,
+        cpu_exec_set_collectives(cpu->e, &(CpuCollectives){t->o->comm, t->rank, t->ranks, coll_start,
                                                          coll_progress, coll_wait});
     t->tensors = xcalloc((size_t)(t->p->ntensors ? t->p->ntensors : 1), sizeof *t->tensors);
-    for (int i = 0; i < t->p->ntensors; i++) t->tensors[i] = cpu_exec_tensor(b->e, i);
+    for (int i = 0; i < t->p->ntensors; i++) t->tensors[i] = cpu_exec_tensor(cpu->e, i);
     int64_t rows = t->p->cfg.batch > EVAL_BATCH ? t->p->cfg.batch : EVAL_BATCH;
-    b->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
-    b->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
-    b->order = xmalloc((size_t)t->data.train.n * sizeof *b->order);
+    cpu->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
+    cpu->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
+    cpu->order = xmalloc((size_t)t->data.train.n * sizeof *cpu->order);
     return 0;
 }
 
 static void cpu_close(Trainer *t)
 {
-    CpuBackend *b = t->backend;
-    if (!b) return;
-    cpu_exec_free(b->e);
-    free(b->x);
-    free(b->y);
-    free(b->order);
-    free(b);
+    CpuBackend *cpu = t->backend;
+    if (!cpu) return;
+    cpu_exec_free(cpu->e);
+    free(cpu->x);
+    free(cpu->y);
+    free(cpu->order);
+    free(cpu);
     free(t->tensors);
 }
 
@@ -203,38 +203,38 @@ int train_report_anomaly(const Trainer *t, const IrGraph *g, const CpuAnomaly *a
 static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64_t *order,
                      int64_t start, int64_t count, int64_t micro_step)
 {
-    CpuBackend *b = t->backend;
+    CpuBackend *cpu = t->backend;
     int64_t first = start, rows = count;
     if (g != &t->p->eval) train_rank_rows(t->rank, t->ranks, &first, &rows);
-    data_gather(d, order, first, rows, b->x, b->y);
+    data_gather(d, order, first, rows, cpu->x, cpu->y);
     CpuFeed feed;
     memset(&feed, 0, sizeof feed);
     feed.symvals[0] = rows;
-    feed.inputs[0] = b->x;
-    feed.inputs[1] = b->y;
+    feed.inputs[0] = cpu->x;
+    feed.inputs[1] = cpu->y;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
     feed.runtime[IR_RT_RANK_SHARE] = (double)rows / (double)count;
     feed.first_row = first - start;
-    cpu_exec_set_profile(b->e, t->recording);
-    cpu_exec_set_detect_anomaly(b->e, t->o->detect_anomaly);
-    int rc = cpu_exec_run(b->e, g, &feed);
-    const CpuAnomaly *a = rc ? cpu_exec_anomaly(b->e) : NULL;
+    cpu_exec_set_profile(cpu->e, t->recording);
+    cpu_exec_set_detect_anomaly(cpu->e, t->o->detect_anomaly);
+    int rc = cpu_exec_run(cpu->e, g, &feed);
+    const CpuAnomaly *a = rc ? cpu_exec_anomaly(cpu->e) : NULL;
     return a ? train_report_anomaly(t, g, a, micro_step, "values that were all finite") : rc;
 }
 
 static double output_scalar(Trainer *t, const IrGraph *g, IrOutputRole role)
 {
-    CpuBackend *b = t->backend;
-    return g->output[role] >= 0 ? cpu_exec_scalar(b->e, g->output[role]) : 0.0;
+    CpuBackend *cpu = t->backend;
+    return g->output[role] >= 0 ? cpu_exec_scalar(cpu->e, g->output[role]) : 0.0;
 }
 
 /* The totals live in PR itself; a non-finite loss stops the run at once. */
 static int cpu_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int64_t start,
                            int64_t count, int64_t micro_step)
 {
-    CpuBackend *b = t->backend;
-    if (run_batch(t, g, &t->data.train, b->order, start, count, micro_step) != 0) return -1;
+    CpuBackend *cpu = t->backend;
+    if (run_batch(t, g, &t->data.train, cpu->order, start, count, micro_step) != 0) return -1;
     double loss = output_scalar(t, g, IR_OUT_LOSS);
     if (!isfinite(loss) && t->p->cfg.precision != PREC_FP16)
         return train_loss_not_finite(t, pr->step, isnan(loss) ? "NaN" : "infinite");
@@ -439,7 +439,7 @@ static int combine_losses(Trainer *t, TrainProgress *pr)
 
 /* ---- several ranks: what must be the same on every rank ---- */
 
-/* H, continued over BYTES bytes at P: FNV-1a (compiler/diag.h) eight bytes at a step,
+/* H, continued over BYTES bytes at P: FNV-1a (base/diag.h) eight bytes at a step,
  * which the data sets' sizes call for. */
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t bytes)
 {

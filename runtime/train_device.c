@@ -97,22 +97,22 @@ static DeviceBackend *backend(const Trainer *t) { return t->backend; }
 /* ---- step timing (-v) ---- */
 
 /* Records the start (BEGIN) or end of an optimizer step when it is one of those timed. */
-static int time_step(DeviceBackend *b, bool begin)
+static int time_step(DeviceBackend *dev, bool begin)
 {
-    StepTiming *st = b->timing;
+    StepTiming *st = dev->timing;
     if (!st) return 0;
     if (begin) {
         if (st->seen < TIMING_WARMUP || st->n >= TIMING_STEPS) return 0;
-        if (!st->start[st->n] && (b->d->ops->fence_new(b->d, &st->start[st->n]) != 0 ||
-                                  b->d->ops->fence_new(b->d, &st->end[st->n]) != 0))
+        if (!st->start[st->n] && (dev->d->ops->fence_new(dev->d, &st->start[st->n]) != 0 ||
+                                  dev->d->ops->fence_new(dev->d, &st->end[st->n]) != 0))
             return -1;
         st->open = true;
-        return b->d->ops->fence_record(b->d, st->start[st->n]);
+        return dev->d->ops->fence_record(dev->d, st->start[st->n]);
     }
     st->seen++;
     if (!st->open) return 0;
     st->open = false;
-    return b->d->ops->fence_record(b->d, st->end[st->n++]);
+    return dev->d->ops->fence_record(dev->d, st->end[st->n++]);
 }
 
 static int compare_float(const void *a, const void *b)
@@ -122,29 +122,29 @@ static int compare_float(const void *a, const void *b)
 }
 
 /* The median, p10 and p90 of the timed steps (waits for them). Returns 0 or -1. */
-static int step_times(DeviceBackend *b, StepTimes *out)
+static int step_times(DeviceBackend *dev, StepTimes *out)
 {
-    StepTiming *st = b->timing;
+    StepTiming *st = dev->timing;
     float ms[TIMING_STEPS];
     bool done;
     *out = (StepTimes){0};
     for (int i = 0; i < st->n; i++)
-        if (b->d->ops->fence_done(b->d, st->end[i], true, &done) != 0 ||
-            b->d->ops->fence_elapsed_ms(b->d, st->start[i], st->end[i], &ms[i]) != 0)
+        if (dev->d->ops->fence_done(dev->d, st->end[i], true, &done) != 0 ||
+            dev->d->ops->fence_elapsed_ms(dev->d, st->start[i], st->end[i], &ms[i]) != 0)
             return -1;
     if (st->n == 0) return 0;
     qsort(ms, (size_t)st->n, sizeof ms[0], compare_float);
     *out = (StepTimes){.n = st->n, .median_ms = ms[st->n / 2], .p10_ms = ms[st->n / 10],
                        .p90_ms = ms[st->n * 9 / 10]};
-    if (b->e) out->launches = devexec_launches(b->e, PG_TRAIN, &out->gemms);
+    if (dev->e) out->launches = devexec_launches(dev->e, PG_TRAIN, &out->gemms);
     return 0;
 }
 
 /* Gives the step times to RunOptions.step_times, and prints them with -v. */
-static void report_timing(const Trainer *t, DeviceBackend *b)
+static void report_timing(const Trainer *t, DeviceBackend *dev)
 {
     StepTimes times;
-    if (step_times(b, &times) != 0) return;
+    if (step_times(dev, &times) != 0) return;
     if (t->o->step_times) *t->o->step_times = times;
     if (!t->o->verbose || t->o->quiet) return;
     if (times.n == 0)
@@ -164,17 +164,17 @@ static void report_timing(const Trainer *t, DeviceBackend *b)
  * loaded) minus free now, so it counts the dataset and the allocator's rounding beside the
  * arena; the benchmark sets the two against each other. Called while everything is still
  * allocated. */
-static void report_memory(const Trainer *t, DeviceBackend *b)
+static void report_memory(const Trainer *t, DeviceBackend *dev)
 {
-    size_t free_now = 0, arena = devexec_arena_bytes(b->e);
+    size_t free_now = 0, arena = devexec_arena_bytes(dev->e);
     if (t->o->quiet) return;
     printf("cgc: device memory: plan arena %zu bytes (%.1f MiB), ", arena, arena / 1048576.0);
-    if (!b->d->free_bytes || !b->d->ops->mem_free || b->d->ops->mem_free(b->d, &free_now) != 0 ||
-        free_now > b->d->free_bytes) {
-        printf("in use not known on %s\n", b->d->name);
+    if (!dev->d->free_bytes || !dev->d->ops->mem_free || dev->d->ops->mem_free(dev->d, &free_now) != 0 ||
+        free_now > dev->d->free_bytes) {
+        printf("in use not known on %s\n", dev->d->name);
         return;
     }
-    size_t used = b->d->free_bytes - free_now;
+    size_t used = dev->d->free_bytes - free_now;
     printf("in use %zu bytes (%.1f MiB; the driver's free memory at open minus now)\n", used,
            used / 1048576.0);
 }
@@ -182,22 +182,22 @@ static void report_memory(const Trainer *t, DeviceBackend *b)
 /* -v: how the training step's convolutions ran (by the library, by implicit GEMMs, or as
  * the plan's steps), and how many of the evaluation's products follow
  * training's implicit GEMMs. */
-static void report_convs(const Trainer *t, DeviceBackend *b)
+static void report_convs(const Trainer *t, DeviceBackend *dev)
 {
-    const Plan *plan = b->plan;
+    const Plan *plan = dev->plan;
     int runs = 0, can = 0, by_library = 0, implicit = 0, followers = 0, following = 0;
     for (int r = 0; r < plan->nwindows; r++) {
-        bool on = devexec_window_tile(b->e, r, 0) >= 0;
+        bool on = devexec_window_tile(dev->e, r, 0) >= 0;
         if (plan->windows[r].follows >= 0) followers++, following += on;
         if (plan->windows[r].graph != PG_TRAIN) continue;
         runs++;
         can += plan->windows[r].conv;
-        by_library += devexec_window_conv_algo(b->e, r, 0) >= 0;
+        by_library += devexec_window_conv_algo(dev->e, r, 0) >= 0;
         implicit += on;
     }
     if (t->o->quiet || runs == 0) return;
     printf("cgc: convolutions of the training step: %d by cuDNN%s, %d by implicit GEMMs, %d by the plan's "
-           "steps", by_library, can && !devexec_has_conv(b->e) ? " (not loaded: libcudnn.so.9 not found, or "
+           "steps", by_library, can && !devexec_has_conv(dev->e) ? " (not loaded: libcudnn.so.9 not found, or "
            "$CGC_CUDNN)" : "", implicit, runs - by_library - implicit);
     if (followers) printf("; %d of the evaluation's %d by implicit GEMMs, as training", following,
                           followers);
@@ -206,52 +206,52 @@ static void report_convs(const Trainer *t, DeviceBackend *b)
 
 /* ---- memory ---- */
 
-static int alloc_upload(DeviceBackend *b, const void *src, size_t bytes, DevPtr *out,
+static int alloc_upload(DeviceBackend *dev, const void *src, size_t bytes, DevPtr *out,
                         const char *what)
 {
-    if (b->d->ops->alloc(b->d, bytes ? bytes : 4, out) != 0) {
+    if (dev->d->ops->alloc(dev->d, bytes ? bytes : 4, out) != 0) {
         *out = 0;
         cgc_error("cannot allocate %zu bytes on %s for %s; try a smaller dataset or another "
-                  "device", bytes, b->d->name, what);
+                  "device", bytes, dev->d->name, what);
         return -1;
     }
-    return src && bytes ? b->d->ops->upload(b->d, *out, src, bytes) : 0;
+    return src && bytes ? dev->d->ops->upload(dev->d, *out, src, bytes) : 0;
 }
 
-static int upload_split(DeviceBackend *b, const Dataset *s, DeviceSplit *out, const char *what)
+static int upload_split(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, const char *what)
 {
     size_t x_bytes = (size_t)(s->n * s->x_row) * sizeof(float);
     size_t y_bytes = (size_t)(s->n * s->y_row) * (s->y_int ? sizeof(int32_t) : sizeof(float));
     const void *y = s->y_int ? (const void *)s->y_i32 : (const void *)s->y_f32;
-    if (alloc_upload(b, s->x, x_bytes, &out->x, what) != 0) return -1;
-    return s->y_row ? alloc_upload(b, y, y_bytes, &out->y, what) : 0;
+    if (alloc_upload(dev, s->x, x_bytes, &out->x, what) != 0) return -1;
+    return s->y_row ? alloc_upload(dev, y, y_bytes, &out->y, what) : 0;
 }
 
-static void free_ptr(DeviceBackend *b, DevPtr p)
+static void free_ptr(DeviceBackend *dev, DevPtr p)
 {
-    if (p) b->d->ops->free(b->d, p);
+    if (p) dev->d->ops->free(dev->d, p);
 }
 
 /* ---- the plan's buffers the data kernels read and write ---- */
 
-static DevPtr node_buffer(const DeviceBackend *b, const IrGraph *g, IrOutputRole role)
+static DevPtr node_buffer(const DeviceBackend *dev, const IrGraph *g, IrOutputRole role)
 {
     if (g->output[role] < 0) return 0;
-    const PlanGraph *pg = plan_graph_of(b->plan, g);
+    const PlanGraph *pg = plan_graph_of(dev->plan, g);
     CGC_ASSERT(pg);
     int buf = pg->node_buffer[g->output[role]];
-    CGC_ASSERT(buf >= 0 && b->plan->buffers[buf].dtype == DT_F32);
-    return devexec_buffer(b->e, buf);
+    CGC_ASSERT(buf >= 0 && dev->plan->buffers[buf].dtype == DT_F32);
+    return devexec_buffer(dev->e, buf);
 }
 
 /* Input I's buffer, which the gathers write in the dataset's own type. */
-static DevPtr input_buffer(const DeviceBackend *b, int i)
+static DevPtr input_buffer(const DeviceBackend *dev, int i)
 {
-    int buf = b->plan->input_buffer[i];
-    DType t = b->plan->buffers[buf].dtype;
+    int buf = dev->plan->input_buffer[i];
+    DType t = dev->plan->buffers[buf].dtype;
     if (t != DT_F32 && t != DT_I32)
         CGC_INTERNAL("input %d's buffer is %s; the gather kernels write f32 or i32", i, ir_dtype_name(t));
-    return devexec_buffer(b->e, buf);
+    return devexec_buffer(dev->e, buf);
 }
 
 /* ---- data kernels ---- */
@@ -259,17 +259,17 @@ static DevPtr input_buffer(const DeviceBackend *b, int i)
 static int launch(const Trainer *t, PlanDataKernel which, int64_t work, KArg *a, int n,
                   const char *what)
 {
-    DeviceBackend *b = backend(t);
-    int k = b->plan->data_kernel[which];
+    DeviceBackend *dev = backend(t);
+    int k = dev->plan->data_kernel[which];
     void *args[PLAN_DATA_KERNEL_MAX_PARAMS];
-    CGC_ASSERT(n <= PLAN_DATA_KERNEL_MAX_PARAMS && k >= 0 && k < b->plan->nkernels && b->plan->kernels[k].nparams == n);
+    CGC_ASSERT(n <= PLAN_DATA_KERNEL_MAX_PARAMS && k >= 0 && k < dev->plan->nkernels && dev->plan->kernels[k].nparams == n);
     for (int i = 0; i < n; i++) args[i] = &a[i];
     /* Kernels loop over their work (plan.h), so any grid is correct; WORK 0 means a kernel
      * that must run as one block. */
-    int64_t block = b->plan->kernels[k].block > 0 ? b->plan->kernels[k].block : 1;
+    int64_t block = dev->plan->kernels[k].block > 0 ? dev->plan->kernels[k].block : 1;
     int64_t grid = (work + block - 1) / block;
     grid = grid < 1 ? 1 : grid > MAX_DATA_GRID ? MAX_DATA_GRID : grid;
-    return devexec_launch(b->e, k, (unsigned)grid, args, what);
+    return devexec_launch(dev->e, k, (unsigned)grid, args, what);
 }
 
 /* Rows [start, start + count) of split S (in ORDER, or file order when 0) into the
@@ -277,26 +277,26 @@ static int launch(const Trainer *t, PlanDataKernel which, int64_t work, KArg *a,
 static int gather(const Trainer *t, const Dataset *d, const DeviceSplit *s, DevPtr order,
                   int64_t start, int64_t count, DevPtr state)
 {
-    DeviceBackend *b = backend(t);
-    KArg x[7] = {{.p = input_buffer(b, 0)}, {.p = s->x}, {.p = order}, {.i = start}, {.i = count},
+    DeviceBackend *dev = backend(t);
+    KArg x[7] = {{.p = input_buffer(dev, 0)}, {.p = s->x}, {.p = order}, {.i = start}, {.i = count},
                  {.i = d->x_row}, {.p = state}};
     if (launch(t, PDK_GATHER_F32, count * d->x_row, x, 7, "gather the features") != 0) return -1;
     if (!d->y_row) return 0;
-    KArg y[7] = {{.p = input_buffer(b, 1)}, {.p = s->y}, {.p = order}, {.i = start}, {.i = count},
+    KArg y[7] = {{.p = input_buffer(dev, 1)}, {.p = s->y}, {.p = order}, {.i = start}, {.i = count},
                  {.i = d->y_row}, {.p = state}};
     return launch(t, d->y_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->y_row, y, 7,
                   "gather the labels");
 }
 
 /* The first non-finite element of node ID's values after a run, into *A; false if none. */
-static bool not_finite(DeviceBackend *b, const IrGraph *g, int id, CpuAnomaly *a)
+static bool not_finite(DeviceBackend *dev, const IrGraph *g, int id, CpuAnomaly *a)
 {
-    int64_t n = ir_numel(&g->nodes[id].shape, b->symmax);
-    b->values = xrealloc(b->values, (size_t)(n > 0 ? n : 1) * sizeof *b->values);
-    if (devexec_value(b->e, g, id, b->values, &n) != 0) return false;
+    int64_t n = ir_numel(&g->nodes[id].shape, dev->symmax);
+    dev->values = xrealloc(dev->values, (size_t)(n > 0 ? n : 1) * sizeof *dev->values);
+    if (devexec_value(dev->e, g, id, dev->values, &n) != 0) return false;
     for (int64_t k = 0; k < n; k++) {
-        if (isfinite(b->values[k]) || ir_nonfinite_by_design(&g->nodes[id], b->values[k])) continue;
-        *a = (CpuAnomaly){ .node = id, .element = k, .value = b->values[k] };
+        if (isfinite(dev->values[k]) || ir_nonfinite_by_design(&g->nodes[id], dev->values[k])) continue;
+        *a = (CpuAnomaly){ .node = id, .element = k, .value = dev->values[k] };
         return true;
     }
     return false;
@@ -312,17 +312,17 @@ static bool not_finite(DeviceBackend *b, const IrGraph *g, int id, CpuAnomaly *a
  * report. */
 static int check_values(const Trainer *t, const IrGraph *g, int64_t micro_step)
 {
-    DeviceBackend *b = backend(t);
-    const PlanGraph *pg = plan_graph_of(b->plan, g);
-    PlanGraphId gid = (PlanGraphId)(pg - b->plan->graph);
+    DeviceBackend *dev = backend(t);
+    const PlanGraph *pg = plan_graph_of(dev->plan, g);
+    PlanGraphId gid = (PlanGraphId)(pg - dev->plan->graph);
     CpuAnomaly a;
     for (int id = 0; id < g->nnodes; id++) {
         int buf = pg->node_buffer[id];
-        if (buf < 0 || b->plan->buffers[plan_buffer_root(b->plan, buf)].kind == PB_TENSOR ||
-            devexec_unwritten(b->e, gid, buf))
+        if (buf < 0 || dev->plan->buffers[plan_buffer_root(dev->plan, buf)].kind == PB_TENSOR ||
+            devexec_unwritten(dev->e, gid, buf))
             continue;
-        if (!not_finite(b, g, id, &a)) continue;
-        return train_report_anomaly(t, g, &a, micro_step, b->plan->mode == PLAN_EAGER
+        if (!not_finite(dev, g, id, &a)) continue;
+        return train_report_anomaly(t, g, &a, micro_step, dev->plan->mode == PLAN_EAGER
                                     ? "values that were all finite"
                                     : "the finite values stored before it (a fused kernel "
                                       "stores none of its own: an op earlier in it may have "
@@ -373,14 +373,14 @@ static void say_autotune(const Trainer *t, const char *fmt, ...)
  * error, never tuned again and replaced. Runs before the tensors are initialised
  * (autotune.h), so tuning leaves nothing behind in the arena. The choices in force are
  * left in *CHOSEN (their file's text, malloc'd) for the other ranks. */
-static int dev_autotune(Trainer *t, DeviceBackend *b, const DevFeed *tuned, char **chosen)
+static int dev_autotune(Trainer *t, DeviceBackend *dev, const DevFeed *tuned, char **chosen)
 {
-    const Plan *plan = b->plan;
+    const Plan *plan = dev->plan;
     DevFeed feed = *tuned;
     uint64_t hash = autotune_plan_hash(plan, feed.symvals[0]);
     char why[512], path[4200] = "";
     TuneFile want, have;
-    bool keep = tune_init(&want, t->p->model_name, b->d->arch, b->d->model, hash, why, sizeof why);
+    bool keep = tune_init(&want, t->p->model_name, dev->d->arch, dev->d->model, hash, why, sizeof why);
     const char *file = t->o->tune_file;
     TuneLoad load = TUNE_NO_CACHE;
     if (!keep && file) {
@@ -397,7 +397,7 @@ static int dev_autotune(Trainer *t, DeviceBackend *b, const DevFeed *tuned, char
     }
     if (load == TUNE_FOUND) {
         char apply_why[300];
-        int rc = autotune_apply(b->e, plan, &feed, &have, apply_why, sizeof apply_why);
+        int rc = autotune_apply(dev->e, plan, &feed, &have, apply_why, sizeof apply_why);
         if (rc == 0)
             say_autotune(t, "%d choices from %s (tuned in %.1f s when written; delete it to "
                             "tune again)", have.nchoices, path, have.tuning_ms / 1e3);
@@ -422,7 +422,7 @@ static int dev_autotune(Trainer *t, DeviceBackend *b, const DevFeed *tuned, char
     if (load == TUNE_REFUSED && file) {
         cgc_error("the choices file %s: %s; this run is model %s on %s (sm_%d), and the file is left "
                   "as it is: delete it, or name another file, to tune again", diag_quote(file, 80),
-                  why, t->p->model_name, b->d->model, b->d->arch);
+                  why, t->p->model_name, dev->d->model, dev->d->arch);
         tune_free(&want);
         return -1;
     }
@@ -436,12 +436,12 @@ static int dev_autotune(Trainer *t, DeviceBackend *b, const DevFeed *tuned, char
     if (load == TUNE_NO_CACHE && keep) say_autotune(t, "%s", why);
     double budget = t->o->tune_budget_s > 0 ? t->o->tune_budget_s : AUTOTUNE_BUDGET_S;
     say_autotune(t, "timing the launch shapes and GEMM algorithms%s of %s on %s (at most %g s)",
-                 plan->gemm_kernels_from < plan->nkernels && b->d->arch >= 80
+                 plan->gemm_kernels_from < plan->nkernels && dev->d->arch >= 80
                      ? (plan->nmlps ? " (generated GEMMs and fused MLPs included)"
                                     : " (generated GEMMs included)") : "",
-                 t->p->model_name, b->d->name, budget);
+                 t->p->model_name, dev->d->name, budget);
     AutotuneReport r;
-    if (autotune_run(b->e, plan, &feed, budget, &want, &r) != 0) {
+    if (autotune_run(dev->e, plan, &feed, budget, &want, &r) != 0) {
         tune_free(&want);
         return -1;
     }
@@ -499,16 +499,16 @@ static DevFeed tuning_feed(const Trainer *t)
 }
 
 /* Puts rank 0's choices, the text of a choices file, in force on this rank's device. */
-static int take_choices(Trainer *t, DeviceBackend *b, const DevFeed *feed, const char *text)
+static int take_choices(Trainer *t, DeviceBackend *dev, const DevFeed *feed, const char *text)
 {
     TuneFile f;
     char why[300];
     if (!tune_parse(text, strlen(text), &f, why, sizeof why))
         CGC_INTERNAL("rank 0's autotune choices do not read back: %s", why);
-    int rc = autotune_apply(b->e, b->plan, feed, &f, why, sizeof why);
+    int rc = autotune_apply(dev->e, dev->plan, feed, &f, why, sizeof why);
     tune_free(&f);
     if (rc != 0)
-        cgc_error("max-autotune: rank 0's choices cannot be used on %s: %s", b->d->name, why);
+        cgc_error("max-autotune: rank 0's choices cannot be used on %s: %s", dev->d->name, why);
     return rc == 0 ? 0 : -1;
 }
 
@@ -516,18 +516,18 @@ static int take_choices(Trainer *t, DeviceBackend *b, const DevFeed *feed, const
  * ranks put in force on their devices, so that every rank runs the same kernels and
  * rounds alike. Rank 0 may take the tuning budget and the kernels' compilation before it
  * sends: the others wait that much longer than for a collective. */
-static int dev_choose(Trainer *t, DeviceBackend *b)
+static int dev_choose(Trainer *t, DeviceBackend *dev)
 {
     DevFeed feed = tuning_feed(t);
     char *text = NULL;
     int64_t len = -1;
     char gpu[160];
-    snprintf(gpu, sizeof gpu, "%s sm_%d", b->d->model, b->d->arch);
+    snprintf(gpu, sizeof gpu, "%s sm_%d", dev->d->model, dev->d->arch);
     if (t->ranks > 1 && comm_agree(t->o->comm, fnv1a(FNV_BASIS, gpu, strlen(gpu)), "the GPUs' models",
                                    "max-autotune with several ranks needs GPUs alike (rank 0 "
                                    "chooses for all); use the reduce-overhead mode") != 0)
         return -1;
-    if (t->rank == 0 && dev_autotune(t, b, &feed, &text) == 0) len = (int64_t)strlen(text);
+    if (t->rank == 0 && dev_autotune(t, dev, &feed, &text) == 0) len = (int64_t)strlen(text);
     if (t->ranks == 1) {
         free(text);
         return len < 0 ? -1 : 0;
@@ -544,94 +544,94 @@ static int dev_choose(Trainer *t, DeviceBackend *b)
     int rc = comm_broadcast(c, text, (size_t)len, 0, "rank 0's autotune choices");
     if (rc == 0 && t->rank != 0) {
         text[len] = '\0';
-        rc = take_choices(t, b, &feed, text);
+        rc = take_choices(t, dev, &feed, text);
     }
     free(text);
     return rc;
 }
 
-static int dev_open_plan(Trainer *t, DeviceBackend *b)
+static int dev_open_plan(Trainer *t, DeviceBackend *dev)
 {
-    b->plan = t->o->plan;
-    if (!b->plan) b->plan = b->own_plan = plan_build(t->p, PLAN_EAGER, t->o->net_path);
+    dev->plan = t->o->plan;
+    if (!dev->plan) dev->plan = dev->own_plan = plan_build(t->p, PLAN_EAGER, t->o->net_path);
     const TrainConfig *c = &t->p->cfg;
     int64_t eval_rows = t->data.has_test ? (t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH) : 0;
     int64_t rows = (c->batch + t->ranks - 1) / t->ranks;     /* a rank's share, at most */
     int64_t symmax[IR_MAX_SYMBOLS] = {rows > eval_rows ? rows : eval_rows};
-    memcpy(b->symmax, symmax, sizeof symmax);
+    memcpy(dev->symmax, symmax, sizeof symmax);
     /* --detect-anomaly reads every stored value after a run: each keeps its own memory */
-    b->e = t->o->detect_anomaly ? devexec_new_unshared(b->plan, b->d, symmax, t->o->net_path)
-                                : devexec_new(b->plan, b->d, symmax, t->o->net_path);
-    if (!b->e) return -1;
-    b->step = b->plan->step_state >= 0 ? devexec_buffer(b->e, b->plan->step_state) : 0;
-    b->step_next[0] = b->step_next[1] = -1;
-    return b->plan->mode == PLAN_MAX_AUTOTUNE ? dev_choose(t, b) : 0;
+    dev->e = t->o->detect_anomaly ? devexec_new_unshared(dev->plan, dev->d, symmax, t->o->net_path)
+                                : devexec_new(dev->plan, dev->d, symmax, t->o->net_path);
+    if (!dev->e) return -1;
+    dev->step = dev->plan->step_state >= 0 ? devexec_buffer(dev->e, dev->plan->step_state) : 0;
+    dev->step_next[0] = dev->step_next[1] = -1;
+    return dev->plan->mode == PLAN_MAX_AUTOTUNE ? dev_choose(t, dev) : 0;
 }
 
 /* A job, even of one rank: the device joins it. */
-static int dev_join(Trainer *t, DeviceBackend *b)
+static int dev_join(Trainer *t, DeviceBackend *dev)
 {
     if (!t->o->comm) return 0;
-    if (!b->d->ops->join) {
-        cgc_error("%s cannot be a rank of a job; train the ranks on the CPU", b->d->name);
+    if (!dev->d->ops->join) {
+        cgc_error("%s cannot be a rank of a job; train the ranks on the CPU", dev->d->name);
         return -1;
     }
-    return b->d->ops->join(b->d, t->o->comm);
+    return dev->d->ops->join(dev->d, t->o->comm);
 }
 
 static int dev_open(Trainer *t)
 {
-    DeviceBackend *b = t->backend = xcalloc(1, sizeof *b);
-    b->d = t->o->device;
+    DeviceBackend *dev = t->backend = xcalloc(1, sizeof *dev);
+    dev->d = t->o->device;
     t->tensors = xcalloc((size_t)(t->p->ntensors ? t->p->ntensors : 1), sizeof *t->tensors);
     for (int i = 0; i < t->p->ntensors; i++)
         t->tensors[i] = xcalloc((size_t)ir_numel(&t->p->tensors[i].shape, NULL) + 1, sizeof(float));
-    if (dev_join(t, b) != 0 || dev_open_plan(t, b) != 0) return -1;
+    if (dev_join(t, dev) != 0 || dev_open_plan(t, dev) != 0) return -1;
     int64_t n = t->data.train.n;
-    if (upload_split(b, &t->data.train, &b->train, "the training set") != 0 ||
-        (t->data.has_test && upload_split(b, &t->data.test, &b->test, "the test set") != 0) ||
-        alloc_upload(b, NULL, (size_t)n * sizeof(int32_t), &b->draws, "the data order") != 0 ||
-        alloc_upload(b, NULL, (size_t)n * sizeof(int32_t), &b->order, "the data order") != 0 ||
-        alloc_upload(b, NULL, TOTALS * sizeof(double), &b->totals, "the loss totals") != 0 ||
-        alloc_upload(b, NULL, 2 * sizeof(double), &b->eval_totals, "the loss totals") != 0)
+    if (upload_split(dev, &t->data.train, &dev->train, "the training set") != 0 ||
+        (t->data.has_test && upload_split(dev, &t->data.test, &dev->test, "the test set") != 0) ||
+        alloc_upload(dev, NULL, (size_t)n * sizeof(int32_t), &dev->draws, "the data order") != 0 ||
+        alloc_upload(dev, NULL, (size_t)n * sizeof(int32_t), &dev->order, "the data order") != 0 ||
+        alloc_upload(dev, NULL, TOTALS * sizeof(double), &dev->totals, "the loss totals") != 0 ||
+        alloc_upload(dev, NULL, 2 * sizeof(double), &dev->eval_totals, "the loss totals") != 0)
         return -1;
-    b->host_totals = b->d->ops->host_alloc(b->d, TOTALS * sizeof(double));
-    if (!b->host_totals) {
-        cgc_error("cannot allocate %zu bytes of host memory for %s", TOTALS * sizeof(double), b->d->name);
+    dev->host_totals = dev->d->ops->host_alloc(dev->d, TOTALS * sizeof(double));
+    if (!dev->host_totals) {
+        cgc_error("cannot allocate %zu bytes of host memory for %s", TOTALS * sizeof(double), dev->d->name);
         return -1;
     }
-    if (t->o->verbose || t->o->step_times) b->timing = xcalloc(1, sizeof *b->timing);
-    return b->d->ops->fence_new(b->d, &b->fence);
+    if (t->o->verbose || t->o->step_times) dev->timing = xcalloc(1, sizeof *dev->timing);
+    return dev->d->ops->fence_new(dev->d, &dev->fence);
 }
 
 static void dev_close(Trainer *t)
 {
-    DeviceBackend *b = backend(t);
-    if (!b) return;
-    if (b->d->ops->sync) b->d->ops->sync(b->d);     /* nothing in flight uses what we free */
-    if (b->fence) b->d->ops->fence_free(b->d, b->fence);
-    if (b->timing) {
-        report_timing(t, b);
-        if (b->e && t->o->verbose) report_memory(t, b);
-        if (b->e && t->o->verbose) report_convs(t, b);
-        for (int i = 0; i < TIMING_STEPS && b->timing->start[i]; i++) {
-            b->d->ops->fence_free(b->d, b->timing->start[i]);
-            b->d->ops->fence_free(b->d, b->timing->end[i]);
+    DeviceBackend *dev = backend(t);
+    if (!dev) return;
+    if (dev->d->ops->sync) dev->d->ops->sync(dev->d);     /* nothing in flight uses what we free */
+    if (dev->fence) dev->d->ops->fence_free(dev->d, dev->fence);
+    if (dev->timing) {
+        report_timing(t, dev);
+        if (dev->e && t->o->verbose) report_memory(t, dev);
+        if (dev->e && t->o->verbose) report_convs(t, dev);
+        for (int i = 0; i < TIMING_STEPS && dev->timing->start[i]; i++) {
+            dev->d->ops->fence_free(dev->d, dev->timing->start[i]);
+            dev->d->ops->fence_free(dev->d, dev->timing->end[i]);
         }
-        free(b->timing);
+        free(dev->timing);
     }
     for (int i = 0; i < 2; i++)
-        if (b->capture[i].graph) b->d->ops->graph_free(b->d, b->capture[i].graph);
-    if (b->host_totals) b->d->ops->host_free(b->d, b->host_totals);
-    DevPtr ptrs[] = {b->train.x, b->train.y, b->test.x, b->test.y, b->draws, b->order,
-                     b->totals, b->eval_totals};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free_ptr(b, ptrs[i]);
-    devexec_free(b->e);
-    free(b->values);
-    if (b->own_plan) plan_free(b->own_plan);
+        if (dev->capture[i].graph) dev->d->ops->graph_free(dev->d, dev->capture[i].graph);
+    if (dev->host_totals) dev->d->ops->host_free(dev->d, dev->host_totals);
+    DevPtr ptrs[] = {dev->train.x, dev->train.y, dev->test.x, dev->test.y, dev->draws, dev->order,
+                     dev->totals, dev->eval_totals};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free_ptr(dev, ptrs[i]);
+    devexec_free(dev->e);
+    free(dev->values);
+    if (dev->own_plan) plan_free(dev->own_plan);
     for (int i = 0; i < t->p->ntensors; i++) free(t->tensors[i]);
     free(t->tensors);
-    free(b);
+    free(dev);
 }
 
 static const char *dev_where(const Trainer *t) { return backend(t)->d->name; }
@@ -656,14 +656,14 @@ static int dev_push_tensors(Trainer *t)
  * epoch is drawn and shuffled on the device. */
 static int dev_epoch_begin(Trainer *t, const TrainProgress *pr)
 {
-    DeviceBackend *b = backend(t);
+    DeviceBackend *dev = backend(t);
     const TrainConfig *c = &t->p->cfg;
-    CGC_ASSERT(!b->pending);    /* the last epoch ended with a waiting read */
+    CGC_ASSERT(!dev->pending);    /* the last epoch ended with a waiting read */
     double totals[TOTALS] = {pr->loss_sum, (double)pr->loss_count, (double)pr->skipped, -1};
-    if (b->d->ops->upload(b->d, b->totals, totals, sizeof totals) != 0) return -1;
+    if (dev->d->ops->upload(dev->d, dev->totals, totals, sizeof totals) != 0) return -1;
     int64_t n = t->data.train.n;
-    KArg draws[4] = {{.p = b->draws}, {.i = n}, {.u = c->seed}, {.i = pr->epoch}};
-    KArg shuffle[4] = {{.p = b->order}, {.p = b->draws}, {.i = n}, {.i = c->shuffle}};
+    KArg draws[4] = {{.p = dev->draws}, {.i = n}, {.u = c->seed}, {.i = pr->epoch}};
+    KArg shuffle[4] = {{.p = dev->order}, {.p = dev->draws}, {.i = n}, {.i = c->shuffle}};
     if (launch(t, PDK_ORDER_DRAWS, n - 1, draws, 4, "draw the epoch's order") != 0) return -1;
     return launch(t, PDK_ORDER_SHUFFLE, 0, shuffle, 4, "shuffle the epoch's order");
 }
@@ -684,13 +684,13 @@ const char *train_capture_refusal(const CaptureQuery *q)
 
 /* Makes the device's step counter hold micro-step MICRO_STEP at row START, writing it
  * only when the sequence the device keeps has jumped. */
-static int set_step(DeviceBackend *b, int64_t micro_step, int64_t start)
+static int set_step(DeviceBackend *dev, int64_t micro_step, int64_t start)
 {
-    if (b->step_next[0] == micro_step && b->step_next[1] == start) return 0;
+    if (dev->step_next[0] == micro_step && dev->step_next[1] == start) return 0;
     int64_t state[2] = {micro_step, start};
-    if (b->d->ops->upload(b->d, b->step, state, sizeof state) != 0) return -1;
-    b->step_next[0] = micro_step;
-    b->step_next[1] = start;
+    if (dev->d->ops->upload(dev->d, dev->step, state, sizeof state) != 0) return -1;
+    dev->step_next[0] = micro_step;
+    dev->step_next[1] = start;
     return 0;
 }
 
@@ -698,18 +698,18 @@ static int set_step(DeviceBackend *b, int64_t micro_step, int64_t start)
  * the rows times the ranks (train_loss_weight). */
 static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *pr, const MicroBatch *m)
 {
-    DeviceBackend *b = backend(t);
+    DeviceBackend *dev = backend(t);
     const TrainConfig *c = &t->p->cfg;
-    if (gather(t, &t->data.train, &b->train, b->order, m->first, m->rows, b->step) != 0) return -1;
+    if (gather(t, &t->data.train, &dev->train, dev->order, m->first, m->rows, dev->step) != 0) return -1;
     if (run_graph(t, g, m) != 0) return -1;
     /* The skipped flag counts once per optimizer step: the step's last graph has it. */
-    DevPtr skipped = g == &t->p->train ? node_buffer(b, g, IR_OUT_SKIPPED) : 0;
-    KArg a[9] = {{.p = b->totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)}, {.p = skipped},
-                 {.i = pr->step}, {.i = c->precision != PREC_FP16}, {.p = b->step},
+    DevPtr skipped = g == &t->p->train ? node_buffer(dev, g, IR_OUT_SKIPPED) : 0;
+    KArg a[9] = {{.p = dev->totals}, {.p = node_buffer(dev, g, IR_OUT_LOSS)}, {.p = skipped},
+                 {.i = pr->step}, {.i = c->precision != PREC_FP16}, {.p = dev->step},
                  {.i = c->accumulate}, {.i = m->rows * t->ranks}, {.i = m->count}};
     if (launch(t, PDK_TRACK_LOSS, 0, a, 9, "add up the loss") != 0) return -1;
-    if (!b->step) return 0;
-    KArg adv[2] = {{.p = b->step}, {.i = c->batch}};
+    if (!dev->step) return 0;
+    KArg adv[2] = {{.p = dev->step}, {.i = c->batch}};
     return launch(t, PDK_STEP_ADVANCE, 0, adv, 2, "advance the step counter");
 }
 
@@ -718,65 +718,65 @@ static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *p
 static int capture(Trainer *t, const IrGraph *g, const TrainProgress *pr, const MicroBatch *m,
                    StepCapture *sc)
 {
-    DeviceBackend *b = backend(t);
-    const DeviceOps *ops = b->d->ops;
-    if (ops->capture_begin(b->d) == 0) {
+    DeviceBackend *dev = backend(t);
+    const DeviceOps *ops = dev->d->ops;
+    if (ops->capture_begin(dev->d) == 0) {
         int work = micro_batch_work(t, g, pr, m);
-        if (ops->capture_end(b->d, &sc->graph, &sc->nodes) == 0 && work == 0) {
+        if (ops->capture_end(dev->d, &sc->graph, &sc->nodes) == 0 && work == 0) {
             train_clear_progress(t);
             if (!t->o->quiet)
                 printf("cgc: %s: graph %s captured at step %lld: its micro-batch is one "
-                       "CUDA graph of %d nodes from now on\n", plan_mode_name(b->plan->mode),
+                       "CUDA graph of %d nodes from now on\n", plan_mode_name(dev->plan->mode),
                        g->name, (long long)pr->step + 1, sc->nodes);
             return 0;
         }
-        if (sc->graph) ops->graph_free(b->d, sc->graph);
+        if (sc->graph) ops->graph_free(dev->d, sc->graph);
         sc->graph = NULL;
     }
-    b->capture_failed = true;
+    dev->capture_failed = true;
     train_clear_progress(t);
     cgc_warning("%s: the micro-batch of graph %s could not be captured as a CUDA graph (the "
                 "error is above); the run goes on without graphs, as the default mode runs",
-                plan_mode_name(b->plan->mode), g->name);
+                plan_mode_name(dev->plan->mode), g->name);
     return 1;
 }
 
 static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int64_t start,
                            int64_t count, int64_t micro_step)
 {
-    DeviceBackend *b = backend(t);
+    DeviceBackend *dev = backend(t);
     const TrainConfig *c = &t->p->cfg;
     int64_t k = micro_step % c->accumulate;
     MicroBatch m = {.start = start, .count = count, .first = start, .rows = count,
                     .micro_step = micro_step};
     train_rank_rows(t->rank, t->ranks, &m.first, &m.rows);
-    if (k == 0 && time_step(b, true) != 0) return -1;
-    if (b->step && set_step(b, micro_step, m.first) != 0) return -1;
-    StepCapture *sc = &b->capture[g == &t->p->train ? 0 : 1];
-    CaptureQuery q = {.mode = b->plan->mode, .device_can = b->d->ops->capture_begin != NULL,
-                      .failed = b->capture_failed, .count = count, .batch = c->batch,
+    if (k == 0 && time_step(dev, true) != 0) return -1;
+    if (dev->step && set_step(dev, micro_step, m.first) != 0) return -1;
+    StepCapture *sc = &dev->capture[g == &t->p->train ? 0 : 1];
+    CaptureQuery q = {.mode = dev->plan->mode, .device_can = dev->d->ops->capture_begin != NULL,
+                      .failed = dev->capture_failed, .count = count, .batch = c->batch,
                       .runs = sc->runs, .profiled = t->recording != NULL,
                       .checked = t->o->detect_anomaly};
     bool replay = train_capture_refusal(&q) == NULL;
     if (count == c->batch) sc->runs++;
     if (replay && !sc->graph && capture(t, g, pr, &m, sc) != 0)
         replay = false;
-    int rc = replay ? b->d->ops->graph_launch(b->d, sc->graph) : micro_batch_work(t, g, pr, &m);
+    int rc = replay ? dev->d->ops->graph_launch(dev->d, sc->graph) : micro_batch_work(t, g, pr, &m);
     if (rc != 0) return -1;
-    if (b->step) {
-        b->step_next[0]++;
-        b->step_next[1] += c->batch;
+    if (dev->step) {
+        dev->step_next[0]++;
+        dev->step_next[1] += c->batch;
     }
-    return k == c->accumulate - 1 ? time_step(b, false) : 0;
+    return k == c->accumulate - 1 ? time_step(dev, false) : 0;
 }
 
 /* Queues a read of the totals into host_totals, with the fence after it. */
-static int request_totals(DeviceBackend *b)
+static int request_totals(DeviceBackend *dev)
 {
-    if (b->d->ops->download_async(b->d, b->host_totals, b->totals, TOTALS * sizeof(double)) != 0 ||
-        b->d->ops->fence_record(b->d, b->fence) != 0)
+    if (dev->d->ops->download_async(dev->d, dev->host_totals, dev->totals, TOTALS * sizeof(double)) != 0 ||
+        dev->d->ops->fence_record(dev->d, dev->fence) != 0)
         return -1;
-    b->pending = true;
+    dev->pending = true;
     return 0;
 }
 
@@ -794,40 +794,40 @@ static int apply_totals(Trainer *t, TrainProgress *pr)
  * Waiting: a fresh read, waited for. */
 static int dev_read_totals(Trainer *t, TrainProgress *pr, bool wait)
 {
-    DeviceBackend *b = backend(t);
+    DeviceBackend *dev = backend(t);
     bool done = false;
     if (wait) {
-        if (request_totals(b) != 0 || b->d->ops->fence_done(b->d, b->fence, true, &done) != 0) return -1;
+        if (request_totals(dev) != 0 || dev->d->ops->fence_done(dev->d, dev->fence, true, &done) != 0) return -1;
         return apply_totals(t, pr);
     }
-    if (!b->pending) return request_totals(b);
-    if (b->d->ops->fence_done(b->d, b->fence, false, &done) != 0) return -1;
+    if (!dev->pending) return request_totals(dev);
+    if (dev->d->ops->fence_done(dev->d, dev->fence, false, &done) != 0) return -1;
     if (!done) return 0;
     if (apply_totals(t, pr) != 0) return -1;
-    return request_totals(b);
+    return request_totals(dev);
 }
 
 /* This rank's share of the test split in file order, in batches of EVAL_BATCH; one read
  * at the end, summed over the ranks. */
 static int dev_evaluate(Trainer *t, EvalResult *r)
 {
-    DeviceBackend *b = backend(t);
+    DeviceBackend *dev = backend(t);
     const Dataset *d = &t->data.test;
     const IrGraph *g = &t->p->eval;
     double zero[2] = {0, 0}, totals[2];
     int64_t first = 0, n = d->n;
     train_rank_rows(t->rank, t->ranks, &first, &n);
-    if (b->d->ops->upload(b->d, b->eval_totals, zero, sizeof zero) != 0) return -1;
+    if (dev->d->ops->upload(dev->d, dev->eval_totals, zero, sizeof zero) != 0) return -1;
     for (int64_t start = first; start < first + n; start += EVAL_BATCH) {
         int64_t count = first + n - start < EVAL_BATCH ? first + n - start : EVAL_BATCH;
-        if (gather(t, d, &b->test, 0, start, count, 0) != 0) return -1;
+        if (gather(t, d, &dev->test, 0, start, count, 0) != 0) return -1;
         MicroBatch m = {.start = start, .count = count, .first = start, .rows = count};
         if (run_graph(t, g, &m) != 0) return -1;      /* no dropout */
-        KArg a[4] = {{.p = b->eval_totals}, {.p = node_buffer(b, g, IR_OUT_LOSS)},
-                     {.p = node_buffer(b, g, IR_OUT_CORRECT)}, {.i = count}};
+        KArg a[4] = {{.p = dev->eval_totals}, {.p = node_buffer(dev, g, IR_OUT_LOSS)},
+                     {.p = node_buffer(dev, g, IR_OUT_CORRECT)}, {.i = count}};
         if (launch(t, PDK_TRACK_EVAL, 0, a, 4, "add up the test loss") != 0) return -1;
     }
-    if (b->d->ops->download(b->d, totals, b->eval_totals, sizeof totals) != 0 ||
+    if (dev->d->ops->download(dev->d, totals, dev->eval_totals, sizeof totals) != 0 ||
         train_sum_over_ranks(t, totals, 2, "the evaluation's totals") != 0)
         return -1;
     r->loss = totals[0] / (double)d->n;
@@ -842,9 +842,9 @@ static double dev_gemm_seconds(const Trainer *t) { return -1; }
 
 static int dev_profile_step_begin(Trainer *t)
 {
-    DeviceBackend *b = backend(t);
-    profile_set_device(t->profile, b->d->name);
-    return devexec_timing_start(b->e);
+    DeviceBackend *dev = backend(t);
+    profile_set_device(t->profile, dev->d->name);
+    return devexec_timing_start(dev->e);
 }
 
 typedef struct ProfiledStep {

@@ -1,7 +1,7 @@
 /* train_state.c: the state of a training run on disk (--save and --resume).
  *
- * A checkpoint is one safetensors file. Parameters are stored under the names dsl.md
- * gives them (`h1.weight`, F32, PyTorch's shapes), so `safetensors.torch.load_file`
+ * A checkpoint is one safetensors file. Parameters keep their names (docs/language.md,
+ * "The model block": `h1.weight`, F32, PyTorch's shapes), so `safetensors.torch.load_file`
  * reads a model that PyTorch can use directly. Everything else a resumed run needs is in
  * the same file: optimizer and training state as F32 tensors named `cgc.*` (Adam's
  * moments, step counters, the fp16 loss scale), and the position in the data as

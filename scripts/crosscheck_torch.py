@@ -9,7 +9,7 @@ own: PyTorch evaluates cgc's final weights on the test set, and the test loss an
 accuracy must be those cgc reported (for resmlp.net with its dropout too, which the
 evaluation leaves out).
 
-cgc's initial weights come from a counter-based generator (Philox-4x32-10, runtime/rng.c)
+cgc's initial weights come from a counter-based generator (Philox-4x32-10, base/rng.c)
 that this script re-implements with numpy; the first check confirms the re-implementation
 reproduces cgc's initial weights bit for bit.
 
@@ -39,7 +39,7 @@ M32 = np.uint64(0xFFFFFFFF)
 
 
 def philox(seed, stream, counters):
-    """Philox-4x32-10 word 0 for each counter (as runtime/rng.c's rng_philox)."""
+    """Philox-4x32-10 word 0 for each counter (as base/rng.c's rng_philox)."""
     c = np.asarray(counters, dtype=np.uint64)
     c0, c1 = c & M32, c >> np.uint64(32)
     c2 = np.full_like(c, np.uint64(stream) & M32)

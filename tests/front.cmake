@@ -1,7 +1,7 @@
 # tests of the front group: the lexer and parser (grammar/), their diagnostics, fuzzing
 cgc_c_test(test_parser cgc_front)
 cgc_c_test(fuzz_mutate cgc_front)
-# Both read dsl.md's complete example from models/mlp.net.
+# Both read the complete example of docs/language.md ("A first file"), models/mlp.net.
 target_compile_definitions(test_parser PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
 target_compile_definitions(fuzz_mutate PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
 add_test(NAME diag_syntax

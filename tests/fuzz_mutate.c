@@ -1,7 +1,7 @@
 /* fuzz_mutate.c: deterministic mutation fuzzing of the front end.
  *
- * dsl.md promises that no input, however malformed, crashes cgc, hangs it, or makes it
- * print nothing. This test takes valid .net texts (dsl.md's example and one that uses
+ * docs/language.md ("Diagnostics"): no input, however malformed, crashes cgc, hangs it,
+ * or leaves it silent. This test takes valid .net texts (mlp.net and one that uses
  * every lexical form), applies a few thousand seeded mutations (bit flips, deletions,
  * inserted bytes including NUL and 0xFF, duplicated spans, hundreds of '(' in a row,
  * keywords dropped in, truncation) and runs each through parse_file, sema_check and
@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "compiler/ast.h"
+#include "grammar/ast.h"
 #include "compiler/passes.h"
 
 enum {
@@ -299,7 +299,7 @@ int main(int argc, char **argv)
         free(text);
     } else {
         size_t mlp_len;
-        char *mlp = read_file(CGC_MODELS_DIR "/mlp.net", &mlp_len);   /* dsl.md's example */
+        char *mlp = read_file(CGC_MODELS_DIR "/mlp.net", &mlp_len);   /* docs/language.md */
         if (!mlp) {
             fprintf(stderr, "fuzz_mutate: cannot read %s\n", CGC_MODELS_DIR "/mlp.net");
             return 1;

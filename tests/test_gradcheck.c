@@ -16,7 +16,7 @@
 #include "check.h"
 #include "compiler/passes.h"
 #include "runtime/cpu/exec.h"
-#include "runtime/rng.h"
+#include "base/rng.h"
 
 enum { MAX_PARAMS = 8, MAX_INPUT = 256 };
 static const double FD_EPS = 1e-6, ATOL = 1e-5, RTOL = 1e-3;
@@ -40,6 +40,7 @@ typedef struct Ctx {
 } Ctx;
 
 static uint64_t case_counter;   /* every case draws different values */
+static bool differentiated[IR_NUM_OPS];   /* ops some case differentiated */
 
 static Shape dims(int rank, ...)
 {
@@ -151,6 +152,7 @@ static void gradcheck(const char *name, Ctx *c, int out)
 {
     IrProgram *p = c->p;
     IrGraph *g = c->g;
+    for (int i = 0; i < g->nnodes; i++) differentiated[g->nodes[i].op] = true;
     int w = ir_add_tensor(p, "weights", IR_STATE, g->nodes[out].shape, IR_INIT_ZEROS, 0, -1, L0);
     int prod = ir_binary(g, IR_MUL, out, ir_read(g, p, w, L0), L0);
     int loss = ir_reduce(g, IR_SUM, prod, IR_AXIS_ALL, L0);
@@ -537,6 +539,23 @@ static void linear_tanh(void)
     gradcheck("linear tanh", &c, ir_reduce(g, IR_SUM, y, 0, L0));
 }
 
+/* Every op that passes a gradient on (ops.def's DIFF) has a case above, so that a new
+ * row of the table is not differentiated unchecked. Leaves pass nothing (their gradients
+ * are collected, not ruled), and training lowering resolves a mode switch before any
+ * backend runs, to the training value that its D rule passes d to. */
+static void every_rule_checked(void)
+{
+    for (int op = 0; op < IR_NUM_OPS; op++) {
+        const IrOpInfo *o = &ir_op_info[op];
+        bool rule = o->diff && !o->backward_only && o->cls != IR_CLASS_LEAF &&
+                    o->family != IR_FAMILY_MODE_SWITCH;
+        if (rule && !differentiated[op])
+            fprintf(stderr, "no gradcheck case differentiates %s (ops.def DIFF %u): add one\n",
+                    o->name, o->diff);
+        CHECK(!rule || differentiated[op]);
+    }
+}
+
 int main(void)
 {
     unary_ops();
@@ -557,5 +576,6 @@ int main(void)
     dropout();
     layernorm();
     linear_tanh();
+    every_rule_checked();
     return check_result();
 }

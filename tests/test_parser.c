@@ -1,4 +1,4 @@
-/* test_parser.c: the parser builds the AST dsl.md describes, with the locations
+/* test_parser.c: the parser builds the AST docs/language.md describes, with the locations
  * diagnostics need, and refuses what it must refuse without crashing.
  *
  * The exact wording of syntax errors is checked by the golden files in diag/syntax; here
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "compiler/ast.h"
+#include "grammar/ast.h"
 
 #define CHECK_LOC(loc, l, c)            \
     do {                                \
@@ -187,7 +187,7 @@ static void check_train_block(const AstBlock *b)
     check_num(b->entries[7].value, 42, "");
 }
 
-/* dsl.md's complete file is models/mlp.net, verbatim. */
+/* docs/language.md's first file is models/mlp.net, verbatim. */
 static void test_complete_example(void)
 {
     int nerrors;

@@ -20,9 +20,9 @@
  */
 #include "exec.h"
 
-#include "../clock.h"
+#include "../../base/clock.h"
 #include "../profile.h"
-#include "../rng.h"
+#include "../../base/rng.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -511,12 +511,15 @@ static uint64_t to_counter(double x)
     return (uint64_t)x;
 }
 
-/* Ops that only move elements: their output needs no rounding when the input already
- * has the node's dtype. */
+/* Ops that only move elements (shape ops that do not sum): their output needs no
+ * rounding when the input already has the node's dtype. */
 static bool moves_elements(IrOp op)
 {
-    return op == IR_RESHAPE || op == IR_BROADCAST || op == IR_TRANSPOSE;
+    return ir_op_info[op].cls == IR_CLASS_SHAPE && !ir_op_is_reduction(op);
 }
+
+/* A collective the job runs over the ranks, in a bucket (the others are local). */
+static bool in_bucket(const IrNode *x) { return ir_node_fuse(x) == IR_FUSE_COLLECTIVE; }
 
 /* ---- the kernels, once per element type ---- */
 
@@ -642,7 +645,7 @@ static void bucket_plan(CpuExec *e, const IrGraph *g)
     e->coll_offset = xrealloc(e->coll_offset, (size_t)(g->nnodes ? g->nnodes : 1) * sizeof *e->coll_offset);
     for (int id = 0; id < g->nnodes; id++) {
         const IrNode *x = &g->nodes[id];
-        if (ir_op_info[x->op].family != IR_FAMILY_COLLECTIVE || x->op == IR_SHARD) continue;
+        if (!in_bucket(x)) continue;
         Bucket *b = bucket_at(e, x->index);
         if (b->first < 0) b->first = id, b->op = x->op;
         CGC_ASSERT(b->op == x->op);
@@ -664,7 +667,7 @@ static int buckets_start(CpuExec *e, const IrGraph *g, int id)
         char *buf = buf_reserve(&b->buf, bucket_bytes(e, b->op, b->n));
         for (int m = 0; m < g->nnodes; m++) {
             const IrNode *x = &g->nodes[m];
-            if (ir_op_info[x->op].family == IR_FAMILY_COLLECTIVE && x->op != IR_SHARD && x->index == k)
+            if (in_bucket(x) && x->index == k)
                 pack(e, g, m, buf, b->n, e->coll_offset[m]);
         }
         if (e->coll.start(e->coll.ctx, k, b->op, buf, b->n, e->real) != 0) return -1;
@@ -680,11 +683,11 @@ static int collective_value(CpuExec *e, const IrGraph *g, int id, void *out)
     const IrNode *x = &g->nodes[id];
     const Slot *in = &e->slots[x->in[0]];
     int64_t n = node_numel(e, x);
-    if (x->op == IR_SHARD || !e->coll.start) {
+    if (!in_bucket(x) || !e->coll.start) {
         /* one rank: the program was compiled for one (training.c), where every slice is
          * the whole */
         CGC_ASSERT(x->op == IR_ALLREDUCE || e->coll.start);
-        if (x->op == IR_SHARD) slice_of(e, out, in->val, in->n, n, e->coll.rank);
+        if (!in_bucket(x)) slice_of(e, out, in->val, in->n, n, e->coll.rank);
         else memcpy(out, in->val, (size_t)n * e->esize);
         return 0;
     }
@@ -832,7 +835,7 @@ static void apply_assign(CpuExec *e, const IrGraph *g, const IrNode *a)
 static void apply_assigns(CpuExec *e, const IrGraph *g)
 {
     for (int id = 0; id < g->nnodes; id++) {
-        if (g->nodes[id].op != IR_ASSIGN) continue;
+        if (!ir_node_is_assign(&g->nodes[id])) continue;
         Slot *s = &e->slots[g->nodes[id].in[0]];
         if (s->val == s->own.p) continue;
         size_t bytes = (size_t)s->n * e->esize;
@@ -840,7 +843,7 @@ static void apply_assigns(CpuExec *e, const IrGraph *g)
         s->val = s->own.p;
     }
     for (int id = 0; id < g->nnodes; id++) {
-        if (g->nodes[id].op != IR_ASSIGN) continue;
+        if (!ir_node_is_assign(&g->nodes[id])) continue;
         double start = e->prof ? clock_seconds() : 0;
         apply_assign(e, g, &g->nodes[id]);
         if (e->prof) profile_node(e, g, id, start);
@@ -852,8 +855,9 @@ static void apply_assigns(CpuExec *e, const IrGraph *g)
 static bool anomalous(CpuExec *e, const IrGraph *g, int id)
 {
     const Slot *s = &e->slots[id];
-    IrOp op = g->nodes[id].op;   /* a constant is as written; an ASSIGN, its value */
-    if (g->nodes[id].dtype == DT_I32 || op == IR_CONST || op == IR_ASSIGN) return false;
+    const IrNode *n = &g->nodes[id];   /* a constant is as written; an ASSIGN, its value */
+    if (n->dtype == DT_I32 || ir_op_info[n->op].attrs == IR_ATTRS_CONST_VALUE || ir_node_is_assign(n))
+        return false;
     for (int64_t i = 0; i < s->n; i++) {
         double v = e->real == CPU_F64 ? ((const double *)s->val)[i] : ((const float *)s->val)[i];
         if (isfinite(v) || ir_nonfinite_by_design(&g->nodes[id], v)) continue;
@@ -880,14 +884,14 @@ static void release_plan(CpuExec *e, const IrGraph *g)
     e->first_dead = xrealloc(e->first_dead, (size_t)(n ? n : 1) * sizeof *e->first_dead);
     for (int i = 0; i < n; i++) {
         const IrNode *x = &g->nodes[i];
-        bool alias = x->op == IR_RESHAPE && g->nodes[x->in[0]].dtype == x->dtype;
+        bool alias = ir_node_fuse(x) == IR_FUSE_VIEW && g->nodes[x->in[0]].dtype == x->dtype;
         int twin = ir_unfold_twin(g, i);
-        owner[i] = x->op == IR_READ ? -1 : alias ? owner[x->in[0]] : twin >= 0 ? owner[twin] : i;
+        owner[i] = ir_node_reads_tensor(x) >= 0 ? -1 : alias ? owner[x->in[0]] : twin >= 0 ? owner[twin] : i;
         e->last[i] = i;
         e->first_dead[i] = -1;
         for (int k = 0; k < x->nin; k++) {
             int o = owner[x->in[k]];
-            if (o >= 0 && e->last[o] < n) e->last[o] = x->op == IR_ASSIGN ? n : i;
+            if (o >= 0 && e->last[o] < n) e->last[o] = ir_node_is_assign(x) ? n : i;
         }
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
@@ -938,7 +942,7 @@ int cpu_exec_run(CpuExec *e, const IrGraph *g, const CpuFeed *feed)
         rc = e->real == CPU_F64 ? exec_node_f64(e, g, id) : exec_node_f32(e, g, id);
         if (rc == 0 && e->coll.start) rc = buckets_start(e, g, id);
         /* an ASSIGN's work is its copy, timed in apply_assigns */
-        if (e->prof && g->nodes[id].op != IR_ASSIGN) profile_node(e, g, id, start);
+        if (e->prof && !ir_node_is_assign(&g->nodes[id])) profile_node(e, g, id, start);
         if (rc == 0 && e->detect_anomaly && anomalous(e, g, id)) rc = -1;
         if (e->reuse) release_dead(e, id);
     }

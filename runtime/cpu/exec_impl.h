@@ -214,7 +214,8 @@ typedef struct SFX(Elementwise) {
 #define SPAN_SHAPE(name, ...)
 
 #define IR_OP(...)
-#define IR_EW(name, arity, cls, family, shape, autocast, cost, diff, grad, meaning, deriv, ...) \
+#define IR_EW(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning, \
+              deriv, ...)                                                                      \
     SPAN_##cls(name, __VA_ARGS__)
 #include "../../compiler/ops.def"
 
@@ -727,12 +728,12 @@ static void SFX(dropout)(const CpuExec *e, const IrNode *node, REAL *out, const 
  * value is placed rather than computed. True when done. */
 static bool SFX(place)(CpuExec *e, const IrGraph *g, const IrNode *node, Slot *s)
 {
-    if (node->op == IR_READ) {
-        CGC_ASSERT(node->index >= 0 && node->index < e->p->ntensors);
+    if (ir_node_reads_tensor(node) >= 0) {
+        CGC_ASSERT(node->index < e->p->ntensors);
         s->val = e->tensors[node->index];
         return true;
     }
-    if (node->op == IR_INPUT && node->dtype == DT_I32) {
+    if (ir_node_input(node) >= 0 && node->dtype == DT_I32) {
         const void *src = e->feed->inputs[node->index];
         size_t bytes = (size_t)s->n * sizeof(int32_t);
         CGC_ASSERT(src || bytes == 0);
@@ -740,7 +741,7 @@ static bool SFX(place)(CpuExec *e, const IrGraph *g, const IrNode *node, Slot *s
         if (bytes) memcpy(s->val, src, bytes);
         return true;
     }
-    if (node->op == IR_RESHAPE && g->nodes[node->in[0]].dtype == node->dtype) {
+    if (ir_node_fuse(node) == IR_FUSE_VIEW && g->nodes[node->in[0]].dtype == node->dtype) {
         s->val = e->slots[node->in[0]].val;
         return true;
     }
@@ -810,7 +811,7 @@ static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const 
         return SFX(loss_op)(e, g, node, out);
     case IR_FAMILY_ASSIGN: out[0] = 0; return 0;   /* the copy happens after the graph */
     case IR_FAMILY_WINDOW:
-        if (node->op == IR_UNFOLD) SFX(unfold)(node, out, x, &xd);
+        if (ir_op_info[node->op].shape == IR_SHAPE_WINDOW) SFX(unfold)(node, out, x, &xd);
         else SFX(fold)(node, out, x, od);
         return 0;
     case IR_FAMILY_COLLECTIVE: return collective_value(e, g, (int)(node - g->nodes), out);

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../clock.h"
+#include "../../base/clock.h"
 #include "cuda_internal.h"
 
 static CudaDevice *impl(Device *d) { return (CudaDevice *)d; }

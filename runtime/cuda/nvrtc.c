@@ -21,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../clock.h"
+#include "../../base/clock.h"
+#include "../../base/text.h"
 #include "../device.h"
 #include "kcache.h"
 
@@ -36,19 +37,6 @@ typedef struct CompileJob {
     int nvrtc_major, nvrtc_minor;
 } CompileJob;
 
-static void sanitise(const char *in, char *out, size_t len)
-{
-    size_t n = 0;
-    for (; in && in[n] && n + 1 < len; n++) {
-        char c = in[n];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '_' || c == '-';
-        out[n] = ok ? c : '_';
-    }
-    out[n] = '\0';
-    if (n == 0) snprintf(out, len, "module");
-}
-
 static int nvrtc_fail(nvrtcResult r, const char *call, const CompileJob *job)
 {
     fprintf(stderr, "cgc: error: module %s for %s: %s failed: %s\n", job->module,
@@ -60,7 +48,7 @@ static int job_init(CompileJob *job, const char *source, const char *module_name
 {
     memset(job, 0, sizeof *job);
     job->source = source;
-    sanitise(module_name, job->module, sizeof job->module);
+    text_sanitise(job->module, sizeof job->module, module_name, "module");
     if (arch < 80 || arch > 199) {   /* the prelude's bf16 conversion needs sm_80 */
         fprintf(stderr, "cgc: error: module %s: cannot compile for compute capability %d.%d: "
                         "cgc supports sm_80 to sm_199\n",

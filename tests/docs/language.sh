@@ -5,7 +5,7 @@
 #     own tables, read here with a pattern for each table's exact form; a table line that
 #     the pattern cannot read fails the test, so a change of form is noticed here rather
 #     than skipped:
-#   - every built-in of `builtins[]` in compiler/sema.c has a signature in backquotes,
+#   - every built-in of `builtins[]` in compiler/builtins.c has a signature in backquotes,
 #     `NAME(p1, p2 = DEFAULT, ...)`, whose parameter names are the table's, in its order;
 #   - every key of `train_keys[]` in compiler/train_config.c names a heading: ### `KEY`;
 #   - every call form of a train value (each name that train_config.c passes to
@@ -35,6 +35,7 @@ CGC=$(realpath "${1:?usage: language.sh CGC ROOT}")
 ROOT=$(realpath "${2:?usage: language.sh CGC ROOT}")
 DOC=$ROOT/docs/language.md
 SEMA=$ROOT/compiler/sema.c
+BUILTINS=$ROOT/compiler/builtins.c
 TRAIN=$ROOT/compiler/train_config.c
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -83,17 +84,17 @@ check_signature() {
     fi
 }
 
-# Built-ins: sema.c's table, one entry a line, either spelled out or through UNARY().
-unary_def=$(grep -E '^#define UNARY\(name, op\) ' "$SEMA")
+# Built-ins: builtins.c's table, one entry a line, either spelled out or through UNARY().
+unary_def=$(grep -E '^#define UNARY\(name, op\) ' "$BUILTINS")
 re_unary_def='^#define UNARY\(name, op\) \{\{name, \{("[a-z0-9_]+"(, "[a-z0-9_]+")*)\}, [0-9]+\}, lower_unary, op, false\}$'
 if [[ $unary_def =~ $re_unary_def ]]; then
     unary_params=$(names_of "${BASH_REMATCH[1]}")
 else
-    fail "compiler/sema.c: the UNARY macro is not '#define UNARY(name, op) {{name, {\"x\"}, 1}, lower_unary, op, false}' any more; update this test"
+    fail "compiler/builtins.c: the UNARY macro is not '#define UNARY(name, op) {{name, {\"x\"}, 1}, lower_unary, op, false}' any more; update this test"
     unary_params=x
 fi
-table=$(sed -n '/^static const Builtin builtins\[\] = {$/,/^};$/p' "$SEMA")
-[ -n "$table" ] || fail "compiler/sema.c: no table 'static const Builtin builtins[] = {' ... '};'; update this test to its new form"
+table=$(sed -n '/^static const Builtin builtins\[\] = {$/,/^};$/p' "$BUILTINS")
+[ -n "$table" ] || fail "compiler/builtins.c: no table 'static const Builtin builtins[] = {' ... '};'; update this test to its new form"
 re_full='^[[:space:]]*\{\{"([a-z0-9_]+)", \{("[a-z0-9_]+"(, "[a-z0-9_]+")*)\}, [0-9]+\}, lower_[a-z0-9_]+, IR_[A-Z0-9_]+, (true|false)\},$'
 re_unary='^[[:space:]]*UNARY\("([a-z0-9_]+)", IR_[A-Z0-9_]+\),$'
 nbuiltins=0
@@ -106,7 +107,7 @@ while IFS= read -r line; do
         name=${BASH_REMATCH[1]}
         params=$unary_params
     else
-        fail "compiler/sema.c: cannot read this line of builtins[]: '$line'; update this test to the table's form"
+        fail "compiler/builtins.c: cannot read this line of builtins[]: '$line'; update this test to the table's form"
         continue
     fi
     nbuiltins=$((nbuiltins + 1))

@@ -72,6 +72,18 @@ expect "tune budget mode" 2 "--tune-budget goes with --mode max-autotune" -- "$r
 expect "tune budget zero" 2 "--tune-budget takes seconds \(a number above 0, at most 86400\), not '0'" -- "$root/models/mlp.net" --mode max-autotune --tune-budget 0
 expect "tune budget hex" 2 "--tune-budget takes seconds .*not '0x10'" -- "$root/models/mlp.net" --mode max-autotune --tune-budget 0x10
 expect "tune budget ok" 0 "ok: model mlp" -- "$root/models/mlp.net" --mode max-autotune --tune-budget 2.5 --check --arch none
+# Precision reasons, as torch.autocast treats F.linear: under bf16 x, W and b are cast to
+# the half type and the product runs on tensor cores; cross_entropy reads f32 (its input
+# cast up); the loss is f32; fp32 casts nothing. The patterns name each value's shape.
+expect "explain operand cast" 0 "^  %[0-9]+ cast +bf16 +\[512, 784\] +line 6 +autocast: an operand of a matrix product$" -- "$root/models/mlp.net" --precision bf16 --explain
+expect "explain bias cast" 0 "^  %[0-9]+ cast +bf16 +\[512\] +line 6 +autocast: the bias of a linear layer joins its product's type$" -- "$root/models/mlp.net" --precision bf16 --explain
+expect "explain product" 0 "^  %[0-9]+ matmul +bf16 +\[N, 512\] +line 6 +matrix product on tensor cores, half inputs, f32 accumulation$" -- "$root/models/mlp.net" --precision bf16 --explain
+expect "explain f32 reader" 0 "^  %[0-9]+ cast +f32 +\[N, 10\] +line 11 +autocast: read by an op that runs in f32$" -- "$root/models/mlp.net" --precision bf16 --explain
+expect "explain loss" 0 "^  %[0-9]+ cross_entropy +f32 +\[\] +line 11 +the loss is always f32$" -- "$root/models/mlp.net" --precision bf16 --explain
+expect "explain half follows" 0 "^  h1 \(relu\) +bf16 +\[N, 512\] +line 6 +follows its inputs \(half stays half\)$" -- "$root/models/mlp.net" --precision bf16 --explain
+expect "explain f32 list" 0 "^  %[0-9]+ rsqrt +f32 +\\[N, 1\\] +line 9 +autocast's f32 list \\(reductions, softmax, losses\\)$" -- "$root/models/resmlp.net" --precision fp16 --explain
+expect "explain fp32" 0 "^  %[0-9]+ matmul +f32 +\[N, 512\] +line 6 +matrix product in f32$" -- "$root/models/mlp.net" --precision fp32 --explain
+expect "explain tf32" 0 "^  %[0-9]+ matmul +f32 +\[N, 512\] +line 6 +matrix product: f32 storage, tf32 tensor-core math$" -- "$root/models/mlp.net" --precision tf32 --explain
 expect "explain max-autotune" 0 "^  gemm    m64\.n512\.k784\.b1\.nt\.f16\.f16\.f16\.f32acc\.relu_bias +default" -- "$root/models/mlp.net" --mode max-autotune --explain
 expect "explain fused MLP" 0 "^  mlp     m64\.f16_512_128r_10 +steps$" -- "$root/models/mlp.net" --mode max-autotune --explain
 expect "explain fused MLP runs" 0 "^From sm_80 too, 2 runs of GEMMs that are a narrow MLP's pass \(1 forward, 1 backward: the$" -- "$root/models/narrow_mlp.net" --mode max-autotune --explain

@@ -24,7 +24,7 @@
 #include "runtime/cpu/exec.h"
 #include "runtime/devexec.h"
 #include "runtime/device.h"
-#include "runtime/rng.h"
+#include "base/rng.h"
 #include "tests/check.h"
 #include "tests/emu/emu_device.h"
 

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../compiler/diag.h"
+#include "../../base/diag.h"
 #include "../../driver/compile.h"
 #include "../../driver/pipeline.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../compiler/diag.h"
+#include "../../base/diag.h"
 #include "../../driver/compile.h"
 #include "../../driver/pipeline.h"
 #include "../../runtime/autotune.h"
