@@ -921,6 +921,30 @@ static int dump(const char *model, const char *precision, const char *graph)
     return g ? 0 : 1;
 }
 
+/* A group's operands, counted by hand for one kernel: dropout(x, counter) then relu,
+ * stored. The kernel reads x, writes its output, computes the counter (a runtime
+ * scalar, a parameter of its own) and draws from the seed: 4 parameters, the count
+ * the operand limit is checked against (IR_GROUP_MAX_OPERANDS). */
+static void check_member_operands(void)
+{
+    const SrcLoc at = {1, 1};
+    IrProgram *p = ir_program_new();
+    IrGraph *g = &p->train;
+    Shape s = { 2, { IR_SYM(0), 4 } };
+    int x = ir_input(g, p, ir_add_input(p, "x", DT_F32, s, at), at);
+    int c = ir_runtime(g, IR_RT_MICRO_STEP, at);
+    int d = ir_dropout(g, x, c, 0.5, 0, at);
+    int r = ir_unary(g, IR_RELU, d, at);
+    g->output[IR_OUT_PREDICTION] = r;
+    g->nodes[c].group = g->nodes[d].group = g->nodes[r].group = 1;
+    g->ngroups = 1;
+    int count[1];
+    ir_group_operands(g, count);
+    CHECK_EQ_INT(count[0], 4);
+    g->ngroups = 0;
+    ir_program_free(p);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--dump") == 0) return dump(argv[2], argv[3], argv[4]);
@@ -945,5 +969,6 @@ int main(int argc, char **argv)
     check_rows(resmlp);
     check_operand_limit();
     check_depth();
+    check_member_operands();
     return check_result();
 }
