@@ -1705,6 +1705,7 @@ static void fuse_graph(IrProgram *p, IrGraph *g)
     ir_graph_free(g);
     *g = dst;
     ir_verify(p, g);
+    fusion_boundaries(g);
 }
 
 void fusion_assign(IrProgram *p)

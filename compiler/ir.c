@@ -388,6 +388,7 @@ void ir_graph_free(IrGraph *g)
 {
     free(g->nodes);
     free(g->groups);
+    free(g->boundaries);
     ir_graph_init(g, g->name);
 }
 
@@ -403,6 +404,11 @@ void ir_graph_copy(IrGraph *dst, const IrGraph *src, const char *name)
     if (src->ngroups) {
         dst->groups = xmalloc((size_t)src->ngroups * sizeof *src->groups);
         memcpy(dst->groups, src->groups, (size_t)src->ngroups * sizeof *src->groups);
+    }
+    dst->boundaries = NULL;
+    if (src->nboundaries) {
+        dst->boundaries = xmalloc((size_t)src->nboundaries * sizeof *src->boundaries);
+        memcpy(dst->boundaries, src->boundaries, (size_t)src->nboundaries * sizeof *src->boundaries);
     }
 }
 

@@ -275,6 +275,37 @@ typedef struct IrGroup {
                              * finish runs it; see below) */
 } IrGroup;
 
+/* A kernel boundary of a fused graph that stays: unit UC reads a value (node PN) of unit
+ * UP, through node CN, and the first rule of the fusion pass that keeps the two apart.
+ * A unit is a kernel: group K is unit K (1..ngroups); a node that no group holds and that
+ * runs as a kernel of its own (a GEMM, a collective) is unit ngroups + 1 + its id. */
+typedef enum IrSplit {
+    IR_SPLIT_GEMM_READS,        /* the reader is a MATMUL: its operands come from memory */
+    IR_SPLIT_INTO_GEMM_GROUP,   /* the reader is a GEMM group: product, bias, activation only */
+    IR_SPLIT_EPILOGUE_ENDS,     /* the producer is a GEMM group: its epilogue ends there */
+    IR_SPLIT_BIAS_NOT_ALONE,    /* a bias add whose kernel does more than an epilogue can */
+    IR_SPLIT_NO_EPILOGUE,       /* a MATMUL read by an op no epilogue takes (CN) */
+    IR_SPLIT_OWN_KERNEL,        /* node OWN runs as a kernel of its own (no fusion family) */
+    IR_SPLIT_REDUCTION,         /* a reduction's value exists only when its kernel ends */
+    IR_SPLIT_PHASE,             /* checkpointing's copies have kernels of their own */
+    IR_SPLIT_WORK_STRETCH,      /* the value does not stretch to the reader's work */
+    IR_SPLIT_WORK_EXACT,        /* both groups store, and their works differ */
+    IR_SPLIT_ROW_ACROSS,        /* a reduction across the rows of a row group */
+    IR_SPLIT_SHARED,            /* READERS kernels read PN: stored once, read back */
+    IR_SPLIT_CYCLE,             /* joining would close a cycle of kernels through unit VIA */
+    IR_SPLIT_TWO_REDUCTIONS,    /* a kernel holds one reduction group */
+    IR_SPLIT_GREEDY,            /* no rule forbids it; the greedy sweep did not join them */
+} IrSplit;
+
+typedef struct IrBoundary {
+    int up, uc;             /* the producing and the reading unit */
+    int pn, cn;             /* the value read and the node reading it (views skipped) */
+    IrSplit why;
+    int own;                /* IR_SPLIT_OWN_KERNEL: the node that runs alone */
+    int readers;            /* IR_SPLIT_SHARED: how many kernels read PN */
+    int via;                /* IR_SPLIT_CYCLE: a unit on a path from UP to UC */
+} IrBoundary;
+
 /* What the runtime reads back from a graph after it runs. */
 typedef enum IrOutputRole {
     IR_OUT_LOSS,        /* scalar loss of the batch (unscaled) */
@@ -296,6 +327,8 @@ typedef struct IrGraph {
                              * counts only the leading nodes that are all forward */
     IrGroup *groups;        /* fusion groups (IrNode.group); none in eager mode */
     int ngroups;
+    IrBoundary *boundaries; /* the fusion pass's: each pair of units a value crosses, once */
+    int nboundaries;
 } IrGraph;
 
 typedef struct IrSymbol {

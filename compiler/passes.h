@@ -104,4 +104,9 @@ void recompute_apply(IrProgram *p, const int *nodes, int n);
  * (and clones the scalar chains it duplicates); keeps every graph's meaning. */
 void fusion_assign(IrProgram *p);
 
+/* boundaries.c: records in G->boundaries, for each pair of G's kernels that a value
+ * crosses, the first of fusion's rules that keeps them apart (IrBoundary); fusion_assign
+ * calls it last. */
+void fusion_boundaries(IrGraph *g);
+
 #endif

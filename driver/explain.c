@@ -2,10 +2,8 @@
  *
  * Both read the compiled program and its plan; nothing here decides anything. The
  * precision of each value of the forward pass is explained by the rule the precision
- * pass recorded on it (IrNode.dtype_why; the backward follows the forward's types). The
- * reasons given for each kernel boundary restate compiler/fusion.c's rules (can_join,
- * same_phase, the GEMM groups), found again from the fused graph, so their wording must
- * follow fusion.c when it changes.
+ * pass recorded on it (IrNode.dtype_why; the backward follows the forward's types), each
+ * kernel boundary by the rule the fusion pass recorded for it (IrGraph.boundaries).
  */
 #include "compile.h"
 #include "../runtime/device.h"
@@ -195,99 +193,6 @@ static void explain_groups(const Compiled *c, FILE *out)
 
 /* ---- why neighbours were not fused ---- */
 
-/* Kernel boundaries: a unit is a fusion group (1..ngroups) or an unfused node computed
- * by a kernel of its own (ngroups + 1 + id). Views (unfused RESHAPEs) are no kernel: an
- * edge through one is the edge from what it views. */
-typedef struct Boundaries {
-    const IrGraph *g;
-    int nunits;
-    int *adj_off, *adj;         /* unit -> units it feeds (CSR; a unit may repeat) */
-    unsigned char *seen;
-} Boundaries;
-
-static bool is_view(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_VIEW && n->group == 0; }
-
-/* The unit computing node ID (through views), or -1 for a leaf. */
-static int unit_of(const IrGraph *g, int id)
-{
-    while (is_view(&g->nodes[id])) id = g->nodes[id].in[0];
-    const IrNode *n = &g->nodes[id];
-    if (n->group > 0) return n->group;
-    return is_op(n) && !is_scalar(n) ? g->ngroups + 1 + id : -1;
-}
-
-/* The node behind input K of node C, views skipped. */
-static int producer(const IrGraph *g, int c, int k)
-{
-    int id = g->nodes[c].in[k];
-    while (is_view(&g->nodes[id])) id = g->nodes[id].in[0];
-    return id;
-}
-
-static void boundaries_init(Boundaries *b, const IrGraph *g)
-{
-    *b = (Boundaries){ .g = g, .nunits = g->ngroups + 1 + g->nnodes };
-    b->adj_off = xcalloc((size_t)b->nunits + 1, sizeof *b->adj_off);
-    b->seen = xcalloc((size_t)b->nunits, 1);
-    int *count = xcalloc((size_t)b->nunits, sizeof *count);
-    int nedges = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int c = 0; c < g->nnodes; c++) {
-            int uc = unit_of(g, c);
-            if (uc < 0 || is_view(&g->nodes[c])) continue;
-            for (int k = 0; k < g->nodes[c].nin; k++) {
-                int up = unit_of(g, producer(g, c, k));
-                if (up < 0 || up == uc) continue;
-                if (pass == 0) {
-                    count[up]++;
-                    nedges++;
-                } else {
-                    b->adj[b->adj_off[up] + count[up]++] = uc;
-                }
-            }
-        }
-        if (pass == 0) {
-            for (int u = 0; u < b->nunits; u++) b->adj_off[u + 1] = b->adj_off[u] + count[u];
-            b->adj = xcalloc((size_t)nedges + 1, sizeof *b->adj);
-            memset(count, 0, (size_t)b->nunits * sizeof *count);
-        }
-    }
-    free(count);
-}
-
-static void boundaries_free(Boundaries *b)
-{
-    free(b->adj_off);
-    free(b->adj);
-    free(b->seen);
-}
-
-/* A unit other than FROM and TO on a path from FROM to TO, or -1: joining the two would
- * make the kernels' graph cyclic. */
-static int detour_via(Boundaries *b, int from, int to)
-{
-    for (int i = b->adj_off[from]; i < b->adj_off[from + 1]; i++) {
-        int first = b->adj[i];
-        if (first == to) continue;
-        memset(b->seen, 0, (size_t)b->nunits);
-        int *stack = xcalloc((size_t)b->nunits, sizeof *stack), sp = 0;
-        stack[sp++] = first;
-        b->seen[first] = 1;
-        bool found = false;
-        while (sp > 0 && !found) {
-            int u = stack[--sp];
-            for (int j = b->adj_off[u]; j < b->adj_off[u + 1]; j++) {
-                int v = b->adj[j];
-                if (v == to) found = true;
-                else if (!b->seen[v] && v != from) b->seen[v] = 1, stack[sp++] = v;
-            }
-        }
-        free(stack);
-        if (found) return first;
-    }
-    return -1;
-}
-
 static const IrGroup *unit_group(const IrGraph *g, int u)
 {
     return u >= 1 && u <= g->ngroups ? &g->groups[u - 1] : NULL;
@@ -307,104 +212,53 @@ static void unit_label(const IrGraph *g, int u, char *buf, size_t n)
     else snprintf(buf, n, "%%%d %s", u - g->ngroups - 1, ir_op_name(g->nodes[u - g->ngroups - 1].op));
 }
 
-/* The units that read node ID (through views), its own among them. */
-static int reader_units(const IrGraph *g, int id)
-{
-    int n = 0;
-    bool *seen = xcalloc((size_t)g->ngroups + (size_t)g->nnodes + 2, sizeof *seen);
-    for (int c = 0; c < g->nnodes; c++) {
-        if (is_view(&g->nodes[c])) continue;
-        for (int k = 0; k < g->nodes[c].nin; k++) {
-            int u = unit_of(g, c) + 1;   /* unit_of's -1 (no kernel) is one reader too */
-            if (producer(g, c, k) == id && !seen[u]) seen[u] = true, n++;
-        }
-    }
-    free(seen);
-    return n;
-}
+/* The words for each rule of IrSplit; a %s or %d is the rule's data (split_words). */
+static const char *const split_text[] = {
+    [IR_SPLIT_GEMM_READS] = "a GEMM (cuBLAS) reads its operands from memory; nothing is fused "
+                            "into it before the product",
+    [IR_SPLIT_INTO_GEMM_GROUP] = "a GEMM group holds the product, the bias add and the activation "
+                                 "(cuBLASLt's epilogue) and nothing else",
+    [IR_SPLIT_EPILOGUE_ENDS] = "cuBLASLt's epilogue ends at the bias add and activation",
+    [IR_SPLIT_BIAS_NOT_ALONE] = "a plain GEMM: an epilogue takes a bias add (with ReLU or GELU) only "
+                                "where the add's kernel does nothing else, and this one does more",
+    [IR_SPLIT_NO_EPILOGUE] = "a plain GEMM: cuBLASLt's epilogues take a bias add and ReLU or "
+                             "GELU, not this %s, so the product is stored and read back",
+    [IR_SPLIT_OWN_KERNEL] = "%s runs as a kernel of its own (not fused in this build)",
+    [IR_SPLIT_REDUCTION] = "a reduction is whole only when its kernel ends, so its readers "
+                           "run in the next one",
+    [IR_SPLIT_PHASE] = "checkpointing: recomputed values have kernels of their own, apart "
+                       "from the forward's and from the backward's that wait for them",
+    [IR_SPLIT_WORK_STRETCH] = "different work: %s against %s",
+    [IR_SPLIT_WORK_EXACT] = "different work: %s against %s (what a kernel stores or assigns has "
+                            "exactly its work)",
+    [IR_SPLIT_ROW_ACROSS] = "a row group runs one block per row, after its row reductions; a "
+                            "reduction across rows cannot join it",
+    [IR_SPLIT_SHARED] = "%%%d %s is needed by %d kernels: computed in one, stored, and read "
+                        "back by the others",
+    [IR_SPLIT_CYCLE] = "joining them would make the kernels' graph cyclic (a path through %s)",
+    [IR_SPLIT_TWO_REDUCTIONS] = "two reductions: a kernel holds one reduction and its prologue",
+    [IR_SPLIT_GREEDY] = "not joined by the greedy sweep (no rule above forbids it)",
+};
 
-/* Whether unit U (a group) holds an OP node. */
-static bool group_has(const IrGraph *g, int u, IrOp op)
+/* Boundary B as the fusion pass recorded it, in words. */
+static void split_words(const IrProgram *p, const IrGraph *g, const IrBoundary *b, char *why, size_t len)
 {
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].group == u && g->nodes[i].op == op) return true;
-    return false;
-}
-
-/* Matmul node MM's reader ADD adds a bias: a vector over MM's columns. */
-static bool adds_bias(const IrGraph *g, int mm, const IrNode *add)
-{
-    const IrNode *m = &g->nodes[mm];
-    const IrNode *b = &g->nodes[add->in[add->in[0] == mm]];
-    int64_t n = m->shape.rank ? m->shape.dim[m->shape.rank - 1] : -1;
-    return (b->shape.rank == 1 && b->shape.dim[0] == n) ||
-           (b->shape.rank == 2 && b->shape.dim[0] == 1 && b->shape.dim[1] == n);
-}
-
-/* Why producer node P (unit UP) and its reader C (unit UC) are in different kernels:
- * the first of fusion.c's rules that keeps them apart. */
-static void boundary_reason(const Compiled *cc, Boundaries *b, int pn, int up, int cn, int uc,
-                            char *why, size_t len)
-{
-    const IrProgram *p = cc->p;
-    const IrGraph *g = b->g;
-    const IrNode *P = &g->nodes[pn], *C = &g->nodes[cn];
-    const IrGroup *gp = unit_group(g, up), *gc = unit_group(g, uc);
-    char a[96], c2[96];
-    if (C->op == IR_MATMUL)
-        snprintf(why, len, "a GEMM (cuBLAS) reads its operands from memory; nothing is fused "
-                           "into it before the product");
-    else if (gc && gc->kind == IR_GROUP_GEMM)
-        snprintf(why, len, "a GEMM group holds the product, the bias add and the activation "
-                           "(cuBLASLt's epilogue) and nothing else");
-    else if (gp && gp->kind == IR_GROUP_GEMM)
-        snprintf(why, len, "cuBLASLt's epilogue ends at the bias add and activation");
-    else if (P->op == IR_MATMUL && C->op == IR_ADD && adds_bias(g, pn, C))
-        snprintf(why, len, "a plain GEMM: an epilogue takes a bias add (with ReLU or GELU) only "
-                           "where the add's kernel does nothing else, and this one does more");
-    else if (P->op == IR_MATMUL)
-        snprintf(why, len, "a plain GEMM: cuBLASLt's epilogues take a bias add and ReLU or "
-                           "GELU, not this %s, so the product is stored and read back",
-                 ir_op_name(C->op));
-    else if (!gp && !ir_op_is_elementwise(P->op) && !ir_op_is_reduction(P->op))
-        snprintf(why, len, "%s runs as a kernel of its own (not fused in this build)",
-                 ir_op_name(P->op));
-    else if (!gc && !ir_op_is_elementwise(C->op) && !ir_op_is_reduction(C->op))
-        snprintf(why, len, "%s runs as a kernel of its own (not fused in this build)",
-                 ir_op_name(C->op));
-    else if (ir_op_is_reduction(P->op) && !(gp && gc && gp->kind == IR_GROUP_ROW))
-        snprintf(why, len, "a reduction is whole only when its kernel ends, so its readers "
-                           "run in the next one");
-    else if (P->recompute != C->recompute)
-        snprintf(why, len, "checkpointing: recomputed values have kernels of their own, apart "
-                           "from the forward's and from the backward's that wait for them");
-    else if (!ir_shape_fits(&P->shape, unit_work(g, uc)))
-        snprintf(why, len, "different work: %s against %s",
-                 ir_shape_str(p, unit_work(g, up), a, sizeof a),
-                 ir_shape_str(p, unit_work(g, uc), c2, sizeof c2));
-    else if (gp && gc && !ir_shape_equal(&gp->work, &gc->work))
-        snprintf(why, len, "different work: %s against %s (what a kernel stores or assigns has "
-                           "exactly its work)",
-                 ir_shape_str(p, unit_work(g, up), a, sizeof a),
-                 ir_shape_str(p, unit_work(g, uc), c2, sizeof c2));
-    else if (gp && gc && gp->kind == IR_GROUP_ROW && gc->kind == IR_GROUP_REDUCE &&
-             (group_has(g, uc, IR_REDUCE_TO) || gc->axis != gc->work.rank - 1))
-        snprintf(why, len, "a row group runs one block per row, after its row reductions; a "
-                           "reduction across rows cannot join it");
-    else if (reader_units(g, pn) > 1)
-        snprintf(why, len, "%%%d %s is needed by %d kernels: computed in one, stored, and read "
-                           "back by the others", pn, ir_op_name(P->op), reader_units(g, pn));
-    else {
-        int via = detour_via(b, up, uc);
-        if (via >= 0) {
-            unit_label(g, via, a, sizeof a);
-            snprintf(why, len, "joining them would make the kernels' graph cyclic (a path "
-                               "through %s)", a);
-        } else if (gp && gc && gp->kind == IR_GROUP_REDUCE && gc->kind == IR_GROUP_REDUCE) {
-            snprintf(why, len, "two reductions: a kernel holds one reduction and its prologue");
-        } else {
-            snprintf(why, len, "not joined by the greedy sweep (no rule above forbids it)");
-        }
+    const char *f = split_text[b->why];
+    char x[96], y[96];
+    switch (b->why) {
+    case IR_SPLIT_NO_EPILOGUE: snprintf(why, len, f, ir_op_name(g->nodes[b->cn].op)); break;
+    case IR_SPLIT_OWN_KERNEL: snprintf(why, len, f, ir_op_name(g->nodes[b->own].op)); break;
+    case IR_SPLIT_WORK_STRETCH:
+    case IR_SPLIT_WORK_EXACT:
+        snprintf(why, len, f, ir_shape_str(p, unit_work(g, b->up), x, sizeof x),
+                 ir_shape_str(p, unit_work(g, b->uc), y, sizeof y));
+        break;
+    case IR_SPLIT_SHARED: snprintf(why, len, f, b->pn, ir_op_name(g->nodes[b->pn].op), b->readers); break;
+    case IR_SPLIT_CYCLE:
+        unit_label(g, b->via, x, sizeof x);
+        snprintf(why, len, f, x);
+        break;
+    default: snprintf(why, len, "%s", f); break;
     }
 }
 
@@ -460,23 +314,11 @@ static void explain_boundaries(const Compiled *c, FILE *out)
 {
     const IrGraph *g = &c->p->train;
     if (!g->ngroups) return;
-    Boundaries b;
-    boundaries_init(&b, g);
-    int cap = b.adj_off[b.nunits] + 1;
+    int n = g->nboundaries, cap = n + 1;
     Boundary *e = xcalloc((size_t)cap, sizeof *e);
-    int n = 0;
-    for (int cn = 0; cn < g->nnodes; cn++) {
-        int uc = unit_of(g, cn);
-        if (uc < 0 || is_view(&g->nodes[cn])) continue;
-        for (int k = 0; k < g->nodes[cn].nin; k++) {
-            int pn = producer(g, cn, k), up = unit_of(g, pn);
-            bool dup = up < 0 || up == uc;
-            for (int i = 0; i < n && !dup; i++) dup = e[i].up == up && e[i].uc == uc;
-            if (dup) continue;
-            e[n] = (Boundary){ .up = up, .uc = uc };
-            boundary_reason(c, &b, pn, up, cn, uc, e[n].why, sizeof e[n].why);
-            n++;
-        }
+    for (int i = 0; i < n; i++) {
+        e[i] = (Boundary){ .up = g->boundaries[i].up, .uc = g->boundaries[i].uc };
+        split_words(c->p, g, &g->boundaries[i], e[i].why, sizeof e[i].why);
     }
     /* per reader and reason, the units it reads; then readers alike merged */
     BoundaryLine *lines = xcalloc((size_t)cap, sizeof *lines);
@@ -516,7 +358,6 @@ static void explain_boundaries(const Compiled *c, FILE *out)
     free(taken);
     free(ups);
     free(e);
-    boundaries_free(&b);
 }
 
 static void explain_recompute(const Compiled *c, FILE *out)

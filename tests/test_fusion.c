@@ -373,6 +373,139 @@ static int check_groups(const IrGraph *g)
     return violations - before;
 }
 
+/* ---- the boundaries the pass records (IrBoundary) ----
+ *
+ * Checked against the graph itself, each rule by what it claims: every pair of kernels
+ * that a value crosses is recorded once, its nodes are where the record says, and the
+ * rule named holds of them (a SHARED value's readers counted here, a CYCLE's path found
+ * here). */
+
+/* What node ID is read as: a RESHAPE outside every group is its input's storage. */
+static int through_views(const IrGraph *g, int id)
+{
+    while (g->nodes[id].op == IR_RESHAPE && !g->nodes[id].group) id = g->nodes[id].in[0];
+    return id;
+}
+
+/* IrBoundary's unit of node ID: its group, else ngroups + 1 + ID for a node that runs
+ * alone, else -1 (leaves and runtime scalars, which no kernel computes). */
+static int unit_at(const IrGraph *g, int id)
+{
+    const IrNode *n = &g->nodes[through_views(g, id)];
+    if (n->group) return n->group;
+    bool alone = !(n->op == IR_INPUT || n->op == IR_READ || n->op == IR_CONST || n->op == IR_RUNTIME);
+    return alone ? g->ngroups + 1 + through_views(g, id) : -1;
+}
+
+/* The units that read node ID (the readers outside every kernel counted as one). */
+static int units_reading(const IrGraph *g, int id)
+{
+    int n = 0, *seen = calloc((size_t)g->ngroups + (size_t)g->nnodes + 3, sizeof *seen);
+    for (int c = 0; c < g->nnodes; c++) {
+        if (g->nodes[c].op == IR_RESHAPE && !g->nodes[c].group) continue;
+        for (int k = 0; k < g->nodes[c].nin; k++)
+            if (through_views(g, g->nodes[c].in[k]) == id && !seen[unit_at(g, c) + 1]++) n++;
+    }
+    free(seen);
+    return n;
+}
+
+/* Whether some node of unit TO reads a node of unit FROM. */
+static bool feeds(const IrGraph *g, int from, int to)
+{
+    for (int c = 0; c < g->nnodes; c++) {
+        if (unit_at(g, c) != to || (g->nodes[c].op == IR_RESHAPE && !g->nodes[c].group)) continue;
+        for (int k = 0; k < g->nodes[c].nin; k++)
+            if (unit_at(g, g->nodes[c].in[k]) == from) return true;
+    }
+    return false;
+}
+
+/* Whether unit TO is reachable from unit FROM (depth-first, over feeds). */
+static bool reaches(const IrGraph *g, int from, int to, bool *seen)
+{
+    if (from == to) return true;
+    seen[from] = true;
+    for (int u = 1; u <= g->ngroups + g->nnodes; u++)
+        if (!seen[u] && u != from && feeds(g, from, u) && reaches(g, u, to, seen)) return true;
+    return false;
+}
+
+static void check_split(const IrGraph *g, const IrBoundary *b)
+{
+    const IrNode *P = &g->nodes[b->pn], *C = &g->nodes[b->cn];
+    const IrGroup *gp = b->up <= g->ngroups ? &g->groups[b->up - 1] : NULL;
+    const IrGroup *gc = b->uc <= g->ngroups ? &g->groups[b->uc - 1] : NULL;
+    bool holds = true;
+    switch (b->why) {
+    case IR_SPLIT_GEMM_READS: holds = C->op == IR_MATMUL; break;
+    case IR_SPLIT_INTO_GEMM_GROUP: holds = gc && gc->kind == IR_GROUP_GEMM; break;
+    case IR_SPLIT_EPILOGUE_ENDS: holds = gp && gp->kind == IR_GROUP_GEMM; break;
+    case IR_SPLIT_BIAS_NOT_ALONE: holds = P->op == IR_MATMUL && C->op == IR_ADD && gc; break;
+    case IR_SPLIT_NO_EPILOGUE: holds = P->op == IR_MATMUL && C->op != IR_MATMUL; break;
+    case IR_SPLIT_OWN_KERNEL:
+        holds = (b->own == b->pn || b->own == b->cn) && !g->nodes[b->own].group &&
+                !elementwise(g->nodes[b->own].op) && ir_op_info[g->nodes[b->own].op].cls != IR_CLASS_REDUCE;
+        break;
+    case IR_SPLIT_REDUCTION: holds = ir_op_is_reduction(P->op); break;
+    case IR_SPLIT_PHASE: holds = P->recompute != C->recompute; break;
+    case IR_SPLIT_WORK_STRETCH: holds = !fits(&P->shape, gc ? &gc->work : &C->shape); break;
+    case IR_SPLIT_WORK_EXACT: holds = gp && gc && !ir_shape_equal(&gp->work, &gc->work); break;
+    case IR_SPLIT_ROW_ACROSS: holds = gp && gc && gp->kind == IR_GROUP_ROW && gc->kind == IR_GROUP_REDUCE; break;
+    case IR_SPLIT_SHARED: holds = b->readers > 1 && b->readers == units_reading(g, b->pn); break;
+    case IR_SPLIT_CYCLE: {
+        bool *seen = calloc((size_t)g->ngroups + (size_t)g->nnodes + 2, sizeof *seen);
+        holds = b->via != b->up && b->via != b->uc && feeds(g, b->up, b->via) && reaches(g, b->via, b->uc, seen);
+        free(seen);
+        break;
+    }
+    case IR_SPLIT_TWO_REDUCTIONS: holds = gp && gc && gp->kind == IR_GROUP_REDUCE && gc->kind == IR_GROUP_REDUCE; break;
+    case IR_SPLIT_GREEDY: break;
+    }
+    if (!holds) violation(g, b->uc <= g->ngroups ? b->uc : 0, "a boundary's recorded rule does not hold", b->cn);
+}
+
+static int by_pair(const void *a, const void *b)
+{
+    const int *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* Every pair of units a value crosses recorded once, and each record true; returns the
+ * violations. */
+static int check_boundaries(const IrGraph *g)
+{
+    int before = violations, n = 0, cap = 1;
+    for (int c = 0; c < g->nnodes; c++) cap += g->nodes[c].nin;
+    int (*pairs)[2] = calloc((size_t)cap, sizeof *pairs);
+    for (int c = 0; c < g->nnodes; c++) {
+        int uc = unit_at(g, c);
+        if (uc < 0 || (g->nodes[c].op == IR_RESHAPE && !g->nodes[c].group)) continue;
+        for (int k = 0; k < g->nodes[c].nin; k++) {
+            int up = unit_at(g, g->nodes[c].in[k]), found = 0;
+            if (up < 0 || up == uc) continue;
+            pairs[n][0] = up, pairs[n][1] = uc, n++;
+            for (int i = 0; i < g->nboundaries; i++) found += g->boundaries[i].up == up && g->boundaries[i].uc == uc;
+            if (found != 1) violation(g, uc <= g->ngroups ? uc : 0, "a kernel boundary recorded other than once", c);
+        }
+    }
+    qsort(pairs, (size_t)n, sizeof *pairs, by_pair);
+    int distinct = 0;
+    for (int i = 0; i < n; i++) distinct += i == 0 || by_pair(pairs[i], pairs[i - 1]) != 0;
+    free(pairs);
+    if (g->nboundaries != distinct) violation(g, 0, "boundaries recorded for pairs no value crosses", -1);
+    for (int i = 0; i < g->nboundaries; i++) {
+        const IrBoundary *b = &g->boundaries[i];
+        bool placed = b->pn >= 0 && b->pn < g->nnodes && b->cn >= 0 && b->cn < g->nnodes &&
+                      unit_at(g, b->pn) == b->up && unit_at(g, b->cn) == b->uc;
+        bool reads = false;
+        for (int k = 0; placed && k < g->nodes[b->cn].nin; k++) reads |= through_views(g, g->nodes[b->cn].in[k]) == b->pn;
+        if (!placed || !reads) violation(g, 0, "a boundary's nodes are not where it says", -1);
+        else check_split(g, b);
+    }
+    return violations - before;
+}
+
 /* ---- counting launches ---- */
 
 /* What eager launches for node N: everything but leaves, assignments and views. */
@@ -564,6 +697,7 @@ static int check_case(const char *path, const char *precision, int accumulate, b
     for (int i = 0; i < 4; i++) {
         ir_verify(fused, gs[i]);
         CHECK_EQ_INT(check_groups(gs[i]), 0);
+        CHECK_EQ_INT(check_boundaries(gs[i]), 0);
         if (gs[i]->nnodes) CHECK(gs[i]->ngroups > 0);
     }
     tolerance = gemm_rounds_once(fused) ? 2e-2 : 0;
