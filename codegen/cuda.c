@@ -626,7 +626,7 @@ static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     AxisExpr a = begin_row_op(ctx, id, d);
-    if (node->op == IR_MAX) {
+    if (ir_op_info[node->op].combine == IR_COMBINE_MAX) {
         /* NaN wins (torch.amax); the max of nothing is NaN, as on the CPU */
         sb_puts(&d->body,
                 "        float m = -CGC_INF;\n"
@@ -642,7 +642,7 @@ static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
                 "            acc += (double)cgc_load(in_x[base + k * inner]);\n"
                 "        acc = cgc_block_sum(acc);\n");
         sb_printf(&d->body, "        if (threadIdx.x == 0) cgc_store(&out[r], (float)%s);\n    }\n",
-                  node->op == IR_MEAN ? "(acc / (double)len)" : "acc");
+                  ir_op_info[node->op].mean ? "(acc / (double)len)" : "acc");
     }
     cuda_launch_rows(d, a.rows);
 }

@@ -254,9 +254,12 @@ static void print_collectives(FILE *out, const Plan *pl, const PlanGraph *pg, in
     for (int c = 0; c < pg->ncolls; c++) {
         const PlanCollective *pc = &pg->colls[c];
         if (pc->after != after) continue;
-        bool sum = pc->op == IR_ALLREDUCE;
-        fprintf(out, "       %s %s over the ranks, bucket %d%s:", after < 0 ? "first" : "then",
-                sum ? "sum" : pc->op == IR_REDUCE_SCATTER ? "reduce-scatter" : "all-gather",
+        static const char *const words[] = {
+            [IR_SLICE_WHOLE] = "sum", [IR_SLICE_OUT] = "reduce-scatter", [IR_SLICE_IN] = "all-gather",
+        };
+        IrSlice slice = ir_op_info[pc->op].slice;
+        bool sum = slice == IR_SLICE_WHOLE;
+        fprintf(out, "       %s %s over the ranks, bucket %d%s:", after < 0 ? "first" : "then", words[slice],
                 pc->bucket, sum ? ", in place" : "");
         for (int m = 0; m < pc->nmembers; m++) {
             fprintf(out, "%s %s", m ? "," : "", pl->buffers[pc->member[m]].what);

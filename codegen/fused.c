@@ -375,15 +375,15 @@ static void render_reduce_axis(GroupKernel *f, int k, const char *first, const c
     for (int id = span.first, r = 0; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k) || !ir_op_is_reduction(n->op)) continue;
-        CGC_ASSERT(n->op != IR_REDUCE_TO && (n->axis == gr->axis));
-        bool max = n->op == IR_MAX;
+        CGC_ASSERT(!ir_op_reduces_to_shape(n->op) && (n->axis == gr->axis));
+        bool max = ir_op_info[n->op].combine == IR_COMBINE_MAX;
         sb_printf(&f->d->body, max ? "        float m%d = -CGC_INF;\n" : "        double acc%d = 0.0;\n", r);
         if (max) sb_printf(&fin, "        m%d = cgc_block_max(m%d, true);\n", r, r);
         else sb_printf(&fin, "        acc%d = cgc_block_sum(acc%d);\n", r, r);
         if (stored(f, id))
             sb_printf(&store, "            cgc_store(&%s[r], %s%d%s);\n", f->param[id],
                       max ? "len == 0 ? CGC_NAN : m" : "(float)(acc",
-                      r, max ? "" : n->op == IR_MEAN ? " / (double)len)" : ")");
+                      r, max ? "" : ir_op_info[n->op].mean ? " / (double)len)" : ")");
         r++;
     }
     sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n");
@@ -391,7 +391,7 @@ static void render_reduce_axis(GroupKernel *f, int k, const char *first, const c
     for (int id = span.first, r = 0; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
         if (!computed_member(g, id, k) || !ir_op_is_reduction(n->op)) continue;
-        if (n->op == IR_MAX) sb_printf(&acc, "            m%d = cgc_max_nan(m%d, %s);\n", r, r, f->value[n->in[0]]);
+        if (ir_op_info[n->op].combine == IR_COMBINE_MAX) sb_printf(&acc, "            m%d = cgc_max_nan(m%d, %s);\n", r, r, f->value[n->in[0]]);
         else sb_printf(&acc, "            acc%d += (double)%s;\n", r, f->value[n->in[0]]);
         r++;
     }
@@ -408,7 +408,7 @@ static int reduce_to_member(const RenderCtx *ctx, int k)
     const IrGraph *g = ctx->g;
     const IrSpan span = members(ctx, k);
     for (int id = span.first; id < span.end; id++)
-        if (computed_member(g, id, k) && g->nodes[id].op == IR_REDUCE_TO) return id;
+        if (computed_member(g, id, k) && ir_op_reduces_to_shape(g->nodes[id].op)) return id;
     return -1;
 }
 

@@ -265,7 +265,7 @@ static void render_pass(RowKernel *rk, int p, const bool *need)
     for (int id = span_of(rk).first, end = span_of(rk).end; id < end; id++) {
         if (!reduced_in(rk, id, p)) continue;
         const IrNode *n = &g->nodes[id];
-        bool max = n->op == IR_MAX;
+        bool max = ir_op_info[n->op].combine == IR_COMBINE_MAX;
         int r = rk->local[id];
         sb_printf(&rk->d->body, max ? "        float m%d = -CGC_INF;\n" : "        double acc%d = 0.0;\n", r);
         if (max) sb_printf(&fin, "        m%d = cgc_block_max(m%d, true);\n", r, r);
@@ -286,7 +286,7 @@ static void render_pass(RowKernel *rk, int p, const bool *need)
         if (!reduced_in(rk, id, p)) continue;
         const char *x = rk->value[g->nodes[id].in[0]];
         int r = rk->local[id];
-        if (g->nodes[id].op == IR_MAX) sb_printf(&acc, "            m%d = cgc_max_nan(m%d, %s);\n", r, r, x);
+        if (ir_op_info[g->nodes[id].op].combine == IR_COMBINE_MAX) sb_printf(&acc, "            m%d = cgc_max_nan(m%d, %s);\n", r, r, x);
         else sb_printf(&acc, "            acc%d += (double)%s;\n", r, x);
     }
     sb_printf(&rk->d->body, "%s        }\n%s", acc.s ? acc.s : "", fin.s ? fin.s : "");
@@ -302,9 +302,9 @@ static void render_reduced(RowKernel *rk, int p)
         char name[16], expr[48];
         int r = rk->local[id];
         snprintf(name, sizeof name, "rv%d", r);
-        IrOp op = g->nodes[id].op;
-        if (op == IR_MAX) snprintf(expr, sizeof expr, "m%d", r);
-        else if (op == IR_MEAN) snprintf(expr, sizeof expr, "(float)(acc%d / (double)len)", r);
+        const IrOpInfo *op = &ir_op_info[g->nodes[id].op];
+        if (op->combine == IR_COMBINE_MAX) snprintf(expr, sizeof expr, "m%d", r);
+        else if (op->mean) snprintf(expr, sizeof expr, "(float)(acc%d / (double)len)", r);
         else snprintf(expr, sizeof expr, "(float)acc%d", r);
         render_value(rk, id, name, expr, "        ");
     }

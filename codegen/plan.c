@@ -156,7 +156,7 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
     /* A sum over the ranks is made in place, in its input's buffer (PlanCollective);
      * the slices of shard = optimizer have storage of their own. */
     case IR_FAMILY_COLLECTIVE:
-        if (n->op == IR_ALLREDUCE) buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
+        if (ir_op_info[n->op].slice == IR_SLICE_WHOLE) buf.alias_of = plan_buffer_root(pl, b->graph->node_buffer[n->in[0]]);
         break;
     case IR_FAMILY_RUNTIME: case IR_FAMILY_ELEMENTWISE: case IR_FAMILY_BROADCAST:
     case IR_FAMILY_DROPOUT: case IR_FAMILY_REDUCE: case IR_FAMILY_REDUCE_TO:

@@ -157,11 +157,11 @@ static const Shape *unit_work(const IrGraph *g, int u)
     return gr ? &gr->work : &g->nodes[u - g->ngroups - 1].shape;
 }
 
-/* Whether unit U (a group) holds an OP node. */
-static bool group_has(const IrGraph *g, int u, IrOp op)
+/* Whether unit U (a group) holds a reduction to a shape (not along an axis). */
+static bool reduces_to_shape(const IrGraph *g, int u)
 {
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].group == u && g->nodes[i].op == op) return true;
+        if (g->nodes[i].group == u && ir_op_reduces_to_shape(g->nodes[i].op)) return true;
     return false;
 }
 
@@ -209,7 +209,7 @@ static bool group_split(const IrGraph *g, IrBoundary *b)
     else if (!ir_shape_fits(&P->shape, unit_work(g, b->uc))) b->why = IR_SPLIT_WORK_STRETCH;
     else if (gp && gc && !ir_shape_equal(&gp->work, &gc->work)) b->why = IR_SPLIT_WORK_EXACT;
     else if (gp && gc && gp->kind == IR_GROUP_ROW && gc->kind == IR_GROUP_REDUCE &&
-             (group_has(g, b->uc, IR_REDUCE_TO) || gc->axis != gc->work.rank - 1))
+             (reduces_to_shape(g, b->uc) || gc->axis != gc->work.rank - 1))
         b->why = IR_SPLIT_ROW_ACROSS;
     else return false;
     return true;

@@ -600,7 +600,7 @@ static int lower_pool(Sema *S, const Builtin *fn, const AstExpr *call, const Ast
             return POISON;
         }
     if (!window_fits(S, fn, args[1], x, &w, 0)) return POISON;
-    double outside = fn->op == IR_MAX ? -INFINITY : 0;
+    double outside = ir_op_info[fn->op].combine == IR_COMBINE_MAX ? -INFINITY : 0;
     int patches = ir_unfold(S->g, x, w, 0, outside, call->loc);
     return ir_reduce(S->g, fn->op, patches, 2, call->loc);
 }

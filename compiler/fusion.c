@@ -734,7 +734,7 @@ static void cluster_node(Fuser *f, int v)
         cluster_elementwise(f, v);
     } else if (ir_op_is_reduction(n->op)) {
         start_cluster(f, v, IR_GROUP_REDUCE, f->g->nodes[n->in[0]].shape, n->axis,
-                      n->op == IR_REDUCE_TO);
+                      ir_op_reduces_to_shape(n->op));
     } else if (ir_node_fuse(n) == IR_FUSE_EFFECT && is_elementwise(&f->g->nodes[n->in[0]])) {
         /* Tentative: in_place() keeps it only where the order allows. */
         start_cluster(f, v, IR_GROUP_POINTWISE, f->g->nodes[n->in[0]].shape, 0, false);
@@ -784,7 +784,7 @@ static bool row_reduction(const Fuser *f, int v, const Shape *work)
 {
     const IrNode *n = &f->g->nodes[v];
     if (!ir_shape_equal(&f->g->nodes[n->in[0]].shape, work)) return false;
-    if (n->op == IR_REDUCE_TO) return is_row_shape(&n->shape, work) && n->shape.rank == work->rank;
+    if (ir_op_reduces_to_shape(n->op)) return is_row_shape(&n->shape, work) && n->shape.rank == work->rank;
     return n->axis == work->rank - 1;
 }
 

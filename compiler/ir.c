@@ -20,16 +20,26 @@
 #define D_TIMES(op, v) false
 #define FN(name) false
 #define NOT_NEEDED true
+#define INFO(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning,    \
+             deriv)                                                                            \
+    #name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_FUSE_##fuse, IR_ATTRS_##attrs,         \
+    IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv
 const IrOpInfo ir_op_info[IR_NUM_OPS] = {
-#define IR_OP(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning, \
-              deriv)                                                                           \
-    {#name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_FUSE_##fuse, IR_ATTRS_##attrs,       \
-     IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, NULL},
+#define IR_OP(...) {INFO(__VA_ARGS__), NULL, IR_COMBINE_NONE, false, IR_SLICE_NOT_COLLECTIVE},
 #define IR_EW(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning, \
               deriv, ...)                                                                      \
-    {#name, arity, IR_CLASS_##cls, IR_FAMILY_##family, IR_FUSE_##fuse, IR_ATTRS_##attrs,       \
-     IR_SHAPE_##shape, IR_AUTOCAST_##autocast, cost, diff, grad, meaning, deriv, #__VA_ARGS__},
+    {INFO(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning,   \
+          deriv), #__VA_ARGS__, IR_COMBINE_NONE, false, IR_SLICE_NOT_COLLECTIVE},
+#define IR_RD(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning, \
+              deriv, combine, mean)                                                            \
+    {INFO(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning,   \
+          deriv), NULL, IR_COMBINE_##combine, mean, IR_SLICE_NOT_COLLECTIVE},
+#define IR_CL(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning, \
+              deriv, slice)                                                                    \
+    {INFO(name, arity, cls, family, fuse, attrs, shape, autocast, cost, diff, grad, meaning,   \
+          deriv), NULL, IR_COMBINE_NONE, false, IR_SLICE_##slice},
 #include "ops.def"
+#undef INFO
 };
 
 /* Lower-case op names, made once from the table's upper-case ones. */
@@ -67,6 +77,11 @@ bool ir_op_is_elementwise(IrOp op)
 }
 
 bool ir_op_is_reduction(IrOp op) { return ir_op_info[op].fuse == IR_FUSE_REDUCTION; }
+
+bool ir_op_reduces_to_shape(IrOp op)
+{
+    return ir_op_is_reduction(op) && ir_op_info[op].shape == IR_SHAPE_OWN;
+}
 
 bool ir_node_is_placed(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_LEAF; }
 
@@ -546,9 +561,9 @@ int ir_collective(IrGraph *g, IrOp op, int x, Shape shape, int bucket, SrcLoc lo
     const IrNode *in = node(g, x);
     CGC_ASSERT(ir_op_info[op].family == IR_FAMILY_COLLECTIVE && in->dtype == DT_F32);
     CGC_ASSERT(ir_op_info[op].attrs == IR_ATTRS_BUCKET ? bucket >= 0 : bucket == -1);
-    if (op == IR_ALLREDUCE) CGC_ASSERT(ir_shape_equal(&shape, &in->shape));
+    if (ir_op_info[op].slice == IR_SLICE_WHOLE) CGC_ASSERT(ir_shape_equal(&shape, &in->shape));
     else {   /* one side is a slice: [S], a size */
-        const Shape *slice = op == IR_ALLGATHER ? &in->shape : &shape;
+        const Shape *slice = ir_op_info[op].slice == IR_SLICE_IN ? &in->shape : &shape;
         CGC_ASSERT(slice->rank == 1 && slice->dim[0] > 0);
     }
     IrNode n = make(op, DT_F32, shape, loc, 1, x, 0, 0);

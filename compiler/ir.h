@@ -102,6 +102,14 @@ typedef enum IrShapeRule {
 /* What an op runs in under bf16 or fp16 autocast (ops.def, column AUTOCAST). */
 typedef enum IrAutocast { IR_AUTOCAST_FOLLOW, IR_AUTOCAST_F32, IR_AUTOCAST_HALF } IrAutocast;
 
+/* How a reduction combines two elements (ops.def, IR_RD's COMBINE); NONE for the ops that
+ * are not reductions. */
+typedef enum IrCombine { IR_COMBINE_NONE, IR_COMBINE_ADD, IR_COMBINE_MAX } IrCombine;
+
+/* Which side of a collective is this rank's slice of the whole (ops.def, IR_CL's SLICE);
+ * NOT_COLLECTIVE for the other ops. */
+typedef enum IrSlice { IR_SLICE_NOT_COLLECTIVE, IR_SLICE_WHOLE, IR_SLICE_IN, IR_SLICE_OUT } IrSlice;
+
 typedef struct IrOpInfo {
     const char *name;       /* as in the table: "RELU_GRAD"; ir_op_name() prints "relu_grad" */
     int arity;
@@ -117,6 +125,9 @@ typedef struct IrOpInfo {
     const char *meaning;
     const char *derivative;
     const char *expr;       /* the elementwise expression (ops.def, EXPR), or NULL */
+    IrCombine combine;      /* a reduction's (IR_RD) */
+    bool mean;              /* a reduction's: its result divided by the count */
+    IrSlice slice;          /* a collective's (IR_CL) */
 } IrOpInfo;
 
 extern const IrOpInfo ir_op_info[IR_NUM_OPS];
@@ -405,6 +416,9 @@ static inline IrFuse ir_node_fuse(const IrNode *n) { return ir_op_info[n->op].fu
 bool ir_op_is_elementwise(IrOp op);
 /* FUSE REDUCTION: the ops a reduce or row group is built around. */
 bool ir_op_is_reduction(IrOp op);
+/* A reduction to the node's own shape (SHAPE OWN: undoing a broadcast), not along an
+ * axis. */
+bool ir_op_reduces_to_shape(IrOp op);
 /* FUSE LEAF: its value is placed before the step (data, a persistent tensor, a
  * constant), so no kernel computes it and a group reads it as an operand. */
 bool ir_node_is_placed(const IrNode *n);

@@ -281,8 +281,9 @@ static void in_buckets(Lower *L, int *values, const int *order, int n, IrOp op)
         if (filled > 0 && filled + bytes > cap) L->bucket++, filled = 0;
         filled += bytes;
         L->loc = t->loc;
-        Shape shape = op == IR_REDUCE_SCATTER ? slice_shape(L->p, i)
-                                              : op == IR_ALLGATHER ? t->shape : L->g->nodes[values[i]].shape;
+        IrSlice side = ir_op_info[op].slice;   /* the result: a slice, the whole tensor, or the value */
+        Shape shape = side == IR_SLICE_OUT ? slice_shape(L->p, i)
+                      : side == IR_SLICE_IN ? t->shape : L->g->nodes[values[i]].shape;
         values[i] = ir_collective(L->g, op, values[i], shape, L->bucket, L->loc);
         L->g->nodes[values[i]].name = t->name;
     }
@@ -560,7 +561,7 @@ static void average_assigned(IrProgram *p)
 static int statistics_buckets(const IrGraph *g)
 {
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op == IR_ALLREDUCE) return 1;
+        if (ir_op_info[g->nodes[i].op].slice == IR_SLICE_WHOLE) return 1;
     return 0;
 }
 

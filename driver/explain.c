@@ -533,8 +533,9 @@ static bool in_bucket(const IrNode *n) { return ir_node_fuse(n) == IR_FUSE_COLLE
  * slice per rank for the others. */
 static int64_t bucket_member_bytes(const IrGraph *g, const IrNode *n, int ranks, const int64_t *symmax)
 {
-    if (n->op == IR_ALLREDUCE) return ir_numel(&n->shape, symmax) * 4;
-    const Shape *slice = n->op == IR_ALLGATHER ? &g->nodes[n->in[0]].shape : &n->shape;
+    IrSlice side = ir_op_info[n->op].slice;
+    if (side == IR_SLICE_WHOLE) return ir_numel(&n->shape, symmax) * 4;
+    const Shape *slice = side == IR_SLICE_IN ? &g->nodes[n->in[0]].shape : &n->shape;
     return (int64_t)ranks * ir_numel(slice, symmax) * 4;
 }
 

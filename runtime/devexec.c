@@ -1053,7 +1053,7 @@ static int colls_start(DevExec *e, const PlanGraph *pg, int after, int *next)
     for (; *next < pg->ncolls && pg->colls[*next].after == after; ++*next) {
         const PlanCollective *pc = &pg->colls[*next];
         for (int m = 0; m < pc->nmembers; m++) {
-            int whole = pc->op == IR_ALLGATHER ? pc->out[m] : pc->member[m];
+            int whole = ir_op_info[pc->op].slice == IR_SLICE_IN ? pc->out[m] : pc->member[m];
             const PlanBuffer *b = &e->plan->buffers[whole];
             e->spans[m] = (DeviceSpan){devexec_buffer(e, pc->member[m]), devexec_buffer(e, pc->out[m]),
                                        ir_numel(&b->shape, e->symvals), b->dtype};

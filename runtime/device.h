@@ -75,11 +75,12 @@ typedef struct ConvCall {
     int algo;                       /* as GemmCall.algo, among conv_algos' */
 } ConvCall;
 
-/* The collective that IR collective OP (IR_ALLREDUCE, IR_REDUCE_SCATTER, IR_ALLGATHER)
- * asks of the job: what both the CPU executor's and a device's run. */
+/* The collective that IR collective OP asks of the job, by the side that is this rank's
+ * slice (ops.def's SLICE): what both the CPU executor's and a device's run. */
 static inline CommOp comm_op_of(IrOp op)
 {
-    return op == IR_REDUCE_SCATTER ? COMM_REDUCE_SCATTER : op == IR_ALLGATHER ? COMM_ALLGATHER : COMM_SUM;
+    IrSlice s = ir_op_info[op].slice;
+    return s == IR_SLICE_OUT ? COMM_REDUCE_SCATTER : s == IR_SLICE_IN ? COMM_ALLGATHER : COMM_SUM;
 }
 
 /* One value of a collective over the job's R ranks: COUNT elements of TYPE, read at IN,

@@ -542,7 +542,7 @@ static WinGeo win_geo(const IrNode *node, const Dims *image)
     return g;
 }
 
-/* ---- the collectives (IR_ALLREDUCE, IR_REDUCE_SCATTER, IR_ALLGATHER) and IR_SHARD ---- */
+/* ---- the collectives (ops.def's IR_CL rows) and IR_SHARD ---- */
 
 /* One bucket of a run: its members' values gathered in one buffer, on which one
  * collective of theirs runs in place (cpu/exec.h). A sum's buffer holds the members one
@@ -576,6 +576,9 @@ static Bucket *bucket_at(CpuExec *e, int k)
     return &e->buckets[k];
 }
 
+/* Which side of collective X is this rank's slice (ops.def's SLICE). */
+static IrSlice slice_side(const IrNode *x) { return ir_op_info[x->op].slice; }
+
 static int64_t node_numel(const CpuExec *e, const IrNode *x)
 {
     Dims d = bind_shape(&x->shape, e->symvals);
@@ -586,7 +589,7 @@ static int64_t node_numel(const CpuExec *e, const IrNode *x)
 static int64_t piece_numel(const CpuExec *e, const IrGraph *g, int id)
 {
     const IrNode *x = &g->nodes[id];
-    return node_numel(e, x->op == IR_ALLGATHER ? &g->nodes[x->in[0]] : x);
+    return node_numel(e, slice_side(x) == IR_SLICE_IN ? &g->nodes[x->in[0]] : x);
 }
 
 /* OUT[0 .. S) := slice R of IN (N elements; ops.def): zeros past its end. */
@@ -604,14 +607,14 @@ static void pack(const CpuExec *e, const IrGraph *g, int id, char *buf, int64_t 
     const Slot *in = &e->slots[x->in[0]];
     int64_t s = piece_numel(e, g, id);
     size_t es = e->esize;
-    switch (x->op) {
-    case IR_ALLREDUCE: memcpy(buf + (size_t)off * es, in->val, (size_t)s * es); return;
-    case IR_REDUCE_SCATTER:
+    switch (slice_side(x)) {
+    case IR_SLICE_WHOLE: memcpy(buf + (size_t)off * es, in->val, (size_t)s * es); return;
+    case IR_SLICE_OUT:
         for (int r = 0; r < e->coll.ranks; r++)
             slice_of(e, buf + (size_t)(r * n + off) * es, in->val, in->n, s, r);
         return;
-    case IR_ALLGATHER: memcpy(buf + (size_t)(e->coll.rank * n + off) * es, in->val, (size_t)s * es); return;
-    default: CGC_INTERNAL("%s has no bucket", ir_op_info[x->op].name);
+    case IR_SLICE_IN: memcpy(buf + (size_t)(e->coll.rank * n + off) * es, in->val, (size_t)s * es); return;
+    case IR_SLICE_NOT_COLLECTIVE: CGC_INTERNAL("%s has no bucket", ir_op_info[x->op].name);
     }
 }
 
@@ -622,7 +625,7 @@ static void unpack(const CpuExec *e, const IrGraph *g, int id, const char *buf, 
     const IrNode *x = &g->nodes[id];
     int64_t s = piece_numel(e, g, id), total = node_numel(e, x);
     size_t es = e->esize;
-    if (x->op != IR_ALLGATHER) {
+    if (slice_side(x) != IR_SLICE_IN) {
         memcpy(out, buf + (size_t)off * es, (size_t)s * es);
         return;
     }
@@ -634,7 +637,7 @@ static void unpack(const CpuExec *e, const IrGraph *g, int id, const char *buf, 
 
 static size_t bucket_bytes(const CpuExec *e, IrOp op, int64_t n)
 {
-    return (size_t)n * (op == IR_ALLREDUCE ? 1 : (size_t)e->coll.ranks) * e->esize;
+    return (size_t)n * (ir_op_info[op].slice == IR_SLICE_WHOLE ? 1 : (size_t)e->coll.ranks) * e->esize;
 }
 
 /* The buckets of G for this run, and each member's offset in its bucket's pieces (node
@@ -686,7 +689,7 @@ static int collective_value(CpuExec *e, const IrGraph *g, int id, void *out)
     if (!in_bucket(x) || !e->coll.start) {
         /* one rank: the program was compiled for one (training.c), where every slice is
          * the whole */
-        CGC_ASSERT(x->op == IR_ALLREDUCE || e->coll.start);
+        CGC_ASSERT(slice_side(x) == IR_SLICE_WHOLE || e->coll.start);
         if (!in_bucket(x)) slice_of(e, out, in->val, in->n, n, e->coll.rank);
         else memcpy(out, in->val, (size_t)n * e->esize);
         return 0;

@@ -297,11 +297,12 @@ static void SFX(reduce_rows)(CpuExec *e, IrOp op, REAL *out, const REAL *x, int6
                              int64_t len)
 {
     int64_t per_row = (len + CHUNK - 1) / CHUNK, tasks = rows * per_row;
+    bool max = ir_op_info[op].combine == IR_COMBINE_MAX, mean = ir_op_info[op].mean;
     if (per_row == 1) {   /* short rows (a pooling window): a row per iteration */
 #pragma omp parallel for schedule(static) if (rows * len >= PAR_MIN)
         for (int64_t r = 0; r < rows; r++) {
-            double v = op == IR_MAX ? SFX(span_max)(x + r * len, len) : SFX(span_sum)(x + r * len, len);
-            out[r] = (REAL)(op == IR_MEAN ? v / (double)len : v);
+            double v = max ? SFX(span_max)(x + r * len, len) : SFX(span_sum)(x + r * len, len);
+            out[r] = (REAL)(mean ? v / (double)len : v);
         }
         return;
     }
@@ -310,14 +311,14 @@ static void SFX(reduce_rows)(CpuExec *e, IrOp op, REAL *out, const REAL *x, int6
     for (int64_t t = 0; t < tasks; t++) {
         int64_t lo = (t % per_row) * CHUNK, n = len - lo < CHUNK ? len - lo : CHUNK;
         const REAL *span = x + (t / per_row) * len + lo;
-        part[t] = op == IR_MAX ? SFX(span_max)(span, n) : SFX(span_sum)(span, n);
+        part[t] = max ? SFX(span_max)(span, n) : SFX(span_sum)(span, n);
     }
     for (int64_t r = 0; r < rows; r++) {
         const double *p = part + r * per_row;
         double acc = p[0];
         for (int64_t i = 1; i < per_row; i++)
-            acc = op == IR_MAX ? ((p[i] > acc || p[i] != p[i]) ? p[i] : acc) : acc + p[i];
-        out[r] = (REAL)(op == IR_MEAN ? acc / (double)len : acc);
+            acc = max ? ((p[i] > acc || p[i] != p[i]) ? p[i] : acc) : acc + p[i];
+        out[r] = (REAL)(mean ? acc / (double)len : acc);
     }
 }
 
@@ -326,6 +327,7 @@ static void SFX(reduce_rows)(CpuExec *e, IrOp op, REAL *out, const REAL *x, int6
 static void SFX(reduce_cols)(IrOp op, REAL *out, const REAL *x, AxisPlan a)
 {
     int64_t per = (a.inner + COL_CHUNK - 1) / COL_CHUNK, tasks = a.outer * per;
+    bool max = ir_op_info[op].combine == IR_COMBINE_MAX, mean = ir_op_info[op].mean;
 #pragma omp parallel for schedule(static) if (a.outer * a.len * a.inner >= PAR_MIN)
     for (int64_t t = 0; t < tasks; t++) {
         int64_t o = t / per, lo = (t % per) * COL_CHUNK;
@@ -335,7 +337,7 @@ static void SFX(reduce_cols)(IrOp op, REAL *out, const REAL *x, AxisPlan a)
         for (int64_t j = 0; j < w; j++) acc[j] = base[j];
         for (int64_t k = 1; k < a.len; k++) {
             const REAL *row = base + k * a.inner;
-            if (op == IR_MAX) {
+            if (max) {
                 for (int64_t j = 0; j < w; j++)
                     if (row[j] > acc[j] || row[j] != row[j]) acc[j] = row[j];
             } else {
@@ -344,7 +346,7 @@ static void SFX(reduce_cols)(IrOp op, REAL *out, const REAL *x, AxisPlan a)
         }
         REAL *dst = out + o * a.inner + lo;
         for (int64_t j = 0; j < w; j++)
-            dst[j] = (REAL)(op == IR_MEAN ? acc[j] / (double)a.len : acc[j]);
+            dst[j] = (REAL)(mean ? acc[j] / (double)a.len : acc[j]);
     }
 }
 
@@ -353,7 +355,8 @@ static void SFX(reduce)(CpuExec *e, IrOp op, REAL *out, const REAL *x, AxisPlan 
 {
     if (a.outer * a.inner == 0) return;
     if (a.len == 0) {   /* an empty sum is 0; mean and max of nothing are NaN */
-        for (int64_t i = 0; i < a.outer * a.inner; i++) out[i] = op == IR_SUM ? 0 : NAN;
+        bool sum = ir_op_info[op].combine == IR_COMBINE_ADD && !ir_op_info[op].mean;
+        for (int64_t i = 0; i < a.outer * a.inner; i++) out[i] = sum ? 0 : NAN;
         return;
     }
     if (a.inner == 1) SFX(reduce_rows)(e, op, out, x, a.outer, a.len);
