@@ -17,7 +17,10 @@ marked equivalent survives.
 
 The scratch copy (build-mutate/src, the working tree's files as they are, tracked and
 untracked but not ignored) is configured and built once; each mutant then rebuilds only
-what its file touches, and the file is put back before the next one.
+what its file touches, and the file is put back before the next one. A mutant marked
+`build: sanitize` is run in a second build of the copy, with CGC_SANITIZE (its tests are
+the sanitizer build's, as `make test-sanitize` runs them); it is made only when one is
+chosen.
 """
 import argparse
 import os
@@ -28,7 +31,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATALOGUE = os.path.join(ROOT, "tests", "mutate", "mutants.txt")
-FIELDS = ("id", "file", "find", "replace", "tests", "why", "equivalent")
+FIELDS = ("id", "file", "find", "replace", "tests", "why", "equivalent", "build")
+BUILDS = {"plain": ["-DCMAKE_BUILD_TYPE=Release"],
+          "sanitize": ["-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCGC_SANITIZE=ON"]}
 REQUIRED = ("id", "file", "find", "replace", "tests", "why")
 
 
@@ -94,6 +99,8 @@ def check(mutants, root):
             bad.append(f"{m['id']}: `find` occurs {count} times in {m['file']} (must be once)")
         if m["find"] == m["replace"]:
             bad.append(f"{m['id']}: `replace` is `find`")
+        if m.get("build", "plain") not in BUILDS:
+            bad.append(f"{m['id']}: build `{m['build']}` is none of {', '.join(BUILDS)}")
     return bad
 
 
@@ -137,7 +144,8 @@ def matching_tests(build, regex):
             if line.strip().startswith("Test") and ": " in line]
 
 
-def mutate_one(m, src, build, a, logdir):
+def mutate_one(m, src, builds, a, logdir):
+    build = builds[m.get("build", "plain")]
     path = os.path.join(src, m["file"])
     with open(path, encoding="utf-8") as f:
         original = f.read()
@@ -224,22 +232,27 @@ def main():
               (not a.k or any(k in m["id"] for k in a.k))]
     if not chosen:
         sys.exit("mutate: no mutant matches " + " ".join(a.k))
-    src, build, logs = (os.path.join(a.out, d) for d in ("src", "build", "logs"))
+    src, logs = os.path.join(a.out, "src"), os.path.join(a.out, "logs")
     os.makedirs(logs, exist_ok=True)
     copy_tree(ROOT, src)
-    with open(os.path.join(logs, "_configure.log"), "w") as log:
-        rc, _ = run(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], src, None, log)
-        if rc == 0:
-            rc, _ = run(["cmake", "--build", build, "-j", str(a.jobs)], src, None, log)
-    if rc != 0:
-        sys.exit(f"mutate: the unmutated copy does not build; see {logs}/_configure.log")
+    builds = {"plain": os.path.join(a.out, "build")}
+    if any(m.get("build") == "sanitize" for m in chosen):
+        builds["sanitize"] = os.path.join(a.out, "build-sanitize")
+    for kind, build in builds.items():
+        with open(os.path.join(logs, f"_configure_{kind}.log"), "w") as log:
+            rc, _ = run(["cmake", "-S", src, "-B", build] + BUILDS[kind], src, None, log)
+            if rc == 0:
+                rc, _ = run(["cmake", "--build", build, "-j", str(a.jobs)], src, None, log)
+        if rc != 0:
+            sys.exit(f"mutate: the unmutated copy does not build; see {logs}/_configure_{kind}.log")
     t0, results = time.time(), {}
     for i, m in enumerate(chosen, 1):
         print(f"[{i}/{len(chosen)}] {m['id']} ({m['file']}) ...", end=" ", flush=True)
-        results[m["id"]] = r = mutate_one(m, src, build, a, logs)
+        results[m["id"]] = r = mutate_one(m, src, builds, a, logs)
         print(f"{r['result']}: {r['detail']} ({r['s']:.0f} s)", flush=True)
     with open(os.path.join(logs, "_restore.log"), "w") as log:   # the copy unmutated again
-        run(["cmake", "--build", build, "-j", str(a.jobs)], src, None, log)
+        for build in builds.values():
+            run(["cmake", "--build", build, "-j", str(a.jobs)], src, None, log)
     text, count = report(results, mutants, os.path.join(a.out, "report.md"), time.time() - t0)
     print("\n" + text)
     return 1 if count["survived"] or count["error"] else 0

@@ -87,19 +87,33 @@ static int is_net(const struct dirent *e)
     return n > 4 && strcmp(e->d_name + n - 4, ".net") == 0;
 }
 
-int main(void)
+/* PATH in every precision, planned eager and default, compiled for each of ARCHS. */
+static void compile_every_plan(const char *path, const char *name, const int *archs, size_t narchs)
+{
+    for (size_t k = 0; k < sizeof PRECISIONS / sizeof PRECISIONS[0]; k++)
+        for (int mode = PLAN_EAGER; mode <= PLAN_DEFAULT; mode++)
+            compile_model(path, name, PRECISIONS[k], (PlanMode)mode, false, archs, narchs);
+}
+
+/* Usage: test_nvrtc_models [MODEL.net]: with a model of models/ named, only its plans, for
+ * sm_90 (the sanitizer build's run: NVRTC's verdict on a module does not depend on how
+ * cgc was built, the code around it does). */
+int main(int argc, char **argv)
 {
     setenv("CGC_NO_CACHE", "1", 1);
+    if (argc == 2) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", CGC_MODELS_DIR, argv[1]);
+        compile_every_plan(path, argv[1], &ARCHS[1], 1);
+        return check_result();
+    }
     struct dirent **names;
     int n = scandir(CGC_MODELS_DIR, &names, is_net, by_name);
     CHECK(n > 0);
     for (int i = 0; i < n; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", CGC_MODELS_DIR, names[i]->d_name);
-        for (size_t k = 0; k < sizeof PRECISIONS / sizeof PRECISIONS[0]; k++)
-            for (int mode = PLAN_EAGER; mode <= PLAN_DEFAULT; mode++)
-                compile_model(path, names[i]->d_name, PRECISIONS[k], (PlanMode)mode, false, ARCHS,
-                              sizeof ARCHS / sizeof ARCHS[0]);
+        compile_every_plan(path, names[i]->d_name, ARCHS, sizeof ARCHS / sizeof ARCHS[0]);
         free(names[i]);
     }
     if (n > 0) free(names);

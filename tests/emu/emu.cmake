@@ -12,6 +12,9 @@ target_compile_definitions(cgc_emu_warnings_tsan PRIVATE CGC_EMU_TSAN)
 set_target_properties(cgc_emu_warnings cgc_emu_warnings_tsan PROPERTIES CXX_STANDARD 17
                       POSITION_INDEPENDENT_CODE ON)
 
+# The emulated device. In the sanitizer build (CGC_SANITIZE) it is built with ASan and UBSan
+# like everything else; the racecheck's (ThreadSanitizer) exists only in the plain build, as
+# TSan cannot join the whole build's ASan.
 function(cgc_emu_device_lib name)   # cgc_emu_device_lib(NAME [COMPILE/LINK FLAGS...])
   add_library(${name} STATIC emu/emu_device.c emu/drift.c)
   target_compile_definitions(${name} PUBLIC CGC_EMU_CXX="${CMAKE_CXX_COMPILER}"
@@ -22,115 +25,118 @@ function(cgc_emu_device_lib name)   # cgc_emu_device_lib(NAME [COMPILE/LINK FLAG
     target_compile_options(${name} PUBLIC ${ARGN})
     target_link_options(${name} PUBLIC ${ARGN})
   endif()
+  # CUDA::cublas brings the driver stub (libcuda.so) into the link line; the runtime loads
+  # the driver with dlopen, so drop what is unused, as the default link does without a
+  # sanitizer.
+  target_link_options(${name} PUBLIC -Wl,--as-needed)
 endfunction()
 cgc_emu_device_lib(cgc_emu_device)
-cgc_emu_device_lib(cgc_emu_device_asan -fsanitize=address -fno-omit-frame-pointer)
-# The racecheck: the kernels under ThreadSanitizer, a block's threads its fibers, ordered
-# only by what orders them on a GPU (cuda_emu.cpp).
-if(NOT CGC_SANITIZE)   # TSan cannot join the whole build's ASan
+if(NOT CGC_SANITIZE)
   cgc_emu_device_lib(cgc_emu_device_tsan -fsanitize=thread)
-  target_link_options(cgc_emu_device_tsan PUBLIC -Wl,--as-needed)
 endif()
-# CUDA::cublas brings the driver stub (libcuda.so) into the link line; the runtime loads
-# the driver with dlopen, so drop what is unused, as the default link does without ASan.
-target_link_options(cgc_emu_device_asan PUBLIC -Wl,--as-needed)
 
-function(cgc_emu_test name src device labels)   # one test binary and its ctest entry
-  add_executable(${name} ${src})
-  target_link_libraries(${name} PRIVATE ${device} cgc_driver)
-  add_test(NAME ${name} COMMAND ${name} ${ARGN})
-  set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT 1500
-                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+# cgc_emu_run(NAME BINARY [TIMEOUT S] [LABELS L...] [ENV E...] [ARGS A...] [ASAN A...])
+#
+# One emulation test in each build. The plain build (`make test`) runs BINARY with ARGS,
+# every case. The sanitizer build (`make test-sanitize`) runs it with ASAN instead (which
+# names --asan: the kernels are built with AddressSanitizer too, so that the emulation, the
+# kernels, the runtime and the test are all checked) or leaves it out without ASAN: under
+# ASan the emulated kernels run several times slower, so that build runs a selection that
+# reaches every kind of kernel and runtime path once, and the plain build runs the rest.
+function(cgc_emu_run name binary)
+  cmake_parse_arguments(E "" "TIMEOUT" "LABELS;ENV;ARGS;ASAN" ${ARGN})
+  if(NOT E_TIMEOUT)
+    set(E_TIMEOUT 900)
+  endif()
+  set(labels emu ${E_LABELS})
+  if(CGC_SANITIZE)
+    if(NOT E_ASAN)
+      return()
+    endif()
+    set(E_ARGS ${E_ASAN})
+    list(APPEND labels asan)
+  endif()
+  add_test(NAME ${name} COMMAND ${binary} ${E_ARGS})
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT ${E_TIMEOUT}
+                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2;${E_ENV}")
 endfunction()
 
-cgc_emu_test(test_emu_runtime emu/test_emu_runtime.c cgc_emu_device emu)
-cgc_emu_test(test_emu_runtime_asan emu/test_emu_runtime.c cgc_emu_device_asan "emu;asan" --asan)
+function(cgc_emu_binary name src device)   # a test binary of tests/emu
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE ${device} cgc_driver)
+  target_compile_definitions(${name} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
+  if(CUDAToolkit_FOUND)
+    target_compile_definitions(${name} PRIVATE CGC_HAVE_NVRTC)
+  endif()
+endfunction()
+cgc_emu_binary(test_emu_runtime emu/test_emu_runtime.c cgc_emu_device)
+cgc_emu_binary(test_emu_models emu/test_emu_models.c cgc_emu_device)
+cgc_emu_binary(test_emu_ops emu/test_emu_ops.c cgc_emu_device)
+cgc_emu_binary(test_emu_gemm emu/test_emu_gemm.c cgc_emu_device)
 
-cgc_emu_test(test_emu_models emu/test_emu_models.c cgc_emu_device emu --skip cnn)
-cgc_emu_test(test_emu_models_asan emu/test_emu_models.c cgc_emu_device_asan "emu;asan"
-             --asan mlp:fp32 mlp:fp16 mlp:fp16:2 regression:fp32 resmlp:bf16)
-foreach(t test_emu_models test_emu_models_asan)
-  target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
-endforeach()
+cgc_emu_run(test_emu_runtime test_emu_runtime ASAN --asan)
+cgc_emu_run(test_emu_models test_emu_models TIMEOUT 1500 ARGS --skip cnn
+            ASAN --asan mlp:fp32 mlp:fp16 mlp:fp16:2 regression:fp32 resmlp:bf16)
 
 # Every elementwise op of compiler/ops.def on its own, eager and fused, against the CPU.
-cgc_emu_test(test_emu_ops emu/test_emu_ops.c cgc_emu_device emu)
-cgc_emu_test(test_emu_ops_asan emu/test_emu_ops.c cgc_emu_device_asan "emu;asan" --asan)
-if(CUDAToolkit_FOUND)
-  target_compile_definitions(test_emu_ops PRIVATE CGC_HAVE_NVRTC)
-  target_compile_definitions(test_emu_ops_asan PRIVATE CGC_HAVE_NVRTC)
-endif()
+cgc_emu_run(test_emu_ops test_emu_ops ASAN --asan)
 
 # max-autotune's generated tensor-core GEMMs, each against the reference GEMM.
-cgc_emu_test(test_emu_gemm emu/test_emu_gemm.c cgc_emu_device emu)
-cgc_emu_test(test_emu_gemm_asan emu/test_emu_gemm.c cgc_emu_device_asan "emu;asan" --asan mlp:fp16:37
-             cnn:bf16:2)
-foreach(t test_emu_gemm test_emu_gemm_asan)
-  target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
-endforeach()
+cgc_emu_run(test_emu_gemm test_emu_gemm TIMEOUT 1500 ASAN --asan mlp:fp16:37 cnn:bf16:2)
 # The same under the emulation's other schedules (cuda_emu.cpp): cp.async copies landing
 # when issued, and warps in a shuffled order, so that a missing barrier or wait fails
 # whichever moment it would show at.
 foreach(schedule early shuffled)
-  add_test(NAME test_emu_gemm_${schedule} COMMAND test_emu_gemm)
-  set_tests_properties(test_emu_gemm_${schedule} PROPERTIES LABELS emu TIMEOUT 1500
-                       ENVIRONMENT "CGC_EMU_SCHEDULE=${schedule};OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+  cgc_emu_run(test_emu_gemm_${schedule} test_emu_gemm TIMEOUT 1500 ENV CGC_EMU_SCHEDULE=${schedule})
 endforeach()
 # Batches of 64k-1 and 64k+1 rows through the GEMM tiles and fused MLPs (odd_mlp's widths
 # are no multiple of 8), the blocks and warps in the shuffled order; and cnn.net's
 # implicit GEMMs in fp16 with accumulation (the train_micro graph's too).
-add_test(NAME test_emu_gemm_boundary COMMAND test_emu_gemm ../tests/models/odd_mlp:fp16:63
-         narrow_mlp:bf16:65 ../tests/models/odd_mlp:bf16:129 resmlp:fp16:127
-         cnn:fp16:3:accumulate=2)
-set_tests_properties(test_emu_gemm_boundary PROPERTIES LABELS emu TIMEOUT 900
-                     ENVIRONMENT "CGC_EMU_SCHEDULE=shuffled;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+cgc_emu_run(test_emu_gemm_boundary test_emu_gemm ENV CGC_EMU_SCHEDULE=shuffled
+            ARGS ../tests/models/odd_mlp:fp16:63 narrow_mlp:bf16:65 ../tests/models/odd_mlp:bf16:129
+                 resmlp:fp16:127 cnn:fp16:3:accumulate=2
+            ASAN --asan ../tests/models/odd_mlp:fp16:63)
 # The same on a real GPU, against cuBLAS: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_gemm COMMAND test_emu_gemm --cuda)
 set_tests_properties(test_gpu_gemm PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
 
 # models/cnn.net, whose images make the run over every model too slow at its batch: two
 # images a step (one in the last and the evaluation), in each mode, and the halves.
-add_test(NAME test_emu_cnn COMMAND test_emu_models --batches 2,1 cnn:fp32 cnn:bf16:0:default
-         cnn:fp16:2:default cnn:tf32:0:eager)
-set_tests_properties(test_emu_cnn PROPERTIES LABELS emu TIMEOUT 900
-                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+cgc_emu_run(test_emu_cnn test_emu_models
+            ARGS --batches 2,1 cnn:fp32 cnn:bf16:0:default cnn:fp16:2:default cnn:tf32:0:eager)
 
 # The convolutions by a library (cuDNN on a GPU; here the emulation's reference
 # convolution, three algorithms): the forward, filter and data gradient calls in place of
 # the patches, the GEMMs, the transposes and the col2im, against the CPU executor, in
 # each mode and with accumulation.
-add_test(NAME test_emu_cnn_library COMMAND test_emu_models --convs 3 --batches 2,1 cnn:fp32:0:default
-         cnn:bf16:0:eager cnn:fp16:2:default)
-set_tests_properties(test_emu_cnn_library PROPERTIES LABELS emu TIMEOUT 900
-                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+cgc_emu_run(test_emu_cnn_library test_emu_models
+            ARGS --convs 3 --batches 2,1 cnn:fp32:0:default cnn:bf16:0:eager cnn:fp16:2:default
+            ASAN --asan --convs 3 --batches 2,1 ../tests/emu/models/conv_chain:fp16:2:default)
 
 # Models that exist for a shape the shipped ones lack (tests/emu/models/*.net, each saying
 # why), in every precision and mode.
-add_test(NAME test_emu_shapes COMMAND test_emu_models)
-set_tests_properties(test_emu_shapes PROPERTIES LABELS emu TIMEOUT 900
-                     ENVIRONMENT "CGC_MODELS_DIR=${EMU_DIR}/models;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+cgc_emu_run(test_emu_shapes test_emu_models ENV CGC_MODELS_DIR=${EMU_DIR}/models
+            ASAN --asan conv_chain:bf16:0:default image_windows:fp16:0:default
+                 reduce_reads_reduce:fp32:0:default square_rows:fp32:0:default)
 
 # Boundary shapes: batches of 64k+1 and 64k-1 rows and widths that are no multiple of 8,
 # 16 or 128 (tests/emu/models/odd_widths.net), so that every kind of kernel ends inside a
 # block, a tile and a warp; the second also under the shuffled schedule (warps and blocks
 # in another order, cuda_emu.cpp).
 set(EMU_ODD ../tests/emu/models/odd_widths)
-add_test(NAME test_emu_boundary COMMAND test_emu_models --batches 65,63 mlp:fp16:2
-         narrow_mlp:bf16 regression:fp32 resmlp:fp16 ${EMU_ODD}:tf32 ${EMU_ODD}:fp16:2
-         ../tests/emu/models/softmax_axes:bf16)
-add_test(NAME test_emu_boundary_shuffled COMMAND test_emu_models --batches 129,127 mlp:bf16
-         narrow_mlp:fp16:2 regression:fp16 resmlp:bf16 ${EMU_ODD}:fp32 ${EMU_ODD}:bf16:2
-         ../tests/emu/models/softmax_axes:fp16)
-set_tests_properties(test_emu_boundary test_emu_boundary_shuffled PROPERTIES LABELS emu TIMEOUT 900
-                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
-set_property(TEST test_emu_boundary_shuffled APPEND PROPERTY ENVIRONMENT CGC_EMU_SCHEDULE=shuffled)
+cgc_emu_run(test_emu_boundary test_emu_models
+            ARGS --batches 65,63 mlp:fp16:2 narrow_mlp:bf16 regression:fp32 resmlp:fp16
+                 ${EMU_ODD}:tf32 ${EMU_ODD}:fp16:2 ../tests/emu/models/softmax_axes:bf16
+            ASAN --asan --batches 65,63 ${EMU_ODD}:fp16:2 ../tests/emu/models/softmax_axes:bf16)
+cgc_emu_run(test_emu_boundary_shuffled test_emu_models ENV CGC_EMU_SCHEDULE=shuffled
+            ARGS --batches 129,127 mlp:bf16 narrow_mlp:fp16:2 regression:fp16 resmlp:bf16
+                 ${EMU_ODD}:fp32 ${EMU_ODD}:bf16:2 ../tests/emu/models/softmax_axes:fp16)
 
 # Models too wide for one kernel's parameters (tests/emu/wide/*.net): the kernels fusion
 # splits them into, at the limit, in the default mode.
-add_test(NAME test_emu_wide COMMAND test_emu_models wide_sum:fp32:0:default
-         deep_clip:fp16:0:default deep_clip:bf16:2:default)
-set_tests_properties(test_emu_wide PROPERTIES LABELS emu TIMEOUT 900
-                     ENVIRONMENT "CGC_MODELS_DIR=${EMU_DIR}/wide;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+cgc_emu_run(test_emu_wide test_emu_models ENV CGC_MODELS_DIR=${EMU_DIR}/wide
+            ARGS wide_sum:fp32:0:default deep_clip:fp16:0:default deep_clip:bf16:2:default
+            ASAN --asan deep_clip:fp16:0:default)
 
 # The same comparisons on a real GPU: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_models COMMAND test_emu_models --cuda)
@@ -142,22 +148,21 @@ set_tests_properties(test_gpu_models PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 T
 # own threads are not what is checked, and TSan cannot see through libgomp's barriers. A
 # race stops the test (halt_on_error) with TSan's report.
 if(NOT CGC_SANITIZE)
-  cgc_emu_test(test_emu_runtime_tsan emu/test_emu_runtime.c cgc_emu_device_tsan "emu;tsan" --tsan)
-  cgc_emu_test(test_emu_models_tsan emu/test_emu_models.c cgc_emu_device_tsan "emu;tsan"
-               mlp:fp16 regression:fp32 resmlp:bf16)
-  cgc_emu_test(test_emu_gemm_tsan emu/test_emu_gemm.c cgc_emu_device_tsan "emu;tsan" mlp:fp16:37)
-  foreach(t test_emu_models_tsan test_emu_gemm_tsan)
-    target_compile_definitions(${t} PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
-  endforeach()
-  set_tests_properties(test_emu_runtime_tsan test_emu_models_tsan test_emu_gemm_tsan PROPERTIES
-                       ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1:history_size=4;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+  cgc_emu_binary(test_emu_runtime_tsan emu/test_emu_runtime.c cgc_emu_device_tsan)
+  cgc_emu_binary(test_emu_models_tsan emu/test_emu_models.c cgc_emu_device_tsan)
+  cgc_emu_binary(test_emu_gemm_tsan emu/test_emu_gemm.c cgc_emu_device_tsan)
+  set(tsan_env "TSAN_OPTIONS=halt_on_error=1:history_size=4;OMP_NUM_THREADS=1")
+  cgc_emu_run(test_emu_runtime_tsan test_emu_runtime_tsan LABELS tsan ENV ${tsan_env} ARGS --tsan)
+  cgc_emu_run(test_emu_models_tsan test_emu_models_tsan TIMEOUT 1500 LABELS tsan ENV ${tsan_env}
+              ARGS mlp:fp16 regression:fp32 resmlp:bf16)
+  cgc_emu_run(test_emu_gemm_tsan test_emu_gemm_tsan LABELS tsan ENV ${tsan_env} ARGS mlp:fp16:37)
 endif()
 
 # One rank of a job on the emulated device (tests/e2e/ranks_device.sh runs it under
-# mpirun against cgc's ranks on the CPU); emu_rank_asan, with the emulation and the
-# kernels under AddressSanitizer.
+# mpirun against cgc's ranks on the CPU); in the sanitizer build, with its kernels under
+# AddressSanitizer too.
 add_executable(emu_rank emu/emu_rank.c)
 target_link_libraries(emu_rank PRIVATE cgc_emu_device cgc_driver)
-add_executable(emu_rank_asan emu/emu_rank.c)
-target_link_libraries(emu_rank_asan PRIVATE cgc_emu_device_asan cgc_driver)
-target_compile_definitions(emu_rank_asan PRIVATE EMU_RANK_ASAN=1)
+if(CGC_SANITIZE)
+  target_compile_definitions(emu_rank PRIVATE EMU_RANK_ASAN=1)
+endif()

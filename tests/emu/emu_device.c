@@ -22,11 +22,13 @@
 #include <cblas.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1241,6 +1243,88 @@ static int write_thunks(const Plan *plan, const char *path)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* ---- the cache of compiled plans ----
+ *
+ * The tests of one build compile the same plans many times (test_emu_gemm under three
+ * schedules, a model in several tests), and for most cases the compile is most of the
+ * time. Where XDG_CACHE_HOME is set (ctest sets it to the build's test-cache), a plan's
+ * shared object is kept in its cgc-emu/ under a hash of everything the compile reads: the
+ * files written for it, the emulation's sources, the compiler and the sanitizer. Each
+ * build gets a copy of its own, not a link: dlopen takes one file (one inode) for one
+ * library, and each device needs its own emulator state. */
+
+static uint64_t hash_file(uint64_t h, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return fnv1a(h, path, strlen(path) + 1);   /* a file it cannot read: no match */
+    char buf[1 << 14];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = fnv1a(h, buf, n);
+    fclose(f);
+    return h;
+}
+
+static int not_dot(const struct dirent *e) { return e->d_name[0] != '.'; }
+
+/* The key of compiling DIR's files with ASAN: 0 when the cache is off. */
+static uint64_t build_key(const char *dir, bool asan)
+{
+    const char *cache = getenv("XDG_CACHE_HOME");
+    if (!cache || !*cache) return 0;
+    const char *fixed[] = { CGC_EMU_CXX, asan ? "asan" : "",
+#if defined(__SANITIZE_THREAD__)
+                            "tsan",
+#endif
+    };
+    uint64_t h = FNV_BASIS;
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) h = fnv1a(h, fixed[i], strlen(fixed[i]) + 1);
+    h = hash_file(hash_file(h, CGC_EMU_DIR "/cuda_emu.h"), CGC_EMU_DIR "/cuda_emu.cpp");
+    struct dirent **names;
+    int n = scandir(dir, &names, not_dot, alphasort);
+    if (n < 0) return 0;
+    for (int i = 0; i < n; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+        h = hash_file(fnv1a(h, names[i]->d_name, strlen(names[i]->d_name) + 1), path);
+        free(names[i]);
+    }
+    free(names);
+    return h ? h : 1;
+}
+
+static void cache_path(uint64_t key, const char *suffix, char *out, size_t len)
+{
+    snprintf(out, len, "%s/cgc-emu/%016llx.so%s", getenv("XDG_CACHE_HOME"), (unsigned long long)key, suffix);
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    char buf[1 << 16];
+    size_t n;
+    bool ok = in && out;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    ok = ok && !ferror(in);
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) ok = false;
+    return ok ? 0 : -1;
+}
+
+/* Keeps SO under KEY: written under a name of this process's, then renamed, so that a
+ * test running beside this one sees the whole file or none. */
+static void cache_store(uint64_t key, const char *so)
+{
+    char dir[300], tmp[320], final[300];
+    snprintf(dir, sizeof dir, "%s/cgc-emu", getenv("XDG_CACHE_HOME"));
+    mkdir(getenv("XDG_CACHE_HOME"), 0755);
+    mkdir(dir, 0755);
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, ".%d.tmp", (int)getpid());
+    cache_path(key, suffix, tmp, sizeof tmp);
+    cache_path(key, "", final, sizeof final);
+    if (copy_file(so, tmp) != 0 || rename(tmp, final) != 0) unlink(tmp);
+}
+
 int emu_build_plan(const Plan *plan, bool asan, char *so_path, size_t so_path_len)
 {
     const char *tmp = getenv("TMPDIR");
@@ -1257,8 +1341,14 @@ int emu_build_plan(const Plan *plan, bool asan, char *so_path, size_t so_path_le
     if (plan_emit(plan, dir, NULL, 0) != 0 || write_thunks(plan, thunks) != 0 ||
         write_unity(plan, unity, "thunks.cpp") != 0)
         return -1;
+    uint64_t key = build_key(dir, asan);
+    char cached[300];
+    if (key) cache_path(key, "", cached, sizeof cached);
+    if (key && access(cached, R_OK) == 0 && copy_file(cached, so_path) == 0) return 0;
     const char *srcs[] = { unity };
-    return emu_compile_so(srcs, 1, dir, asan, so_path);
+    int rc = emu_compile_so(srcs, 1, dir, asan, so_path);
+    if (rc == 0 && key) cache_store(key, so_path);
+    return rc;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
