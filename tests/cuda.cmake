@@ -2,8 +2,8 @@
 # Toolkit is), and the device itself (label gpu: exits 77, skipped, without a GPU).
 if(CUDAToolkit_FOUND)
   cgc_c_test(test_kcache cgc_device cgc_base)
-  # Every model's modules for two archs: about 2 minutes of a core on the 2-core machine;
-  # in the sanitizer build, one model's for one arch (test_nvrtc_models.c says why).
+  # Every model's plans, each for one of two archs: about a minute of a core on the 2-core
+  # machine; in the sanitizer build, one model's for one arch (test_nvrtc_models.c says why).
   add_executable(test_nvrtc_models test_nvrtc_models.c)
   target_link_libraries(test_nvrtc_models PRIVATE cgc_driver)
   target_compile_definitions(test_nvrtc_models PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")

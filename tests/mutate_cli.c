@@ -2,13 +2,14 @@
  *
  *   mutate_cli CGC MODEL.net...
  *
- * For every model, a few hundred seeded mutations (bit flips, random bytes, deleted,
- * duplicated and inserted spans, deep bracket nesting, truncation) are written to a
- * temporary file and run through `cgc --check` (eager, or fused in the default mode) or
- * `cgc --dump-ir`; the first few that pass are also trained for two steps, so that data
- * loading, the executor and the training loop see mutated models too. Each run must end within 10 seconds, by exit 0,
- * or by exit 1 with an "error:" on standard error. A failing input is kept and its path
- * printed, so it can be replayed.
+ * For every model, 120 seeded mutations (bit flips, random bytes, deleted, duplicated
+ * and inserted spans, deep bracket nesting, truncation) are written to a temporary file
+ * and run through `cgc --check` (eager, or fused in the default mode) or `cgc
+ * --dump-ir`; the first few that pass are also trained for two steps, so that data
+ * loading, the executor and the training loop see mutated models too. Each run must end
+ * within 10 seconds, by exit 0, or by exit 1 with an "error:" on standard error. A
+ * failing input is kept and its path printed, so it can be replayed. This is the suite's
+ * sample; the campaign is scripts/fuzz.sh's fuzz_net, run for hours.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -20,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MUTATIONS_PER_MODEL = 250, TRAINED_PER_MODEL = 10, TIME_LIMIT_S = 10, MAX_LEN = 1 << 20 };
+enum { MUTATIONS_PER_MODEL = 120, TRAINED_PER_MODEL = 10, TIME_LIMIT_S = 10, MAX_LEN = 1 << 20 };
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 

@@ -1,6 +1,7 @@
 /* test_nvrtc_models.c: every model of models/ in every precision, planned in the eager
- * and the default (fused) mode, compiled whole by NVRTC for sm_80 and sm_90 (the cache
- * off, so NVRTC really runs); and max-autotune's generated GEMMs (their own module) of
+ * and the default (fused) mode, compiled whole by NVRTC (the cache off, so NVRTC really
+ * runs), each plan for sm_80 or sm_90 in turn so that each precision and mode meets
+ * both; and max-autotune's generated GEMMs (their own module) of
  * mlp.net in f16 (sm_80) and bf16 (sm_90), which hold every kind the shipped models
  * make (nt with bias and relu, nt, nn, tn; every tile shape). Any NVRTC error fails the test and shows the
  * log (cuda_compile prints it). No GPU. */
@@ -87,12 +88,14 @@ static int is_net(const struct dirent *e)
     return n > 4 && strcmp(e->d_name + n - 4, ".net") == 0;
 }
 
-/* PATH in every precision, planned eager and default, compiled for each of ARCHS. */
+/* PATH in every precision, planned eager and default, each plan compiled for one of
+ * ARCHS, in turn. */
 static void compile_every_plan(const char *path, const char *name, const int *archs, size_t narchs)
 {
     for (size_t k = 0; k < sizeof PRECISIONS / sizeof PRECISIONS[0]; k++)
         for (int mode = PLAN_EAGER; mode <= PLAN_DEFAULT; mode++)
-            compile_model(path, name, PRECISIONS[k], (PlanMode)mode, false, archs, narchs);
+            compile_model(path, name, PRECISIONS[k], (PlanMode)mode, false,
+                          &archs[(k + (size_t)mode) % narchs], 1);
 }
 
 /* Usage: test_nvrtc_models [MODEL.net]: with a model of models/ named, only its plans, for

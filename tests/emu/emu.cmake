@@ -114,8 +114,8 @@ cgc_emu_run(test_emu_cnn_library test_emu_models
             ASAN --asan --convs 3 --batches 2,1 ../tests/emu/models/conv_chain:fp16:2:default)
 
 # Models that exist for a shape the shipped ones lack (tests/emu/models/*.net, each saying
-# why), in every precision and mode.
-cgc_emu_run(test_emu_shapes test_emu_models ENV CGC_MODELS_DIR=${EMU_DIR}/models
+# why), in every mode, each in an f32 and a half precision by turns (--in-turn).
+cgc_emu_run(test_emu_shapes test_emu_models ENV CGC_MODELS_DIR=${EMU_DIR}/models ARGS --in-turn
             ASAN --asan conv_chain:bf16:0:default image_windows:fp16:0:default
                  reduce_reads_reduce:fp32:0:default square_rows:fp32:0:default)
 
@@ -135,15 +135,16 @@ cgc_emu_run(test_emu_boundary_shuffled test_emu_models ENV CGC_EMU_SCHEDULE=shuf
 # Models too wide for one kernel's parameters (tests/emu/wide/*.net): the kernels fusion
 # splits them into, at the limit, in the default mode.
 cgc_emu_run(test_emu_wide test_emu_models ENV CGC_MODELS_DIR=${EMU_DIR}/wide
-            ARGS wide_sum:fp32:0:default deep_clip:fp16:0:default deep_clip:bf16:2:default
+            ARGS wide_sum:fp32:0:default deep_clip:bf16:2:default
             ASAN --asan deep_clip:fp16:0:default)
 
 # The same comparisons on a real GPU: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_models COMMAND test_emu_models --cuda)
 set_tests_properties(test_gpu_models PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
 
-# The racecheck over generated kernels: a model of each kind (fused MLP runs, residual
-# blocks, a regression) and the tensor-core GEMMs, under ThreadSanitizer, and the
+# The racecheck over generated kernels: resmlp in every mode (row groups, reductions,
+# softmax and the loss, eager and fused), mlp's fused step (multi-tensor launches, loss
+# scaling) and the tensor-core GEMMs, under ThreadSanitizer, and the
 # emulation's own test with kernels that race. One thread for OpenMP and OpenBLAS: their
 # own threads are not what is checked, and TSan cannot see through libgomp's barriers. A
 # race stops the test (halt_on_error) with TSan's report.
@@ -154,7 +155,7 @@ if(NOT CGC_SANITIZE)
   set(tsan_env "TSAN_OPTIONS=halt_on_error=1:history_size=4;OMP_NUM_THREADS=1")
   cgc_emu_run(test_emu_runtime_tsan test_emu_runtime_tsan LABELS tsan ENV ${tsan_env} ARGS --tsan)
   cgc_emu_run(test_emu_models_tsan test_emu_models_tsan TIMEOUT 1500 LABELS tsan ENV ${tsan_env}
-              ARGS mlp:fp16 regression:fp32 resmlp:bf16)
+              ARGS resmlp:bf16 mlp:fp16:0:default)
   cgc_emu_run(test_emu_gemm_tsan test_emu_gemm_tsan LABELS tsan ENV ${tsan_env} ARGS mlp:fp16:37)
 endif()
 

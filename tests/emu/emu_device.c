@@ -1166,15 +1166,16 @@ int emu_compile_so(const char *const *srcs, int nsrcs, const char *include_dir, 
     bool tsan = false;
 #endif
     const char *fixed[] = {
-        CGC_EMU_CXX, "-std=c++17", "-O1", "-g", "-fPIC", "-shared",
+        CGC_EMU_CXX, "-std=c++17", "-O1", "-fPIC", "-shared",
         "-include", CGC_EMU_DIR "/cuda_emu.h",
     };
     enum { NFIXED = sizeof fixed / sizeof fixed[0] };
-    const char **argv = calloc((size_t)nsrcs * 2 + NFIXED + 8, sizeof *argv);
+    const char **argv = calloc((size_t)nsrcs * 2 + NFIXED + 10, sizeof *argv);
     if (!argv) return -1;
     int n = 0;
     for (int i = 0; i < NFIXED; i++) argv[n++] = fixed[i];
     if (include_dir) argv[n++] = inc;
+    if (asan || tsan) argv[n++] = "-g";   /* lines for a sanitizer's report (a sixth of the compile) */
     if (asan) argv[n++] = "-fsanitize=address";
     if (tsan) argv[n++] = "-fsanitize=thread";
     for (int i = 0; i < nsrcs; i++) {

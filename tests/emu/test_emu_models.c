@@ -18,7 +18,7 @@
  * With --cuda the same comparisons run on the first CUDA device instead (kernels compiled
  * by NVRTC, GEMMs by cuBLAS): the `gpu` test, which exits 77 where there is none.
  *
- * Usage: test_emu_models [--asan | --cuda] [--batches B,LAST] [--skip MODEL]...
+ * Usage: test_emu_models [--asan | --cuda] [--batches B,LAST] [--in-turn] [--skip MODEL]...
  *                        [MODEL[:PRECISION[:ACCUMULATE[:MODE]]]...];
  * with no case named, all of them but the skipped (MODE: eager, default, standin; all
  * three when absent);
@@ -54,6 +54,9 @@ static void bind_symbols(int64_t symvals[IR_MAX_SYMBOLS], int64_t batch)
 static uint64_t seed = 20261122;
 /* --cuda: the same comparisons on the first CUDA device (label gpu). */
 static bool on_cuda;
+/* --in-turn: with no case named, each model in two precisions, fp32 and bf16 or tf32 and
+ * fp16 by turns (a directory of models that exist for their shapes, not their types). */
+static bool in_turn;
 static int conv_algos;       /* --convs N: the emulation with a convolution library */
 
 typedef enum Mode { MODE_EAGER, MODE_DEFAULT, MODE_STANDIN, NUM_MODES } Mode;
@@ -1005,16 +1008,18 @@ static int list_models(Case *out, int max)
 
 static int all_cases(Case *cases, int max)
 {
-    static const char *precisions[] = { "fp32", "tf32", "bf16", "fp16" };
+    static const char *precisions[] = { "fp32", "bf16", "tf32", "fp16" };
     Case models[32] = { 0 };
     int nmodels = list_models(models, 32), n = 0;
     for (int m = 0; m < nmodels; m++)
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 4; k++) {
+            if (in_turn && k != m % 2 * 2 && k != m % 2 * 2 + 1) continue;
             for (int mode = 0; mode < NUM_MODES && n < max; mode++) {
                 cases[n] = models[m];
                 cases[n].mode = (Mode)mode;
                 snprintf(cases[n++].precision, sizeof cases[0].precision, "%s", precisions[k]);
             }
+        }
     /* gradient accumulation: train_micro, with and without loss scaling (on mlp.net,
      * where the directory has it) */
     bool has_mlp = false;
@@ -1061,6 +1066,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--asan") == 0) asan = true;
         else if (strcmp(argv[i], "--cuda") == 0) on_cuda = true;
+        else if (strcmp(argv[i], "--in-turn") == 0) in_turn = true;
         else if (strcmp(argv[i], "--convs") == 0 && i + 1 < argc) conv_algos = atoi(argv[++i]);
         else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc && nskipped < 8) skipped[nskipped++] = argv[++i];
         else if (strcmp(argv[i], "--batches") == 0) {

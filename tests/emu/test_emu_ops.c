@@ -1,7 +1,8 @@
-/* test_emu_ops.c: every elementwise op of compiler/ops.def on its own, rendered for CUDA,
- * compiled by NVRTC and run on the CUDA emulation against the CPU executor. The ops come
- * from the table (its rows with an expression, of the unary, binary and ternary classes),
- * so a new row is tested without a line here.
+/* test_emu_ops.c: every elementwise op and every reduction of compiler/ops.def on its
+ * own, rendered for CUDA, compiled by NVRTC and run on the CUDA emulation against the CPU
+ * executor. The ops come from the table (its rows with an expression, of the unary,
+ * binary and ternary classes, and its rows of FUSE REDUCTION), so a new row is tested
+ * without a line here.
  *
  * One program holds them all: for each storage type (f32, f16, bf16) the operands are
  * parameters cast to the type, and each op is applied to signed operands and to positive
@@ -9,10 +10,14 @@
  * ops broadcast a [C] operand over an [R, C] one, select an [R, 1] condition of zeros and
  * ones. Two shapes: [5, 37], within one block, and [65, 131], whose 8515 elements end
  * inside a block of CUDA_BLOCK * CUDA_ITEMS_PER_THREAD (1024) and inside a warp, with rows
- * that are no multiple of 8, 16 or 128 long. The train graph is planned twice: eager (each op its own kernel) and default with
- * each op a pointwise group of its own (the fused renderer); each module is compiled by
- * NVRTC for sm_90 and run on the emulation. Both executors compute in f32 and round
- * stores to the node's type, so every value must agree bit for bit (NaN with NaN).
+ * that are no multiple of 8, 16 or 128 long. A reduction along an axis (SUM, MEAN, MAX)
+ * reduces both matrices along each axis and whole; one to a shape (REDUCE_TO), each to a
+ * row and to a column. The train graph is planned twice: eager (each op its own kernel)
+ * and default with each op a group of its own (the fused renderer: pointwise, or reduce);
+ * each module is compiled by NVRTC for sm_90 and run on the emulation. Both executors
+ * compute elementwise ops in f32 and round stores to the node's type, so every value must
+ * agree bit for bit (NaN with NaN); both sum in double, in orders of their own, so a sum
+ * or mean may differ by one unit in the last place of its type.
  *
  *     test_emu_ops [--asan]
  */
@@ -65,6 +70,26 @@ static bool tested(IrOp op)
            (c == IR_CLASS_UNARY || c == IR_CLASS_BINARY || c == IR_CLASS_TERNARY);
 }
 
+static void add_case(OpsProgram *o, IrGraph *g, int y)
+{
+    CHECK(o->nops < MAX_OPS);
+    if (o->nops < MAX_OPS) o->op_node[o->nops++] = y;
+    ir_binary(g, IR_ADD, y, y, L0);   /* a reader outside the op's group */
+}
+
+/* Reduction OP of MAT, an [R, C] matrix: along each axis and whole, or to a row and to
+ * a column. */
+static void reductions(OpsProgram *o, IrGraph *g, IrOp op, int mat)
+{
+    if (ir_op_reduces_to_shape(op)) {
+        add_case(o, g, ir_reduce_to(g, mat, shape2(1, o->cols), L0));
+        add_case(o, g, ir_reduce_to(g, mat, shape2(o->rows, 1), L0));
+        return;
+    }
+    static const int axes[] = {1, 0, IR_AXIS_ALL};
+    for (size_t a = 0; a < sizeof axes / sizeof *axes; a++) add_case(o, g, ir_reduce(g, op, mat, axes[a], L0));
+}
+
 /* Each tested op, per type and sign, stored (read by an add outside its group). */
 static void build(OpsProgram *o)
 {
@@ -82,20 +107,18 @@ static void build(OpsProgram *o)
         int in[NPARAMS];
         for (int i = 0; i < NPARAMS; i++) in[i] = ir_cast(g, read[i], types[t], L0);
         for (int op = 0; op < IR_NUM_OPS; op++) {
-            if (!tested(op)) continue;
             for (int positive = 0; positive < 2; positive++) {
                 int a = in[positive ? POSITIVE_MAT : SIGNED_MAT], b = in[positive ? POSITIVE_ROW : SIGNED_ROW];
-                int y = apply(g, op, (int[]){a, b, in[COND]});
-                CHECK(o->nops < MAX_OPS);
-                if (o->nops < MAX_OPS) o->op_node[o->nops++] = y;
-                ir_binary(g, IR_ADD, y, y, L0);   /* a reader outside the op's group */
+                if (tested(op)) add_case(o, g, apply(g, op, (int[]){a, b, in[COND]}));
+                if (ir_op_is_reduction(op)) reductions(o, g, op, a);
             }
         }
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) g->output[r] = -1;
 }
 
-/* Default mode's groups: each op alone, a pointwise group of its output's shape. */
+/* Default mode's groups: each op alone, a pointwise group of its output's shape or a
+ * reduce group of its input's. */
 static void group_each_op(OpsProgram *o)
 {
     IrGraph *g = &o->p->train;
@@ -103,8 +126,13 @@ static void group_each_op(OpsProgram *o)
         IrNode *n = &g->nodes[o->op_node[k]];
         char name[64];
         snprintf(name, sizeof name, "%s_%d", ir_op_name(n->op), k);
-        n->group = ir_add_group(g, &(IrGroup){.kind = IR_GROUP_POINTWISE,
-                                              .name = ir_intern(o->p, name), .work = n->shape});
+        IrGroup gr = {.kind = IR_GROUP_POINTWISE, .name = ir_intern(o->p, name), .work = n->shape};
+        if (ir_op_is_reduction(n->op)) {
+            gr.kind = IR_GROUP_REDUCE;
+            gr.work = g->nodes[n->in[0]].shape;
+            gr.axis = ir_op_reduces_to_shape(n->op) ? 0 : n->axis;
+        }
+        n->group = ir_add_group(g, &gr);
     }
 }
 
@@ -147,6 +175,17 @@ static bool same_bits(float c, float d)
     return (isnan(c) && isnan(d)) || memcmp(&c, &d, sizeof c) == 0;
 }
 
+/* C and D equal, or, for a sum, a unit in the last place of type T apart (2^-23 of the
+ * larger for f32, 2^-10 for f16, 2^-7 for bf16). */
+static bool agree(float c, float d, const IrNode *n)
+{
+    if (same_bits(c, d)) return true;
+    if (!ir_op_is_reduction(n->op) || ir_op_info[n->op].combine == IR_COMBINE_MAX || !isfinite(c) || !isfinite(d))
+        return false;
+    double ulp = n->dtype == DT_F16 ? 0x1p-10 : n->dtype == DT_BF16 ? 0x1p-7 : 0x1p-23;
+    return fabs((double)c - d) <= ulp * fmax(fabs(c), fabs(d));
+}
+
 /* Every tested node of the run on D against the CPU executor's. */
 static void compare(const OpsProgram *o, CpuExec *cpu, DevExec *dev, const char *mode)
 {
@@ -160,7 +199,7 @@ static void compare(const OpsProgram *o, CpuExec *cpu, DevExec *dev, const char 
         CHECK_EQ_INT(dn, cn);
         int64_t bad = 0, first = -1;
         for (int64_t i = 0; i < cn && i < dn; i++)
-            if (!same_bits(want[i], got[i]) && bad++ == 0) first = i;
+            if (!agree(want[i], got[i], n) && bad++ == 0) first = i;
         check_count++;
         if (bad) {
             check_failures++;
@@ -230,7 +269,8 @@ int main(int argc, char **argv)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         OpsProgram o = {.rows = shapes[s][0], .cols = shapes[s][1]};
         build(&o);
-        CHECK(o.nops >= 2 * NTYPES * 30);   /* the table's elementwise ops, each way */
+        /* the table's elementwise ops and reductions, each way */
+        CHECK(o.nops >= 2 * NTYPES * (30 + 3 * 3 + 2));
         run_mode(&o, PLAN_EAGER, asan);
         group_each_op(&o);
         run_mode(&o, PLAN_DEFAULT, asan);
