@@ -1,9 +1,9 @@
 /* codegen_impl.h: what the files of codegen/ share and nothing else sees.
  *
  * plan.c walks the graphs and owns the Plan; cuda.c renders one kernel per IR node into
- * a KernelDraft (text, parameters, launch geometry), fused.c one kernel per fusion group
- * (or multi-tensor launch) with cuda.c's helpers; plan.c then shares identical kernels
- * and names them; emit.c prints and writes the result.
+ * a KernelDraft (text, parameters, launch geometry; draft.c), fused.c one kernel per
+ * fusion group (or multi-tensor launch) with cuda.c's helpers; plan.c then shares
+ * identical kernels and names them; emit.c prints and writes the result.
  */
 #ifndef CGC_CODEGEN_IMPL_H
 #define CGC_CODEGEN_IMPL_H
@@ -81,7 +81,7 @@ extern const char *const codegen_graph_label[PG_NUM];
 /* A shared kernel's comment lists its first uses, this many at most. */
 enum { CODEGEN_MAX_LISTED_USES = 6 };
 
-/* The uses of a kernel that its comment lists (plan.c): where each comes from. */
+/* The uses of a kernel that its comment lists (draft.c): where each comes from. */
 typedef struct KernelUses {
     StrBuf lines;       /* the listed ones, each ending in a newline */
     int n;              /* every use noted, listed or not */
@@ -98,10 +98,10 @@ const char *cuda_storage_ctype(DType t, bool is_const);
 DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype, const char *name,
                         PlanArg arg);
 void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const);
-/* Every buffer D's arguments name resolved to the buffer that owns its memory (plan.c). */
+/* Every buffer D's arguments name resolved to the buffer that owns its memory. */
 void draft_root_args(const Plan *pl, KernelDraft *d);
 /* NAME, or the first of NAME_2, NAME_3, ... that no kernel of PL has yet (in place, in
- * LEN bytes; plan.c). */
+ * LEN bytes). */
 void plan_unique_kernel_name(const Plan *pl, char *name, size_t len);
 /* Appends the parameter NAME through which the kernel reads IR_RUNTIME node ID of
  * CTX->g, and writes its value as an f32 expression into EXPR: the float parameter

@@ -1,5 +1,5 @@
 /* cuda.c: the CUDA renderer: one kernel per IR node (the eager mode), and the helpers
- * (parameters, dimension expressions, literals, broadcast offsets, loops) that fused.c
+ * (dimension expressions, literals, broadcast offsets, loops) that fused.c
  * renders fusion groups with, so that both write the same text for the same thing.
  *
  * Each function renders one op family into a KernelDraft: the parameters (outputs
@@ -18,84 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-/* ---- strings ---- */
-
-void sb_puts(StrBuf *b, const char *s) { sb_printf(b, "%s", s); }
-
-void sb_printf(StrBuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    CGC_ASSERT(n >= 0);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        b->cap = (b->len + (size_t)n + 1) * 2;
-        b->s = xrealloc(b->s, b->cap);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-void sb_free(StrBuf *b)
-{
-    free(b->s);
-    memset(b, 0, sizeof *b);
-}
-
-void codegen_mangle(char *dst, size_t max, const char *s)
-{
-    size_t n = 0;
-    for (; *s && n + 1 < max; s++) {
-        char c = *s;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        dst[n++] = ok ? c : '_';
-    }
-    dst[n] = '\0';
-}
-
-/* ---- types and parameters ---- */
-
-const char *cuda_storage_ctype(DType t, bool is_const)
-{
-    static const char *const out[] = { "float *", "cgc_half *", "cgc_bf16 *", "int32_t *" };
-    static const char *const in[] = { "const float *", "const cgc_half *", "const cgc_bf16 *",
-                                      "const int32_t *" };
-    CGC_ASSERT(t >= DT_F32 && t <= DT_I32);
-    return is_const ? in[t] : out[t];
-}
-
-DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype,
-                             const char *name, PlanArg arg)
-{
-    CGC_ASSERT(d->nparams < PLAN_MAX_PARAMS);
-    DraftParam *p = &d->param[d->nparams++];
-    p->type = type;
-    p->ctype = ctype;
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->arg = arg;
-    return p;
-}
-
-void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const)
-{
-    draft_param(d, PP_PTR, cuda_storage_ctype(t, is_const), name,
-              (PlanArg){ .kind = ARG_BUFFER, .index = buffer });
-}
-
-/* Appends a sym<k> parameter for every symbol the body used: the sizes come last. */
-void draft_finish_symbols(KernelDraft *d)
-{
-    for (int k = 0; k < IR_MAX_SYMBOLS; k++) {
-        if (!(d->symbols & (1u << k))) continue;
-        char name[16];
-        snprintf(name, sizeof name, "sym%d", k);
-        draft_param(d, PP_I64, "int64_t", name, (PlanArg){ .kind = ARG_SYMBOL, .index = k });
-    }
-}
 
 /* ---- dimensions as C expressions ---- */
 

@@ -121,14 +121,6 @@ static int add_buffer(Builder *b, PlanBuffer buf)
     return pl->nbuffers++;
 }
 
-bool plan_param_written(const char *ctype) { return !ctype || strncmp(ctype, "const ", 6) != 0; }
-
-int plan_buffer_root(const Plan *pl, int b)
-{
-    while (pl->buffers[b].alias_of >= 0) b = pl->buffers[b].alias_of;
-    return b;
-}
-
 static const char *node_what(Builder *b, const IrNode *n, int id)
 {
     return n->name ? plan_name(b, n->name) : ownf(b, "%%%d", id);
@@ -186,22 +178,6 @@ static bool computes(const IrGraph *g, int id)
 }
 
 /* ---- kernels ---- */
-
-static bool name_taken(const Plan *pl, const char *name)
-{
-    for (int k = 0; k < pl->nkernels; k++)
-        if (strcmp(pl->kernels[k].name, name) == 0) return true;
-    return false;
-}
-
-void plan_unique_kernel_name(const Plan *pl, char *name, size_t len)
-{
-    size_t base = strlen(name);
-    for (int suffix = 2; name_taken(pl, name); suffix++) {
-        CGC_ASSERT(base + 12 < len);
-        snprintf(name + base, len - base, "_%d", suffix);
-    }
-}
 
 /* Whether pointer parameter I of D may be __restrict__: no other parameter names the
  * same memory where one of the two is written (an in-place assignment reads the tensor
@@ -273,37 +249,6 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     info->signature = sig;
     info->body = xstrdup(d->body.s ? d->body.s : "");
     return pl->nkernels++;
-}
-
-void kernel_uses_add(KernelUses *u, const char *fmt, ...)
-{
-    if (++u->n > CODEGEN_MAX_LISTED_USES) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    CGC_ASSERT(n >= 0);
-    char *line = xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(line, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_printf(&u->lines, "%s\n", line);
-    free(line);
-}
-
-void kernel_uses_comment(StrBuf *out, const KernelUses *u, const char *close)
-{
-    const char *line = u->lines.s ? u->lines.s : "";
-    bool first = true;
-    while (*line) {
-        const char *end = strchr(line, '\n');
-        sb_printf(out, "%s%.*s", first ? "/* " : "\n * ", (int)(end - line), line);
-        first = false;
-        line = end + 1;
-    }
-    if (u->n > CODEGEN_MAX_LISTED_USES)
-        sb_printf(out, "\n * and %d more uses", u->n - CODEGEN_MAX_LISTED_USES);
-    if (!first) sb_puts(out, close);
 }
 
 /* Adds LINE to the comment of kernel K: where this use of it comes from. */
@@ -435,13 +380,6 @@ static RenderCtx render_ctx(const Builder *b)
 {
     return (RenderCtx){ .p = b->plan->p, .g = b->graph->ir, .node_buffer = b->graph->node_buffer,
                         .plan = b->plan, .span = b->span, .scratch = b->scratch };
-}
-
-void draft_root_args(const Plan *pl, KernelDraft *d)
-{
-    for (int i = 0; i < d->nparams; i++)
-        if (d->param[i].arg.kind == ARG_BUFFER)
-            d->param[i].arg.index = plan_buffer_root(pl, d->param[i].arg.index);
 }
 
 static void launch_node(Builder *b, int id)
