@@ -145,18 +145,6 @@ static int detour_via(Units *u, int from, int to)
     return -1;
 }
 
-static const IrGroup *unit_group(const IrGraph *g, int u)
-{
-    return u >= 1 && u <= g->ngroups ? &g->groups[u - 1] : NULL;
-}
-
-/* The shape a unit works over: its group's work, or the node's shape. */
-static const Shape *unit_work(const IrGraph *g, int u)
-{
-    const IrGroup *gr = unit_group(g, u);
-    return gr ? &gr->work : &g->nodes[u - g->ngroups - 1].shape;
-}
-
 /* Whether unit U (a group) holds a reduction to a shape (not along an axis). */
 static bool reduces_to_shape(const IrGraph *g, int u)
 {
@@ -186,7 +174,7 @@ static bool runs_alone(const IrGraph *g, const IrGroup *gr, int id)
 static bool gemm_split(const IrGraph *g, IrBoundary *b)
 {
     const IrNode *P = &g->nodes[b->pn], *C = &g->nodes[b->cn];
-    const IrGroup *gp = unit_group(g, b->up), *gc = unit_group(g, b->uc);
+    const IrGroup *gp = ir_unit_group(g, b->up), *gc = ir_unit_group(g, b->uc);
     if (C->op == IR_MATMUL) b->why = IR_SPLIT_GEMM_READS;
     else if (gc && gc->kind == IR_GROUP_GEMM) b->why = IR_SPLIT_INTO_GEMM_GROUP;
     else if (gp && gp->kind == IR_GROUP_GEMM) b->why = IR_SPLIT_EPILOGUE_ENDS;
@@ -201,12 +189,12 @@ static bool gemm_split(const IrGraph *g, IrBoundary *b)
 static bool group_split(const IrGraph *g, IrBoundary *b)
 {
     const IrNode *P = &g->nodes[b->pn], *C = &g->nodes[b->cn];
-    const IrGroup *gp = unit_group(g, b->up), *gc = unit_group(g, b->uc);
+    const IrGroup *gp = ir_unit_group(g, b->up), *gc = ir_unit_group(g, b->uc);
     if (runs_alone(g, gp, b->pn)) b->why = IR_SPLIT_OWN_KERNEL, b->own = b->pn;
     else if (runs_alone(g, gc, b->cn)) b->why = IR_SPLIT_OWN_KERNEL, b->own = b->cn;
     else if (ir_op_is_reduction(P->op) && !(gp && gc && gp->kind == IR_GROUP_ROW)) b->why = IR_SPLIT_REDUCTION;
     else if (P->recompute != C->recompute) b->why = IR_SPLIT_PHASE;
-    else if (!ir_shape_fits(&P->shape, unit_work(g, b->uc))) b->why = IR_SPLIT_WORK_STRETCH;
+    else if (!ir_shape_fits(&P->shape, ir_unit_work(g, b->uc))) b->why = IR_SPLIT_WORK_STRETCH;
     else if (gp && gc && !ir_shape_equal(&gp->work, &gc->work)) b->why = IR_SPLIT_WORK_EXACT;
     else if (gp && gc && gp->kind == IR_GROUP_ROW && gc->kind == IR_GROUP_REDUCE &&
              (reduces_to_shape(g, b->uc) || gc->axis != gc->work.rank - 1))
@@ -219,7 +207,7 @@ static bool group_split(const IrGraph *g, IrBoundary *b)
 static void classify(Units *u, IrBoundary *b)
 {
     const IrGraph *g = u->g;
-    const IrGroup *gp = unit_group(g, b->up), *gc = unit_group(g, b->uc);
+    const IrGroup *gp = ir_unit_group(g, b->up), *gc = ir_unit_group(g, b->uc);
     if (gemm_split(g, b) || group_split(g, b)) return;
     if (u->readers[b->pn] > 1) {
         b->why = IR_SPLIT_SHARED;

@@ -427,6 +427,17 @@ void ir_graph_copy(IrGraph *dst, const IrGraph *src, const char *name)
     }
 }
 
+const IrGroup *ir_unit_group(const IrGraph *g, int u)
+{
+    return u >= 1 && u <= g->ngroups ? &g->groups[u - 1] : NULL;
+}
+
+const Shape *ir_unit_work(const IrGraph *g, int u)
+{
+    const IrGroup *gr = ir_unit_group(g, u);
+    return gr ? &gr->work : &g->nodes[u - g->ngroups - 1].shape;
+}
+
 int ir_add_group(IrGraph *g, const IrGroup *gr)
 {
     g->groups = xrealloc(g->groups, (size_t)(g->ngroups + 1) * sizeof *g->groups);

@@ -342,6 +342,11 @@ typedef struct IrGraph {
     int nboundaries;
 } IrGraph;
 
+/* Unit U's group (IrBoundary's numbering), or NULL for a node that runs alone. */
+const IrGroup *ir_unit_group(const IrGraph *g, int u);
+/* The shape unit U works over: its group's work, or the node's shape. */
+const Shape *ir_unit_work(const IrGraph *g, int u);
+
 typedef struct IrSymbol {
     const char *name;       /* as written in the .net file ("N") */
     SrcLoc loc;             /* first use */

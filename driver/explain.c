@@ -193,21 +193,9 @@ static void explain_groups(const Compiled *c, FILE *out)
 
 /* ---- why neighbours were not fused ---- */
 
-static const IrGroup *unit_group(const IrGraph *g, int u)
-{
-    return u >= 1 && u <= g->ngroups ? &g->groups[u - 1] : NULL;
-}
-
-/* The shape a unit works over: its group's work, or the node's shape. */
-static const Shape *unit_work(const IrGraph *g, int u)
-{
-    const IrGroup *gr = unit_group(g, u);
-    return gr ? &gr->work : &g->nodes[u - g->ngroups - 1].shape;
-}
-
 static void unit_label(const IrGraph *g, int u, char *buf, size_t n)
 {
-    const IrGroup *gr = unit_group(g, u);
+    const IrGroup *gr = ir_unit_group(g, u);
     if (gr) snprintf(buf, n, "g%d %s", u, gr->name);
     else snprintf(buf, n, "%%%d %s", u - g->ngroups - 1, ir_op_name(g->nodes[u - g->ngroups - 1].op));
 }
@@ -250,8 +238,8 @@ static void split_words(const IrProgram *p, const IrGraph *g, const IrBoundary *
     case IR_SPLIT_OWN_KERNEL: snprintf(why, len, f, ir_op_name(g->nodes[b->own].op)); break;
     case IR_SPLIT_WORK_STRETCH:
     case IR_SPLIT_WORK_EXACT:
-        snprintf(why, len, f, ir_shape_str(p, unit_work(g, b->up), x, sizeof x),
-                 ir_shape_str(p, unit_work(g, b->uc), y, sizeof y));
+        snprintf(why, len, f, ir_shape_str(p, ir_unit_work(g, b->up), x, sizeof x),
+                 ir_shape_str(p, ir_unit_work(g, b->uc), y, sizeof y));
         break;
     case IR_SPLIT_SHARED: snprintf(why, len, f, b->pn, ir_op_name(g->nodes[b->pn].op), b->readers); break;
     case IR_SPLIT_CYCLE:
