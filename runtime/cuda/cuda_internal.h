@@ -69,6 +69,9 @@ typedef struct CudaDevice {
     struct CudaLt *lt;          /* cuBLASLt, for GEMMs with an epilogue (gemm.c) */
     struct CudaConv *conv;      /* cuDNN, where it loads (conv.c) */
     struct CudaNccl *nccl;      /* NCCL, once the device joins a job (nccl.c) */
+    /* Called by every wait, with the seconds waited so far, while set (nccl.c, once the
+     * device has joined a job): the wait polls instead of blocking. */
+    void (*poll)(struct CudaDevice *cd, double waited);
     PinnedBlock *pinned;
     int npinned, pinned_cap;
     /* The last launch, for errors that surface later (at a sync). */
@@ -83,9 +86,12 @@ struct DeviceFence {
 
 /* Waits for EVENT, or for all the work queued on CD's stream when EVENT is NULL; CALL
  * names the wait in an error. Where the device sums over ranks the wait polls instead of
- * blocking (cuda_nccl_poll), so that a rank that died or hangs in a sum, for which
- * NCCL's kernels would wait forever, ends the job. */
+ * blocking (CudaDevice.poll), so that a rank that died or hangs in a sum, for which
+ * NCCL's kernels would wait forever, ends the job (runtime/cuda/driver.c). */
 int cuda_wait(CudaDevice *cd, CUevent event, const char *call);
+/* Reports R, the answer of a wait or a query of CD's work, as cuda_check does, adding
+ * which kernel ran last (an error may belong to any kernel issued before); 0 for success. */
+int cuda_check_wait(CudaDevice *cd, CUresult r, const char *call);
 
 /* cuBLAS and cuBLASLt on the device's stream (runtime/cuda/gemm.c). */
 int cuda_gemm_init(CudaDevice *cd);
@@ -107,10 +113,5 @@ int cuda_conv_algos(Device *d, const ConvCall *c, int *count, const DeviceSite *
  * coll_start and coll_wait (the library loads at join); close ends what join began. */
 void cuda_nccl_enable(CudaDevice *cd);
 void cuda_nccl_close(CudaDevice *cd);
-/* One look at the sums of a device that has joined a job, while the host has waited
- * WAITED seconds for it: returns while NCCL reports nothing wrong and the job's timeout
- * (comm_timeout_s) has not passed; else says which, aborts NCCL's communicator and ends
- * the whole job, as a collective of comm.h that times out does. */
-void cuda_nccl_poll(CudaDevice *cd, double waited);
 
 #endif

@@ -7,46 +7,13 @@
  * the next wait: those messages name the last kernel launched. */
 #define _GNU_SOURCE
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "../../base/clock.h"
 #include "cuda_internal.h"
 
 static CudaDevice *impl(Device *d) { return (CudaDevice *)d; }
-
-/* A failure seen at a wait: the error may belong to any kernel issued before it. */
-static int check_wait(CudaDevice *cd, CUresult r, const char *call)
-{
-    if (r == CUDA_SUCCESS) return 0;
-    cuda_check(r, call, NULL);
-    if (cd->last_kernel[0])
-        fprintf(stderr,
-                "cgc: note: the error may come from a kernel that ran before this wait; the "
-                "last launched was %s (%s) from %s:%d; run under compute-sanitizer to find "
-                "the one at fault\n",
-                cd->last_kernel, cd->last_what, cd->last_net[0] ? cd->last_net : "?",
-                cd->last_line);
-    return -1;
-}
-
-int cuda_wait(CudaDevice *cd, CUevent event, const char *call)
-{
-#ifdef CGC_HAVE_NCCL
-    /* the first milliseconds back to back (a step's wait is short), then sleeping */
-    for (double start = clock_seconds(), waited; cd->nccl;) {
-        CUresult r = event ? cu.cuEventQuery(event) : cu.cuStreamQuery(cd->stream);
-        if (r != CUDA_ERROR_NOT_READY) return check_wait(cd, r, call);
-        cuda_nccl_poll(cd, waited = clock_seconds() - start);
-        if (waited < 0.01) sched_yield();
-        else nanosleep(&(struct timespec){0, 100000}, NULL);
-    }
-#endif
-    return check_wait(cd, event ? cu.cuEventSynchronize(event) : cu.cuStreamSynchronize(cd->stream), call);
-}
 
 /* ---- memory ---- */
 
@@ -260,7 +227,7 @@ static int dev_fence_done(Device *d, DeviceFence *f, bool wait, bool *done)
     }
     CUresult r = cu.cuEventQuery(f->event);
     if (r == CUDA_ERROR_NOT_READY) return 0;
-    if (check_wait(cd, r, "cuEventQuery")) return -1;
+    if (cuda_check_wait(cd, r, "cuEventQuery")) return -1;
     *done = true;
     return 0;
 }
@@ -463,6 +430,26 @@ static int load_module(CudaDevice *cd, CUmodule *out, const void *cubin, size_t 
                     "supports CUDA %d.%d (a driver older than the toolkit may refuse it)\n",
             cubin_size, cd->base.name, version / 1000, version % 1000 / 10);
     return -1;
+}
+
+int cuda_print_devices(FILE *out)
+{
+    CudaDeviceInfo infos[CUDA_MAX_DEVICES];
+    char why[512];
+    int n = cuda_probe(infos, CUDA_MAX_DEVICES, why, sizeof why);
+    if (n == 0) fprintf(out, "no CUDA device: %s\n", why);
+    for (int i = 0; i < n && i < CUDA_MAX_DEVICES; i++)
+        fprintf(out, "cuda:%d  %s  %.1f GiB  sm_%d%d  %d SMs\n", i, infos[i].name,
+                (double)infos[i].total_bytes / (1024.0 * 1024.0 * 1024.0), infos[i].cc_major,
+                infos[i].cc_minor, infos[i].sm_count);
+#ifdef CGC_HAVE_CUDNN
+    const char *path;
+    size_t v = cuda_cudnn_version(&path);
+    if (v) fprintf(out, "cuDNN %zu.%zu.%zu (%s): convolutions by cuDNN where the plan allows\n", v / 10000,
+                   v / 100 % 100, v % 100, path);
+    else fprintf(out, "cuDNN: not loaded (%s): convolutions run as cgc's own kernels\n", path);
+#endif
+    return n;
 }
 
 int cuda_free_memory(int ordinal, size_t *free_bytes)

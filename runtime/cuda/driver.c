@@ -2,13 +2,17 @@
  *
  * cgc must start, compile and run on machines without an NVIDIA driver, so libcuda.so.1
  * is opened with dlopen and every entry point is looked up by its exported (versioned)
- * name; nothing here links against the driver. cuda_probe and cuda_print_devices say
- * what is there, or why nothing is. */
+ * name; nothing here links against the driver. Below the rest of runtime/cuda/: the
+ * driver's table, its errors, waiting for the device, and cuda_probe (what is there, or
+ * why nothing is). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "../../base/clock.h"
 #include "cuda_internal.h"
 
 CudaDriver cu;
@@ -100,6 +104,35 @@ int cuda_check(CUresult r, const char *call, const DeviceSite *site)
     return -1;
 }
 
+/* ---- waiting ---- */
+
+int cuda_check_wait(CudaDevice *cd, CUresult r, const char *call)
+{
+    if (r == CUDA_SUCCESS) return 0;
+    cuda_check(r, call, NULL);
+    if (cd->last_kernel[0])
+        fprintf(stderr,
+                "cgc: note: the error may come from a kernel that ran before this wait; the "
+                "last launched was %s (%s) from %s:%d; run under compute-sanitizer to find "
+                "the one at fault\n",
+                cd->last_kernel, cd->last_what, cd->last_net[0] ? cd->last_net : "?",
+                cd->last_line);
+    return -1;
+}
+
+int cuda_wait(CudaDevice *cd, CUevent event, const char *call)
+{
+    /* the first milliseconds back to back (a step's wait is short), then sleeping */
+    for (double start = clock_seconds(), waited; cd->poll;) {
+        CUresult r = event ? cu.cuEventQuery(event) : cu.cuStreamQuery(cd->stream);
+        if (r != CUDA_ERROR_NOT_READY) return cuda_check_wait(cd, r, call);
+        cd->poll(cd, waited = clock_seconds() - start);
+        if (waited < 0.01) sched_yield();
+        else nanosleep(&(struct timespec){0, 100000}, NULL);
+    }
+    return cuda_check_wait(cd, event ? cu.cuEventSynchronize(event) : cu.cuStreamSynchronize(cd->stream), call);
+}
+
 /* ---- what is there ---- */
 
 static int device_info(int ordinal, CudaDeviceInfo *info)
@@ -142,24 +175,4 @@ int cuda_probe(CudaDeviceInfo *infos, int max, char *why, size_t why_len)
     }
     snprintf(why, why_len, "%d CUDA device%s", count, count == 1 ? "" : "s");
     return count;
-}
-
-int cuda_print_devices(FILE *out)
-{
-    CudaDeviceInfo infos[CUDA_MAX_DEVICES];
-    char why[512];
-    int n = cuda_probe(infos, CUDA_MAX_DEVICES, why, sizeof why);
-    if (n == 0) fprintf(out, "no CUDA device: %s\n", why);
-    for (int i = 0; i < n && i < CUDA_MAX_DEVICES; i++)
-        fprintf(out, "cuda:%d  %s  %.1f GiB  sm_%d%d  %d SMs\n", i, infos[i].name,
-                (double)infos[i].total_bytes / (1024.0 * 1024.0 * 1024.0), infos[i].cc_major,
-                infos[i].cc_minor, infos[i].sm_count);
-#ifdef CGC_HAVE_CUDNN
-    const char *path;
-    size_t v = cuda_cudnn_version(&path);
-    if (v) fprintf(out, "cuDNN %zu.%zu.%zu (%s): convolutions by cuDNN where the plan allows\n", v / 10000,
-                   v / 100 % 100, v % 100, path);
-    else fprintf(out, "cuDNN: not loaded (%s): convolutions run as cgc's own kernels\n", path);
-#endif
-    return n;
 }

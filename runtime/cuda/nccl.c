@@ -24,10 +24,10 @@
  * which NCCL requires.
  *
  * A rank that dies or hangs leaves the others' sums waiting for it on their GPUs, for
- * ever. So the host never blocks on a device that has joined: its waits poll
- * (cuda_wait), and each poll asks NCCL for an error of the communicator; an error, or a
- * wait past the job's timeout, aborts the communicator and ends the job (MPI_Abort),
- * naming the rank that saw it. */
+ * ever. So the host never blocks on a device that has joined: its waits poll (cuda_wait,
+ * through CudaDevice.poll), and each poll asks NCCL for an error of the communicator; an
+ * error, or a wait past the job's timeout, aborts the communicator and ends the job
+ * (MPI_Abort), naming the rank that saw it. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,11 +93,38 @@ static bool nccl_load(struct CudaNccl *n)
     return true;
 }
 
+/* One look at the sums of a device that has joined a job, while the host has waited
+ * WAITED seconds for it (CudaDevice.poll): returns while NCCL reports nothing wrong and
+ * the job's timeout (comm_timeout_s) has not passed; else says which, aborts NCCL's
+ * communicator and ends the whole job, as a collective of comm.h that times out does. */
+static void nccl_poll(CudaDevice *cd, double waited)
+{
+    struct CudaNccl *n = cd->nccl;
+    if (!n->comm) return;
+    ncclResult_t async = ncclSuccess, r = n->f.ncclCommGetAsyncError(n->comm, &async);
+    if (r == ncclSuccess) r = async == ncclInProgress ? ncclSuccess : async;
+    double limit = comm_timeout_s(n->job);
+    if (r == ncclSuccess && waited <= limit) return;
+    if (r != ncclSuccess)
+        fprintf(stderr, "cgc: error: rank %d: NCCL failed in a sum over the ranks: %s; ending the "
+                        "job\n", comm_rank(n->job), n->f.ncclGetErrorString(r));
+    else
+        fprintf(stderr, "cgc: error: rank %d: the GPU's work did not complete in %.0f s: another "
+                        "rank has stopped or hangs in a sum over the ranks (CGC_COMM_TIMEOUT sets "
+                        "the limit); ending the job\n", comm_rank(n->job), waited);
+    n->f.ncclCommAbort(n->comm);
+    n->comm = NULL;
+    comm_close(n->job, true);
+    exit(1);
+}
+
 static int nccl_join(Device *d, Comm *c)
 {
     CudaDevice *cd = d->impl;
     struct CudaNccl *n = cd->nccl = calloc(1, sizeof *n);
-    if (!n || !nccl_load(n)) return -1;
+    if (!n) return -1;
+    cd->poll = nccl_poll;
+    if (!nccl_load(n)) return -1;
     n->job = c;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
@@ -225,27 +252,6 @@ static int nccl_coll_wait(Device *d, int slot)
     return CU(NULL, cuStreamWaitEvent, cd->stream, n->done[slot], 0) ? -1 : 0;
 }
 
-void cuda_nccl_poll(CudaDevice *cd, double waited)
-{
-    struct CudaNccl *n = cd->nccl;
-    if (!n->comm) return;
-    ncclResult_t async = ncclSuccess, r = n->f.ncclCommGetAsyncError(n->comm, &async);
-    if (r == ncclSuccess) r = async == ncclInProgress ? ncclSuccess : async;
-    double limit = comm_timeout_s(n->job);
-    if (r == ncclSuccess && waited <= limit) return;
-    if (r != ncclSuccess)
-        fprintf(stderr, "cgc: error: rank %d: NCCL failed in a sum over the ranks: %s; ending the "
-                        "job\n", comm_rank(n->job), n->f.ncclGetErrorString(r));
-    else
-        fprintf(stderr, "cgc: error: rank %d: the GPU's work did not complete in %.0f s: another "
-                        "rank has stopped or hangs in a sum over the ranks (CGC_COMM_TIMEOUT sets "
-                        "the limit); ending the job\n", comm_rank(n->job), waited);
-    n->f.ncclCommAbort(n->comm);
-    n->comm = NULL;
-    comm_close(n->job, true);
-    exit(1);
-}
-
 void cuda_nccl_enable(CudaDevice *cd)
 {
     cd->ops.join = nccl_join;
@@ -268,4 +274,5 @@ void cuda_nccl_close(CudaDevice *cd)
     free(n->done);
     free(n);
     cd->nccl = NULL;
+    cd->poll = NULL;
 }
