@@ -14,8 +14,10 @@
  * (run_block). When nothing can be released, the barrier can never complete (divergent
  * code): the launch fails with a report of where each thread waits.
  *
- * Stacks come from a pool and go back as soon as their thread finishes, so a kernel
- * without barriers runs its threads one by one on a single stack. Under AddressSanitizer
+ * Stacks come from a pool and go back as soon as their thread finishes. A thread that
+ * finishes hands its stack to the next thread of its warp when that one has not started
+ * (fiber_main), which is the thread the scheduler would run next anyway: a kernel without
+ * barriers runs a warp's threads as plain calls, one switch per warp. Under AddressSanitizer
  * every switch is announced (__sanitizer_start/finish_switch_fiber) so that ASan knows
  * which stack is live.
  */
@@ -150,6 +152,7 @@ std::vector<Stack *> stack_pool;
 Fiber fibers[MAX_BLOCK];
 unsigned nthreads;
 int current = -1;                       /* the running fiber, -1 in the scheduler */
+unsigned warp_end;                      /* the end of the warp run_block is running */
 void *sched_sp;
 void *dead_sp;                          /* where a finished fiber's last switch saves to */
 void (*launch_thunk)(void **);
@@ -330,6 +333,7 @@ void fiber_resume(unsigned i)
     tsan_enter(f);
     cgc_emu_switch(&sched_sp, f->sp);
     ASAN_FINISH(sched_fake_stack, NULL, NULL);
+    f = &fibers[current];                /* the thread that stopped: I or one after it */
     current = -1;
 #ifndef CGC_EMU_TSAN   /* under TSan a stack is not passed on within a block (end_block) */
     if (f->state == F_DONE) {
@@ -365,15 +369,37 @@ void land_copies(Fiber *f, unsigned newest, bool all)
     f->ncopies = kept;
 }
 
+/* The next thread of the warp when it has not started, which takes over F's stack and is
+ * current; else NULL. Under TSan every thread is a fiber of its own (tsan_enter). */
+Fiber *hand_on(Fiber *f)
+{
+    unsigned next = (unsigned)current + 1;
+#ifdef CGC_EMU_TSAN
+    next = warp_end;
+#endif
+    if (next >= warp_end || fault_thread >= 0 || fibers[next].started ||
+        fibers[next].state != F_READY)
+        return NULL;
+    Fiber *n = &fibers[next];
+    n->started = true;
+    n->stack = f->stack;
+    f->stack = NULL;
+    current = (int)next;
+    cgc_emu_thread_idx.x = next;
+    return n;
+}
+
 void fiber_main()
 {
     ASAN_FINISH(NULL, &sched_stack_bottom, &sched_stack_size);
     Fiber *f = &fibers[current];
-    tsan_thread_start();
-    launch_thunk(launch_args);
-    land_copies(f, 0, true);
-    tsan_thread_exit();
-    f->state = F_DONE;
+    do {
+        tsan_thread_start();
+        launch_thunk(launch_args);
+        land_copies(f, 0, true);
+        tsan_thread_exit();
+        f->state = F_DONE;
+    } while ((f = hand_on(f)));
     ASAN_START(NULL, sched_stack_bottom, sched_stack_size);   /* NULL: this fiber ends */
     tsan_leave();
     cgc_emu_switch(&dead_sp, sched_sp);
@@ -690,6 +716,7 @@ int run_block(unsigned block, unsigned grid, const char *name)
         for (unsigned k = 0; k < nwarps; k++) {
             unsigned w = warp_at(k, nwarps, phase, block);
             unsigned first = w * WARP, end = first + WARP < nthreads ? first + WARP : nthreads;
+            warp_end = end;
             do {
                 for (unsigned i = first; i < end && fault_thread < 0; i++)
                     if (fibers[i].state == F_READY) fiber_resume(i);

@@ -1141,27 +1141,26 @@ static int run_command(char *const *argv)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
-#if defined(__SANITIZE_THREAD__)
-/* The emulator's own object, for a shared object of kernels built with ThreadSanitizer:
- * without TSan's instrumentation (cuda_emu.cpp tells TSan what it needs to know), into
- * OUT.emu.o, whose path goes to OBJ. */
-static int compile_emulator(const char *out, char *obj, size_t len)
+/* The emulator a plan's kernels link: the object this build compiled (CGC_EMU_OBJECT,
+ * with the build's sanitizers, or the racecheck's), or its source where the kernels want
+ * ASan and this build has none. */
+static const char *emulator_file(bool asan)
 {
-    snprintf(obj, len, "%s.emu.o", out);
-    const char *argv[] = { CGC_EMU_CXX, "-std=c++17", "-O1", "-g", "-fPIC", "-c",
-                           "-DCGC_EMU_TSAN", CGC_EMU_DIR "/cuda_emu.cpp", "-o", obj, NULL };
-    return run_command((char *const *)argv);
-}
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    (void)asan;
+    return CGC_EMU_OBJECT;
+#else
+    return asan ? CGC_EMU_DIR "/cuda_emu.cpp" : CGC_EMU_OBJECT;
 #endif
+}
 
 int emu_compile_so(const char *const *srcs, int nsrcs, const char *include_dir, bool asan,
                    const char *out)
 {
-    char inc[300] = "", emulator[300] = CGC_EMU_DIR "/cuda_emu.cpp";
+    char inc[300] = "";
     if (include_dir) snprintf(inc, sizeof inc, "-I%s", include_dir);
 #if defined(__SANITIZE_THREAD__)   /* the kernels under TSan too (the racecheck) */
     bool tsan = true;
-    if (compile_emulator(out, emulator, sizeof emulator) != 0) return -1;
 #else
     bool tsan = false;
 #endif
@@ -1185,13 +1184,12 @@ int emu_compile_so(const char *const *srcs, int nsrcs, const char *include_dir, 
         argv[n++] = srcs[i];
     }
     argv[n++] = "-xnone";
-    argv[n++] = emulator;
+    argv[n++] = emulator_file(asan);
     argv[n++] = "-o";
     argv[n++] = out;
     argv[n] = NULL;
     int rc = run_command((char *const *)argv);
     free(argv);
-    if (tsan) unlink(emulator);
     if (rc != 0)
         fprintf(stderr, "cgc: error: CUDA emulation: compiling %s with %s failed (the "
                         "compiler's messages are above); the sources are kept\n",
@@ -1250,7 +1248,7 @@ static int write_thunks(const Plan *plan, const char *path)
  * schedules, a model in several tests), and for most cases the compile is most of the
  * time. Where XDG_CACHE_HOME is set (ctest sets it to the build's test-cache), a plan's
  * shared object is kept in its cgc-emu/ under a hash of everything the compile reads: the
- * files written for it, the emulation's sources, the compiler and the sanitizer. Each
+ * files written for it, the emulator it links, the compiler and the sanitizer. Each
  * build gets a copy of its own, not a link: dlopen takes one file (one inode) for one
  * library, and each device needs its own emulator state. */
 
@@ -1279,7 +1277,7 @@ static uint64_t build_key(const char *dir, bool asan)
     };
     uint64_t h = FNV_BASIS;
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) h = fnv1a(h, fixed[i], strlen(fixed[i]) + 1);
-    h = hash_file(hash_file(h, CGC_EMU_DIR "/cuda_emu.h"), CGC_EMU_DIR "/cuda_emu.cpp");
+    h = hash_file(hash_file(h, CGC_EMU_DIR "/cuda_emu.h"), emulator_file(asan));
     struct dirent **names;
     int n = scandir(dir, &names, not_dot, alphasort);
     if (n < 0) return 0;

@@ -18,11 +18,12 @@
  * With --cuda the same comparisons run on the first CUDA device instead (kernels compiled
  * by NVRTC, GEMMs by cuBLAS): the `gpu` test, which exits 77 where there is none.
  *
- * Usage: test_emu_models [--asan | --cuda] [--batches B,LAST] [--in-turn] [--skip MODEL]...
+ * Usage: test_emu_models [--asan | --cuda] [--batches B,LAST] [--steps N] [--in-turn] [--skip MODEL]...
  *                        [MODEL[:PRECISION[:ACCUMULATE[:MODE]]]...];
  * with no case named, all of them but the skipped (MODE: eager, default, standin; all
  * three when absent);
- * B rows in each step but the last, LAST in it and in the evaluation (8 and 5 unless set).
+ * B rows in each step but the last, LAST in it and in the evaluation (8 and 5 unless set);
+ * N optimizer steps (3 unless set).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -38,7 +39,9 @@
 #include "tests/emu/drift.h"
 #include "tests/emu/emu_device.h"
 
-enum { STEPS = 3, SHOW_NODES = 5, SHOW_VALUES = 4, MAX_CASES = 160 };
+enum { SHOW_NODES = 5, SHOW_VALUES = 4, MAX_CASES = 160 };
+/* Optimizer steps per case (--steps): the last of them with the odd batch. */
+static int steps = 3;
 /* The batch of every step but the last, and of the last step and the evaluation; set by
  * --batches (boundary shapes: 64k+1 and 64k-1 rows cross a block or tile in the middle). */
 static int64_t batch_size = 8, last_batch = 5;
@@ -793,8 +796,8 @@ static int run_steps(Run *r)
     float *scratch = r->scratch;
     int bad = 0;
     int64_t micro = 0;
-    for (r->step = 0; r->step < STEPS && !bad; r->step++) {
-        int64_t batch = r->step == STEPS - 1 ? last_batch : batch_size;
+    for (r->step = 0; r->step < steps && !bad; r->step++) {
+        int64_t batch = r->step == steps - 1 ? last_batch : batch_size;
         for (int m = 0; m < accumulate && !bad; m++, micro++) {
             const IrGraph *g = m == accumulate - 1 ? &p->train : &p->train_micro;
             bad += run_graph(r, g, batch, micro, &rng, scratch);
@@ -1068,6 +1071,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--cuda") == 0) on_cuda = true;
         else if (strcmp(argv[i], "--in-turn") == 0) in_turn = true;
         else if (strcmp(argv[i], "--convs") == 0 && i + 1 < argc) conv_algos = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc && nskipped < 8) skipped[nskipped++] = argv[++i];
         else if (strcmp(argv[i], "--batches") == 0) {
             long long b = 0, l = 0;
