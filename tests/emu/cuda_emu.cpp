@@ -435,6 +435,10 @@ bool fault_at(unsigned thread, const char *fmt, ...)
 
 /* ---- releasing waiting threads ---- */
 
+/* Whether two call sites' __FILE__ name one file: one string in one translation unit, so
+ * the pointers are compared first (every lane of a shuffle asks, once per round). */
+bool same_file(const char *a, const char *b) { return a == b || strcmp(a, b) == 0; }
+
 /* The lane whose value a waiting thread receives, or -1 for its own. */
 int shuffle_source(const Fiber *f, unsigned lane)
 {
@@ -473,7 +477,7 @@ bool shuffle_agrees(unsigned first, unsigned end, unsigned i)
         if (first + l >= end) wrong = "is not in the block (a partial warp)";
         else if (o->state == F_DONE) wrong = "has exited";
         else if (o->state != F_SHUFFLE) wrong = "waits at a barrier or tensor-core product instead";
-        else if (o->shfl_line != f->shfl_line || strcmp(o->shfl_file, f->shfl_file) != 0)
+        else if (o->shfl_line != f->shfl_line || !same_file(o->shfl_file, f->shfl_file))
             wrong = "waits at another shuffle";
         else if (o->shfl_mask != mask || o->shfl_kind != f->shfl_kind || o->shfl_width != width)
             wrong = "calls it with another mask, kind or width";
@@ -578,7 +582,7 @@ bool release_barrier()
         if (f->state == F_DONE) continue;
         if (f->state != F_BARRIER) return false;
         if (!site) site = f;
-        else if (f->bar_line != site->bar_line || strcmp(f->bar_file, site->bar_file) != 0)
+        else if (f->bar_line != site->bar_line || !same_file(f->bar_file, site->bar_file))
             return false;
     }
     if (!site) return false;
