@@ -29,7 +29,6 @@
 #include <pty.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include "driver/compile.h"
 #include "driver/pipeline.h"
@@ -233,33 +232,25 @@ static int run(Model *m, const RunSpec *s)
  * start, found first through CGC_DATA_PATH (runtime/data.c). */
 enum { TRAIN_ROWS = 4096, TEST_ROWS = 500 };   /* 500: the evaluation ends in a partial batch */
 
-static uint32_t be32(const unsigned char *b)
+/* The first ROWS records of the IDX file FROM (read by runtime/data.c's reader) into the
+ * plain IDX file TO. */
+static bool cut_idx(const char *from, const char *to, int64_t rows)
 {
-    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-
-/* The first ROWS records of the IDX file FROM (gzip or not) into the IDX file TO. */
-static bool cut_idx(const char *from, const char *to, uint32_t rows)
-{
-    gzFile in = gzopen(from, "rb");
-    FILE *out = in ? fopen(to, "wb") : NULL;
-    unsigned char head[4 + 4 * 4];
-    bool ok = out && gzread(in, head, 4) == 4 && head[3] >= 1 && head[3] <= 4 &&
-              gzread(in, head + 4, 4 * head[3]) == 4 * head[3];
-    size_t record = 1;
-    for (int i = 1; ok && i < head[3]; i++) record *= be32(head + 4 + 4 * i);
-    if (ok && be32(head + 4) > rows) {
-        head[4] = (unsigned char)(rows >> 24), head[5] = (unsigned char)(rows >> 16);
-        head[6] = (unsigned char)(rows >> 8), head[7] = (unsigned char)rows;
-    }
-    size_t bytes = ok ? record * be32(head + 4) : 0;
-    char *body = ok ? malloc(bytes ? bytes : 1) : NULL;
-    ok = body && fwrite(head, 1, 4 + 4 * head[3], out) == 4 + 4 * (size_t)head[3] &&
-         gzread(in, body, (unsigned)bytes) == (int)bytes && fwrite(body, 1, bytes, out) == bytes;
-    free(body);
-    if (in) gzclose(in);
+    int rank;
+    int64_t dims[IDX_MAX_RANK];
+    uint8_t *bytes = NULL;
+    if (idx_read(from, &rank, dims, &bytes) != 0) return false;
+    int64_t record = 1;
+    for (int i = 1; i < rank; i++) record *= dims[i];
+    if (dims[0] > rows) dims[0] = rows;
+    unsigned char head[4 + 4 * IDX_MAX_RANK] = {0, 0, 0x08, (unsigned char)rank};
+    for (int i = 0; i < rank; i++)
+        for (int k = 0; k < 4; k++) head[4 + 4 * i + k] = (unsigned char)(dims[i] >> (24 - 8 * k));
+    FILE *out = fopen(to, "wb");
+    size_t nhead = 4 + 4 * (size_t)rank, nbody = (size_t)(record * dims[0]);
+    bool ok = out && fwrite(head, 1, nhead, out) == nhead && fwrite(bytes, 1, nbody, out) == nbody;
     if (out && fclose(out) != 0) ok = false;
-    if (!ok) fprintf(stderr, "cannot cut %s into %s\n", from, to);
+    free(bytes);
     return ok;
 }
 

@@ -5,7 +5,7 @@
 # checks that nothing touches the arena's padding.
 add_executable(test_devexec test_devexec.c)
 target_compile_definitions(test_devexec PRIVATE CGC_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
-target_link_libraries(test_devexec PRIVATE cgc_driver cgc_emu_device ZLIB::ZLIB)
+target_link_libraries(test_devexec PRIVATE cgc_driver cgc_emu_device)
 cgc_emu_run(test_devexec test_devexec TIMEOUT 1500 ASAN --asan)
 
 # Several ranks on devices: ranks on the emulation (emu/emu_rank, under mpirun) against

@@ -371,12 +371,12 @@ void land_copies(Fiber *f, unsigned newest, bool all)
 
 /* The next thread of the warp when it has not started, which takes over F's stack and is
  * current; else NULL. Under TSan every thread is a fiber of its own (tsan_enter). */
+#ifdef CGC_EMU_TSAN
+Fiber *hand_on(Fiber *) { return NULL; }
+#else
 Fiber *hand_on(Fiber *f)
 {
     unsigned next = (unsigned)current + 1;
-#ifdef CGC_EMU_TSAN
-    next = warp_end;
-#endif
     if (next >= warp_end || fault_thread >= 0 || fibers[next].started ||
         fibers[next].state != F_READY)
         return NULL;
@@ -388,6 +388,7 @@ Fiber *hand_on(Fiber *f)
     cgc_emu_thread_idx.x = next;
     return n;
 }
+#endif
 
 void fiber_main()
 {

@@ -1,7 +1,7 @@
 # tests of the emu group: the CUDA emulation (tests/emu/cuda_emu.*) and generated kernels
 # run on it, compared with the CPU reference executor. The kernels are compiled at test
-# time with the C++ compiler found here; the *_asan variants build the test and the
-# kernels with AddressSanitizer.
+# time with the C++ compiler found here (in the sanitizer build, with AddressSanitizer:
+# cgc_emu_run below).
 enable_language(CXX)
 set(EMU_DIR ${CMAKE_CURRENT_SOURCE_DIR}/emu)
 
