@@ -314,29 +314,39 @@ static bool may_be_refused(const Tuner *t, const Issue *x)
     return x->c->tile > 0 || (t->plan->graph[x->gid].steps[x->i].kind == STEP_GEMM && x->c->algo > 0);
 }
 
-/* The median time in ms of one issue of X. Returns 0; 1 when the device refused X at
- * its first issue and may_be_refused, and then still works (a sync succeeds; an error
- * that breaks the context fails it): the candidate is dropped; -1 for any other error. */
+/* A failed issue of X: 1 when it was the first, X may_be_refused and the device still
+ * works (a sync succeeds; an error that breaks the context fails it), so that the
+ * candidate is dropped; -1 otherwise. */
+static int failed_issue(Tuner *t, const Issue *x, bool first)
+{
+    const DeviceOps *ops = t->d->ops;
+    return first && may_be_refused(t, x) && (!ops->sync || ops->sync(t->d) == 0) ? 1 : -1;
+}
+
+/* The median time in ms of one issue of X. A modeled clock has no noise to outlast: its
+ * one timed issue is the time. Returns 0, or failed_issue's 1 or -1. */
 static int time_candidate(Tuner *t, const Issue *x, double *ms)
 {
     const DeviceOps *ops = t->d->ops;
+    bool modeled = t->d->clock_modeled;
+    int warmup = modeled ? 0 : WARMUP, samples = modeled ? 1 : SAMPLES, reps = modeled ? 1 : REPS;
+    int issued = 0;
     double sample[SAMPLES];
-    for (int w = 0; w < WARMUP; w++)
-        if (issue(t, x) != 0)
-            return w == 0 && may_be_refused(t, x) && (!ops->sync || ops->sync(t->d) == 0) ? 1 : -1;
-    for (int s = 0; s < SAMPLES; s++) {
+    for (int w = 0; w < warmup; w++, issued++)
+        if (issue(t, x) != 0) return failed_issue(t, x, issued == 0);
+    for (int s = 0; s < samples; s++) {
         if (ops->fence_record(t->d, t->from) != 0) return -1;
-        for (int r = 0; r < REPS; r++)
-            if (issue(t, x) != 0) return -1;
+        for (int r = 0; r < reps; r++, issued++)
+            if (issue(t, x) != 0) return failed_issue(t, x, issued == 0);
         bool done;
         float elapsed;
         if (ops->fence_record(t->d, t->to) != 0 || ops->fence_done(t->d, t->to, true, &done) != 0 ||
             ops->fence_elapsed_ms(t->d, t->from, t->to, &elapsed) != 0)
             return -1;
-        sample[s] = elapsed / REPS;
+        sample[s] = elapsed / reps;
     }
-    qsort(sample, SAMPLES, sizeof sample[0], cmp_double);
-    *ms = sample[SAMPLES / 2];
+    qsort(sample, (size_t)samples, sizeof sample[0], cmp_double);
+    *ms = sample[samples / 2];
     t->report->candidates++;
     return 0;
 }

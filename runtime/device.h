@@ -190,6 +190,8 @@ struct Device {
     int arch;                       /* its compute capability as 90 for sm_90 */
     size_t free_bytes;              /* device memory free once opened, after what the device
                                      * itself holds (module, BLAS workspaces); 0: unknown */
+    bool clock_modeled;             /* fences read a modeled clock, not a measured one: the
+                                     * same work takes the same time every issue */
 };
 
 /* ---- the CUDA device (runtime/cuda/) ---- */

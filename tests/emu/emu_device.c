@@ -101,8 +101,7 @@ typedef struct EmuDevice {
     char refused_kernels[4][64];        /* emu_device_refuse_kernels: name prefixes */
     int nrefused_kernels;
     int gemm_algo_calls[DEVICE_GEMM_ALGOS + 1];   /* GEMMs run, per GemmCall.algo */
-    bool modeled;                       /* emu_device_model_time: fences read the clock below */
-    double clock_ms;                    /* the modeled time so far */
+    double clock_ms;                    /* the modeled time so far (Device.clock_modeled) */
     double algo_ms[DEVICE_GEMM_ALGOS + 1], launch_ms;   /* what each GEMM and launch adds */
     int loads;                          /* load_kernels calls */
     int conv_algos;                     /* emu_device_convs: 0, no convolution library */
@@ -699,7 +698,7 @@ static void emu_fence_free(Device *d, DeviceFence *f) { free(f); }
 static int emu_fence_record(Device *d, DeviceFence *f)
 {
     if (refused_in_capture(d, "fence record")) return -1;
-    f->seconds = impl(d)->modeled ? impl(d)->clock_ms / 1000 : wall_seconds();
+    f->seconds = d->clock_modeled ? impl(d)->clock_ms / 1000 : wall_seconds();
     return 0;
 }
 
@@ -1077,7 +1076,7 @@ void emu_device_model_time(Device *d, const double *algo_ms, double launch_ms)
 {
     EmuDevice *e = impl(d);
     CGC_ASSERT(is_emu(d));
-    e->modeled = algo_ms != NULL;
+    d->clock_modeled = algo_ms != NULL;
     for (int a = 0; a <= DEVICE_GEMM_ALGOS; a++) e->algo_ms[a] = algo_ms ? algo_ms[a] : 0;
     e->launch_ms = algo_ms ? launch_ms : 0;
 }

@@ -30,7 +30,8 @@ void emu_device_gemm_algos(Device *d, int count, int refused);
 /* Makes D's fences read a modeled clock instead of the wall clock: each GEMM with
  * GemmCall.algo == a advances it by ALGO_MS[a] (DEVICE_GEMM_ALGOS + 1 entries; 0 is the
  * library's default), each kernel launch by LAUNCH_MS; so timings, and what autotuning
- * makes of them, are known in advance. ALGO_MS NULL: the wall clock again. */
+ * makes of them, are known in advance (and the tuner times one issue of a candidate:
+ * Device.clock_modeled). ALGO_MS NULL: the wall clock again. */
 void emu_device_model_time(Device *d, const double *algo_ms, double launch_ms);
 /* Makes every later launch on D of a kernel whose name starts with PREFIX fail before it
  * runs, leaving the device usable, as a driver refuses a launch it cannot make (too many
