@@ -38,9 +38,10 @@ clang -fsanitize=fuzzer "$probe/p.c" -o "$probe/p" 2> /dev/null ||
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCGC_FUZZ=ON -DCGC_WERROR=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
-# fuzz_kcache exists where the CUDA Toolkit does (the kernel cache is built with it)
-cmake --build "$build" --target help 2> /dev/null | grep -qw fuzz_kcache ||
-  targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_tune)
+# fuzz_kcache exists where the CUDA Toolkit does (the kernel cache is built with it); the
+# list is read whole, as grep -q would close the pipe early and fail it under pipefail
+help=$(cmake --build "$build" --target help 2> /dev/null)
+grep -qw fuzz_kcache <<< "$help" || targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_tune)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
   { tail -30 "$build.build.log"; exit 1; }
 
