@@ -14,17 +14,17 @@
  * (run_block). When nothing can be released, the barrier can never complete (divergent
  * code): the launch fails with a report of where each thread waits.
  *
- * Stacks come from a pool and go back as soon as their thread finishes. A thread that
- * finishes hands its stack to the next thread of its warp when that one has not started
- * (fiber_main), which is the thread the scheduler would run next anyway: a kernel without
- * barriers runs a warp's threads as plain calls, one switch per warp. Under AddressSanitizer
- * every switch is announced (__sanitizer_start/finish_switch_fiber) so that ASan knows
- * which stack is live.
+ * Stacks come from a pool and go back as soon as their thread finishes. The scheduler
+ * is left out of what it would decide anyway: a thread that finishes hands its stack to
+ * the next thread of its warp when that one has not started (fiber_main), so that a
+ * kernel without barriers runs a warp's threads as plain calls, one switch per warp; a
+ * thread that stops switches straight to the next ready thread of its warp (pass_on).
+ * Under AddressSanitizer every switch is announced (__sanitizer_start/finish_switch_fiber)
+ * so that ASan knows which stack is live.
  */
 #include "cuda_emu.h"
 
 #include <pthread.h>
-#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,8 +96,8 @@ namespace {
 
 /* MAX_COPIES: cp.async copies a thread may have in flight here (a GEMM stage is a few per
  * thread, three stages at most); the GPU has no such limit, so more is an error that
- * says to raise it. Held in the fiber, not on the heap: under the racecheck, memory a
- * thread allocates and the scheduler frees would be a race. */
+ * says to raise it. Held in a static array, not on the heap: under the racecheck, memory
+ * a thread allocates and the scheduler frees would be a race. */
 enum { MAX_BLOCK = 1024, WARP = 32, STACK_BYTES = 256 * 1024, MAX_COPIES = 128 };
 
 enum FiberState {
@@ -140,16 +140,15 @@ struct Fiber {
     const uint32_t *mma_a, *mma_b;
     bool mma_bf16;
     unsigned open_group;                /* the group cp.async adds to; those below are committed */
-    unsigned ncopies;
-    PendingCopy copies[MAX_COPIES];     /* cp.async copies not yet completed (last: a new
-                                         * block clears what comes before, run_block) */
+    unsigned ncopies;                   /* cp.async copies not yet completed: copies[this] */
 };
 
 /* One launch at a time: the indices above are process globals. */
 pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
 
 std::vector<Stack *> stack_pool;
-Fiber fibers[MAX_BLOCK];
+Fiber fibers[MAX_BLOCK];                /* cleared for each block (run_block) */
+PendingCopy copies[MAX_BLOCK][MAX_COPIES];  /* each thread's cp.async copies in flight */
 unsigned nthreads;
 int current = -1;                       /* the running fiber, -1 in the scheduler */
 unsigned warp_end;                      /* the end of the warp run_block is running */
@@ -343,12 +342,35 @@ void fiber_resume(unsigned i)
 #endif
 }
 
-/* The thread's side: back to the scheduler until released. */
+/* The thread after the current one in its warp that run_block would resume next, when
+ * it has started (its stack holds a switch to return to), made current; else NULL, and
+ * the scheduler goes on. Under TSan every switch goes through the scheduler (tsan_leave). */
+#ifdef CGC_EMU_TSAN
+Fiber *pass_on() { return NULL; }
+#else
+Fiber *pass_on()
+{
+    for (unsigned i = (unsigned)current + 1; i < warp_end && fault_thread < 0; i++) {
+        Fiber *n = &fibers[i];
+        if (n->state != F_READY) continue;
+        if (!n->started) return NULL;
+        current = (int)i;
+        cgc_emu_thread_idx.x = i;
+        return n;
+    }
+    return NULL;
+}
+#endif
+
+/* The thread's side: on to the next ready thread of the warp, or back to the scheduler,
+ * until released. */
 void fiber_yield(Fiber *f)
 {
-    ASAN_START(&f->asan_fake_stack, sched_stack_bottom, sched_stack_size);
+    Fiber *n = pass_on();
+    ASAN_START(&f->asan_fake_stack, n ? n->stack->base : sched_stack_bottom,
+               n ? (size_t)STACK_BYTES : sched_stack_size);
     tsan_leave();
-    cgc_emu_switch(&f->sp, sched_sp);
+    cgc_emu_switch(&f->sp, n ? n->sp : sched_sp);
     ASAN_FINISH(f->asan_fake_stack, NULL, NULL);
 }
 
@@ -358,12 +380,12 @@ void land_copies(Fiber *f, unsigned newest, bool all)
 {
     unsigned kept = 0;
     for (unsigned i = 0; i < f->ncopies; i++) {
-        PendingCopy &c = f->copies[i];
+        PendingCopy &c = copies[f - fibers][i];
         if (all || c.group + newest < f->open_group) {
             tsan_write(c.dst, sizeof c.bytes);
             __builtin_memcpy(c.dst, c.bytes, sizeof c.bytes);
         } else {
-            f->copies[kept++] = c;
+            copies[f - fibers][kept++] = c;
         }
     }
     f->ncopies = kept;
@@ -714,7 +736,7 @@ unsigned warp_at(unsigned k, unsigned nwarps, unsigned phase, unsigned block)
 int run_block(unsigned block, unsigned grid, const char *name)
 {
     cgc_emu_block_idx.x = block;
-    for (unsigned i = 0; i < nthreads; i++) memset(&fibers[i], 0, offsetof(Fiber, copies));
+    memset(fibers, 0, nthreads * sizeof *fibers);
     unsigned nwarps = (nthreads + WARP - 1) / WARP;
     for (unsigned phase = 0;; phase++) {
         bool any_live = false;
@@ -809,7 +831,7 @@ extern "C" void cgc_emu_cp_async16(void *dst, const void *src, bool valid)
         if (f->ncopies == MAX_COPIES)
             cgc_emu_fault("more cp.async copies in flight than the emulation holds "
                           "(MAX_COPIES in tests/emu/cuda_emu.cpp; raise it)");
-        f->copies[f->ncopies++] = c;
+        copies[f - fibers][f->ncopies++] = c;
     }
 }
 

@@ -228,7 +228,7 @@ extern "C" __global__ void cp_async_groups(float *out, const float *in)
 // warp 1 reads with no barrier between. The emulation runs warps one at a time, in
 // ascending order after an even number of barriers and descending after an odd one, so
 // warp 1 reads before warp 0 writes after the first barrier, and after it after the
-// second.
+// second; a shuffle does not end a warp's turn.
 extern "C" __global__ void warp_order(float *out)
 {
     __shared__ float flag[2];
@@ -238,8 +238,25 @@ extern "C" __global__ void warp_order(float *out)
     if (t == 0) flag[0] = 1.0f;         // warp 0
     if (t == 32) out[0] = flag[0];      // warp 1: 0 (it ran first)
     __syncthreads();
-    if (t == 0) flag[1] = 1.0f;
-    if (t == 32) out[1] = flag[1];      // 1: warp 0 ran first this time
+    float seen = t == 32 ? flag[1] : 0.0f;                  // warp 1, before its shuffle
+    seen = __shfl_xor_sync(0xffffffffu, seen, 0);           // each lane its own value
+    if (t == 0) flag[1] = 1.0f;                             // warp 0, after its shuffle
+    if (t == 32) out[1] = seen;         // 1: warp 0 ran first this time, shuffle and all
+}
+
+// Half a warp shuffles twice among itself while the other half waits at the barrier:
+// the second shuffle's turn passes over the waiting lanes, which read after the barrier
+// what the first half wrote before it: out[i] = (i % 16) ^ 3.
+extern "C" __global__ void half_warp(float *out)
+{
+    __shared__ float v[16];
+    unsigned t = threadIdx.x;
+    if (t < 16) {
+        int x = __shfl_xor_sync(0xffffu, (int)t, 1);
+        v[t] = (float)__shfl_xor_sync(0xffffu, x, 2);
+    }
+    __syncthreads();
+    out[t] = v[t % 16];
 }
 
 extern "C" {
@@ -248,6 +265,7 @@ void cgc_emu_thunk_cp_async_groups(void **args)
     cp_async_groups(THUNK_ARG(0, float *), THUNK_ARG(1, const float *));
 }
 void cgc_emu_thunk_warp_order(void **args) { warp_order(THUNK_ARG(0, float *)); }
+void cgc_emu_thunk_half_warp(void **args) { half_warp(THUNK_ARG(0, float *)); }
 void cgc_emu_thunk_write_at(void **args) { write_at(THUNK_ARG(0, float *), THUNK_ARG(1, int64_t)); }
 void cgc_emu_thunk_block_reverse(void **args)
 {

@@ -96,6 +96,20 @@ static void test_warp_order(void)
     dev->ops->free(dev, dout);
 }
 
+/* A warp's threads waiting at a barrier are not run while its other threads shuffle. */
+static void test_half_warp(void)
+{
+    float out[32];
+    DevPtr dout = dev_alloc(sizeof out);
+    void *args[] = { &dout };
+    CHECK_EQ_INT(launch("half_warp", 1, 32, args), 0);
+    dev->ops->download(dev, out, dout, sizeof out);
+    int bad = 0;
+    for (int i = 0; i < 32; i++) bad += out[i] != (float)((i % 16) ^ 3);
+    CHECK_EQ_INT(bad, 0);
+    dev->ops->free(dev, dout);
+}
+
 static void test_block_sum(void)
 {
     enum { B = 128, G = 5 };
@@ -538,6 +552,7 @@ int main(int argc, char **argv)
     test_block_sum();
     test_cp_async();
     test_warp_order();
+    test_half_warp();
     test_warp_sums();
     test_atomics();
     test_grid_stride();
