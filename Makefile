@@ -34,7 +34,7 @@ test-sanitize: deps
 	@cmake --build build-sanitize -j $(JOBS)
 	cd build-sanitize && ctest --output-on-failure -j $(JOBS) -E '^fuzz_short$$'
 
-# CPU benchmark of README.md (not a test).
+# The CPU benchmark of BENCHMARKS.md: one epoch of models/mlp.net per precision (not a test).
 bench: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target cgc
 	scripts/bench_cpu.sh

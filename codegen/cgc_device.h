@@ -10,7 +10,7 @@
  *     rounds to nearest even (f16 overflows to inf), as cpu_round_f16/bf16 do
  *     (runtime/cpu/exec.c); i32 stores truncate, NaN as 0, saturated (to_int32);
  *   - Philox-4x32-10, rng_uniform, rng_below and rng_dropout_keep exactly as
- *     runtime/rng.c, so a mask or a shuffle is the same on every backend;
+ *     base/rng.c, so a mask or a shuffle is the same on every backend;
  *   - the scalar functions of exec_impl.h (sigmoid, gelu, their gradients);
  *   - deterministic warp and block reductions: a fixed shuffle tree, then the warps'
  *     partials combined in warp order by warp 0. No atomics;
@@ -240,7 +240,7 @@ __device__ __forceinline__ uint64_t cgc_to_counter(float x)
     return (uint64_t)x;
 }
 
-/* ---- Philox-4x32-10 (runtime/rng.c) ---- */
+/* ---- Philox-4x32-10 (base/rng.c) ---- */
 
 enum { CGC_RNG_SHUFFLE = 2, CGC_RNG_DROPOUT = 16 };
 
