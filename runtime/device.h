@@ -216,6 +216,11 @@ int cuda_probe(CudaDeviceInfo *infos, int max, char *why, size_t why_len);
  * costs about one context creation. Returns 0, or -1 (quietly) when it cannot tell. */
 int cuda_free_memory(int ordinal, size_t *free_bytes);
 
+/* Loads cuBLAS and cuBLASLt and their entry points, as the first cuda_open does (they are
+ * not linked: loading them costs every run of cgc a tenth of a second). Needs no GPU.
+ * Returns 0, or -1 after saying why. */
+int cuda_blas_load(void);
+
 /* Prints the device list as `cgc --devices` does, one line per device:
  *     cuda:0  NVIDIA H100 80GB HBM3  79.1 GiB  sm_90  132 SMs
  * or one line "no CUDA device: WHY". Returns the number of devices. */

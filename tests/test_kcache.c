@@ -1,7 +1,8 @@
 /* test_kcache.c: the on-disk kernel cache, through cuda_compile (NVRTC; no GPU needed):
  * a round trip, cold then warm, damaged and foreign entries recompiled rather than
  * loaded, and cache directories that are not safely ours refused. Each case has its own
- * XDG_CACHE_HOME under a temporary directory. */
+ * XDG_CACHE_HOME under a temporary directory. Also what else of the toolkit's loads
+ * without a GPU: cuBLAS and cuBLASLt, every entry point the device calls. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <pwd.h>
@@ -337,6 +338,8 @@ int main(void)
     test_foreign_owner_refused();
     test_cache_off();
     test_compile_error_shows_log();
+    CHECK_EQ_INT(cuda_blas_load(), 0);   /* loaded and every symbol found */
+    CHECK_EQ_INT(cuda_blas_load(), 0);   /* once */
 
     free(reference.cubin);
     char cmd[128];

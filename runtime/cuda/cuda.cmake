@@ -1,6 +1,7 @@
 # The CUDA device: driver API (dlopen'ed), NVRTC with the kernel cache, cuBLAS and
-# cuBLASLt (GEMM epilogues), cuDNN's convolutions and NCCL's sums over ranks (each
-# dlopen'ed where it is installed; their headers from the toolkit's).
+# cuBLASLt (GEMM epilogues; dlopen'ed when a device opens), cuDNN's convolutions and
+# NCCL's sums over ranks (each dlopen'ed where it is installed; their headers from the
+# toolkit's).
 # Without the CUDA Toolkit, none.c stands in and says so; the CPU build is unchanged.
 
 # cgc_toolkit_part(HEADER SOURCE NAME WITHOUT): a library loaded at run time, built in
@@ -24,7 +25,10 @@ if(CUDAToolkit_FOUND)
   cgc_toolkit_part(nccl.h runtime/cuda/nccl.c NCCL "several ranks train on the CPU only")
   # cuda.h for the driver's types and prototypes only: libcuda is never linked.
   target_include_directories(cgc_device PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-  target_link_libraries(cgc_device PUBLIC CUDA::nvrtc CUDA::cublas CUDA::cublasLt ZLIB::ZLIB cgc_comm)
+  # cuBLAS and cuBLASLt are loaded when a device opens (gemm.c), from here where the
+  # loader does not find them.
+  target_compile_definitions(cgc_device PRIVATE CGC_CUDA_LIBRARY_DIR="${CUDAToolkit_LIBRARY_DIR}")
+  target_link_libraries(cgc_device PUBLIC CUDA::nvrtc ZLIB::ZLIB cgc_comm ${CMAKE_DL_LIBS})
 else()
   target_sources(cgc_device PRIVATE runtime/cuda/none.c)
 endif()

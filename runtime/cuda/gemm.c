@@ -12,8 +12,14 @@
  * heuristic's list, which cuda_gemm_algos counts) goes the same way, with no epilogue.
  * Descriptors, layouts and the heuristic's algorithm are kept in a small cache keyed by
  * everything but the A, B and C addresses (whose alignment is part of the key), since a
- * plan repeats the same calls every step; the workspace is allocated once. */
+ * plan repeats the same calls every step; the workspace is allocated once.
+ *
+ * cuBLAS and cuBLASLt are loaded when the first device opens (cuda_blas_load), not linked:
+ * loading cuBLASLt takes about a tenth of a second, which every run of cgc would pay
+ * otherwise, on the CPU, for --check and for --help. */
+#define _GNU_SOURCE
 #include <cublasLt.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +29,75 @@
 #include "../../codegen/plan.h"
 #include "cuda_internal.h"
 
+/* The entry points, by the names the headers give them (cublas_v2.h maps some to _v2). */
+#define BLAS_FUNCS(X)                                                                        \
+    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetWorkspace)               \
+    X(cublasSetPointerMode) X(cublasGetStatusName) X(cublasGetStatusString) X(cublasGemmEx) \
+    X(cublasGemmStridedBatchedEx)
+#define BLAS_LT_FUNCS(X)                                                                     \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmul) X(cublasLtMatmulDescCreate)       \
+    X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                          \
+    X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                            \
+    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                    \
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic)
+
+#define BLAS_FIELD(sym) __typeof__(sym) *sym;
+static struct {
+    BLAS_FUNCS(BLAS_FIELD)
+    BLAS_LT_FUNCS(BLAS_FIELD)
+} blas;
+#undef BLAS_FIELD
+
+#define BLAS_STR(x) #x
+#define BLAS_NAME(sym) BLAS_STR(sym)    /* the exported name: cublasCreate_v2 */
+#define BLAS_SONAME(lib) "lib" lib ".so." BLAS_NAME(CUBLAS_VER_MAJOR)
+
+/* The library SONAME (libcublas.so.13) of the toolkit this cgc was built with, as the
+ * loader finds it, else from the toolkit's library directory. NULL after saying why. */
+static void *blas_open(const char *soname)
+{
+    void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (lib) return lib;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", CGC_CUDA_LIBRARY_DIR, soname);
+    if ((lib = dlopen(path, RTLD_NOW | RTLD_LOCAL))) return lib;
+    const char *e = dlerror();
+    fprintf(stderr, "cgc: error: cannot load %s, the CUDA Toolkit's cuBLAS this cgc was built "
+                    "with (%s); install it, or add its directory to LD_LIBRARY_PATH\n",
+            soname, e ? e : "not found");
+    return NULL;
+}
+
+int cuda_blas_load(void)
+{
+    static int state;   /* 0 not tried, 1 loaded, -1 failed */
+    if (state) return state > 0 ? 0 : -1;
+    state = -1;
+    void *lt = blas_open(BLAS_SONAME("cublasLt")), *lib = lt ? blas_open(BLAS_SONAME("cublas")) : NULL;
+    if (!lib) return -1;
+#define BLAS_RESOLVE(sym)                                                                     \
+    if (!(*(void **)&blas.sym = dlsym(handle, BLAS_NAME(sym)))) {                             \
+        fprintf(stderr, "cgc: error: %s has no %s: not the cuBLAS this cgc was built with\n", \
+                soname, BLAS_NAME(sym));                                                      \
+        return -1;                                                                            \
+    }
+    void *handle = lib;
+    const char *soname = BLAS_SONAME("cublas");
+    BLAS_FUNCS(BLAS_RESOLVE)
+    handle = lt, soname = BLAS_SONAME("cublasLt");
+    BLAS_LT_FUNCS(BLAS_RESOLVE)
+#undef BLAS_RESOLVE
+    state = 1;
+    return 0;
+}
+
 static int blas_check(cublasStatus_t s, const char *call, const DeviceSite *site)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
     char where[512];
     cuda_site_text(site, where, sizeof where);
-    fprintf(stderr, "cgc: error: %s: %s failed: %s (%s)\n", where, call, cublasGetStatusName(s),
-            cublasGetStatusString(s));
+    fprintf(stderr, "cgc: error: %s: %s failed: %s (%s)\n", where, call, blas.cublasGetStatusName(s),
+            blas.cublasGetStatusString(s));
     return -1;
 }
 
@@ -65,10 +133,10 @@ struct CudaLt {
 
 static void lt_entry_free(LtEntry *e)
 {
-    if (e->desc) blas_check(cublasLtMatmulDescDestroy(e->desc), "cublasLtMatmulDescDestroy", NULL);
-    if (e->la) blas_check(cublasLtMatrixLayoutDestroy(e->la), "cublasLtMatrixLayoutDestroy", NULL);
-    if (e->lb) blas_check(cublasLtMatrixLayoutDestroy(e->lb), "cublasLtMatrixLayoutDestroy", NULL);
-    if (e->lc) blas_check(cublasLtMatrixLayoutDestroy(e->lc), "cublasLtMatrixLayoutDestroy", NULL);
+    if (e->desc) blas_check(blas.cublasLtMatmulDescDestroy(e->desc), "cublasLtMatmulDescDestroy", NULL);
+    if (e->la) blas_check(blas.cublasLtMatrixLayoutDestroy(e->la), "cublasLtMatrixLayoutDestroy", NULL);
+    if (e->lb) blas_check(blas.cublasLtMatrixLayoutDestroy(e->lb), "cublasLtMatrixLayoutDestroy", NULL);
+    if (e->lc) blas_check(blas.cublasLtMatrixLayoutDestroy(e->lc), "cublasLtMatrixLayoutDestroy", NULL);
     memset(e, 0, sizeof *e);
 }
 
@@ -80,7 +148,7 @@ static int lt_init(CudaDevice *cd)
         return -1;
     }
     cd->lt = lt;
-    if (blas_check(cublasLtCreate(&lt->handle), "cublasLtCreate", NULL)) {
+    if (blas_check(blas.cublasLtCreate(&lt->handle), "cublasLtCreate", NULL)) {
         lt->handle = NULL;
         return -1;
     }
@@ -97,27 +165,27 @@ static void lt_close(CudaDevice *cd)
         cuda_wait(cd, NULL, "cuStreamSynchronize");
         CU(NULL, cuMemFree_v2, lt->workspace);
     }
-    if (lt->handle) blas_check(cublasLtDestroy(lt->handle), "cublasLtDestroy", NULL);
+    if (lt->handle) blas_check(blas.cublasLtDestroy(lt->handle), "cublasLtDestroy", NULL);
     free(lt);
     cd->lt = NULL;
 }
 
 int cuda_gemm_init(CudaDevice *cd)
 {
-    if (lt_init(cd)) return -1;
+    if (cuda_blas_load() || lt_init(cd)) return -1;
     /* cublasCreate uses the runtime API, which finds the primary context current on this
      * thread (cuda_open made it so) and shares it. */
-    if (blas_check(cublasCreate(&cd->blas), "cublasCreate", NULL)) {
+    if (blas_check(blas.cublasCreate(&cd->blas), "cublasCreate", NULL)) {
         cd->blas = NULL;
         return -1;
     }
     /* cublasSetStream resets the workspace, so it comes first. cuBLAS shares cuBLASLt's
      * workspace: both run on the one stream, never at once. With a workspace of its own
      * cuBLAS allocates nothing while a stream is captured (a CUDA graph). */
-    return blas_check(cublasSetStream(cd->blas, (cudaStream_t)cd->stream), "cublasSetStream", NULL) ||
-           blas_check(cublasSetWorkspace(cd->blas, (void *)(uintptr_t)cd->lt->workspace,
+    return blas_check(blas.cublasSetStream(cd->blas, (cudaStream_t)cd->stream), "cublasSetStream", NULL) ||
+           blas_check(blas.cublasSetWorkspace(cd->blas, (void *)(uintptr_t)cd->lt->workspace,
                                          GEMM_MAP_LT_WORKSPACE), "cublasSetWorkspace", NULL) ||
-           blas_check(cublasSetPointerMode(cd->blas, CUBLAS_POINTER_MODE_HOST),
+           blas_check(blas.cublasSetPointerMode(cd->blas, CUBLAS_POINTER_MODE_HOST),
                       "cublasSetPointerMode", NULL)
                ? -1 : 0;
 }
@@ -125,7 +193,7 @@ int cuda_gemm_init(CudaDevice *cd)
 void cuda_gemm_close(CudaDevice *cd)
 {
     lt_close(cd);
-    if (cd->blas) blas_check(cublasDestroy(cd->blas), "cublasDestroy", NULL);
+    if (cd->blas) blas_check(blas.cublasDestroy(cd->blas), "cublasDestroy", NULL);
     cd->blas = NULL;
 }
 
@@ -197,7 +265,7 @@ static cublasOperation_t blas_op(bool trans)
 }
 
 #define LT_DESC_SET(e, attr, value) \
-    blas_check(cublasLtMatmulDescSetAttribute((e)->desc, attr, &(value), sizeof(value)), \
+    blas_check(blas.cublasLtMatmulDescSetAttribute((e)->desc, attr, &(value), sizeof(value)), \
                "cublasLtMatmulDescSetAttribute(" #attr ")", site)
 
 /* The matmul descriptor of entry E for call G, mapped as MAP: operations, epilogue and its
@@ -205,7 +273,7 @@ static cublasOperation_t blas_op(bool trans)
 static int lt_desc(LtEntry *e, const GemmCall *g, const GemmMap *map, cublasComputeType_t compute,
                    const DeviceSite *site)
 {
-    if (blas_check(cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate", site))
+    if (blas_check(blas.cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate", site))
         return -1;
     cublasOperation_t op_a = blas_op(map->a.trans), op_b = blas_op(map->b.trans);
     cublasLtEpilogue_t epi = lt_epilogue(g);
@@ -230,7 +298,7 @@ static int lt_desc(LtEntry *e, const GemmCall *g, const GemmMap *map, cublasComp
 /* The layout of operand O of a mapping, of type T. */
 static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType t, GemmMapOperand o, const DeviceSite *site)
 {
-    return blas_check(cublasLtMatrixLayoutCreate(l, t, (uint64_t)o.rows, (uint64_t)o.cols, o.ld),
+    return blas_check(blas.cublasLtMatrixLayoutCreate(l, t, (uint64_t)o.rows, (uint64_t)o.cols, o.ld),
                       "cublasLtMatrixLayoutCreate", site);
 }
 
@@ -238,7 +306,7 @@ static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType t, GemmMapOperand o
 static int lt_algo(struct CudaLt *lt, LtEntry *e, const GemmCall *g, const DeviceSite *site)
 {
     cublasLtMatmulPreference_t pref;
-    if (blas_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", site)) return -1;
+    if (blas_check(blas.cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", site)) return -1;
     uint64_t ws = GEMM_MAP_LT_WORKSPACE;
     uint32_t aa = e->key.align_b, ab = e->key.align_a, ac = e->key.align_c;  /* Lt's A is our B */
     struct { cublasLtMatmulPreferenceAttributes_t attr; const void *v; size_t size; } set[] = {
@@ -250,15 +318,15 @@ static int lt_algo(struct CudaLt *lt, LtEntry *e, const GemmCall *g, const Devic
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof set / sizeof *set && rc == 0; i++)
-        rc = blas_check(cublasLtMatmulPreferenceSetAttribute(pref, set[i].attr, set[i].v, set[i].size),
+        rc = blas_check(blas.cublasLtMatmulPreferenceSetAttribute(pref, set[i].attr, set[i].v, set[i].size),
                         "cublasLtMatmulPreferenceSetAttribute", site);
     cublasLtMatmulHeuristicResult_t result[DEVICE_GEMM_ALGOS];
     int found = 0;
     if (rc == 0)
-        rc = blas_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->la, e->lb, e->lc, e->lc,
+        rc = blas_check(blas.cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->la, e->lb, e->lc, e->lc,
                                                        pref, DEVICE_GEMM_ALGOS, result, &found),
                         "cublasLtMatmulAlgoGetHeuristic", site);
-    blas_check(cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy", site);
+    blas_check(blas.cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy", site);
     if (rc == 0 && found == 0) return gemm_refuse(g, site, "cuBLASLt has no algorithm for it");
     e->nalgo = 0;
     for (int i = 0; i < found && i < DEVICE_GEMM_ALGOS; i++) e->algo[e->nalgo++] = result[i].algo;
@@ -299,7 +367,7 @@ static int lt_gemm(CudaDevice *cd, const GemmCall *g, cublasComputeType_t comput
     int algo = gemm_map_lt_algo(g->algo, e->nalgo);
     const float alpha = 1.0f, beta = 0.0f;
     void *c = (void *)(uintptr_t)g->c;
-    return blas_check(cublasLtMatmul(cd->lt->handle, e->desc, &alpha, (const void *)(uintptr_t)g->b, e->la,
+    return blas_check(blas.cublasLtMatmul(cd->lt->handle, e->desc, &alpha, (const void *)(uintptr_t)g->b, e->la,
                                      (const void *)(uintptr_t)g->a, e->lb, &beta, c, e->lc, c, e->lc,
                                      &e->algo[algo], (void *)(uintptr_t)cd->lt->workspace,
                                      GEMM_MAP_LT_WORKSPACE, (cudaStream_t)cd->stream),
@@ -350,13 +418,13 @@ int cuda_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
     int lda = (int)map.a.ld, ldb = (int)map.b.ld, ldc = (int)map.c.ld;
     const float alpha = 1.0f, beta = 0.0f;
     if (g->batch == 1)
-        return blas_check(cublasGemmEx(cd->blas, blas_op(map.a.trans), blas_op(map.b.trans), m, n, k, &alpha,
+        return blas_check(blas.cublasGemmEx(cd->blas, blas_op(map.a.trans), blas_op(map.b.trans), m, n, k, &alpha,
                                        (const void *)(uintptr_t)g->b, tb, lda,
                                        (const void *)(uintptr_t)g->a, ta, ldb, &beta,
                                        (void *)(uintptr_t)g->c, tc, ldc, compute,
                                        CUBLAS_GEMM_DEFAULT),
                           "cublasGemmEx", site);
-    return blas_check(cublasGemmStridedBatchedEx(
+    return blas_check(blas.cublasGemmStridedBatchedEx(
                           cd->blas, blas_op(map.a.trans), blas_op(map.b.trans), m, n, k, &alpha,
                           (const void *)(uintptr_t)g->b, tb, lda, (long long)g->stride_b,
                           (const void *)(uintptr_t)g->a, ta, ldb, (long long)g->stride_a, &beta,

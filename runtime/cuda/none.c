@@ -25,6 +25,12 @@ int cuda_free_memory(int ordinal, size_t *free_bytes)
     return -1;
 }
 
+int cuda_blas_load(void)
+{
+    fprintf(stderr, "cgc: error: cannot load cuBLAS: %s; %s\n", NO_TOOLKIT, HOW_TO_GET_ONE);
+    return -1;
+}
+
 int cuda_compile(const char *source, const char *module_name, const CudaCompileOptions *o,
                  CudaCompileResult *out)
 {

@@ -38,7 +38,7 @@ function(cgc_emu_device_lib name emulator)   # (NAME EMULATOR [COMPILE/LINK FLAG
     target_compile_options(${name} PUBLIC ${ARGN})
     target_link_options(${name} PUBLIC ${ARGN})
   endif()
-  # CUDA::cublas brings the driver stub (libcuda.so) into the link line; the runtime loads
+  # CUDA::nvrtc brings the driver stub (libcuda.so) into the link line; the runtime loads
   # the driver with dlopen, so drop what is unused, as the default link does without a
   # sanitizer.
   target_link_options(${name} PUBLIC -Wl,--as-needed)
