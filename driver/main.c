@@ -187,8 +187,9 @@ static bool parse_count(const char *s, int64_t *out)
 {
     char *end;
     if (!*s || *s == '-') return false;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*end || v < 0) return false;
+    if (*end || errno || v < 0) return false;   /* ERANGE: past what an int64_t holds */
     *out = v;
     return true;
 }
@@ -513,7 +514,8 @@ static int parse_args(int argc, char **argv, Cli *cli)
         case OPT_LR: cli->lr = optarg; break;
         case OPT_STOP_AFTER:
             if (!parse_count(optarg, &cli->run.stop_after) || cli->run.stop_after == 0)
-                return usage_error("--stop-after takes a positive step number, not '%s'", optarg);
+                return usage_error("--stop-after takes a positive step number (at most "
+                                   "9223372036854775807), not '%s'", optarg);
             break;
         case ':': return usage_error("%s needs a value", argv[optind - 1]);
         case '?':
@@ -521,9 +523,14 @@ static int parse_args(int argc, char **argv, Cli *cli)
         default: {
             int k = c - OPT_TRAIN_KEY - 100;
             CGC_ASSERT(k >= 0 && k < NUM_TRAIN_FLAGS);
-            if (cli->noverrides < (int)(sizeof cli->overrides / sizeof cli->overrides[0]) - 1)
-                cli->overrides[cli->noverrides++] =
-                    (Override){train_flags[k][1], train_flags[k][0], optarg};
+            int most = (int)(sizeof cli->overrides / sizeof cli->overrides[0]) - 1;   /* and --lr */
+            if (cli->noverrides == most) {
+                char what[64];
+                snprintf(what, sizeof what, "%d training flags (--batch, --epochs, ...) at most; --%s",
+                         most, train_flags[k][0]);
+                return usage_error("%s is one more", what);
+            }
+            cli->overrides[cli->noverrides++] = (Override){train_flags[k][1], train_flags[k][0], optarg};
             break;
         }
         }
