@@ -21,6 +21,9 @@ int diag_error_count(void) { return error_count; }
 
 Source *source_from_string(const char *path, const char *text, size_t len)
 {
+    /* A UTF-8 byte-order mark, which some editors write first, marks the encoding and is
+     * no part of the text (as for Python and GCC). */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) text += 3, len -= 3;
     Source *src = xcalloc(1, sizeof *src);
     src->path = xstrdup(path);
     src->text = xmalloc(len + 1);
