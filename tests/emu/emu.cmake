@@ -21,7 +21,7 @@ set_target_properties(cgc_emulator cgc_emulator_tsan PROPERTIES CXX_STANDARD 17
 # TSan cannot join the whole build's ASan.
 # The drift bounds of test_emu_models (drift.c) are the test's own arithmetic, not code
 # the racecheck checks: a library of their own, which the racecheck's flags do not reach
-# (instrumented, they took two thirds of its time).
+# (instrumented, they would be most of its time).
 add_library(cgc_emu_drift STATIC emu/drift.c)
 target_link_libraries(cgc_emu_drift PUBLIC cgc_ir)
 
