@@ -234,6 +234,10 @@ static bool is_safetensors(int fd)
 static char *save_target(const char *path)
 {
     struct stat st;
+    if (!*path) {
+        cgc_error("cannot save to '': an empty path names no file; give the name of a file");
+        return NULL;
+    }
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT) return xstrdup(path);
         cgc_error("cannot save to %s: %s", path, strerror(errno));

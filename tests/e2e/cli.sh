@@ -146,6 +146,7 @@ expect "auto device" 0 "running on the CPU" -- "$root/models/regression.net" --d
 expect "unknown graph" 2 "--dump-ir=GRAPH takes forward, train, train_micro or eval, not 'nope'" -- "$root/models/mlp.net" --dump-ir=nope
 expect "resume garbage" 1 "error: .*cli.sh" -- "$root/models/regression.net" --resume "$0" --steps 2
 expect "save dir missing" 1 "cannot save to /nonexistent/m.st: directory /nonexistent is missing" -- "$root/models/regression.net" --steps 2 --save /nonexistent/m.st
+expect "save to an empty path" 1 "cannot save to '': an empty path names no file" -- "$root/models/regression.net" --steps 2 --save ""
 expect "stop-after zero" 2 "--stop-after takes a positive step number" -- "$root/models/mlp.net" --stop-after 0
 expect "stop-after past int64" 2 "--stop-after takes a positive step number \\(at most 9223372036854775807\\), not '18446744073709551616'" -- "$root/models/mlp.net" --stop-after 18446744073709551616
 many=(); for i in $(seq 61); do many+=(--batch 8); done
