@@ -87,9 +87,10 @@ int open_regular(const char *path, struct stat *st)
 
 const char *file_kind(mode_t m)
 {
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO (named pipe)"
-         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
+    return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory"
+         : S_ISFIFO(m) ? "a FIFO (named pipe)" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket"
+         : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
 }
 
 Source *source_load(const char *path)

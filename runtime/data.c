@@ -398,27 +398,41 @@ static void free_strings(char **s, int n)
     free(s);
 }
 
-/* Reports that DIR is nowhere: at the `data` entry, with every place looked in. */
+/* The first of PLACES that exists but is no directory, said as "PLACE is a FIFO" into
+ * BUF; "" when there is none. */
+static const char *not_a_dir(char **places, int n, char *buf, size_t len)
+{
+    struct stat st;
+    buf[0] = '\0';
+    for (int i = 0; i < n && !buf[0]; i++)
+        if (stat(places[i], &st) == 0 && !S_ISDIR(st.st_mode))
+            snprintf(buf, len, "; %s is %s, not a directory", places[i], file_kind(st.st_mode));
+    return buf;
+}
+
+/* Reports that DIR is nowhere: at the `data` entry, with every place looked in, which of
+ * them is something else than a directory, and for Fashion-MNIST the package it is in. */
 static void report_missing_dir(const IrProgram *p, Source *src, char **places, int n)
 {
     size_t len = 1;
     for (int i = 0; i < n; i++) len += strlen(places[i]) + 2;
-    char *list = xcalloc(1, len);
+    char *list = xcalloc(1, len), other[PATH_MAX + 64];
     for (int i = 0; i < n; i++) {
         if (i) strcat(list, ", ");
         strcat(list, places[i]);
     }
     const char *dir = p->cfg.data_dir;
-    const char *hint = "on Debian: apt-get install dataset-fashion-mnist";
+    not_a_dir(places, n, other, sizeof other);
+    const char *hint = strcmp(dir, "fashion-mnist") == 0 && !other[0]
+                           ? "on Debian: apt-get install dataset-fashion-mnist" : NULL;
     if (src && p->cfg.data_loc.line > 0) {
-        diag_error(src, p->cfg.data_loc,
-                   "data directory \"%s\" not found (no %s[.gz] in %s)", dir, IDX_NAMES[0],
-                   list);
-        diag_note(src, (SrcLoc){0, 0}, "%s", hint);
+        diag_error(src, p->cfg.data_loc, "data directory \"%s\" not found (no %s[.gz] in %s)%s",
+                   dir, IDX_NAMES[0], list, other);
+        if (hint) diag_note(src, (SrcLoc){0, 0}, "%s", hint);
     } else {
-        cgc_error("data directory \"%s\" not found (no %s[.gz] in %s)", dir, IDX_NAMES[0],
-                  list);
-        fprintf(stderr, "cgc: note: %s\n", hint);
+        cgc_error("data directory \"%s\" not found (no %s[.gz] in %s)%s", dir, IDX_NAMES[0],
+                  list, other);
+        if (hint) fprintf(stderr, "cgc: note: %s\n", hint);
     }
     free(list);
 }

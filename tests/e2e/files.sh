@@ -116,6 +116,10 @@ expect "a directory in place of an IDX file" 1 "train-images-idx3-ubyte: is a di
 rmdir "$tmp/data/train-images-idx3-ubyte"
 mkfifo "$tmp/data/train-images-idx3-ubyte"
 expect "a FIFO in place of an IDX file" 1 "train-images-idx3-ubyte: is a FIFO" -- "$tmp/idx.net" "${run[@]}" --steps 1
+touch "$tmp/a_file"
+mkfifo "$tmp/a_fifo"
+expect "a plain file as the data directory" 1 "data directory \"$tmp/a_file\" not found .*; $tmp/a_file is a regular file, not a directory" -- "$tmp/idx.net" "${run[@]}" --steps 1 --data "idx(\"$tmp/a_file\")"
+expect "a FIFO as the data directory" 1 "; $tmp/a_fifo is a FIFO \\(named pipe\\), not a directory" -- "$tmp/idx.net" "${run[@]}" --steps 1 --data "idx(\"$tmp/a_fifo\")"
 expect "a --data flag's error is not the file's line 1" 1 "^cgc: error: data directory \"nowhere\" not found" -- "$tmp/idx.net" "${run[@]}" --steps 1 --data 'idx("nowhere")'
 
 # ---- fp16: a collapsed loss scale stops the run, the last checkpoint stays ----
