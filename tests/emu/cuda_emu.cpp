@@ -342,23 +342,46 @@ void fiber_resume(unsigned i)
 #endif
 }
 
-/* The thread after the current one in its warp that run_block would resume next, when
- * it has started (its stack holds a switch to return to), made current; else NULL, and
- * the scheduler goes on. Under TSan every switch goes through the scheduler (tsan_leave). */
+/* A stopping thread goes straight on to the thread run_block would resume after it: the
+ * first ready thread after it in its warp (next_ready). pass_on switches to that thread when
+ * it has started (its stack holds a switch to return to); hand_on gives a finished thread's
+ * stack to it when it has not. Either returns NULL when the scheduler must go on. Under TSan
+ * every switch goes through the scheduler (tsan_leave) and every thread is a fiber of its
+ * own (tsan_enter). */
 #ifdef CGC_EMU_TSAN
 Fiber *pass_on() { return NULL; }
+Fiber *hand_on(Fiber *) { return NULL; }
 #else
+Fiber *next_ready()
+{
+    for (unsigned i = (unsigned)current + 1; i < warp_end && fault_thread < 0; i++)
+        if (fibers[i].state == F_READY) return &fibers[i];
+    return NULL;
+}
+
+void make_current(Fiber *f)
+{
+    current = (int)(f - fibers);
+    cgc_emu_thread_idx.x = (unsigned)current;
+}
+
 Fiber *pass_on()
 {
-    for (unsigned i = (unsigned)current + 1; i < warp_end && fault_thread < 0; i++) {
-        Fiber *n = &fibers[i];
-        if (n->state != F_READY) continue;
-        if (!n->started) return NULL;
-        current = (int)i;
-        cgc_emu_thread_idx.x = i;
-        return n;
-    }
-    return NULL;
+    Fiber *n = next_ready();
+    if (!n || !n->started) return NULL;
+    make_current(n);
+    return n;
+}
+
+Fiber *hand_on(Fiber *f)
+{
+    Fiber *n = next_ready();
+    if (!n || n->started) return NULL;
+    n->started = true;
+    n->stack = f->stack;
+    f->stack = NULL;
+    make_current(n);
+    return n;
 }
 #endif
 
@@ -390,27 +413,6 @@ void land_copies(Fiber *f, unsigned newest, bool all)
     }
     f->ncopies = kept;
 }
-
-/* The next thread of the warp when it has not started, which takes over F's stack and is
- * current; else NULL. Under TSan every thread is a fiber of its own (tsan_enter). */
-#ifdef CGC_EMU_TSAN
-Fiber *hand_on(Fiber *) { return NULL; }
-#else
-Fiber *hand_on(Fiber *f)
-{
-    unsigned next = (unsigned)current + 1;
-    if (next >= warp_end || fault_thread >= 0 || fibers[next].started ||
-        fibers[next].state != F_READY)
-        return NULL;
-    Fiber *n = &fibers[next];
-    n->started = true;
-    n->stack = f->stack;
-    f->stack = NULL;
-    current = (int)next;
-    cgc_emu_thread_idx.x = next;
-    return n;
-}
-#endif
 
 void fiber_main()
 {

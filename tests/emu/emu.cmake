@@ -16,15 +16,15 @@ target_compile_definitions(cgc_emulator_tsan PRIVATE CGC_EMU_TSAN)
 set_target_properties(cgc_emulator cgc_emulator_tsan PROPERTIES CXX_STANDARD 17
                       POSITION_INDEPENDENT_CODE ON)
 
-# The emulated device. In the sanitizer build (CGC_SANITIZE) it is built with ASan and UBSan
-# like everything else; the racecheck's (ThreadSanitizer) exists only in the plain build, as
-# TSan cannot join the whole build's ASan.
 # The drift bounds of test_emu_models (drift.c) are the test's own arithmetic, not code
 # the racecheck checks: a library of their own, which the racecheck's flags do not reach
 # (instrumented, they would be most of its time).
 add_library(cgc_emu_drift STATIC emu/drift.c)
 target_link_libraries(cgc_emu_drift PUBLIC cgc_ir)
 
+# The emulated device. In the sanitizer build (CGC_SANITIZE) it is built with ASan and UBSan
+# like everything else; the racecheck's (ThreadSanitizer) exists only in the plain build, as
+# TSan cannot join the whole build's ASan.
 function(cgc_emu_device_lib name emulator)   # (NAME EMULATOR [COMPILE/LINK FLAGS...])
   add_library(${name} STATIC emu/emu_device.c)
   add_dependencies(${name} ${emulator})
