@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/outfile.h"
+
 
 /* ---- the host plan ---- */
 
@@ -339,32 +341,25 @@ static int make_dirs(const char *dir)
     return 0;
 }
 
-static FILE *open_in(const char *dir, const char *name, char *path, size_t n)
+/* DIR/NAME, an output (base/outfile.h) of PATH's buffer of N bytes, opened in *O. */
+static int open_in(const char *dir, const char *name, char *path, size_t n, OutFile *o)
 {
-    snprintf(path, n, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) cgc_error("%s: cannot write it: %s", path, strerror(errno));
-    return f;
-}
-
-static int close_checked(FILE *f, const char *path)
-{
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) {
-        cgc_error("%s: write failed (disk full?): %s", path, strerror(errno));
+    if (snprintf(path, n, "%s/%s", dir, name) >= (int)n) {
+        cgc_error("cannot %s %s/%s: the name is too long", PLAN_EMIT_ROLE, diag_quote(dir, 60),
+                  name);
         return -1;
     }
-    return 0;
+    return out_open(o, PLAN_EMIT_ROLE, path, &out_generated);
 }
 
 static int write_text(const char *dir, const char *name, const char *a, const char *b)
 {
     char path[4352];
-    FILE *f = open_in(dir, name, path, sizeof path);
-    if (!f) return -1;
-    fputs(a, f);
-    if (b) fputs(b, f);
-    return close_checked(f, path);
+    OutFile o;
+    if (open_in(dir, name, path, sizeof path, &o) != 0) return -1;
+    fputs(a, o.f);
+    if (b) fputs(b, o.f);
+    return out_close(&o);
 }
 
 /* DIR/repro: the module again (and the generated kernels' module when CHOICES use it),
@@ -381,13 +376,12 @@ static int emit_repro(const Plan *plan, const char *dir, const char *module, con
         free(gemm_module);
         if (rc != 0) return -1;
     }
-    FILE *f = open_in(sub, "repro.c", path, sizeof path);
-    if (!f) return -1;
-    plan_write_repro(f, plan, choices);
-    if (close_checked(f, path) != 0) return -1;
-    if (!(f = open_in(sub, "Makefile", path, sizeof path))) return -1;
-    plan_write_repro_makefile(f, plan, choices, arch);
-    return close_checked(f, path);
+    OutFile o;
+    if (open_in(sub, "repro.c", path, sizeof path, &o) != 0) return -1;
+    plan_write_repro(o.f, plan, choices);
+    if (out_close(&o) != 0 || open_in(sub, "Makefile", path, sizeof path, &o) != 0) return -1;
+    plan_write_repro_makefile(o.f, plan, choices, arch);
+    return out_close(&o);
 }
 
 int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices, int arch)
@@ -406,10 +400,10 @@ int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices, int
     free(module);
     if (rc != 0) return -1;
     char path[4352];
-    FILE *f = open_in(dir, "host_plan.txt", path, sizeof path);
-    if (!f) return -1;
-    plan_print(f, plan);
-    return close_checked(f, path);
+    OutFile o;
+    if (open_in(dir, "host_plan.txt", path, sizeof path, &o) != 0) return -1;
+    plan_print(o.f, plan);
+    return out_close(&o);
 }
 
 /* ---- the emulation's thunks ---- */

@@ -604,7 +604,9 @@ void plan_print(FILE *out, const Plan *plan);
  * standalone reproducer DIR/repro/ (module.cu, repro.c, Makefile, and gemm_module.cu
  * when CHOICES name a generated kernel; below) when the plan has a train graph. The
  * reproducer's Makefile builds for CHOICES' architecture, else for sm_ARCH (0: sm_90).
- * Returns 0, or -1 after "cgc: error: DIR/FILE: ..." . */
+ * Each file is an output of PLAN_EMIT_ROLE (base/outfile.h). Returns 0, or -1 after an
+ * error naming the file. */
+#define PLAN_EMIT_ROLE "write the generated file"
 int plan_emit(const Plan *plan, const char *dir, const PlanChoices *choices, int arch);
 
 /* The reproducer (codegen/repro.c): one host C file that loads the module's cubin with the

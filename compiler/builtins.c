@@ -680,6 +680,8 @@ static void running_stats(Sema *S, int x, int mean, int var, double m, SrcLoc lo
     int n = ir_count(S->g, &per_channel_values, loc);
     int unbiased = ir_binary(S->g, IR_DIV, ir_binary(S->g, IR_MUL, var, n, loc),
                              ir_binary(S->g, IR_SUB, n, ir_const(S->g, 1, loc), loc), loc);
+    S->p->tensors[t_var].range = IR_RANGE_NONNEG;
+    S->p->tensors[t_count].range = IR_RANGE_COUNT;
     running_update(S, t_mean, *rmean, mean, m, loc);
     running_update(S, t_var, *rvar, unbiased, m, loc);
     ir_assign(S->g, S->p, t_count, ir_binary(S->g, IR_ADD, count, ir_const(S->g, 1, loc), loc), loc);

@@ -377,11 +377,36 @@ int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, Ir
      * goes before the states (a batch norm's running statistics) and renumbers them. */
     int t = kind == IR_PARAM ? p->nparams : p->ntensors;
     if (t < p->ntensors) renumber_states(p);
-    p->tensors[t] = (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of, false};
+    p->tensors[t] = (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of, false,
+                               IR_RANGE_FINITE};
     p->string_tensor[intern_index(p, name)] = t;
     if (kind == IR_PARAM) p->nparams++;
     p->ntensors++;
     return t;
+}
+
+const char *ir_range_text(IrRange r)
+{
+    switch (r) {
+    case IR_RANGE_FINITE: return "a finite number";
+    case IR_RANGE_NONNEG: return "a finite number >= 0";
+    case IR_RANGE_POSITIVE: return "a finite number > 0";
+    case IR_RANGE_COUNT: return "a whole number >= 0";
+    case IR_RANGE_ANY: return "any number";
+    }
+    return "?";
+}
+
+bool ir_range_holds(IrRange r, float v)
+{
+    switch (r) {
+    case IR_RANGE_FINITE: return isfinite(v);
+    case IR_RANGE_NONNEG: return isfinite(v) && v >= 0;
+    case IR_RANGE_POSITIVE: return isfinite(v) && v > 0;
+    case IR_RANGE_COUNT: return isfinite(v) && v >= 0 && v == floorf(v);
+    case IR_RANGE_ANY: return true;
+    }
+    return false;
 }
 
 int ir_find_tensor(const IrProgram *p, const char *name)

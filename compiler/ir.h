@@ -367,6 +367,25 @@ typedef enum IrInit {
     IR_INIT_CONST,          /* every element init_value */
 } IrInit;
 
+/* The values a persistent tensor holds between steps, and so in a checkpoint (a resumed
+ * one is checked against them, runtime/train_state.c). */
+typedef enum IrRange {
+    IR_RANGE_FINITE,        /* any finite number: the default */
+    IR_RANGE_NONNEG,        /* finite and >= 0: second moments, running variances */
+    IR_RANGE_POSITIVE,      /* finite and > 0: the loss scale */
+    IR_RANGE_COUNT,         /* a whole number >= 0: counters */
+    IR_RANGE_ANY,           /* inf and NaN too: what a step fp16 skips may leave */
+} IrRange;
+
+/* "a finite number >= 0": what R allows, for messages. */
+const char *ir_range_text(IrRange r);
+bool ir_range_holds(IrRange r, float v);
+
+/* The step counters training lowering keeps (compiler/training.c): every step, and every
+ * step the optimizer took (not those fp16's scaler skipped). */
+#define IR_TRAIN_STEP "cgc.train.step"
+#define IR_OPTIM_STEP "cgc.optim.step"
+
 /* A tensor that lives across steps: a parameter, or optimizer/training state. Always
  * f32 and of fixed (non-symbolic) shape. Saved by --save under `name`. */
 typedef struct IrTensor {
@@ -379,6 +398,7 @@ typedef struct IrTensor {
     int param_of;           /* state tensors: the parameter they belong to, or -1 */
     bool sharded;           /* shard = optimizer: state that holds this rank's slice of
                              * param_of's values (IR_SHARD's shape), not all of them */
+    IrRange range;          /* the values it may hold between steps */
 } IrTensor;
 
 typedef struct IrProgram {

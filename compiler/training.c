@@ -203,17 +203,25 @@ static void register_state(Lower *L)
     IrProgram *p = L->p;
     const TrainConfig *c = &p->cfg;
     bool adam = c->optimizer == OPT_ADAM || c->optimizer == OPT_ADAMW;
-    L->step = scalar_state(p, "cgc.train.step", IR_INIT_ZEROS, 0);
-    L->optim_step = scalar_state(p, "cgc.optim.step", IR_INIT_ZEROS, 0);
+    /* fp16: a step the scaler skips has still run its forward pass, which updates the
+     * model's own state (batch statistics) with whatever it computed. */
+    for (int i = p->nparams; i < p->ntensors && c->precision == PREC_FP16; i++)
+        p->tensors[i].range = IR_RANGE_ANY;
+    L->step = scalar_state(p, IR_TRAIN_STEP, IR_INIT_ZEROS, 0);
+    L->optim_step = scalar_state(p, IR_OPTIM_STEP, IR_INIT_ZEROS, 0);
+    p->tensors[L->step].range = p->tensors[L->optim_step].range = IR_RANGE_COUNT;
     L->scale = L->growth_tracker = -1;
     if (c->precision == PREC_FP16) {
         L->scale = scalar_state(p, "cgc.scaler.scale", IR_INIT_CONST, SCALER_INIT);
         L->growth_tracker = scalar_state(p, "cgc.scaler.growth_tracker", IR_INIT_ZEROS, 0);
+        p->tensors[L->scale].range = IR_RANGE_POSITIVE;
+        p->tensors[L->growth_tracker].range = IR_RANGE_COUNT;
     }
     L->momentum = param_states(p, "cgc.sgd.momentum_buffer",
                                c->optimizer == OPT_SGD && c->momentum != 0, true);
     L->exp_avg = param_states(p, "cgc.adam.exp_avg", adam, true);
     L->exp_avg_sq = param_states(p, "cgc.adam.exp_avg_sq", adam, true);
+    for (int i = 0; i < p->nparams && adam; i++) p->tensors[L->exp_avg_sq[i]].range = IR_RANGE_NONNEG;
     L->accum = param_states(p, "cgc.accum", c->accumulate > 1, false);
 }
 

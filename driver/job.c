@@ -1,11 +1,23 @@
 /* job.c: the --nproc launch and the program every rank must share (see job.h). */
 #include "job.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+/* Ranks past this many a core would each get so little of one that the job crawls while
+ * MPI's polling takes the rest; past one a core, a job still runs, slower than fewer. */
+enum { MAX_RANKS_PER_CORE = 8 };
+
+/* After the launcher is told to stop, mpirun has this long to end the ranks before every
+ * process of the job is killed. */
+#define STOP_GRACE_S 5.0
 
 static bool is_nproc(const char *arg, bool *takes_next)
 {
@@ -13,13 +25,31 @@ static bool is_nproc(const char *arg, bool *takes_next)
     return *takes_next || strncmp(arg, "--nproc=", 8) == 0;
 }
 
-int job_launch(int argc, char **argv, int nproc)
+int job_check_cores(int nproc)
 {
-    char self[4096], count[16];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores <= 0 || nproc <= cores) return 0;
+    if (nproc > MAX_RANKS_PER_CORE * cores) {
+        cgc_error("--nproc %d: this machine has %ld cores, and %d ranks would get %.2g of one "
+                  "each; give at most %ld (%d a core), or start the job across machines with "
+                  "mpirun and a hostfile", nproc, cores, nproc, (double)cores / nproc,
+                  MAX_RANKS_PER_CORE * cores, MAX_RANKS_PER_CORE);
+        return -1;
+    }
+    cgc_warning("--nproc %d: more ranks than this machine's %ld cores; they share them, and "
+                "the job runs slower than %ld ranks would", nproc, cores, cores);
+    return 0;
+}
+
+/* mpirun's command line (malloc'd, NULL-terminated): this cgc, NPROC times, with ARGV's
+ * arguments less --nproc. NULL after an error. */
+static const char **mpirun_args(int argc, char **argv, int nproc)
+{
+    static char self[4096], count[16];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
         cgc_error("--nproc: cannot find this cgc's own path (/proc/self/exe): %s", strerror(errno));
-        return 1;
+        return NULL;
     }
     self[len] = '\0';
     snprintf(count, sizeof count, "%d", nproc);
@@ -44,12 +74,127 @@ int job_launch(int argc, char **argv, int nproc)
         args[n++] = argv[i];
     }
     args[n] = NULL;
+    return args;
+}
+
+/* ---- running mpirun, and stopping it ---- */
+
+static const struct {
+    int sig;
+    const char *name;
+} stop_signals[] = {{SIGINT, "SIGINT"}, {SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}};
+#define NSTOP (int)(sizeof stop_signals / sizeof stop_signals[0])
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) { stop_signal = sig; }
+
+/* The launcher's handlers (HANDLER), or the default dispositions for mpirun: a signal
+ * ignored here (as `cmd &` ignores SIGINT) would stay ignored across exec. */
+static void set_stop_handlers(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < NSTOP; i++) sigaction(stop_signals[i].sig, &sa, NULL);
+}
+
+/* SIGKILL to every process of session SID but this one: mpirun's ranks run in their own
+ * process groups, but in its session. */
+static void kill_session(pid_t sid)
+{
+    DIR *d = opendir("/proc");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char *end, path[64], stat[512];
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == getpid()) continue;
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(stat, 1, sizeof stat - 1, f) : 0;
+        if (f) fclose(f);
+        stat[n] = '\0';
+        const char *after = strrchr(stat, ')');   /* the name may hold spaces and ')' */
+        int ppid, pgrp, session;
+        char state;
+        if (after && sscanf(after + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) == 4 &&
+            session == sid)
+            kill((pid_t)pid, SIGKILL);
+    }
+    if (d) closedir(d);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Whether PID ended within SECONDS (its status in *STATUS); a second stop signal ends the
+ * wait at once. */
+static bool reaped_within(pid_t pid, double seconds, int *status)
+{
+    int first = stop_signal;
+    for (double until = now_s() + seconds; now_s() < until && stop_signal == first;) {
+        if (waitpid(pid, status, WNOHANG) == pid) return true;
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    return waitpid(pid, status, WNOHANG) == pid;
+}
+
+/* Told to stop (SIG): mpirun is told too and given STOP_GRACE_S to end its ranks; then,
+ * or at a second signal, every process of its session is killed. Returns 128 + SIG. */
+static int stop_job(pid_t pid, int sig, int nproc)
+{
+    const char *name = "a signal";
+    for (int i = 0; i < NSTOP; i++)
+        if (stop_signals[i].sig == sig) name = stop_signals[i].name;
+    fprintf(stderr, "cgc: %s: stopping the job's %d ranks\n", name, nproc);
+    stop_signal = sig;
+    kill(pid, sig);
+    int status;
+    bool ended = reaped_within(pid, STOP_GRACE_S, &status);
+    kill_session(pid);
+    if (!ended) {
+        fprintf(stderr, "cgc: the job did not end within %g s; its processes were killed\n",
+                STOP_GRACE_S);
+        waitpid(pid, &status, 0);
+    }
+    return 128 + sig;
+}
+
+int job_launch(int argc, char **argv, int nproc)
+{
+    const char **args = mpirun_args(argc, argv, nproc);
+    if (!args) return 1;
     fflush(stdout);
-    execvp(args[0], (char *const *)args);
-    cgc_error("--nproc: cannot start mpirun: %s; install Open MPI (apt-get install openmpi-bin), "
-              "or start the ranks with a launcher of your own", strerror(errno));
+    fflush(stderr);
+    set_stop_handlers(on_stop);
+    pid_t pid = fork();
+    if (pid == 0) {   /* a session of its own, which stop_job can end whole */
+        setsid();
+        set_stop_handlers(SIG_DFL);
+        execvp(args[0], (char *const *)args);
+        cgc_error("--nproc: cannot start mpirun: %s; install Open MPI (apt-get install "
+                  "openmpi-bin), or start the ranks with a launcher of your own", strerror(errno));
+        _exit(127);
+    }
     free(args);
-    return 1;
+    if (pid < 0) {
+        cgc_error("--nproc: cannot start mpirun: %s", strerror(errno));
+        return 1;
+    }
+    int status;
+    for (;;) {
+        if (stop_signal) return stop_job(pid, stop_signal, nproc);
+        if (waitpid(pid, &status, 0) == pid) break;
+        if (errno != EINTR) {
+            cgc_error("--nproc: waiting for mpirun: %s", strerror(errno));
+            return 1;
+        }
+    }
+    kill_session(pid);   /* nothing of the job outlives mpirun */
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 uint64_t job_program_hash(const IrProgram *p)

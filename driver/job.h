@@ -12,8 +12,15 @@
 
 #include "../compiler/ir.h"
 
-/* Replaces this process with `mpirun -n NPROC` running this cgc with ARGV's arguments,
- * less --nproc. Returns only on failure (the exit status, after reporting). */
+/* NPROC ranks against this machine's cores: refused past MAX_RANKS_PER_CORE a core (job.c),
+ * a warning past one. 0, or -1 after an error. */
+int job_check_cores(int nproc);
+
+/* Runs `mpirun -n NPROC` with this cgc and ARGV's arguments, less --nproc, and returns its
+ * exit status. mpirun runs in a session
+ * of its own: SIGINT, SIGTERM or SIGHUP to this process is passed on to it, and what of
+ * the job is left a few seconds later (or at a second signal) is killed; the status is
+ * then 128 + the signal. */
 int job_launch(int argc, char **argv, int nproc);
 
 /* A hash of what a rank trains: the training and evaluation graphs of P and its train

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -23,7 +24,13 @@
 #include "backend.h"
 #include "job.h"
 #include "../runtime/comm.h"
+#include "../runtime/profile.h"
+#include "../runtime/safetensors.h"
 #include "../runtime/train.h"
+#include "../runtime/tune.h"
+#include "../base/outfile.h"
+
+#define STATS_ROLE "write --stats to"
 
 static const char usage_text[] =
     "usage: cgc FILE.net [options]\n"
@@ -157,7 +164,7 @@ typedef struct Cli {
     bool explain, bench;
     int nproc;                  /* --nproc: 0 when not given */
     CommWorld world;            /* the job this process is a rank of (comm_world) */
-    const char *stats_path;     /* --stats: NULL for none */
+    const char *stats_path;     /* --stats: NULL for none; else STATS_ROLE's output */
     PlanMode mode;
     char *pass_ir[PASS_NUM];    /* --emit: each graph printed after each pass (malloc'd) */
     RunOptions run;
@@ -237,13 +244,8 @@ static int emit_pass_irs(const Cli *cli)
     for (int pass = 0; pass < PASS_NUM; pass++) {
         CGC_ASSERT(cli->pass_ir[pass]);
         snprintf(path, sizeof path, "%s/%d_%s.ir", dir, pass + 1, pipeline_pass_names[pass]);
-        FILE *f = fopen(path, "w");
-        bool ok = f && fputs(cli->pass_ir[pass], f) >= 0;
-        if (f && fclose(f) != 0) ok = false;
-        if (!ok) {
-            cgc_error("%s: cannot write it: %s", path, strerror(errno));
-            return -1;
-        }
+        const char *text = cli->pass_ir[pass];
+        if (out_write(PLAN_EMIT_ROLE, path, &out_generated, text, strlen(text)) != 0) return -1;
     }
     return 0;
 }
@@ -370,14 +372,8 @@ static int emit_choices(const Plan *plan, const Cli *cli, TuneFile *out, PlanCho
 static int write_choices(const TuneFile *t, const Cli *cli)
 {
     char path[4200];
-    char *text = tune_format(t);
     snprintf(path, sizeof path, "%s/autotune.tune", cli->emit_dir);
-    FILE *f = text ? fopen(path, "w") : NULL;
-    bool ok = f && fputs(text, f) >= 0;
-    if (f && fclose(f) != 0) ok = false;
-    free(text);
-    if (!ok) cgc_error("%s: cannot write: %s", path, strerror(errno));
-    return ok ? 0 : -1;
+    return tune_store_file(t, path);
 }
 
 /* --emit DIR: the plan and the IR after each pass written out (in max-autotune, with its
@@ -409,14 +405,37 @@ static int emit_plan(const Plan *plan, const Cli *cli, bool *tuned_out)
 /* --stats FILE. Returns 0, or 1 after an error. */
 static int write_stats(const Compiled *c, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        cgc_error("--stats %s: cannot create the file: %s", diag_quote(path, 80), strerror(errno));
-        return 1;
-    }
-    compiled_write_stats(c, f);
-    if (fclose(f) != 0) {
-        cgc_error("--stats %s: cannot write the file: %s", diag_quote(path, 80), strerror(errno));
+    OutFile o;
+    if (out_open(&o, STATS_ROLE, path, &out_json) != 0) return 1;
+    compiled_write_stats(c, o.f);
+    return out_close(&o) != 0;
+}
+
+/* Every file the run will write, checked before any work (base/outfile.h): none may land
+ * on the model's source, on the checkpoint resumed (but a save), on another output, or on
+ * anything but a new file or one of its own kind. TRAINS: a training run. 0, or 1 after
+ * an error. */
+static int check_outputs(const Cli *cli, bool trains)
+{
+    out_protect(cli->path, "the model's source", NULL);
+    if (cli->run.resume_path)
+        out_protect(cli->run.resume_path, "the checkpoint --resume reads", &st_checkpoint);
+    const struct {
+        const char *path, *role;
+        const OutKind *kind;
+    } outs[] = {
+        {cli->run.save_path, ST_SAVE_ROLE, &st_checkpoint},
+        {cli->stats_path, STATS_ROLE, &out_json},
+        {cli->run.metrics_path, TRAIN_METRICS_ROLE, &out_json},
+        {cli->run.profile_path, PROFILE_ROLE, &out_json},
+        {trains ? cli->tune_file : NULL, TUNE_FILE_ROLE, &tune_choices},
+    };
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        if (outs[i].path && out_check(outs[i].role, outs[i].path, outs[i].kind) != 0) return 1;
+    struct stat st;
+    if (cli->emit_dir && stat(cli->emit_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        cgc_error("cannot write --emit's files to %s: it is %s, not a directory", cli->emit_dir,
+                  file_kind(st.st_mode));
         return 1;
     }
     return 0;
@@ -704,6 +723,15 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     return leave_job(cli, rc);
 }
 
+/* --nproc N: what each rank would check alone, checked once, then the ranks. */
+static int launch(IrProgram *p, Source *src, Cli *cli, int argc, char **argv)
+{
+    cli->run.net_path = cli->path;
+    cli->run.src = src;
+    if (train_check_launch(p, &cli->run, cli->nproc) != 0) return 1;
+    return job_launch(argc, argv, cli->nproc);
+}
+
 /* --check: the front end's verdict, then NVRTC. TUNED: --emit wrote tuned choices. */
 static int check(const IrProgram *p, const Plan *plan, const Cli *cli, bool tuned)
 {
@@ -766,7 +794,7 @@ static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
     return rc;
 }
 
-int main(int argc, char **argv)
+static int cgc_main(int argc, char **argv)
 {
     Cli cli;
     memset(&cli, 0, sizeof cli);
@@ -776,6 +804,7 @@ int main(int argc, char **argv)
     if (rc) return rc;
     if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;
     bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench;
+    if (cli.world.rank == 0 && (rc = check_outputs(&cli, trains)) != 0) return rc;
     /* a job, even of one rank, when a launcher started it or --nproc asks for one; 0: none */
     int ranks = cli.world.launcher ? cli.world.size : cli.nproc;
     /* A reproducer replays one device's step, without the job's sums. */
@@ -783,7 +812,8 @@ int main(int argc, char **argv)
         return usage_error("--emit writes the kernels and reproducer of one device's training "
                            "step, not a job's (%s); emit from a run of its own",
                            cli.world.launcher ? "this job" : "--nproc");
-    if (cli.nproc > 1 && cli.world.size == 1 && trains) return job_launch(argc, argv, cli.nproc);
+    bool launches = cli.nproc > 1 && cli.world.size == 1 && trains;
+    if (launches && job_check_cores(cli.nproc) != 0) return 1;
     if (cli.world.size > 1) diag_set_rank(cli.world.rank);
     if (cli.world.rank > 0) {   /* rank 0 reports and writes files for the job */
         cli.quiet = true;
@@ -817,12 +847,23 @@ int main(int argc, char **argv)
         return 1;
     }
     /* the passes up to training lowering have run: the rest are compile_program's */
-    if (cli.dump_after >= 0 && cli.dump_after <= PASS_TRAINING)
+    if (launches)
+        rc = launch(p, src, &cli, argc, argv);
+    else if (cli.dump_after >= 0 && cli.dump_after <= PASS_TRAINING)
         rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
     else
         rc = compile_and_go(p, src, &cli);
     ir_program_free(p);
     source_free(src);
     for (int i = 0; i < PASS_NUM; i++) free(cli.pass_ir[i]);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    /* A file grown past `ulimit -f` is then a write error that names it, not a silent end. */
+    signal(SIGXFSZ, SIG_IGN);
+    int rc = cgc_main(argc, argv);
+    if (out_stdout_done() != 0 && rc == 0) rc = 1;
     return rc;
 }

@@ -8,12 +8,12 @@
  */
 #include "profile.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/outfile.h"
 #include "../base/text.h"
 #include "build_config.h"
 
@@ -36,8 +36,8 @@ typedef struct ProfOp {
 
 struct Profile {
     const IrProgram *p;
-    char *path, *net_path;
-    FILE *f;
+    char *net_path;
+    OutFile out;                /* the trace, written at the end */
     ProfStep *steps;
     int nsteps, capsteps;
     ProfOp *ops;
@@ -48,16 +48,12 @@ struct Profile {
 
 Profile *profile_open(const char *path, const IrProgram *p, const char *net_path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        cgc_error("the trace file %s: cannot create it: %s", diag_quote(path, 80), strerror(errno));
-        return NULL;
-    }
+    OutFile out;
+    if (out_open(&out, PROFILE_ROLE, path, &out_json) != 0) return NULL;
     Profile *pr = xcalloc(1, sizeof *pr);
+    pr->out = out;
     pr->p = p;
-    pr->path = xstrdup(path);
     pr->net_path = xstrdup(net_path ? net_path : "");
-    pr->f = f;
     return pr;
 }
 
@@ -161,7 +157,7 @@ static void op_name(const IrProgram *p, const IrNode *n, int id, char *buf, size
 /* A device's event: the plan step, with its kernel, graph and .net line. */
 static void write_kernel(const Profile *pr, const ProfOp *op, double t0)
 {
-    FILE *f = pr->f;
+    FILE *f = pr->out.f;
     event_begin(f, op->what, op->gemm ? "gemm" : "kernel", op->start, op->end, t0);
     fputs("\"kernel\": ", f);
     text_json_string(f, op->kernel);
@@ -173,7 +169,7 @@ static void write_kernel(const Profile *pr, const ProfOp *op, double t0)
 
 static void write_op(const Profile *pr, const ProfOp *op, double t0)
 {
-    FILE *f = pr->f;
+    FILE *f = pr->out.f;
     if (!op->g) {
         write_kernel(pr, op, t0);
         return;
@@ -201,13 +197,13 @@ static void write_step(const Profile *pr, const ProfStep *s, double t0)
 {
     char name[48];
     snprintf(name, sizeof name, "step %lld", (long long)s->step);
-    event_begin(pr->f, name, "step", s->start, s->end, t0);
-    fprintf(pr->f, "\"step\": %lld, \"ops\": %d}}", (long long)s->step, s->nops);
+    event_begin(pr->out.f, name, "step", s->start, s->end, t0);
+    fprintf(pr->out.f, "\"step\": %lld, \"ops\": %d}}", (long long)s->step, s->nops);
 }
 
 static void write_other_data(const Profile *pr)
 {
-    FILE *f = pr->f;
+    FILE *f = pr->out.f;
     fputs("\"otherData\": {\"generator\": \"cgc " CGC_VERSION "\", \"model\": ", f);
     text_json_string(f, pr->p->model_name ? pr->p->model_name : "");
     fputs(", \"net_file\": ", f);
@@ -225,7 +221,7 @@ static void write_other_data(const Profile *pr)
 /* The whole trace: each step, then its ops (Perfetto nests them by time). */
 static void write_trace(const Profile *pr)
 {
-    FILE *f = pr->f;
+    FILE *f = pr->out.f;
     double t0 = pr->nsteps ? pr->steps[0].start : pr->nops ? pr->ops[0].start : 0;
     fputs("{\"traceEvents\": [", f);
     bool first = true;
@@ -254,7 +250,6 @@ static void profile_free(Profile *pr)
 {
     for (int i = 0; i < pr->nops; i++) free(pr->ops[i].what), free(pr->ops[i].kernel);
     free(pr->device);
-    free(pr->path);
     free(pr->net_path);
     free(pr->steps);
     free(pr->ops);
@@ -263,21 +258,15 @@ static void profile_free(Profile *pr)
 
 void profile_discard(Profile *pr)
 {
-    fclose(pr->f);
-    remove(pr->path);
+    out_discard(&pr->out);
     profile_free(pr);
 }
 
 int profile_close(Profile *pr)
 {
     write_trace(pr);
-    errno = 0;
-    bool failed = ferror(pr->f) != 0;
-    if (fclose(pr->f) != 0) failed = true;
-    if (failed)
-        cgc_error("the trace file %s: cannot write it: %s", diag_quote(pr->path, 80),
-                  errno ? strerror(errno) : "a write failed (disk full?)");
+    int rc = out_close(&pr->out);
     profile_free(pr);
-    return failed ? -1 : 0;
+    return rc;
 }
 

@@ -24,8 +24,10 @@
 
 typedef struct Profile Profile;
 
-/* Creates PATH for the trace of P's run (NET_PATH names the model file in the trace's
- * otherData). Returns NULL after reporting when PATH cannot be created. */
+#define PROFILE_ROLE "write the trace to"   /* the trace's role as an output (outfile.h) */
+
+/* Opens the output PATH (outfile.h, JSON) for the trace of P's run (NET_PATH names the
+ * model file in the trace's otherData). Returns NULL after reporting when it cannot. */
 Profile *profile_open(const char *path, const IrProgram *p, const char *net_path);
 
 /* A recorded optimizer step: global step STEP (1-based, as the progress lines count)
@@ -50,12 +52,11 @@ void profile_kernel(Profile *pr, const char *what, const char *kernel, const cha
 int profile_steps(const Profile *pr);
 int profile_ops(const Profile *pr);
 
-/* Writes the trace, closes the file and frees PR. Returns 0, or -1 after reporting (the
- * file could not be written). */
+/* Writes the trace to PATH and frees PR. Returns 0, or -1 after reporting (the file could
+ * not be written; whatever PATH held before is kept). */
 int profile_close(Profile *pr);
 
-/* Closes and removes the file without a trace (the run failed before training), and
- * frees PR. */
+/* Writes nothing (the run failed before training): PATH is left as it was. Frees PR. */
 void profile_discard(Profile *pr);
 
 #endif

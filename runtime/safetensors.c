@@ -15,7 +15,6 @@
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -26,6 +25,7 @@
 #include <unistd.h>
 
 #include "../base/diag.h"
+#include "../base/outfile.h"
 
 /* The reference implementation's limit on the header (ours on ranks is StTensor's). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
@@ -173,7 +173,8 @@ static bool write_all(FILE *f, const void *p, size_t n)
     return n == 0 || fwrite(p, 1, n, f) == n;
 }
 
-/* Writes the whole file to the open stream F. Returns false with errno set. */
+/* Writes the whole file to the open stream F; false at the first failed write (out_close
+ * reports it). */
 static bool write_file(FILE *f, const StTensor *tensors, const int *order, int n,
                        const char *header, size_t header_len)
 {
@@ -187,14 +188,7 @@ static bool write_file(FILE *f, const StTensor *tensors, const int *order, int n
         CGC_ASSERT(bytes == 0 || t->data != NULL);
         if (!write_all(f, t->data, (size_t)bytes)) return false;
     }
-    return fflush(f) == 0 && fsync(fileno(f)) == 0;
-}
-
-/* The directory PATH is in ("." for a bare name), malloc'd. */
-static char *parent_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
+    return true;
 }
 
 /* Opens the checkpoint PATH for reading; -1 after an error that says what is wrong. */
@@ -228,155 +222,25 @@ static bool is_safetensors(int fd)
     return ok;
 }
 
-/* Where a save to PATH lands (malloc'd), or NULL after an error: PATH itself when nothing
- * is there, the file a symbolic link names (the link stays), or a safetensors file it
- * replaces; never anything else (a directory, a device, a FIFO, a model's source). */
-static char *save_target(const char *path)
-{
-    struct stat st;
-    if (!*path) {
-        cgc_error("cannot save to '': an empty path names no file; give the name of a file");
-        return NULL;
-    }
-    if (lstat(path, &st) != 0) {
-        if (errno == ENOENT) return xstrdup(path);
-        cgc_error("cannot save to %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *target = S_ISLNK(st.st_mode) ? realpath(path, NULL) : xstrdup(path);
-    if (!target) {
-        cgc_error("cannot save to %s: it is a symbolic link to nothing that exists; give the "
-                  "path of a file", path);
-        return NULL;
-    }
-    if (stat(target, &st) != 0 || !S_ISREG(st.st_mode)) {
-        cgc_error("cannot save to %s: it is %s; cgc saves only to a new file or over a "
-                  "checkpoint (give the name of a file)", path,
-                  stat(target, &st) == 0 ? file_kind(st.st_mode) : "unreadable");
-        free(target);
-        return NULL;
-    }
-    int fd = open(target, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    bool replaceable = fd >= 0 && is_safetensors(fd);
-    if (fd >= 0) close(fd);
-    if (!replaceable) {
-        cgc_error("cannot save to %s: the file exists and is not a checkpoint (a safetensors "
-                  "file), which cgc would not write over; remove it or save under another "
-                  "name", path);
-        free(target);
-        return NULL;
-    }
-    return target;
-}
+const OutKind st_checkpoint = {"a checkpoint (a safetensors file)", is_safetensors, true};
 
 int st_check_writable(const char *path)
 {
-    char *target = save_target(path);
-    if (!target) return -1;
-    char *dir = parent_dir(target);
-    int ok = access(dir, W_OK | X_OK) == 0;
-    if (!ok) cgc_error("cannot save to %s: directory %s is missing or not writable", path, dir);
-    free(dir);
-    free(target);
-    return ok ? 0 : -1;
-}
-
-/* Removes what an interrupted save to TARGET left: TARGET.tmp.XXXXXX, regular files. */
-static void remove_stale_temps(const char *target)
-{
-    char *dir = parent_dir(target);
-    const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
-    size_t blen = strlen(base);
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        const char *name = e->d_name;
-        if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0 ||
-            strlen(name + blen + 5) != 6)
-            continue;
-        char *tmp = xmalloc(strlen(dir) + strlen(name) + 2);
-        sprintf(tmp, "%s/%s", dir, name);
-        struct stat st;
-        if (lstat(tmp, &st) == 0 && S_ISREG(st.st_mode)) unlink(tmp);
-        free(tmp);
-    }
-    if (d) closedir(d);
-    free(dir);
-}
-
-/* The rename is only durable once the directory entry is on disk too. */
-static bool sync_parent_dir(const char *path)
-{
-    char *dir = parent_dir(path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    free(dir);
-    if (fd < 0) return false;
-    bool ok = fsync(fd) == 0;
-    close(fd);
-    return ok;
-}
-
-/* mkstemp makes the file 0600; a checkpoint should get the permissions any new file of
- * the user would, 0666 less the umask. */
-static void give_default_mode(int fd)
-{
-    mode_t mask = umask(0);
-    umask(mask);
-    (void)fchmod(fd, 0666 & ~mask);
-}
-
-/* Creates TMP (a mkstemp template) and writes the file into it. Returns false with errno
- * set; *CREATED says whether TMP exists then, for the caller to remove. */
-static bool write_temp(char *tmp, bool *created, const StTensor *tensors, const int *order,
-                       int n, const char *header, size_t header_len)
-{
-    int fd = mkstemp(tmp);
-    *created = fd >= 0;
-    if (fd < 0) return false;
-    give_default_mode(fd);
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        int saved = errno;
-        close(fd);
-        errno = saved;
-        return false;
-    }
-    bool ok = write_file(f, tensors, order, n, header, header_len);
-    int saved = errno;
-    if (fclose(f) != 0 && ok) return false;
-    errno = saved;
-    return ok;
+    return out_check(ST_SAVE_ROLE, path, &st_checkpoint);
 }
 
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta)
 {
-    char *target = save_target(path);
-    if (!target) return -1;
-    remove_stale_temps(target);
+    OutFile o;
+    if (out_open(&o, ST_SAVE_ROLE, path, &st_checkpoint) != 0) return -1;
     int *order = sorted_order(tensors, ntensors);
     size_t header_len;
     char *header = build_header(tensors, order, ntensors, meta, nmeta, &header_len);
-
-    static const char suffix[] = ".tmp.XXXXXX";
-    size_t plen = strlen(target);
-    char *tmp = xmalloc(plen + sizeof suffix);
-    memcpy(tmp, target, plen);
-    memcpy(tmp + plen, suffix, sizeof suffix);
-    bool created;
-    bool ok = write_temp(tmp, &created, tensors, order, ntensors, header, header_len) &&
-              rename(tmp, target) == 0;
-    if (!ok && created) {
-        int saved = errno;
-        unlink(tmp);
-        errno = saved;
-    }
-    ok = ok && sync_parent_dir(target);
-    if (!ok) cgc_error("cannot write %s: %s", path, strerror(errno));
-    free(tmp);
-    free(target);
+    (void)write_file(o.f, tensors, order, ntensors, header, header_len);
     free(header);
     free(order);
-    return ok ? 0 : -1;
+    return out_close(&o);
 }
 
 /* ------------------------------------------------------------------------------------ */

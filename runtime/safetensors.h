@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/outfile.h"
+
 /* The most dimensions a tensor may have: a file's tensor of higher rank is refused. */
 enum { ST_MAX_RANK = 8 };
 
@@ -30,18 +32,18 @@ typedef struct StMeta {
     const char *value;
 } StMeta;
 
+/* A checkpoint as an output (outfile.h): replaces only a safetensors file, and is on the
+ * disk, renamed, before st_save returns. */
+extern const OutKind st_checkpoint;
+#define ST_SAVE_ROLE "save to"   /* its role in messages: "cannot save to PATH: ..." */
+
 /* Writes the tensors (in the given order; the header lists them sorted by name, as the
- * reference implementation does) and metadata to PATH atomically. PATH must name nothing
- * yet, or a safetensors file, which is replaced (through a symbolic link, the file it
- * names); anything else (a directory, a device, a FIFO, another kind of file) is refused.
- * Temporary files an interrupted save to the same file left are removed first. Returns
- * 0, or -1 after "cgc: error: cannot save to PATH: ..." or "cannot write PATH: reason". */
+ * reference implementation does) and metadata to PATH, an output of kind st_checkpoint.
+ * Returns 0, or -1 after "cgc: error: cannot save to PATH: ...". */
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta);
 
-/* 0 when st_save could write PATH (as above, and its directory exists and is writable),
- * else -1 after "cgc: error: cannot save to PATH: ...". For checking before hours of
- * work, not after. */
+/* out_check of a save to PATH: for checking before hours of work, not after. */
 int st_check_writable(const char *path);
 
 typedef struct StFile StFile;

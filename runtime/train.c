@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../base/clock.h"
+#include "../base/outfile.h"
 #include "cpu/exec.h"
 #include "data.h"
 #include "safetensors.h"
@@ -319,8 +320,9 @@ static void json_number(FILE *f, const char *key, double v)
     else fprintf(f, ",\"%s\":null", key);
 }
 
-static void report_epoch(Trainer *t, const TrainProgress *pr, int64_t micro_done,
-                         double seconds, const EvalResult *ev)
+/* The epoch's line, and its --metrics object; 0, or -1 when the metrics cannot be written. */
+static int report_epoch(Trainer *t, const TrainProgress *pr, int64_t micro_done,
+                        double seconds, const EvalResult *ev)
 {
     double train_loss = pr->loss_count ? pr->loss_sum / (double)pr->loss_count : NAN;
     double rate = seconds > 0 ? (double)(micro_done * t->p->cfg.batch) / seconds : 0;
@@ -343,8 +345,9 @@ static void report_epoch(Trainer *t, const TrainProgress *pr, int64_t micro_done
         json_number(t->metrics, "samples_per_s", rate);
         json_number(t->metrics, "seconds", seconds);
         fputs("}\n", t->metrics);
-        fflush(t->metrics);
+        return out_flush(t->metrics, TRAIN_METRICS_ROLE, t->o->metrics_path, false);
     }
+    return 0;
 }
 
 /* ---- the loop ---- */
@@ -558,6 +561,36 @@ static int save(Trainer *t, const TrainProgress *pr)
 
 typedef enum { RUN_ON, RUN_DONE, RUN_INTERRUPTED, RUN_FAILED } RunState;
 
+/* A loss this many times the first step's is a run diverging, not noise. */
+#define DIVERGED_RATIO 1000.0
+
+/* After the run's first step: its mean loss, from the totals SUM0 and COUNT0 before it. */
+static int note_first_loss(Trainer *t, TrainProgress *pr, double sum0, int64_t count0)
+{
+    if (t->ops->read_totals(t, pr, true) != 0) return -1;
+    t->first_loss_known = true;
+    t->first_loss = pr->loss_count > count0 ? (pr->loss_sum - sum0) / (double)(pr->loss_count - count0)
+                                            : NAN;
+    t->first_loss_step = pr->step;
+    return 0;
+}
+
+/* The epoch's mean loss against the first step's: a warning, once, when it has grown by
+ * orders of magnitude (a non-finite loss stops the run; a huge finite one would end it
+ * "done"). */
+static void warn_if_diverging(Trainer *t, const TrainProgress *pr)
+{
+    double first = t->first_loss, mean = pr->loss_count ? pr->loss_sum / (double)pr->loss_count : NAN;
+    if (t->rank != 0 || t->diverging_said || !t->first_loss_known || !(first > 0) ||
+        !isfinite(first) || !(mean > DIVERGED_RATIO * first))
+        return;
+    t->diverging_said = true;
+    train_clear_progress(t);
+    cgc_warning("the training loss grew from %.4g at step %lld to %.4g, the mean of epoch %lld: "
+                "the run is diverging; try a lower learning rate, clip_norm, or fp32", first,
+                (long long)t->first_loss_step, mean, (long long)pr->epoch + 1);
+}
+
 /* The progress bar, with the loss totals as far as they are known without waiting. */
 static int progress(Trainer *t, TrainProgress *pr, double started)
 {
@@ -594,9 +627,12 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
     int64_t first_micro = pr->batch_in_epoch;
     double started = clock_seconds() - pr->train_seconds;
     int64_t end = t->steps_per_epoch * c->accumulate;
+    double sum0 = pr->loss_sum;
+    int64_t count0 = pr->loss_count;
     RunState state = RUN_ON;
     while (pr->batch_in_epoch < end) {
         if (train_step_profiled(t, pr) != 0 || progress(t, pr, started) != 0) return RUN_FAILED;
+        if (!t->first_loss_known && note_first_loss(t, pr, sum0, count0) != 0) return RUN_FAILED;
         if (!t->o->device && check_scaler(t, pr) != 0) return RUN_FAILED;   /* cheap on the CPU */
         if (pr->step >= t->total_steps) { state = RUN_DONE; break; }
         if (t->o->stop_after && pr->step >= t->o->stop_after) { state = RUN_INTERRUPTED; break; }
@@ -614,7 +650,9 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
         evp = &ev;
     }
     draw_progress(t, pr, pr->train_seconds, true);
-    report_epoch(t, pr, pr->batch_in_epoch - first_micro, pr->train_seconds, evp);
+    if (report_epoch(t, pr, pr->batch_in_epoch - first_micro, pr->train_seconds, evp) != 0)
+        return RUN_FAILED;
+    warn_if_diverging(t, pr);
     if (epoch_complete) {
         pr->epoch++;
         pr->batch_in_epoch = 0;
@@ -715,7 +753,8 @@ static int init_state(Trainer *t, TrainProgress *pr)
     bool lead = t->rank == 0;   /* the file is read on rank 0 only (share_checkpoint) */
     float **w = checkpoint_buffers(t, lead);
     int rc = lead && (train_state_load(t->o->resume_path, t->p, w, pr, t->total_steps) != 0 ||
-                      check_progress(t, pr) != 0) ? -1 : 0;
+                      check_progress(t, pr) != 0 ||
+                      train_state_check_counters(t->o->resume_path, t->p, w, pr) != 0) ? -1 : 0;
     if (rc == 0) rc = share_checkpoint(t, w, pr);
     free_checkpoint_buffers(t, w);
     return rc == 0 ? t->ops->push_tensors(t) : -1;
@@ -740,20 +779,75 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     if (plan(t) != 0) return -1;
     if (t->ops->open(t) != 0) return -1;
     if (init_state(t, pr) != 0) return -1;
-    if (t->rank == 0 && o->metrics_path && !(t->metrics = fopen(o->metrics_path, "a"))) {
-        cgc_error("cannot open %s for the metrics: %m", o->metrics_path);
+    if (t->rank == 0 && o->metrics_path &&
+        !(t->metrics = out_append(TRAIN_METRICS_ROLE, o->metrics_path, &out_json)))
         return -1;
-    }
     /* mpirun gives every rank a terminal of its own, whatever the job's output is */
     t->live = isatty(STDOUT_FILENO) && t->ranks == 1;
     return 0;
 }
 
-static void teardown(Trainer *t)
+/* The memory this machine has available for new work (MemAvailable), or 0 when unknown. */
+static uint64_t memory_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static uint64_t dataset_bytes(const Dataset *d)
+{
+    return (uint64_t)d->n * (uint64_t)(d->x_row + d->y_row) * 4;
+}
+
+/* What T->ranks ranks hold at least, together, against what the machine has: each the
+ * whole data set and the persistent tensors with their gradients. */
+static int check_launch_memory(const Trainer *t)
+{
+    uint64_t data = dataset_bytes(&t->data.train) + dataset_bytes(&t->data.test), tensors = 0;
+    for (int i = 0; i < t->p->ntensors; i++)
+        tensors += (uint64_t)ir_numel(&t->p->tensors[i].shape, NULL) * 4 * (i < t->p->nparams ? 2 : 1);
+    uint64_t rank = data + tensors, avail = memory_available();
+    if (avail == 0 || rank * (uint64_t)t->ranks <= avail) return 0;
+    char b_data[32], b_tensors[32], b_all[32], b_avail[32];
+    diag_format_bytes(data, b_data, sizeof b_data);
+    diag_format_bytes(tensors, b_tensors, sizeof b_tensors);
+    diag_format_bytes(rank * (uint64_t)t->ranks, b_all, sizeof b_all);
+    diag_format_bytes(avail, b_avail, sizeof b_avail);
+    uint64_t fit = avail / rank;
+    char fits[64] = "not one rank fits";
+    if (fit) snprintf(fits, sizeof fits, "at most %llu fit", (unsigned long long)fit);
+    cgc_error("%d ranks on this machine would each hold the data set (%s) and the model's "
+              "tensors and gradients (%s): at least %s in all, more than the %s it has "
+              "available; %s", t->ranks, b_data, b_tensors, b_all, b_avail, fits);
+    return -1;
+}
+
+int train_check_launch(IrProgram *p, const RunOptions *o, int ranks)
+{
+    Trainer t;
+    memset(&t, 0, sizeof t);
+    t.p = p;
+    t.o = o;
+    t.ranks = ranks;
+    CGC_ASSERT(ranks == (p->cfg.ranks > 1 ? p->cfg.ranks : 1));
+    int rc = check_collective_sizes(&t) != 0 || data_load(p, o->src, o->net_path, &t.data) != 0 ||
+             plan(&t) != 0 || check_launch_memory(&t) != 0 ? -1 : 0;
+    data_free(&t.data);
+    return rc;
+}
+
+/* 0, or -1 when the metrics' last writes fail. */
+static int teardown(Trainer *t)
 {
     if (t->ops) t->ops->close(t);
-    if (t->metrics) fclose(t->metrics);
+    int rc = t->metrics ? out_flush(t->metrics, TRAIN_METRICS_ROLE, t->o->metrics_path, true) : 0;
     data_free(&t->data);
+    return rc;
 }
 
 static void print_done(const Trainer *t, RunState state, int64_t step, double seconds)
@@ -806,6 +900,6 @@ out:
         t.profile = NULL;
     }
     if (profile_finish(&t) != 0) rc = 1;
-    teardown(&t);
+    if (teardown(&t) != 0) rc = 1;
     return rc;
 }

@@ -16,6 +16,9 @@
 #include "comm.h"
 #include "device.h"
 
+/* The metrics file as an output (base/outfile.h): appended to, a JSON object per epoch. */
+#define TRAIN_METRICS_ROLE "write the metrics to"
+
 /* Step times on a device (-v prints them; --bench reads them): device time between
  * events around each optimizer step, after TRAIN_TIMING_WARMUP steps of warm-up, for at
  * most TRAIN_TIMING_STEPS steps. */
@@ -33,7 +36,7 @@ typedef struct RunOptions {
     Source *src;                /* for errors found while loading data */
     const char *save_path;      /* NULL: no saving */
     const char *resume_path;    /* NULL: start afresh */
-    const char *metrics_path;   /* NULL: no metrics file */
+    const char *metrics_path;   /* NULL: no metrics file; else TRAIN_METRICS_ROLE's output */
     const char *profile_path;   /* --profile: a trace of a few steps (profile.h) */
     int64_t stop_after;         /* stop after this global step as if interrupted; 0 = never */
     bool quiet;
@@ -73,13 +76,25 @@ typedef struct TrainProgress {
 /* Trains P (already lowered) as P->cfg says. Returns the process exit status. */
 int train_run(IrProgram *p, const RunOptions *o);
 
+/* Before a launcher starts RANKS processes of this machine to train P (compiled for that
+ * many): the checks each rank would make alone (the data there and readable, every rank
+ * rows of its own in every micro-batch, parameters one MPI call can sum), made once, and
+ * the memory the ranks hold together against what the machine has available. Loads the
+ * data once. 0, or -1 after an error. */
+int train_check_launch(IrProgram *p, const RunOptions *o, int ranks);
+
 /* train_state.c: --save / --resume files (safetensors; see README). TENSORS[i] holds
  * persistent tensor i of P as f32 (ir_numel of its shape; a sharded state, IrTensor, of
  * its parameter's: every rank's slices): read by save, written by load.
  * TOTAL_STEPS: the optimizer steps the run spans (saved, and compared on resume). */
 int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
                     const TrainProgress *pr, int64_t total_steps);
+/* Load checks every value against its tensor's range (IrTensor.range). */
 int train_state_load(const char *path, const IrProgram *p, float *const *tensors,
                     TrainProgress *pr, int64_t total_steps);
+/* The step counters a loaded TENSORS holds against its progress PR, once PR itself is
+ * known to be one a run could reach. 0, or -1 after an error naming the file PATH. */
+int train_state_check_counters(const char *path, const IrProgram *p, float *const *tensors,
+                               const TrainProgress *pr);
 
 #endif

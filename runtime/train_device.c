@@ -427,9 +427,7 @@ static int dev_autotune(Trainer *t, DeviceBackend *dev, const DevFeed *tuned, ch
         return -1;
     }
     if (load == TUNE_REFUSED) say_autotune(t, "%s: %s; tuning again", path, why);
-    if (load == TUNE_MISSING && file && tune_check_file(file, why, sizeof why) != 0) {
-        cgc_error("the choices file %s: %s; nothing was tuned (name a file cgc can write)",
-                  diag_quote(file, 80), why);
+    if (load == TUNE_MISSING && file && tune_check_file(file) != 0) {
         tune_free(&want);
         return -1;
     }
@@ -464,14 +462,14 @@ static int dev_autotune(Trainer *t, DeviceBackend *dev, const DevFeed *tuned, ch
         say_autotune(t, "the time ran out: %d kernels and GEMMs keep the plan's choices, untimed "
                         "(delete the choices file to tune again)", r.untimed);
     if (load != TUNE_NO_CACHE) {
-        int rc = file ? tune_store_file(&want, file, why, sizeof why)
+        int rc = file ? tune_store_file(&want, file)
                       : tune_store(&want, path, sizeof path, why, sizeof why);
         if (rc == 0) {
             say_autotune(t, "the choices are in %s", path);
         } else if (file) {   /* the user asked for the file: not a note -q would silence */
             char cache_why[256];   /* the time spent tuning is not lost: the cache keeps it */
             bool cached = tune_store(&want, path, sizeof path, cache_why, sizeof cache_why) == 0;
-            cgc_error("the choices file: %s, after tuning; nothing was trained%s%s%s", why,
+            cgc_error("the choices file was not written, after tuning; nothing was trained%s%s%s",
                       cached ? " (the choices are kept in the cache, " : "", cached ? path : "",
                       cached ? ": copy that file to the one named, or run without it)" : "");
             tune_free(&want);

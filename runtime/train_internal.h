@@ -80,6 +80,11 @@ struct Trainer {
      * when resumed mid-epoch), the same on every rank; each adds its own losses to it. */
     int rank, ranks;
     double loss_base;
+    /* The mean loss of the first step this run took (at FIRST_LOSS_STEP), once known: what
+     * an epoch's mean loss is compared with, to tell a run that diverges. */
+    bool first_loss_known, diverging_said;
+    double first_loss;
+    int64_t first_loss_step;
 };
 
 /* Rows [*FIRST, *FIRST + *COUNT) of a micro-batch of COUNT rows from FIRST, which rank

@@ -16,6 +16,7 @@
  * new length.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ static void meta_add(MetaBuf *m, const char *key, const char *fmt, ...)
 typedef struct Setting {
     const char *key;
     char value[META_TEXT];
+    bool makes_state;   /* it decides which state tensors a run keeps */
 } Setting;
 
 enum { NUM_SETTINGS = 10 };
@@ -66,6 +68,7 @@ static void setting(Setting *s, const char *key, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     s->key = key;
+    s->makes_state = false;
     vsnprintf(s->value, META_TEXT, fmt, ap);
     va_end(ap);
 }
@@ -86,6 +89,7 @@ static void describe_config(const TrainConfig *c, Setting s[NUM_SETTINGS])
     setting(&s[7], "cgc.schedule", "%s", schedule);
     setting(&s[8], "cgc.precision", "%s", config_precision_name(c->precision));
     setting(&s[9], "cgc.clip_norm", "%.9g", c->clip_norm);
+    s[3].makes_state = s[6].makes_state = s[8].makes_state = true;   /* accum, moments, scaler */
 }
 
 /* Tensor I's shape in a checkpoint: a sharded state's is its parameter's, the state of
@@ -146,12 +150,15 @@ static int meta_int(const StFile *f, const char *path, const char *key, long lon
     return 0;
 }
 
-/* Every setting of the saved run must be this run's too. */
-static int check_settings(const StFile *f, const char *path, const TrainConfig *c)
+/* Every setting of the saved run must be this run's too; with STATE_ONLY, those that
+ * decide which state tensors it keeps. */
+static int check_settings(const StFile *f, const char *path, const TrainConfig *c,
+                          bool state_only)
 {
     Setting now[NUM_SETTINGS];
     describe_config(c, now);
     for (int i = 0; i < NUM_SETTINGS; i++) {
+        if (state_only && !now[i].makes_state) continue;
         const char *saved = st_meta(f, now[i].key);
         if (!saved) {
             cgc_error("%s: not a cgc checkpoint: no '%s' in its metadata", path, now[i].key);
@@ -201,6 +208,51 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
     return 0;
 }
 
+/* A step counter as an f32 tensor counts exactly to 2^24, where adding 1 no longer changes
+ * it. */
+static float f32_count(int64_t n)
+{
+    return n < (1 << 24) ? (float)n : (float)(1 << 24);
+}
+
+/* Every loaded value within its tensor's range (IrTensor.range): a run saves nothing else,
+ * so a file that holds another was changed or damaged after it was saved. */
+static int check_values(const char *path, const IrProgram *p, float *const *tensors)
+{
+    for (int i = 0; i < p->ntensors; i++) {
+        const IrTensor *d = &p->tensors[i];
+        int64_t n = ir_numel(stored_shape(p, i), NULL);
+        for (int64_t k = 0; k < n; k++) {
+            if (ir_range_holds(d->range, tensors[i][k])) continue;
+            cgc_error("%s: tensor '%s' holds %g at element %lld, where a run saves only %s: "
+                      "the file was changed or damaged after it was saved; resume from "
+                      "another checkpoint", path, d->name, tensors[i][k], (long long)k,
+                      ir_range_text(d->range));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int train_state_check_counters(const char *path, const IrProgram *p, float *const *tensors,
+                               const TrainProgress *pr)
+{
+    const struct {
+        const char *name;
+        int64_t steps;
+    } counters[] = {{IR_TRAIN_STEP, pr->step}, {IR_OPTIM_STEP, pr->step - pr->skipped}};
+    for (size_t c = 0; c < sizeof counters / sizeof counters[0]; c++) {
+        int i = ir_find_tensor(p, counters[c].name);
+        if (i < 0 || tensors[i][0] == f32_count(counters[c].steps)) continue;
+        cgc_error("%s: tensor '%s' is %g, but its metadata says the run had taken %lld steps "
+                  "(cgc.step, of which cgc.skipped skipped): the file was changed or damaged "
+                  "after it was saved; resume from another checkpoint", path,
+                  counters[c].name, tensors[i][0], (long long)counters[c].steps);
+        return -1;
+    }
+    return 0;
+}
+
 int train_state_load(const char *path, const IrProgram *p, float *const *tensors,
                     TrainProgress *pr, int64_t total_steps)
 {
@@ -232,8 +284,11 @@ int train_state_load(const char *path, const IrProgram *p, float *const *tensors
         meta_int(f, path, "cgc.loss_count", 0, big, &count) ||
         meta_int(f, path, "cgc.total_steps", 1, big, &saved_total))
         goto out;
-    /* the tensors first: another model's are the clearer reason than its settings */
-    if (load_tensors(f, path, p, tensors) != 0 || check_settings(f, path, &p->cfg)) goto out;
+    /* Another optimizer, precision or accumulation keeps other state tensors: the clearer
+     * reason when they differ. Then the tensors (another model's), then the rest. */
+    if (check_settings(f, path, &p->cfg, true) || load_tensors(f, path, p, tensors) != 0 ||
+        check_settings(f, path, &p->cfg, false))
+        goto out;
     char *end;
     double sum = loss_sum ? strtod(loss_sum, &end) : 0;
     if (!loss_sum || !*loss_sum || *end) {
@@ -241,6 +296,7 @@ int train_state_load(const char *path, const IrProgram *p, float *const *tensors
         goto out;
     }
     *pr = (TrainProgress){epoch, bie, step, skipped, sum, count, 0};
+    if (check_values(path, p, tensors) != 0) goto out;
     if (saved_total != total_steps)
         fprintf(stderr, "cgc: note: %s was saved from a run of %lld steps; this run spans %lld, "
                 "and the learning-rate schedule follows the new length\n", path, saved_total,

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/diag.h"
+#include "../base/outfile.h"
 #include "cachedir.h"
 
 /* A plan has tens to hundreds of choices; the bounds keep a planted file from costing
@@ -389,50 +391,33 @@ static int write_in(int dfd, const char *name, const TuneFile *t, mode_t mode, c
     return err ? -1 : 0;
 }
 
-/* The directory of a user's PATH, opened, and the file's name in it: the fd, or -1 with
- * WHY. */
-static int open_parent(const char *path, const char **name, char *why, size_t why_len)
+/* Whether FD begins as tune_format's files do. */
+static bool is_choices(int fd)
 {
-    const char *slash = strrchr(path, '/');
-    char dir[PATH_MAX];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    *name = slash ? slash + 1 : path;
-    int dfd = **name ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (dfd < 0)
-        snprintf(why, why_len, "cannot write %s: %s", path, **name ? strerror(errno) : "it names a directory");
-    return dfd;
+    static const char head[] = "# cgc autotune choices";
+    char buf[sizeof head - 1];
+    return pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf &&
+           memcmp(buf, head, sizeof buf) == 0;
 }
 
-int tune_check_file(const char *path, char *why, size_t why_len)
+const OutKind tune_choices = {"a choices file (written by cgc's max-autotune)", is_choices,
+                              false};
+
+int tune_check_file(const char *path)
 {
-    const char *name;
-    int dfd = open_parent(path, &name, why, why_len);
-    if (dfd < 0) return -1;
-    struct stat st;
-    int rc = 0;
-    if (faccessat(dfd, ".", W_OK | X_OK, AT_EACCESS) != 0) {
-        rc = -1;
-        snprintf(why, why_len, "cannot write %s: its directory: %s", path, strerror(errno));
-    } else if (fstatat(dfd, name, &st, 0) != 0) {
-        if (errno != ENOENT) {   /* a name too long, a loop of links, ... */
-            rc = -1;
-            snprintf(why, why_len, "cannot write %s: %s", path, strerror(errno));
-        }
-    } else if (S_ISDIR(st.st_mode)) {
-        rc = -1;
-        snprintf(why, why_len, "cannot write %s: it is a directory", path);
+    return out_check(TUNE_FILE_ROLE, path, &tune_choices);
+}
+
+int tune_store_file(const TuneFile *t, const char *path)
+{
+    char *text = tune_format(t);
+    if (!text) {
+        cgc_error("cannot %s %s: out of memory", TUNE_FILE_ROLE, path);
+        return -1;
     }
-    close(dfd);
+    int rc = out_write(TUNE_FILE_ROLE, path, &tune_choices, text, strlen(text));
+    free(text);
     return rc;
-}
-
-int tune_store_file(const TuneFile *t, const char *path, char *why, size_t why_len)
-{
-    const char *name;
-    int dfd = open_parent(path, &name, why, why_len);
-    return dfd < 0 ? -1 : write_in(dfd, name, t, 0666, path, why, why_len);
 }
 
 /* ---- the file in the cache ---- */

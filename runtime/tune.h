@@ -49,6 +49,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/outfile.h"
+
 enum { TUNE_VERSION = 1, TUNE_TOKEN_MAX = 127, TUNE_DEVICE_MAX = 127 };
 
 typedef enum TuneKind {
@@ -121,13 +123,17 @@ int tune_store(const TuneFile *t, char *path, size_t path_len, char *why, size_t
 
 /* The same two for a file at PATH that a user names (--tune-file), outside the cache:
  * tune_load_file reads it (tune_read; TUNE_MISSING when there is none, never
- * TUNE_NO_CACHE) and checks it as tune_load does; tune_store_file replaces it whole
- * (a temporary file beside it, then a rename; a new file is 0666 less the umask). */
+ * TUNE_NO_CACHE) and checks it as tune_load does; tune_store_file writes it as an output
+ * of kind tune_choices (base/outfile.h), reporting any error itself. */
 TuneLoad tune_load_file(const TuneFile *want, const char *path, TuneFile *out, char *why,
                         size_t why_len);
-int tune_store_file(const TuneFile *t, const char *path, char *why, size_t why_len);
-/* Whether tune_store_file could write PATH: its directory writable, PATH not a directory.
- * 0, or -1 with WHY; checked before tuning, so that the time is not spent for nothing. */
-int tune_check_file(const char *path, char *why, size_t why_len);
+int tune_store_file(const TuneFile *t, const char *path);
+/* out_check of tune_store_file's PATH: before tuning, so that the time is not spent for
+ * nothing. 0, or -1 after an error. */
+int tune_check_file(const char *path);
+
+/* A choices file as an output: replaces only a file that tune_format wrote. */
+extern const OutKind tune_choices;
+#define TUNE_FILE_ROLE "write the choices to"
 
 #endif

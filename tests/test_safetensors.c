@@ -318,8 +318,8 @@ static void test_atomic_write(void)
     const char *err = capture_end();
     CHECK_EQ_INT(rc, -1);
     char want[512];
-    snprintf(want, sizeof want, "cgc: error: cannot write %s: No such file or directory\n",
-             path);
+    snprintf(want, sizeof want, "cgc: error: cannot save to %s: directory %s/no/such/dir is "
+             "missing or not writable\n", path, tmpdir);
     CHECK_STR(err, want);
 
     /* The target is a directory: refused before anything is written. */
@@ -332,8 +332,8 @@ static void test_atomic_write(void)
     rc = st_save(path, SAMPLE, 2, NULL, 0);
     err = capture_end();
     CHECK_EQ_INT(rc, -1);
-    snprintf(want, sizeof want, "cgc: error: cannot save to %s: it is a directory; cgc saves "
-             "only to a new file or over a checkpoint (give the name of a file)\n", path);
+    snprintf(want, sizeof want, "cgc: error: cannot save to %s: it is a directory; give the "
+             "name of a new file or of a checkpoint (a safetensors file)\n", path);
     CHECK_STR(err, want);
     CHECK_EQ_INT(count_entries(dir), 2);   /* model.safetensors and sub, no temporary */
 

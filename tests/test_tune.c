@@ -269,6 +269,16 @@ static void test_cache(void)
     tune_free(&t);
 }
 
+/* CALL (returning 0 or -1) fails, saying WANT. */
+#define FAILS_SAYING(call, want)                                  \
+    do {                                                          \
+        capture_start();                                          \
+        int rc_ = (call);                                         \
+        const char *err_ = capture_end();                         \
+        CHECK_EQ_INT(rc_, -1);                                    \
+        CHECK(strstr(err_, want) != NULL);                        \
+    } while (0)
+
 /* A file a user names (--tune-file): missing, stored (a relative path too), read back,
  * refused when made for another plan or when not a regular file; a path that names a
  * directory or lies in none cannot be written. */
@@ -282,7 +292,7 @@ static void test_user_file(void)
     snprintf(path, sizeof path, "%s", tmp_path("lock.tune"));
     CHECK_EQ_INT(tune_load_file(&t, path, &got, why, sizeof why), TUNE_MISSING);
     CHECK(!tune_read(path, &got, &missing, why, sizeof why) && missing);
-    CHECK_EQ_INT(tune_store_file(&t, path, why, sizeof why), 0);
+    CHECK_EQ_INT(tune_store_file(&t, path), 0);
     CHECK_EQ_INT(tune_load_file(&t, path, &got, why, sizeof why), TUNE_FOUND);
     CHECK_EQ_INT(got.nchoices, 3);
     tune_free(&got);
@@ -291,7 +301,7 @@ static void test_user_file(void)
     CHECK(tune_read(path, &got, &missing, why, sizeof why) && !missing);   /* as it is */
     tune_free(&got);
     CHECK_EQ_INT(chdir(tmpdir), 0);
-    CHECK_EQ_INT(tune_store_file(&other, "relative.tune", why, sizeof why), 0);
+    CHECK_EQ_INT(tune_store_file(&other, "relative.tune"), 0);
     CHECK_EQ_INT(tune_load_file(&other, tmp_path("relative.tune"), &got, why, sizeof why), TUNE_FOUND);
     tune_free(&got);
     CHECK(mkfifo(tmp_path("fifo.tune"), 0600) == 0);
@@ -300,29 +310,28 @@ static void test_user_file(void)
     write_text(tmp_path("short.tune"), "cgc-autotune 1\n");
     CHECK_EQ_INT(tune_load_file(&t, tmp_path("short.tune"), &got, why, sizeof why), TUNE_REFUSED);
     CHECK(strstr(why, "line") != NULL);
-    CHECK_EQ_INT(tune_store_file(&t, tmp_path("no/such/dir.tune"), why, sizeof why), -1);
-    CHECK(strstr(why, "cannot write ") != NULL);
+    FAILS_SAYING(tune_store_file(&t, tmp_path("no/such/dir.tune")), "directory");
     snprintf(path, sizeof path, "%s/", tmpdir);
-    CHECK_EQ_INT(tune_store_file(&t, path, why, sizeof why), -1);
-    CHECK(strstr(why, "it names a directory") != NULL);
+    FAILS_SAYING(tune_store_file(&t, path), "names a directory");
     /* checked before tuning: a writable place, or why not */
-    CHECK_EQ_INT(tune_check_file(tmp_path("lock.tune"), why, sizeof why), 0);
-    CHECK_EQ_INT(tune_check_file(tmp_path("new.tune"), why, sizeof why), 0);
-    CHECK_EQ_INT(tune_check_file(tmp_path("no/such/dir.tune"), why, sizeof why), -1);
-    CHECK(strstr(why, "cannot write ") != NULL);
-    CHECK_EQ_INT(tune_check_file(path, why, sizeof why), -1);
-    CHECK(strstr(why, "it names a directory") != NULL);
+    CHECK_EQ_INT(tune_check_file(tmp_path("lock.tune")), 0);
+    CHECK_EQ_INT(tune_check_file(tmp_path("new.tune")), 0);
+    FAILS_SAYING(tune_check_file(tmp_path("no/such/dir.tune")), "is missing or not writable");
+    FAILS_SAYING(tune_check_file(path), "names a directory");
     CHECK_EQ_INT(mkdir(tmp_path("adir.tune"), 0700), 0);
-    CHECK_EQ_INT(tune_check_file(tmp_path("adir.tune"), why, sizeof why), -1);
-    CHECK(strstr(why, "it is a directory") != NULL);
-    char longname[400];    /* the temporary name is short: only the rename would fail */
+    FAILS_SAYING(tune_check_file(tmp_path("adir.tune")), "it is a directory");
+    /* a file that is not a choices file is not written over, nor checked as writable */
+    write_text(tmp_path("notes.tune"), "my notes\n");
+    FAILS_SAYING(tune_check_file(tmp_path("notes.tune")), "is not a choices file");
+    FAILS_SAYING(tune_store_file(&t, tmp_path("notes.tune")), "is not a choices file");
+    CHECK(tune_read(tmp_path("notes.tune"), &got, &missing, why, sizeof why) == false);
+    char longname[400];
     snprintf(longname, sizeof longname, "%s/%0300d.tune", tmpdir, 0);
-    CHECK_EQ_INT(tune_check_file(longname, why, sizeof why), -1);
-    CHECK(strncmp(why, "cannot write ", 13) == 0);   /* the long path fills WHY */
+    FAILS_SAYING(tune_check_file(longname), "File name too long");
     /* a user's file is made as other files are (0666 less the umask), the cache's 0600;
      * no temporary file is left beside it */
     mode_t saved_mask = umask(022);
-    CHECK_EQ_INT(tune_store_file(&t, tmp_path("mode.tune"), why, sizeof why), 0);
+    CHECK_EQ_INT(tune_store_file(&t, tmp_path("mode.tune")), 0);
     umask(saved_mask);
     struct stat st;
     CHECK(stat(tmp_path("mode.tune"), &st) == 0 && (st.st_mode & 0777) == 0644);

@@ -223,5 +223,27 @@ expect "batchnorm, batch 1" 1 "$bn_err \(batch = 1\)" -- "$tmp/bn.net" --device 
 expect "batchnorm, drop_last" 0 "done at step 8" -- "$tmp/bn.net" --device cpu --drop-last true
 expect "batchnorm, 66 samples" 0 "done at step 9" -- "$tmp/bn.net" --device cpu --data "synthetic(samples = 66)"
 
+# A loss that grows by orders of magnitude but stays finite: a warning, and the run ends.
+cat > "$tmp/div.net" <<'EOF'
+model div {
+    input x: f32[N, 16]
+    input y: i32[N]
+    h    = relu(linear(x, 32))
+    pred = linear(h, 4)
+    output pred
+    loss   cross_entropy(pred, y)
+}
+train {
+    data      = synthetic(samples = 512)
+    batch     = 64
+    epochs    = 2
+    optimizer = sgd(lr = 30)
+    seed      = 3
+}
+EOF
+expect "a diverging loss" 0 "^cgc: warning: the training loss grew from 1\.4[0-9]* at step 1 to [0-9.]+e\+[0-9]+, the mean of epoch 1: the run is diverging" -- "$tmp/div.net" --device cpu
+out=$("$cgc" "$tmp/div.net" --device cpu --lr 0.1 2>&1)
+if grep -q "diverging" <<<"$out"; then echo "FAIL: a converging run warned: $out"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

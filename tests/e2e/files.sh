@@ -107,6 +107,31 @@ if python3 -c 'import json, struct' 2>/dev/null; then
   edit "$tmp/model.st" cgc.model=
   expect "no model name" 1 "model.st was saved from model '', this is model 'small'" -- "$m" "${run[@]}" --resume "$tmp/model.st"
 fi
+# Values no run could have saved: element INDEX of TENSOR in a copy of a.st set to VALUE.
+poke() {  # poke OUT TENSOR INDEX VALUE
+  python3 - "$tmp/a.st" "$@" <<'EOF'
+import json, struct, sys
+src, out, name, index, value = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+b = bytearray(open(src, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+at = 8 + n + json.loads(b[8:8 + n])[name]["data_offsets"][0] + 4 * index
+b[at:at + 4] = struct.pack("<f", value)
+open(out, "wb").write(b)
+EOF
+}
+if python3 -c 'import json, struct' 2>/dev/null; then
+  poke "$tmp/w.st" h.weight 5 nan
+  expect "a NaN weight" 1 "w.st: tensor 'h.weight' holds nan at element 5, where a run saves only a finite number: the file was changed" -- "$m" "${run[@]}" --resume "$tmp/w.st"
+  poke "$tmp/v.st" cgc.adam.exp_avg_sq.pred.bias 1 -1
+  expect "a negative second moment" 1 "tensor 'cgc.adam.exp_avg_sq.pred.bias' holds -1 at element 1, where a run saves only a finite number >= 0" -- "$m" "${run[@]}" --resume "$tmp/v.st"
+  poke "$tmp/s.st" cgc.train.step 0 nan
+  expect "a NaN step counter" 1 "tensor 'cgc.train.step' holds nan at element 0, where a run saves only a whole number >= 0" -- "$m" "${run[@]}" --resume "$tmp/s.st"
+  poke "$tmp/s2.st" cgc.optim.step 0 2.5
+  expect "a fractional step counter" 1 "tensor 'cgc.optim.step' holds 2.5 at element 0" -- "$m" "${run[@]}" --resume "$tmp/s2.st"
+  poke "$tmp/s3.st" cgc.train.step 0 1e9
+  expect "a step counter its metadata contradicts" 1 "tensor 'cgc.train.step' is 1e\\+09, but its metadata says the run had taken 6 steps" -- "$m" "${run[@]}" --resume "$tmp/s3.st"
+fi
+expect "an fp32 checkpoint resumed in fp16" 1 "a.st was saved with precision fp32, this run has fp16; .* set precision to 'fp32'" -- "$m" "${run[@]}" --precision fp16 --resume "$tmp/a.st"
 
 # ---- dataset files ----
 mkdir -p "$tmp/data/train-images-idx3-ubyte"

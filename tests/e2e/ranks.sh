@@ -304,4 +304,52 @@ run "--explain --nproc 2 on GPUs: NCCL's model" 0 "\(NCCL, one GPU a rank\)" -- 
 run "--explain --nproc 2 on GPUs: the bucket's time" 0 "bucket 0: sum of 4 values, 10.8 KB, .*predicted 0.010 ms" -- \
     "$cgc" "$m" --explain --nproc 2 --device cuda
 
+# --- a launch checked before its ranks start, and stopped whole ---
+cores=$(getconf _NPROCESSORS_ONLN)   # nproc would heed OMP_NUM_THREADS
+start=$SECONDS
+run "--nproc far past the cores" 1 "--nproc $((cores * 8 + 1)): this machine has $cores cores" -- \
+    "$cgc" "$m" --device cpu --nproc $((cores * 8 + 1))
+run "a batch too small for --nproc, before launching" 1 "batch = 2 split over 3 ranks gives a rank no rows of its own" -- \
+    "$cgc" "$m" --device cpu --batch 2 --nproc 3
+run "missing data, before launching" 1 "data directory \"nowhere\" not found" -- \
+    "$cgc" "$m" --device cpu --data 'idx("nowhere")' --nproc 3
+[ $((SECONDS - start)) -lt 20 ] && ok || bad "refused launches took $((SECONDS - start)) s" ""
+# The memory the ranks would hold, against a machine of 100 MB available (a /proc/meminfo
+# of its own, where a private mount namespace can be had).
+printf 'MemTotal: 102400 kB\nMemAvailable: 102400 kB\n' >"$tmp/meminfo"
+sed 's/samples = 1000/samples = 500000/' "$m" >"$tmp/big.net"   # 63 MB of data a rank
+if unshare -m true 2>/dev/null; then
+  run "ranks that would not fit in memory" 1 "3 ranks on this machine would each hold the data set \(62\.9[0-9]* MB\).* more than the 100(\.0*)? MB it has available; at most 1 fit" -- \
+      unshare -m sh -c 'mount --bind "$1" /proc/meminfo && shift && exec "$@"' sh "$tmp/meminfo" \
+      "$cgc" "$tmp/big.net" --device cpu --nproc 3
+else
+  echo "note: no private mount namespace here: the memory check is not exercised"
+fi
+# SIGTERM, SIGINT to the launcher: the job ends within seconds, nothing of it left behind;
+# a job that cannot act on it (mpirun and its ranks stopped) is killed after the grace
+# period.
+for sig in TERM INT STOPPED; do
+  "$cgc" "$m" --device cpu --epochs 100000 --nproc 2 >"$tmp/sig.out" 2>&1 &
+  launcher=$!
+  for _ in $(seq 100); do grep -q "^epoch" "$tmp/sig.out" && break; sleep 0.2; done
+  if [ "$sig" = STOPPED ]; then
+    for p in $(pgrep -f "$m" | grep -vx "$launcher"); do kill -STOP "$p"; done   # mpirun too
+  fi
+  start=$SECONDS
+  kill -"${sig/STOPPED/TERM}" "$launcher"
+  for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$launcher" 2>/dev/null   # still there after 30 s: the check below fails
+  wait "$launcher"; status=$?
+  sleep 0.5
+  left=$(pgrep -f "$m" || true)
+  want=$([ "$sig" = INT ] && echo 130 || echo 143)
+  if [ "$status" -eq "$want" ] && [ -z "$left" ] && [ $((SECONDS - start)) -lt 15 ] &&
+     grep -q "cgc: SIG${sig/STOPPED/TERM}: stopping the job's 2 ranks" "$tmp/sig.out"; then ok
+  else bad "SIG$sig to the launcher: status $status (want $want) after $((SECONDS - start)) s, left: $left" "$(cat "$tmp/sig.out")"; pkill -KILL -f "$m"; fi
+  if [ "$sig" = STOPPED ]; then
+    grep -q "the job did not end within 5 s; its processes were killed" "$tmp/sig.out" && ok ||
+      bad "a stopped job was not killed after the grace period" "$(cat "$tmp/sig.out")"
+  fi
+done
+
 summary
