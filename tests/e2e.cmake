@@ -44,6 +44,14 @@ add_test(NAME crosscheck_torch
                  ${CMAKE_SOURCE_DIR}/scripts/crosscheck_torch.py ${CGC_BIN})
 set_tests_properties(crosscheck_torch PROPERTIES LABELS "cpu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77)
 
+# The image layers against PyTorch (tests/torch_image_oracle.py): randomly drawn
+# convolutions, pools and batch norms (per-axis windows, "same", dilation, groups), each
+# trained a step or two by cgc on the CPU and by torch.nn.functional from the same weights.
+add_test(NAME torch_image_oracle
+         COMMAND sh -c "/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || { echo 'python3-torch not installed: skipped'; exit 77; }; exec /usr/bin/python3 \"$0\" \"$1\""
+                 ${TESTS_DIR}/torch_image_oracle.py ${CGC_BIN})
+set_tests_properties(torch_image_oracle PROPERTIES LABELS "cpu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77)
+
 # README.md and docs/usage.md mention every flag of cgc --help, and no other.
 add_test(NAME docs_readme_flags COMMAND bash ${TESTS_DIR}/docs/readme_flags.sh ${CGC_BIN} ${CMAKE_SOURCE_DIR})
 set_tests_properties(docs_readme_flags PROPERTIES LABELS cpu TIMEOUT 60)

@@ -78,17 +78,43 @@ static int step_buffers(const Plan *pl, const PlanStep *s, int *out)
     return n;
 }
 
+/* What the convolution runs (PlanWindow, plan.h) have step S of graph G name besides its
+ * own operands, into OUT; the count. Either form of a run may be chosen at run time, so a
+ * reader names what both read and write: an implicit GEMM's reader the image for its
+ * patches operand, the NCHW gradient where it reads that, and the storing reader the
+ * TRANSPOSE's buffer and its epilogue group's buffers; a library's data gradient (the
+ * reader without a patches operand) the FOLD's buffer. */
+static int window_buffers(const Plan *pl, int g, int s, int *out)
+{
+    int n = 0;
+    for (int r = 0; r < pl->nwindows; r++) {
+        const PlanWindow *w = &pl->windows[r];
+        for (int j = 0; j < w->nreaders && (int)w->graph == g; j++) {
+            if (w->reader[j] != s) continue;
+            if (w->operand[j] && w->image >= 0) out[n++] = root(pl, w->image);
+            if (w->reads_grad[j] && w->grad >= 0) out[n++] = root(pl, w->grad);
+            if (j == w->store_reader && w->store >= 0) out[n++] = root(pl, w->store);
+            for (int a = 0; j == w->store_reader && a < w->epi_nargs; a++)
+                if (w->epi_arg[a].kind == ARG_BUFFER) out[n++] = root(pl, w->epi_arg[a].index);
+            if (w->conv && !w->operand[j] && w->fold_out >= 0) out[n++] = root(pl, w->fold_out);
+        }
+    }
+    return n;
+}
+
 /* Per buffer of graph G: the first and last step naming it (-1: none). A fused MLP run
  * (max-autotune) may run all its layers at its first layer's step: the buffers its
  * kernel names (each layer's weights and output, the first's input, the biases or the
- * activation values) are named there too. */
+ * activation values) are named there too; and a convolution run's readers name what
+ * window_buffers says. */
 static void step_span(const Plan *pl, int g, int *first, int *last)
 {
     for (int b = 0; b < pl->nbuffers; b++) first[b] = last[b] = -1;
     const PlanGraph *pg = &pl->graph[g];
-    int used[STEP_BUFFERS + 4 * PLAN_MLP_MAX_LAYERS];
+    int used[2 * STEP_BUFFERS + 4 * PLAN_MLP_MAX_LAYERS + 4 * PLAN_WINDOW_MAX_READERS];
     for (int s = 0; s < pg->nsteps; s++) {
         int n = step_buffers(pl, &pg->steps[s], used);
+        n += window_buffers(pl, g, s, used + n);
         for (int r = 0; r < pl->nmlps; r++) {
             const PlanMlp *run = &pl->mlps[r];
             if ((int)run->graph != g || run->step[0] != s) continue;
@@ -228,7 +254,10 @@ static void test_model(const char *file, const char *precision, const char *accu
     Plan *pl = compile_model_acc(file, precision, accumulate, mode, &p, &src);
     if (!pl) return;
     CHECK(strcmp(accumulate, "1") == 0 || pl->graph[PG_TRAIN_MICRO].nsteps > 0);
-    CHECK(mode != PLAN_MAX_AUTOTUNE || pl->nmlps > 0);
+    CHECK(mode != PLAN_MAX_AUTOTUNE || pl->nmlps > 0 || pl->nwindows > 0);
+    bool implicit = false;   /* the window_buffers model has something to check */
+    for (int r = 0; r < pl->nwindows; r++) implicit |= pl->windows[r].implicit;
+    CHECK(mode != PLAN_MAX_AUTOTUNE || strcmp(file, "cnn.net") != 0 || implicit);
     int64_t symmax[IR_MAX_SYMBOLS] = {64};
     PlanLayout shared, again, apart;
     plan_layout(pl, symmax, true, &shared);
@@ -742,6 +771,12 @@ int main(void)
     test_model("mlp.net", "fp16", "1", PLAN_MAX_AUTOTUNE);
     test_model("narrow_mlp.net", "bf16", "1", PLAN_MAX_AUTOTUNE);
     test_model("narrow_mlp.net", "fp16", "2", PLAN_MAX_AUTOTUNE);
+    /* the convolution runs: implicit GEMMs reading the image, storing NCHW, reading the
+     * NCHW gradient, computing an epilogue; a library's data gradient into the FOLD */
+    for (int k = 0; k < 4; k++)
+        for (int mode = 0; mode < 3; mode++) test_model("cnn.net", precisions[k], "1", modes[mode]);
+    test_model("cnn.net", "bf16", "1", PLAN_MAX_AUTOTUNE);
+    test_model("cnn.net", "fp16", "2", PLAN_MAX_AUTOTUNE);
     test_backward_run();
     test_hand_plan();
     test_random_plans();

@@ -309,9 +309,10 @@ cores=$(getconf _NPROCESSORS_ONLN)   # nproc would heed OMP_NUM_THREADS
 start=$SECONDS
 run "--nproc far past the cores" 1 "--nproc $((cores * 8 + 1)): this machine has $cores cores" -- \
     "$cgc" "$m" --device cpu --nproc $((cores * 8 + 1))
-run "a batch too small for --nproc, before launching" 1 "batch = 2 split over 3 ranks gives a rank no rows of its own" -- \
+# once, by the launcher: not "rank N:", as each rank's own report would say
+run "a batch too small for --nproc, before launching" 1 "^cgc: error: batch = 2 split over 3 ranks gives a rank no rows of its own" -- \
     "$cgc" "$m" --device cpu --batch 2 --nproc 3
-run "missing data, before launching" 1 "data directory \"nowhere\" not found" -- \
+run "missing data, before launching" 1 "^cgc: error: data directory \"nowhere\" not found" -- \
     "$cgc" "$m" --device cpu --data 'idx("nowhere")' --nproc 3
 [ $((SECONDS - start)) -lt 20 ] && ok || bad "refused launches took $((SECONDS - start)) s" ""
 # The memory the ranks would hold, against a machine of 100 MB available (a /proc/meminfo

@@ -151,6 +151,24 @@ cgc_emu_run(test_emu_wide test_emu_models ENV CGC_MODELS_DIR=${EMU_DIR}/wide
             ARGS wide_sum:fp32:0:default deep_clip:bf16:2:default
             ASAN --asan deep_clip:fp16:0:default)
 
+# Image layers drawn at random by tests/torch_image_oracle.py (tests/emu/image_oracle/*.net,
+# each saying which case it is), which checks the CPU executor against PyTorch on the same
+# models: here their kernels against the CPU executor, so that the kernels are checked
+# against PyTorch through it. The convolutions' windows: per-axis asymmetric padding,
+# strides and dilations that differ per axis, "same" with dilation 2 and an even kernel,
+# groups; max and average pooling with rectangular windows, per-axis strides and padding.
+# In fp32 (every mode); then the implicit GEMMs max-autotune generates in f16 and bf16 for
+# the ones without groups, each against the library's GEMM over the patches (their
+# cross_entropy has 4 classes, or an mse, as test_emu_gemm's labels take).
+set(EMU_IMG ${EMU_DIR}/image_oracle)
+cgc_emu_run(test_emu_image_oracle test_emu_models TIMEOUT 600 ENV CGC_MODELS_DIR=${EMU_IMG}
+            ARGS img_1_1:fp32 img_1_7:fp32 img_1_42:fp32 img_1_52:fp32 img_1_54:fp32 img_1_55:fp32
+                 img_1_63:fp32 img_1_82:fp32
+            ASAN --asan img_1_63:fp32:0:default img_1_82:fp32:0:default)
+cgc_emu_run(test_emu_image_oracle_gemm test_emu_gemm TIMEOUT 600
+            ARGS ../tests/emu/image_oracle/img_1_7:bf16:5 ../tests/emu/image_oracle/img_1_55:bf16:7
+                 ../tests/emu/image_oracle/img_1_67:fp16:5)
+
 # The same comparisons on a real GPU: label gpu, skipped (77) where none is usable.
 add_test(NAME test_gpu_models COMMAND test_emu_models --cuda)
 set_tests_properties(test_gpu_models PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
