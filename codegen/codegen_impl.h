@@ -45,6 +45,7 @@ typedef struct KernelDraft {
     int nparams;
     unsigned symbols;           /* bit k: symbol k appears in the body (a sym<k> parameter) */
     StrBuf body;                /* the statements inside the braces, indented */
+    StrBuf head;                /* device functions the body calls, before the kernel */
     int block;
     Shape work;
     int64_t items_per_block, max_blocks;

@@ -557,6 +557,109 @@ static int split_last(const RenderCtx *ctx, const int *groups, int n, int *order
     return m;
 }
 
+/* ---- a multi-tensor launch's segments as shared device functions ---- */
+
+/* D's parameter named by the LEN bytes at NAME, or -1. */
+static int param_named(const KernelDraft *d, const char *name, size_t len)
+{
+    for (int j = 0; j < d->nparams; j++)
+        if (strlen(d->param[j].name) == len && memcmp(d->param[j].name, name, len) == 0) return j;
+    return -1;
+}
+
+/* Whether the LEN bytes at T are a load's local (render_loads: x and its parameter's
+ * number). */
+static bool is_load_local(const char *t, size_t len)
+{
+    if (len < 2 || t[0] != 'x') return false;
+    for (size_t i = 1; i < len; i++)
+        if (!isdigit((unsigned char)t[i])) return false;
+    return true;
+}
+
+/* A segment's code SEG (naming D's parameters) as the body of a device function, into
+ * OUT: every parameter it names becomes p0, p1, ... in order of first use (their indices
+ * into USED, the count into *NUSED), the locals its loads name after them x0, x1, ...
+ * likewise, and its first line, `const int64_t n = N;` where it is that, a parameter
+ * (*N; else -1). So segments that differ only in their tensors and sizes have one text. */
+static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int *used,
+                         int *nused, int64_t *n)
+{
+    static const char n_line[] = "    const int64_t n = ";
+    *n = -1;
+    if (strncmp(seg, n_line, sizeof n_line - 1) == 0) {
+        char *end;
+        long long v = strtoll(seg + sizeof n_line - 1, &end, 10);
+        if (strncmp(end, ";\n", 2) == 0) {
+            *n = v;
+            seg = end + 2;
+        }
+    }
+    *nused = 0;
+    char locals[PLAN_MAX_PARAMS][16];
+    int nlocals = 0;
+    for (const char *c = seg; *c;) {
+        if (!isalpha((unsigned char)*c) && *c != '_') {
+            const char *t = c;   /* a number's letters (1e-08f) are not a name */
+            if (isdigit((unsigned char)*c))
+                while (isalnum((unsigned char)*c) || *c == '_' || *c == '.') c++;
+            else
+                c++;
+            sb_printf(out, "%.*s", (int)(c - t), t);
+            continue;
+        }
+        const char *t = c;
+        while (isalnum((unsigned char)*c) || *c == '_') c++;
+        size_t len = (size_t)(c - t);
+        int j = param_named(d, t, len), k = 0;
+        if (j >= 0) {
+            while (k < *nused && used[k] != j) k++;
+            if (k == *nused) used[(*nused)++] = j;
+            sb_printf(out, "p%d", k);
+        } else if (is_load_local(t, len) && len < sizeof locals[0]) {
+            while (k < nlocals && (strlen(locals[k]) != len || memcmp(locals[k], t, len) != 0)) k++;
+            if (k == nlocals) snprintf(locals[nlocals++], sizeof locals[0], "%.*s", (int)len, t);
+            sb_printf(out, "x%d", k);
+        } else {
+            sb_printf(out, "%.*s", (int)len, t);
+        }
+    }
+}
+
+/* Segment SEG of D's multi-tensor kernel, its virtual blocks from START (NVB of them), as
+ * a call of a __noinline__ device function in D's head (added there once, under a guard
+ * named by its text's hash, so that the module holds each function once however many
+ * kernels call it). The body of D gets the call. */
+static void add_segment_call(KernelDraft *d, const char *seg, int64_t start, int64_t nvb)
+{
+    int used[PLAN_MAX_PARAMS], nused;
+    int64_t n;
+    StrBuf body = { 0 }, decl = { 0 };
+    segment_body(d, seg, &body, used, &nused, &n);
+    sb_puts(&decl, "const int64_t b, const int64_t nvb");
+    if (n >= 0) sb_puts(&decl, ", const int64_t n");
+    for (int k = 0; k < nused; k++) {
+        const DraftParam *p = &d->param[used[k]];
+        sb_printf(&decl, ", %s%sp%d", p->ctype, p->type == PP_PTR ? "" : " ", k);
+    }
+    uint64_t h = fnv1a(fnv1a(FNV_BASIS, decl.s, strlen(decl.s)), body.s, strlen(body.s));
+    char name[32];
+    snprintf(name, sizeof name, "cgc_seg_%016llx", (unsigned long long)h);
+    if (!d->head.s || !strstr(d->head.s, name))
+        sb_printf(&d->head, "#ifndef %s_DEFINED\n#define %s_DEFINED\n"
+                            "__device__ __noinline__ void %s(%s)\n{\n%s}\n#endif\n\n",
+                  name, name, name, decl.s, body.s);
+    sb_printf(&d->body, "            %s(vb - %lld, %lld", name, (long long)start, (long long)nvb);
+    if (n >= 0) sb_printf(&d->body, ", %lld", (long long)n);
+    for (int k = 0; k < nused; k++) sb_printf(&d->body, ", %s", d->param[used[k]].name);
+    sb_puts(&d->body, ");\n");
+    sb_free(&body);
+    sb_free(&decl);
+}
+
+/* The groups of one launch as one kernel: each segment's virtual blocks call its group's
+ * code, a device function shared by the segments (and kernels) whose code differs only
+ * in its tensors and sizes, the `last` groups after them (render_last_groups). */
 static void render_multi(GroupKernel *f, const int *all, int nall)
 {
     KernelDraft *d = f->d;
@@ -571,21 +674,18 @@ static void render_multi(GroupKernel *f, const int *all, int nall)
     for (int i = 0; i < n; i++) {
         const IrGroup *gr = group_of(f->ctx, groups[i]);
         int64_t nvb = virtual_blocks(f->ctx, groups[i]);
-        char first[64], step[64];
         bool pointwise = gr->kind == IR_GROUP_POINTWISE;
-        snprintf(first, sizeof first, pointwise ? "b * blockDim.x + threadIdx.x" : "b");
-        snprintf(step, sizeof step, pointwise ? "%lld * (int64_t)blockDim.x" : "%lld", (long long)nvb);
         d->body = (StrBuf){ 0 };
-        char name[DRAFT_NAME_MAX];
-        codegen_mangle(name, sizeof name, gr->name ? gr->name : "group");
-        sb_printf(&d->body, "    /* %s: virtual blocks %lld..%lld */\n", name, (long long)start,
-                  (long long)(start + nvb - 1));
-        sb_printf(&d->body, "    const int64_t b = vb - %lld;\n", (long long)start);
-        render_group(f, groups[i], first, step);
+        render_group(f, groups[i], pointwise ? "b * blockDim.x + threadIdx.x" : "b",
+                     pointwise ? "nvb * (int64_t)blockDim.x" : "nvb");
         StrBuf seg = d->body;
         d->body = outer;
-        sb_printf(&d->body, "        %sif (vb < %lld) {\n", i ? "} else " : "", (long long)(start + nvb));
-        append_indented(d, seg.s, "        ");
+        char name[DRAFT_NAME_MAX];
+        codegen_mangle(name, sizeof name, gr->name ? gr->name : "group");
+        sb_printf(&d->body, "        %sif (vb < %lld) {   /* %s: virtual blocks %lld..%lld */\n",
+                  i ? "} else " : "", (long long)(start + nvb), name, (long long)start,
+                  (long long)(start + nvb - 1));
+        add_segment_call(d, seg.s ? seg.s : "", start, nvb);
         sb_free(&seg);
         outer = d->body;
         start += nvb;

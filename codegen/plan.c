@@ -40,6 +40,7 @@ typedef struct KernelInfo {
     char *key;          /* block, parameters and body: everything but name and comment */
     char *signature;    /* the parameter list */
     char *body;
+    char *head;         /* device functions before it */
     KernelUses uses;    /* the comment's lines */
 } KernelInfo;
 
@@ -217,7 +218,8 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     for (int i = 0; i < d->nparams; i++) restrict_[i] = d->param[i].type == PP_PTR && may_restrict(pl, d, i);
     char *sig = draft_signature(d, restrict_);
     StrBuf key = { 0 };
-    sb_printf(&key, "%d(%s){%s}", d->block, sig, d->body.s ? d->body.s : "");
+    sb_printf(&key, "%s%d(%s){%s}", d->head.s ? d->head.s : "", d->block, sig,
+              d->body.s ? d->body.s : "");
     for (int k = 0; k < pl->nkernels; k++) {
         if (b->info[k].key && strcmp(b->info[k].key, key.s) == 0) {
             free(sig);
@@ -248,6 +250,7 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     info->key = key.s;
     info->signature = sig;
     info->body = xstrdup(d->body.s ? d->body.s : "");
+    info->head = xstrdup(d->head.s ? d->head.s : "");
     return pl->nkernels++;
 }
 
@@ -307,10 +310,12 @@ static void note_group_use(Builder *b, int kernel, int k)
     sb_free(&ops);
 }
 
-/* The kernel's final text: the comment of uses, the signature, the body. */
+/* The kernel's final text: the device functions it calls, the comment of uses, the
+ * signature, the body. */
 static char *kernel_source(const PlanKernel *k, const KernelInfo *info)
 {
     StrBuf s = { 0 };
+    sb_puts(&s, info->head);
     kernel_uses_comment(&s, &info->uses, " */\n");
     sb_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(", k->block, k->name);
     if (strlen(info->signature) + strlen(k->name) < 96) {
@@ -350,7 +355,7 @@ static PlanStep *add_step(Builder *b, PlanStepKind kind, const IrNode *n, int id
     return s;
 }
 
-/* A step launching kernel K as draft D describes, for node ID (N). Frees D's body. */
+/* A step launching kernel K as draft D describes, for node ID (N). Frees D's text. */
 static PlanStep *add_launch(Builder *b, int k, KernelDraft *d, const IrNode *n, int id,
                             const char *what)
 {
@@ -363,6 +368,7 @@ static PlanStep *add_launch(Builder *b, int k, KernelDraft *d, const IrNode *n, 
     s->launch.arg = own_block(b, xmalloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *s->launch.arg));
     for (int i = 0; i < d->nparams; i++) s->launch.arg[i] = d->param[i].arg;
     sb_free(&d->body);
+    sb_free(&d->head);
     return s;
 }
 
@@ -897,6 +903,7 @@ Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
         free(b.info[k].key);
         free(b.info[k].signature);
         free(b.info[k].body);
+        free(b.info[k].head);
         sb_free(&b.info[k].uses.lines);
     }
     free(b.info);
