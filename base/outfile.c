@@ -32,9 +32,11 @@ const OutKind out_generated = {NULL, NULL, false};
 
 /* ---- the files the rules know ---- */
 
-/* An input no output may land on (ROLE NULL), or a reserved output. */
+/* An input no output may land on (ROLE NULL), known by its device and inode; or an
+ * output reserved for ROLE, known by its place (the file may be replaced, and its inode
+ * given to another, while the run goes on). */
 typedef struct Known {
-    char *key;            /* identity()'s */
+    char *key;            /* inode_key()'s or place_key()'s */
     const char *role;     /* the output's */
     const char *what;     /* the input's, for messages */
     const OutKind *may;   /* the kind of output that may replace the input */
@@ -49,22 +51,25 @@ char *out_parent_dir(const char *path)
     return slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
 }
 
-/* PATH's identity, malloc'd: its device and inode when it exists (links followed), else
- * the canonical path of its directory and its name; NULL when its directory is missing. */
-static char *identity(const char *path)
+/* PATH's device and inode (links followed), malloc'd; NULL when it does not exist. */
+static char *inode_key(const char *path)
 {
     struct stat st;
-    char *key;
-    if (stat(path, &st) == 0) {
-        key = xmalloc(48);
-        snprintf(key, 48, "%ju:%ju", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino);
-        return key;
-    }
-    char *dir = out_parent_dir(path), *real = realpath(dir, NULL);
+    if (stat(path, &st) != 0) return NULL;
+    char *key = xmalloc(48);
+    snprintf(key, 48, "%ju:%ju", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino);
+    return key;
+}
+
+/* TARGET's place, malloc'd: the canonical path of its directory and its name (TARGET is
+ * no link: target_of resolved it); NULL when the directory is missing. */
+static char *place_key(const char *target)
+{
+    char *dir = out_parent_dir(target), *real = realpath(dir, NULL);
     free(dir);
     if (!real) return NULL;
-    const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
-    key = xmalloc(strlen(real) + strlen(name) + 2);
+    const char *slash = strrchr(target, '/'), *name = slash ? slash + 1 : target;
+    char *key = xmalloc(strlen(real) + strlen(name) + 2);
     sprintf(key, "%s/%s", real, name);
     free(real);
     return key;
@@ -81,38 +86,40 @@ static void remember(char *key, const char *role, const char *what, const OutKin
 
 void out_protect(const char *path, const char *what, const OutKind *may)
 {
-    struct stat st;
-    if (stat(path, &st) == 0) remember(identity(path), NULL, what, may);
+    char *key = inode_key(path);
+    if (key) remember(key, NULL, what, may);
 }
 
 /* Refuses TARGET (PATH for messages) when it is an input that KIND may not replace, or the
- * file of an output of another role; with RESERVE, reserves it for ROLE. 0 or -1. */
+ * place of another role's output; with RESERVE, reserves its place for ROLE. 0 or -1. */
 static int check_known(const char *role, const char *path, const char *target,
                        const OutKind *kind, bool reserve)
 {
-    char *key = identity(target);
-    if (!key) return 0;   /* no directory: out_check says so */
+    char *inode = inode_key(target), *place = place_key(target);
     bool mine = false;
-    for (int i = 0; i < nknown; i++) {
+    int rc = 0;
+    for (int i = 0; i < nknown && rc == 0; i++) {
         const Known *k = &known[i];
-        if (strcmp(k->key, key) != 0) continue;
-        if (!k->role && k->may != kind) {
+        if (!k->role && inode && strcmp(k->key, inode) == 0 && k->may != kind) {
             cgc_error("cannot %s %s: it is %s, which cgc would not write over; give another "
                       "name", role, path, k->what);
-            free(key);
-            return -1;
+            rc = -1;
+        } else if (k->role && place && strcmp(k->key, place) == 0) {
+            mine |= strcmp(k->role, role) == 0;
+            if (!mine) {
+                cgc_error("cannot %s %s: that is the file cgc is told to %s; give each output "
+                          "a file of its own", role, path, k->role);
+                rc = -1;
+            }
         }
-        if (k->role && strcmp(k->role, role) != 0) {
-            cgc_error("cannot %s %s: that is the file cgc is told to %s; give each output a "
-                      "file of its own", role, path, k->role);
-            free(key);
-            return -1;
-        }
-        mine |= k->role != NULL;
     }
-    if (reserve && !mine) remember(key, role, NULL, NULL);
-    else free(key);
-    return 0;
+    if (rc == 0 && reserve && !mine && place) {
+        remember(place, role, NULL, NULL);
+        place = NULL;
+    }
+    free(inode);
+    free(place);
+    return rc;
 }
 
 /* ---- where an output lands ---- */
@@ -183,12 +190,22 @@ static int check_target(const char *role, const char *path, const char *target,
     return ok ? 0 : -1;
 }
 
-int out_check(const char *role, const char *path, const OutKind *kind)
+static int check(const char *role, const char *path, const OutKind *kind, bool reserve)
 {
     char *target = target_of(role, path, kind);
-    int rc = target ? check_target(role, path, target, kind, true) : -1;
+    int rc = target ? check_target(role, path, target, kind, reserve) : -1;
     free(target);
     return rc;
+}
+
+int out_check(const char *role, const char *path, const OutKind *kind)
+{
+    return check(role, path, kind, false);
+}
+
+int out_reserve(const char *role, const char *path, const OutKind *kind)
+{
+    return check(role, path, kind, true);
 }
 
 /* ---- writing through a temporary file ---- */

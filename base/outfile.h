@@ -5,7 +5,7 @@
  * symbolic links (the link stays). It never lands on an input of the run (out_protect: the
  * model's source, the checkpoint resumed), on the file of another output, or on anything
  * but a regular file: a directory, a device, a FIFO, a socket. Each output is checked
- * before any work is done (out_check) and again when it is written.
+ * before any work is done (out_reserve) and again when it is written.
  *
  * A file is written into a temporary file beside it (TARGET.tmp.XXXXXX) and renamed over
  * it once whole, so a failed write leaves the old file as it was; every write, the flush
@@ -38,9 +38,12 @@ extern const OutKind out_generated;
 void out_protect(const char *path, const char *what, const OutKind *may);
 
 /* Whether an output of KIND can be written to PATH: the rules above, and a directory that
- * exists and can be written. Reserves PATH for ROLE: another role's output to the same
- * file is refused. 0, or -1 after an error. */
+ * exists and can be written. 0, or -1 after an error. */
 int out_check(const char *role, const char *path, const OutKind *kind);
+/* out_check, and PATH's place reserved for ROLE: another role's output there is refused.
+ * For the run's own outputs, checked once before it starts (out_protect's inputs and
+ * these reservations last as long as the process). */
+int out_reserve(const char *role, const char *path, const OutKind *kind);
 
 /* A file being written: write to F, then out_close or out_discard. */
 typedef struct OutFile {

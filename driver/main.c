@@ -99,14 +99,14 @@ static const char usage_text[] =
     "  --profile FILE          write a Chrome trace (opens in Perfetto) of the second to\n"
     "                          fourth training steps this run takes: every op of the CPU\n"
     "                          reference executor, or every launch and GEMM on a device\n"
-    "  --nproc N               train on N ranks on this machine (Open MPI's mpirun starts\n"
-    "                          cgc N times; `mpirun -n N cgc ...` does the same, across\n"
-    "                          machines too); batch stays the global batch, each rank\n"
-    "                          takes its share; with --check, --explain or --dump-ir:\n"
-    "                          compile as for N ranks, start nothing. A job of one rank\n"
-    "                          (--nproc 1, or a launcher's one rank) still sums its\n"
-    "                          gradients over its ranks (NCCL on a GPU): what the sums\n"
-    "                          cost, as DDP with one process\n"
+    "  --nproc N               train on N ranks on this machine, at most 8 a core (Open\n"
+    "                          MPI's mpirun starts cgc N times; `mpirun -n N cgc ...`\n"
+    "                          does the same, across machines too); batch stays the\n"
+    "                          global batch, each rank takes its share; with --check,\n"
+    "                          --explain or --dump-ir: compile as for N ranks, start\n"
+    "                          nothing. A job of one rank (--nproc 1, or a launcher's\n"
+    "                          one rank) still sums its gradients over its ranks (NCCL\n"
+    "                          on a GPU): what the sums cost, as DDP with one process\n"
     "  -q, --quiet             print only errors\n"
     "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
     "                          cache) and, on a GPU, the median step time, the launches\n"
@@ -431,7 +431,7 @@ static int check_outputs(const Cli *cli, bool trains)
         {trains ? cli->tune_file : NULL, TUNE_FILE_ROLE, &tune_choices},
     };
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-        if (outs[i].path && out_check(outs[i].role, outs[i].path, outs[i].kind) != 0) return 1;
+        if (outs[i].path && out_reserve(outs[i].role, outs[i].path, outs[i].kind) != 0) return 1;
     struct stat st;
     if (cli->emit_dir && stat(cli->emit_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
         cgc_error("cannot write --emit's files to %s: it is %s, not a directory", cli->emit_dir,
