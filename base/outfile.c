@@ -45,7 +45,8 @@ typedef struct Known {
 static Known *known;
 static int nknown, capknown;
 
-char *out_parent_dir(const char *path)
+/* The directory PATH is in ("." for a bare name), malloc'd. */
+static char *out_parent_dir(const char *path)
 {
     const char *slash = strrchr(path, '/');
     return slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
@@ -104,13 +105,12 @@ static int check_known(const char *role, const char *path, const char *target,
             cgc_error("cannot %s %s: it is %s, which cgc would not write over; give another "
                       "name", role, path, k->what);
             rc = -1;
+        } else if (k->role && place && strcmp(k->key, place) == 0 && strcmp(k->role, role) != 0) {
+            cgc_error("cannot %s %s: that is the file cgc is told to %s; give each output a "
+                      "file of its own", role, path, k->role);
+            rc = -1;
         } else if (k->role && place && strcmp(k->key, place) == 0) {
-            mine |= strcmp(k->role, role) == 0;
-            if (!mine) {
-                cgc_error("cannot %s %s: that is the file cgc is told to %s; give each output "
-                          "a file of its own", role, path, k->role);
-                rc = -1;
-            }
+            mine = true;
         }
     }
     if (rc == 0 && reserve && !mine && place) {

@@ -79,7 +79,4 @@ int out_flush(FILE *f, const char *role, const char *path, bool close);
  * full disk). 0, or -1 after an error. */
 int out_stdout_done(void);
 
-/* The directory PATH is in ("." for a bare name), malloc'd. */
-char *out_parent_dir(const char *path);
-
 #endif
