@@ -22,6 +22,7 @@ typedef struct StrBuf {
 
 void sb_printf(StrBuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_puts(StrBuf *b, const char *s);
+void sb_putn(StrBuf *b, const char *s, size_t n);   /* N bytes of S */
 void sb_free(StrBuf *b);
 
 /* ---- a kernel being rendered ---- */

@@ -12,7 +12,23 @@
 
 /* ---- strings ---- */
 
-void sb_puts(StrBuf *b, const char *s) { sb_printf(b, "%s", s); }
+/* Room for N more bytes and the terminator. */
+static void sb_reserve(StrBuf *b, size_t n)
+{
+    if (b->len + n + 1 <= b->cap) return;
+    b->cap = (b->len + n + 1) * 2;
+    b->s = xrealloc(b->s, b->cap);
+}
+
+void sb_putn(StrBuf *b, const char *s, size_t n)
+{
+    sb_reserve(b, n);
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+void sb_puts(StrBuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
 
 void sb_printf(StrBuf *b, const char *fmt, ...)
 {
@@ -21,10 +37,7 @@ void sb_printf(StrBuf *b, const char *fmt, ...)
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
     CGC_ASSERT(n >= 0);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        b->cap = (b->len + (size_t)n + 1) * 2;
-        b->s = xrealloc(b->s, b->cap);
-    }
+    sb_reserve(b, (size_t)n);
     va_start(ap, fmt);
     vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);

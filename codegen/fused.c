@@ -559,11 +559,12 @@ static int split_last(const RenderCtx *ctx, const int *groups, int n, int *order
 
 /* ---- a multi-tensor launch's segments as shared device functions ---- */
 
-/* D's parameter named by the LEN bytes at NAME, or -1. */
-static int param_named(const KernelDraft *d, const char *name, size_t len)
+/* D's parameter named by the LEN bytes at NAME, or -1; PLEN[j] is parameter j's name's
+ * length. */
+static int param_named(const KernelDraft *d, const size_t *plen, const char *name, size_t len)
 {
     for (int j = 0; j < d->nparams; j++)
-        if (strlen(d->param[j].name) == len && memcmp(d->param[j].name, name, len) == 0) return j;
+        if (plen[j] == len && memcmp(d->param[j].name, name, len) == 0) return j;
     return -1;
 }
 
@@ -577,25 +578,53 @@ static bool is_load_local(const char *t, size_t len)
     return true;
 }
 
-/* A segment's code SEG (naming D's parameters) as the body of a device function, into
- * OUT: every parameter it names becomes p0, p1, ... in order of first use (their indices
- * into USED, the count into *NUSED), the locals its loads name after them x0, x1, ...
- * likewise, and its first line, `const int64_t n = N;` where it is that, a parameter
- * (*N; else -1). So segments that differ only in their tensors and sizes have one text. */
-static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int *used,
-                         int *nused, int64_t *n)
+/* The sizes a segment's first line declares, `const int64_t n = 5;` or `const int64_t
+ * rows = 2, len = 3, inner = 1;`: arguments of its function, so that its text does not
+ * depend on them. */
+enum { MAX_SEGMENT_SIZES = 4 };
+typedef struct SegmentSizes {
+    int n;
+    char name[MAX_SEGMENT_SIZES][8];
+    long long value[MAX_SEGMENT_SIZES];
+} SegmentSizes;
+
+/* SEG's sizes into *Z (none when its first line is not such a declaration); returns
+ * where the rest of SEG begins. */
+static const char *segment_sizes(const char *seg, SegmentSizes *z)
 {
-    static const char n_line[] = "    const int64_t n = ";
-    *n = -1;
-    if (strncmp(seg, n_line, sizeof n_line - 1) == 0) {
+    static const char decl[] = "    const int64_t ";
+    z->n = 0;
+    if (strncmp(seg, decl, sizeof decl - 1) != 0) return seg;
+    for (const char *c = seg + sizeof decl - 1; z->n < MAX_SEGMENT_SIZES;) {
+        const char *t = c;
+        while (isalpha((unsigned char)*c)) c++;
+        size_t len = (size_t)(c - t);
+        if (len == 0 || len >= sizeof z->name[0] || strncmp(c, " = ", 3) != 0 ||
+            !isdigit((unsigned char)c[3]))
+            break;
         char *end;
-        long long v = strtoll(seg + sizeof n_line - 1, &end, 10);
-        if (strncmp(end, ";\n", 2) == 0) {
-            *n = v;
-            seg = end + 2;
-        }
+        z->value[z->n] = strtoll(c + 3, &end, 10);
+        memcpy(z->name[z->n], t, len);
+        z->name[z->n++][len] = '\0';
+        if (strncmp(end, ";\n", 2) == 0) return end + 2;
+        if (strncmp(end, ", ", 2) != 0) break;
+        c = end + 2;
     }
+    z->n = 0;
+    return seg;
+}
+
+/* A segment's code SEG (naming D's parameters), after its sizes, as the body of a device
+ * function, into OUT: every parameter it names becomes p0, p1, ... in order of first use
+ * (their indices into USED, the count into *NUSED), and the locals its loads name after
+ * them x0, x1, ... likewise. So segments that differ only in their tensors and sizes
+ * have one text. */
+static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int *used,
+                         int *nused)
+{
     *nused = 0;
+    size_t plen[PLAN_MAX_PARAMS];
+    for (int j = 0; j < d->nparams; j++) plen[j] = strlen(d->param[j].name);
     char locals[PLAN_MAX_PARAMS][16];
     int nlocals = 0;
     for (const char *c = seg; *c;) {
@@ -605,13 +634,13 @@ static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int
                 while (isalnum((unsigned char)*c) || *c == '_' || *c == '.') c++;
             else
                 c++;
-            sb_printf(out, "%.*s", (int)(c - t), t);
+            sb_putn(out, t, (size_t)(c - t));
             continue;
         }
         const char *t = c;
         while (isalnum((unsigned char)*c) || *c == '_') c++;
         size_t len = (size_t)(c - t);
-        int j = param_named(d, t, len), k = 0;
+        int j = param_named(d, plen, t, len), k = 0;
         if (j >= 0) {
             while (k < *nused && used[k] != j) k++;
             if (k == *nused) used[(*nused)++] = j;
@@ -621,7 +650,7 @@ static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int
             if (k == nlocals) snprintf(locals[nlocals++], sizeof locals[0], "%.*s", (int)len, t);
             sb_printf(out, "x%d", k);
         } else {
-            sb_printf(out, "%.*s", (int)len, t);
+            sb_putn(out, t, len);
         }
     }
 }
@@ -633,11 +662,11 @@ static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int
 static void add_segment_call(KernelDraft *d, const char *seg, int64_t start, int64_t nvb)
 {
     int used[PLAN_MAX_PARAMS], nused;
-    int64_t n;
+    SegmentSizes z;
     StrBuf body = { 0 }, decl = { 0 };
-    segment_body(d, seg, &body, used, &nused, &n);
+    segment_body(d, segment_sizes(seg, &z), &body, used, &nused);
     sb_puts(&decl, "const int64_t b, const int64_t nvb");
-    if (n >= 0) sb_puts(&decl, ", const int64_t n");
+    for (int k = 0; k < z.n; k++) sb_printf(&decl, ", const int64_t %s", z.name[k]);
     for (int k = 0; k < nused; k++) {
         const DraftParam *p = &d->param[used[k]];
         sb_printf(&decl, ", %s%sp%d", p->ctype, p->type == PP_PTR ? "" : " ", k);
@@ -650,7 +679,7 @@ static void add_segment_call(KernelDraft *d, const char *seg, int64_t start, int
                             "__device__ __noinline__ void %s(%s)\n{\n%s}\n#endif\n\n",
                   name, name, name, decl.s, body.s);
     sb_printf(&d->body, "            %s(vb - %lld, %lld", name, (long long)start, (long long)nvb);
-    if (n >= 0) sb_printf(&d->body, ", %lld", (long long)n);
+    for (int k = 0; k < z.n; k++) sb_printf(&d->body, ", %lld", z.value[k]);
     for (int k = 0; k < nused; k++) sb_printf(&d->body, ", %s", d->param[used[k]].name);
     sb_puts(&d->body, ");\n");
     sb_free(&body);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/clock.h"
 #include "bench.h"
 #include "build_config.h"
 #include "../compiler/passes.h"
@@ -108,8 +109,9 @@ static const char usage_text[] =
     "                          one rank) still sums its gradients over its ranks (NCCL\n"
     "                          on a GPU): what the sums cost, as DDP with one process\n"
     "  -q, --quiet             print only errors\n"
-    "  -v, --verbose           also report NVRTC compile time (cold or from the kernel\n"
-    "                          cache) and, on a GPU, the median step time, the launches\n"
+    "  -v, --verbose           also report compile time (the front end and passes, the\n"
+    "                          plan and kernel source, NVRTC or the kernel cache)\n"
+    "                          and, on a GPU, the median step time, the launches\n"
     "                          and GEMMs per step as run, and the device memory\n"
     "  --version, -h, --help\n"
     "\n"
@@ -168,6 +170,8 @@ typedef struct Cli {
     PlanMode mode;
     char *pass_ir[PASS_NUM];    /* --emit: each graph printed after each pass (malloc'd) */
     RunOptions run;
+    double started;             /* clock_seconds() when the source was read */
+    double passes_s;            /* the front end and the passes up to training lowering */
     Override overrides[NUM_TRAIN_FLAGS * 4 + 1];   /* + 1: --lr goes last */
     int noverrides;
 } Cli;
@@ -777,7 +781,13 @@ static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
                         "after checkpoint\n");
     Compiled c;
     bool tuned = false;   /* --emit wrote tuned autotune choices */
+    double start = clock_seconds();
     int rc = compile_program(p, &co, &c) != 0;
+    if (rc == 0 && cli->verbose)
+        fprintf(stderr, "cgc: %s: plan in %.1f ms: front end and passes %.1f ms, fusion, "
+                        "plan and kernel source %.1f ms\n", cli->path,
+                1e3 * (clock_seconds() - cli->started), 1e3 * cli->passes_s,
+                1e3 * (clock_seconds() - start));
     if (rc == 0 && (cli->dump_ir || cli->dump_after >= 0)) {
         rc = dump_ir(p, cli->dump_ir ? cli->dump_ir : "");
     } else if (rc == 0) {
@@ -820,6 +830,7 @@ static int cgc_main(int argc, char **argv)
         cli.stats_path = NULL;
     }
 
+    cli.started = clock_seconds();
     Source *src = source_load(cli.path);
     if (!src) return 1;
     if (cli.lr)
@@ -839,6 +850,7 @@ static int cgc_main(int argc, char **argv)
     IrProgram *p = last < PASS_TRAINING || !cli.emit_dir
                        ? pipeline_compile_until(src, cli.overrides, cli.noverrides, last, ranks)
                        : pipeline_compile_observed(src, cli.overrides, cli.noverrides, ranks, &keep);
+    cli.passes_s = clock_seconds() - cli.started;
     if (!p) {
         /* Every failure should have said why; this is the net for one that did not. */
         if (diag_error_count() == 0) fprintf(stderr, "cgc: %s: compilation failed\n", cli.path);
