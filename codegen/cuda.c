@@ -276,6 +276,39 @@ static void render_transpose(const RenderCtx *ctx, int id, KernelDraft *d)
     cuda_launch_elementwise(d, &node->shape);
 }
 
+/* Output element i at its coordinates, read from the input where its axes sit: each
+ * output axis, last first, peels its coordinate off i and adds it at the stride of the
+ * input axis it came from. */
+static void render_permute(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    int rank = node->shape.rank;
+    char n[CUDA_DIMS_MAX], dim[CUDA_DIMS_MAX], stride[CUDA_DIMS_MAX];
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    cuda_numel_expr(d, &node->shape, n, sizeof n);
+    sb_printf(&d->body, "    const int64_t n = %s;\n", n);
+    sb_puts(&d->body,
+            "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n"
+            "        int64_t q = i, at = 0;\n");
+    for (int a = rank - 1; a >= 0; a--) {
+        int from = ir_perm_axis(node, a);
+        cuda_dims_expr(d, &x->shape, from + 1, rank, stride, sizeof stride);
+        if (a == 0) {
+            sb_printf(&d->body, "        at += q * (%s);\n", stride);
+            break;
+        }
+        cuda_dims_expr(d, &node->shape, a, a + 1, dim, sizeof dim);
+        sb_printf(&d->body, "        at += q %% (%s) * (%s);   /* axis %d: the input's %d */\n"
+                            "        q /= (%s);\n", dim, stride, a, from, dim);
+    }
+    sb_puts(&d->body,
+            "        cgc_store(&out[i], cgc_load(in_x[at]));\n"
+            "    }\n");
+    cuda_launch_elementwise(d, &node->shape);
+}
+
 /* ---- sliding windows (ir.h's IrWindow) ---- */
 
 /* The geometry of window node NODE over image IMAGE as constants of the kernel. */
@@ -630,14 +663,14 @@ static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
     cuda_launch_rows(d, a.rows);
 }
 
-/* ---- losses and metrics: logits [N, C], labels i32 [N] ---- */
+/* ---- losses and metrics: logits [..., C], labels i32 [...]: a row per position ---- */
 
-/* Declares n and c, and the loop's row lse (in double) for thread-owned row r. */
+/* Declares n (rows) and c, and the loop's row lse (in double) for thread-owned row r. */
 static void render_loss_head(KernelDraft *d, const Shape *logits, bool block_stride)
 {
     char n[CUDA_DIMS_MAX], c[CUDA_DIMS_MAX];
-    cuda_dims_expr(d, logits, 0, 1, n, sizeof n);
-    cuda_dims_expr(d, logits, 1, 2, c, sizeof c);
+    cuda_dims_expr(d, logits, 0, logits->rank - 1, n, sizeof n);
+    cuda_dims_expr(d, logits, logits->rank - 1, logits->rank, c, sizeof c);
     sb_printf(&d->body, "    const int64_t n = %s, c = %s;\n", n, c);
     sb_puts(&d->body, block_stride
                           ? "    for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {\n"
@@ -661,7 +694,7 @@ static void render_lse(KernelDraft *d)
 static void add_loss_inputs(const RenderCtx *ctx, const IrNode *node, KernelDraft *d, int first)
 {
     const IrNode *lg = &ctx->g->nodes[node->in[first]], *lb = &ctx->g->nodes[node->in[first + 1]];
-    CGC_ASSERT(lg->shape.rank == 2 && lb->dtype == DT_I32);
+    CGC_ASSERT(lg->shape.rank >= 2 && lb->dtype == DT_I32);
     draft_buffer(d, "logits", ctx->node_buffer[node->in[first]], lg->dtype, true);
     draft_buffer(d, "labels", ctx->node_buffer[node->in[first + 1]], DT_I32, true);
 }
@@ -709,8 +742,8 @@ static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
     add_loss_inputs(ctx, node, d, 1);
     const Shape *ls = &ctx->g->nodes[node->in[1]].shape;
     char n[CUDA_DIMS_MAX];
-    cuda_dims_expr(d, ls, 0, 1, n, sizeof n);
-    sb_printf(&d->body, "    const double scale = (double)cgc_load(in_d[0]) / (double)%s;\n", n);
+    cuda_dims_expr(d, ls, 0, ls->rank - 1, n, sizeof n);
+    sb_printf(&d->body, "    const double scale = (double)cgc_load(in_d[0]) / (double)(%s);\n", n);
     render_loss_head(d, ls, false);
     render_lse(d);
     sb_puts(&d->body,
@@ -720,7 +753,7 @@ static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
             "            cgc_store(&out[r * c + k], bad ? CGC_NAN : (float)(scale * p));\n"
             "        }\n"
             "    }\n");
-    Shape rows = { .rank = 1, .dim = { ls->dim[0] } };
+    Shape rows = ir_shape_reduce(ls, ls->rank - 1);
     cuda_launch_elementwise(d, &rows);
 }
 
@@ -856,6 +889,7 @@ static bool render_family(const RenderCtx *ctx, int id, KernelDraft *d)
     case IR_FAMILY_RESHAPE: render_reshape(ctx, id, d); return true;
     case IR_FAMILY_REDUCE_TO: render_reduce_to(ctx, id, d); return true;
     case IR_FAMILY_TRANSPOSE: render_transpose(ctx, id, d); return true;
+    case IR_FAMILY_PERMUTE: render_permute(ctx, id, d); return true;
     case IR_FAMILY_SOFTMAX: render_softmax(ctx, id, d); return true;
     case IR_FAMILY_SOFTMAX_GRAD: render_softmax_grad(ctx, id, d); return true;
     case IR_FAMILY_CROSS_ENTROPY: render_cross_entropy(ctx, id, d); return true;

@@ -276,6 +276,14 @@ static void grad_transpose(Autodiff *ad, const IrNode *n, int y, int d)
     to_input(ad, n, ir_transpose(ad->g, d, n->loc));
 }
 
+/* d permuted back: axis perm[i] of the input is axis i of d. */
+static void grad_permute(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    int inverse[IR_MAX_RANK];
+    for (int i = 0; i < n->shape.rank; i++) inverse[ir_perm_axis(n, i)] = i;
+    to_input(ad, n, ir_permute(ad->g, d, inverse, n->loc));
+}
+
 /* IR_MATMUL_BATCH_SUM for b's gradient when b is one matrix that a's batches share (a
  * linear layer or convolution over many positions): one GEMM through every batch rather
  * than a product per batch summed after. Only where the GEMM's a is transposed and its

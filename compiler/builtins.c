@@ -173,6 +173,37 @@ static int lower_transpose(Sema *S, const Builtin *fn, const AstExpr *call, cons
     return x == POISON ? POISON : ir_transpose(S->g, x, call->loc);
 }
 
+/* permute(x, [2, 0, 1]): result axis i is x's axis dims[i] (negative: from the end), as
+ * torch.permute. */
+static int lower_permute(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
+{
+    int x = tensor_arg(S, fn, args[0], 1);
+    const AstExpr *list = args[1];
+    if (x == POISON) return POISON;
+    int rank = node_of(S, x)->shape.rank, perm[IR_MAX_RANK];
+    if (list->kind != AST_LIST || list->nargs != rank) {
+        diag_error(S->src, list->loc, "permute: the axes must be a list of all %d axes of %s "
+                   "in their new order, such as [%s], in '%s'", rank, sema_type_str(S, x),
+                   rank == 3 ? "0, 2, 1" : "1, 0", S->stmt_text);
+        return POISON;
+    }
+    unsigned seen = 0;
+    for (int i = 0; i < rank; i++) {
+        int64_t a;
+        const AstExpr *d = list->args[i].value;
+        if (sema_const_int(S->src, d, "permute: an axis", -rank, rank - 1, &a) < 0) return POISON;
+        if (a < 0) a += rank;   /* counted from the end, as torch.permute */
+        if (seen >> a & 1) {
+            diag_error(S->src, d->loc, "permute: axis %lld appears twice; each of the %d axes "
+                       "of %s appears once", (long long)a, rank, sema_type_str(S, x));
+            return POISON;
+        }
+        seen |= 1u << a;
+        perm[i] = (int)a;
+    }
+    return ir_permute(S->g, x, perm, call->loc);
+}
+
 /* Symbols of S (with repeats) and the product of its numeric dimensions. */
 static int64_t split_shape(const Shape *s, int64_t *syms, int *nsyms)
 {
@@ -732,9 +763,9 @@ static int labels_arg(Sema *S, const AstExpr *e)
 {
     int y = e->kind == AST_NAME ? sema_lower_name(S, e, true) : sema_lower_expr(S, e);
     if (y == POISON) return POISON;
-    if (!is_int_value(S, y) || node_of(S, y)->shape.rank != 1) {
-        diag_error(S->src, e->loc, "cross_entropy: labels must be an i32 input of shape [N], "
-                   "not %s in '%s'", sema_type_str(S, y), S->stmt_text);
+    if (!is_int_value(S, y)) {
+        diag_error(S->src, e->loc, "cross_entropy: labels must be an i32 input ([N], or [N, T] "
+                   "for a sequence), not %s in '%s'", sema_type_str(S, y), S->stmt_text);
         return POISON;
     }
     return y;
@@ -746,19 +777,23 @@ static int lower_cross_entropy(Sema *S, const Builtin *fn, const AstExpr *call,
     int logits = sema_lower_expr(S, args[0]);
     int labels = labels_arg(S, args[1]);
     if (logits == POISON || labels == POISON) return POISON;
-    const Shape *ls = &node_of(S, logits)->shape;
-    if (ls->rank != 2 || IR_DIM_IS_SYM(ls->dim[1])) {
-        diag_error(S->src, args[0]->loc, "cross_entropy: logits must have shape [N, C] with C a "
-                   "number, not %s in '%s'", sema_type_str(S, logits), S->stmt_text);
+    const Shape *ls = &node_of(S, logits)->shape, *ys = &node_of(S, labels)->shape;
+    if (ls->rank < 2 || IR_DIM_IS_SYM(ls->dim[ls->rank - 1])) {
+        diag_error(S->src, args[0]->loc, "cross_entropy: logits must have shape [N, C] (or [N, T, "
+                   "C] for a sequence) with C a number, not %s in '%s'", sema_type_str(S, logits),
+                   S->stmt_text);
         return POISON;
     }
-    if (ls->dim[0] != node_of(S, labels)->shape.dim[0]) {
-        diag_error(S->src, args[1]->loc, "cross_entropy: labels %s do not match logits %s in '%s'",
+    bool match = ys->rank == ls->rank - 1;
+    for (int i = 0; match && i < ys->rank; i++) match = ys->dim[i] == ls->dim[i];
+    if (!match) {
+        diag_error(S->src, args[1]->loc, "cross_entropy: labels %s do not match logits %s: "
+                   "labels take the logits' shape without its last dimension, in '%s'",
                    sema_type_str(S, labels), sema_type_str(S, logits), S->stmt_text);
         return POISON;
     }
     if (S->p->num_classes == 0) {
-        S->p->num_classes = (int)ls->dim[1];
+        S->p->num_classes = (int)ls->dim[ls->rank - 1];
         S->p->prediction_input_labels = ir_node_input(node_of(S, labels));
     }
     return ir_cross_entropy(S->g, logits, labels, call->loc);
@@ -805,6 +840,7 @@ static const Builtin builtins[] = {
     {{"max", {"x", "axis"}, 1}, lower_reduce, IR_MAX, false},
     {{"matmul", {"a", "b"}, 2}, lower_matmul, IR_MATMUL, false},
     {{"transpose", {"x"}, 1}, lower_transpose, IR_TRANSPOSE, false},
+    {{"permute", {"x", "dims"}, 2}, lower_permute, IR_PERMUTE, false},
     {{"reshape", {"x", "shape"}, 2}, lower_reshape, IR_RESHAPE, false},
     {{"flatten", {"x"}, 1}, lower_flatten, IR_RESHAPE, false},
     {{"conv2d", {"x", "out", "kernel", "stride", "padding", "dilation", "groups", "bias"}, 3}, lower_conv2d, IR_UNFOLD, true},

@@ -773,6 +773,31 @@ int ir_transpose(IrGraph *g, int x, SrcLoc loc)
     return ir_add_node(g, &n);
 }
 
+int ir_perm_axis(const IrNode *n, int i) { return n->flags >> (3 * i) & 7; }
+
+/* Whether N's flags hold a permutation of its input's RANK axes; its shape into *S. */
+static bool permute_shape(const IrNode *n, const Shape *in, Shape *s)
+{
+    unsigned seen = 0;
+    *s = *in;
+    for (int i = 0; i < in->rank; i++) {
+        int a = ir_perm_axis(n, i);
+        if (a >= in->rank || seen >> a & 1) return false;
+        seen |= 1u << a;
+        s->dim[i] = in->dim[a];
+    }
+    return n->flags >> (3 * in->rank) == 0;
+}
+
+int ir_permute(IrGraph *g, int x, const int *perm, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    IrNode n = make(IR_PERMUTE, in->dtype, in->shape, loc, 1, x, 0, 0);
+    for (int i = 0; i < in->shape.rank; i++) n.flags |= perm[i] << (3 * i);
+    CGC_ASSERT(permute_shape(&n, &in->shape, &n.shape));
+    return ir_add_node(g, &n);
+}
+
 /* The shape of a @ b with the given transposes, or false when they do not fit. */
 static bool matmul_shape(const Shape *a, const Shape *b, int flags, Shape *out)
 {
@@ -922,13 +947,13 @@ int ir_softmax_grad(IrGraph *g, IrOp op, int d, int y, int axis, SrcLoc loc)
     return ir_add_node(g, &n);
 }
 
-/* logits [N, C] float and labels i32 [N] with the same N. */
+/* logits [..., C] float and labels i32 [...], the same leading dimensions. */
 static void check_logits_labels(const IrGraph *g, int logits, int labels)
 {
     const IrNode *nl = node(g, logits), *ny = node(g, labels);
-    CGC_ASSERT(nl->shape.rank == 2 && ir_dtype_is_float(nl->dtype));
-    CGC_ASSERT(ny->shape.rank == 1 && ny->dtype == DT_I32);
-    CGC_ASSERT(ny->shape.dim[0] == nl->shape.dim[0]);
+    CGC_ASSERT(nl->shape.rank >= 2 && ir_dtype_is_float(nl->dtype));
+    CGC_ASSERT(ny->shape.rank == nl->shape.rank - 1 && ny->dtype == DT_I32);
+    for (int i = 0; i < ny->shape.rank; i++) CGC_ASSERT(ny->shape.dim[i] == nl->shape.dim[i]);
 }
 
 int ir_cross_entropy(IrGraph *g, int logits, int labels, SrcLoc loc)
@@ -1056,6 +1081,10 @@ static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
         fprintf(out, " outside=%.9g", n->value);
         break;
     case IR_ATTRS_BUCKET: fprintf(out, " bucket=%d", n->index); break;
+    case IR_ATTRS_PERM:
+        fputs(" perm=", out);
+        for (int i = 0; i < n->shape.rank; i++) fprintf(out, "%s%d", i ? "," : "", ir_perm_axis(n, i));
+        break;
     }
 }
 
@@ -1146,6 +1175,10 @@ static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n
         if (t.rank < 2) s->rank = -1;
         else s->dim[t.rank - 1] = t.dim[t.rank - 2], s->dim[t.rank - 2] = t.dim[t.rank - 1];
         return true;
+    case IR_SHAPE_PERMUTE:
+        a = in_shape(g, n, 0);
+        if (!permute_shape(n, &a, s)) s->rank = -1;
+        return true;
     case IR_SHAPE_SCALAR: *s = ir_shape0(); return true;
     case IR_SHAPE_WINDOW:
         a = in_shape(g, n, 0);
@@ -1213,7 +1246,7 @@ static const char *bad_index(const IrProgram *p, const IrNode *n)
         return n->index < 0 || n->index >= IR_NUM_RUNTIME ? "bad runtime scalar" : NULL;
     case IR_ATTRS_NO_ATTR: case IR_ATTRS_CONST_VALUE: case IR_ATTRS_P_STREAM:
     case IR_ATTRS_MATMUL_FLAGS: case IR_ATTRS_AXIS: case IR_ATTRS_WINDOW:
-    case IR_ATTRS_WINDOW_OUTSIDE: case IR_ATTRS_BUCKET:
+    case IR_ATTRS_WINDOW_OUTSIDE: case IR_ATTRS_BUCKET: case IR_ATTRS_PERM:
         return NULL;
     }
     return NULL;

@@ -75,7 +75,7 @@ typedef enum IrFamily {
     IR_FAMILY_BROADCAST, IR_FAMILY_DROPOUT, IR_FAMILY_REDUCE, IR_FAMILY_RESHAPE,
     IR_FAMILY_REDUCE_TO, IR_FAMILY_TRANSPOSE, IR_FAMILY_MATMUL, IR_FAMILY_SOFTMAX,
     IR_FAMILY_SOFTMAX_GRAD, IR_FAMILY_CROSS_ENTROPY, IR_FAMILY_CE_GRAD, IR_FAMILY_COUNT_CORRECT,
-    IR_FAMILY_ASSIGN, IR_FAMILY_WINDOW, IR_FAMILY_MODE_SWITCH, IR_FAMILY_COLLECTIVE,
+    IR_FAMILY_ASSIGN, IR_FAMILY_WINDOW, IR_FAMILY_MODE_SWITCH, IR_FAMILY_COLLECTIVE, IR_FAMILY_PERMUTE,
 } IrFamily;
 
 /* How an op runs, stores its value and fuses (ops.def, column FUSE). */
@@ -89,14 +89,14 @@ typedef enum IrFuse {
 typedef enum IrAttrs {
     IR_ATTRS_NO_ATTR, IR_ATTRS_INPUT_NAME, IR_ATTRS_TENSOR_NAME, IR_ATTRS_TARGET_NAME,
     IR_ATTRS_CONST_VALUE, IR_ATTRS_RUNTIME_NAME, IR_ATTRS_P_STREAM, IR_ATTRS_MATMUL_FLAGS,
-    IR_ATTRS_AXIS, IR_ATTRS_WINDOW, IR_ATTRS_WINDOW_OUTSIDE, IR_ATTRS_BUCKET,
+    IR_ATTRS_AXIS, IR_ATTRS_WINDOW, IR_ATTRS_WINDOW_OUTSIDE, IR_ATTRS_BUCKET, IR_ATTRS_PERM,
 } IrAttrs;
 
 /* How a node's shape follows from its inputs (ops.def, column SHAPE). */
 typedef enum IrShapeRule {
     IR_SHAPE_OWN, IR_SHAPE_IN0, IR_SHAPE_IN1, IR_SHAPE_BROADCAST, IR_SHAPE_REDUCE,
     IR_SHAPE_MATMUL, IR_SHAPE_TRANSPOSE, IR_SHAPE_SCALAR, IR_SHAPE_ASSIGN, IR_SHAPE_WINDOW,
-    IR_SHAPE_IMAGE,
+    IR_SHAPE_IMAGE, IR_SHAPE_PERMUTE,
 } IrShapeRule;
 
 /* What an op runs in under bf16 or fp16 autocast (ops.def, column AUTOCAST). */
@@ -188,7 +188,8 @@ typedef struct IrNode {
     int axis;               /* reductions, softmax: >= 0, or IR_AXIS_ALL */
     double value;           /* CONST: the value; DROPOUT: p; UNFOLD: read outside the image */
     int index;              /* INPUT, READ, ASSIGN: table index; DROPOUT: stream; RUNTIME: which */
-    int flags;              /* MATMUL: IR_MATMUL_*; UNFOLD, FOLD: IR_WINDOW_ROWS */
+    int flags;              /* MATMUL: IR_MATMUL_*; UNFOLD, FOLD: IR_WINDOW_ROWS; PERMUTE:
+                             * the permutation, 3 bits an axis (ir_perm_axis) */
     IrWindow win;           /* UNFOLD, FOLD: the window */
     SrcLoc loc;             /* the .net token this node came from; {0,0} for none */
     const char *name;       /* optional: the binding it computes ("h1"), for dumps; a
@@ -541,6 +542,10 @@ int ir_reshape(IrGraph *g, int x, Shape s, SrcLoc loc);
 int ir_broadcast(IrGraph *g, int x, Shape s, SrcLoc loc);
 int ir_reduce_to(IrGraph *g, int x, Shape s, SrcLoc loc);     /* x itself when same */
 int ir_transpose(IrGraph *g, int x, SrcLoc loc);
+/* X with its axes reordered: result axis i is X's axis PERM[i] (a permutation of
+ * 0..rank-1), kept in the node's flags, 3 bits an axis (ir_perm_axis). */
+int ir_permute(IrGraph *g, int x, const int *perm, SrcLoc loc);
+int ir_perm_axis(const IrNode *n, int i);
 int ir_matmul(IrGraph *g, int a, int b, int flags, SrcLoc loc);
 /* The shape UNFOLD makes of IMAGE [N, C, H, W] (IrWindow), or false when the window does
  * not fit it: a kernel larger than the padded image, channels not divisible by groups. */

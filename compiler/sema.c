@@ -249,8 +249,13 @@ int sema_const_int(Source *src, const AstExpr *e, const char *what, int64_t lo, 
         diag_error(src, sema_expr_start(e), "%s must be %s, not %s", what, kind, sema_describe(e));
         return -1;
     }
-    if (v != floor(v) || v < (double)lo) {
+    if (v != floor(v) || (v < (double)lo && lo >= 0)) {
         diag_error(src, sema_expr_start(e), "%s must be %s, not %s", what, kind, sema_fmt_num(v));
+        return -1;
+    }
+    if (v < (double)lo) {
+        diag_error(src, sema_expr_start(e), "%s must be at least %lld, not %s", what, (long long)lo,
+                   sema_fmt_num(v));
         return -1;
     }
     if (v > (double)hi) {

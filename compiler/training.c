@@ -686,16 +686,21 @@ static int as_f32(IrGraph *g, int x, SrcLoc loc)
     return ir_cast(g, x, DT_F32, loc);
 }
 
-/* Accuracy needs class scores [N, C] and the integer labels the loss compares them to. */
+/* Accuracy needs class scores [..., C] and the integer labels the loss compares them to
+ * (one per position of a sequence). */
 static void add_correct_count(IrProgram *p, IrGraph *g)
 {
     int pred = g->output[IR_OUT_PREDICTION];
     if (p->num_classes <= 0 || p->prediction_input_labels < 0 || pred < 0)
         return;
     IrNode n = g->nodes[pred];
-    if (n.shape.rank != 2 || n.shape.dim[1] != p->num_classes || !ir_dtype_is_float(n.dtype))
+    if (n.shape.rank < 2 || n.shape.dim[n.shape.rank - 1] != p->num_classes ||
+        !ir_dtype_is_float(n.dtype))
         return;
     int labels = find_input(g, p, p->prediction_input_labels);
+    const Shape *ls = &g->nodes[labels].shape;
+    for (int i = 0; i < n.shape.rank - 1; i++)
+        if (ls->rank != n.shape.rank - 1 || ls->dim[i] != n.shape.dim[i]) return;
     int scores = as_f32(g, pred, n.loc);   /* autocast: metrics in f32 */
     g->output[IR_OUT_CORRECT] = ir_count_correct(g, scores, labels, n.loc);
 }

@@ -291,10 +291,10 @@ static int plan_inputs(const IrProgram *p, Source *src, InputPlan *plan)
 
     const IrInput *y = &p->inputs[1];
     plan->y_int = y->dtype == DT_I32;
-    if (plan->y_int && y->shape.rank != 1) {
+    if (plan->y_int && y->shape.rank != 1 && p->cfg.data == DATA_IDX) {
         char buf[128];
         input_error(src, y->loc,
-                    "input '%s' is i32%s; integer labels are one class id per sample, i32[%s]",
+                    "input '%s' is i32%s; IDX labels are one class id per sample, i32[%s]",
                     y->name, ir_shape_str(p, &y->shape, buf, sizeof buf),
                     p->nsyms > 0 ? p->syms[0].name : "N");
         return -1;
@@ -642,10 +642,10 @@ static int32_t argmax(const float *v, int64_t n)
 
 /* docs/language.md ("Data"): random features and labels of the inputs' shapes. Labels drawn
  * independently of the features would give a model nothing to learn, so both come from a
- * random teacher instead: features are standard normal; class ids are the argmax of a
- * fixed random linear map of the features (over num_classes classes, 2 when the loss
- * does not say); float targets are that map itself, shaped as input 1's sample. All of it
- * is a pure function of the seed. */
+ * random teacher instead: features are standard normal; each class id is the argmax of
+ * its own num_classes outputs (2 when the loss does not say) of a fixed random linear map
+ * of the features; float targets are that map itself, shaped as input 1's sample. All of
+ * it is a pure function of the seed. */
 static int load_synthetic(const IrProgram *p, Source *src, const InputPlan *plan,
                           DataSplits *out)
 {
@@ -674,16 +674,23 @@ static int load_synthetic(const IrProgram *p, Source *src, const InputPlan *plan
     d->y_row = plan->y_row;
     d->y_int = plan->y_int;
     if (plan->y_row > 0) {
-        int64_t outs = plan->y_int ? (p->num_classes > 0 ? p->num_classes : 2) : plan->y_row;
+        int64_t classes = p->num_classes > 0 ? p->num_classes : 2;
+        int64_t outs = plan->y_int ? classes * plan->y_row : plan->y_row;
+        if (outs > SYNTHETIC_MAX_VALUES / (plan->x_row > 0 ? plan->x_row : 1)) {
+            input_error(src, p->cfg.data_loc, "synthetic labels of %lld outputs from %lld features "
+                        "need a teacher too large to hold", (long long)outs, (long long)plan->x_row);
+            return -1;
+        }
         float *w = teacher_weights(seed, outs, plan->x_row);
         float *scores = xmalloc((size_t)outs * sizeof *scores);
-        if (plan->y_int) d->y_i32 = xmalloc((size_t)n * sizeof *d->y_i32);
+        if (plan->y_int) d->y_i32 = xmalloc((size_t)(n * plan->y_row) * sizeof *d->y_i32);
         else d->y_f32 = xmalloc((size_t)(n * plan->y_row) * sizeof *d->y_f32);
         for (int64_t i = 0; i < n; i++) {
             const float *x = d->x + i * plan->x_row;
-            if (plan->y_int) {
+            if (plan->y_int) {   /* a class per label: the argmax of its own CLASSES scores */
                 teacher_apply(w, x, outs, plan->x_row, scores);
-                d->y_i32[i] = argmax(scores, outs);
+                for (int64_t t = 0; t < plan->y_row; t++)
+                    d->y_i32[i * plan->y_row + t] = argmax(scores + t * classes, classes);
             } else {
                 teacher_apply(w, x, outs, plan->x_row, d->y_f32 + i * plan->y_row);
             }

@@ -264,7 +264,7 @@ static int cpu_evaluate(Trainer *t, EvalResult *r)
     double loss = sums[0], correct = sums[1];
     r->loss = loss / (double)d->n;
     r->has_accuracy = g->output[IR_OUT_CORRECT] >= 0;
-    r->accuracy = correct / (double)d->n;
+    r->accuracy = correct / ((double)d->n * (double)(d->y_row > 0 ? d->y_row : 1));   /* per label */
     return 0;
 }
 

@@ -830,7 +830,7 @@ static int dev_evaluate(Trainer *t, EvalResult *r)
         return -1;
     r->loss = totals[0] / (double)d->n;
     r->has_accuracy = g->output[IR_OUT_CORRECT] >= 0;
-    r->accuracy = totals[1] / (double)d->n;
+    r->accuracy = totals[1] / ((double)d->n * (double)(d->y_row > 0 ? d->y_row : 1));   /* per label */
     return 0;
 }
 

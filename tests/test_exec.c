@@ -278,6 +278,18 @@ static void ref_transpose(Arr *out, const Arr *x)
     }
 }
 
+/* Each input element to where its coordinates land: output axis a is input axis perm[a]. */
+static void ref_permute(const IrNode *nd, Arr *out, const Arr *x)
+{
+    int64_t idx[IR_MAX_RANK];
+    for (int64_t f = 0; f < x->n; f++) {
+        unravel(f, x, idx);
+        int64_t o = 0;
+        for (int a = 0; a < out->rank; a++) o = o * out->d[a] + idx[ir_perm_axis(nd, a)];
+        out->v[o] = x->v[f];
+    }
+}
+
 /* Element (i, j) of the matrix at batch index BIDX of A, transposed when T. */
 static double mat_at(const Arr *a, const int64_t *bidx, int brank, bool t, int64_t i, int64_t j)
 {
@@ -361,7 +373,7 @@ static void ref_loss(const IrNode *nd, Arr *out, Arr *in)
 {
     const Arr *x = nd->op == IR_CE_GRAD ? &in[1] : &in[0];
     const Arr *lab = nd->op == IR_CE_GRAD ? &in[2] : &in[1];
-    int64_t n = x->d[0], c = x->d[1];
+    int64_t c = x->d[x->rank - 1], n = x->n / c;   /* a row per label */
     double total = 0;
     for (int64_t i = 0; i < n; i++) {
         const double *row = x->v + i * c;
@@ -403,6 +415,7 @@ static void ref_node(const IrProgram *p, const IrNode *nd, const CpuFeed *feed, 
     case IR_RESHAPE: memcpy(out->v, in[0].v, (size_t)out->n * sizeof(double)); break;
     case IR_REDUCE_TO: ref_reduce_to(out, &in[0]); break;
     case IR_TRANSPOSE: ref_transpose(out, &in[0]); break;
+    case IR_PERMUTE: ref_permute(nd, out, &in[0]); break;
     case IR_MATMUL: ref_matmul(nd, out, &in[0], &in[1]); break;
     case IR_UNFOLD:
     case IR_FOLD: ref_window(nd, out, &in[0]); break;
@@ -695,6 +708,8 @@ static void test_shape_ops(void)
     ir_transpose(g, r, NOLOC);
     int big = input(p, "big", DT_F32, shp(2, 70, 45));   /* more than one 32x32 tile */
     ir_transpose(g, big, NOLOC);
+    ir_permute(g, x, (int[]){2, 0, 1}, NOLOC);     /* [5, N, 4]: the batch in the middle */
+    ir_permute(g, r, (int[]){1, 0}, NOLOC);
     check_program(p);
     ir_program_free(p);
 }
@@ -714,6 +729,11 @@ static void test_losses(void)
     ir_count_correct(g, ir_unary(g, IR_FLOOR, logits, NOLOC), labels, NOLOC);
     int many = input(p, "many", DT_F32, shp(2, 200, 7)), many_lab = input(p, "many_lab", DT_I32, shp(1, 200));
     ir_count_correct(g, ir_unary(g, IR_FLOOR, many, NOLOC), many_lab, NOLOC);
+    /* sequences: logits [N, 3, 7] with a label per position, the mean over all of them */
+    int seq = input(p, "seq", DT_F32, shp(3, N, 3, 7)), seq_lab = input(p, "seq_lab", DT_I32, shp(2, N, 3));
+    ir_cross_entropy(g, seq, seq_lab, NOLOC);
+    ir_ce_grad(g, d, seq, seq_lab, NOLOC);
+    ir_count_correct(g, seq, seq_lab, NOLOC);
     check_program(p);
     ir_program_free(p);
 }

@@ -377,6 +377,8 @@ static void shape_ops(void)
               ir_reduce_to(c.g, param(&c, "a", dims(3, 2, 3, 4), SIGNED), dims(2, 3, 1), L0));
     ctx_init(&c);
     gradcheck("TRANSPOSE", &c, ir_transpose(c.g, param(&c, "a", dims(3, 2, 3, 4), SIGNED), L0));
+    ctx_init(&c);
+    gradcheck("PERMUTE 1,2,0", &c, ir_permute(c.g, param(&c, "a", dims(3, 2, 3, 4), SIGNED), (int[]){1, 2, 0}, L0));
 }
 
 /* --- matmul --- */
@@ -497,6 +499,10 @@ static void cross_entropy(void)
     ctx_init(&c);
     int logits = param(&c, "logits", dims(2, 3, 5), SIGNED);
     gradcheck("CROSS_ENTROPY", &c, ir_cross_entropy(c.g, logits, labels_input(&c, 5), L0));
+    ctx_init(&c);   /* a sequence: [1, 3, 5] logits, a label per position */
+    logits = param(&c, "logits", dims(3, 1, 3, 5), SIGNED);
+    int labels = ir_reshape(c.g, labels_input(&c, 5), dims(2, 1, 3), L0);
+    gradcheck("CROSS_ENTROPY over a sequence", &c, ir_cross_entropy(c.g, logits, labels, L0));
 }
 
 static void dropout(void)

@@ -318,7 +318,7 @@ static void test_load_errors(void)
     ir_program_free(p);
 
     p = make_program(6, DT_I32, 2, 3, dir);
-    expect_load_error(p, NULL, NULL, "cgc: error: input 'y' is i32[N, 2]; integer labels are "
+    expect_load_error(p, NULL, NULL, "cgc: error: input 'y' is i32[N, 2]; IDX labels are "
                                      "one class id per sample, i32[N]\n");
     ir_program_free(p);
 
@@ -549,6 +549,22 @@ static void test_synthetic(void)
     data_free(&a);
     data_free(&b);
     data_free(&c);
+    ir_program_free(p);
+
+    /* A label per position (i32[N, 2]): each from its own scores of the teacher, so the
+     * positions of a sample need not agree. */
+    p = synthetic_program(DT_I32, 2, 4, 42);
+    CHECK_EQ_INT(data_load(p, NULL, NULL, &a), 0);
+    CHECK_EQ_INT(a.train.y_row, 2);
+    int differ = 0, in_range = 0;
+    for (int i = 0; a.train.y_i32 && i < 200; i++) {
+        const int32_t *y = a.train.y_i32 + 2 * i;
+        differ += y[0] != y[1];
+        in_range += y[0] >= 0 && y[0] < 4 && y[1] >= 0 && y[1] < 4;
+    }
+    CHECK_EQ_INT(in_range, 200);
+    CHECK(differ > 50);
+    data_free(&a);
     ir_program_free(p);
 
     /* Float targets: input 1's per-sample shape ([N, 2] here), a linear map of x. */

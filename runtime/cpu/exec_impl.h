@@ -507,8 +507,8 @@ static int SFX(loss_op)(CpuExec *e, const IrGraph *g, const IrNode *node, REAL *
     int logits = node->op == IR_CE_GRAD ? node->in[1] : node->in[0];
     int labels = node->op == IR_CE_GRAD ? node->in[2] : node->in[1];
     Dims ld = bind_shape(&g->nodes[logits].shape, e->symvals);
-    CGC_ASSERT(ld.rank == 2 && g->nodes[labels].dtype == DT_I32);
-    int64_t n = ld.d[0], c = ld.d[1];
+    CGC_ASSERT(ld.rank >= 2 && g->nodes[labels].dtype == DT_I32);
+    int64_t c = ld.d[ld.rank - 1], n = dims_numel(&ld) / (c ? c : 1);   /* rows: every position */
     const REAL *x = SFX(value)(e, g, logits);
     const int32_t *y = e->slots[labels].val;
     if (SFX(check_labels)(node, y, n, c) != 0) return -1;
@@ -519,6 +519,24 @@ static int SFX(loss_op)(CpuExec *e, const IrGraph *g, const IrNode *node, REAL *
 }
 
 /* ---- shape ops ---- */
+
+/* Output element i read from the input at its coordinates, axis a of the output being
+ * axis PERM(node, a) of the input XD. */
+static void SFX(permute)(const IrNode *node, REAL *out, const REAL *x, const Dims *xd)
+{
+    int64_t stride[IR_MAX_RANK], dim[IR_MAX_RANK], n = dims_numel(xd), s = 1;
+    for (int a = xd->rank - 1; a >= 0; a--) stride[a] = s, s *= xd->d[a];
+    for (int a = 0; a < xd->rank; a++) dim[a] = xd->d[ir_perm_axis(node, a)];
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t q = i, at = 0;
+        for (int a = xd->rank - 1; a >= 0; a--) {
+            at += q % dim[a] * stride[ir_perm_axis(node, a)];
+            q /= dim[a];
+        }
+        out[i] = x[at];
+    }
+}
 
 /* The last two dimensions swapped, by tiles so that both sides stay in cache. */
 static void SFX(transpose)(REAL *out, const REAL *x, int64_t batch, int64_t rows, int64_t cols)
@@ -803,6 +821,7 @@ static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const 
         SFX(transpose)(out, x, dims_numel(&batch), xd.d[xd.rank - 2], xd.d[xd.rank - 1]);
         return 0;
     }
+    case IR_FAMILY_PERMUTE: SFX(permute)(node, out, x, &xd); return 0;
     case IR_FAMILY_DROPOUT:
         SFX(dropout)(e, node, out, x, SFX(value)(e, g, node->in[1])[0], n);
         return 0;

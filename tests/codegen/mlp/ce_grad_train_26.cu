@@ -9,7 +9,7 @@ ce_grad_train_26(
     const int32_t *__restrict__ labels,
     int64_t sym0)
 {
-    const double scale = (double)cgc_load(in_d[0]) / (double)sym0;
+    const double scale = (double)cgc_load(in_d[0]) / (double)(sym0);
     const int64_t n = sym0, c = 10;
     for (int64_t r = cgc_thread_index(); r < n; r += cgc_thread_count()) {
         float m = cgc_load(logits[r * c]);
