@@ -309,6 +309,56 @@ static void render_permute(const RenderCtx *ctx, int id, KernelDraft *d)
     cuda_launch_elementwise(d, &node->shape);
 }
 
+/* ---- lookup tables ---- */
+
+/* A thread per output element: its position's row of the table, NaN for an index
+ * outside it (the CPU executor reports one as an error). */
+static void render_embed(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *t = &ctx->g->nodes[node->in[0]];
+    char n[CUDA_DIMS_MAX];
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "table", ctx->node_buffer[node->in[0]], t->dtype, true);
+    draft_buffer(d, "index", ctx->node_buffer[node->in[1]], DT_I32, true);
+    cuda_numel_expr(d, &node->shape, n, sizeof n);
+    sb_printf(&d->body,
+              "    const int64_t n = %s, rows = %lld, width = %lld;\n"
+              "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n"
+              "        const int32_t v = index[i / width];\n"
+              "        cgc_store(&out[i], v < 0 || v >= rows ? CGC_NAN : cgc_load(table[v * width + i %% width]));\n"
+              "    }\n",
+              n, (long long)t->shape.dim[0], (long long)t->shape.dim[1]);
+    cuda_launch_elementwise(d, &node->shape);
+}
+
+/* A thread per element (v, j) of the table's gradient: d's column j summed over the
+ * positions whose index is v, in position order, so that the sum is the CPU executor's
+ * bit for bit and the same every run (no atomics). Reads every index once per element:
+ * O(rows x width x positions), fine for the vocabularies of character models. */
+static void render_embed_grad(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *dn = &ctx->g->nodes[node->in[0]];
+    char count[CUDA_DIMS_MAX];
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
+    draft_buffer(d, "index", ctx->node_buffer[node->in[1]], DT_I32, true);
+    cuda_numel_expr(d, &ctx->g->nodes[node->in[1]].shape, count, sizeof count);
+    sb_printf(&d->body,
+              "    const int64_t n = %lld, width = %lld, count = %s;\n"
+              "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n"
+              "        const int64_t v = i / width, j = i %% width;\n"
+              "        float acc = 0.0f;\n"
+              "        for (int64_t p = 0; p < count; p++)\n"
+              "            if (index[p] == v) acc += cgc_load(in_d[p * width + j]);\n"
+              "        cgc_store(&out[i], acc);\n"
+              "    }\n",
+              (long long)(node->shape.dim[0] * node->shape.dim[1]), (long long)node->shape.dim[1],
+              count);
+    cuda_launch_elementwise(d, &node->shape);
+}
+
 /* ---- sliding windows (ir.h's IrWindow) ---- */
 
 /* The geometry of window node NODE over image IMAGE as constants of the kernel. */
@@ -890,6 +940,8 @@ static bool render_family(const RenderCtx *ctx, int id, KernelDraft *d)
     case IR_FAMILY_REDUCE_TO: render_reduce_to(ctx, id, d); return true;
     case IR_FAMILY_TRANSPOSE: render_transpose(ctx, id, d); return true;
     case IR_FAMILY_PERMUTE: render_permute(ctx, id, d); return true;
+    case IR_FAMILY_EMBED: render_embed(ctx, id, d); return true;
+    case IR_FAMILY_EMBED_GRAD: render_embed_grad(ctx, id, d); return true;
     case IR_FAMILY_SOFTMAX: render_softmax(ctx, id, d); return true;
     case IR_FAMILY_SOFTMAX_GRAD: render_softmax_grad(ctx, id, d); return true;
     case IR_FAMILY_CROSS_ENTROPY: render_cross_entropy(ctx, id, d); return true;

@@ -284,6 +284,13 @@ static void grad_permute(Autodiff *ad, const IrNode *n, int y, int d)
     to_input(ad, n, ir_permute(ad->g, d, inverse, n->loc));
 }
 
+/* d's rows added into the table's, by the same indices. */
+static void grad_embed(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    int64_t rows = ad->g->nodes[n->in[0]].shape.dim[0];
+    to_input(ad, n, ir_embed_grad(ad->g, d, n->in[1], rows, n->loc));
+}
+
 /* IR_MATMUL_BATCH_SUM for b's gradient when b is one matrix that a's batches share (a
  * linear layer or convolution over many positions): one GEMM through every batch rather
  * than a product per batch summed after. Only where the GEMM's a is transposed and its

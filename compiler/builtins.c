@@ -392,6 +392,41 @@ static bool fixed_last_dim(Sema *S, const Builtin *fn, const AstExpr *arg, int x
     return true;
 }
 
+/* embedding(tokens, vocab, dim): the rows of NAME.weight [vocab, dim] (normal, as
+ * nn.Embedding) at the i32 tokens, [..., dim]. */
+static int lower_embedding(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
+{
+    int tokens = args[0]->kind == AST_NAME ? sema_lower_name(S, args[0], true) : sema_lower_expr(S, args[0]);
+    int64_t vocab, dim;
+    bool ok = tokens != POISON;
+    if (ok && !is_int_value(S, tokens)) {
+        diag_error(S->src, args[0]->loc, "embedding: tokens must be an i32 input, not %s in '%s'",
+                   sema_type_str(S, tokens), S->stmt_text);
+        ok = false;
+    }
+    ok &= sema_const_int(S->src, args[1], "embedding: vocab", 1, MAX_ELEMENTS, &vocab) == 0;
+    ok &= sema_const_int(S->src, args[2], "embedding: dim", 1, MAX_ELEMENTS, &dim) == 0;
+    if (!ok) return POISON;
+    if (vocab * dim > MAX_ELEMENTS) {
+        diag_error(S->src, args[1]->loc, "embedding: the table %s.weight [%lld, %lld] would have "
+                   "more than 2^31 elements", S->stmt->name, (long long)vocab, (long long)dim);
+        return POISON;
+    }
+    Shape ys = node_of(S, tokens)->shape;
+    if (ys.rank + 1 > IR_MAX_RANK) {
+        diag_error(S->src, args[0]->loc, "embedding: tokens %s have the most dimensions a tensor "
+                   "may have; the rows would add one", sema_type_str(S, tokens));
+        return POISON;
+    }
+    ys.dim[ys.rank++] = dim;
+    if (!sema_check_size(S, &ys, call->loc)) return POISON;
+    int w = add_param(S, "weight", (Shape){2, {vocab, dim}}, IR_INIT_NORMAL, 1.0, call->loc);
+    int in = ir_node_input(node_of(S, tokens));
+    if (in >= 0 && (S->p->inputs[in].index_rows == 0 || vocab < S->p->inputs[in].index_rows))
+        S->p->inputs[in].index_rows = vocab;
+    return ir_embed(S->g, w, tokens, call->loc);
+}
+
 static int lower_linear(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
 {
     int x = tensor_arg(S, fn, args[0], 2);
@@ -840,6 +875,7 @@ static const Builtin builtins[] = {
     {{"max", {"x", "axis"}, 1}, lower_reduce, IR_MAX, false},
     {{"matmul", {"a", "b"}, 2}, lower_matmul, IR_MATMUL, false},
     {{"transpose", {"x"}, 1}, lower_transpose, IR_TRANSPOSE, false},
+    {{"embedding", {"tokens", "vocab", "dim"}, 3}, lower_embedding, IR_EMBED, true},
     {{"permute", {"x", "dims"}, 2}, lower_permute, IR_PERMUTE, false},
     {{"reshape", {"x", "shape"}, 2}, lower_reshape, IR_RESHAPE, false},
     {{"flatten", {"x"}, 1}, lower_flatten, IR_RESHAPE, false},

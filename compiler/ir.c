@@ -343,7 +343,7 @@ int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc)
 {
     CGC_ASSERT(p->ninputs < IR_MAX_INPUTS);
     p->inputs = xrealloc(p->inputs, (size_t)(p->ninputs + 1) * sizeof *p->inputs);
-    p->inputs[p->ninputs] = (IrInput){ir_intern(p, name), t, s, loc};
+    p->inputs[p->ninputs] = (IrInput){ir_intern(p, name), t, s, loc, 0};
     return p->ninputs++;
 }
 
@@ -798,6 +798,32 @@ int ir_permute(IrGraph *g, int x, const int *perm, SrcLoc loc)
     return ir_add_node(g, &n);
 }
 
+/* The shape of TABLE's rows at INDEX: INDEX's, then the table's row width. */
+static Shape embed_shape(const Shape *table, const Shape *index)
+{
+    Shape s = *index;
+    s.dim[s.rank++] = table->dim[1];
+    return s;
+}
+
+int ir_embed(IrGraph *g, int table, int index, SrcLoc loc)
+{
+    const IrNode *t = node(g, table), *ix = node(g, index);
+    CGC_ASSERT(t->shape.rank == 2 && ir_dtype_is_float(t->dtype) && ix->dtype == DT_I32);
+    CGC_ASSERT(ix->shape.rank < IR_MAX_RANK);
+    IrNode n = make(IR_EMBED, t->dtype, embed_shape(&t->shape, &ix->shape), loc, 2, table, index, 0);
+    return ir_add_node(g, &n);
+}
+
+int ir_embed_grad(IrGraph *g, int d, int index, int64_t rows, SrcLoc loc)
+{
+    const IrNode *dn = node(g, d), *ix = node(g, index);
+    CGC_ASSERT(ix->dtype == DT_I32 && dn->shape.rank == ix->shape.rank + 1);
+    Shape s = { .rank = 2, .dim = { rows, dn->shape.dim[dn->shape.rank - 1] } };
+    IrNode n = make(IR_EMBED_GRAD, DT_F32, s, loc, 2, d, index, 0);
+    return ir_add_node(g, &n);
+}
+
 /* The shape of a @ b with the given transposes, or false when they do not fit. */
 static bool matmul_shape(const Shape *a, const Shape *b, int flags, Shape *out)
 {
@@ -1009,6 +1035,7 @@ static const char *init_str(const IrTensor *t, char *buf, size_t n)
     case IR_INIT_ONES: return "ones";
     case IR_INIT_UNIFORM: snprintf(buf, n, "uniform(%.9g)", t->init_value); return buf;
     case IR_INIT_CONST: snprintf(buf, n, "const(%.9g)", t->init_value); return buf;
+    case IR_INIT_NORMAL: snprintf(buf, n, "normal(%.9g)", t->init_value); return buf;
     }
     return "?";
 }
@@ -1178,6 +1205,12 @@ static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n
     case IR_SHAPE_PERMUTE:
         a = in_shape(g, n, 0);
         if (!permute_shape(n, &a, s)) s->rank = -1;
+        return true;
+    case IR_SHAPE_EMBED:
+        a = in_shape(g, n, 0);
+        b = in_shape(g, n, 1);
+        if (a.rank != 2 || b.rank >= IR_MAX_RANK) s->rank = -1;
+        else *s = embed_shape(&a, &b);
         return true;
     case IR_SHAPE_SCALAR: *s = ir_shape0(); return true;
     case IR_SHAPE_WINDOW:

@@ -76,6 +76,7 @@ typedef enum IrFamily {
     IR_FAMILY_REDUCE_TO, IR_FAMILY_TRANSPOSE, IR_FAMILY_MATMUL, IR_FAMILY_SOFTMAX,
     IR_FAMILY_SOFTMAX_GRAD, IR_FAMILY_CROSS_ENTROPY, IR_FAMILY_CE_GRAD, IR_FAMILY_COUNT_CORRECT,
     IR_FAMILY_ASSIGN, IR_FAMILY_WINDOW, IR_FAMILY_MODE_SWITCH, IR_FAMILY_COLLECTIVE, IR_FAMILY_PERMUTE,
+    IR_FAMILY_EMBED, IR_FAMILY_EMBED_GRAD,
 } IrFamily;
 
 /* How an op runs, stores its value and fuses (ops.def, column FUSE). */
@@ -96,7 +97,7 @@ typedef enum IrAttrs {
 typedef enum IrShapeRule {
     IR_SHAPE_OWN, IR_SHAPE_IN0, IR_SHAPE_IN1, IR_SHAPE_BROADCAST, IR_SHAPE_REDUCE,
     IR_SHAPE_MATMUL, IR_SHAPE_TRANSPOSE, IR_SHAPE_SCALAR, IR_SHAPE_ASSIGN, IR_SHAPE_WINDOW,
-    IR_SHAPE_IMAGE, IR_SHAPE_PERMUTE,
+    IR_SHAPE_IMAGE, IR_SHAPE_PERMUTE, IR_SHAPE_EMBED,
 } IrShapeRule;
 
 /* What an op runs in under bf16 or fp16 autocast (ops.def, column AUTOCAST). */
@@ -358,6 +359,8 @@ typedef struct IrInput {
     DType dtype;
     Shape shape;            /* first dimension is symbol 0, the batch */
     SrcLoc loc;
+    int64_t index_rows;     /* i32 indices of embeddings: the fewest rows of their tables
+                             * (values must be below it); 0 when no embedding reads it */
 } IrInput;
 
 typedef enum IrTensorKind { IR_PARAM, IR_STATE } IrTensorKind;
@@ -366,6 +369,7 @@ typedef enum IrInit {
     IR_INIT_ONES,
     IR_INIT_UNIFORM,        /* uniform in [-init_value, init_value] from the seed */
     IR_INIT_CONST,          /* every element init_value */
+    IR_INIT_NORMAL,         /* normal, standard deviation init_value, from the seed */
 } IrInit;
 
 /* The values a persistent tensor holds between steps, and so in a checkpoint (a resumed
@@ -546,6 +550,10 @@ int ir_transpose(IrGraph *g, int x, SrcLoc loc);
  * 0..rank-1), kept in the node's flags, 3 bits an axis (ir_perm_axis). */
 int ir_permute(IrGraph *g, int x, const int *perm, SrcLoc loc);
 int ir_perm_axis(const IrNode *n, int i);
+/* TABLE [V, D]'s rows at the i32 INDEX (any shape): [..., D]. EMBED_GRAD: D's rows
+ * [..., D] summed into a table of V rows, by INDEX. */
+int ir_embed(IrGraph *g, int table, int index, SrcLoc loc);
+int ir_embed_grad(IrGraph *g, int d, int index, int64_t rows, SrcLoc loc);
 int ir_matmul(IrGraph *g, int a, int b, int flags, SrcLoc loc);
 /* The shape UNFOLD makes of IMAGE [N, C, H, W] (IrWindow), or false when the window does
  * not fit it: a kernel larger than the padded image, channels not divisible by groups. */

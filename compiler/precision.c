@@ -148,6 +148,8 @@ static int clone_node(IrGraph *g, const IrProgram *p, const IrNode *n, const int
         for (int i = 0; i < n->shape.rank; i++) perm[i] = ir_perm_axis(n, i);
         return ir_permute(g, in[0], perm, n->loc);
     }
+    case IR_FAMILY_EMBED: return ir_embed(g, in[0], in[1], n->loc);
+    case IR_FAMILY_EMBED_GRAD: return ir_embed_grad(g, in[0], in[1], n->shape.dim[0], n->loc);
     case IR_FAMILY_MATMUL: return ir_matmul(g, in[0], in[1], n->flags, n->loc);
     case IR_FAMILY_SOFTMAX: return ir_softmax(g, n->op, in[0], n->axis, n->loc);
     case IR_FAMILY_SOFTMAX_GRAD: return ir_softmax_grad(g, n->op, in[0], in[1], n->axis, n->loc);

@@ -521,8 +521,8 @@ int sema_lower_name(Sema *S, const AstExpr *e, bool labels)
     Binding *b = lookup(S, e->name, e->loc);
     if (!b || b->node == POISON) return POISON;
     if (!labels && is_int_value(S, b->node)) {
-        diag_error(S->src, e->loc, "i32 value '%s' can only be used as cross_entropy labels",
-                   e->name);
+        diag_error(S->src, e->loc, "i32 value '%s' can only be used as cross_entropy labels or "
+                   "embedding tokens", e->name);
         return POISON;
     }
     return b->node;
@@ -783,8 +783,8 @@ static void check_output(Sema *S, const AstStmt *st)
     Binding *b = lookup(S, st->name, st->name_loc);
     if (!b || b->node == POISON) return;
     if (is_int_value(S, b->node)) {
-        diag_error(S->src, st->name_loc, "i32 value '%s' can only be used as cross_entropy labels",
-                   st->name);
+        diag_error(S->src, st->name_loc, "i32 value '%s' can only be used as cross_entropy "
+                   "labels or embedding tokens", st->name);
         return;
     }
     S->g->output[IR_OUT_PREDICTION] = b->node;

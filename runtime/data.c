@@ -262,12 +262,13 @@ static int64_t input_row(const IrProgram *p, Source *src, int i)
 /* What the data must produce for the model's inputs. */
 typedef struct InputPlan {
     int64_t x_row;
+    int64_t x_tokens;   /* i32 features: their values are below it (an embedding's rows); 0: f32 */
     int64_t y_row;      /* 0: no labels (one input) */
     bool y_int;
 } InputPlan;
 
-/* Checks the inputs fit what data can provide: float features, and optionally either i32
- * class ids [N] or float targets. */
+/* Checks the inputs fit what data can provide: float features (or, from synthetic data,
+ * tokens an embedding reads), and optionally either i32 class ids or float targets. */
 static int plan_inputs(const IrProgram *p, Source *src, InputPlan *plan)
 {
     SrcLoc data_loc = p->cfg.data_loc;
@@ -278,9 +279,20 @@ static int plan_inputs(const IrProgram *p, Source *src, InputPlan *plan)
         return -1;
     }
     const IrInput *x = &p->inputs[0];
-    if (!ir_dtype_is_float(x->dtype)) {
+    plan->x_tokens = x->dtype == DT_I32 ? x->index_rows : 0;
+    if (x->dtype == DT_I32 && p->cfg.data == DATA_SYNTHETIC && x->index_rows == 0) {
+        input_error(src, x->loc, "input '%s' is i32 but no embedding reads it: synthetic data "
+                    "cannot tell which tokens to draw", x->name);
+        return -1;
+    }
+    if (!ir_dtype_is_float(x->dtype) && plan->x_tokens == 0) {
         input_error(src, x->loc, "input '%s' is %s, but data features are floating point",
                     x->name, ir_dtype_name(x->dtype));
+        return -1;
+    }
+    if (plan->x_tokens && p->cfg.data == DATA_IDX) {
+        input_error(src, x->loc, "input '%s' is i32, but IDX images are floating point features",
+                    x->name);
         return -1;
     }
     plan->x_row = input_row(p, src, 0);
@@ -670,6 +682,15 @@ static int load_synthetic(const IrProgram *p, Source *src, const InputPlan *plan
     d->x = xmalloc((size_t)(n * plan->x_row) * sizeof *d->x);
     for (int64_t i = 0; i < n * plan->x_row; i++)
         d->x[i] = (float)rng_normal(seed, RNG_SYNTHETIC, SYNTH_FEATURES + (uint64_t)i);
+    if (plan->x_tokens) {   /* tokens drawn uniformly; the teacher sees each as token / rows */
+        d->x_int = true;
+        d->x_i32 = xmalloc((size_t)(n * plan->x_row) * sizeof *d->x_i32);
+        for (int64_t i = 0; i < n * plan->x_row; i++) {
+            d->x_i32[i] = (int32_t)rng_below(seed, RNG_SYNTHETIC, SYNTH_FEATURES + (uint64_t)i,
+                                             (uint64_t)plan->x_tokens);
+            d->x[i] = (float)d->x_i32[i] / (float)plan->x_tokens;
+        }
+    }
 
     d->y_row = plan->y_row;
     d->y_int = plan->y_int;
@@ -698,6 +719,10 @@ static int load_synthetic(const IrProgram *p, Source *src, const InputPlan *plan
         free(scores);
         free(w);
     }
+    if (d->x_int) {   /* the teacher's view of the tokens */
+        free(d->x);
+        d->x = NULL;
+    }
     out->has_test = false;
     out->description = describe("synthetic: %lld samples, no test split (seed %llu)",
                                 (long long)n, (unsigned long long)seed);
@@ -722,6 +747,7 @@ int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits 
 static void dataset_free(Dataset *d)
 {
     free(d->x);
+    free(d->x_i32);
     free(d->y_i32);
     free(d->y_f32);
     memset(d, 0, sizeof *d);
@@ -752,12 +778,16 @@ void data_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *
 }
 
 void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t count,
-                 float *x, void *y)
+                 void *x, void *y)
 {
     for (int64_t r = 0; r < count; r++) {
         int64_t row = order ? order[start + r] : start + r;
         CGC_ASSERT(row >= 0 && row < d->n);
-        memcpy(x + r * d->x_row, d->x + row * d->x_row, (size_t)d->x_row * sizeof *x);
+        if (d->x_int)
+            memcpy((int32_t *)x + r * d->x_row, d->x_i32 + row * d->x_row,
+                   (size_t)d->x_row * sizeof(int32_t));
+        else
+            memcpy((float *)x + r * d->x_row, d->x + row * d->x_row, (size_t)d->x_row * sizeof(float));
         if (d->y_row == 0 || !y) continue;
         if (d->y_int)
             memcpy((int32_t *)y + r * d->y_row, d->y_i32 + row * d->y_row,

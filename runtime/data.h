@@ -16,7 +16,9 @@
 typedef struct Dataset {
     int64_t n;                  /* samples */
     int64_t x_row;              /* features per sample */
-    float *x;                   /* n * x_row */
+    float *x;                   /* n * x_row, unless x_int */
+    bool x_int;                 /* features are tokens (int32), for an embedding */
+    int32_t *x_i32;             /* n * x_row when x_int */
     int64_t y_row;              /* labels per sample: 0 when the model has one input */
     bool y_int;                 /* labels are class ids (int32) rather than f32 */
     int32_t *y_i32;             /* n * y_row when y_int */
@@ -51,10 +53,11 @@ int idx_read(const char *path, int *rank, int64_t dims[IDX_MAX_RANK], uint8_t **
  * RNG_SHUFFLE stream), or the identity when !shuffle. */
 void data_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order);
 
-/* Copies rows ORDER[start .. start+count) into X (count * x_row floats) and Y
+/* Copies rows ORDER[start .. start+count) into X (count * x_row floats, or int32 when
+ * x_int) and Y
  * (count * y_row int32 or floats; may be NULL when y_row == 0). ORDER NULL: rows
  * start .. start+count in file order (evaluation). */
 void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t count,
-                 float *x, void *y);
+                 void *x, void *y);
 
 #endif

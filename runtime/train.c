@@ -114,7 +114,7 @@ static int plan(Trainer *t)
 typedef struct CpuBackend {
     CpuExec *e;
     int64_t *order;             /* data order of the current epoch */
-    float *x;                   /* one batch of features */
+    void *x;                    /* one batch of features (f32, or i32 tokens) */
     void *y;                    /* one batch of labels */
 } CpuBackend;
 
@@ -462,7 +462,8 @@ static uint64_t hash_dataset(uint64_t h, const Dataset *d)
     size_t n = (size_t)d->n, y_bytes = d->y_int ? sizeof(int32_t) : sizeof(float);
     const void *y = d->y_int ? (const void *)d->y_i32 : (const void *)d->y_f32;
     h = hash_bytes(h, &d->n, sizeof d->n);
-    h = hash_bytes(h, d->x, n * (size_t)d->x_row * sizeof(float));
+    h = hash_bytes(h, d->x_int ? (const void *)d->x_i32 : (const void *)d->x,
+                   n * (size_t)d->x_row * sizeof(float));   /* 4 bytes either way */
     return hash_bytes(h, y, n * (size_t)d->y_row * y_bytes);
 }
 

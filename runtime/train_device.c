@@ -61,7 +61,7 @@ typedef struct StepCapture {
 
 /* One split of the dataset in device memory. */
 typedef struct DeviceSplit {
-    DevPtr x, y;                /* n * x_row f32; n * y_row i32 or f32 (0 when none) */
+    DevPtr x, y;                /* n * x_row f32 (i32 tokens); n * y_row i32 or f32 (0: none) */
 } DeviceSplit;
 
 typedef struct DeviceBackend {
@@ -220,10 +220,11 @@ static int alloc_upload(DeviceBackend *dev, const void *src, size_t bytes, DevPt
 
 static int upload_split(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, const char *what)
 {
-    size_t x_bytes = (size_t)(s->n * s->x_row) * sizeof(float);
+    size_t x_bytes = (size_t)(s->n * s->x_row) * sizeof(float);   /* int32 tokens: as many */
     size_t y_bytes = (size_t)(s->n * s->y_row) * (s->y_int ? sizeof(int32_t) : sizeof(float));
+    const void *x = s->x_int ? (const void *)s->x_i32 : (const void *)s->x;
     const void *y = s->y_int ? (const void *)s->y_i32 : (const void *)s->y_f32;
-    if (alloc_upload(dev, s->x, x_bytes, &out->x, what) != 0) return -1;
+    if (alloc_upload(dev, x, x_bytes, &out->x, what) != 0) return -1;
     return s->y_row ? alloc_upload(dev, y, y_bytes, &out->y, what) : 0;
 }
 
@@ -280,7 +281,9 @@ static int gather(const Trainer *t, const Dataset *d, const DeviceSplit *s, DevP
     DeviceBackend *dev = backend(t);
     KArg x[7] = {{.p = input_buffer(dev, 0)}, {.p = s->x}, {.p = order}, {.i = start}, {.i = count},
                  {.i = d->x_row}, {.p = state}};
-    if (launch(t, PDK_GATHER_F32, count * d->x_row, x, 7, "gather the features") != 0) return -1;
+    if (launch(t, d->x_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->x_row, x, 7,
+               "gather the features") != 0)
+        return -1;
     if (!d->y_row) return 0;
     KArg y[7] = {{.p = input_buffer(dev, 1)}, {.p = s->y}, {.p = order}, {.i = start}, {.i = count},
                  {.i = d->y_row}, {.p = state}};

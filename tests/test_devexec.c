@@ -1534,6 +1534,11 @@ int main(int argc, char **argv)
     model_close(&m);
 
     check_training("mlp.net", mlp, 3, 1e-4, false);
+    /* tokens: i32 features gathered on the device, an embedding and its gradient */
+    char tokens[4200];
+    snprintf(tokens, sizeof tokens, "%s/../tests/emu/models/tokens.net", CGC_MODELS_DIR);
+    Override tok[1] = {{"steps", "steps", "12"}};
+    check_training(tokens, tok, 1, 1e-4, false);
     /* 8 steps of 2 micro-batches per epoch: three epochs, the last one cut short */
     Override reg[4] = {{"precision", "precision", "fp32"}, {"steps", "steps", "20"},
                        {"accumulate", "accumulate", "2"}, {"batch", "batch", "500"}};
@@ -1587,6 +1592,7 @@ int main(int argc, char **argv)
     check_capture_refusal();
     mode = PLAN_REDUCE_OVERHEAD;
     check_training("mlp.net", mlp, 3, 1e-4, false);
+    check_training(tokens, tok, 1, 1e-4, false);
     check_training("regression.net", reg, 4, 1e-4, true);
     check_training("regression.net", skips, 3, 1e-2, false);
     check_replay_exact("regression.net", reg, 4, 0, false);

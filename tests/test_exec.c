@@ -290,6 +290,20 @@ static void ref_permute(const IrNode *nd, Arr *out, const Arr *x)
     }
 }
 
+/* Each position's row of the table; EMBED_GRAD: each row of d added to its index's row. */
+static void ref_embed(const IrNode *nd, Arr *out, const Arr *in)
+{
+    const Arr *ix = &in[1];
+    int64_t width = out->d[out->rank - 1];
+    if (nd->op == IR_EMBED_GRAD) memset(out->v, 0, (size_t)out->n * sizeof(double));
+    for (int64_t q = 0; q < ix->n; q++) {
+        int64_t v = (int64_t)ix->v[q];
+        for (int64_t j = 0; j < width; j++)
+            if (nd->op == IR_EMBED) out->v[q * width + j] = in[0].v[v * width + j];
+            else out->v[v * width + j] += in[0].v[q * width + j];
+    }
+}
+
 /* Element (i, j) of the matrix at batch index BIDX of A, transposed when T. */
 static double mat_at(const Arr *a, const int64_t *bidx, int brank, bool t, int64_t i, int64_t j)
 {
@@ -416,6 +430,8 @@ static void ref_node(const IrProgram *p, const IrNode *nd, const CpuFeed *feed, 
     case IR_REDUCE_TO: ref_reduce_to(out, &in[0]); break;
     case IR_TRANSPOSE: ref_transpose(out, &in[0]); break;
     case IR_PERMUTE: ref_permute(nd, out, &in[0]); break;
+    case IR_EMBED:
+    case IR_EMBED_GRAD: ref_embed(nd, out, in); break;
     case IR_MATMUL: ref_matmul(nd, out, &in[0], &in[1]); break;
     case IR_UNFOLD:
     case IR_FOLD: ref_window(nd, out, &in[0]); break;
@@ -729,6 +745,11 @@ static void test_losses(void)
     ir_count_correct(g, ir_unary(g, IR_FLOOR, logits, NOLOC), labels, NOLOC);
     int many = input(p, "many", DT_F32, shp(2, 200, 7)), many_lab = input(p, "many_lab", DT_I32, shp(1, 200));
     ir_count_correct(g, ir_unary(g, IR_FLOOR, many, NOLOC), many_lab, NOLOC);
+    /* a table of 7 rows at indices [N, 3], and its gradient back into 7 rows (indices
+     * repeat: rows add up) */
+    int table = input(p, "table", DT_F32, shp(2, 7, 5)), ix = input(p, "ix", DT_I32, shp(2, N, 3));
+    ir_embed(g, table, ix, NOLOC);
+    ir_embed_grad(g, input(p, "drows", DT_F32, shp(3, N, 3, 5)), ix, 7, NOLOC);
     /* sequences: logits [N, 3, 7] with a label per position, the mean over all of them */
     int seq = input(p, "seq", DT_F32, shp(3, N, 3, 7)), seq_lab = input(p, "seq_lab", DT_I32, shp(2, N, 3));
     ir_cross_entropy(g, seq, seq_lab, NOLOC);

@@ -505,6 +505,16 @@ static void cross_entropy(void)
     gradcheck("CROSS_ENTROPY over a sequence", &c, ir_cross_entropy(c.g, logits, labels, L0));
 }
 
+/* A table's rows at indices 1, 3, 1: row 1 gathers twice, so its gradient adds two. */
+static void embed(void)
+{
+    Ctx c;
+    ctx_init(&c);
+    int table = param(&c, "table", dims(2, 4, 3), SIGNED);
+    int rows = ir_embed(c.g, table, labels_input(&c, 4), L0);
+    gradcheck("EMBED", &c, ir_binary(c.g, IR_MUL, rows, rows, L0));
+}
+
 static void dropout(void)
 {
     Ctx c;
@@ -579,6 +589,7 @@ int main(void)
     max_pool();
     softmaxes();
     cross_entropy();
+    embed();
     dropout();
     layernorm();
     linear_tanh();

@@ -567,6 +567,27 @@ static void test_synthetic(void)
     data_free(&a);
     ir_program_free(p);
 
+    /* Tokens (an i32 first input an embedding of 5 rows reads): drawn below 5, each
+     * value drawn; without the embedding, refused. */
+    p = synthetic_program(DT_I32, 2, 4, 42);
+    p->inputs[0].dtype = DT_I32;
+    p->inputs[0].index_rows = 5;
+    CHECK_EQ_INT(data_load(p, NULL, NULL, &a), 0);
+    CHECK(a.train.x_int && a.train.x_i32 && !a.train.x);
+    int seen[5] = {0}, outside = 0;
+    for (int i = 0; a.train.x_i32 && i < 200 * 6; i++) {
+        int32_t v = a.train.x_i32[i];
+        if (v >= 0 && v < 5) seen[v]++;
+        else outside++;
+    }
+    CHECK_EQ_INT(outside, 0);
+    for (int k = 0; k < 5; k++) CHECK(seen[k] > 100);
+    data_free(&a);
+    p->inputs[0].index_rows = 0;
+    expect_load_error(p, NULL, NULL, "cgc: error: input 'x' is i32 but no embedding reads it: "
+                                     "synthetic data cannot tell which tokens to draw\n");
+    ir_program_free(p);
+
     /* Float targets: input 1's per-sample shape ([N, 2] here), a linear map of x. */
     p = synthetic_program(DT_F32, 2, 0, 1);
     CHECK_EQ_INT(data_load(p, NULL, NULL, &a), 0);

@@ -481,6 +481,18 @@ static GemmSplit gemm_split(int64_t m, int64_t n, int64_t k)
 
 /* ---- errors, time, scalars ---- */
 
+/* An EMBED's index outside its table of ROWS rows. */
+static int report_bad_index(const IrNode *node, int32_t index, int64_t rows)
+{
+    if (node->loc.line > 0)
+        cgc_error("index %d out of range for an embedding of %lld rows at line %d of the .net "
+                  "file", (int)index, (long long)rows, node->loc.line);
+    else
+        cgc_error("index %d out of range for an embedding of %lld rows", (int)index,
+                  (long long)rows);
+    return -1;
+}
+
 static int report_bad_label(const IrNode *node, int32_t label, int64_t classes)
 {
     const char *what = node->name ? node->name : ir_op_info[node->op].name;
@@ -784,6 +796,7 @@ static double init_value(const IrTensor *t, int i, uint64_t seed, int64_t el)
         float u = rng_uniform(seed, RNG_INIT, ((uint64_t)i << 40) + (uint64_t)el);
         return (2.0 * u - 1.0) * t->init_value;
     }
+    case IR_INIT_NORMAL: return rng_normal(seed, RNG_INIT, ((uint64_t)i << 40) + (uint64_t)el) * t->init_value;
     }
     CGC_INTERNAL("tensor %s has an unknown init %d", t->name, (int)t->init);
 }

@@ -518,6 +518,38 @@ static int SFX(loss_op)(CpuExec *e, const IrGraph *g, const IrNode *node, REAL *
     return 0;
 }
 
+/* ---- lookup tables ---- */
+
+/* Rows of the table [V, D] at the indices; an index outside [0, V) is an error. */
+static int SFX(embed)(CpuExec *e, const IrGraph *g, const IrNode *node, REAL *out)
+{
+    const Dims td = bind_shape(&g->nodes[node->in[0]].shape, e->symvals);
+    const Dims id = bind_shape(&g->nodes[node->in[1]].shape, e->symvals);
+    const REAL *table = SFX(value)(e, g, node->in[0]);
+    const int32_t *index = e->slots[node->in[1]].val;
+    int64_t rows = td.d[0], width = td.d[1], n = dims_numel(&id);
+    for (int64_t p = 0; p < n; p++) {
+        if (index[p] < 0 || index[p] >= rows) return report_bad_index(node, index[p], rows);
+        memcpy(out + p * width, table + index[p] * width, (size_t)width * sizeof(REAL));
+    }
+    return 0;
+}
+
+/* Row v of OUT [V, D] is the sum of d's rows whose index is v, added in position order
+ * (as the kernel adds them). Indices were checked by the EMBED. */
+static void SFX(embed_grad)(CpuExec *e, const IrGraph *g, const IrNode *node, const Dims *od,
+                            REAL *out)
+{
+    const Dims id = bind_shape(&g->nodes[node->in[1]].shape, e->symvals);
+    const REAL *d = SFX(value)(e, g, node->in[0]);
+    const int32_t *index = e->slots[node->in[1]].val;
+    int64_t rows = od->d[0], width = od->d[1], n = dims_numel(&id);
+    memset(out, 0, (size_t)(rows * width) * sizeof(REAL));
+    for (int64_t p = 0; p < n; p++)
+        if (index[p] >= 0 && index[p] < rows)
+            for (int64_t j = 0; j < width; j++) out[index[p] * width + j] += d[p * width + j];
+}
+
 /* ---- shape ops ---- */
 
 /* Output element i read from the input at its coordinates, axis a of the output being
@@ -822,6 +854,8 @@ static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const 
         return 0;
     }
     case IR_FAMILY_PERMUTE: SFX(permute)(node, out, x, &xd); return 0;
+    case IR_FAMILY_EMBED: return SFX(embed)(e, g, node, out);
+    case IR_FAMILY_EMBED_GRAD: SFX(embed_grad)(e, g, node, od, out); return 0;
     case IR_FAMILY_DROPOUT:
         SFX(dropout)(e, node, out, x, SFX(value)(e, g, node->in[1])[0], n);
         return 0;

@@ -46,6 +46,7 @@ typedef struct OpsProgram {
     int64_t rows, cols;
     int op_node[MAX_OPS];       /* the nodes compared */
     int nops;
+    int32_t *index;             /* the i32 input: rows indices into the matrix's rows */
 } OpsProgram;
 
 static Shape shape2(int64_t r, int64_t c)
@@ -101,6 +102,10 @@ static void build(OpsProgram *o)
                              shape2(rows, 1)};
     const char *names[NPARAMS] = {"s", "s_row", "p", "p_row", "c"};
     int read[NPARAMS];
+    /* indices that repeat (0, 1, 2, 0, ...) and reach the last row */
+    o->index = malloc((size_t)rows * sizeof *o->index);
+    for (int64_t k = 0; k < rows; k++) o->index[k] = (int32_t)(k + 1 == rows ? rows - 1 : k % 3);
+    int ix = ir_input(g, p, ir_add_input(p, "ix", DT_I32, (Shape){.rank = 1, .dim = {rows}}, L0), L0);
     for (int i = 0; i < NPARAMS; i++)
         read[i] = ir_read(g, p, ir_add_tensor(p, names[i], IR_PARAM, shapes[i], IR_INIT_ZEROS, 0, -1, L0), L0);
     for (int t = 0; t < NTYPES; t++) {
@@ -117,6 +122,11 @@ static void build(OpsProgram *o)
         int64_t r0 = rows % 5 == 0 ? 5 : 1;
         int r3 = ir_reshape(g, in[SIGNED_MAT], (Shape){3, {r0, rows / r0, cols}}, L0);
         add_case(o, g, ir_permute(g, r3, (int[]){2, 0, 1}, L0));
+        /* the matrix as a table, its rows at the indices; and the matrix's rows added into
+         * a table by the indices (row 0 sums every third row, the specials' among them:
+         * NaN and inf sums, and the order of a sum shows in its bits) */
+        add_case(o, g, ir_embed(g, in[SIGNED_MAT], ix, L0));
+        add_case(o, g, ir_embed_grad(g, in[SIGNED_MAT], ix, rows, L0));
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) g->output[r] = -1;
 }
@@ -250,8 +260,8 @@ static void run_mode(OpsProgram *o, PlanMode mode, bool asan)
             fill(o->p, i, cpu_exec_tensor(cpu, i));
             CHECK_EQ_INT(devexec_tensor_set(dev, i, cpu_exec_tensor(cpu, i)), 0);
         }
-        CpuFeed cf = {.symvals = {0}};
-        DevFeed df = {.symvals = {0}};
+        CpuFeed cf = {.symvals = {0}, .inputs = {o->index}};
+        DevFeed df = {.symvals = {0}, .inputs = {o->index}};
         CHECK_EQ_INT(cpu_exec_run(cpu, &o->p->train, &cf), 0);
         CHECK_EQ_INT(devexec_run(dev, &o->p->train, &df), 0);
         int before = check_failures;
@@ -280,6 +290,7 @@ int main(int argc, char **argv)
         group_each_op(&o);
         run_mode(&o, PLAN_DEFAULT, asan);
         ir_program_free(o.p);
+        free(o.index);
     }
     return check_result();
 }
