@@ -359,6 +359,35 @@ static void render_embed_grad(const RenderCtx *ctx, int id, KernelDraft *d)
     cuda_launch_elementwise(d, &node->shape);
 }
 
+/* 0, 1, ..., n - 1. */
+static void render_arange(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    draft_buffer(d, "out", ctx->node_buffer[id], DT_I32, false);
+    sb_printf(&d->body,
+              "    for (int64_t i = cgc_thread_index(); i < %lld; i += cgc_thread_count())\n"
+              "        out[i] = (int32_t)i;\n", (long long)node->shape.dim[0]);
+    cuda_launch_elementwise(d, &node->shape);
+}
+
+/* X [.., T, T] with the mask's value where the column (i % T) is past the row. */
+static void render_causal_mask(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *x = &ctx->g->nodes[node->in[0]];
+    char n[CUDA_DIMS_MAX], value[48];
+    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
+    cuda_numel_expr(d, &node->shape, n, sizeof n);
+    cuda_float_literal(node->value, value, sizeof value);
+    sb_printf(&d->body,
+              "    const int64_t n = %s, t = %lld;\n"
+              "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count())\n"
+              "        cgc_store(&out[i], i %% t > i / t %% t ? %s : cgc_load(in_x[i]));\n",
+              n, (long long)node->shape.dim[node->shape.rank - 1], value);
+    cuda_launch_elementwise(d, &node->shape);
+}
+
 /* ---- sliding windows (ir.h's IrWindow) ---- */
 
 /* The geometry of window node NODE over image IMAGE as constants of the kernel. */
@@ -941,6 +970,8 @@ static bool render_family(const RenderCtx *ctx, int id, KernelDraft *d)
     case IR_FAMILY_TRANSPOSE: render_transpose(ctx, id, d); return true;
     case IR_FAMILY_PERMUTE: render_permute(ctx, id, d); return true;
     case IR_FAMILY_EMBED: render_embed(ctx, id, d); return true;
+    case IR_FAMILY_ARANGE: render_arange(ctx, id, d); return true;
+    case IR_FAMILY_CAUSAL_MASK: render_causal_mask(ctx, id, d); return true;
     case IR_FAMILY_EMBED_GRAD: render_embed_grad(ctx, id, d); return true;
     case IR_FAMILY_SOFTMAX: render_softmax(ctx, id, d); return true;
     case IR_FAMILY_SOFTMAX_GRAD: render_softmax_grad(ctx, id, d); return true;

@@ -156,7 +156,8 @@ static int node_buffer(Builder *b, const IrGraph *g, int id)
     case IR_FAMILY_TRANSPOSE: case IR_FAMILY_MATMUL: case IR_FAMILY_SOFTMAX:
     case IR_FAMILY_SOFTMAX_GRAD: case IR_FAMILY_CROSS_ENTROPY: case IR_FAMILY_CE_GRAD:
     case IR_FAMILY_COUNT_CORRECT: case IR_FAMILY_WINDOW: case IR_FAMILY_PERMUTE:
-    case IR_FAMILY_EMBED: case IR_FAMILY_EMBED_GRAD:
+    case IR_FAMILY_EMBED: case IR_FAMILY_EMBED_GRAD: case IR_FAMILY_ARANGE:
+    case IR_FAMILY_CAUSAL_MASK:
         break;   /* storage of its own */
     case IR_FAMILY_MODE_SWITCH: CGC_INTERNAL("a mode switch outlived training lowering");
     }

@@ -284,6 +284,12 @@ static void grad_permute(Autodiff *ad, const IrNode *n, int y, int d)
     to_input(ad, n, ir_permute(ad->g, d, inverse, n->loc));
 }
 
+/* d through the same mask, zero where the scores were masked. */
+static void grad_causal_mask(Autodiff *ad, const IrNode *n, int y, int d)
+{
+    to_input(ad, n, ir_causal_mask(ad->g, d, 0.0, n->loc));
+}
+
 /* d's rows added into the table's, by the same indices. */
 static void grad_embed(Autodiff *ad, const IrNode *n, int y, int d)
 {

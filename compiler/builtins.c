@@ -427,6 +427,69 @@ static int lower_embedding(Sema *S, const Builtin *fn, const AstExpr *call, cons
     return ir_embed(S->g, w, tokens, call->loc);
 }
 
+/* arange(n): i32 [n], 0 to n - 1, the positions a positional embedding looks up. */
+static int lower_arange(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
+{
+    int64_t n;
+    if (sema_const_int(S->src, args[0], "arange: n", 1, MAX_ELEMENTS, &n) < 0) return POISON;
+    return ir_arange(S->g, n, call->loc);
+}
+
+/* Q, K or V of attention: [N, T, C] with T and C numbers, C divisible by HEADS. */
+static bool attention_operand(Sema *S, const AstExpr *arg, int x, int64_t heads)
+{
+    const Shape *s = &node_of(S, x)->shape;
+    bool ok = s->rank == 3 && !IR_DIM_IS_SYM(s->dim[1]) && !IR_DIM_IS_SYM(s->dim[2]);
+    if (!ok || s->dim[2] % heads != 0) {
+        diag_error(S->src, arg->loc, "attention: q, k and v must be [N, T, C] with T and C "
+                   "numbers and C divisible by heads = %lld, not %s in '%s'", (long long)heads,
+                   sema_type_str(S, x), S->stmt_text);
+        return false;
+    }
+    return true;
+}
+
+/* X [N, T, C] as HEADS heads [N, heads, T, C / heads]. */
+static int split_heads(IrGraph *g, int x, int64_t heads, SrcLoc loc)
+{
+    Shape s = g->nodes[x].shape;
+    Shape split = { .rank = 4, .dim = { s.dim[0], s.dim[1], heads, s.dim[2] / heads } };
+    return ir_permute(g, ir_reshape(g, x, split, loc), (const int[]){ 0, 2, 1, 3 }, loc);
+}
+
+/* attention(q, k, v, heads, causal): per head softmax(q k^T / sqrt(d) [+ mask]) v, the
+ * heads concatenated back: a composition of reshapes, permutes, batched products, the
+ * mask and a softmax, which autodiff, the executors and checkpointing take as they are. */
+static int lower_attention(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
+{
+    int q = sema_lower_expr(S, args[0]), k = sema_lower_expr(S, args[1]);
+    int v = sema_lower_expr(S, args[2]);
+    int64_t heads = 1;
+    bool causal = false, ok = q != POISON && k != POISON && v != POISON;
+    if (args[3]) ok &= sema_const_int(S->src, args[3], "attention: heads", 1, 1 << 16, &heads) == 0;
+    if (args[4]) ok &= sema_const_bool(S->src, args[4], "attention: causal", &causal) == 0;
+    if (!ok || !attention_operand(S, args[0], q, heads) || !attention_operand(S, args[1], k, heads) ||
+        !attention_operand(S, args[2], v, heads))
+        return POISON;
+    const Shape *qs = &node_of(S, q)->shape;
+    if (!ir_shape_equal(qs, &node_of(S, k)->shape) || !ir_shape_equal(qs, &node_of(S, v)->shape)) {
+        diag_error(S->src, call->loc, "attention: q %s, k %s and v %s must have one shape in '%s'",
+                   sema_type_str(S, q), sema_type_str(S, k), sema_type_str(S, v), S->stmt_text);
+        return POISON;
+    }
+    Shape out = *qs;
+    SrcLoc loc = call->loc;
+    IrGraph *g = S->g;
+    int scores = ir_matmul(g, split_heads(g, q, heads, loc), split_heads(g, k, heads, loc),
+                           IR_MATMUL_TRANS_B, loc);                    /* [N, heads, T, T] */
+    double scale = 1.0 / sqrt((double)(out.dim[2] / heads));       /* 1 / sqrt(head width) */
+    scores = ir_binary(g, IR_MUL, scores, ir_const(g, scale, loc), loc);
+    if (causal) scores = ir_causal_mask(g, scores, -INFINITY, loc);
+    int p = ir_softmax(g, IR_SOFTMAX, scores, 3, loc);
+    int o = ir_matmul(g, p, split_heads(g, v, heads, loc), 0, loc);   /* [N, heads, T, d] */
+    return ir_reshape(g, ir_permute(g, o, (const int[]){ 0, 2, 1, 3 }, loc), out, loc);
+}
+
 static int lower_linear(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
 {
     int x = tensor_arg(S, fn, args[0], 2);
@@ -876,6 +939,8 @@ static const Builtin builtins[] = {
     {{"matmul", {"a", "b"}, 2}, lower_matmul, IR_MATMUL, false},
     {{"transpose", {"x"}, 1}, lower_transpose, IR_TRANSPOSE, false},
     {{"embedding", {"tokens", "vocab", "dim"}, 3}, lower_embedding, IR_EMBED, true},
+    {{"arange", {"n"}, 1}, lower_arange, IR_ARANGE, false},
+    {{"attention", {"q", "k", "v", "heads", "causal"}, 3}, lower_attention, IR_SOFTMAX, false},
     {{"permute", {"x", "dims"}, 2}, lower_permute, IR_PERMUTE, false},
     {{"reshape", {"x", "shape"}, 2}, lower_reshape, IR_RESHAPE, false},
     {{"flatten", {"x"}, 1}, lower_flatten, IR_RESHAPE, false},
@@ -916,8 +981,13 @@ static bool check_param_call(Sema *S, const Builtin *fn, const AstExpr *call)
         return false;
     }
     if (S->param_call) {
-        diag_error(S->src, call->loc, "only one call that creates parameters (linear, conv2d, layernorm, batchnorm) "
-                   "may appear in a statement; bind this %s to a name of its own", NAME_OF(fn));
+        char makers[256] = "";   /* the table's calls that create parameters */
+        for (int i = 0, n = 0; i < NUM_BUILTINS && n < (int)sizeof makers; i++)
+            if (builtins[i].creates_params)
+                n += snprintf(makers + n, sizeof makers - (size_t)n, "%s%s", n ? ", " : "",
+                              NAME_OF(&builtins[i]));
+        diag_error(S->src, call->loc, "only one call that creates parameters (%s) may appear in "
+                   "a statement; bind this %s to a name of its own", makers, NAME_OF(fn));
         diag_note(S->src, S->param_call->loc, "'%s' already gets its parameters from this %s",
                   S->stmt->name, S->param_call->name);
         return false;

@@ -67,7 +67,9 @@ const char *ir_dtype_name(DType t)
 
 bool ir_nonfinite_by_design(const IrNode *n, double v)
 {
-    return ir_op_info[n->op].attrs == IR_ATTRS_WINDOW_OUTSIDE && !isfinite(n->value) && v == n->value;
+    IrAttrs a = ir_op_info[n->op].attrs;
+    return (a == IR_ATTRS_WINDOW_OUTSIDE || a == IR_ATTRS_MASK_VALUE) && !isfinite(n->value) &&
+           v == n->value;
 }
 
 bool ir_op_is_elementwise(IrOp op)
@@ -798,6 +800,23 @@ int ir_permute(IrGraph *g, int x, const int *perm, SrcLoc loc)
     return ir_add_node(g, &n);
 }
 
+int ir_arange(IrGraph *g, int64_t n, SrcLoc loc)
+{
+    CGC_ASSERT(n >= 1);
+    IrNode a = make(IR_ARANGE, DT_I32, (Shape){ .rank = 1, .dim = { n } }, loc, 0, 0, 0, 0);
+    return ir_add_node(g, &a);
+}
+
+int ir_causal_mask(IrGraph *g, int x, double value, SrcLoc loc)
+{
+    const IrNode *in = node(g, x);
+    CGC_ASSERT(in->shape.rank >= 2 && ir_dtype_is_float(in->dtype));
+    CGC_ASSERT(in->shape.dim[in->shape.rank - 1] == in->shape.dim[in->shape.rank - 2]);
+    IrNode n = make(IR_CAUSAL_MASK, in->dtype, in->shape, loc, 1, x, 0, 0);
+    n.value = value;
+    return ir_add_node(g, &n);
+}
+
 /* The shape of TABLE's rows at INDEX: INDEX's, then the table's row width. */
 static Shape embed_shape(const Shape *table, const Shape *index)
 {
@@ -1108,6 +1127,7 @@ static void print_attrs(FILE *out, const IrProgram *p, const IrNode *n)
         fprintf(out, " outside=%.9g", n->value);
         break;
     case IR_ATTRS_BUCKET: fprintf(out, " bucket=%d", n->index); break;
+    case IR_ATTRS_MASK_VALUE: fprintf(out, " masked=%.9g", n->value); break;
     case IR_ATTRS_PERM:
         fputs(" perm=", out);
         for (int i = 0; i < n->shape.rank; i++) fprintf(out, "%s%d", i ? "," : "", ir_perm_axis(n, i));
@@ -1279,7 +1299,7 @@ static const char *bad_index(const IrProgram *p, const IrNode *n)
         return n->index < 0 || n->index >= IR_NUM_RUNTIME ? "bad runtime scalar" : NULL;
     case IR_ATTRS_NO_ATTR: case IR_ATTRS_CONST_VALUE: case IR_ATTRS_P_STREAM:
     case IR_ATTRS_MATMUL_FLAGS: case IR_ATTRS_AXIS: case IR_ATTRS_WINDOW:
-    case IR_ATTRS_WINDOW_OUTSIDE: case IR_ATTRS_BUCKET: case IR_ATTRS_PERM:
+    case IR_ATTRS_WINDOW_OUTSIDE: case IR_ATTRS_BUCKET: case IR_ATTRS_PERM: case IR_ATTRS_MASK_VALUE:
         return NULL;
     }
     return NULL;

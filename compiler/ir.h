@@ -76,7 +76,7 @@ typedef enum IrFamily {
     IR_FAMILY_REDUCE_TO, IR_FAMILY_TRANSPOSE, IR_FAMILY_MATMUL, IR_FAMILY_SOFTMAX,
     IR_FAMILY_SOFTMAX_GRAD, IR_FAMILY_CROSS_ENTROPY, IR_FAMILY_CE_GRAD, IR_FAMILY_COUNT_CORRECT,
     IR_FAMILY_ASSIGN, IR_FAMILY_WINDOW, IR_FAMILY_MODE_SWITCH, IR_FAMILY_COLLECTIVE, IR_FAMILY_PERMUTE,
-    IR_FAMILY_EMBED, IR_FAMILY_EMBED_GRAD,
+    IR_FAMILY_EMBED, IR_FAMILY_EMBED_GRAD, IR_FAMILY_ARANGE, IR_FAMILY_CAUSAL_MASK,
 } IrFamily;
 
 /* How an op runs, stores its value and fuses (ops.def, column FUSE). */
@@ -91,6 +91,7 @@ typedef enum IrAttrs {
     IR_ATTRS_NO_ATTR, IR_ATTRS_INPUT_NAME, IR_ATTRS_TENSOR_NAME, IR_ATTRS_TARGET_NAME,
     IR_ATTRS_CONST_VALUE, IR_ATTRS_RUNTIME_NAME, IR_ATTRS_P_STREAM, IR_ATTRS_MATMUL_FLAGS,
     IR_ATTRS_AXIS, IR_ATTRS_WINDOW, IR_ATTRS_WINDOW_OUTSIDE, IR_ATTRS_BUCKET, IR_ATTRS_PERM,
+    IR_ATTRS_MASK_VALUE,
 } IrAttrs;
 
 /* How a node's shape follows from its inputs (ops.def, column SHAPE). */
@@ -553,6 +554,10 @@ int ir_perm_axis(const IrNode *n, int i);
 /* TABLE [V, D]'s rows at the i32 INDEX (any shape): [..., D]. EMBED_GRAD: D's rows
  * [..., D] summed into a table of V rows, by INDEX. */
 int ir_embed(IrGraph *g, int table, int index, SrcLoc loc);
+/* i32 [N]: 0, 1, ..., N - 1. */
+int ir_arange(IrGraph *g, int64_t n, SrcLoc loc);
+/* X [.., T, T] with VALUE above the diagonal (-INFINITY: a causal attention's scores). */
+int ir_causal_mask(IrGraph *g, int x, double value, SrcLoc loc);
 int ir_embed_grad(IrGraph *g, int d, int index, int64_t rows, SrcLoc loc);
 int ir_matmul(IrGraph *g, int a, int b, int flags, SrcLoc loc);
 /* The shape UNFOLD makes of IMAGE [N, C, H, W] (IrWindow), or false when the window does

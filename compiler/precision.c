@@ -149,6 +149,8 @@ static int clone_node(IrGraph *g, const IrProgram *p, const IrNode *n, const int
         return ir_permute(g, in[0], perm, n->loc);
     }
     case IR_FAMILY_EMBED: return ir_embed(g, in[0], in[1], n->loc);
+    case IR_FAMILY_ARANGE: return ir_arange(g, n->shape.dim[0], n->loc);
+    case IR_FAMILY_CAUSAL_MASK: return ir_causal_mask(g, in[0], n->value, n->loc);
     case IR_FAMILY_EMBED_GRAD: return ir_embed_grad(g, in[0], in[1], n->shape.dim[0], n->loc);
     case IR_FAMILY_MATMUL: return ir_matmul(g, in[0], in[1], n->flags, n->loc);
     case IR_FAMILY_SOFTMAX: return ir_softmax(g, n->op, in[0], n->axis, n->loc);

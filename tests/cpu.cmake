@@ -1,2 +1,4 @@
 # tests of the cpu group: the reference executor's numerics
 cgc_c_test(test_exec cgc_cpu)
+# attention as the front end composes it, against the formula written out in double
+cgc_c_test(test_attention cgc_driver)

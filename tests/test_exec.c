@@ -290,6 +290,16 @@ static void ref_permute(const IrNode *nd, Arr *out, const Arr *x)
     }
 }
 
+/* Element [.., r, c] of X, or the mask's value where c > r. */
+static void ref_causal_mask(const IrNode *nd, Arr *out, const Arr *x)
+{
+    int64_t idx[IR_MAX_RANK];
+    for (int64_t f = 0; f < x->n; f++) {
+        unravel(f, x, idx);
+        out->v[f] = idx[x->rank - 1] > idx[x->rank - 2] ? nd->value : x->v[f];
+    }
+}
+
 /* Each position's row of the table; EMBED_GRAD: each row of d added to its index's row. */
 static void ref_embed(const IrNode *nd, Arr *out, const Arr *in)
 {
@@ -432,6 +442,10 @@ static void ref_node(const IrProgram *p, const IrNode *nd, const CpuFeed *feed, 
     case IR_PERMUTE: ref_permute(nd, out, &in[0]); break;
     case IR_EMBED:
     case IR_EMBED_GRAD: ref_embed(nd, out, in); break;
+    case IR_ARANGE:
+        for (int64_t f = 0; f < out->n; f++) out->v[f] = (double)f;
+        break;
+    case IR_CAUSAL_MASK: ref_causal_mask(nd, out, &in[0]); break;
     case IR_MATMUL: ref_matmul(nd, out, &in[0], &in[1]); break;
     case IR_UNFOLD:
     case IR_FOLD: ref_window(nd, out, &in[0]); break;
@@ -750,6 +764,11 @@ static void test_losses(void)
     int table = input(p, "table", DT_F32, shp(2, 7, 5)), ix = input(p, "ix", DT_I32, shp(2, N, 3));
     ir_embed(g, table, ix, NOLOC);
     ir_embed_grad(g, input(p, "drows", DT_F32, shp(3, N, 3, 5)), ix, 7, NOLOC);
+    /* positions 0..6 as indices; attention's mask over [N, 2, 4, 4] scores, -inf and 0 */
+    ir_embed(g, table, ir_arange(g, 7, NOLOC), NOLOC);
+    int scores = input(p, "scores", DT_F32, shp(4, N, 2, 4, 4));
+    ir_causal_mask(g, scores, -INFINITY, NOLOC);
+    ir_causal_mask(g, scores, 0.0, NOLOC);
     /* sequences: logits [N, 3, 7] with a label per position, the mean over all of them */
     int seq = input(p, "seq", DT_F32, shp(3, N, 3, 7)), seq_lab = input(p, "seq_lab", DT_I32, shp(2, N, 3));
     ir_cross_entropy(g, seq, seq_lab, NOLOC);

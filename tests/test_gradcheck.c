@@ -515,6 +515,21 @@ static void embed(void)
     gradcheck("EMBED", &c, ir_binary(c.g, IR_MUL, rows, rows, L0));
 }
 
+/* Attention's causal softmax: the masked scores get no gradient, the rest a softmax's. */
+static void causal_mask(void)
+{
+    Ctx c;
+    ctx_init(&c);
+    int a = param(&c, "scores", dims(3, 2, 3, 3), SIGNED);
+    int masked = ir_causal_mask(c.g, a, -INFINITY, L0);
+    gradcheck("CAUSAL_MASK", &c, ir_softmax(c.g, IR_SOFTMAX, masked, 2, L0));
+    /* masked to 0 and weighed: a gradient let through the mask would show */
+    ctx_init(&c);
+    a = param(&c, "scores", dims(3, 2, 3, 3), SIGNED);
+    int w = param(&c, "w", dims(3, 2, 3, 3), SIGNED);
+    gradcheck("CAUSAL_MASK to 0", &c, ir_binary(c.g, IR_MUL, ir_causal_mask(c.g, a, 0.0, L0), w, L0));
+}
+
 static void dropout(void)
 {
     Ctx c;
@@ -590,6 +605,7 @@ int main(void)
     softmaxes();
     cross_entropy();
     embed();
+    causal_mask();
     dropout();
     layernorm();
     linear_tanh();

@@ -550,6 +550,14 @@ static void SFX(embed_grad)(CpuExec *e, const IrGraph *g, const IrNode *node, co
             for (int64_t j = 0; j < width; j++) out[index[p] * width + j] += d[p * width + j];
 }
 
+/* X [.., T, T] with node->value where the column is past the row. */
+static void SFX(causal_mask)(const IrNode *node, REAL *out, const REAL *x, const Dims *xd)
+{
+    int64_t t = xd->d[xd->rank - 1], n = dims_numel(xd);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = i % t > i / t % t ? (REAL)node->value : x[i];
+}
+
 /* ---- shape ops ---- */
 
 /* Output element i read from the input at its coordinates, axis a of the output being
@@ -855,6 +863,10 @@ static int SFX(compute)(CpuExec *e, const IrGraph *g, const IrNode *node, const 
     }
     case IR_FAMILY_PERMUTE: SFX(permute)(node, out, x, &xd); return 0;
     case IR_FAMILY_EMBED: return SFX(embed)(e, g, node, out);
+    case IR_FAMILY_ARANGE:
+        for (int64_t i = 0; i < n; i++) out[i] = (REAL)i;
+        return 0;
+    case IR_FAMILY_CAUSAL_MASK: SFX(causal_mask)(node, out, x, &xd); return 0;
     case IR_FAMILY_EMBED_GRAD: SFX(embed_grad)(e, g, node, od, out); return 0;
     case IR_FAMILY_DROPOUT:
         SFX(dropout)(e, node, out, x, SFX(value)(e, g, node->in[1])[0], n);
