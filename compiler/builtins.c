@@ -490,6 +490,33 @@ static int lower_attention(Sema *S, const Builtin *fn, const AstExpr *call, cons
     return ir_reshape(g, ir_permute(g, o, (const int[]){ 0, 2, 1, 3 }, loc), out, loc);
 }
 
+/* linear's `tie = NAME`: the table NAME.weight of an embedding, [out, in], read again as
+ * the weight (GPT-2's output projection shares the token embedding's table). */
+static int tied_weight(Sema *S, const AstExpr *arg, int64_t out, int64_t in)
+{
+    char name[AST_MAX_TOKEN_BYTES + 16];
+    int t = -1;
+    if (arg->kind == AST_NAME) {
+        snprintf(name, sizeof name, "%s.weight", arg->name);
+        t = ir_find_tensor(S->p, name);
+    }
+    if (t < 0 || S->p->tensors[t].kind != IR_PARAM) {
+        diag_error(S->src, arg->loc, "linear: tie names an earlier binding with a weight, such "
+                   "as an embedding 'tok' (tie = tok), whose table this layer then uses, in '%s'",
+                   S->stmt_text);
+        return POISON;
+    }
+    const Shape *s = &S->p->tensors[t].shape;
+    if (s->rank != 2 || s->dim[0] != out || s->dim[1] != in) {
+        diag_error(S->src, arg->loc, "linear: the tied weight %s is [%lld, %lld], but this "
+                   "layer needs [%lld, %lld] (out, in), in '%s'", name,
+                   (long long)(s->rank == 2 ? s->dim[0] : 0), (long long)(s->rank == 2 ? s->dim[1] : 0),
+                   (long long)out, (long long)in, S->stmt_text);
+        return POISON;
+    }
+    return ir_read(S->g, S->p, t, arg->loc);
+}
+
 static int lower_linear(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
 {
     int x = tensor_arg(S, fn, args[0], 2);
@@ -504,7 +531,9 @@ static int lower_linear(Sema *S, const Builtin *fn, const AstExpr *call, const A
         return POISON;
     }
     double bound = 1.0 / sqrt((double)in);
-    int w = add_param(S, "weight", (Shape){2, {out, in}}, IR_INIT_UNIFORM, bound, call->loc);
+    int w = args[3] ? tied_weight(S, args[3], out, in)
+                    : add_param(S, "weight", (Shape){2, {out, in}}, IR_INIT_UNIFORM, bound, call->loc);
+    if (w == POISON) return POISON;
     int bnode = bias ? add_param(S, "bias", (Shape){1, {out}}, IR_INIT_UNIFORM, bound, call->loc)
                      : POISON;
     Shape ys = node_of(S, x)->shape;
@@ -917,7 +946,7 @@ static int lower_mse(Sema *S, const Builtin *fn, const AstExpr *call, const AstE
 
 #define UNARY(name, op) {{name, {"x"}, 1}, lower_unary, op, false}
 static const Builtin builtins[] = {
-    {{"linear", {"x", "out", "bias"}, 2}, lower_linear, IR_MATMUL, true},
+    {{"linear", {"x", "out", "bias", "tie"}, 2}, lower_linear, IR_MATMUL, true},
     {{"layernorm", {"x", "eps"}, 1}, lower_layernorm, IR_MEAN, true},
     UNARY("relu", IR_RELU),
     {{"gelu", {"x", "approximate"}, 1}, lower_gelu, IR_GELU, false},
