@@ -326,7 +326,8 @@ static void render_embed(const RenderCtx *ctx, int id, KernelDraft *d)
               "    const int64_t n = %s, rows = %lld, width = %lld;\n"
               "    for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) {\n"
               "        const int32_t v = index[i / width];\n"
-              "        cgc_store(&out[i], v < 0 || v >= rows ? CGC_NAN : cgc_load(table[v * width + i %% width]));\n"
+              "        const bool inside = v >= 0 && v < rows;\n"
+              "        cgc_store(&out[i], inside ? cgc_load(table[v * width + i %% width]) : CGC_NAN);\n"
               "    }\n",
               n, (long long)t->shape.dim[0], (long long)t->shape.dim[1]);
     cuda_launch_elementwise(d, &node->shape);

@@ -426,7 +426,7 @@ static void write_fills(Repro *r)
         if (t->loc.line > 0) snprintf(why + len, sizeof why - (size_t)len, ", line %d", t->loc.line);
         if (t->init == IR_INIT_ZEROS) continue;
         if (t->init == IR_INIT_UNIFORM) fill_row(r, b, DT_F32, "FILL_UNIFORM", t->init_value, why);
-        else if (t->init == IR_INIT_NORMAL)   /* uniform of the same variance (bound sqrt 3): values to time */
+        else if (t->init == IR_INIT_NORMAL)   /* values to time: a uniform of its variance */
             fill_row(r, b, DT_F32, "FILL_UNIFORM", 1.7320508075688772 * t->init_value, why);
         else fill_row(r, b, DT_F32, "FILL_VALUE", t->init == IR_INIT_ONES ? 1.0 : t->init_value, why);
         n++;

@@ -396,7 +396,8 @@ static bool fixed_last_dim(Sema *S, const Builtin *fn, const AstExpr *arg, int x
  * nn.Embedding) at the i32 tokens, [..., dim]. */
 static int lower_embedding(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
 {
-    int tokens = args[0]->kind == AST_NAME ? sema_lower_name(S, args[0], true) : sema_lower_expr(S, args[0]);
+    int tokens = args[0]->kind == AST_NAME ? sema_lower_name(S, args[0], true)
+                                           : sema_lower_expr(S, args[0]);
     int64_t vocab, dim;
     bool ok = tokens != POISON;
     if (ok && !is_int_value(S, tokens)) {

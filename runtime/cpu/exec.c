@@ -796,7 +796,8 @@ static double init_value(const IrTensor *t, int i, uint64_t seed, int64_t el)
         float u = rng_uniform(seed, RNG_INIT, ((uint64_t)i << 40) + (uint64_t)el);
         return (2.0 * u - 1.0) * t->init_value;
     }
-    case IR_INIT_NORMAL: return rng_normal(seed, RNG_INIT, ((uint64_t)i << 40) + (uint64_t)el) * t->init_value;
+    case IR_INIT_NORMAL:
+        return rng_normal(seed, RNG_INIT, ((uint64_t)i << 40) + (uint64_t)el) * t->init_value;
     }
     CGC_INTERNAL("tensor %s has an unknown init %d", t->name, (int)t->init);
 }
