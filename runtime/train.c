@@ -290,6 +290,15 @@ static const TrainBackendOps cpu_backend = {
 
 /* ---- reporting ---- */
 
+/* A loss as the epoch and progress lines print it: four decimals, or four significant
+ * digits with an exponent from a million up, where the decimals would be dozens of
+ * meaningless digits (a diverging run). */
+static const char *loss_text(double v, char *buf, size_t n)
+{
+    snprintf(buf, n, fabs(v) < 1e6 || !isfinite(v) ? "%.4f" : "%.4e", v);
+    return buf;
+}
+
 static void draw_progress(Trainer *t, const TrainProgress *pr, double seconds, bool force)
 {
     double at = clock_seconds();
@@ -299,11 +308,12 @@ static void draw_progress(Trainer *t, const TrainProgress *pr, double seconds, b
     int width = 30, filled = total ? (int)(width * done / total) : width;
     double rate = seconds > 0 ? (double)(done * t->p->cfg.batch) / seconds : 0;
     double eta = done ? seconds * (double)(total - done) / (double)done : 0;
-    printf("\repoch %lld/%lld [%.*s%*s] %lld/%lld loss %.4f %.0f samples/s ETA %d:%02d \033[K",
+    char loss[32];
+    loss_text(pr->loss_count ? pr->loss_sum / (double)pr->loss_count : 0.0, loss, sizeof loss);
+    printf("\repoch %lld/%lld [%.*s%*s] %lld/%lld loss %s %.0f samples/s ETA %d:%02d \033[K",
            (long long)pr->epoch + 1, (long long)t->epochs, filled,
            "==============================", width - filled, "", (long long)done,
-           (long long)total, pr->loss_count ? pr->loss_sum / (double)pr->loss_count : 0.0,
-           rate, (int)eta / 60, (int)eta % 60);
+           (long long)total, loss, rate, (int)eta / 60, (int)eta % 60);
     fflush(stdout);
 }
 
@@ -328,9 +338,10 @@ static int report_epoch(Trainer *t, const TrainProgress *pr, int64_t micro_done,
     double rate = seconds > 0 ? (double)(micro_done * t->p->cfg.batch) / seconds : 0;
     if (!t->o->quiet) {
         train_clear_progress(t);
-        printf("epoch %lld/%lld  step %lld  train_loss %.4f", (long long)pr->epoch + 1,
-               (long long)t->epochs, (long long)pr->step, train_loss);
-        if (ev) printf("  test_loss %.4f", ev->loss);
+        char loss[32];
+        printf("epoch %lld/%lld  step %lld  train_loss %s", (long long)pr->epoch + 1,
+               (long long)t->epochs, (long long)pr->step, loss_text(train_loss, loss, sizeof loss));
+        if (ev) printf("  test_loss %s", loss_text(ev->loss, loss, sizeof loss));
         if (ev && ev->has_accuracy) printf("  test_accuracy %.4f", ev->accuracy);
         printf("  %.0f samples/s  %.1f s", rate, seconds);
         if (pr->skipped) printf("  (%lld fp16 steps skipped so far)", (long long)pr->skipped);

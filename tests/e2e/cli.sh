@@ -242,6 +242,7 @@ train {
 }
 EOF
 expect "a diverging loss" 0 "^cgc: warning: the training loss grew from 1\.4[0-9]* at step 1 to [0-9.]+e\+[0-9]+, the mean of epoch 1: the run is diverging" -- "$tmp/div.net" --device cpu
+expect "a huge loss in four digits" 0 "^epoch 2/2  step 16  train_loss [0-9]\.[0-9]{4}e\+[0-9]+  " -- "$tmp/div.net" --device cpu
 out=$("$cgc" "$tmp/div.net" --device cpu --lr 0.1 2>&1)
 if grep -q "diverging" <<<"$out"; then echo "FAIL: a converging run warned: $out"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
 
