@@ -3,9 +3,13 @@
 # and bench/README.md). Run from the repository root on the GPU machine, with the
 # Release build carried in build-gpu/ (scripts/pack_gpu.sh) and Fashion-MNIST in
 # data/fashion-mnist/. Logs go to $OUT (default ./gpu-out); a summary is printed last.
-# PARTS picks what runs after the machine check (default all: "tests eager default modes
-# table"; one device call is limited to 10 minutes and all of them do not fit in one, so
-# give a call a few parts, or one):
+# PARTS picks what runs after the machine check (default all: "families tests eager
+# default modes table"; one device call is limited to 10 minutes and all of them do not
+# fit in one, so give a call a few parts, or one):
+#   families the kernels of the emulation's own test models (tests/emu/models: sequences,
+#            embeddings, attention, convolutions, odd widths) on the GPU against the CPU
+#            executor in every precision and mode; cnn.net's convolutions by cuDNN and by
+#            cgc's kernels (CGC_CUDNN=none); memcheck on a short run of each
 #   tests    compile times, the GPU tests, a training run, compute-sanitizer
 #   eager    cgc eager against PyTorch (bench/bench_eager.py)
 #   default  --mode default against eager, PyTorch eager and torch.compile, and
@@ -33,7 +37,7 @@
 # STEP_TIMEOUT (seconds, default 600) ends any one step that runs longer, so that a hang
 # costs one step and not the whole call.
 set -u
-PARTS=${PARTS:-tests eager default modes table}
+PARTS=${PARTS:-families tests eager default modes table}
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -64,6 +68,18 @@ nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1; head -15 "$OUT/nvidia-smi.txt"
 ldd "$CGC" | grep -i "not found" && echo "missing libraries: see above"
 run devices "$CGC" --devices; cat "$OUT/devices.log"
 echo "cuDNN: ${CUDNN_DIR:-the system path, if it has one}" | tee -a "$OUT/summary.txt"
+if part families; then
+    step "kernel families: the emulation's test models on the GPU"
+    CGC_MODELS_DIR="$PWD/tests/emu/models" run families_models build-gpu/tests/test_emu_models --cuda
+    run families_cnn_cudnn build-gpu/tests/test_emu_models --cuda cnn
+    CGC_CUDNN=none run families_cnn_kernels build-gpu/tests/test_emu_models --cuda cnn
+    tail -qn 1 "$OUT"/families_*.log | tee -a "$OUT/summary.txt"
+    grep -h "cuDNN\|cudnn" "$OUT/devices.log" | head -2 | tee -a "$OUT/summary.txt"
+    SANITIZER_TOOLS=memcheck run families_memcheck tests/gpu/sanitizer.sh "$CGC" tests/emu/models \
+        attention tokens sequence conv_chain
+    SANITIZER_TOOLS=memcheck run families_memcheck_cnn tests/gpu/sanitizer.sh "$CGC" models cnn
+    grep -h memcheck "$OUT"/families_memcheck*.log | tee -a "$OUT/summary.txt"
+fi
 if part tests; then
     step "compile times (cold, then warm from the cache)"
     run compile_cold "$CGC" models/mlp.net --check -v
