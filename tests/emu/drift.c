@@ -95,6 +95,12 @@ static Shape lead_of(const Shape *s)
 /* MATMUL: |a'b' - ab| <= |a' - a| |b'| + |a| |b' - b| term by term, so element (i, j) of
  * a batch differs by at most the sum over p of |da_ip| |b_pj| + |a_ip| |db_pj|
  * (magnitudes the larger of the two executors'), twice that relative to the reference.
+ * An operand read as tf32 may differ by a tf32 unit (2^-10) of its magnitude besides: a
+ * library may round it to nearest (as the reference does), truncate it, or multiply in
+ * f32 (FAST_TF32 allows tensor cores, it does not demand them; cuDNN chooses per
+ * algorithm), and a value that differs at all may round to the neighbouring tf32 value.
+ * Plus the device's own order of the K additions, sqrt(K) units of f32 roundoff of
+ * sum |a| |b| (as for a sum, below), and a half result's rounding to its neighbour.
  * Batches broadcast; IR_MATMUL_BATCH_SUM's terms run through every batch. */
 static bool matmul_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
                          const int64_t *symvals, float *out)
@@ -102,6 +108,7 @@ static bool matmul_bound(const IrNode *n, const DriftInput *in, const float *ref
     if (!in[0].ref || !in[1].ref) return false;
     bool ta = n->flags & IR_MATMUL_TRANS_A, tb = n->flags & IR_MATMUL_TRANS_B;
     bool sum = n->flags & IR_MATMUL_BATCH_SUM;
+    double tf32 = n->flags & IR_MATMUL_TF32 ? 0x1p-10 : 0;
     const Shape *as = in[0].shape, *bs = in[1].shape;
     Shape lead = lead_of(&n->shape), la = lead_of(as), lb = lead_of(bs);
     int64_t m = dim_value(&n->shape, n->shape.rank - 2, symvals);
@@ -109,20 +116,26 @@ static bool matmul_bound(const IrNode *n, const DriftInput *in, const float *ref
     int64_t k = dim_value(as, as->rank - (ta ? 2 : 1), symvals);
     int64_t batches = ir_numel(sum ? &la : &lead, symvals);
     int64_t per_a = m * k, per_b = k * nn;
+    double rounding = sqrt((double)(sum ? batches * k : k)) * 0x1p-24;
+    double flip = n->dtype == DT_BF16 ? 0x1p-8 : n->dtype == DT_F16 ? 0x1p-11 : 0;
     for (int64_t o = 0; o < ir_numel(&n->shape, symvals); o++) {
         int64_t t = o / (m * nn), i = o / nn % m, j = o % nn;
-        double acc = 0;
+        double acc = 0, mag = 0;
         for (int64_t q = sum ? 0 : t; q < (sum ? batches : t + 1); q++) {
             int64_t oa = (sum ? q : broadcast_source(&la, &lead, q, symvals)) * per_a;
             int64_t ob = (sum ? q : broadcast_source(&lb, &lead, q, symvals)) * per_b;
             for (int64_t p = 0; p < k; p++) {
                 int64_t a = oa + (ta ? p * m + i : i * k + p), b = ob + (tb ? j * k + p : p * nn + j);
+                double ma = magnitude(&in[0], a), mb = magnitude(&in[1], b);
                 double da = abs_difference(&in[0], a), db = abs_difference(&in[1], b);
-                if (da != 0) acc += da * magnitude(&in[1], b);
-                if (db != 0) acc += magnitude(&in[0], a) * db;
+                if (da != 0) acc += da * mb;
+                if (db != 0) acc += ma * db;
+                acc += 2 * tf32 * ma * mb;
+                mag += ma * mb;
             }
         }
-        out[o] = (float)fmin(2.0, 2 * acc / fmax(fabs(ref_out[o]), 1e-30));
+        double rel = (2 * acc + rounding * mag) / fmax(fabs(ref_out[o]), 1e-30);
+        out[o] = (float)fmin(2.0, rel + (acc > 0 ? flip : 0));
     }
     return true;
 }
@@ -166,7 +179,21 @@ static void window_image(const IrNode *n, const Shape *xs, const int64_t *symval
     for (int k = 0; k < 4; k++) dims[k] = dim_value(img, k, symvals);
 }
 
-/* Copies: UNFOLD (its pixel's drift, 0 outside the image) and TRANSPOSE. */
+/* The element of PERMUTE node N's input X that its element I copies. */
+static int64_t permute_source(const IrNode *n, const Shape *x, const int64_t *symvals, int64_t i)
+{
+    int64_t stride[IR_MAX_RANK], s = 1, at = 0;
+    for (int a = x->rank - 1; a >= 0; a--) stride[a] = s, s *= dim_value(x, a, symvals);
+    for (int a = x->rank - 1; a >= 0; a--) {
+        int64_t len = dim_value(x, ir_perm_axis(n, a), symvals);
+        at += i % len * stride[ir_perm_axis(n, a)];
+        i /= len;
+    }
+    return at;
+}
+
+/* Copies: UNFOLD (its pixel's drift, 0 outside the image), TRANSPOSE, PERMUTE and
+ * CAUSAL_MASK (0 where it writes its constant). */
 static bool copy_bound(const IrNode *n, const DriftInput *x, const int64_t *symvals, float *out,
                        int64_t count)
 {
@@ -175,6 +202,8 @@ static bool copy_bound(const IrNode *n, const DriftInput *x, const int64_t *symv
     else rows = dim_value(&n->shape, n->shape.rank - 2, symvals), cols = dim_value(&n->shape, n->shape.rank - 1, symvals);
     for (int64_t i = 0; i < count; i++) {
         int64_t src = n->op == IR_UNFOLD ? ir_window_source(&n->win, n->flags, dims, i)
+                      : n->op == IR_PERMUTE ? permute_source(n, x->shape, symvals, i)
+                      : n->op == IR_CAUSAL_MASK ? (i % cols > i / cols % rows ? -1 : i)
                       : i / (rows * cols) * rows * cols + i % cols * rows + i / cols % rows;
         out[i] = src < 0 ? 0 : x->drift[src];
     }
@@ -236,7 +265,8 @@ bool drift_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
     }
     if (ir_op_is_reduction(n->op)) return reduction_bound(n, &in[0], ref_out, symvals, out, count);
     if (n->op == IR_MATMUL && ref_out) return matmul_bound(n, in, ref_out, symvals, out);
-    if (n->op == IR_UNFOLD || n->op == IR_TRANSPOSE) return copy_bound(n, &in[0], symvals, out, count);
+    if (n->op == IR_UNFOLD || n->op == IR_TRANSPOSE || n->op == IR_PERMUTE || n->op == IR_CAUSAL_MASK)
+        return copy_bound(n, &in[0], symvals, out, count);
     if (n->op == IR_FOLD) return fold_bound(n, &in[0], ref_out, symvals, out, count);
     if (n->op == IR_CROSS_ENTROPY) return cross_entropy_bound(&in[0], ref_out, symvals, out);
     return false;

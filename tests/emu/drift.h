@@ -21,9 +21,12 @@
  *     its two values: the device's where it was stored, else at most |reference| / (1 -
  *     drift), and unbounded for a drift of 1 or more: a ReLU mask that flipped where the
  *     reference is 0);
- *   - a matrix product: likewise a sum, of |da| |b| + |a| |db| over its terms;
+ *   - a matrix product: likewise a sum, of |da| |b| + |a| |db| over its terms, with a
+ *     tf32 unit of each operand read as tf32 (libraries round it in their own ways) and
+ *     the sum's own rounding;
  *   - MAX: 2x the largest drift it reduces over;
- *   - UNFOLD and TRANSPOSE, copies: the drift of the element copied (0 outside the image);
+ *   - UNFOLD, TRANSPOSE, PERMUTE and CAUSAL_MASK, copies: the drift of the element
+ *     copied (0 outside the image, and where the mask writes its constant);
  *     FOLD: a sum per pixel, as above;
  *   - a sum's own rounding in f32: sqrt(n) units of roundoff of the sum of its n terms'
  *     magnitudes, which a near-cancelling sum (batch norm's gradients) shows;

@@ -132,6 +132,14 @@ cgc_emu_run(test_emu_shapes test_emu_models ENV CGC_MODELS_DIR=${EMU_DIR}/models
             ASAN --asan conv_chain:bf16:0:default image_windows:fp16:0:default
                  reduce_reads_reduce:fp32:0:default square_rows:fp32:0:default)
 
+# tf32 GEMMs multiplied unrounded, as cuBLAS does for a shape it gives no tensor-core
+# kernel (seen on an H200), while the CPU executor rounds their operands: every tf32
+# difference the comparison's drift rules must explain, on the image models' grouped,
+# strided and dilated convolutions and the common case.
+cgc_emu_run(test_emu_tf32_in_f32 test_emu_models
+            ARGS --tf32-in-f32 ../tests/emu/models/image_windows:tf32 ../tests/emu/models/conv_chain:tf32
+                 cnn:tf32:0:default)
+
 # Boundary shapes: batches of 64k+1 and 64k-1 rows and widths that are no multiple of 8,
 # 16 or 128 (tests/emu/models/odd_widths.net), so that every kind of kernel ends inside a
 # block, a tile and a warp; the second also under the shuffled schedule (warps and blocks

@@ -1,11 +1,13 @@
 /* emu_device.c: a Device over a shared object of emulated kernels (see emu_device.h).
  *
- * The GEMM is the CPU executor's MATMUL in miniature, so the two agree bit for bit where
- * they can: operands are widened to f32 exactly (f16/bf16 patterns), rounded to tf32 for
- * GEMM_TF32 with cpu_round_tf32, multiplied by cblas_sgemm, and the result is stored
- * rounded to its dtype with cpu_round_f16/bf16. A cuBLASLt epilogue (GEMM groups) works
- * on the f32 product before that rounding, as the executor computes a GEMM group's
- * unstored members (ir.h, IR_GROUP_GEMM).
+ * The GEMM is the CPU executor's MATMUL in miniature: operands are widened to f32
+ * exactly (f16/bf16 patterns), rounded to tf32 for GEMM_TF32 with cpu_round_tf32 (or not:
+ * emu_device_tf32_in_f32), multiplied by cblas_sgemm in pieces of K whose sums are added
+ * in turn (split_k_gemm: a GPU library's order of additions is its own, so the
+ * emulation's differs from the CPU's), and the result is stored rounded to its dtype with
+ * cpu_round_f16/bf16. A cuBLASLt epilogue (GEMM groups) works on the f32 product before
+ * that rounding, as the executor computes a GEMM group's unstored members (ir.h,
+ * IR_GROUP_GEMM).
  *
  * Graphs are recorded, as CUDA's stream capture records them: between capture_begin and
  * capture_end a launch copies its arguments' values (sizes from the kernels' shared
@@ -106,6 +108,7 @@ typedef struct EmuDevice {
     int loads;                          /* load_kernels calls */
     int conv_algos;                     /* emu_device_convs: 0, no convolution library */
     bool conv_none;                     /* emu_device_conv_none: it offers no algorithm */
+    bool tf32_in_f32;                   /* emu_device_tf32_in_f32: GEMM_TF32 unrounded */
     double conv_ms[DEVICE_CONV_ALGOS + 1];  /* what each convolution adds to the modeled clock */
     int conv_calls[CONV_KINDS];         /* convolutions run, per kind */
     DeviceOps ops;                      /* emu_ops, with conv where emu_device_convs says */
@@ -498,6 +501,30 @@ static bool gemm_owned(Device *d, const GemmCall *g)
            (!g->aux || !c || check_owned(d, g->aux, (size_t)(g->m * g->n) * cs, "GEMM aux output"));
 }
 
+/* C = A B in f32 as a GPU library may sum it: K split in SPLIT_K pieces, each piece's
+ * product summed on its own and the partial sums added in turn (split-K), an order of
+ * additions the CPU executor's single GEMM does not share, so that a comparison sees the
+ * rounding a device's own order brings. */
+enum { SPLIT_K = 8 };
+
+static int split_k_gemm(const GemmCall *g, const float *a, int lda, const float *b, int ldb, float *c)
+{
+    CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans, tb = g->trans_b ? CblasTrans : CblasNoTrans;
+    int m = (int)g->m, n = (int)g->n, k = (int)g->k, piece = (k + SPLIT_K - 1) / SPLIT_K;
+    size_t cn = (size_t)m * (size_t)n;
+    float *part = malloc((cn ? cn : 1) * sizeof *part);
+    if (!part) return -1;
+    for (int k0 = 0; k0 < k; k0 += piece) {
+        int kk = k - k0 < piece ? k - k0 : piece;
+        const float *ak = a + (g->trans_a ? (size_t)k0 * (size_t)m : (size_t)k0);
+        const float *bk = b + (g->trans_b ? (size_t)k0 : (size_t)k0 * (size_t)n);
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, kk, 1, ak, lda, bk, ldb, 0, k0 ? part : c, n);
+        for (size_t i = 0; i < cn && k0; i++) c[i] += part[i];
+    }
+    free(part);
+    return 0;
+}
+
 static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
 {
     char buf[512];
@@ -544,7 +571,7 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
                 site_str(site, buf, sizeof buf));
         return -1;
     }
-    bool tf32 = g->compute == GEMM_TF32;
+    bool tf32 = g->compute == GEMM_TF32 && !impl(d)->tf32_in_f32;
     size_t as = ir_dtype_size(g->a_type), bs = ir_dtype_size(g->b_type), cs = ir_dtype_size(g->c_type);
     int lda = (int)(g->trans_a ? g->m : g->k), ldb = (int)(g->trans_b ? g->k : g->n);
     for (int64_t i = 0; i < g->batch; i++) {
@@ -554,10 +581,12 @@ static int emu_gemm(Device *d, const GemmCall *g, const DeviceSite *site)
         emu_widen(a, pa, an, g->a_type, tf32);
         emu_widen(b, pb, bn, g->b_type, tf32);
         if (g->k == 0) memset(c, 0, (size_t)cn * sizeof(float));
-        else if (cn)
-            cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                        g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n,
-                        (int)g->k, 1, a, lda, b, ldb, 0, c, (int)g->n);
+        else if (cn && split_k_gemm(g, a, lda, b, ldb, c) != 0) {
+            free(a), free(b), free(c), free(aux);
+            fprintf(stderr, "cgc: error: CUDA emulation: GEMM for %s: out of host memory\n",
+                    site_str(site, buf, sizeof buf));
+            return -1;
+        }
         if (g->epilogue != GEMM_EPI_NONE) epilogue(c, aux, g);
         if (aux) emu_narrow((void *)(uintptr_t)g->aux, aux, cn, g->c_type);
         emu_narrow(pc, c, cn, g->c_type);
@@ -660,7 +689,7 @@ static int emu_conv(Device *d, const ConvCall *c, const DeviceSite *site)
     double *sum = calloc((size_t)nout, sizeof *sum);
     int rc = x && f && y && out && sum ? 0 : -1;
     if (rc == 0) {
-        bool tf32 = c->compute == GEMM_TF32;
+        bool tf32 = c->compute == GEMM_TF32 && !impl(d)->tf32_in_f32;
         if (c->kind != CONV_DATA_GRAD) emu_widen(x, (const void *)(uintptr_t)c->x, nx, c->type, tf32);
         if (c->kind != CONV_FILTER_GRAD) emu_widen(f, (const void *)(uintptr_t)c->f, nf, c->type, tf32);
         if (c->kind != CONV_FORWARD) emu_widen(y, (const void *)(uintptr_t)c->y, ny, c->type, tf32);
@@ -1096,6 +1125,12 @@ void emu_device_convs(Device *d, int count, const double *algo_ms)
     e->ops.conv_algos = count > 0 ? emu_conv_algos : NULL;
     e->conv_algos = count;
     for (int a = 0; a <= DEVICE_CONV_ALGOS; a++) e->conv_ms[a] = algo_ms && a <= count ? algo_ms[a] : 0;
+}
+
+void emu_device_tf32_in_f32(Device *d, bool on)
+{
+    CGC_ASSERT(is_emu(d));
+    impl(d)->tf32_in_f32 = on;
 }
 
 void emu_device_conv_none(Device *d, bool none)

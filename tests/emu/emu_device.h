@@ -42,6 +42,11 @@ void emu_device_refuse_kernels(Device *d, const char *prefix);
  * convolution in double; with ALGO_MS (COUNT + 1 entries, 0 the library's own choice),
  * each call of algorithm a adds ALGO_MS[a] to the modeled clock (emu_device_model_time). */
 void emu_device_convs(Device *d, int count, const double *algo_ms);
+/* Makes D's GEMMs in GEMM_TF32 multiply their operands unrounded, in f32 (ON), as a
+ * library may for a shape where it picks no tensor-core kernel (FAST_TF32 allows tensor
+ * cores, it does not demand them), or round them to tf32 as the CPU executor does (the
+ * default). */
+void emu_device_tf32_in_f32(Device *d, bool on);
 /* Makes D's convolution library offer no algorithm for any call (conv_algos counts 0,
  * conv refuses), as cuDNN may for a shape: a runner must run the steps instead. */
 void emu_device_conv_none(Device *d, bool none);

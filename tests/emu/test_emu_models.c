@@ -19,6 +19,7 @@
  * by NVRTC, GEMMs by cuBLAS): the `gpu` test, which exits 77 where there is none.
  *
  * Usage: test_emu_models [--asan | --cuda] [--batches B,LAST] [--steps N] [--in-turn] [--skip MODEL]...
+ *                        [--convs N] [--tf32-in-f32]
  *                        [MODEL[:PRECISION[:ACCUMULATE[:MODE]]]...];
  * with no case named, all of them but the skipped (MODE: eager, default, standin; all
  * three when absent);
@@ -61,6 +62,7 @@ static bool on_cuda;
  * fp16 by turns (a directory of models that exist for their shapes, not their types). */
 static bool in_turn;
 static int conv_algos;       /* --convs N: the emulation with a convolution library */
+static bool tf32_in_f32;     /* --tf32-in-f32: its tf32 GEMMs unrounded (emu_device.h) */
 
 typedef enum Mode { MODE_EAGER, MODE_DEFAULT, MODE_STANDIN, NUM_MODES } Mode;
 static const char *const mode_name[NUM_MODES] = { "eager", "default", "standin" };
@@ -278,6 +280,14 @@ static float *observed_drift(const float *cpu, const float *dev, int64_t n)
     return d;
 }
 
+/* The tensor that node ID reads, directly (a READ) or through reshapes of its READ, or
+ * -1. */
+static int viewed_tensor(const IrGraph *g, int id)
+{
+    while (g->nodes[id].op == IR_RESHAPE) id = g->nodes[id].in[0];
+    return g->nodes[id].op == IR_READ ? g->nodes[id].index : -1;
+}
+
 /* The bound on node ID's drift from its inputs' (drift.h), in a fresh array; NULL where
  * there is none. */
 static float *bound_drift(Run *r, const IrGraph *g, int id, int64_t n)
@@ -289,7 +299,8 @@ static float *bound_drift(Run *r, const IrGraph *g, int id, int64_t n)
         int64_t cn = 0;
         const void *ref = cpu_exec_value(r->cpu, node->in[k], &cn);
         const float *dev = r->stored[node->in[k]];
-        if (x->op == IR_READ) ref = r->before[0][x->index], dev = r->before[1][x->index];   /* as read */
+        int t = viewed_tensor(g, node->in[k]);   /* a tensor as read, not as G left it */
+        if (t >= 0) ref = r->before[0][t], dev = r->before[1][t];
         in[k] = (DriftInput){ .shape = &x->shape, .drift = r->drift[node->in[k]],
                               .ref = x->dtype == DT_I32 ? NULL : ref, .dev = dev };
     }
@@ -384,14 +395,6 @@ static bool read_node(Run *r, const IrGraph *g, int id, float *scratch, const fl
     }
     CHECK_EQ_INT(dn, *n);
     return dn == *n;
-}
-
-/* The tensor that node ID reads, directly (a READ) or through reshapes of its READ, or
- * -1. */
-static int viewed_tensor(const IrGraph *g, int id)
-{
-    while (g->nodes[id].op == IR_RESHAPE) id = g->nodes[id].in[0];
-    return g->nodes[id].op == IR_READ ? g->nodes[id].index : -1;
 }
 
 /* Every stored node of G against the reference, in order, each one's drift recorded
@@ -937,6 +940,7 @@ static void run_case(const Case *c, bool asan)
     bind_symbols(symmax, batch_size);
     Run r = { .c = c, .p = p, .plan = plan };
     if (conv_algos && !on_cuda) emu_device_convs(d, conv_algos, NULL);
+    if (tf32_in_f32 && !on_cuda) emu_device_tf32_in_f32(d, true);
     r.dev = devexec_new_unshared(plan, d, symmax, path);
     CHECK(r.dev != NULL);
     if (r.dev) {
@@ -1071,6 +1075,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--cuda") == 0) on_cuda = true;
         else if (strcmp(argv[i], "--in-turn") == 0) in_turn = true;
         else if (strcmp(argv[i], "--convs") == 0 && i + 1 < argc) conv_algos = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--tf32-in-f32") == 0) tf32_in_f32 = true;
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc && nskipped < 8) skipped[nskipped++] = argv[++i];
         else if (strcmp(argv[i], "--batches") == 0) {

@@ -128,9 +128,11 @@ static void build(OpsProgram *o)
         add_case(o, g, ir_embed(g, in[SIGNED_MAT], ix, L0));
         add_case(o, g, ir_embed_grad(g, in[SIGNED_MAT], ix, rows, L0));
         /* the table at the positions 0..rows-1 (arange's kernel); attention's mask over a
-         * square of scores, -inf above the diagonal */
+         * square of scores, -inf above the diagonal (the outer product of a column with
+         * itself: elementwise, so the same bits on both sides, as a GEMM's need not be) */
         add_case(o, g, ir_embed(g, in[SIGNED_MAT], ir_arange(g, rows, L0), L0));
-        int square = ir_matmul(g, in[SIGNED_MAT], in[SIGNED_MAT], IR_MATMUL_TRANS_B, L0);
+        int row = ir_reshape(g, in[COND], shape2(1, rows), L0);
+        int square = ir_binary(g, IR_MUL, in[COND], row, L0);
         add_case(o, g, ir_causal_mask(g, square, -INFINITY, L0));
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++) g->output[r] = -1;

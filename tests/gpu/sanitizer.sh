@@ -1,6 +1,6 @@
 #!/bin/bash
 # sanitizer.sh CGC MODELS_DIR [MODEL...]: compute-sanitizer memcheck and racecheck on a
-# short GPU run of each model (default mlp resmlp regression, found in MODELS_DIR); each
+# 12-step GPU run of each model (default mlp resmlp regression, found in MODELS_DIR); each
 # run must finish its 12 steps and every report must be 0 errors. SANITIZER_TOOLS picks
 # the tools (default "memcheck racecheck").
 # Skips without compute-sanitizer. The data is found as cgc finds it (CGC_DATA_PATH).
@@ -20,7 +20,7 @@ for model in $LIST; do
         log="$WORK/$model.$tool.log"
         # cgc must run (a sanitizer prints "0 errors" for a program that fails at once too)
         timeout "${SANITIZER_TIMEOUT:-300}" "$CS" --tool "$tool" --error-exitcode 99 \
-            "$CGC" "$MODELS/$model.net" --device cuda --steps 12 --batch 32 \
+            "$CGC" "$MODELS/$model.net" --device cuda --steps 12 --epochs 12 --batch 32 \
             --metrics "$WORK/$model.$tool.jsonl" >"$log" 2>&1
         status=$?   # 124: timed out
         summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
