@@ -15,6 +15,7 @@ typedef enum RngStream {
     RNG_INIT = 1,       /* parameter initialisation: counter = (tensor index << 40) + element */
     RNG_SHUFFLE = 2,    /* data order: counter = (epoch << 40) + draw */
     RNG_SYNTHETIC = 3,  /* synthetic data */
+    RNG_TEXT = 4,       /* where a text's windows start: counter = epoch */
     RNG_DROPOUT = 16,   /* dropout node with stream s uses RNG_DROPOUT + s */
 } RngStream;
 

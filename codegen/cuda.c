@@ -1026,13 +1026,14 @@ typedef struct DataKernelSpec {
 /* The batch gathers, f32 and i32 alike: rows [first, first + count) of the epoch's order
  * (FIRST from the step state when the step counter lives on the device). */
 #define GATHER_PARAMS \
-    "const int32_t *order, int64_t start, int64_t count, int64_t row, const int64_t *state"
+    "const int32_t *order, int64_t start, int64_t count, int64_t row, const int64_t *state, " \
+    "int64_t stride, int64_t base"
 #define GATHER_BODY \
     "    const int64_t first = state ? state[1] : start;\n" \
     "    for (int64_t i = cgc_thread_index(); i < count * row; i += cgc_thread_count()) {\n" \
     "        const int64_t r = i / row, col = i % row;\n" \
     "        const int64_t src = order ? (int64_t)order[first + r] : first + r;\n" \
-    "        out[i] = data[src * row + col];\n" \
+    "        out[i] = data[base + src * stride + col];\n" \
     "    }\n"
 
 static const DataKernelSpec data_kernels[PDK_NUM] = {

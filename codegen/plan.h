@@ -270,8 +270,12 @@ typedef struct PlanGraph {
  *       order = identity, then (when shuffle) Fisher-Yates swaps order[n-1-k] with
  *       order[draws[k]] for k = 0.. n-2 (one thread: data_order()'s exact sequence)
  *   cgc_gather_f32(float *out, const float *data, const int32_t *order, int64_t start,
- *                  int64_t count, int64_t row, const int64_t *state)
- *       out[r, :] = data[order[first + r], :], first = state ? state[1] : start
+ *                  int64_t count, int64_t row, const int64_t *state, int64_t stride,
+ *                  int64_t base)
+ *       out[r, c] = data[base + order[first + r] * stride + c] for c < row,
+ *       first = state ? state[1] : start (stride = row, base 0: whole rows; a text's
+ *       windows overlap their labels: stride = row + 1, base = the epoch's phase, + 1 for
+ *       the labels)
  *   cgc_gather_i32(int32_t *out, const int32_t *data, const int32_t *order, ...)  same
  *       (order NULL (0): rows first + r in file order)
  *   cgc_track_loss(double *totals, const float *loss, const float *skipped, int64_t step,
@@ -291,7 +295,7 @@ typedef enum PlanDataKernel {
     PDK_ORDER_DRAWS, PDK_ORDER_SHUFFLE, PDK_GATHER_F32, PDK_GATHER_I32, PDK_TRACK_LOSS,
     PDK_TRACK_EVAL, PDK_STEP_ADVANCE, PDK_NUM,
 } PlanDataKernel;
-/* The most parameters a data kernel takes (cgc_track_loss takes 9). */
+/* The most parameters a data kernel takes (cgc_track_loss and the gathers take 9). */
 enum { PLAN_DATA_KERNEL_MAX_PARAMS = 9 };
 
 /* ---- fully fused MLP passes (codegen/mlp_fused.c) ----

@@ -76,11 +76,13 @@ void config_schedule_str(const TrainConfig *cfg, char *buf, size_t n)
     }
 }
 
-/* The directory is as written (a relative one is found by the same search again). */
+/* The path is as written (a relative one is found by the same search again). */
 void config_data_str(const TrainConfig *cfg, char *buf, size_t n)
 {
     if (cfg->data == DATA_IDX)
         snprintf(buf, n, "idx(\"%s\", scale = %.9g)", cfg->data_dir, cfg->data_scale);
+    else if (cfg->data == DATA_TEXT)
+        snprintf(buf, n, "text(\"%s\", context = %lld)", cfg->data_dir, (long long)cfg->text_context);
     else
         snprintf(buf, n, "synthetic(samples = %lld)", (long long)cfg->synthetic_samples);
 }

@@ -23,6 +23,7 @@ enum {
     MAX_BATCH = 1 << 20,
     MAX_COUNT = 1000000000,       /* epochs, steps, schedule lengths */
     MAX_SAMPLES = 1 << 24,
+    MAX_CONTEXT = 1 << 20,        /* text windows */
 };
 #define MAX_SEED ((int64_t)1 << 53)            /* integers a double holds exactly */
 #define MAX_MEMORY ((int64_t)1 << 50)          /* 1 PB */
@@ -56,15 +57,31 @@ static const char *arg_what(const Signature *sig, int i, char *buf, size_t n)
     return buf;
 }
 
+/* The path of a data source: a non-empty string. */
+static int data_path(Source *src, TrainConfig *cfg, const AstExpr *a, const char *what, const char *example)
+{
+    if (a->kind != AST_STR || !a->str[0]) {
+        diag_error(src, a->loc, "%s must be a non-empty string such as \"%s\", not %s", what,
+                   example, sema_describe(a));
+        return -1;
+    }
+    free(cfg->data_dir);
+    cfg->data_dir = xstrdup(a->str);
+    return 0;
+}
+
 static int entry_data(Source *src, TrainConfig *cfg, const AstExpr *v)
 {
-    static const char *const forms[] = {"idx", "synthetic", NULL};
+    static const char *const forms[] = {"idx", "synthetic", "text", NULL};
     static const Signature idx = {"idx", {"dir", "scale"}, 1};
     static const Signature synthetic = {"synthetic", {"samples"}, 0};
-    int form = entry_form(src, v, "data", forms, "idx(\"DIR\", scale = S) or synthetic(samples = K)");
+    static const Signature text = {"text", {"file", "context"}, 2};
+    int form = entry_form(src, v, "data", forms, "idx(\"DIR\", scale = S), synthetic(samples = K) "
+                          "or text(\"FILE\", context = T)");
     if (form < 0) return -1;
     const AstExpr *args[MAX_PARAMS];
     char what[64];
+    cfg->data_loc = v->loc;
     if (form == 1) {
         int64_t samples = 4096;
         if (!sema_bind_args(src, &synthetic, v, args)) return -1;
@@ -73,24 +90,25 @@ static int entry_data(Source *src, TrainConfig *cfg, const AstExpr *v)
             return -1;
         cfg->data = DATA_SYNTHETIC;
         cfg->synthetic_samples = samples;
-        cfg->data_loc = v->loc;
+        return 0;
+    }
+    if (form == 2) {
+        int64_t context = 0;
+        if (!sema_bind_args(src, &text, v, args)) return -1;
+        int rc = data_path(src, cfg, args[0], "text: the file", "input.txt");
+        if (sema_const_int(src, args[1], "text: context", 1, MAX_CONTEXT, &context) < 0) rc = -1;
+        if (rc < 0) return -1;
+        cfg->data = DATA_TEXT;
+        cfg->text_context = context;
         return 0;
     }
     if (!sema_bind_args(src, &idx, v, args)) return -1;
     double scale = 1;
-    int rc = 0;
-    if (args[0]->kind != AST_STR || !args[0]->str[0]) {
-        diag_error(src, args[0]->loc, "idx: the data directory must be a non-empty string such "
-                   "as \"fashion-mnist\", not %s", sema_describe(args[0]));
-        rc = -1;
-    }
+    int rc = data_path(src, cfg, args[0], "idx: the data directory", "fashion-mnist");
     if (args[1] && sema_const_real(src, args[1], "idx: scale", REAL_GT0, &scale) < 0) rc = -1;
     if (rc < 0) return -1;
     cfg->data = DATA_IDX;
-    free(cfg->data_dir);
-    cfg->data_dir = xstrdup(args[0]->str);
     cfg->data_scale = scale;
-    cfg->data_loc = v->loc;
     return 0;
 }
 

@@ -1,12 +1,13 @@
 /* data.c: training data for the CPU runtime (see data.h).
  *
- * Two sources. IDX files (the MNIST family's format: two zero bytes, a type byte, a rank
+ * Three sources. IDX files (the MNIST family's format: two zero bytes, a type byte, a rank
  * byte, big-endian u32 dimensions, then the values) are read through zlib, which takes
  * gzip and plain files alike, and validated before anything trusts them: a header may
  * claim gigabytes in a file of a hundred bytes, so the payload is read in chunks into a
  * buffer that only grows as far as the file really goes. Synthetic data is drawn from the
  * seed: normal features and labels from a fixed random "teacher", so that a model trained
- * on it has something to learn.
+ * on it has something to learn. A text file is mapped, never read whole: a corpus larger
+ * than memory trains, and each rank touches only the pages of its own windows.
  *
  * Either way the result is a Dataset of f32 rows shaped for the model's inputs (input 0
  * the features, input 1 the labels), plus the epoch order (a seeded Fisher-Yates shuffle)
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -39,6 +41,9 @@ enum {
 
 /* Synthetic data is held in memory whole; beyond this many floats it is surely a typo. */
 #define SYNTHETIC_MAX_VALUES ((int64_t)1 << 31)
+
+/* Text is bytes: an embedding and a loss over them need this many rows and classes. */
+enum { TEXT_VOCAB = 256 };
 
 /* Counter ranges of the RNG_SYNTHETIC stream, far apart so they never overlap. */
 #define SYNTH_FEATURES ((uint64_t)0)
@@ -269,9 +274,17 @@ typedef struct InputPlan {
 
 /* Checks the inputs fit what data can provide: float features (or, from synthetic data,
  * tokens an embedding reads), and optionally either i32 class ids or float targets. */
+static int check_text_inputs(const IrProgram *p, Source *src);
+
 static int plan_inputs(const IrProgram *p, Source *src, InputPlan *plan)
 {
     SrcLoc data_loc = p->cfg.data_loc;
+    if (p->cfg.data == DATA_TEXT) {
+        if (check_text_inputs(p, src) < 0) return -1;
+        *plan = (InputPlan){.x_row = p->cfg.text_context, .x_tokens = TEXT_VOCAB,
+                            .y_row = p->cfg.text_context, .y_int = true};
+        return 0;
+    }
     if (p->ninputs < 1 || p->ninputs > 2) {
         input_error(src, data_loc,
                     "data provides two inputs (features, labels); the model declares %d",
@@ -730,6 +743,121 @@ static int load_synthetic(const IrProgram *p, Source *src, const InputPlan *plan
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Text files                                                                           */
+/* ------------------------------------------------------------------------------------ */
+
+/* Text feeds two i32[N, T] inputs, T the context: a window's first T bytes to an
+ * embedding of at least 256 rows, its last T to a loss of at least 256 classes. */
+static int check_text_inputs(const IrProgram *p, Source *src)
+{
+    int64_t t = p->cfg.text_context;
+    if (p->ninputs != 2) {
+        input_error(src, p->cfg.data_loc, "text data provides two inputs (the tokens and the next "
+                    "tokens, i32[N, %lld] each); the model declares %d", (long long)t, p->ninputs);
+        return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        const IrInput *in = &p->inputs[i];
+        char buf[128];
+        if (in->dtype == DT_I32 && in->shape.rank == 2 && in->shape.dim[1] == t) continue;
+        input_error(src, in->loc, "input '%s' is %s%s; text(context = %lld) gives i32[%s, %lld]",
+                    in->name, ir_dtype_name(in->dtype), ir_shape_str(p, &in->shape, buf, sizeof buf),
+                    (long long)t, p->nsyms > 0 ? p->syms[0].name : "N", (long long)t);
+        return -1;
+    }
+    const IrInput *x = &p->inputs[0];
+    if (x->index_rows < TEXT_VOCAB) {
+        input_error(src, x->loc, "input '%s' holds bytes 0 to 255, but %s", x->name,
+                    x->index_rows ? "an embedding that reads it has fewer than 256 rows: make its "
+                                    "vocabulary 256" : "no embedding reads it");
+        return -1;
+    }
+    if (p->num_classes > 0 && p->num_classes < TEXT_VOCAB) {
+        input_error(src, p->inputs[1].loc, "input '%s' holds bytes 0 to 255, but the loss has %d "
+                    "classes: make it 256", p->inputs[1].name, p->num_classes);
+        return -1;
+    }
+    return 0;
+}
+
+/* The first place a relative FILE is looked for (data_candidates) where something is, or
+ * NULL after saying where it looked. */
+static char *find_text_file(const IrProgram *p, Source *src, const char *net_path)
+{
+    char **places;
+    int n = data_candidates(p->cfg.data_dir, net_path, &places);
+    char *found = NULL;
+    size_t len = 1;
+    for (int i = 0; i < n && !found; i++)
+        if (file_exists(places[i])) found = xstrdup(places[i]);
+    for (int i = 0; i < n; i++) len += strlen(places[i]) + 2;
+    char *list = xcalloc(1, len);
+    for (int i = 0; i < n && !found; i++) strcat(strcat(list, i ? ", " : ""), places[i]);
+    if (!found)
+        input_error(src, p->cfg.data_loc, "text file \"%s\" not found (looked for %s)%s",
+                    p->cfg.data_dir, list, strstr(p->cfg.data_dir, "fortunes")
+                    ? "; on Debian: apt-get install fortunes" : "");
+    free(list);
+    free_strings(places, n);
+    return found;
+}
+
+/* Windows of W bytes in LEN; for training (SHIFTS) as many as leave at least W - 1 bytes
+ * to spare, so that an epoch's phase (data_phase) can start them at any position of a
+ * window, or one when only one fits. */
+static void text_split(Dataset *d, const uint8_t *bytes, int64_t len, int64_t context, bool shifts)
+{
+    int64_t w = context + 1, n = len / w;
+    if (shifts && n > 1 && len - n * w < w - 1) n--;
+    *d = (Dataset){.n = n, .x_row = context, .x_int = true, .y_row = context, .y_int = true,
+                   .text = bytes, .text_bytes = len, .window = w};
+}
+
+/* Maps the regular file PATH (open as FD, ST its status) and splits it: the last tenth
+ * is the evaluation split, and each split must hold a window. */
+static int map_text(const IrProgram *p, const char *path, int fd, const struct stat *st,
+                    DataSplits *out)
+{
+    int64_t t = p->cfg.text_context, w = t + 1, len = (int64_t)st->st_size;
+    if (len < 10 * w) {
+        cgc_error("%s: %s%lld bytes is too short for context %lld: the evaluation split, the file's "
+                  "last tenth, must hold a window of %lld bytes, so the file needs at least %lld",
+                  path, len ? "" : "the file is empty: ", (long long)len, (long long)t, (long long)w,
+                  (long long)(10 * w));
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        cgc_error("%s: cannot map the file: %s", path, strerror(errno));
+        return -1;
+    }
+    out->map = map;
+    out->map_bytes = (size_t)len;
+    int64_t test = len / 10;
+    text_split(&out->train, map, len - test, t, true);
+    text_split(&out->test, (const uint8_t *)map + (len - test), test, t, false);
+    out->has_test = true;
+    out->description = describe("text: %lld bytes, %lld train and %lld test windows of %lld, from %s",
+                                (long long)len, (long long)out->train.n, (long long)out->test.n,
+                                (long long)w, path);
+    return 0;
+}
+
+static int load_text(const IrProgram *p, Source *src, const char *net_path, DataSplits *out)
+{
+    char *path = find_text_file(p, src, net_path);
+    if (!path) return -1;
+    struct stat st;
+    int fd = open_regular(path, &st), rc = -1;
+    if (fd == -2) cgc_error("%s is %s, not a text file", path, file_kind(st.st_mode));
+    else if (fd < 0) cgc_error("%s: cannot open: %s", path, strerror(errno));
+    else rc = map_text(p, path, fd, &st, out);
+    if (fd >= 0) close(fd);
+    free(path);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Entry points                                                                         */
 /* ------------------------------------------------------------------------------------ */
 
@@ -738,8 +866,9 @@ int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits 
     memset(out, 0, sizeof *out);
     InputPlan plan;
     if (plan_inputs(p, src, &plan) < 0) return -1;
-    int status = p->cfg.data == DATA_IDX ? load_idx(p, src, net_path, &plan, out)
-                                         : load_synthetic(p, src, &plan, out);
+    int status = p->cfg.data == DATA_IDX    ? load_idx(p, src, net_path, &plan, out)
+                 : p->cfg.data == DATA_TEXT ? load_text(p, src, net_path, out)
+                                            : load_synthetic(p, src, &plan, out);
     if (status < 0) data_free(out);
     return status;
 }
@@ -757,6 +886,7 @@ void data_free(DataSplits *d)
 {
     dataset_free(&d->train);
     dataset_free(&d->test);
+    if (d->map) munmap(d->map, d->map_bytes);
     free(d->description);
     memset(d, 0, sizeof *d);
 }
@@ -777,12 +907,34 @@ void data_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *
     }
 }
 
+int64_t data_phase(const Dataset *d, uint64_t seed, int64_t epoch)
+{
+    if (!d->text) return 0;
+    int64_t slack = d->text_bytes - d->n * d->window;
+    int64_t span = slack < d->window - 1 ? slack : d->window - 1;
+    return span > 0 ? (int64_t)rng_below(seed, RNG_TEXT, (uint64_t)epoch, (uint64_t)span + 1) : 0;
+}
+
+/* Text row ROW's window, starting at PHASE: its first x_row bytes into X, its last into
+ * Y (when not NULL). */
+static void gather_window(const Dataset *d, int64_t row, int64_t phase, int32_t *x, int32_t *y)
+{
+    CGC_ASSERT(phase >= 0 && phase + (row + 1) * d->window <= d->text_bytes);
+    const uint8_t *w = d->text + phase + row * d->window;
+    for (int64_t c = 0; c < d->x_row; c++) x[c] = w[c];
+    for (int64_t c = 0; y && c < d->y_row; c++) y[c] = w[c + 1];
+}
+
 void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t count,
-                 void *x, void *y)
+                 int64_t phase, void *x, void *y)
 {
     for (int64_t r = 0; r < count; r++) {
         int64_t row = order ? order[start + r] : start + r;
         CGC_ASSERT(row >= 0 && row < d->n);
+        if (d->text) {
+            gather_window(d, row, phase, (int32_t *)x + r * d->x_row, y ? (int32_t *)y + r * d->y_row : NULL);
+            continue;
+        }
         if (d->x_int)
             memcpy((int32_t *)x + r * d->x_row, d->x_i32 + row * d->x_row,
                    (size_t)d->x_row * sizeof(int32_t));

@@ -1,9 +1,13 @@
-/* data.h: training data: IDX files (plain or gzip), synthetic data, order and batches.
+/* data.h: training data: IDX files (plain or gzip), text files, synthetic data, order
+ * and batches.
  *
- * A dataset is held whole in memory as f32 features (already scaled) and labels (i32
- * class ids, or f32 targets), one row per sample. Batches are gathered from a seeded
- * order; the order of epoch E is a pure function of (seed, E), so a resumed run only
- * needs the epoch and its position in it.
+ * An IDX or synthetic dataset is held whole in memory as f32 features (already scaled)
+ * or i32 tokens, and labels (i32 class ids, or f32 targets), one row per sample. A text
+ * dataset is the file's bytes, mapped: its samples are windows of context + 1 bytes, the
+ * first context bytes the features and the last context the labels, read from the
+ * mapping when a batch is gathered. Batches are gathered from a seeded order; the order
+ * of epoch E, and where the text's windows start in it (data_phase), are pure functions
+ * of (seed, E), so a resumed run only needs the epoch and its position in it.
  */
 #ifndef CGC_DATA_H
 #define CGC_DATA_H
@@ -23,6 +27,10 @@ typedef struct Dataset {
     bool y_int;                 /* labels are class ids (int32) rather than f32 */
     int32_t *y_i32;             /* n * y_row when y_int */
     float *y_f32;               /* n * y_row otherwise */
+    const uint8_t *text;        /* text: the split's bytes (in DataSplits' mapping), else NULL */
+    int64_t text_bytes;         /* text: how many */
+    int64_t window;             /* text: a sample's bytes, x_row + 1; sample i of an epoch of
+                                 * phase P starts at P + i * window */
 } Dataset;
 
 typedef struct DataSplits {
@@ -30,6 +38,8 @@ typedef struct DataSplits {
     Dataset test;
     bool has_test;
     char *description;          /* "fashion-mnist: 60000 train, 10000 test (/usr/share/...)" */
+    void *map;                  /* text: the file, mapped */
+    size_t map_bytes;
 } DataSplits;
 
 /* Loads the data P->cfg asks for, shaped for P's inputs (input 0: features, input 1:
@@ -53,11 +63,15 @@ int idx_read(const char *path, int *rank, int64_t dims[IDX_MAX_RANK], uint8_t **
  * RNG_SHUFFLE stream), or the identity when !shuffle. */
 void data_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order);
 
+/* Where epoch EPOCH's text windows start: a position below D's window drawn from the seed
+ * (RNG_TEXT), so that over the epochs every position of the text starts a sample; 0 for
+ * other data. */
+int64_t data_phase(const Dataset *d, uint64_t seed, int64_t epoch);
+
 /* Copies rows ORDER[start .. start+count) into X (count * x_row floats, or int32 when
- * x_int) and Y
- * (count * y_row int32 or floats; may be NULL when y_row == 0). ORDER NULL: rows
- * start .. start+count in file order (evaluation). */
+ * x_int) and Y (count * y_row int32 or floats; may be NULL when y_row == 0), text windows
+ * starting at PHASE. ORDER NULL: rows start .. start+count in file order (evaluation). */
 void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t count,
-                 void *x, void *y);
+                 int64_t phase, void *x, void *y);
 
 #endif

@@ -114,6 +114,7 @@ static int plan(Trainer *t)
 typedef struct CpuBackend {
     CpuExec *e;
     int64_t *order;             /* data order of the current epoch */
+    int64_t phase;              /* where its text windows start (data_phase) */
     void *x;                    /* one batch of features (f32, or i32 tokens) */
     void *y;                    /* one batch of labels */
 } CpuBackend;
@@ -177,7 +178,9 @@ static int cpu_tensors_in_place(Trainer *t) { return 0; }
 static int cpu_epoch_begin(Trainer *t, const TrainProgress *pr)
 {
     const TrainConfig *c = &t->p->cfg;
-    data_order(c->seed, pr->epoch, c->shuffle, t->data.train.n, ((CpuBackend *)t->backend)->order);
+    CpuBackend *cpu = t->backend;
+    data_order(c->seed, pr->epoch, c->shuffle, t->data.train.n, cpu->order);
+    cpu->phase = data_phase(&t->data.train, c->seed, pr->epoch);
     return 0;
 }
 
@@ -207,7 +210,7 @@ static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64
     CpuBackend *cpu = t->backend;
     int64_t first = start, rows = count;
     if (g != &t->p->eval) train_rank_rows(t->rank, t->ranks, &first, &rows);
-    data_gather(d, order, first, rows, cpu->x, cpu->y);
+    data_gather(d, order, first, rows, order ? cpu->phase : 0, cpu->x, cpu->y);
     CpuFeed feed;
     memset(&feed, 0, sizeof feed);
     feed.symvals[0] = rows;
@@ -470,6 +473,7 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t bytes)
 
 static uint64_t hash_dataset(uint64_t h, const Dataset *d)
 {
+    if (d->text) return hash_bytes(hash_bytes(h, &d->window, sizeof d->window), d->text, (size_t)d->text_bytes);
     size_t n = (size_t)d->n, y_bytes = d->y_int ? sizeof(int32_t) : sizeof(float);
     const void *y = d->y_int ? (const void *)d->y_i32 : (const void *)d->y_f32;
     h = hash_bytes(h, &d->n, sizeof d->n);
@@ -811,8 +815,11 @@ static uint64_t memory_available(void)
     return (uint64_t)kb * 1024;
 }
 
+/* A mapped text holds nothing of its own: its pages are the page cache's, shared by the
+ * ranks and given back under pressure. */
 static uint64_t dataset_bytes(const Dataset *d)
 {
+    if (d->text) return 0;
     return (uint64_t)d->n * (uint64_t)(d->x_row + d->y_row) * 4;
 }
 

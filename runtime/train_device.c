@@ -61,7 +61,8 @@ typedef struct StepCapture {
 
 /* One split of the dataset in device memory. */
 typedef struct DeviceSplit {
-    DevPtr x, y;                /* n * x_row f32 (i32 tokens); n * y_row i32 or f32 (0: none) */
+    DevPtr x, y;                /* n * x_row f32 (i32 tokens); n * y_row i32 or f32 (0: none);
+                                 * a text: its bytes as i32 in x, its labels read from x */
 } DeviceSplit;
 
 typedef struct DeviceBackend {
@@ -71,6 +72,7 @@ typedef struct DeviceBackend {
     DevExec *e;
     DeviceSplit train, test;
     DevPtr draws, order;        /* int32: n - 1 swap draws, the epoch's order */
+    int64_t phase;              /* where the epoch's text windows start (data_phase) */
     DevPtr totals, eval_totals; /* double[TOTALS], double[2] */
     double *host_totals;        /* host_alloc'd target of the asynchronous reads */
     DeviceFence *fence;
@@ -218,8 +220,25 @@ static int alloc_upload(DeviceBackend *dev, const void *src, size_t bytes, DevPt
     return src && bytes ? dev->d->ops->upload(dev->d, *out, src, bytes) : 0;
 }
 
+/* A text's bytes as i32 tokens, converted a chunk at a time: no host copy of it whole. */
+static int upload_text(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, const char *what)
+{
+    enum { CHUNK = 1 << 20 };
+    if (alloc_upload(dev, NULL, (size_t)s->text_bytes * sizeof(int32_t), &out->x, what) != 0) return -1;
+    int32_t *buf = xmalloc(CHUNK * sizeof *buf);
+    int rc = 0;
+    for (int64_t at = 0; at < s->text_bytes && rc == 0; at += CHUNK) {
+        int64_t n = s->text_bytes - at < CHUNK ? s->text_bytes - at : CHUNK;
+        for (int64_t i = 0; i < n; i++) buf[i] = s->text[at + i];
+        rc = dev->d->ops->upload(dev->d, out->x + (DevPtr)at * sizeof(int32_t), buf, (size_t)n * sizeof *buf);
+    }
+    free(buf);
+    return rc;
+}
+
 static int upload_split(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, const char *what)
 {
+    if (s->text) return upload_text(dev, s, out, what);
     size_t x_bytes = (size_t)(s->n * s->x_row) * sizeof(float);   /* int32 tokens: as many */
     size_t y_bytes = (size_t)(s->n * s->y_row) * (s->y_int ? sizeof(int32_t) : sizeof(float));
     const void *x = s->x_int ? (const void *)s->x_i32 : (const void *)s->x;
@@ -274,20 +293,23 @@ static int launch(const Trainer *t, PlanDataKernel which, int64_t work, KArg *a,
 }
 
 /* Rows [start, start + count) of split S (in ORDER, or file order when 0) into the
- * input buffers; START is read from the step counter STATE instead when it is not 0. */
+ * input buffers, a text's windows from PHASE; START is read from the step counter STATE
+ * instead when it is not 0. */
 static int gather(const Trainer *t, const Dataset *d, const DeviceSplit *s, DevPtr order,
-                  int64_t start, int64_t count, DevPtr state)
+                  int64_t start, int64_t count, DevPtr state, int64_t phase)
 {
     DeviceBackend *dev = backend(t);
-    KArg x[7] = {{.p = input_buffer(dev, 0)}, {.p = s->x}, {.p = order}, {.i = start}, {.i = count},
-                 {.i = d->x_row}, {.p = state}};
-    if (launch(t, d->x_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->x_row, x, 7,
+    bool text = d->text != NULL;
+    KArg x[9] = {{.p = input_buffer(dev, 0)}, {.p = s->x}, {.p = order}, {.i = start}, {.i = count},
+                 {.i = d->x_row}, {.p = state}, {.i = text ? d->window : d->x_row}, {.i = phase}};
+    if (launch(t, d->x_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->x_row, x, 9,
                "gather the features") != 0)
         return -1;
     if (!d->y_row) return 0;
-    KArg y[7] = {{.p = input_buffer(dev, 1)}, {.p = s->y}, {.p = order}, {.i = start}, {.i = count},
-                 {.i = d->y_row}, {.p = state}};
-    return launch(t, d->y_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->y_row, y, 7,
+    KArg y[9] = {{.p = input_buffer(dev, 1)}, {.p = text ? s->x : s->y}, {.p = order}, {.i = start},
+                 {.i = count}, {.i = d->y_row}, {.p = state}, {.i = text ? d->window : d->y_row},
+                 {.i = text ? phase + 1 : 0}};
+    return launch(t, d->y_int ? PDK_GATHER_I32 : PDK_GATHER_F32, count * d->y_row, y, 9,
                   "gather the labels");
 }
 
@@ -653,6 +675,20 @@ static int dev_push_tensors(Trainer *t)
     return 0;
 }
 
+/* The epoch's text windows start at PHASE: a micro-batch captured with another phase in
+ * its gathers is captured again. */
+static int set_phase(DeviceBackend *dev, int64_t phase)
+{
+    if (phase == dev->phase) return 0;
+    dev->phase = phase;
+    for (int i = 0; i < 2; i++) {
+        StepCapture *sc = &dev->capture[i];
+        if (sc->graph) dev->d->ops->graph_free(dev->d, sc->graph);
+        *sc = (StepCapture){0};
+    }
+    return 0;
+}
+
 /* The totals restart from PR (a resumed epoch continues its sums); the order of the
  * epoch is drawn and shuffled on the device. */
 static int dev_epoch_begin(Trainer *t, const TrainProgress *pr)
@@ -666,7 +702,8 @@ static int dev_epoch_begin(Trainer *t, const TrainProgress *pr)
     KArg draws[4] = {{.p = dev->draws}, {.i = n}, {.u = c->seed}, {.i = pr->epoch}};
     KArg shuffle[4] = {{.p = dev->order}, {.p = dev->draws}, {.i = n}, {.i = c->shuffle}};
     if (launch(t, PDK_ORDER_DRAWS, n - 1, draws, 4, "draw the epoch's order") != 0) return -1;
-    return launch(t, PDK_ORDER_SHUFFLE, 0, shuffle, 4, "shuffle the epoch's order");
+    if (launch(t, PDK_ORDER_SHUFFLE, 0, shuffle, 4, "shuffle the epoch's order") != 0) return -1;
+    return set_phase(dev, data_phase(&t->data.train, c->seed, pr->epoch));
 }
 
 /* ---- a micro-batch, and its capture (reduce-overhead) ---- */
@@ -701,7 +738,8 @@ static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *p
 {
     DeviceBackend *dev = backend(t);
     const TrainConfig *c = &t->p->cfg;
-    if (gather(t, &t->data.train, &dev->train, dev->order, m->first, m->rows, dev->step) != 0) return -1;
+    if (gather(t, &t->data.train, &dev->train, dev->order, m->first, m->rows, dev->step, dev->phase) != 0)
+        return -1;
     if (run_graph(t, g, m) != 0) return -1;
     /* The skipped flag counts once per optimizer step: the step's last graph has it. */
     DevPtr skipped = g == &t->p->train ? node_buffer(dev, g, IR_OUT_SKIPPED) : 0;
@@ -821,7 +859,7 @@ static int dev_evaluate(Trainer *t, EvalResult *r)
     if (dev->d->ops->upload(dev->d, dev->eval_totals, zero, sizeof zero) != 0) return -1;
     for (int64_t start = first; start < first + n; start += EVAL_BATCH) {
         int64_t count = first + n - start < EVAL_BATCH ? first + n - start : EVAL_BATCH;
-        if (gather(t, d, &dev->test, 0, start, count, 0) != 0) return -1;
+        if (gather(t, d, &dev->test, 0, start, count, 0, 0) != 0) return -1;
         MicroBatch m = {.start = start, .count = count, .first = start, .rows = count};
         if (run_graph(t, g, &m) != 0) return -1;      /* no dropout */
         KArg a[4] = {{.p = dev->eval_totals}, {.p = node_buffer(dev, g, IR_OUT_LOSS)},

@@ -7,8 +7,9 @@ set -euo pipefail
 # clang and libclang-rt-dev: libFuzzer, for the fuzz targets (scripts/fuzz.sh).
 # strace: kills a run at a chosen system call (a save's rename) in tests/e2e/files.sh.
 # Open MPI (libopenmpi-dev, openmpi-bin): training on several ranks, mpirun for the tests.
+# fortunes: English text (/usr/share/games/fortunes/) for text(...) data.
 packages=(cmake make gcc flex bison zlib1g-dev libopenblas-dev libcjson-dev dataset-fashion-mnist
-          python3-torch clang libclang-rt-dev strace libopenmpi-dev openmpi-bin)
+          python3-torch clang libclang-rt-dev strace libopenmpi-dev openmpi-bin fortunes)
 
 missing=()
 for p in "${packages[@]}"; do

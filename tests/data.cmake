@@ -1,5 +1,6 @@
-# tests of the data group: the IDX reader and data loading, safetensors.
+# tests of the data group: the IDX reader and data loading, text files, safetensors.
 cgc_c_test(test_idx cgc_data)
+cgc_c_test(test_text_data cgc_data)
 cgc_c_test(test_safetensors cgc_data)
 
 # An independent reader (plain Python: struct and json) checks what the writer produces.

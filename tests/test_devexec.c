@@ -1539,6 +1539,12 @@ int main(int argc, char **argv)
     snprintf(tokens, sizeof tokens, "%s/../tests/emu/models/tokens.net", CGC_MODELS_DIR);
     Override tok[1] = {{"steps", "steps", "12"}};
     check_training(tokens, tok, 1, 1e-4, false);
+    /* text: windows gathered from the mapped file's bytes at each epoch's phase; 40 steps
+     * of 16 an epoch cross two epochs' phases */
+    char chars[4200];
+    snprintf(chars, sizeof chars, "%s/../tests/emu/text/chars.net", CGC_MODELS_DIR);
+    Override txt[1] = {{"steps", "steps", "40"}};
+    check_training(chars, txt, 1, 1e-4, false);
     /* 8 steps of 2 micro-batches per epoch: three epochs, the last one cut short */
     Override reg[4] = {{"precision", "precision", "fp32"}, {"steps", "steps", "20"},
                        {"accumulate", "accumulate", "2"}, {"batch", "batch", "500"}};
@@ -1593,6 +1599,7 @@ int main(int argc, char **argv)
     mode = PLAN_REDUCE_OVERHEAD;
     check_training("mlp.net", mlp, 3, 1e-4, false);
     check_training(tokens, tok, 1, 1e-4, false);
+    check_training(chars, txt, 1, 1e-4, false);   /* captured again at each new phase */
     check_training("regression.net", reg, 4, 1e-4, true);
     check_training("regression.net", skips, 3, 1e-2, false);
     check_replay_exact("regression.net", reg, 4, 0, false);

@@ -490,7 +490,7 @@ static void test_gather(void)
     int64_t order[3] = {4, 0, 2};
     float x[2 * 6];
     int32_t y[2];
-    data_gather(&d.train, order, 1, 2, x, y);
+    data_gather(&d.train, order, 1, 2, 0, x, y);
     CHECK(memcmp(x, d.train.x, 6 * sizeof(float)) == 0);
     CHECK(memcmp(x + 6, d.train.x + 12, 6 * sizeof(float)) == 0);
     CHECK_EQ_INT(y[0], LABELS[0]);

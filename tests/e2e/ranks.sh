@@ -41,6 +41,11 @@ for mode in eager default reduce-overhead max-autotune; do
       --save "$tmp/mode.st"
   same "two ranks in --mode $mode against one" "$tmp/one.st" "$tmp/mode.st" 1e-5
 done
+# text: each rank gathers its rows' windows from the mapped file, at the epoch's phase
+txt="$root/tests/emu/text/chars.net"
+run "text, one rank" 0 "done at step 40" -- "$cgc" "$txt" --device cpu --steps 40 --save "$tmp/t1.st"
+run "text, two ranks" 0 "done at step 40" -- "${mpi[@]}" -n 2 "$cgc" "$txt" --device cpu --steps 40 --save "$tmp/t2.st"
+same "text: two ranks against one" "$tmp/t1.st" "$tmp/t2.st" 1e-5
 run "--nproc 2" 0 "done at step 16" -- "$cgc" "$m" --device cpu --nproc 2 --save "$tmp/nproc.st"
 same "--nproc 2 against mpirun -n 2 (bit for bit)" "$tmp/two.st" "$tmp/nproc.st" 0
 # a job of one rank sums over it: a sum over one rank is the value, so bit for bit

@@ -19,6 +19,7 @@ check resmlp "$root/models/resmlp.net" --batch 32
 check regression "$root/models/regression.net" --accumulate 3 --clip-norm 0.5
 check adam "$root/models/regression.net" --optimizer "adam(lr = 1e-3, weight_decay = 1e-4)" --schedule "cosine(warmup = 5)"
 check cnn "$root/models/cnn.net" --batch 16   # batch norm's running statistics resume too
+check text "$root/tests/emu/text/chars.net"     # 16 steps an epoch: the phases resume too
 
 # A small real dataset (1200 train, 300 test images of Fashion-MNIST) so that epochs are
 # short: 12 steps of batch 100.
