@@ -88,8 +88,13 @@ cgc_emu_binary(test_emu_ops emu/test_emu_ops.c cgc_emu_device)
 cgc_emu_binary(test_emu_gemm emu/test_emu_gemm.c cgc_emu_device)
 
 cgc_emu_run(test_emu_runtime test_emu_runtime ASAN --asan)
-cgc_emu_run(test_emu_models test_emu_models TIMEOUT 1500 ARGS --skip cnn
+cgc_emu_run(test_emu_models test_emu_models TIMEOUT 1500 ARGS --skip cnn --skip gpt
             ASAN --asan mlp:fp32 mlp:fp16 mlp:fp16:2 regression:fp32 resmlp:bf16)
+
+# The GPT (models/gpt.net) in the default mode, f32 and bf16: its blocks are
+# tests/emu/models/attention.net's, which runs in every precision and mode; here at
+# full width, four layers deep.
+cgc_emu_run(test_emu_gpt test_emu_models ARGS gpt:fp32:0:default gpt:bf16:0:default)
 
 # Every elementwise op of compiler/ops.def on its own, eager and fused, against the CPU.
 cgc_emu_run(test_emu_ops test_emu_ops ASAN --asan)
