@@ -38,8 +38,9 @@ RNG_INIT = 1
 M32 = np.uint64(0xFFFFFFFF)
 
 
-def philox(seed, stream, counters):
-    """Philox-4x32-10 word 0 for each counter (as base/rng.c's rng_philox)."""
+def philox(seed, stream, counters, words=1):
+    """Philox-4x32-10's first WORDS words for each counter (as base/rng.c's rng_philox):
+    word 0 alone when WORDS is 1, else a tuple."""
     c = np.asarray(counters, dtype=np.uint64)
     c0, c1 = c & M32, c >> np.uint64(32)
     c2 = np.full_like(c, np.uint64(stream) & M32)
@@ -53,7 +54,7 @@ def philox(seed, stream, counters):
         c0, c1, c2, c3 = hi1 ^ c1 ^ np.uint64(k0), lo1, hi0 ^ c3 ^ np.uint64(k1), lo0
         k0 = (k0 + 0x9E3779B9) & 0xFFFFFFFF
         k1 = (k1 + 0xBB67AE85) & 0xFFFFFFFF
-    return c0
+    return c0 if words == 1 else (c0, c1, c2, c3)[:words]
 
 
 def init_tensor(seed, index, shape, kind, bound):

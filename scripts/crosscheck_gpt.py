@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Cross-check of models/gpt.net's training against PyTorch (ctest crosscheck_gpt).
+
+cgc trains models/gpt.net in fp32 on the CPU for a few dozen AdamW steps and saves it;
+PyTorch trains the same architecture, written here as a PyTorch user writes a GPT
+(embeddings, F.layer_norm, scaled dot-product attention with a causal mask, F.gelu,
+F.cross_entropy over every position), from the same initial weights on the same text
+windows, with torch.optim.AdamW. Every parameter and both Adam moments must agree, and
+the mean training loss.
+
+Both sides are reproduced from the seed: the initial weights (Philox, base/rng.c: uniform
+for linear layers, Box-Muller normals for embeddings) and the data (data.c: the epoch's
+Fisher-Yates order, the text windows' phase), so nothing of cgc's is read but its
+checkpoint at the end.
+
+    /usr/bin/python3 scripts/crosscheck_gpt.py build/cgc [STEPS]
+Needs numpy, torch (python3-torch) and Debian's fortunes. Exits 77 when one is missing.
+"""
+import math
+import os
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:
+    print(f"skipped: {e}")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crosscheck_torch import ROOT, compare, init_tensor, params_of, philox, run_cgc  # noqa: E402
+
+RNG_INIT, RNG_SHUFFLE, RNG_TEXT = 1, 2, 4
+NET = os.path.join(ROOT, "models", "gpt.net")
+TEXT = "/usr/share/games/fortunes/cookie"
+SEED, CONTEXT, BATCH, LAYERS, HEADS = 1, 64, 12, 4, 4
+
+
+def below(seed, stream, counters, n):
+    """base/rng.c's rng_below for each counter: the top 64 bits of words 0:1 times N."""
+    w0, w1 = philox(seed, stream, counters, words=2)
+    x = (w0 << np.uint64(32)) | w1
+    return [(int(v) * int(m)) >> 64 for v, m in zip(x, np.broadcast_to(n, x.shape))]
+
+
+def normal_tensor(seed, index, shape, std):
+    """runtime/cpu/exec.c's IR_INIT_NORMAL: Box-Muller on words 0 and 1, in double."""
+    n = int(np.prod(shape))
+    counters = (np.uint64(index) << np.uint64(40)) + np.arange(n, dtype=np.uint64)
+    w0, w1 = philox(seed, RNG_INIT, counters, words=2)
+    u1 = ((w0 >> np.uint64(8)).astype(np.float64) + 1.0) / 16777216.0
+    u2 = (w1 >> np.uint64(8)).astype(np.float64) / 16777216.0
+    return (np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2) * std).astype(np.float32).reshape(shape)
+
+
+def initial_weights():
+    weights = {}
+    for index, name, shape, kind, value in params_of(os.environ["CGC"], NET, []):
+        if kind == "normal":
+            weights[name] = normal_tensor(SEED, index, shape, value or 1.0)
+        else:
+            weights[name] = init_tensor(SEED, index, shape, kind, value)
+    return weights
+
+
+def training_windows(steps):
+    """The first STEPS batches of epoch 0, as data.c cuts and orders them: (tokens, next)."""
+    data = np.frombuffer(open(TEXT, "rb").read(), np.uint8)
+    train = data[:len(data) - len(data) // 10]
+    w = CONTEXT + 1
+    n = len(train) // w
+    if n > 1 and len(train) - n * w < w - 1:
+        n -= 1
+    order = list(range(n))
+    draws = below(SEED, RNG_SHUFFLE, np.arange(n - 1, dtype=np.uint64), np.arange(n, 1, -1, dtype=np.uint64))
+    for k, j in enumerate(draws):      # Fisher-Yates from the back, as data_order
+        i = n - 1 - k
+        order[i], order[j] = order[j], order[i]
+    span = min(len(train) - n * w, w - 1)
+    phase = below(SEED, RNG_TEXT, np.zeros(1, dtype=np.uint64), np.uint64(span + 1))[0] if span > 0 else 0
+    for s in range(steps):
+        rows = [phase + r * w for r in order[s * BATCH:(s + 1) * BATCH]]
+        win = torch.tensor(np.stack([train[r:r + w] for r in rows]).astype(np.int64))
+        yield win[:, :-1], win[:, 1:]
+
+
+def gpt_forward(p, tokens):
+    def ln(name, v):
+        return F.layer_norm(v, v.shape[-1:], p[name + ".weight"], p[name + ".bias"], 1e-5)
+
+    def lin(name, v):
+        return F.linear(v, p[name + ".weight"], p.get(name + ".bias"))
+
+    n, t = tokens.shape
+    h = p["tok.weight"][tokens] + p["pos.weight"][torch.arange(t)]
+    mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+    for i in range(1, LAYERS + 1):
+        a = ln(f"a{i}n", h)
+        q, k, v = (lin(f"{x}{i}", a).view(n, t, HEADS, -1).transpose(1, 2) for x in "qkv")
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        att = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+        h = h + lin(f"o{i}", att.transpose(1, 2).reshape(n, t, -1))
+        h = h + lin(f"g{i}", F.gelu(lin(f"f{i}", ln(f"m{i}n", h))))
+    return lin("logits", ln("hf", h))
+
+
+def main():
+    cgc = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "cgc"))
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    if not os.path.exists(TEXT):
+        print(f"skipped: {TEXT} not installed (apt-get install fortunes)")
+        return 77
+    os.environ["CGC"] = cgc
+    torch.set_num_threads(2)
+    params = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in initial_weights().items()}
+    opt = torch.optim.AdamW(list(params.values()), lr=1e-3, weight_decay=0.1)
+    losses = []
+    for tokens, nxt in training_windows(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(gpt_forward(params, tokens).reshape(-1, 256), nxt.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    state = {f"{name}/{key}": opt.state[t][key].detach().numpy()
+             for name, t in params.items() for key in ("exp_avg", "exp_avg_sq")}
+    with tempfile.TemporaryDirectory() as work:
+        got, last = run_cgc(cgc, NET, ["--steps", str(steps), "--shuffle", "true"], work, "gpt")
+    final = {k: v.detach().numpy() for k, v in params.items()}
+    # A key's bias adds the same q . b to every score of a query, which the softmax
+    # takes away: its gradient is zero, both sides compute rounding noise (about 1e-11),
+    # and Adam, dividing noise by noise, moves it by steps of lr in directions of its own.
+    # Its gradient must be that noise on both sides; it is not compared otherwise.
+    shift_free = [k for k in final if k.startswith("k") and k.endswith(".bias")]
+    noise = max(max(float(np.abs(got["cgc.adam.exp_avg." + k]).max()),
+                    float(np.abs(state[k + "/exp_avg"]).max())) for k in shift_free)
+    quiet = len(shift_free) == LAYERS and noise < 1e-8
+    print(f"{'ok  ' if quiet else 'FAIL'} gpt.net: the {len(shift_free)} key biases' gradients are "
+          f"zero within rounding on both sides (largest first moment {noise:.1e}, limit 1e-08)")
+    for k in shift_free:
+        del final[k], state[k + "/exp_avg"], state[k + "/exp_avg_sq"]
+    ok = compare(f"gpt.net, {steps} AdamW steps", got, last["train_loss"], final, state,
+                 float(np.mean(losses)), 1e-4)
+    return 0 if ok and quiet else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
