@@ -9,9 +9,9 @@
  * on it has something to learn. A text file is mapped, never read whole: a corpus larger
  * than memory trains, and each rank touches only the pages of its own windows.
  *
- * Either way the result is a Dataset of f32 rows shaped for the model's inputs (input 0
- * the features, input 1 the labels), plus the epoch order (a seeded Fisher-Yates shuffle)
- * and row gathering for batches.
+ * The result is a Dataset shaped for the model's inputs (input 0 the features, input 1
+ * the labels): rows in memory, or a text's windows read from the mapping, plus the epoch
+ * order (a seeded Fisher-Yates shuffle) and row gathering for batches.
  */
 #include "data.h"
 
@@ -272,10 +272,43 @@ typedef struct InputPlan {
     bool y_int;
 } InputPlan;
 
-/* Checks the inputs fit what data can provide: float features (or, from synthetic data,
- * tokens an embedding reads), and optionally either i32 class ids or float targets. */
-static int check_text_inputs(const IrProgram *p, Source *src);
+/* Text feeds two i32[N, T] inputs, T the context: a window's first T bytes to an
+ * embedding of at least 256 rows, its last T to a loss of at least 256 classes. */
+static int check_text_inputs(const IrProgram *p, Source *src)
+{
+    int64_t t = p->cfg.text_context;
+    if (p->ninputs != 2) {
+        input_error(src, p->cfg.data_loc, "text data provides two inputs (the tokens and the next "
+                    "tokens, i32[N, %lld] each); the model declares %d", (long long)t, p->ninputs);
+        return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        const IrInput *in = &p->inputs[i];
+        char buf[128];
+        if (in->dtype == DT_I32 && in->shape.rank == 2 && in->shape.dim[1] == t) continue;
+        input_error(src, in->loc, "input '%s' is %s%s; text(context = %lld) gives i32[%s, %lld]",
+                    in->name, ir_dtype_name(in->dtype), ir_shape_str(p, &in->shape, buf, sizeof buf),
+                    (long long)t, p->nsyms > 0 ? p->syms[0].name : "N", (long long)t);
+        return -1;
+    }
+    const IrInput *x = &p->inputs[0];
+    if (x->index_rows < TEXT_VOCAB) {
+        input_error(src, x->loc, "input '%s' holds bytes 0 to 255, but %s", x->name,
+                    x->index_rows ? "an embedding that reads it has fewer than 256 rows: make its "
+                                    "vocabulary 256" : "no embedding reads it");
+        return -1;
+    }
+    if (p->num_classes > 0 && p->num_classes < TEXT_VOCAB) {
+        input_error(src, p->inputs[1].loc, "input '%s' holds bytes 0 to 255, but the loss has %d "
+                    "classes: make it 256", p->inputs[1].name, p->num_classes);
+        return -1;
+    }
+    return 0;
+}
 
+/* Checks the inputs fit what data can provide: float features (or tokens an embedding
+ * reads, from synthetic data or a text's bytes), and optionally either i32 class ids or
+ * float targets. */
 static int plan_inputs(const IrProgram *p, Source *src, InputPlan *plan)
 {
     SrcLoc data_loc = p->cfg.data_loc;
@@ -417,6 +450,16 @@ static int data_candidates(const char *dir, const char *net_path, char ***out)
     return n;
 }
 
+/* PLACES joined by ", ", for a message (malloc'd). */
+static char *join_places(char **places, int n)
+{
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(places[i]) + 2;
+    char *list = xcalloc(1, len);
+    for (int i = 0; i < n; i++) strcat(strcat(list, i ? ", " : ""), places[i]);
+    return list;
+}
+
 static void free_strings(char **s, int n)
 {
     for (int i = 0; i < n; i++) free(s[i]);
@@ -439,13 +482,7 @@ static const char *not_a_dir(char **places, int n, char *buf, size_t len)
  * them is something else than a directory, and for Fashion-MNIST the package it is in. */
 static void report_missing_dir(const IrProgram *p, Source *src, char **places, int n)
 {
-    size_t len = 1;
-    for (int i = 0; i < n; i++) len += strlen(places[i]) + 2;
-    char *list = xcalloc(1, len), other[PATH_MAX + 64];
-    for (int i = 0; i < n; i++) {
-        if (i) strcat(list, ", ");
-        strcat(list, places[i]);
-    }
+    char *list = join_places(places, n), other[PATH_MAX + 64];
     const char *dir = p->cfg.data_dir;
     not_a_dir(places, n, other, sizeof other);
     const char *hint = strcmp(dir, "fashion-mnist") == 0 && !other[0]
@@ -746,40 +783,6 @@ static int load_synthetic(const IrProgram *p, Source *src, const InputPlan *plan
 /* Text files                                                                           */
 /* ------------------------------------------------------------------------------------ */
 
-/* Text feeds two i32[N, T] inputs, T the context: a window's first T bytes to an
- * embedding of at least 256 rows, its last T to a loss of at least 256 classes. */
-static int check_text_inputs(const IrProgram *p, Source *src)
-{
-    int64_t t = p->cfg.text_context;
-    if (p->ninputs != 2) {
-        input_error(src, p->cfg.data_loc, "text data provides two inputs (the tokens and the next "
-                    "tokens, i32[N, %lld] each); the model declares %d", (long long)t, p->ninputs);
-        return -1;
-    }
-    for (int i = 0; i < 2; i++) {
-        const IrInput *in = &p->inputs[i];
-        char buf[128];
-        if (in->dtype == DT_I32 && in->shape.rank == 2 && in->shape.dim[1] == t) continue;
-        input_error(src, in->loc, "input '%s' is %s%s; text(context = %lld) gives i32[%s, %lld]",
-                    in->name, ir_dtype_name(in->dtype), ir_shape_str(p, &in->shape, buf, sizeof buf),
-                    (long long)t, p->nsyms > 0 ? p->syms[0].name : "N", (long long)t);
-        return -1;
-    }
-    const IrInput *x = &p->inputs[0];
-    if (x->index_rows < TEXT_VOCAB) {
-        input_error(src, x->loc, "input '%s' holds bytes 0 to 255, but %s", x->name,
-                    x->index_rows ? "an embedding that reads it has fewer than 256 rows: make its "
-                                    "vocabulary 256" : "no embedding reads it");
-        return -1;
-    }
-    if (p->num_classes > 0 && p->num_classes < TEXT_VOCAB) {
-        input_error(src, p->inputs[1].loc, "input '%s' holds bytes 0 to 255, but the loss has %d "
-                    "classes: make it 256", p->inputs[1].name, p->num_classes);
-        return -1;
-    }
-    return 0;
-}
-
 /* The first place a relative FILE is looked for (data_candidates) where something is, or
  * NULL after saying where it looked. */
 static char *find_text_file(const IrProgram *p, Source *src, const char *net_path)
@@ -787,17 +790,15 @@ static char *find_text_file(const IrProgram *p, Source *src, const char *net_pat
     char **places;
     int n = data_candidates(p->cfg.data_dir, net_path, &places);
     char *found = NULL;
-    size_t len = 1;
     for (int i = 0; i < n && !found; i++)
         if (file_exists(places[i])) found = xstrdup(places[i]);
-    for (int i = 0; i < n; i++) len += strlen(places[i]) + 2;
-    char *list = xcalloc(1, len);
-    for (int i = 0; i < n && !found; i++) strcat(strcat(list, i ? ", " : ""), places[i]);
-    if (!found)
+    if (!found) {
+        char *list = join_places(places, n);
         input_error(src, p->cfg.data_loc, "text file \"%s\" not found (looked for %s)%s",
                     p->cfg.data_dir, list, strstr(p->cfg.data_dir, "fortunes")
                     ? "; on Debian: apt-get install fortunes" : "");
-    free(list);
+        free(list);
+    }
     free_strings(places, n);
     return found;
 }

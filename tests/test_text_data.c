@@ -74,16 +74,15 @@ static void test_splits_and_windows(void)
     check_window(x, y, 900 + 8 * W);
     check_window(x + T, y + T, 900 + 9 * W);
 
-    /* every position of a window starts the samples of some epoch, the same each time */
+    /* every position of a window starts the samples of some epoch, and no epoch's last
+     * window leaves the split (crosscheck_gpt reproduces the draws themselves) */
     bool seen[W] = {false};
     for (int64_t e = 0; e < 200; e++) {
         int64_t ph = data_phase(&d.train, 5, e);
         CHECK(ph >= 0 && ph < W && ph + d.train.n * W <= d.train.text_bytes);
-        CHECK_EQ_INT(ph, data_phase(&d.train, 5, e));
         if (ph >= 0 && ph < W) seen[ph] = true;
     }
     for (int k = 0; k < W; k++) CHECK(seen[k]);
-    CHECK_EQ_INT(data_phase(&d.test, 5, 3), data_phase(&d.test, 5, 3));
     data_free(&d);
     ir_program_free(p);
 }
