@@ -28,6 +28,13 @@
 #            default and max-autotune against PyTorch eager (cudnn.benchmark,
 #            channels_last) and torch.compile max-autotune (bench/bench_cnn.py); not in
 #            the default PARTS: give it a call of its own
+#   gpt      models/gpt.net: its kernels against the CPU executor in every precision and
+#            mode (test_emu_models --cuda gpt), image_windows.net again (tf32), chars.net's
+#            text windows gathered on the GPU against the CPU's (40 steps, default and
+#            reduce-overhead), memcheck of both, the whole training run in reduce-overhead,
+#            and bench/bench_gpt.py (cgc's modes against PyTorch eager and torch.compile);
+#            the corpus is fortunes' cookie (data/fortunes/cookie where the machine lacks
+#            Debian's); not in the default PARTS
 #   ranks    a job of one rank (--nproc 1: its gradients summed over it through NCCL)
 #            against no job, in reduce-overhead: mlp.net's weights after 300 steps
 #            (fp32, the sums change nothing) and both models' step times, the wide MLP's
@@ -155,6 +162,40 @@ if part cnn; then
     run bench_cnn python3 bench/bench_cnn.py --cgc "$CGC" --data data/fashion-mnist \
         --out "$OUT" ${BENCH_DRY_RUN:+--dry-run}
     cat "$OUT/bench_cnn.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
+if part gpt; then
+    step "the transformer: models/gpt.net's kernels and text windows on the GPU, its training, timings"
+    # gpt.net names the corpus by its Debian path; a copy in $OUT names the carried one
+    TEXT=/usr/share/games/fortunes/cookie
+    [ -f "$TEXT" ] || TEXT=$PWD/data/fortunes/cookie
+    mkdir -p "$OUT/gpt-models"
+    sed "s|text(\"[^\"]*\"|text(\"$TEXT\"|" models/gpt.net >"$OUT/gpt-models/gpt.net"
+    CGC_MODELS_DIR="$OUT/gpt-models" run gpt_kernels build-gpu/tests/test_emu_models --cuda gpt
+    CGC_MODELS_DIR="$PWD/tests/emu/models" run gpt_image_windows build-gpu/tests/test_emu_models --cuda \
+        image_windows
+    tail -qn 1 "$OUT/gpt_kernels.log" "$OUT/gpt_image_windows.log" | tee -a "$OUT/summary.txt"
+    # the device's windows, gathered from the mapped file at each epoch's phase (40 steps
+    # cross two epochs), train chars.net as the CPU's do
+    for how in "cpu default" "cuda default" "cuda reduce-overhead"; do
+        set -- $how
+        run "chars_$1_$2" "$CGC" tests/emu/text/chars.net --device "$1" --mode "$2" --steps 40 \
+            --save "$OUT/chars_$1_$2.st"
+    done
+    for mode in default reduce-overhead; do
+        run "chars_same_$mode" python3 tests/e2e/st_close.py --meta "$OUT/chars_cuda_$mode.st" \
+            "$OUT/chars_cpu_default.st" 1e-3
+        sed "s/^/chars $mode against the CPU: /" "$OUT/chars_same_$mode.log" | tee -a "$OUT/summary.txt"
+    done
+    SANITIZER_TOOLS=memcheck run gpt_memcheck_chars tests/gpu/sanitizer.sh "$CGC" tests/emu/text chars
+    SANITIZER_TOOLS=memcheck run gpt_memcheck tests/gpu/sanitizer.sh "$CGC" "$OUT/gpt-models" gpt
+    grep -h memcheck "$OUT"/gpt_memcheck*.log | tee -a "$OUT/summary.txt"
+    # the whole training run (7 epochs, a new phase and a new capture each)
+    run gpt_train "$CGC" "$OUT/gpt-models/gpt.net" --device cuda --mode reduce-overhead -v
+    grep -E "captured|median step|test_loss|epoch 7|error" "$OUT/gpt_train.log" | tail -6 |
+        tee -a "$OUT/summary.txt"
+    run bench_gpt python3 bench/bench_gpt.py --cgc "$CGC" --text "$TEXT" --out "$OUT" \
+        ${BENCH_DRY_RUN:+--dry-run}
+    cat "$OUT/bench_gpt.md" 2>/dev/null | tee -a "$OUT/summary.txt"
 fi
 if part ranks; then
     step "a job of one rank: NCCL's sums over one GPU, against no job"

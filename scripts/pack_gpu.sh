@@ -5,7 +5,7 @@
 #                machine lacks (OpenBLAS and its Fortran runtime, cJSON, libgomp, Open
 #                MPI's, which a job of one rank loads but never starts), compressed
 #                because carries are limited to 64 MiB in all
-#   data/fashion-mnist/   the dataset
+#   data/fashion-mnist/   the dataset; data/fortunes/cookie, models/gpt.net's corpus
 # On the GPU machine: `tar -xJf build-gpu/libs.tar.xz -C build-gpu` then
 # bench/gpu_session.sh (which sets LD_LIBRARY_PATH to build-gpu/lib).
 set -eu
@@ -23,6 +23,8 @@ done
 tar -cJf build-gpu/libs.tar.xz -C build-gpu lib
 rm -rf build-gpu/lib
 cp -r /usr/share/datasets/fashion-mnist data/ 2>/dev/null || echo "note: no /usr/share/datasets/fashion-mnist to copy"
+mkdir -p data/fortunes
+cp /usr/share/games/fortunes/cookie data/fortunes/ 2>/dev/null || echo "note: no fortunes' cookie to copy (apt-get install fortunes)"
 find build-gpu -name '*.o' -delete
 du -sh build-gpu data
 echo "carry: build-gpu data"
