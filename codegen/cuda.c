@@ -745,28 +745,31 @@ static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
 
 /* ---- losses and metrics: logits [..., C], labels i32 [...]: a row per position ---- */
 
-/* Declares n (rows) and c, and the loop's row lse (in double) for thread-owned row r. */
-static void render_loss_head(KernelDraft *d, const Shape *logits, bool block_stride)
+/* Declares n (rows) and c, and opens the loop over rows r, from FIRST by STEP. */
+static void render_loss_head(KernelDraft *d, const Shape *logits, const char *first, const char *step)
 {
     char n[CUDA_DIMS_MAX], c[CUDA_DIMS_MAX];
     cuda_dims_expr(d, logits, 0, logits->rank - 1, n, sizeof n);
     cuda_dims_expr(d, logits, logits->rank - 1, logits->rank, c, sizeof c);
     sb_printf(&d->body, "    const int64_t n = %s, c = %s;\n", n, c);
-    sb_puts(&d->body, block_stride
-                          ? "    for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {\n"
-                          : "    for (int64_t r = cgc_thread_index(); r < n; r += cgc_thread_count()) {\n");
+    sb_printf(&d->body, "    for (int64_t r = %s; r < n; r += %s) {\n", first, step);
 }
 
+/* Row r's lse (in double) and label, the row's logits read by the lanes of a warp: the
+ * maximum, then the sum of exp(x - max) in double, as the CPU executor's softmax row; a
+ * NaN logit makes the sum, and so lse, NaN. */
 static void render_lse(KernelDraft *d)
 {
     sb_puts(&d->body,
-            "        float m = cgc_load(logits[r * c]);\n"
-            "        for (int64_t k = 1; k < c; k++) {\n"
+            "        float m = -CGC_INF;\n"
+            "        for (int64_t k = lane; k < c; k += 32) {\n"
             "            const float v = cgc_load(logits[r * c + k]);\n"
             "            m = v > m ? v : m;\n"
             "        }\n"
+            "        m = cgc_warp_max(m);\n"
             "        double s = 0.0;\n"
-            "        for (int64_t k = 0; k < c; k++) s += (double)expf(cgc_load(logits[r * c + k]) - m);\n"
+            "        for (int64_t k = lane; k < c; k += 32) s += (double)expf(cgc_load(logits[r * c + k]) - m);\n"
+            "        s = cgc_warp_sum(s);\n"
             "        const double lse = (double)m + log(s);\n"
             "        const int32_t label = labels[r];\n");
 }
@@ -779,40 +782,47 @@ static void add_loss_inputs(const RenderCtx *ctx, const IrNode *node, KernelDraf
     draft_buffer(d, "labels", ctx->node_buffer[node->in[first + 1]], DT_I32, true);
 }
 
-/* One block walks the rows of (logits, labels), each thread adding its rows' terms into
- * `part`; the caller renders the row body between begin and end. */
-static void begin_row_sum(const RenderCtx *ctx, int id, KernelDraft *d)
+/* One block adds a term per row of (logits, labels) into its threads' `part`: a row per
+ * thread, or (WARP) a row per warp, its lane 0 adding; the caller renders the row body
+ * between begin and end. */
+static void begin_row_sum(const RenderCtx *ctx, int id, KernelDraft *d, bool warp)
 {
     const IrNode *node = &ctx->g->nodes[id];
     draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     add_loss_inputs(ctx, node, d, 0);
     sb_puts(&d->body, "    if (blockIdx.x != 0) return;\n    double part = 0.0;\n");
-    render_loss_head(d, &ctx->g->nodes[node->in[0]].shape, true);
+    if (warp) sb_puts(&d->body, "    const int lane = threadIdx.x & 31;\n");
+    render_loss_head(d, &ctx->g->nodes[node->in[0]].shape, warp ? "threadIdx.x >> 5" : "threadIdx.x",
+                     warp ? "blockDim.x >> 5" : "blockDim.x");
 }
 
-/* Closes the row loop and stores RESULT (an expression of the block's `total`). */
-static void end_row_sum(KernelDraft *d, const char *result)
+/* Closes the row loop and stores RESULT (an expression of the block's `total`); BLOCK
+ * threads. */
+static void end_row_sum(KernelDraft *d, const char *result, int block)
 {
     sb_printf(&d->body,
               "    }\n"
               "    const double total = cgc_block_sum(part);\n"
               "    if (threadIdx.x == 0) cgc_store(&out[0], %s);\n", result);
-    launch_single_block(d, CUDA_BLOCK);
+    launch_single_block(d, block);
 }
 
-/* Mean over the rows of logsumexp - logit[label], in double, by one block. A label out
- * of range makes the loss NaN (the CPU executor reports it as an error). */
+/* Mean over the rows of logsumexp - logit[label], in double, by one block of 32 warps, a
+ * row per warp. A label out of range makes the loss NaN (the CPU executor reports it as
+ * an error). */
 static void render_cross_entropy(const RenderCtx *ctx, int id, KernelDraft *d)
 {
-    begin_row_sum(ctx, id, d);
+    begin_row_sum(ctx, id, d, true);
     render_lse(d);
     sb_puts(&d->body,
-            "        part += (label < 0 || label >= c) ? (double)CGC_NAN\n"
-            "                                           : lse - (double)cgc_load(logits[r * c + label]);\n");
-    end_row_sum(d, "(float)(total / (double)n)");
+            "        if (lane == 0)\n"
+            "            part += (label < 0 || label >= c) ? (double)CGC_NAN\n"
+            "                                              : lse - (double)cgc_load(logits[r * c + label]);\n");
+    end_row_sum(d, "(float)(total / (double)n)", 1024);
 }
 
-/* d (softmax(x) - onehot(label)) / N, a thread per row. */
+/* d (softmax(x) - onehot(label)) / N, a row per warp (its lanes read the row's logits
+ * and write its gradient, in turn). */
 static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
@@ -824,29 +834,30 @@ static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
     char n[CUDA_DIMS_MAX];
     cuda_dims_expr(d, ls, 0, ls->rank - 1, n, sizeof n);
     sb_printf(&d->body, "    const double scale = (double)cgc_load(in_d[0]) / (double)(%s);\n", n);
-    render_loss_head(d, ls, false);
+    sb_puts(&d->body, "    const int lane = threadIdx.x & 31;\n");
+    render_loss_head(d, ls, "cgc_thread_index() >> 5", "cgc_thread_count() >> 5");
     render_lse(d);
     sb_puts(&d->body,
             "        const bool bad = label < 0 || label >= c;\n"
-            "        for (int64_t k = 0; k < c; k++) {\n"
+            "        for (int64_t k = lane; k < c; k += 32) {\n"
             "            const double p = exp((double)cgc_load(logits[r * c + k]) - lse) - (k == label ? 1.0 : 0.0);\n"
             "            cgc_store(&out[r * c + k], bad ? CGC_NAN : (float)(scale * p));\n"
             "        }\n"
             "    }\n");
-    Shape rows = ir_shape_reduce(ls, ls->rank - 1);
-    cuda_launch_elementwise(d, &rows);
+    cuda_launch_rows(d, ir_shape_reduce(ls, ls->rank - 1));
+    d->items_per_block = CUDA_BLOCK / 32;
 }
 
 /* Rows whose first maximal logit is at the label, counted by one block. */
 static void render_count_correct(const RenderCtx *ctx, int id, KernelDraft *d)
 {
-    begin_row_sum(ctx, id, d);
+    begin_row_sum(ctx, id, d, false);
     sb_puts(&d->body,
             "        int64_t best = 0;\n"
             "        for (int64_t k = 1; k < c; k++)\n"
             "            if (cgc_load(logits[r * c + k]) > cgc_load(logits[r * c + best])) best = k;\n"
             "        part += best == labels[r] ? 1.0 : 0.0;\n");
-    end_row_sum(d, "(float)total");
+    end_row_sum(d, "(float)total", CUDA_BLOCK);
 }
 
 /* ---- the rest ---- */
