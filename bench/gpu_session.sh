@@ -32,7 +32,9 @@
 #            mode (test_emu_models --cuda gpt), image_windows.net again (tf32), chars.net's
 #            text windows gathered on the GPU against the CPU's (40 steps, default and
 #            reduce-overhead), memcheck of both, the whole training run in reduce-overhead,
-#            and bench/bench_gpt.py (cgc's modes against PyTorch eager and torch.compile);
+#            a profile of 3 steps (the costliest launches), and bench/bench_gpt.py (cgc's
+#            modes against PyTorch eager and torch.compile: on an H200 its fp32 half alone
+#            took over 250 s, torch.compile max-autotune tuning each GEMM; give it a call);
 #            the corpus is fortunes' cookie (data/fortunes/cookie where the machine lacks
 #            Debian's); not in the default PARTS
 #   ranks    a job of one rank (--nproc 1: its gradients summed over it through NCCL)
@@ -170,9 +172,11 @@ if part gpt; then
     [ -f "$TEXT" ] || TEXT=$PWD/data/fortunes/cookie
     mkdir -p "$OUT/gpt-models"
     sed "s|text(\"[^\"]*\"|text(\"$TEXT\"|" models/gpt.net >"$OUT/gpt-models/gpt.net"
-    CGC_MODELS_DIR="$OUT/gpt-models" run gpt_kernels build-gpu/tests/test_emu_models --cuda gpt
+    # a model named alone runs in fp32 only: each precision is named
+    CGC_MODELS_DIR="$OUT/gpt-models" run gpt_kernels build-gpu/tests/test_emu_models --cuda \
+        gpt:fp32 gpt:bf16 gpt:tf32 gpt:fp16
     CGC_MODELS_DIR="$PWD/tests/emu/models" run gpt_image_windows build-gpu/tests/test_emu_models --cuda \
-        image_windows
+        image_windows:tf32
     tail -qn 1 "$OUT/gpt_kernels.log" "$OUT/gpt_image_windows.log" | tee -a "$OUT/summary.txt"
     # the device's windows, gathered from the mapped file at each epoch's phase (40 steps
     # cross two epochs), train chars.net as the CPU's do
@@ -193,6 +197,21 @@ if part gpt; then
     run gpt_train "$CGC" "$OUT/gpt-models/gpt.net" --device cuda --mode reduce-overhead -v
     grep -E "captured|median step|test_loss|epoch 7|error" "$OUT/gpt_train.log" | tail -6 |
         tee -a "$OUT/summary.txt"
+    # where a step's device time goes: the launches of 3 profiled steps, the costliest first
+    run gpt_profile "$CGC" "$OUT/gpt-models/gpt.net" --device cuda --mode default --steps 20 \
+        --profile "$OUT/gpt_trace.json"
+    python3 - "$OUT/gpt_trace.json" <<'PY' | tee -a "$OUT/summary.txt"
+import collections, json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+steps = sum(e.get("cat") == "step" for e in events)
+us = collections.Counter()
+for e in events:
+    if e.get("cat") in ("kernel", "gemm"):
+        us[e["name"]] += e.get("dur", 0) / max(steps, 1)
+print(f"gpt.net, default mode: {sum(us.values()):.0f} us of launches per step ({steps} steps profiled)")
+for name, t in us.most_common(12):
+    print(f"  {t:8.1f} us  {name}")
+PY
     run bench_gpt python3 bench/bench_gpt.py --cgc "$CGC" --text "$TEXT" --out "$OUT" \
         ${BENCH_DRY_RUN:+--dry-run}
     cat "$OUT/bench_gpt.md" 2>/dev/null | tee -a "$OUT/summary.txt"
