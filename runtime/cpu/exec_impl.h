@@ -550,31 +550,42 @@ static void SFX(embed_grad)(CpuExec *e, const IrGraph *g, const IrNode *node, co
             for (int64_t j = 0; j < width; j++) out[index[p] * width + j] += d[p * width + j];
 }
 
-/* X [.., T, T] with node->value where the column is past the row. */
+/* X [.., T, T] with node->value where the column is past the row: each row of T is its
+ * first r + 1 values copied, the rest filled. */
 static void SFX(causal_mask)(const IrNode *node, REAL *out, const REAL *x, const Dims *xd)
 {
-    int64_t t = xd->d[xd->rank - 1], n = dims_numel(xd);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = i % t > i / t % t ? (REAL)node->value : x[i];
+    int64_t t = xd->d[xd->rank - 1], rows = t ? dims_numel(xd) / t : 0;
+#pragma omp parallel for schedule(static) if (rows * t >= PAR_MIN)
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t keep = i % t + 1;
+        memcpy(out + i * t, x + i * t, (size_t)keep * sizeof(REAL));
+        for (int64_t c = keep; c < t; c++) out[i * t + c] = (REAL)node->value;
+    }
 }
 
 /* ---- shape ops ---- */
 
 /* Output element i read from the input at its coordinates, axis a of the output being
- * axis PERM(node, a) of the input XD. */
+ * axis PERM(node, a) of the input XD: a row of the output's last axis at a time, its
+ * start found from the row's coordinates, its elements a constant stride apart. */
 static void SFX(permute)(const IrNode *node, REAL *out, const REAL *x, const Dims *xd)
 {
-    int64_t stride[IR_MAX_RANK], dim[IR_MAX_RANK], n = dims_numel(xd), s = 1;
-    for (int a = xd->rank - 1; a >= 0; a--) stride[a] = s, s *= xd->d[a];
-    for (int a = 0; a < xd->rank; a++) dim[a] = xd->d[ir_perm_axis(node, a)];
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        int64_t q = i, at = 0;
-        for (int a = xd->rank - 1; a >= 0; a--) {
-            at += q % dim[a] * stride[ir_perm_axis(node, a)];
+    int64_t stride[IR_MAX_RANK], from[IR_MAX_RANK], dim[IR_MAX_RANK], s = 1;
+    int last = xd->rank - 1;
+    for (int a = last; a >= 0; a--) stride[a] = s, s *= xd->d[a];
+    for (int a = 0; a <= last; a++) {
+        dim[a] = xd->d[ir_perm_axis(node, a)];
+        from[a] = stride[ir_perm_axis(node, a)];
+    }
+    int64_t len = dim[last], step = from[last], rows = len ? dims_numel(xd) / len : 0;
+#pragma omp parallel for schedule(static) if (rows * len >= PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t q = r, at = 0;
+        for (int a = last - 1; a >= 0; a--) {
+            at += q % dim[a] * from[a];
             q /= dim[a];
         }
-        out[i] = x[at];
+        for (int64_t j = 0; j < len; j++) out[r * len + j] = x[at + j * step];
     }
 }
 
