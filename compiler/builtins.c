@@ -392,13 +392,14 @@ static bool fixed_last_dim(Sema *S, const Builtin *fn, const AstExpr *arg, int x
     return true;
 }
 
-/* embedding(tokens, vocab, dim): the rows of NAME.weight [vocab, dim] (normal, as
- * nn.Embedding) at the i32 tokens, [..., dim]. */
+/* embedding(tokens, vocab, dim, std = 1): the rows of NAME.weight [vocab, dim] (normal
+ * with standard deviation std, 1 as nn.Embedding) at the i32 tokens, [..., dim]. */
 static int lower_embedding(Sema *S, const Builtin *fn, const AstExpr *call, const AstExpr **args)
 {
     int tokens = args[0]->kind == AST_NAME ? sema_lower_name(S, args[0], true)
                                            : sema_lower_expr(S, args[0]);
     int64_t vocab, dim;
+    double std = 1.0;
     bool ok = tokens != POISON;
     if (ok && !is_int_value(S, tokens)) {
         diag_error(S->src, args[0]->loc, "embedding: tokens must be an i32 input, not %s in '%s'",
@@ -407,6 +408,7 @@ static int lower_embedding(Sema *S, const Builtin *fn, const AstExpr *call, cons
     }
     ok &= sema_const_int(S->src, args[1], "embedding: vocab", 1, MAX_ELEMENTS, &vocab) == 0;
     ok &= sema_const_int(S->src, args[2], "embedding: dim", 1, MAX_ELEMENTS, &dim) == 0;
+    if (args[3]) ok &= sema_const_real(S->src, args[3], "embedding: std", REAL_GT0, &std) == 0;
     if (!ok) return POISON;
     if (vocab * dim > MAX_ELEMENTS) {
         diag_error(S->src, args[1]->loc, "embedding: the table %s.weight [%lld, %lld] would have "
@@ -421,7 +423,7 @@ static int lower_embedding(Sema *S, const Builtin *fn, const AstExpr *call, cons
     }
     ys.dim[ys.rank++] = dim;
     if (!sema_check_size(S, &ys, call->loc)) return POISON;
-    int w = add_param(S, "weight", (Shape){2, {vocab, dim}}, IR_INIT_NORMAL, 1.0, call->loc);
+    int w = add_param(S, "weight", (Shape){2, {vocab, dim}}, IR_INIT_NORMAL, std, call->loc);
     int in = ir_node_input(node_of(S, tokens));
     if (in >= 0 && (S->p->inputs[in].index_rows == 0 || vocab < S->p->inputs[in].index_rows))
         S->p->inputs[in].index_rows = vocab;
@@ -968,7 +970,7 @@ static const Builtin builtins[] = {
     {{"max", {"x", "axis"}, 1}, lower_reduce, IR_MAX, false},
     {{"matmul", {"a", "b"}, 2}, lower_matmul, IR_MATMUL, false},
     {{"transpose", {"x"}, 1}, lower_transpose, IR_TRANSPOSE, false},
-    {{"embedding", {"tokens", "vocab", "dim"}, 3}, lower_embedding, IR_EMBED, true},
+    {{"embedding", {"tokens", "vocab", "dim", "std"}, 3}, lower_embedding, IR_EMBED, true},
     {{"arange", {"n"}, 1}, lower_arange, IR_ARANGE, false},
     {{"attention", {"q", "k", "v", "heads", "causal"}, 3}, lower_attention, IR_SOFTMAX, false},
     {{"permute", {"x", "dims"}, 2}, lower_permute, IR_PERMUTE, false},

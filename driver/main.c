@@ -89,6 +89,8 @@ static const char usage_text[] =
     "  --stop-after K          stop after global step K as if interrupted (saving when\n"
     "                          --save is given); schedules still span the whole run\n"
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
+    "  --metrics-every N       also one every N steps: the mean training loss since the\n"
+    "                          last (on a GPU, read back each time)\n"
     "  --detect-anomaly        check the values of every op and stop at the first NaN or\n"
     "                          infinity, naming the op, its line and the step (on a GPU:\n"
     "                          every value the plan stores, read back after each graph\n"
@@ -140,7 +142,7 @@ static const char usage_text[] =
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_DETECT_ANOMALY,
-       OPT_METRICS, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
+       OPT_METRICS, OPT_METRICS_EVERY, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
        OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH,
        OPT_TUNE_BUDGET, OPT_TUNE_FILE, OPT_NPROC };
 
@@ -461,6 +463,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"stop-after", required_argument, NULL, OPT_STOP_AFTER};
     opts[n++] = (struct option){"detect-anomaly", no_argument, NULL, OPT_DETECT_ANOMALY};
     opts[n++] = (struct option){"metrics", required_argument, NULL, OPT_METRICS};
+    opts[n++] = (struct option){"metrics-every", required_argument, NULL, OPT_METRICS_EVERY};
     opts[n++] = (struct option){"check", no_argument, NULL, OPT_CHECK};
     opts[n++] = (struct option){"emit", required_argument, NULL, OPT_EMIT};
     opts[n++] = (struct option){"mode", required_argument, NULL, OPT_MODE};
@@ -536,6 +539,10 @@ static int parse_args(int argc, char **argv, Cli *cli)
             break;
         }
         case OPT_LR: cli->lr = optarg; break;
+        case OPT_METRICS_EVERY:
+            if (!parse_count(optarg, &cli->run.metrics_every) || cli->run.metrics_every == 0)
+                return usage_error("--metrics-every takes a positive number of steps, not '%s'", optarg);
+            break;
         case OPT_STOP_AFTER:
             if (!parse_count(optarg, &cli->run.stop_after) || cli->run.stop_after == 0)
                 return usage_error("--stop-after takes a positive step number (at most "
@@ -560,6 +567,9 @@ static int parse_args(int argc, char **argv, Cli *cli)
         }
     }
     if (cli->devices && optind == argc) return 0;
+    if (cli->run.metrics_every && !cli->run.metrics_path)
+        return usage_error("%s", "--metrics-every N adds objects to the --metrics file; give "
+                                 "--metrics FILE too");
     if (cli->device && !backend_device_name_ok(cli->device))
         return usage_error("--device takes auto, cpu, cuda or cuda:N (cgc --devices lists the "
                            "GPUs), not '%s'", diag_quote(cli->device, 40));

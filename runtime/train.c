@@ -634,6 +634,25 @@ static int check_scaler(Trainer *t, const TrainProgress *pr)
     return -1;
 }
 
+/* --metrics-every N: after every Nth step, the mean loss of the micro-batches since the
+ * previous record (over the ranks, as the epoch's), read back from a device each time. */
+static int report_steps(Trainer *t, TrainProgress *pr)
+{
+    int64_t every = t->o->metrics_every;
+    if (!every || pr->step % every != 0) return 0;
+    if (t->ops->read_totals(t, pr, true) != 0) return -1;
+    double since = pr->loss_sum - t->every_sum;
+    int64_t n = pr->loss_count - t->every_count;
+    t->every_sum = pr->loss_sum;
+    t->every_count = pr->loss_count;
+    if (t->ranks > 1 && train_sum_over_ranks(t, &since, 1, "the steps' loss") != 0) return -1;
+    if (!t->metrics) return 0;
+    fprintf(t->metrics, "{\"step\":%lld", (long long)pr->step);
+    json_number(t->metrics, "train_loss", n ? since / t->ranks / (double)n : NAN);
+    fputs("}\n", t->metrics);
+    return out_flush(t->metrics, TRAIN_METRICS_ROLE, t->o->metrics_path, false);
+}
+
 /* Trains the rest of epoch PR->epoch. */
 static RunState train_epoch(Trainer *t, TrainProgress *pr)
 {
@@ -645,9 +664,13 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
     int64_t end = t->steps_per_epoch * c->accumulate;
     double sum0 = pr->loss_sum;
     int64_t count0 = pr->loss_count;
+    t->every_sum = sum0;
+    t->every_count = count0;
     RunState state = RUN_ON;
     while (pr->batch_in_epoch < end) {
-        if (train_step_profiled(t, pr) != 0 || progress(t, pr, started) != 0) return RUN_FAILED;
+        if (train_step_profiled(t, pr) != 0 || progress(t, pr, started) != 0 ||
+            report_steps(t, pr) != 0)
+            return RUN_FAILED;
         if (!t->first_loss_known && note_first_loss(t, pr, sum0, count0) != 0) return RUN_FAILED;
         if (!t->o->device && check_scaler(t, pr) != 0) return RUN_FAILED;   /* cheap on the CPU */
         if (pr->step >= t->total_steps) { state = RUN_DONE; break; }

@@ -39,6 +39,7 @@ typedef struct RunOptions {
     const char *metrics_path;   /* NULL: no metrics file; else TRAIN_METRICS_ROLE's output */
     const char *profile_path;   /* --profile: a trace of a few steps (profile.h) */
     int64_t stop_after;         /* stop after this global step as if interrupted; 0 = never */
+    int64_t metrics_every;      /* also a metrics object every this many steps; 0 = never */
     bool quiet;
     bool verbose;               /* -v: on a device, also the median step time */
     bool detect_anomaly;        /* check every op's values; stop at the first NaN or inf

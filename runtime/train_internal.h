@@ -80,6 +80,9 @@ struct Trainer {
      * when resumed mid-epoch), the same on every rank; each adds its own losses to it. */
     int rank, ranks;
     double loss_base;
+    /* --metrics-every: the epoch's loss sum and count at the last step record. */
+    double every_sum;
+    int64_t every_count;
     /* The mean loss of the first step this run took (at FIRST_LOSS_STEP), once known: what
      * an epoch's mean loss is compared with, to tell a run that diverges. */
     bool first_loss_known, diverging_said;

@@ -44,10 +44,11 @@ add_test(NAME crosscheck_torch
                  ${CMAKE_SOURCE_DIR}/scripts/crosscheck_torch.py ${CGC_BIN})
 set_tests_properties(crosscheck_torch PROPERTIES LABELS "cpu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77)
 
-# models/gpt.net against a GPT written in PyTorch (scripts/crosscheck_gpt.py): 30 AdamW
-# steps from the same seeded weights on the same text windows; skipped without
-# python3-torch or Debian's fortunes.
-add_test(NAME crosscheck_gpt COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/scripts/crosscheck_gpt.py ${CGC_BIN} 30)
+# models/gpt.net against a GPT written in PyTorch (scripts/crosscheck_gpt.py): step 0's
+# gradients, each of 50 AdamW steps' losses and the weights after them, from the same
+# seeded weights on the same text windows; skipped without python3-torch or Debian's
+# fortunes.
+add_test(NAME crosscheck_gpt COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/scripts/crosscheck_gpt.py ${CGC_BIN} 50)
 set_tests_properties(crosscheck_gpt PROPERTIES LABELS "cpu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77)
 
 # The image layers against PyTorch (tests/torch_image_oracle.py): randomly drawn

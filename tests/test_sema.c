@@ -258,6 +258,33 @@ static void test_many_bindings(void)
 
 /* source_line_start finds every line, the empty ones and the one after a final newline
  * included, and no line that is not there. */
+/* embedding's std is the standard deviation of its table's normal initialisation. */
+static void test_embedding_std(void)
+{
+    static const char text[] =
+        "model m {\n"
+        "    input x: i32[N, 8]\n"
+        "    input y: i32[N, 8]\n"
+        "    tok = embedding(x, 64, 16, std = 0.02)\n"
+        "    pos = embedding(arange(8), 8, 16)\n"
+        "    logits = linear(tok + pos, 64)\n"
+        "    output logits\n"
+        "    loss cross_entropy(logits, y)\n"
+        "}\n";
+    Source *src = source_from_string("std.net", text, sizeof text - 1);
+    AstFile *file = parse_file(src);
+    IrProgram *p = file ? sema_check(src, file) : NULL;
+    CHECK(p != NULL && p->ntensors >= 2);
+    for (int i = 0; p && i < p->ntensors; i++) {
+        const IrTensor *t = &p->tensors[i];
+        if (strcmp(t->name, "tok.weight") == 0) CHECK(t->init == IR_INIT_NORMAL && t->init_value == 0.02);
+        if (strcmp(t->name, "pos.weight") == 0) CHECK(t->init == IR_INIT_NORMAL && t->init_value == 1.0);
+    }
+    ir_program_free(p);
+    ast_free(file);
+    source_free(src);
+}
+
 static void test_source_lines(void)
 {
     Source *src = source_from_string("lines.net", "a\nbb\n\nccc\n", 10);
@@ -305,6 +332,7 @@ int main(void)
     test_epochs_and_steps();
     test_lr_flag();
     test_many_bindings();
+    test_embedding_std();
     test_source_lines();
     test_errors_return_null();
     return check_result();

@@ -25,7 +25,7 @@ expect() {  # expect DESCRIPTION STATUS PATTERN -- ARGS...   (pattern searched i
   fi
 }
 expect "help" 0 "usage: cgc FILE.net" -- --help
-for flag in --check --dump-ir --device --save --resume --stop-after --detect-anomaly --metrics --quiet --version \
+for flag in --check --dump-ir --device --save --resume --stop-after --detect-anomaly --metrics --metrics-every --quiet --version \
             --data --batch --epochs --steps --shuffle --drop-last --optimizer --lr --schedule \
             --precision --accumulate --clip-norm --checkpoint --memory --seed \
             --arch --devices --emit --mode --verbose --dump-ir-after --explain --stats \
@@ -54,6 +54,10 @@ if ! "$cgc" --devices | grep -q '^cuda:0'; then
     expect "cuda device number" 2 "--device takes auto, cpu, cuda or cuda:N .*not 'cuda:x'" -- \
         "$root/models/regression.net" --device cuda:x
 fi
+expect "metrics-every needs metrics" 2 "--metrics-every N adds objects to the --metrics file; give --metrics FILE too" -- \
+    "$root/models/mlp.net" --metrics-every 10
+expect "metrics-every zero" 2 "--metrics-every takes a positive number of steps, not '0'" -- \
+    "$root/models/mlp.net" --metrics-every 0 --metrics "$tmp/never.jsonl"
 expect "arch needs check" 2 "--arch goes with --check" -- "$root/models/mlp.net" --arch sm_90
 expect "emit with explain" 2 "--emit writes its files .* not go with --explain or --dump-ir" -- \
     "$root/models/mlp.net" --check --emit "$tmp/never" --explain

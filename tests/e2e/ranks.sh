@@ -43,9 +43,20 @@ for mode in eager default reduce-overhead max-autotune; do
 done
 # text: each rank gathers its rows' windows from the mapped file, at the epoch's phase
 txt="$root/tests/emu/text/chars.net"
-run "text, one rank" 0 "done at step 40" -- "$cgc" "$txt" --device cpu --steps 40 --save "$tmp/t1.st"
-run "text, two ranks" 0 "done at step 40" -- "${mpi[@]}" -n 2 "$cgc" "$txt" --device cpu --steps 40 --save "$tmp/t2.st"
+run "text, one rank" 0 "done at step 40" -- "$cgc" "$txt" --device cpu --steps 40 --save "$tmp/t1.st" \
+    --metrics "$tmp/t1.jsonl" --metrics-every 4
+run "text, two ranks" 0 "done at step 40" -- "${mpi[@]}" -n 2 "$cgc" "$txt" --device cpu --steps 40 --save "$tmp/t2.st" \
+    --metrics "$tmp/t2.jsonl" --metrics-every 4
 same "text: two ranks against one" "$tmp/t1.st" "$tmp/t2.st" 1e-5
+# --metrics-every: each record the mean loss of its 4 steps over both ranks, as one rank's
+steps=$(python3 - "$tmp/t1.jsonl" "$tmp/t2.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p) if '"epoch"' not in l] for p in sys.argv[1:])
+worst = max(abs(x["train_loss"] - y["train_loss"]) / abs(x["train_loss"]) for x, y in zip(a, b))
+print(f"{len(a)} {len(b)} {[r['step'] for r in a] == list(range(4, 41, 4))} {worst:.1e} {worst < 1e-5}")
+PY
+)
+[ "$steps" != "${steps%True * True}" ] && ok || bad "text: step records of two ranks against one: $steps" "$(cat "$tmp/t2.jsonl")"
 run "--nproc 2" 0 "done at step 16" -- "$cgc" "$m" --device cpu --nproc 2 --save "$tmp/nproc.st"
 same "--nproc 2 against mpirun -n 2 (bit for bit)" "$tmp/two.st" "$tmp/nproc.st" 0
 # a job of one rank sums over it: a sum over one rank is the value, so bit for bit
