@@ -16,6 +16,7 @@ typedef enum RngStream {
     RNG_SHUFFLE = 2,    /* data order: counter = (epoch << 40) + draw */
     RNG_SYNTHETIC = 3,  /* synthetic data */
     RNG_TEXT = 4,       /* where a text's windows start: counter = epoch */
+    RNG_SAMPLE = 5,     /* sampling text: counter = the sample (generate.c) and the byte */
     RNG_DROPOUT = 16,   /* dropout node with stream s uses RNG_DROPOUT + s */
 } RngStream;
 

@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "job.h"
 #include "../runtime/comm.h"
+#include "../runtime/generate.h"
 #include "../runtime/profile.h"
 #include "../runtime/safetensors.h"
 #include "../runtime/train.h"
@@ -88,6 +89,12 @@ static const char usage_text[] =
     "  --resume FILE           continue the run saved in FILE\n"
     "  --stop-after K          stop after global step K as if interrupted (saving when\n"
     "                          --save is given); schedules still span the whole run\n"
+    "  --generate PROMPT       continue PROMPT with a text model's --resume weights and\n"
+    "                          exit (on the CPU; the file's seed draws)\n"
+    "  --tokens N              bytes --generate samples (default 200)\n"
+    "  --temperature T         logits divided by T before sampling (default 1; 0: the\n"
+    "                          likeliest byte each time)\n"
+    "  --top-k K               sample among the K likeliest bytes (default 0: all)\n"
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
     "  --metrics-every N       also one every N steps: the mean training loss since the\n"
     "                          last (on a GPU, read back each time)\n"
@@ -144,7 +151,8 @@ enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_S
        OPT_DETECT_ANOMALY,
        OPT_METRICS, OPT_METRICS_EVERY, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
        OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH,
-       OPT_TUNE_BUDGET, OPT_TUNE_FILE, OPT_NPROC };
+       OPT_TUNE_BUDGET, OPT_TUNE_FILE, OPT_NPROC, OPT_GENERATE, OPT_TOKENS, OPT_TEMPERATURE,
+       OPT_TOP_K };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -177,6 +185,9 @@ typedef struct Cli {
     double passes_s;            /* the front end and the passes up to training lowering */
     Override overrides[NUM_TRAIN_FLAGS * 4 + 1];   /* + 1: --lr goes last */
     int noverrides;
+    const char *generate;       /* --generate: the prompt, or NULL */
+    GenerateOptions gen;        /* --tokens, --temperature, --top-k */
+    bool gen_flags;             /* one of them was given */
 } Cli;
 
 static int usage_error(const char *fmt, const char *arg)
@@ -216,6 +227,18 @@ static bool parse_seconds(const char *s, double *out)
     if (!*s || !strchr("0123456789.", *s)) return false;   /* no sign, inf, nan, blanks */
     double v = strtod(s, &end);
     if (*end || errno || !(v > 0 && v <= 86400) || strpbrk(s, "xXpP")) return false;
+    *out = v;
+    return true;
+}
+
+/* --temperature: a decimal in [0, 100]; false for anything else. */
+static bool parse_temperature(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    if (!*s || !strchr("0123456789.", *s)) return false;
+    double v = strtod(s, &end);
+    if (*end || errno || !(v >= 0 && v <= 100) || strpbrk(s, "xXpP")) return false;
     *out = v;
     return true;
 }
@@ -451,7 +474,7 @@ static int check_outputs(const Cli *cli, bool trains)
 /* Returns 0 when the command line is well formed, else the exit status. */
 static int parse_args(int argc, char **argv, Cli *cli)
 {
-    static struct option opts[NUM_TRAIN_FLAGS + 32];
+    static struct option opts[NUM_TRAIN_FLAGS + 40];
     int n = 0;
     for (int i = 0; i < NUM_TRAIN_FLAGS; i++)
         opts[n++] = (struct option){train_flags[i][0], required_argument, NULL, OPT_TRAIN_KEY + 100 + i};
@@ -475,6 +498,10 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"profile", required_argument, NULL, OPT_PROFILE};
     opts[n++] = (struct option){"bench", no_argument, NULL, OPT_BENCH};
     opts[n++] = (struct option){"tune-budget", required_argument, NULL, OPT_TUNE_BUDGET};
+    opts[n++] = (struct option){"generate", required_argument, NULL, OPT_GENERATE};
+    opts[n++] = (struct option){"tokens", required_argument, NULL, OPT_TOKENS};
+    opts[n++] = (struct option){"temperature", required_argument, NULL, OPT_TEMPERATURE};
+    opts[n++] = (struct option){"top-k", required_argument, NULL, OPT_TOP_K};
     opts[n++] = (struct option){"tune-file", required_argument, NULL, OPT_TUNE_FILE};
     opts[n++] = (struct option){"nproc", required_argument, NULL, OPT_NPROC};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
@@ -539,6 +566,23 @@ static int parse_args(int argc, char **argv, Cli *cli)
             break;
         }
         case OPT_LR: cli->lr = optarg; break;
+        case OPT_GENERATE: cli->generate = optarg; break;
+        case OPT_TOKENS:
+            cli->gen_flags = true;
+            if (!parse_count(optarg, &cli->gen.tokens) || cli->gen.tokens == 0 || cli->gen.tokens > 1000000)
+                return usage_error("--tokens takes a number of bytes from 1 to 1000000, not '%s'", optarg);
+            break;
+        case OPT_TEMPERATURE:
+            cli->gen_flags = true;
+            if (!parse_temperature(optarg, &cli->gen.temperature))
+                return usage_error("--temperature takes a number from 0 (the likeliest byte) to "
+                                   "100, not '%s'", optarg);
+            break;
+        case OPT_TOP_K:
+            cli->gen_flags = true;
+            if (!parse_count(optarg, &cli->gen.top_k) || cli->gen.top_k > 256)
+                return usage_error("--top-k takes a number of bytes from 0 (all) to 256, not '%s'", optarg);
+            break;
         case OPT_METRICS_EVERY:
             if (!parse_count(optarg, &cli->run.metrics_every) || cli->run.metrics_every == 0)
                 return usage_error("--metrics-every takes a positive number of steps, not '%s'", optarg);
@@ -567,6 +611,22 @@ static int parse_args(int argc, char **argv, Cli *cli)
         }
     }
     if (cli->devices && optind == argc) return 0;
+    if (cli->gen_flags && !cli->generate)
+        return usage_error("%s", "--tokens, --temperature and --top-k shape what --generate "
+                                 "samples; give --generate PROMPT too");
+    if (cli->generate && !cli->run.resume_path)
+        return usage_error("%s", "--generate samples from trained weights: give --resume FILE, a "
+                                 "checkpoint that --save wrote");
+    if (cli->generate && (cli->check || cli->explain || cli->dump_ir || cli->dump_after >= 0 ||
+                          cli->bench || cli->emit_dir || cli->stats_path || cli->run.save_path ||
+                          cli->run.metrics_path || cli->run.stop_after || cli->run.profile_path ||
+                          cli->nproc || cli->tune_file))
+        return usage_error("%s", "--generate samples and exits; it does not go with --check, "
+                                 "--explain, --dump-ir, --bench, --emit, --stats, --save, "
+                                 "--metrics, --stop-after, --profile, --nproc or --tune-file");
+    if (cli->generate && cli->device && strncmp(cli->device, "cuda", 4) == 0)
+        return usage_error("%s", "--generate runs on the CPU reference executor (not yet on a "
+                                 "GPU): drop --device cuda");
     if (cli->run.metrics_every && !cli->run.metrics_path)
         return usage_error("%s", "--metrics-every N adds objects to the --metrics file; give "
                                  "--metrics FILE too");
@@ -738,6 +798,19 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     return leave_job(cli, rc);
 }
 
+/* --generate: a sample of the text model P continuing the prompt, from --resume's weights. */
+static int generate(const IrProgram *p, Source *src, Cli *cli)
+{
+    if (p->cfg.data != DATA_TEXT) {
+        cgc_error("%s: --generate continues text with a byte model, one that trains on "
+                  "text(\"FILE\", context = T); this one does not", cli->path);
+        return -1;
+    }
+    cli->gen.prompt = cli->generate;
+    cli->gen.seed = p->cfg.seed;
+    return generate_run(p, src, cli->run.resume_path, &cli->gen);
+}
+
 /* --nproc N: what each rank would check alone, checked once, then the ranks. */
 static int launch(IrProgram *p, Source *src, Cli *cli, int argc, char **argv)
 {
@@ -819,12 +892,14 @@ static int cgc_main(int argc, char **argv)
 {
     Cli cli;
     memset(&cli, 0, sizeof cli);
+    cli.gen = (GenerateOptions){.tokens = 200, .temperature = 1.0};
     cli.mode = PLAN_DEFAULT;   /* the compiler's fused kernels, as torch.compile's default */
     if (comm_world(&cli.world) != 0) return 1;
     int rc = parse_args(argc, argv, &cli);
     if (rc) return rc;
     if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;
-    bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench;
+    bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench &&
+                  !cli.generate;
     if (cli.world.rank == 0 && (rc = check_outputs(&cli, trains)) != 0) return rc;
     /* a job, even of one rank, when a launcher started it or --nproc asks for one; 0: none */
     int ranks = cli.world.launcher ? cli.world.size : cli.nproc;
@@ -874,6 +949,8 @@ static int cgc_main(int argc, char **argv)
         rc = launch(p, src, &cli, argc, argv);
     else if (cli.dump_after >= 0 && cli.dump_after <= PASS_TRAINING)
         rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
+    else if (cli.generate)
+        rc = generate(p, src, &cli) != 0;
     else
         rc = compile_and_go(p, src, &cli);
     ir_program_free(p);

@@ -272,9 +272,7 @@ typedef struct InputPlan {
     bool y_int;
 } InputPlan;
 
-/* Text feeds two i32[N, T] inputs, T the context: a window's first T bytes to an
- * embedding of at least 256 rows, its last T to a loss of at least 256 classes. */
-static int check_text_inputs(const IrProgram *p, Source *src)
+int data_check_text_inputs(const IrProgram *p, Source *src)
 {
     int64_t t = p->cfg.text_context;
     if (p->ninputs != 2) {
@@ -313,7 +311,7 @@ static int plan_inputs(const IrProgram *p, Source *src, InputPlan *plan)
 {
     SrcLoc data_loc = p->cfg.data_loc;
     if (p->cfg.data == DATA_TEXT) {
-        if (check_text_inputs(p, src) < 0) return -1;
+        if (data_check_text_inputs(p, src) < 0) return -1;
         *plan = (InputPlan){.x_row = p->cfg.text_context, .x_tokens = TEXT_VOCAB,
                             .y_row = p->cfg.text_context, .y_int = true};
         return 0;

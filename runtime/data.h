@@ -49,6 +49,10 @@ typedef struct DataSplits {
  * file when the directory is not found); returns 0, or -1 after reporting. SRC may be
  * NULL in tests. */
 int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits *out);
+/* Text feeds two i32[N, T] inputs, T the context: a window's first T bytes to an
+ * embedding of at least 256 rows, its last T to a loss of at least 256 classes. 0, or -1
+ * after an error at the input that does not fit (SRC: the model's source). */
+int data_check_text_inputs(const IrProgram *p, Source *src);
 void data_free(DataSplits *d);
 
 /* Reads one IDX file (gzip or plain: zlib decides). Validates magic, type byte (only

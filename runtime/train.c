@@ -28,6 +28,7 @@
 #include "../base/outfile.h"
 #include "cpu/exec.h"
 #include "data.h"
+#include "generate.h"
 #include "safetensors.h"
 
 /* ---- the plan: how many micro-batches, steps and epochs ---- */
@@ -634,6 +635,20 @@ static int check_scaler(Trainer *t, const TrainProgress *pr)
     return -1;
 }
 
+/* A text run: after the epoch's line, a short sample of what the model writes now. */
+enum { EPOCH_SAMPLE_BYTES = 120 };
+
+static int epoch_sample(Trainer *t, const TrainProgress *pr)
+{
+    if (t->p->cfg.data != DATA_TEXT || t->o->quiet) return 0;
+    if (t->ops->pull_tensors(t) != 0) return -1;
+    GenerateOptions g = {.prompt = "", .tokens = EPOCH_SAMPLE_BYTES, .temperature = 0.8,
+                         .top_k = 40, .seed = t->p->cfg.seed,
+                         .first_draw = (uint64_t)(pr->epoch + 1) << 32};
+    printf("sample:");
+    return generate_text(t->p, t->tensors, &g, true, stdout);
+}
+
 /* --metrics-every N: after every Nth step, the mean loss of the micro-batches since the
  * previous record (over the ranks, as the epoch's), read back from a device each time. */
 static int report_steps(Trainer *t, TrainProgress *pr)
@@ -689,7 +704,8 @@ static RunState train_epoch(Trainer *t, TrainProgress *pr)
         evp = &ev;
     }
     draw_progress(t, pr, pr->train_seconds, true);
-    if (report_epoch(t, pr, pr->batch_in_epoch - first_micro, pr->train_seconds, evp) != 0)
+    if (report_epoch(t, pr, pr->batch_in_epoch - first_micro, pr->train_seconds, evp) != 0 ||
+        epoch_sample(t, pr) != 0)
         return RUN_FAILED;
     warn_if_diverging(t, pr);
     if (epoch_complete) {

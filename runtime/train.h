@@ -93,6 +93,9 @@ int train_state_save(const char *path, const IrProgram *p, float *const *tensors
 /* Load checks every value against its tensor's range (IrTensor.range). */
 int train_state_load(const char *path, const IrProgram *p, float *const *tensors,
                     TrainProgress *pr, int64_t total_steps);
+/* Only the tensors, to use the model rather than continue its run (its progress is not
+ * read); the same checks of each. */
+int train_state_load_weights(const char *path, const IrProgram *p, float *const *tensors);
 /* The step counters a loaded TENSORS holds against its progress PR, once PR itself is
  * known to be one a run could reach. 0, or -1 after an error naming the file PATH. */
 int train_state_check_counters(const char *path, const IrProgram *p, float *const *tensors,

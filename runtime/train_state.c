@@ -253,31 +253,46 @@ int train_state_check_counters(const char *path, const IrProgram *p, float *cons
     return 0;
 }
 
+/* The checkpoint PATH, its format and model checked against P, or NULL after an error. */
+static StFile *open_checkpoint(const char *path, const IrProgram *p)
+{
+    StFile *f = st_load(path);
+    if (!f) return NULL;
+    const char *format = st_meta(f, "format"), *model = st_meta(f, "cgc.model");
+    if (!format || strcmp(format, "cgc-checkpoint-1") != 0)
+        cgc_error("%s: not a cgc checkpoint (metadata 'format' is %s%s%s); a run resumes from "
+                  "a file that cgc saved", path, format ? "'" : "", format ? diag_quote(format, 40) : "missing",
+                  format ? "'" : "");
+    else if (!model)
+        cgc_error("%s: not a cgc checkpoint: no 'cgc.model' in its metadata", path);
+    else if (strcmp(model, p->model_name) != 0)
+        cgc_error("%s was saved from model '%s', this is model '%s'; a run resumes only from a "
+                  "checkpoint of its own model", path, diag_quote(model, 60), p->model_name);
+    else
+        return f;
+    st_free(f);
+    return NULL;
+}
+
+int train_state_load_weights(const char *path, const IrProgram *p, float *const *tensors)
+{
+    StFile *f = open_checkpoint(path, p);
+    if (!f) return -1;
+    int rc = check_settings(f, path, &p->cfg, true) || load_tensors(f, path, p, tensors) != 0 ||
+             check_values(path, p, tensors) != 0 ? -1 : 0;
+    st_free(f);
+    return rc;
+}
+
 int train_state_load(const char *path, const IrProgram *p, float *const *tensors,
                     TrainProgress *pr, int64_t total_steps)
 {
-    StFile *f = st_load(path);
+    StFile *f = open_checkpoint(path, p);
     if (!f) return -1;
     int rc = -1;
     long long epoch, bie, step, skipped, count, saved_total;
     const long long big = 1ll << 50;
-    const char *format = st_meta(f, "format"), *loss_sum = st_meta(f, "cgc.loss_sum");
-    if (!format || strcmp(format, "cgc-checkpoint-1") != 0) {
-        cgc_error("%s: not a cgc checkpoint (metadata 'format' is %s%s%s); a run resumes from "
-                  "a file that cgc saved", path, format ? "'" : "", format ? diag_quote(format, 40) : "missing",
-                  format ? "'" : "");
-        goto out;
-    }
-    const char *model = st_meta(f, "cgc.model");
-    if (!model) {
-        cgc_error("%s: not a cgc checkpoint: no 'cgc.model' in its metadata", path);
-        goto out;
-    }
-    if (strcmp(model, p->model_name) != 0) {
-        cgc_error("%s was saved from model '%s', this is model '%s'; a run resumes only from a "
-                  "checkpoint of its own model", path, diag_quote(model, 60), p->model_name);
-        goto out;
-    }
+    const char *loss_sum = st_meta(f, "cgc.loss_sum");
     if (meta_int(f, path, "cgc.epoch", 0, big, &epoch) ||
         meta_int(f, path, "cgc.batch_in_epoch", 0, big, &bie) ||
         meta_int(f, path, "cgc.step", 0, big, &step) || meta_int(f, path, "cgc.skipped", 0, big, &skipped) ||

@@ -16,11 +16,14 @@ Fisher-Yates order, the text windows' phase), so nothing of cgc's is read but it
 checkpoints and step losses.
 
     /usr/bin/python3 scripts/crosscheck_gpt.py build/cgc [STEPS]   (default 50)
+    /usr/bin/python3 scripts/crosscheck_gpt.py build/cgc --full   (PyTorch's own whole run:
+        its test loss and time, for BENCHMARKS.md; nothing compared)
 Needs numpy, torch (python3-torch) and Debian's fortunes. Exits 77 when one is missing.
 """
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -35,10 +38,11 @@ except ImportError as e:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from crosscheck_torch import ROOT, compare, init_tensor, params_of, philox, rel_error, run_cgc  # noqa: E402
 
-RNG_INIT, RNG_SHUFFLE, RNG_TEXT = 1, 2, 4
+RNG_INIT, RNG_SHUFFLE, RNG_TEXT, RNG_SAMPLE = 1, 2, 4, 5
 NET = os.path.join(ROOT, "models", "gpt.net")
 TEXT = "/usr/share/games/fortunes/cookie"
 SEED, CONTEXT, BATCH, LAYERS, HEADS, BETA1 = 1, 64, 12, 4, 4, 0.9
+PROMPT, GENERATED, SAMPLINGS = "Q: What is", 80, ((0, 0), (0.8, 40))   # (temperature, top-k)
 
 
 def below(seed, stream, counters, n):
@@ -68,25 +72,60 @@ def initial_weights():
     return weights
 
 
-def training_windows(steps):
-    """The first STEPS batches of epoch 0, as data.c cuts and orders them: (tokens, next)."""
+def splits():
+    """The corpus as data.c splits it: the training bytes, the test bytes."""
     data = np.frombuffer(open(TEXT, "rb").read(), np.uint8)
-    train = data[:len(data) - len(data) // 10]
-    w = CONTEXT + 1
+    return data[:len(data) - len(data) // 10], data[len(data) - len(data) // 10:]
+
+
+def training_windows(steps):
+    """The first STEPS batches, epoch after epoch, as data.c cuts and orders them: (tokens,
+    next)."""
+    train, w = splits()[0], CONTEXT + 1
     n = len(train) // w
     if n > 1 and len(train) - n * w < w - 1:
         n -= 1
-    order = list(range(n))
-    draws = below(SEED, RNG_SHUFFLE, np.arange(n - 1, dtype=np.uint64), np.arange(n, 1, -1, dtype=np.uint64))
-    for k, j in enumerate(draws):      # Fisher-Yates from the back, as data_order
-        i = n - 1 - k
-        order[i], order[j] = order[j], order[i]
-    span = min(len(train) - n * w, w - 1)
-    phase = below(SEED, RNG_TEXT, np.zeros(1, dtype=np.uint64), np.uint64(span + 1))[0] if span > 0 else 0
-    for s in range(steps):
-        rows = [phase + r * w for r in order[s * BATCH:(s + 1) * BATCH]]
-        win = torch.tensor(np.stack([train[r:r + w] for r in rows]).astype(np.int64))
-        yield win[:, :-1], win[:, 1:]
+    span, per_epoch = min(len(train) - n * w, w - 1), n // BATCH
+    for epoch in range(-(-steps // per_epoch)):
+        order = list(range(n))
+        draws = below(SEED, RNG_SHUFFLE, (np.uint64(epoch) << np.uint64(40)) + np.arange(n - 1, dtype=np.uint64),
+                      np.arange(n, 1, -1, dtype=np.uint64))
+        for k, j in enumerate(draws):      # Fisher-Yates from the back, as data_order
+            i = n - 1 - k
+            order[i], order[j] = order[j], order[i]
+        phase = below(SEED, RNG_TEXT, np.full(1, epoch, dtype=np.uint64), np.uint64(span + 1))[0] if span > 0 else 0
+        for s in range(min(per_epoch, steps - epoch * per_epoch)):
+            rows = [phase + r * w for r in order[s * BATCH:(s + 1) * BATCH]]
+            win = torch.tensor(np.stack([train[r:r + w] for r in rows]).astype(np.int64))
+            yield win[:, :-1], win[:, 1:]
+
+
+def test_loss(params):
+    """The mean loss over every position of the test split's windows, in order."""
+    test, w = splits()[1], CONTEXT + 1
+    win = torch.tensor(np.stack([test[r * w:(r + 1) * w] for r in range(len(test) // w)]).astype(np.int64))
+    with torch.no_grad():
+        return F.cross_entropy(gpt_forward(params, win[:, :-1]).reshape(-1, 256), win[:, 1:].reshape(-1)).item()
+
+
+def full_run(steps):
+    """--full: PyTorch's own run of STEPS steps (models/gpt.net's 1,974 by default) from
+    the same start on the same windows: its test loss and time; compares nothing."""
+    import time
+    torch.set_num_threads(2)
+    params = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in initial_weights().items()}
+    opt = torch.optim.AdamW(list(params.values()), lr=1e-3, weight_decay=0.1, betas=(BETA1, 0.999))
+    start, losses = time.perf_counter(), []
+    for i, (tokens, nxt) in enumerate(training_windows(steps)):
+        opt.zero_grad()
+        loss = F.cross_entropy(gpt_forward(params, tokens).reshape(-1, 256), nxt.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    seconds = time.perf_counter() - start
+    print(f"PyTorch {torch.__version__}, {steps} steps in {seconds:.1f} s ({torch.get_num_threads()} threads): last 282 steps' "
+          f"train loss {np.mean(losses[-282:]):.4f}, test loss {test_loss(params):.4f}")
+    return 0
 
 
 def gpt_forward(p, tokens):
@@ -111,17 +150,66 @@ def gpt_forward(p, tokens):
 
 def cgc_runs(cgc, steps):
     """cgc's gradients at step 0 (Adam's first moment after one step is (1 - beta1) times
-    the gradient), and after STEPS steps its tensors, final record and each step's loss."""
+    the gradient), and after STEPS steps its tensors, final record, each step's loss, and
+    what --generate writes from them for each of SAMPLINGS."""
     with tempfile.TemporaryDirectory() as work:
         first, _ = run_cgc(cgc, NET, ["--steps", "1", "--shuffle", "true"], work, "gpt1")
         got, last = run_cgc(cgc, NET, ["--steps", str(steps), "--shuffle", "true", "--metrics-every", "1"],
                             work, "gpt")
         with open(os.path.join(work, "gpt.jsonl")) as f:
             records = [json.loads(line) for line in f]
+        texts = [subprocess.run([cgc, NET, "--resume", os.path.join(work, "gpt.st"), "--generate", PROMPT,
+                                 "--tokens", str(GENERATED), "--temperature", str(t), "--top-k", str(k)],
+                                check=True, capture_output=True).stdout for t, k in SAMPLINGS]
     grads = {k[len("cgc.adam.exp_avg."):]: v / (1 - BETA1) for k, v in first.items()
              if k.startswith("cgc.adam.exp_avg.")}
     losses = [r["train_loss"] for r in records if "epoch" not in r]
-    return grads, got, last, losses
+    return grads, got, last, losses, texts
+
+
+def generate_torch(weights, temperature, top_k):
+    """runtime/generate.c's sampling, with PyTorch's logits of cgc's WEIGHTS: the context
+    (at most the last CONTEXT bytes) from position 0, the byte drawn by
+    rng_uniform(SEED, RNG_SAMPLE, i) from the K likeliest (the lower byte first among
+    equals), exp((logit - max) / temperature) each; temperature 0 takes the likeliest."""
+    p = {k: torch.tensor(v) for k, v in weights.items() if not k.startswith("cgc.")}
+    ctx, out = list(PROMPT.encode()), bytearray(PROMPT.encode())
+    for i in range(GENERATED):
+        window = ctx[-CONTEXT:]
+        tokens = torch.tensor([window + [0] * (CONTEXT - len(window))])
+        with torch.no_grad():
+            logits = gpt_forward(p, tokens)[0, len(window) - 1].double().numpy()
+        order = sorted(range(256), key=lambda b: (-logits[b], b))
+        if temperature == 0:
+            b = order[0]
+        else:
+            top = order[:top_k or 256]
+            w = np.exp((logits[top] - logits[top[0]]) / temperature)
+            u = float((philox(SEED, RNG_SAMPLE, [i]) >> np.uint64(8)).astype(np.float32)[0]
+                      * np.float32(1 / 16777216)) * w.sum()
+            b = top[-1]
+            for j, weight in enumerate(w[:-1]):
+                u -= weight
+                if u < 0:
+                    b = top[j]
+                    break
+        ctx.append(b)
+        out.append(b)
+    return bytes(out) + b"\n"
+
+
+def compare_generated(texts, weights):
+    """What --generate wrote, byte for byte, against the same sampling of PyTorch's logits."""
+    ok = True
+    for (t, k), got in zip(SAMPLINGS, texts):
+        want = generate_torch(weights, t, k)
+        same = got == want
+        ok &= same
+        at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        print(f"{'ok  ' if same else 'FAIL'} gpt.net, --generate {GENERATED} bytes at temperature {t}, "
+              f"top-k {k}: {'the same bytes as PyTorch' if same else f'first differs at byte {at}'}: "
+              f"{got[:60]!r}...")
+    return ok
 
 
 def compare_grads(cgc_grads, torch_grads, shift_free):
@@ -152,12 +240,16 @@ def compare_losses(cgc_losses, torch_losses):
 
 
 def main():
-    cgc = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "cgc"))
-    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+    full = "--full" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--full"]
+    cgc = os.path.abspath(args[0] if args else os.path.join(ROOT, "build", "cgc"))
+    steps = int(args[1]) if len(args) > 1 else 1974 if full else 50
     if not os.path.exists(TEXT):
         print(f"skipped: {TEXT} not installed (apt-get install fortunes)")
         return 77
     os.environ["CGC"] = cgc
+    if full:
+        return full_run(steps)
     torch.set_num_threads(2)
     params = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in initial_weights().items()}
     opt = torch.optim.AdamW(list(params.values()), lr=1e-3, weight_decay=0.1, betas=(BETA1, 0.999))
@@ -172,7 +264,7 @@ def main():
         losses.append(loss.item())
     state = {f"{name}/{key}": opt.state[t][key].detach().numpy()
              for name, t in params.items() for key in ("exp_avg", "exp_avg_sq")}
-    cgc_grads, got, last, cgc_losses = cgc_runs(cgc, steps)
+    cgc_grads, got, last, cgc_losses, texts = cgc_runs(cgc, steps)
     final = {k: v.detach().numpy() for k, v in params.items()}
     # A key's bias adds the same q . b to every score of a query, which the softmax
     # takes away: its gradient is zero, both sides compute rounding noise (about 1e-11),
@@ -181,6 +273,7 @@ def main():
     shift_free = [k for k in final if k.startswith("k") and k.endswith(".bias")]
     ok = compare_grads(cgc_grads, grads, shift_free)
     ok &= compare_losses(cgc_losses, losses)
+    ok &= compare_generated(texts, got)
     for k in shift_free:
         del final[k], state[k + "/exp_avg"], state[k + "/exp_avg_sq"]
     ok &= compare(f"gpt.net, {steps} AdamW steps", got, last["train_loss"], final, state,

@@ -29,7 +29,7 @@ for flag in --check --dump-ir --device --save --resume --stop-after --detect-ano
             --data --batch --epochs --steps --shuffle --drop-last --optimizer --lr --schedule \
             --precision --accumulate --clip-norm --checkpoint --memory --seed \
             --arch --devices --emit --mode --verbose --dump-ir-after --explain --stats \
-            --profile --bench --tune-budget --nproc; do
+            --profile --bench --tune-budget --nproc --generate --tokens --temperature --top-k; do
   expect "help mentions $flag" 0 "$flag" -- --help
 done
 expect "version" 0 "^cgc [0-9]+\.[0-9]+\.[0-9]+" -- --version
@@ -58,6 +58,22 @@ expect "metrics-every needs metrics" 2 "--metrics-every N adds objects to the --
     "$root/models/mlp.net" --metrics-every 10
 expect "metrics-every zero" 2 "--metrics-every takes a positive number of steps, not '0'" -- \
     "$root/models/mlp.net" --metrics-every 0 --metrics "$tmp/never.jsonl"
+expect "tokens needs generate" 2 "--tokens, --temperature and --top-k shape what --generate samples" -- \
+    "$root/models/mlp.net" --tokens 10
+expect "generate needs resume" 2 "--generate samples from trained weights: give --resume FILE" -- \
+    "$root/models/gpt.net" --generate hi
+expect "generate does not save" 2 "--generate samples and exits; it does not go with --check" -- \
+    "$root/models/gpt.net" --generate hi --resume "$tmp/none.st" --save "$tmp/never.st"
+expect "generate on a GPU" 2 "--generate runs on the CPU reference executor .*drop --device cuda" -- \
+    "$root/models/gpt.net" --generate hi --resume "$tmp/none.st" --device cuda
+expect "temperature range" 2 "--temperature takes a number from 0 .* to 100, not '-1'" -- \
+    "$root/models/gpt.net" --generate hi --resume "$tmp/none.st" --temperature -1
+expect "top-k range" 2 "--top-k takes a number of bytes from 0 \(all\) to 256, not '300'" -- \
+    "$root/models/gpt.net" --generate hi --resume "$tmp/none.st" --top-k 300
+expect "generate needs a text model" 1 "--generate continues text with a byte model" -- \
+    "$root/models/mlp.net" --generate hi --resume "$tmp/none.st"
+expect "generate reads a checkpoint" 1 "none.st" -- \
+    "$root/tests/emu/text/chars.net" --generate hi --resume "$tmp/none.st"
 expect "arch needs check" 2 "--arch goes with --check" -- "$root/models/mlp.net" --arch sm_90
 expect "emit with explain" 2 "--emit writes its files .* not go with --explain or --dump-ir" -- \
     "$root/models/mlp.net" --check --emit "$tmp/never" --explain

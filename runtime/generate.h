@@ -1,0 +1,41 @@
+/* generate.h: text from a byte model (--generate, and the sample after each epoch of a
+ * text run).
+ *
+ * A model that trains on text(...) reads a window of T bytes and predicts, at every
+ * position, the next. Generation feeds it the context (the prompt, then what it has
+ * sampled: at most the last T bytes, from position 0, so that a causal model sees what
+ * it saw in training) and samples the next byte from its prediction at the context's last
+ * position, over and over. Each byte runs the evaluation graph (dropout off) over the
+ * whole window on the CPU reference executor: T positions of work, not one; a cache of
+ * the earlier positions' keys and values is not built yet.
+ */
+#ifndef CGC_GENERATE_H
+#define CGC_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../base/diag.h"
+#include "../compiler/ir.h"
+
+typedef struct GenerateOptions {
+    const char *prompt;     /* the bytes to continue; empty: a newline */
+    int64_t tokens;         /* bytes to sample */
+    double temperature;     /* > 0: the logits divided by it; 0: the likeliest byte */
+    int64_t top_k;          /* sample among the K likeliest bytes; 0: among all 256 */
+    uint64_t seed;          /* draw i is rng_uniform(seed, RNG_SAMPLE, first_draw + i) */
+    uint64_t first_draw;
+} GenerateOptions;
+
+/* Writes O->prompt, then O->tokens bytes sampled after it, to OUT, one at a time as each
+ * is drawn; the model's tensors are TENSORS (host f32, every persistent tensor of P).
+ * ESCAPE: bytes other than printable ASCII, newline and tab written as '?'. 0, or -1 after an error. */
+int generate_text(const IrProgram *p, float *const *tensors, const GenerateOptions *o, bool escape,
+                  FILE *out);
+
+/* P's tensors from the checkpoint PATH, then generate_text to stdout. P trains on
+ * text(...); its inputs are checked as the data's are (SRC: P's source). */
+int generate_run(const IrProgram *p, Source *src, const char *path, const GenerateOptions *o);
+
+#endif
