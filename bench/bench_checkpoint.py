@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 
-MODELS = ["bench/models/deep_mlp.net", "models/resmlp.net"]
+MODELS = ["bench/models/deep_mlp.net", "models/resmlp.net", "bench/models/gpt12.net"]
 
 
 def plan(cgc, model, args):

@@ -159,7 +159,9 @@ int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out)
     out->p = p;
     for (int k = 0; k < IR_MAX_SYMBOLS; k++)
         out->symmax[k] = o->symmax[k] > 0 ? o->symmax[k] : k == 0 ? rank_rows(&p->cfg) : 1;
+    /* the forward's FLOPs are counted before fusion interleaves it with the backward */
     if (p->cfg.checkpoint != CKPT_NONE) recompute_choices(p, &out->choices);
+    else out->choices.forward_flops = recompute_forward_flops(p);
     Saved saved;
     save_graphs(p, &saved);
     switch (p->cfg.checkpoint) {

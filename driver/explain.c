@@ -78,8 +78,7 @@ void compiled_write_stats(const Compiled *c, FILE *out)
             c->layout.arena_bytes, compiled_activation_bytes(c), c->layout.persistent_bytes);
     fprintf(out, "  \"memory_budget\": %zu,\n  \"recomputed\": %d,\n", c->budget, c->nrecomputed);
     fprintf(out, "  \"checkpoint_segments\": %d,\n  \"recomputed_flops\": %.0f,\n  \"forward_flops\": %.0f,\n",
-            compiled_segments(c), c->schedule ? c->schedule->flops : 0,
-            recompute_forward_flops(c->p));
+            compiled_segments(c), c->schedule ? c->schedule->flops : 0, c->choices.forward_flops);
     fputs("  \"fusion_groups\": [", out);
     const IrGraph *g = &p->train;
     for (int k = 1; k <= g->ngroups; k++) stats_group(out, g, k, k == 1);

@@ -20,6 +20,13 @@ check regression "$root/models/regression.net" --accumulate 3 --clip-norm 0.5
 check adam "$root/models/regression.net" --optimizer "adam(lr = 1e-3, weight_decay = 1e-4)" --schedule "cosine(warmup = 5)"
 check cnn "$root/models/cnn.net" --batch 16   # batch norm's running statistics resume too
 check text "$root/tests/emu/text/chars.net"     # 16 steps an epoch: the phases resume too
+if [ -f /usr/share/games/fortunes/cookie ]; then   # models/gpt.net's corpus (fortunes)
+  check gpt "$root/models/gpt.net" --batch 4
+  # activation checkpointing recomputes the blocks' values as they were: the same bits
+  "$cgc" "$root/models/gpt.net" --device cpu -q --steps 40 --batch 4 --checkpoint all --save "$dir/gpt-all.st"
+  cmp "$dir/gpt-straight.st" "$dir/gpt-all.st" || { echo "gpt: checkpoint = all differs from none"; exit 1; }
+  echo "gpt: checkpoint = all bit-identical to none"
+fi
 
 # A small real dataset (1200 train, 300 test images of Fashion-MNIST) so that epochs are
 # short: 12 steps of batch 100.

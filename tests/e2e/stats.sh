@@ -22,7 +22,23 @@ for model in "$root"/models/*.net; do
         done
     done
     "$cgc" "$model" --mode default --checkpoint all --explain > "$dir/$name.all.txt"
+    mkdir -p "$dir/ck"
+    for ck in none all; do
+        "$cgc" "$model" --check --arch none --checkpoint $ck --stats "$dir/ck/$name.$ck.json" -q
+    done
 done
+# checkpoint = all recomputes at most one forward pass (the contract), counted against the
+# forward's FLOPs as `none` plans them
+python3 - "$dir/ck" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+for f in sorted(os.listdir(d)):
+    if f.endswith(".all.json"):
+        ck, none = (json.load(open(os.path.join(d, f.replace(".all.", x)))) for x in (".all.", ".none."))
+        fwd = none["forward_flops"]
+        assert fwd > 0 and ck["forward_flops"] == fwd, f"{f}: forward FLOPs {ck['forward_flops']} against {fwd}"
+        assert 0 <= ck["recomputed_flops"] <= fwd, f"{f}: recomputes {ck['recomputed_flops']} of {fwd}"
+PY
 python3 - "$dir" <<'PY'
 import os, re, sys
 d = sys.argv[1]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every model in models/ trains a little and its loss goes down.
+# Every model in models/ trains a little and its loss goes down; so does a character model
+# written from the language contract alone (tests/emu/text/contract.net).
 set -euo pipefail
 cgc=$1 root=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -16,3 +17,7 @@ run() {  # run NAME MODEL ARGS...
 run regression "$root/models/regression.net" --epochs 4
 run resmlp "$root/models/resmlp.net" --epochs 3 --batch 64 --data 'synthetic(samples = 2048)'
 run cnn "$root/models/cnn.net" --epochs 3 --batch 32 --data 'synthetic(samples = 512)'
+run contract "$root/tests/emu/text/contract.net"
+if [ -f /usr/share/games/fortunes/cookie ]; then   # models/gpt.net's corpus (fortunes)
+  run gpt "$root/models/gpt.net" --steps 60 --metrics-every 20
+fi
