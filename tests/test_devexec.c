@@ -168,6 +168,7 @@ typedef struct RunSpec {
     const char *save, *resume, *metrics, *profile;
     StepTimes *times;
     int64_t stop_after;
+    int64_t metrics_every;      /* --metrics-every; 0: epochs only */
     bool tty;                   /* stdout a terminal: the progress bar is drawn */
     double tune_budget_s;       /* max-autotune; 0: the runtime's */
     const char *tune_file;      /* max-autotune: --tune-file; NULL: the cache */
@@ -182,6 +183,7 @@ static int run(Model *m, const RunSpec *s)
     RunOptions o = {
         .net_path = m->path, .src = m->src, .save_path = s->save, .resume_path = s->resume,
         .metrics_path = s->metrics, .stop_after = s->stop_after, .device = s->device,
+        .metrics_every = s->metrics_every,
         .profile_path = s->profile, .step_times = s->times, .tune_budget_s = s->tune_budget_s,
         .tune_file = s->tune_file, .plan = s->device ? m->plan : NULL, .verbose = s->device != NULL,
         .detect_anomaly = s->detect_anomaly,
@@ -362,7 +364,9 @@ static void compare_metrics(const char *got_path, const char *want_path, double 
         CHECK(more);    /* GOT has a line for each of WANT's */
         if (!more) break;
         lines++;
-        CHECK_EQ_INT(json_field(gl, "epoch"), json_field(wl, "epoch"));
+        bool epoch = strstr(wl, "\"epoch\"") != NULL;   /* else a --metrics-every record */
+        CHECK(epoch == (strstr(gl, "\"epoch\"") != NULL));
+        if (epoch) CHECK_EQ_INT(json_field(gl, "epoch"), json_field(wl, "epoch"));
         CHECK_EQ_INT(json_field(gl, "step"), json_field(wl, "step"));
         CHECK_CLOSE(json_field(gl, "train_loss"), json_field(wl, "train_loss"), 1e-6, tol);
         if (strstr(wl, "test_loss"))
@@ -455,6 +459,10 @@ static void check_order(Model *m, int64_t n, int64_t epoch, bool shuffle, unsign
 
 /* Trains FILE with the overrides on the device and on the CPU, and compares; TTY: the
  * device run draws its progress bar on a terminal. */
+/* --metrics-every of check_training's runs: each record's loss is read back from the
+ * device mid-epoch, and must be the CPU's */
+static int64_t metrics_every;
+
 static void check_training(const char *file, const Override *ov, int nov, double tol, bool tty)
 {
     printf("training %s on the emulation (%s mode) and the CPU\n", file, plan_mode_name(mode));
@@ -467,9 +475,11 @@ static void check_training(const char *file, const Override *ov, int nov, double
         snprintf(cpu_metrics, sizeof cpu_metrics, "%s", tmp_path("cpu.jsonl"));
         unlink(dev_metrics);
         unlink(cpu_metrics);
-        RunSpec dev = {.device = m.d, .save = dev_save, .metrics = dev_metrics, .tty = tty};
+        RunSpec dev = {.device = m.d, .save = dev_save, .metrics = dev_metrics, .tty = tty,
+                       .metrics_every = metrics_every};
         CHECK_EQ_INT(run(&m, &dev), 0);
-        CHECK_EQ_INT(run(&m, &(RunSpec){.save = cpu_save, .metrics = cpu_metrics}), 0);
+        CHECK_EQ_INT(run(&m, &(RunSpec){.save = cpu_save, .metrics = cpu_metrics,
+                                        .metrics_every = metrics_every}), 0);
         compare_checkpoints(dev_save, cpu_save, tol);
         compare_metrics(dev_metrics, cpu_metrics, tol);
     }
@@ -1544,7 +1554,9 @@ int main(int argc, char **argv)
     char chars[4200];
     snprintf(chars, sizeof chars, "%s/../tests/emu/text/chars.net", CGC_MODELS_DIR);
     Override txt[1] = {{"steps", "steps", "40"}};
+    metrics_every = 3;
     check_training(chars, txt, 1, 1e-4, false);
+    metrics_every = 0;
     /* 8 steps of 2 micro-batches per epoch: three epochs, the last one cut short */
     Override reg[4] = {{"precision", "precision", "fp32"}, {"steps", "steps", "20"},
                        {"accumulate", "accumulate", "2"}, {"batch", "batch", "500"}};
@@ -1599,7 +1611,9 @@ int main(int argc, char **argv)
     mode = PLAN_REDUCE_OVERHEAD;
     check_training("mlp.net", mlp, 3, 1e-4, false);
     check_training(tokens, tok, 1, 1e-4, false);
+    metrics_every = 3;   /* the loss read back between replays of a captured graph */
     check_training(chars, txt, 1, 1e-4, false);   /* captured again at each new phase */
+    metrics_every = 0;
     check_training("regression.net", reg, 4, 1e-4, true);
     check_training("regression.net", skips, 3, 1e-2, false);
     check_replay_exact("regression.net", reg, 4, 0, false);
