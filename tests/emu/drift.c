@@ -234,6 +234,87 @@ static bool fold_bound(const IrNode *n, const DriftInput *x, const float *ref_ou
     return true;
 }
 
+/* SOFTMAX: exp(x - lse) moves by a factor of at most exp(|dx| + the row's largest |dx|)
+ * (the log-sum-exp moves by at most the largest): twice |dx| + that largest, relative. */
+static bool softmax_bound(const IrNode *n, const DriftInput *x, const int64_t *symvals, float *out,
+                          int64_t count)
+{
+    if (!x->ref) return false;
+    int64_t len = dim_value(&n->shape, n->axis, symvals), rows = len ? count / len : 0;
+    double *worst = calloc((size_t)(rows ? rows : 1), sizeof *worst);
+    if (!worst) return false;
+    for (int64_t j = 0; j < count; j++) {
+        int64_t r = reduced_to(n, &n->shape, j, symvals);
+        worst[r] = fmax(worst[r], abs_difference(x, j));
+    }
+    for (int64_t i = 0; i < count; i++)
+        out[i] = (float)fmin(2.0, 2 * (abs_difference(x, i) + worst[reduced_to(n, &n->shape, i, symvals)]));
+    free(worst);
+    return true;
+}
+
+/* SOFTMAX_GRAD: y (d - s) with s = sum over the row of d y. |ds| is at most a product's
+ * sum of |dd| |y| + |d| |dy| (and the sum's rounding, as a matrix product's), and so
+ * |d out| <= |dy| (|d| + |s|) + |y| (|dd| + |ds|), plus a unit of f32 roundoff of |y| (|d|
+ * + |s|) for the subtraction, which cancels where d is near s; twice that relative to the
+ * reference. */
+static bool softmax_grad_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
+                               const int64_t *symvals, float *out, int64_t count)
+{
+    const DriftInput *d = &in[0], *y = &in[1];
+    if (!d->ref || !y->ref || !ref_out) return false;
+    int64_t len = dim_value(&n->shape, n->axis, symvals), rows = len ? count / len : 0;
+    double *ds = calloc((size_t)(rows ? rows : 1), sizeof *ds);
+    double *s = calloc((size_t)(rows ? rows : 1), sizeof *s);
+    if (!ds || !s) return free(ds), free(s), false;
+    for (int64_t j = 0; j < count; j++) {
+        int64_t r = reduced_to(n, &n->shape, j, symvals);
+        ds[r] += abs_difference(d, j) * magnitude(y, j) + magnitude(d, j) * abs_difference(y, j);
+        s[r] += magnitude(d, j) * magnitude(y, j);
+    }
+    double rounding = sqrt((double)len) * 0x1p-24;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t r = reduced_to(n, &n->shape, i, symvals);
+        double my = magnitude(y, i), spread = magnitude(d, i) + s[r];
+        double diff = abs_difference(y, i) * spread + my * (abs_difference(d, i) + ds[r] + rounding * s[r]) +
+                      my * spread * 0x1p-24;
+        out[i] = (float)fmin(2.0, 2 * diff / fmax(fabs(ref_out[i]), 1e-30));
+    }
+    free(ds), free(s);
+    return true;
+}
+
+/* EMBED_GRAD: row v of the table's gradient sums the rows of d whose index is v, in
+ * position order on both executors: bounded as reduction_bound bounds a sum, over the
+ * positions the reference's indices send to v. */
+static bool embed_grad_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
+                             const int64_t *symvals, float *out, int64_t count)
+{
+    const DriftInput *d = &in[0], *ix = &in[1];
+    if (!d->ref || !ix->index || !ref_out) return false;
+    int64_t rows = dim_value(&n->shape, 0, symvals), width = dim_value(&n->shape, 1, symvals);
+    int64_t positions = ir_numel(ix->shape, symvals);
+    double *acc = calloc((size_t)(count ? count : 1), sizeof *acc);
+    double *mag = calloc((size_t)(count ? count : 1), sizeof *mag);
+    int64_t *uses = calloc((size_t)(rows ? rows : 1), sizeof *uses);
+    if (!acc || !mag || !uses) return free(acc), free(mag), free(uses), false;
+    for (int64_t p = 0; p < positions; p++) {
+        int64_t v = ix->index[p];
+        if (v < 0 || v >= rows) continue;
+        uses[v]++;
+        for (int64_t j = 0; j < width; j++) {
+            acc[v * width + j] += abs_difference(d, p * width + j);
+            mag[v * width + j] += magnitude(d, p * width + j);
+        }
+    }
+    for (int64_t o = 0; o < count; o++) {
+        double rounding = sqrt((double)uses[o / width]) * 0x1p-24;
+        out[o] = (float)fmin(2.0, (2 * acc[o] + rounding * mag[o]) / fmax(fabs(ref_out[o]), 1e-30));
+    }
+    free(acc), free(mag), free(uses);
+    return true;
+}
+
 /* CROSS_ENTROPY: a row's log-sum-exp moves by at most its largest |dx|, and so does the
  * label's logit: the mean of twice each row's largest |dx|, twice that relative to the
  * reference's loss. */
@@ -269,5 +350,8 @@ bool drift_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
         return copy_bound(n, &in[0], symvals, out, count);
     if (n->op == IR_FOLD) return fold_bound(n, &in[0], ref_out, symvals, out, count);
     if (n->op == IR_CROSS_ENTROPY) return cross_entropy_bound(&in[0], ref_out, symvals, out);
+    if (n->op == IR_SOFTMAX) return softmax_bound(n, &in[0], symvals, out, count);
+    if (n->op == IR_SOFTMAX_GRAD) return softmax_grad_bound(n, in, ref_out, symvals, out, count);
+    if (n->op == IR_EMBED_GRAD) return embed_grad_bound(n, in, ref_out, symvals, out, count);
     return false;
 }

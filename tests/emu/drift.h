@@ -32,7 +32,12 @@
  *     magnitudes, which a near-cancelling sum (batch norm's gradients) shows;
  *   - CROSS_ENTROPY: the mean over rows of 2x the row's largest absolute difference (its
  *     log-sum-exp and the label's logit each move by at most that);
- *   - anything else (a softmax, a loss's gradient): no bound.
+ *   - SOFTMAX: twice its input's absolute difference plus the row's largest (the
+ *     log-sum-exp moves by at most that);
+ *   - SOFTMAX_GRAD, y (d - sum(d y)): the sum bounded as a matrix product's, then the
+ *     product and the difference (which cancels where d is near the sum);
+ *   - EMBED_GRAD: a sum per table row over the positions whose index is that row;
+ *   - anything else (log_softmax, a loss's gradient): no bound.
  * A stored node over the tolerance passes when every element's drift is within that
  * bound plus the tolerance: a wrong kernel fed equal inputs has a bound near zero, and
  * fails. The bound adds no tolerance per node, so it does not grow along a chain. */
@@ -57,6 +62,7 @@ typedef struct DriftInput {
     const float *drift;   /* element by element; NULL: not known */
     const float *ref;     /* the reference's values (f32 nodes; sums read it) */
     const float *dev;     /* the device's, where it stored them; NULL: not known */
+    const int32_t *index; /* i32 nodes: the reference's values (EMBED_GRAD reads them) */
 } DriftInput;
 
 /* Bounds node N's drift element by element into OUT (N's elements under SYMVALS) from

@@ -302,7 +302,8 @@ static float *bound_drift(Run *r, const IrGraph *g, int id, int64_t n)
         int t = viewed_tensor(g, node->in[k]);   /* a tensor as read, not as G left it */
         if (t >= 0) ref = r->before[0][t], dev = r->before[1][t];
         in[k] = (DriftInput){ .shape = &x->shape, .drift = r->drift[node->in[k]],
-                              .ref = x->dtype == DT_I32 ? NULL : ref, .dev = dev };
+                              .ref = x->dtype == DT_I32 ? NULL : ref, .dev = dev,
+                              .index = x->dtype == DT_I32 ? ref : NULL };
     }
     int64_t cn = 0;
     const float *ref_out = node->dtype == DT_I32 ? NULL : cpu_exec_value(r->cpu, id, &cn);
