@@ -37,6 +37,10 @@
 #            took over 250 s, torch.compile max-autotune tuning each GEMM; give it a call);
 #            the corpus is fortunes' cookie (data/fortunes/cookie where the machine lacks
 #            Debian's); not in the default PARTS
+#   attention bench/bench_attention.py: attention's training step (T 512 to 4096, head
+#            widths 64 and 128, bf16, causal) in cgc's default and max-autotune modes
+#            against PyTorch's scaled_dot_product_attention, in attention TFLOP/s;
+#            ATTENTION_ARGS adds options (--contexts 512,1024); not in the default PARTS
 #   ranks    a job of one rank (--nproc 1: its gradients summed over it through NCCL)
 #            against no job, in reduce-overhead: mlp.net's weights after 300 steps
 #            (fp32, the sums change nothing) and both models' step times, the wide MLP's
@@ -215,6 +219,12 @@ PY
     run bench_gpt python3 bench/bench_gpt.py --cgc "$CGC" --text "$TEXT" --out "$OUT" \
         ${BENCH_DRY_RUN:+--dry-run}
     cat "$OUT/bench_gpt.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
+if part attention; then
+    step "attention's training step against PyTorch's scaled_dot_product_attention"
+    run bench_attention python3 bench/bench_attention.py --cgc "$CGC" --out "$OUT" \
+        ${BENCH_DRY_RUN:+--dry-run} ${ATTENTION_ARGS:-}
+    cat "$OUT/bench_attention.md" 2>/dev/null | tee -a "$OUT/summary.txt"
 fi
 if part ranks; then
     step "a job of one rank: NCCL's sums over one GPU, against no job"
