@@ -86,6 +86,7 @@ struct Trainer {
     /* The mean loss of the first step this run took (at FIRST_LOSS_STEP), once known: what
      * an epoch's mean loss is compared with, to tell a run that diverges. */
     bool first_loss_known, diverging_said;
+    bool no_sample_said;        /* the epochs' text samples were said to be skipped */
     double first_loss;
     int64_t first_loss_step;
 };
