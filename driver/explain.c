@@ -605,6 +605,42 @@ static void explain_ranks(const Compiled *c, bool on_gpus, FILE *out)
     explain_shard(p, out);
 }
 
+/* The batched product of queries and keys (a TRANS_B matmul of rank 4) that softmax node
+ * S reads, through its scale and the causal mask (CAUSAL: whether there is one), or -1. */
+static int attention_scores(const IrGraph *g, int s, bool *causal)
+{
+    int m = g->nodes[s].in[0];
+    *causal = g->nodes[m].op == IR_CAUSAL_MASK;
+    if (*causal) m = g->nodes[m].in[0];
+    if (g->nodes[m].op == IR_MUL) m = g->nodes[m].in[0];
+    const IrNode *q = &g->nodes[m];
+    return q->op == IR_MATMUL && (q->flags & IR_MATMUL_TRANS_B) && q->shape.rank == 4 ? m : -1;
+}
+
+/* Each attention of the forward graph: its heads and positions, and how it runs. */
+static void explain_attention(const Compiled *c, FILE *out)
+{
+    const IrProgram *p = c->p;
+    const IrGraph *g = &p->forward;
+    bool any = false;
+    for (int id = 0; id < g->nnodes; id++) {
+        bool causal;
+        int m = g->nodes[id].op == IR_SOFTMAX ? attention_scores(g, id, &causal) : -1;
+        if (m < 0) continue;
+        const Shape *s = &g->nodes[m].shape;
+        int64_t heads = s->dim[1], t = s->dim[2], width = g->nodes[g->nodes[m].in[0]].shape.dim[3];
+        if (!any) fputs("\nAttention: each the composition of the table's ops (no fused attention "
+                        "kernel in this build)\n", out);
+        any = true;
+        double bytes = (double)(heads * t * t) * (double)ir_dtype_size(g->nodes[id].dtype) * (double)p->cfg.batch;
+        fprintf(out, "  line %-4d %lld head%s of width %lld over %lld positions%s: scores and "
+                     "probabilities [N, %lld, %lld, %lld], %.2f MB each at batch %lld\n",
+                g->nodes[id].loc.line, (long long)heads, heads == 1 ? "" : "s", (long long)width,
+                (long long)t, causal ? ", causal" : "", (long long)heads, (long long)t, (long long)t,
+                bytes / 1e6, (long long)p->cfg.batch);
+    }
+}
+
 void compiled_explain(const Compiled *c, bool on_gpus, FILE *out)
 {
     const IrProgram *p = c->p;
@@ -618,6 +654,7 @@ void compiled_explain(const Compiled *c, bool on_gpus, FILE *out)
     explain_boundaries(c, out);
     explain_recompute(c, out);
     explain_windows(c, out);
+    explain_attention(c, out);
     explain_memory(c, out);
     explain_ranks(c, on_gpus, out);
     fprintf(out, "\nKernels per training step: %d launches, of which %d GEMMs (plus the data "
