@@ -605,14 +605,22 @@ static void explain_ranks(const Compiled *c, bool on_gpus, FILE *out)
     explain_shard(p, out);
 }
 
+/* Node ID, or what it casts. */
+static int uncast(const IrGraph *g, int id)
+{
+    while (g->nodes[id].op == IR_CAST) id = g->nodes[id].in[0];
+    return id;
+}
+
 /* The batched product of queries and keys (a TRANS_B matmul of rank 4) that softmax node
- * S reads, through its scale and the causal mask (CAUSAL: whether there is one), or -1. */
+ * S reads, through its scale, the causal mask (CAUSAL: whether there is one) and the
+ * precision's casts, or -1. */
 static int attention_scores(const IrGraph *g, int s, bool *causal)
 {
-    int m = g->nodes[s].in[0];
+    int m = uncast(g, g->nodes[s].in[0]);
     *causal = g->nodes[m].op == IR_CAUSAL_MASK;
-    if (*causal) m = g->nodes[m].in[0];
-    if (g->nodes[m].op == IR_MUL) m = g->nodes[m].in[0];
+    if (*causal) m = uncast(g, g->nodes[m].in[0]);
+    if (g->nodes[m].op == IR_MUL) m = uncast(g, g->nodes[m].in[0]);
     const IrNode *q = &g->nodes[m];
     return q->op == IR_MATMUL && (q->flags & IR_MATMUL_TRANS_B) && q->shape.rank == 4 ? m : -1;
 }
@@ -634,10 +642,11 @@ static void explain_attention(const Compiled *c, FILE *out)
         any = true;
         double bytes = (double)(heads * t * t) * (double)ir_dtype_size(g->nodes[id].dtype) * (double)p->cfg.batch;
         fprintf(out, "  line %-4d %lld head%s of width %lld over %lld positions%s: scores and "
-                     "probabilities [N, %lld, %lld, %lld], %.2f MB each at batch %lld\n",
+                     "probabilities [N, %lld, %lld, %lld] stored, the probabilities (%s) %.2f MB "
+                     "at batch %lld\n",
                 g->nodes[id].loc.line, (long long)heads, heads == 1 ? "" : "s", (long long)width,
                 (long long)t, causal ? ", causal" : "", (long long)heads, (long long)t, (long long)t,
-                bytes / 1e6, (long long)p->cfg.batch);
+                ir_dtype_name(g->nodes[id].dtype), bytes / 1e6, (long long)p->cfg.batch);
     }
 }
 

@@ -22,6 +22,7 @@ for model in "$root"/models/*.net; do
         done
     done
     "$cgc" "$model" --mode default --checkpoint all --explain > "$dir/$name.all.txt"
+    [ "$name" = gpt ] && "$cgc" "$model" --precision bf16 --explain > "$dir/gpt.bf16.txt"   # casts in between
     mkdir -p "$dir/ck"
     for ck in none all; do
         "$cgc" "$model" --check --arch none --checkpoint $ck --stats "$dir/ck/$name.$ck.json" -q
@@ -66,10 +67,11 @@ for head, why in want:
     at = mlp.find(head + "\n")
     assert at >= 0 and mlp[at + len(head) + 1:].lstrip().startswith(why), \
         f"mlp default: no '{head}' for '{why}':\n{mlp}"
-gpt = open(os.path.join(d, "gpt.default.txt")).read()
-for line in (18, 29, 40, 51):   # models/gpt.net's attention(q, k, v, heads = 4, causal = true) of [N, 64, 128]
-    want = f"  line {line:<4d} 4 heads of width 32 over 64 positions, causal: scores and probabilities [N, 4, 64, 64]"
-    assert want in gpt, f"gpt default: no attention line {want!r}"
+for run in ("default", "bf16"):
+    gpt = open(os.path.join(d, f"gpt.{run}.txt")).read()
+    for line in (18, 29, 40, 51):   # models/gpt.net's attention(q, k, v, heads = 4, causal = true) of [N, 64, 128]
+        want = f"  line {line:<4d} 4 heads of width 32 over 64 positions, causal: scores and probabilities [N, 4, 64, 64]"
+        assert want in gpt, f"gpt {run}: no attention line {want!r}"
 res = open(os.path.join(d, "resmlp.all.txt")).read()
 assert "checkpointing: recomputed values have kernels of their own" in res, "resmlp all: no phase reason"
 assert "a row group runs one block per row" in res, "resmlp all: no row-group reason"
