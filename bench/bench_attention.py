@@ -101,10 +101,7 @@ def main():
     ap.add_argument("--dry-run", action="store_true",
                     help="every path on the CPU at T = 64 with few steps: checks this script, measures nothing")
     a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    device = "cpu" if a.dry_run else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        sys.exit("bench_attention: no CUDA device for PyTorch (use --dry-run on a CPU)")
+    device = bd.bench_device(a, "bench_attention")
     sizes = bd.Sizes(a.dry_run)
     contexts = [64] if a.dry_run else [int(v) for v in a.contexts.split(",")]
     res = {"device": torch.cuda.get_device_name() if device == "cuda" else "CPU (dry run)",

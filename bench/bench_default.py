@@ -78,6 +78,17 @@ class Sizes:
         self.matmul_n, self.matmul_trials = (256, 3) if dry else (8192, 10)
 
 
+def bench_device(a, name):
+    """The device benchmark NAME runs on, the output folder made: the GPU, or the CPU of a
+    --dry-run (A.dry_run; A.out the folder). Exits when there is no GPU for PyTorch."""
+    os.makedirs(a.out, exist_ok=True)
+    if a.dry_run:
+        return "cpu"
+    if not torch.cuda.is_available():
+        sys.exit(f"{name}: no CUDA device for PyTorch (use --dry-run on a CPU)")
+    return "cuda"
+
+
 # ---- cgc ----
 
 def cgc_env(data_dir):
@@ -421,10 +432,7 @@ def main():
                     help="every path on the CPU with a few steps: checks this script, "
                          "measures nothing")
     a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    device = "cpu" if a.dry_run else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        sys.exit("bench_default: no CUDA device for PyTorch (use --dry-run on a CPU)")
+    device = bench_device(a, "bench_default")
     torch.backends.cuda.matmul.allow_tf32 = False   # fp16 autocast; fp32 parts stay fp32
     sizes = Sizes(a.dry_run)
     train, test = be.load_split(a.data, "train"), be.load_split(a.data, "t10k")

@@ -156,10 +156,7 @@ def main():
     ap.add_argument("--dry-run", action="store_true",
                     help="every path on the CPU with a few steps: checks this script, measures nothing")
     a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    device = "cpu" if a.dry_run else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        sys.exit("bench_gpt: no CUDA device for PyTorch (use --dry-run on a CPU)")
+    device = bd.bench_device(a, "bench_gpt")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     sizes = bd.Sizes(a.dry_run)

@@ -559,10 +559,7 @@ def main():
     unknown = [k for k in keys if k not in MODELS]
     if unknown:
         ap.error(f"--models: unknown {','.join(unknown)} (known: {','.join(MODELS)})")
-    os.makedirs(a.out, exist_ok=True)
-    device = "cpu" if a.dry_run else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        sys.exit("bench_modes: no CUDA device for PyTorch (use --dry-run on a CPU)")
+    device = bd.bench_device(a, "bench_modes")
     sizes = Sizes(a.dry_run)
     a.tmp = tempfile.mkdtemp(prefix="bench_modes_")
     os.environ["XDG_CACHE_HOME"] = os.path.join(a.tmp, "cache")   # cgc's, empty: tuned anew
