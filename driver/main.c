@@ -219,26 +219,15 @@ static bool parse_count(const char *s, int64_t *out)
     return true;
 }
 
-/* --tune-budget: decimal seconds in (0, 86400]; false for anything else. */
-static bool parse_seconds(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    if (!*s || !strchr("0123456789.", *s)) return false;   /* no sign, inf, nan, blanks */
-    double v = strtod(s, &end);
-    if (*end || errno || !(v > 0 && v <= 86400) || strpbrk(s, "xXpP")) return false;
-    *out = v;
-    return true;
-}
-
-/* --temperature: a decimal in [0, 100]; false for anything else. */
-static bool parse_temperature(const char *s, double *out)
+/* A plain decimal (no sign, inf, nan, hex or blanks) at most HI, and above 0 or (ZERO) at
+ * least 0: --tune-budget's seconds, --temperature. False for anything else. */
+static bool parse_decimal(const char *s, bool zero, double hi, double *out)
 {
     char *end;
     errno = 0;
     if (!*s || !strchr("0123456789.", *s)) return false;
     double v = strtod(s, &end);
-    if (*end || errno || !(v >= 0 && v <= 100) || strpbrk(s, "xXpP")) return false;
+    if (*end || errno || !(zero ? v >= 0 : v > 0) || !(v <= hi) || strpbrk(s, "xXpP")) return false;
     *out = v;
     return true;
 }
@@ -553,7 +542,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
         case OPT_PROFILE: cli->run.profile_path = optarg; break;
         case OPT_BENCH: cli->bench = true; break;
         case OPT_TUNE_BUDGET:
-            if (!parse_seconds(optarg, &cli->run.tune_budget_s))
+            if (!parse_decimal(optarg, false, 86400, &cli->run.tune_budget_s))
                 return usage_error("--tune-budget takes seconds (a number above 0, at most 86400), "
                                    "not '%s'", optarg);
             break;
@@ -574,7 +563,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
             break;
         case OPT_TEMPERATURE:
             cli->gen_flags = true;
-            if (!parse_temperature(optarg, &cli->gen.temperature))
+            if (!parse_decimal(optarg, true, 100, &cli->gen.temperature))
                 return usage_error("--temperature takes a number from 0 (the likeliest byte) to "
                                    "100, not '%s'", optarg);
             break;
