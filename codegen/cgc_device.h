@@ -593,4 +593,292 @@ __device__ __forceinline__ void cgc_patch_load(unsigned short (*dst)[C + 8], con
     }
 }
 
+/* ---- attention (codegen/attention.c) ----
+ * Q, K, V, O and their gradients are [bh, t, D] (one head's rows consecutive), lse and
+ * the rows' deltas [bh, t]. A block is 128 threads over a tile of rows (queries, or keys
+ * in the backward's key blocks), 128 / rows threads a row: a row's scores are spread over
+ * its threads (combined by shuffles within the warp), and so are its D outputs. Tiles of
+ * Q, K, V and dO are staged in shared memory as f32 (a padded row apart, so that a
+ * row's threads reading down a column hit different banks); the math is f32, and each
+ * stored value is rounded once. Grid-stride over the items (tiles of every head). Keys
+ * past t, or past the query under CAUSAL, weigh nothing, and whole tiles past the
+ * diagonal are never loaded. */
+__device__ __forceinline__ int64_t cgc_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ROWS rows of X [.., D] from row FIRST into DST (f32), zero past row T. */
+template <int ROWS, int D, typename T>
+__device__ __forceinline__ void cgc_rows_load(float (*dst)[D + 1], const T *x, int64_t first, int64_t t)
+{
+    for (int i = threadIdx.x; i < ROWS * D; i += blockDim.x) {
+        int r = i / D, c = i % D;
+        dst[r][c] = first + r < t ? cgc_load(x[(first + r) * D + c]) : 0.0f;
+    }
+}
+
+/* The sum over the TPR threads of a row (consecutive lanes). */
+template <int TPR>
+__device__ __forceinline__ float cgc_row_sum(float v)
+{
+    for (int w = TPR / 2; w > 0; w /= 2) v += __shfl_xor_sync(0xffffffffu, v, w);
+    return v;
+}
+
+template <int TPR>
+__device__ __forceinline__ float cgc_row_max(float v)
+{
+    for (int w = TPR / 2; w > 0; w /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, w));
+    return v;
+}
+
+/* The forward, for a tile of BQ queries: keys and values BK at a time, S = scale Q K^T,
+ * P = exp(S - m) with the row's running maximum m and sum l (an online softmax), the
+ * accumulated P V rescaled by exp(m_old - m) whenever m grows; O = (P V) / l and
+ * lse = m + log l. */
+template <int D, int BQ, int BK, bool CAUSAL, typename TI, typename TO>
+__device__ void cgc_attention_forward(TO *o, float *lse, const TI *q, const TI *k, const TI *v,
+                                      int64_t bh, int64_t t, float scale)
+{
+    enum { TPR = 128 / BQ, SC = BK / TPR, OC = (D + TPR - 1) / TPR };
+    __shared__ float qs[BQ][D + 1], ks[BK][D + 1], vs[BK][D + 1], ps[BQ][BK + 1];
+    const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+    const int64_t tiles = (t + BQ - 1) / BQ;
+    for (int64_t item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
+        const int64_t head = item / tiles * t, q0 = item % tiles * BQ, query = q0 + row;
+        __syncthreads();   /* the last item is done with qs */
+        cgc_rows_load<BQ, D>(qs, q + head * D, q0, t);
+        float m = -CGC_INF, l = 0, acc[OC];
+        for (int j = 0; j < OC; j++) acc[j] = 0;
+        for (int64_t k0 = 0; k0 < (CAUSAL ? cgc_min64(t, q0 + BQ) : t); k0 += BK) {
+            __syncthreads();   /* the last tile is done with ks, vs and ps */
+            cgc_rows_load<BK, D>(ks, k + head * D, k0, t);
+            cgc_rows_load<BK, D>(vs, v + head * D, k0, t);
+            __syncthreads();
+            float s[SC], top = -CGC_INF;
+            for (int j = 0; j < SC; j++) {
+                int c = sub + j * TPR;
+                float dot = 0;
+                for (int e = 0; e < D; e++) dot += qs[row][e] * ks[c][e];
+                bool keep = k0 + c < t && (!CAUSAL || k0 + c <= query);
+                s[j] = keep ? dot * scale : -CGC_INF;
+                top = fmaxf(top, s[j]);
+            }
+            float m_new = fmaxf(m, cgc_row_max<TPR>(top));   /* -inf: no key yet */
+            float alpha = m_new == -CGC_INF ? 1.0f : expf(m - m_new), sum = 0;
+            for (int j = 0; j < SC; j++) {
+                float p = s[j] == -CGC_INF ? 0.0f : expf(s[j] - m_new);
+                ps[row][sub + j * TPR] = p;
+                sum += p;
+            }
+            l = l * alpha + cgc_row_sum<TPR>(sum);
+            m = m_new;
+            __syncthreads();   /* every row's P is in ps */
+            for (int j = 0; j < OC; j++) {
+                int c = sub + j * TPR;
+                float a = acc[j] * alpha;
+                for (int e = 0; e < BK && c < D; e++) a += ps[row][e] * vs[e][c];
+                acc[j] = a;
+            }
+        }
+        for (int j = 0; j < OC && query < t; j++)
+            if (sub + j * TPR < D) cgc_store(&o[(head + query) * D + sub + j * TPR], acc[j] / l);
+        if (query < t && sub == 0) lse[head + query] = m + logf(l);
+    }
+}
+
+/* The forward on tensor cores, for f16 or bf16 operands (BF16 says which; sm_80 and
+ * later): four warps of 16 queries each (64 a tile), the queries' fragments kept in
+ * registers for the whole tile; S = Q K^T by mma.sync, its accumulators masked and
+ * scaled in place (a row's values spread over a quad of lanes: rows g and g + 8 of the
+ * warp's 16), the online softmax on them, P rounded to the operands' type as the A
+ * fragments of O += P V straight from those accumulators (the layouts agree), V's
+ * fragments read transposed. The head width is padded to 16 with zeros. */
+template <int D, int BK, bool CAUSAL, bool BF16, typename TO>
+__device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short *q,
+                                         const unsigned short *k, const unsigned short *v,
+                                         int64_t bh, int64_t t, float scale)
+{
+    enum { BQ = 64, DP = (D + 15) / 16 * 16, KS = DP / 16, NT = BK / 8, OT = DP / 8 };
+    __shared__ __align__(16) unsigned short qs[BQ][DP + 8], ks[BK][DP + 8], vs[BK][DP + 8];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int64_t tiles = (t + BQ - 1) / BQ;
+    for (int64_t item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
+        const int64_t head = item / tiles * t, q0 = item % tiles * BQ;
+        const int64_t rows[2] = { q0 + warp * 16 + g, q0 + warp * 16 + g + 8 };
+        __syncthreads();   /* the last item is done with qs */
+        cgc_tile_load<BQ, DP, 128>(qs, q + head * D, t, D, q0, 0);
+        cgc_cp_async_commit();
+        cgc_cp_async_wait_all();
+        __syncthreads();
+        uint32_t qa[KS][4];
+        for (int kk = 0; kk < KS; kk++)
+            cgc_ldmatrix(qa[kk], 4, &qs[warp * 16 + lane % 16][kk * 16 + lane / 16 * 8], false);
+        float m[2] = { -CGC_INF, -CGC_INF }, l[2] = { 0, 0 }, acc[OT][4];
+        for (int dj = 0; dj < OT; dj++) acc[dj][0] = acc[dj][1] = acc[dj][2] = acc[dj][3] = 0;
+        for (int64_t k0 = 0; k0 < (CAUSAL ? cgc_min64(t, q0 + BQ) : t); k0 += BK) {
+            __syncthreads();   /* the last tile is done with ks and vs */
+            cgc_tile_load<BK, DP, 128>(ks, k + head * D, t, D, k0, 0);
+            cgc_tile_load<BK, DP, 128>(vs, v + head * D, t, D, k0, 0);
+            cgc_cp_async_commit();
+            cgc_cp_async_wait_all();
+            __syncthreads();
+            float s[NT][4], top[2] = { -CGC_INF, -CGC_INF }, sum[2] = { 0, 0 };
+            for (int j = 0; j < NT; j++) {
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
+                for (int kk = 0; kk < KS; kk++) {
+                    uint32_t kb[2];
+                    cgc_ldmatrix(kb, 2, &ks[j * 8 + lane % 8][kk * 16 + lane / 8 % 2 * 8], false);
+                    cgc_mma_16816(s[j], qa[kk], kb, BF16);
+                }
+                for (int e = 0; e < 4; e++) {
+                    const int64_t key = k0 + j * 8 + 2 * tq + e % 2;
+                    const bool keep = key < t && (!CAUSAL || key <= rows[e / 2]);
+                    s[j][e] = keep ? s[j][e] * scale : -CGC_INF;
+                    top[e / 2] = fmaxf(top[e / 2], s[j][e]);
+                }
+            }
+            float alpha[2];
+            for (int h = 0; h < 2; h++) {
+                const float m_new = fmaxf(m[h], cgc_row_max<4>(top[h]));   /* -inf: no key yet */
+                alpha[h] = m_new == -CGC_INF ? 1.0f : expf(m[h] - m_new);
+                m[h] = m_new;
+            }
+            for (int j = 0; j < NT; j++)
+                for (int e = 0; e < 4; e++) {
+                    s[j][e] = s[j][e] == -CGC_INF ? 0.0f : expf(s[j][e] - m[e / 2]);
+                    sum[e / 2] += s[j][e];
+                }
+            for (int h = 0; h < 2; h++) l[h] = l[h] * alpha[h] + cgc_row_sum<4>(sum[h]);
+            for (int dj = 0; dj < OT; dj++)
+                for (int e = 0; e < 4; e++) acc[dj][e] *= alpha[e / 2];
+            for (int kk = 0; kk < NT / 2; kk++) {
+                const uint32_t pa[4] = { cgc_pack2(s[2 * kk][0], s[2 * kk][1], BF16),
+                                         cgc_pack2(s[2 * kk][2], s[2 * kk][3], BF16),
+                                         cgc_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], BF16),
+                                         cgc_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], BF16) };
+                for (int dj = 0; dj < OT; dj++) {
+                    uint32_t vb[2];
+                    cgc_ldmatrix(vb, 2, &vs[kk * 16 + lane % 16][dj * 8], true);
+                    cgc_mma_16816(acc[dj], pa, vb, BF16);
+                }
+            }
+        }
+        for (int dj = 0; dj < OT; dj++)
+            for (int e = 0; e < 4; e++) {
+                const int64_t row = rows[e / 2];
+                const int col = dj * 8 + 2 * tq + e % 2;
+                if (row < t && col < D) cgc_store(&o[(head + row) * D + col], acc[dj][e] / l[e / 2]);
+            }
+        for (int h = 0; h < 2 && tq == 0; h++)
+            if (rows[h] < t) lse[head + rows[h]] = m[h] + logf(l[h]);
+    }
+}
+
+template <typename T> struct CgcIsBf16 { enum { value = 0 }; };
+template <> struct CgcIsBf16<cgc_bf16> { enum { value = 1 }; };
+
+/* The forward of f16 or bf16 operands: on tensor cores from sm_80 (and under the
+ * emulation), else SIMT as f32's. */
+template <int D, int BK, bool CAUSAL, typename TI, typename TO>
+__device__ void cgc_attention_forward_half(TO *o, float *lse, const TI *q, const TI *k, const TI *v,
+                                           int64_t bh, int64_t t, float scale)
+{
+#if defined(CGC_EMULATE) || __CUDA_ARCH__ >= 800
+    cgc_attention_forward_tc<D, BK, CAUSAL, CgcIsBf16<TI>::value>(
+        o, lse, (const unsigned short *)q, (const unsigned short *)k, (const unsigned short *)v, bh, t, scale);
+#else
+    cgc_attention_forward<D, 32, D <= 64 ? 32 : 16, CAUSAL>(o, lse, q, k, v, bh, t, scale);
+#endif
+}
+
+/* The lse and delta (the sum of dO O, which is that of dP P: O = P V) of BT rows from
+ * FIRST, zero past T. */
+template <int BT, int D, typename TO, typename TD>
+__device__ __forceinline__ void cgc_rows_stats(float *lses, float *deltas, const float *lse,
+                                               const TO *o, const TD *dout, int64_t first, int64_t t)
+{
+    for (int r = threadIdx.x; r < BT; r += blockDim.x) {
+        float d = 0;
+        for (int e = 0; e < D && first + r < t; e++)
+            d += cgc_load(dout[(first + r) * D + e]) * cgc_load(o[(first + r) * D + e]);
+        lses[r] = first + r < t ? lse[first + r] : 0.0f;
+        deltas[r] = d;
+    }
+}
+
+/* The backward, deterministic (no atomics): items [0, bh * tiles) are key blocks, each
+ * holding BT keys and values of a head and running down the query tiles from its
+ * diagonal, summing dV = P^T dO and dK = scale dS^T Q; the items after are query
+ * blocks, each holding BT queries and running along the key tiles up to its diagonal,
+ * summing dQ = scale dS K. Each recomputes P = exp(S - lse), dP = dO V^T and
+ * dS = P (dP - delta). */
+template <int D, int BT, bool CAUSAL, typename TI, typename TO, typename TD, typename TG>
+__device__ void cgc_attention_backward(TG *dq, TG *dk, TG *dv, const TI *q, const TI *k,
+                                       const TI *v, const TO *o, const TD *dout,
+                                       const float *lse, int64_t bh, int64_t t, float scale)
+{
+    enum { TPR = 128 / BT, SC = BT / TPR, OC = (D + TPR - 1) / TPR };
+    __shared__ float qs[BT][D + 1], dos[BT][D + 1], ks[BT][D + 1], vs[BT][D + 1];
+    __shared__ float ps[BT][BT + 1], dss[BT][BT + 1], lses[BT], deltas[BT];
+    const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+    const int64_t tiles = (t + BT - 1) / BT;
+    for (int64_t item = blockIdx.x; item < 2 * bh * tiles; item += gridDim.x) {
+        const bool keys = item < bh * tiles;
+        const int64_t it = keys ? item : item - bh * tiles;
+        const int64_t head = it / tiles * t, r0 = it % tiles * BT, mine = r0 + row;
+        float acc[2][OC];
+        for (int j = 0; j < OC; j++) acc[0][j] = acc[1][j] = 0;
+        __syncthreads();   /* the last item is done with the tiles */
+        if (keys) {
+            cgc_rows_load<BT, D>(ks, k + head * D, r0, t);
+            cgc_rows_load<BT, D>(vs, v + head * D, r0, t);
+        } else {
+            cgc_rows_load<BT, D>(qs, q + head * D, r0, t);
+            cgc_rows_load<BT, D>(dos, dout + head * D, r0, t);
+            cgc_rows_stats<BT, D>(lses, deltas, lse + head, o + head * D, dout + head * D, r0, t);
+        }
+        const int64_t from = keys && CAUSAL ? r0 : 0;
+        const int64_t to = !keys && CAUSAL ? cgc_min64(t, r0 + BT) : t;
+        for (int64_t c0 = from; c0 < to; c0 += BT) {
+            __syncthreads();   /* the last tile is done with the other side's rows */
+            if (keys) {
+                cgc_rows_load<BT, D>(qs, q + head * D, c0, t);
+                cgc_rows_load<BT, D>(dos, dout + head * D, c0, t);
+                cgc_rows_stats<BT, D>(lses, deltas, lse + head, o + head * D, dout + head * D, c0, t);
+            } else {
+                cgc_rows_load<BT, D>(ks, k + head * D, c0, t);
+                cgc_rows_load<BT, D>(vs, v + head * D, c0, t);
+            }
+            __syncthreads();
+            for (int j = 0; j < SC; j++) {
+                int c = sub + j * TPR, qi = keys ? c : row, ki = keys ? row : c;
+                int64_t query = keys ? c0 + c : mine, key = keys ? mine : c0 + c;
+                float s = 0, dp = 0;
+                for (int e = 0; e < D; e++) s += qs[qi][e] * ks[ki][e], dp += dos[qi][e] * vs[ki][e];
+                bool keep = key < t && query < t && (!CAUSAL || key <= query);
+                float p = keep ? expf(s * scale - lses[qi]) : 0.0f;
+                ps[row][c] = p;
+                dss[row][c] = p * (dp - deltas[qi]);
+            }
+            __syncthreads();   /* every row's P and dS are in ps and dss */
+            for (int j = 0; j < OC; j++) {
+                int e = sub + j * TPR;
+                for (int c = 0; c < BT && e < D; c++) {
+                    if (keys) acc[0][j] += dss[row][c] * qs[c][e], acc[1][j] += ps[row][c] * dos[c][e];
+                    else acc[0][j] += dss[row][c] * ks[c][e];
+                }
+            }
+        }
+        for (int j = 0; j < OC && mine < t; j++) {
+            int e = sub + j * TPR;
+            if (e >= D) continue;
+            if (keys) {
+                cgc_store(&dk[(head + mine) * D + e], acc[0][j] * scale);
+                cgc_store(&dv[(head + mine) * D + e], acc[1][j]);
+            } else {
+                cgc_store(&dq[(head + mine) * D + e], acc[0][j] * scale);
+            }
+        }
+    }
+}
+
 #endif

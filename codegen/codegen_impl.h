@@ -243,6 +243,17 @@ const char *fused_rounding(DType t);
  * and launch geometry (a block per row). */
 void fused_render_row(const RenderCtx *ctx, int k, KernelDraft *d);
 
+/* ---- attention.c ---- */
+
+/* Renders attention group K of CTX->g (ir.h, IR_GROUP_ATTENTION) into D: its kernel,
+ * parameters and launch geometry; LSE is the buffer of its rows' log-sum-exp, which the
+ * forward writes and the backward reads. */
+void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d);
+/* The softmax node whose log-sum-exp attention group K writes or reads, and its shape
+ * (the scores' without the keys' axis). */
+int attention_lse_node(const RenderCtx *ctx, int k);
+Shape attention_lse_shape(const RenderCtx *ctx, int k);
+
 /* The data pipeline's kernels (plan.h), in PlanDataKernel order: name, parameters and
  * full source. */
 void cuda_data_kernels(PlanKernel out[PDK_NUM]);

@@ -53,6 +53,8 @@ typedef struct Builder {
     PlanGraphId gid;
     IrSpan *span;       /* its groups' members (ir_group_spans) */
     RenderScratch *scratch;
+    int *lse;           /* per node of the graph: the log-sum-exp buffer of an attention
+                         * group's softmax (attention_step), or -1 */
 } Builder;
 
 enum { MAX_LISTED_OPS = 10 };
@@ -749,12 +751,36 @@ static void check_group_order(const IrGraph *g, const GroupLaunch *l)
     }
 }
 
+/* Attention group K (ir.h, IR_GROUP_ATTENTION), ending at LAST: one launch. The forward
+ * stores its rows' log-sum-exp in a buffer of the plan's own, which the backward of the
+ * same softmax reads (the forward's launch comes first: the backward reads its P). */
+static void attention_step(Builder *b, int k, int last)
+{
+    const IrGraph *g = b->graph->ir;
+    RenderCtx ctx = render_ctx(b);
+    int sm = attention_lse_node(&ctx, k);
+    if (b->lse[sm] < 0)
+        b->lse[sm] = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = DT_F32,
+                                                 .shape = attention_lse_shape(&ctx, k), .alias_of = -1,
+                                                 .index = sm, .graph = b->gid,
+                                                 .what = ownf(b, "%%%d.lse", sm) });
+    KernelDraft d;
+    memset(&d, 0, sizeof d);
+    attention_render(&ctx, k, b->lse[sm], &d);
+    draft_root_args(b->plan, &d);
+    int kernel = add_kernel(b, &d);
+    note_group_use(b, kernel, k);
+    const char *what = ownf(b, "fused %s", g->groups[k - 1].name);
+    add_launch(b, kernel, &d, &g->nodes[last], last, what)->group = k;
+}
+
 /* Group K's step, at its last member ID: its own launch, or, at the last group of a
  * multi-tensor launch, that launch. */
 static void group_step(Builder *b, int k, int id, const GroupLaunch *l)
 {
     const IrGraph *g = b->graph->ir;
     if (g->groups[k - 1].kind == IR_GROUP_GEMM) gemm_group_step(b, k, id);
+    else if (g->groups[k - 1].kind == IR_GROUP_ATTENTION) attention_step(b, k, id);
     else if (!g->groups[k - 1].multi) launch_groups(b, &k, 1, id);
     else if (id == l->at[k]) launch_multi(b, k, l);
 }
@@ -779,6 +805,8 @@ static void build_graph(Builder *b, PlanGraphId gid)
     bool fused = b->plan->mode != PLAN_EAGER && g->ngroups > 0;
     b->span = ir_group_spans(g);
     b->scratch = render_scratch_new(g->nnodes);
+    b->lse = xmalloc((size_t)g->nnodes * sizeof *b->lse);
+    for (int id = 0; id < g->nnodes; id++) b->lse[id] = -1;
     GroupLaunch launch = group_launches(g, b->span);
     if (fused) check_group_order(g, &launch);
     pg->node_buffer = xmalloc((size_t)g->nnodes * sizeof *pg->node_buffer);
@@ -799,6 +827,8 @@ static void build_graph(Builder *b, PlanGraphId gid)
     group_launches_free(&launch);
     free(b->span);
     render_scratch_free(b->scratch);
+    free(b->lse);
+    b->lse = NULL;
     b->span = NULL;
     b->scratch = NULL;
 }

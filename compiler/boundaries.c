@@ -184,6 +184,19 @@ static bool gemm_split(const IrGraph *g, IrBoundary *b)
     return true;
 }
 
+/* The attention rules: its kernels read their operands from memory and store their
+ * products, and the backward recomputes the forward's P. Returns false when none applies. */
+static bool attention_split(const IrGraph *g, IrBoundary *b)
+{
+    const IrGroup *gp = ir_unit_group(g, b->up), *gc = ir_unit_group(g, b->uc);
+    bool from = gp && gp->kind == IR_GROUP_ATTENTION, into = gc && gc->kind == IR_GROUP_ATTENTION;
+    if (from && into && g->nodes[b->pn].op != IR_MATMUL) b->why = IR_SPLIT_ATTENTION_BACKWARD;
+    else if (into) b->why = IR_SPLIT_ATTENTION_READS;
+    else if (from) b->why = IR_SPLIT_ATTENTION_STORES;
+    else return false;
+    return true;
+}
+
 /* The rules of the groups' shapes and kinds (can_join, same_phase, the row groups).
  * Returns false when none applies. */
 static bool group_split(const IrGraph *g, IrBoundary *b)
@@ -208,7 +221,7 @@ static void classify(Units *u, IrBoundary *b)
 {
     const IrGraph *g = u->g;
     const IrGroup *gp = ir_unit_group(g, b->up), *gc = ir_unit_group(g, b->uc);
-    if (gemm_split(g, b) || group_split(g, b)) return;
+    if (attention_split(g, b) || gemm_split(g, b) || group_split(g, b)) return;
     if (u->readers[b->pn] > 1) {
         b->why = IR_SPLIT_SHARED;
         b->readers = u->readers[b->pn];

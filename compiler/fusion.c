@@ -46,6 +46,7 @@
  * each group's members consecutive.
  */
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -345,6 +346,7 @@ static void start_cluster(Fuser *f, int v, IrGroupKind kind, Shape work, int axi
 /* Scalar chains are cloned into these; other clusters hold scalar nodes themselves. */
 static bool takes_clones(const Cluster *c)
 {
+    if (c->kind == IR_GROUP_ATTENTION) return false;   /* its kernel reads only the chain's */
     return c->kind == IR_GROUP_REDUCE || !ir_shape_is_one(&c->work);
 }
 
@@ -1038,6 +1040,273 @@ static void gemm_groups(Fuser *f)
         if (ir_node_fuse(&f->g->nodes[v]) == IR_FUSE_MATMUL && f->parent[v] < 0) gemm_group(f, v);
 }
 
+/* ---- (1d) attention groups ----
+ *
+ * Attention is a composition (builtins.c): S = Q K^T, scaled, causally masked, P =
+ * softmax(S), O = P V; its backward dP = dO V^T, dV = P^T dO, dS = softmax_grad(dP, P),
+ * masked and scaled, dQ = dS K, dK = dS^T Q. Run as such, P (T x T per head) is written by
+ * the forward and read twice by the backward. The pass makes each chain one attention
+ * group (ir.h, IR_GROUP_ATTENTION): the forward's kernel keeps S and P on chip and stores
+ * O and each row's log-sum-exp, the backward's recomputes P from those. Both or neither:
+ * a forward whose P something else reads stays a composition, and so does a chain whose
+ * links other kernels also hold or read. The casts between the links (autocast's f32
+ * softmax under bf16 and fp16) join the chains. */
+
+enum { ATTN_MAX_MEMBERS = 16 };
+
+typedef struct AttnChain {
+    int member[ATTN_MAX_MEMBERS], n;
+    bool ok;                /* every link so far is one */
+} AttnChain;
+
+typedef struct AttnMatch {
+    int q, k, v, dout;      /* the operands the kernels read */
+    int pv, sm;             /* O = P V; the softmax */
+    bool causal;
+    double scale;
+    AttnChain fwd, bwd;
+} AttnMatch;
+
+static const IrNode *attn_node(const Fuser *f, int v) { return &f->g->nodes[v]; }
+
+/* Node V joins chain C: it is a kernel of its own or in a pointwise cluster (which
+ * attn_form checks holds nothing but links), is no output, and is in the chain's phase. */
+static void attn_link(Fuser *f, AttnChain *c, int v)
+{
+    int k = cluster_of(f, v);
+    bool alone = k < 0 || f->cl[k].kind == IR_GROUP_POINTWISE;
+    bool phase = c->n == 0 || attn_node(f, v)->recompute == attn_node(f, c->member[0])->recompute;
+    c->ok = c->ok && alone && phase && !f->is_output[v] && c->n < ATTN_MAX_MEMBERS;
+    if (c->ok) c->member[c->n++] = v;
+}
+
+/* From V up through the casts whose only reader is the chain's next link. */
+static int attn_up_casts(Fuser *f, AttnChain *c, int v, int reader)
+{
+    while (c->ok && attn_node(f, v)->op == IR_CAST && only_reader(f, v) == reader) {
+        attn_link(f, c, v);
+        reader = v;
+        v = attn_node(f, v)->in[0];
+    }
+    return v;
+}
+
+/* From V down through the casts that are V's only reader. */
+static int attn_down_casts(Fuser *f, AttnChain *c, int v)
+{
+    for (int r; c->ok && (r = only_reader(f, v)) >= 0 && attn_node(f, r)->op == IR_CAST; v = r)
+        attn_link(f, c, r);
+    return v;
+}
+
+/* The value of the scalar literal that multiplies the other input of MUL node X, into
+ * *SCALE, and that other input; -1 when X is not such a product. */
+static int attn_scaled(Fuser *f, int x, double *scale)
+{
+    const IrNode *n = attn_node(f, x);
+    if (n->op != IR_MUL) return -1;
+    for (int j = 0; j < 2; j++) {
+        const IrNode *s = attn_node(f, n->in[j]);
+        if (ir_node_is_literal(s) && ir_shape_is_one(&s->shape)) {
+            *scale = s->value;
+            return n->in[1 - j];
+        }
+    }
+    return -1;
+}
+
+/* A MATMUL with exactly the transposes FLAGS (TF32 or not); no sum over the batch. */
+static bool attn_matmul(const IrNode *n, int flags)
+{
+    return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
+}
+
+/* The forward chain ending at softmax SM, up to S = Q K^T; true when it is attention's. */
+static bool attn_forward_up(Fuser *f, int sm, AttnMatch *m)
+{
+    const IrNode *s = attn_node(f, sm);
+    if (s->op != IR_SOFTMAX || s->shape.rank < 3 || s->axis != s->shape.rank - 1) return false;
+    AttnChain *c = &m->fwd;
+    attn_link(f, c, sm);
+    int x = attn_up_casts(f, c, s->in[0], sm), reader = c->member[c->n - 1];
+    const IrNode *n = attn_node(f, x);
+    m->causal = n->op == IR_CAUSAL_MASK && n->value == -INFINITY && only_reader(f, x) == reader;
+    if (m->causal) attn_link(f, c, x), x = attn_up_casts(f, c, n->in[0], x), reader = c->member[c->n - 1];
+    m->scale = 1;
+    int y = attn_scaled(f, x, &m->scale);
+    if (y >= 0 && only_reader(f, x) == reader)
+        attn_link(f, c, x), x = attn_up_casts(f, c, y, x), reader = c->member[c->n - 1];
+    n = attn_node(f, x);
+    if (!attn_matmul(n, IR_MATMUL_TRANS_B) || only_reader(f, x) != reader) return false;
+    attn_link(f, c, x);
+    m->q = n->in[0], m->k = n->in[1];
+    return c->ok;
+}
+
+/* Sorts reader R of a P value (the softmax or a cast of it) of match M: P V, P^T dO, the
+ * softmax's gradient, or another cast; false for anything else. */
+static bool attn_p_reader(Fuser *f, AttnMatch *m, int p, int r, int *pv, int *dv, int *sg)
+{
+    const IrNode *n = attn_node(f, r);
+    if (n->op == IR_CAST) return false;   /* handled by the caller */
+    if (attn_matmul(n, 0) && n->in[0] == p && *pv < 0) return *pv = r, true;
+    if (attn_matmul(n, IR_MATMUL_TRANS_A) && n->in[0] == p && *dv < 0) return *dv = r, true;
+    if (n->op == IR_SOFTMAX_GRAD && n->in[1] == m->sm && p == m->sm && *sg < 0) return *sg = r, true;
+    return false;
+}
+
+/* The P values (the softmax and the casts of it) and their readers: one P V, and in a
+ * training graph one P^T dO and one softmax gradient; nothing else. */
+static bool attn_p_readers(Fuser *f, AttnMatch *m, int *dv, int *sg)
+{
+    int p[4] = { m->sm }, np = 1, pv = -1;
+    *dv = *sg = -1;
+    for (int i = 0; i < np; i++)
+        for (int u = f->use_off[p[i]]; u < f->use_off[p[i] + 1]; u++) {
+            int r = f->uses[u];
+            if (attn_node(f, r)->op == IR_CAST && np < 4) {
+                p[np++] = r;
+                attn_link(f, &m->fwd, r);
+            } else if (!attn_p_reader(f, m, p[i], r, &pv, dv, sg)) {
+                return false;
+            }
+        }
+    if (pv < 0 || (*dv < 0) != (*sg < 0) || f->is_output[m->sm]) return false;
+    m->pv = pv;
+    m->v = attn_node(f, pv)->in[1];
+    attn_link(f, &m->fwd, pv);
+    return m->fwd.ok;
+}
+
+/* The shapes the kernels take: Q, K, V and O [lead..., T, D] alike, D at most 128. */
+static bool attn_shapes(Fuser *f, const AttnMatch *m)
+{
+    const IrNode *q = attn_node(f, m->q), *k = attn_node(f, m->k), *v = attn_node(f, m->v);
+    const IrNode *o = attn_node(f, m->pv);
+    int r = q->shape.rank;
+    int64_t d = q->shape.dim[r - 1], t = q->shape.dim[r - 2];
+    return ir_shape_equal(&q->shape, &k->shape) && ir_shape_equal(&q->shape, &v->shape) &&
+           ir_shape_equal(&q->shape, &o->shape) && !IR_DIM_IS_SYM(d) && !IR_DIM_IS_SYM(t) &&
+           d >= 1 && d <= IR_ATTENTION_MAX_HEAD && q->dtype == k->dtype && q->dtype == v->dtype &&
+           gemm_type(q->dtype);
+}
+
+/* The backward chain from the softmax's gradient SG and P^T dO (DV); true when it is
+ * attention's. */
+static bool attn_backward(Fuser *f, AttnMatch *m, int sg, int dv)
+{
+    AttnChain *c = &m->bwd;
+    m->dout = attn_node(f, dv)->in[1];
+    attn_link(f, c, dv);
+    attn_link(f, c, sg);
+    int dp = attn_up_casts(f, c, attn_node(f, sg)->in[0], sg);
+    const IrNode *n = attn_node(f, dp);
+    if (!attn_matmul(n, IR_MATMUL_TRANS_B) || n->in[0] != m->dout || n->in[1] != m->v ||
+        only_reader(f, dp) != c->member[c->n - 1])
+        return false;
+    attn_link(f, c, dp);
+    int x = attn_down_casts(f, c, sg), r = only_reader(f, x);
+    if (m->causal) {
+        if (r < 0 || attn_node(f, r)->op != IR_CAUSAL_MASK || attn_node(f, r)->value != 0) return false;
+        attn_link(f, c, r);
+        x = attn_down_casts(f, c, r), r = only_reader(f, x);
+    }
+    double scale = 1;
+    if (m->scale != 1) {
+        if (r < 0 || attn_scaled(f, r, &scale) != x || scale != m->scale) return false;
+        attn_link(f, c, r);
+        x = attn_down_casts(f, c, r);
+    }
+    int dq = -1, dk = -1;
+    for (int u = f->use_off[x]; u < f->use_off[x + 1]; u++) {
+        const IrNode *g = attn_node(f, f->uses[u]);
+        if (attn_matmul(g, 0) && g->in[0] == x && g->in[1] == m->k && dq < 0) dq = f->uses[u];
+        else if (attn_matmul(g, IR_MATMUL_TRANS_A) && g->in[0] == x && g->in[1] == m->q && dk < 0) dk = f->uses[u];
+        else return false;
+    }
+    if (dq < 0 || dk < 0 || f->is_output[x]) return false;
+    attn_link(f, c, dq);
+    attn_link(f, c, dk);
+    return c->ok;
+}
+
+static int by_node(const void *a, const void *b) { return by_int(a, b); }
+
+static bool attn_member(const AttnMatch *m, int v)
+{
+    for (int i = 0; i < m->fwd.n; i++)
+        if (m->fwd.member[i] == v) return true;
+    for (int i = 0; i < m->bwd.n; i++)
+        if (m->bwd.member[i] == v) return true;
+    return false;
+}
+
+/* The pointwise clusters of M's links hold nothing else (the scale and a cast together,
+ * say), so that taking the links leaves no cluster behind. */
+static bool attn_clusters_closed(Fuser *f, const AttnMatch *m)
+{
+    const AttnChain *chains[2] = { &m->fwd, &m->bwd };
+    for (int ci = 0; ci < 2; ci++)
+        for (int i = 0; i < chains[ci]->n; i++) {
+            int k = cluster_of(f, chains[ci]->member[i]), x = k;
+            do {
+                if (x >= 0 && !attn_member(m, x)) return false;
+                x = x >= 0 ? f->next[x] : k;
+            } while (x != k);
+        }
+    return true;
+}
+
+/* Makes the chains of M attention groups over S's shape, each in node order from its
+ * first link (a product, in no cluster): every later link reads one before it (or, dV,
+ * only values from outside), and joins with its whole pointwise cluster, which holds
+ * only links. When a merge would close a cycle of kernels, everything is undone. */
+static void attn_form(Fuser *f, AttnMatch *m)
+{
+    AttnChain *chains[2] = { &m->fwd, &m->bwd };
+    Cluster saved[2][ATTN_MAX_MEMBERS];
+    const Shape *work = &attn_node(f, m->sm)->shape;
+    if (!attn_clusters_closed(f, m)) return;
+    for (int ci = 0; ci < 2; ci++) {
+        AttnChain *c = chains[ci];
+        qsort(c->member, (size_t)c->n, sizeof *c->member, by_node);
+        for (int i = 0; i < c->n; i++) saved[ci][i] = f->cl[c->member[i]];
+        if (c->n > 0 && f->parent[c->member[0]] >= 0) return;
+    }
+    f->logging = true;
+    f->nundo = 0;
+    bool ok = true;
+    for (int ci = 0; ci < 2 && ok; ci++) {
+        AttnChain *c = chains[ci];
+        int root = c->n > 0 ? c->member[0] : -1;
+        if (root >= 0) start_cluster(f, root, IR_GROUP_ATTENTION, *work, 0, false);
+        for (int i = 1; i < c->n && ok; i++) {
+            int v = c->member[i], unit = cluster_of(f, v);
+            if (unit == root) continue;   /* came with an earlier link's cluster */
+            if (unit < 0) start_cluster(f, v, IR_GROUP_ATTENTION, *work, 0, false), unit = v;
+            ok = acyclic_merge(f, unit, root);
+            if (ok) merge(f, unit, root);
+        }
+    }
+    f->logging = false;
+    if (ok) return;
+    while (f->nundo > 0) f->nundo--, *f->undo[f->nundo].slot = f->undo[f->nundo].old;
+    for (int ci = 0; ci < 2; ci++)
+        for (int i = 0; i < chains[ci]->n; i++) f->cl[chains[ci]->member[i]] = saved[ci][i];
+}
+
+static void attention_groups(Fuser *f)
+{
+    for (int v = 0; v < f->n; v++) {
+        if (attn_node(f, v)->op != IR_SOFTMAX || f->parent[v] >= 0) continue;
+        AttnMatch m = { .sm = v, .fwd.ok = true, .bwd.ok = true };
+        int dv, sg;
+        if (!attn_forward_up(f, v, &m) || !attn_p_readers(f, &m, &dv, &sg) || !attn_shapes(f, &m))
+            continue;
+        if (dv < 0 || attn_backward(f, &m, sg, dv)) attn_form(f, &m);
+    }
+}
+
 /* ---- (2) work nodes and clones ---- */
 
 static int add_work(Fuser *f, WorkNode wn)
@@ -1393,6 +1662,17 @@ static const char *group_name(Fuser *f, const int *m, int nm, const Shape *work)
 }
 
 /* A GEMM group: "gemm_bias", its activation, and what it computes ("gemm_bias_relu_h1"). */
+/* "attention_a1", "attention_grad_a1": the backward holds the softmax's gradient. */
+static const char *attention_group_name(Fuser *f, const int *m, int nm, const Shape *work)
+{
+    char buf[64] = "attention", line[16];
+    for (int i = 0; i < nm; i++)
+        if (src_node(f, m[i])->op == IR_SOFTMAX_GRAD) append(buf, sizeof buf, "grad");
+    const char *subject = subject_of(f, m, nm, work, line);
+    if (subject) append(buf, sizeof buf, subject);
+    return ir_intern(f->p, buf);
+}
+
 static const char *gemm_group_name(Fuser *f, const int *m, int nm, const Shape *work)
 {
     char buf[64] = "gemm_bias", line[16];
@@ -1446,7 +1726,7 @@ static bool multi_candidate(const Fuser *f, int unit)
 {
     return unit < f->ngroups && ir_shape_is_static(&f->groups[unit].work) &&
            f->groups[unit].kind != IR_GROUP_ROW &&   /* ir.h: not in multi-tensor launches */
-           f->groups[unit].kind != IR_GROUP_GEMM;
+           f->groups[unit].kind != IR_GROUP_GEMM && f->groups[unit].kind != IR_GROUP_ATTENTION;
 }
 
 static bool same_launch_kind(const Fuser *f, int a, int b)
@@ -1527,7 +1807,8 @@ static void emit_unit(Fuser *f, Unit *units, int k, int multi, bool last)
     if (k < f->ngroups) {
         const Cluster *c = &f->groups[k];
         const char *name = c->kind == IR_GROUP_GEMM ? gemm_group_name(f, u->members, u->nmembers, &c->work)
-                                                    : group_name(f, u->members, u->nmembers, &c->work);
+                           : c->kind == IR_GROUP_ATTENTION ? attention_group_name(f, u->members, u->nmembers, &c->work)
+                                                           : group_name(f, u->members, u->nmembers, &c->work);
         IrGroup gr = { .kind = c->kind, .name = name,
                        .work = c->work, .axis = c->kind == IR_GROUP_REDUCE || c->kind == IR_GROUP_ROW ? c->axis : 0,
                        .multi = multi, .last = last };
@@ -1692,6 +1973,7 @@ static void fuse_graph(IrProgram *p, IrGraph *g)
     row_groups(&f);
     verify_order(&f);
     gemm_groups(&f);
+    attention_groups(&f);
     make_work(&f);
     clone_scalars(&f);
     clone_gathers(&f);

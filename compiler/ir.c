@@ -472,6 +472,16 @@ int ir_add_group(IrGraph *g, const IrGroup *gr)
     return ++g->ngroups;
 }
 
+/* Node U reads X, of another group, without X being stored: a backward attention group
+ * reads its forward group's P (a softmax, or a cast of it), which its kernel recomputes
+ * (ir.h, IR_GROUP_ATTENTION). An attention group's products are its stored values. */
+static bool recomputed_read(const IrGraph *g, int u, int x)
+{
+    int ku = g->nodes[u].group, kx = g->nodes[x].group;
+    return ku && kx && g->groups[ku - 1].kind == IR_GROUP_ATTENTION &&
+           g->groups[kx - 1].kind == IR_GROUP_ATTENTION && g->nodes[x].op != IR_MATMUL;
+}
+
 bool ir_member_stored(const IrGraph *g, int id)
 {
     int k = g->nodes[id].group;
@@ -480,7 +490,8 @@ bool ir_member_stored(const IrGraph *g, int id)
         if (g->output[r] == id) return true;
     for (int u = id + 1; u < g->nnodes; u++)   /* readers come after: the order is topological */
         for (int j = 0; j < g->nodes[u].nin; j++)
-            if (g->nodes[u].in[j] == id && g->nodes[u].group != k) return true;
+            if (g->nodes[u].in[j] == id && g->nodes[u].group != k && !recomputed_read(g, u, id))
+                return true;
     return false;
 }
 
@@ -491,7 +502,7 @@ bool *ir_stored_members(const IrGraph *g)
         stored[u] |= g->nodes[u].group == 0;
         for (int j = 0; j < g->nodes[u].nin; j++) {
             int x = g->nodes[u].in[j];
-            if (g->nodes[x].group != g->nodes[u].group) stored[x] = true;
+            if (g->nodes[x].group != g->nodes[u].group && !recomputed_read(g, u, x)) stored[x] = true;
         }
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
@@ -1141,7 +1152,7 @@ static const char *const role_names[IR_NUM_OUTPUT_ROLES] = {
 
 const char *ir_group_kind_name(IrGroupKind kind)
 {
-    static const char *const names[] = { "pointwise", "reduce", "row", "gemm" };
+    static const char *const names[] = { "pointwise", "reduce", "row", "gemm", "attention" };
     return names[kind];
 }
 

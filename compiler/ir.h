@@ -254,6 +254,21 @@ typedef struct IrNode {
  *                       add and the activation in f32 and is rounded once, on store. Every
  *                       backend keeps this rule (the CPU executor included), so the fused
  *                       program still runs bit for bit alike on the CPU and the emulation.
+ *   IR_GROUP_ATTENTION  attention's composition (builtins.c) as one kernel in the manner of
+ *                       FlashAttention (codegen/attention.c). The forward group is the chain
+ *                       S = Q K^T, its scale, its causal mask, P = softmax(S), O = P V (with
+ *                       the casts between them), Q, K and V [lead..., T, D]; it stores only
+ *                       O, and, where a backward group reads it, each row's log-sum-exp of
+ *                       S in a buffer of the plan's own (plan.h, PlanGraph.lse). The
+ *                       backward group is the chain dP = dO V^T, dV = P^T dO, dS =
+ *                       softmax_grad(dP, P), its mask and scale, dQ = dS K, dK = dS^T Q; it
+ *                       stores dQ, dK and dV. It reads P from its forward group without
+ *                       that group storing it (ir_stored_members): its kernel recomputes P
+ *                       from Q, K and the log-sum-exp, and the rows' sums of dP P as those
+ *                       of dO O (O being P V). `work` is S's shape. Like a GEMM's, the
+ *                       kernel's rounding is not the members': S and P stay in f32, and the
+ *                       CPU executor, which runs the members, agrees within rounding, not
+ *                       bit for bit.
  *
  * Groups with the same nonzero `multi` form one multi-tensor launch (horizontal fusion):
  * they are consecutive, of one kind (but for the `last` groups below, pointwise, which may
@@ -274,8 +289,12 @@ typedef struct IrNode {
  * parameters are few (codegen's PLAN_MAX_PARAMS leaves room for these, the symbols and a
  * counter), so the fusion pass leaves apart what would need more, however wide the model. */
 enum { IR_GROUP_MAX_OPERANDS = 240 };
+/* The widest head an attention group's kernels take (D of Q [lead..., T, D]). */
+enum { IR_ATTENTION_MAX_HEAD = 128 };
 
-typedef enum IrGroupKind { IR_GROUP_POINTWISE, IR_GROUP_REDUCE, IR_GROUP_ROW, IR_GROUP_GEMM } IrGroupKind;
+typedef enum IrGroupKind {
+    IR_GROUP_POINTWISE, IR_GROUP_REDUCE, IR_GROUP_ROW, IR_GROUP_GEMM, IR_GROUP_ATTENTION,
+} IrGroupKind;
 
 typedef struct IrGroup {
     IrGroupKind kind;
@@ -294,6 +313,10 @@ typedef struct IrGroup {
  * A unit is a kernel: group K is unit K (1..ngroups); a node that no group holds and that
  * runs as a kernel of its own (a GEMM, a collective) is unit ngroups + 1 + its id. */
 typedef enum IrSplit {
+    IR_SPLIT_ATTENTION_BACKWARD,/* the reader is a backward attention group and the value
+                                 * its forward's P, which it recomputes */
+    IR_SPLIT_ATTENTION_READS,   /* the reader is an attention group: its operands come from memory */
+    IR_SPLIT_ATTENTION_STORES,  /* the producer is an attention group: it stores its products */
     IR_SPLIT_GEMM_READS,        /* the reader is a MATMUL: its operands come from memory */
     IR_SPLIT_INTO_GEMM_GROUP,   /* the reader is a GEMM group: product, bias, activation only */
     IR_SPLIT_EPILOGUE_ENDS,     /* the producer is a GEMM group: its epilogue ends there */

@@ -201,6 +201,11 @@ static void unit_label(const IrGraph *g, int u, char *buf, size_t n)
 
 /* The words for each rule of IrSplit; a %s or %d is the rule's data (split_words). */
 static const char *const split_text[] = {
+    [IR_SPLIT_ATTENTION_BACKWARD] = "the backward attention kernel recomputes the forward's "
+                                    "probabilities from the rows' log-sum-exp, which that kernel stores",
+    [IR_SPLIT_ATTENTION_READS] = "an attention kernel reads its operands (Q, K, V; dO, O) from memory",
+    [IR_SPLIT_ATTENTION_STORES] = "an attention kernel stores its products (O; dQ, dK, dV) and nothing "
+                                  "else is fused after them",
     [IR_SPLIT_GEMM_READS] = "a GEMM (cuBLAS) reads its operands from memory; nothing is fused "
                             "into it before the product",
     [IR_SPLIT_INTO_GEMM_GROUP] = "a GEMM group holds the product, the bias add and the activation "
@@ -625,28 +630,73 @@ static int attention_scores(const IrGraph *g, int s, bool *causal)
     return q->op == IR_MATMUL && (q->flags & IR_MATMUL_TRANS_B) && q->shape.rank == 4 ? m : -1;
 }
 
-/* Each attention of the forward graph: its heads and positions, and how it runs. */
+/* The kernel of graph GID's step that runs fusion group K, or NULL. */
+static const char *group_kernel(const Plan *pl, PlanGraphId gid, int k)
+{
+    const PlanGraph *pg = &pl->graph[gid];
+    for (int i = 0; i < pg->nsteps; i++)
+        if (pg->steps[i].kind == STEP_LAUNCH && pg->steps[i].group == k)
+            return pl->kernels[pg->steps[i].launch.kernel].name;
+    return NULL;
+}
+
+/* The group of the gradient of softmax SM, or of checkpointing's copy of it (the same
+ * .net location), or 0. */
+static int backward_group(const IrGraph *g, int sm)
+{
+    SrcLoc at = g->nodes[sm].loc;
+    for (int u = sm + 1; u < g->nnodes; u++) {
+        const IrNode *n = &g->nodes[u];
+        SrcLoc of = n->op == IR_SOFTMAX_GRAD ? g->nodes[n->in[1]].loc : (SrcLoc){ 0, 0 };
+        if (n->op == IR_SOFTMAX_GRAD && of.line == at.line && of.col == at.col) return n->group;
+    }
+    return 0;
+}
+
+/* How softmax SM's attention runs (fusion's decision, compiler/fusion.c). */
+static void attention_line(const Compiled *c, PlanGraphId gid, int sm, int m, bool causal, FILE *out)
+{
+    const IrGraph *g = c->plan->graph[gid].ir;
+    const Shape *s = &g->nodes[m].shape;
+    int64_t heads = s->dim[1], t = s->dim[2], width = g->nodes[g->nodes[m].in[0]].shape.dim[3];
+    int64_t batch = c->p->cfg.batch;
+    fprintf(out, "  line %-4d %lld head%s of width %lld over %lld positions%s: ", g->nodes[sm].loc.line,
+            (long long)heads, heads == 1 ? "" : "s", (long long)width, (long long)t, causal ? ", causal" : "");
+    int k = g->nodes[sm].group;
+    if (k && g->groups[k - 1].kind == IR_GROUP_ATTENTION) {
+        int kb = backward_group(g, sm);
+        const char *fwd = group_kernel(c->plan, gid, k), *bwd = kb ? group_kernel(c->plan, gid, kb) : NULL;
+        double lse = (double)(heads * t * 4 * batch);
+        fprintf(out, "fused, %s%s%s; the probabilities never stored, the rows' log-sum-exp "
+                     "[N, %lld, %lld] (f32) %.2f MB at batch %lld\n", fwd ? fwd : "?",
+                bwd ? " and " : "", bwd ? bwd : "", (long long)heads, (long long)t, lse / 1e6,
+                (long long)batch);
+        return;
+    }
+    const char *why = c->plan->mode == PLAN_EAGER ? "eager runs each op alone"
+                      : width > IR_ATTENTION_MAX_HEAD ? "its heads are wider than the fused kernels' 128"
+                      : "something besides the chain reads or changes its probabilities";
+    double bytes = (double)(heads * t * t) * (double)ir_dtype_size(g->nodes[sm].dtype) * (double)batch;
+    fprintf(out, "the composition (%s): scores and probabilities [N, %lld, %lld, %lld] stored, "
+                 "the probabilities (%s) %.2f MB at batch %lld\n", why, (long long)heads,
+            (long long)t, (long long)t, ir_dtype_name(g->nodes[sm].dtype), bytes / 1e6, (long long)batch);
+}
+
+/* Each attention of the training graph (else of the evaluation's): its heads and
+ * positions, and how it runs. */
 static void explain_attention(const Compiled *c, FILE *out)
 {
-    const IrProgram *p = c->p;
-    const IrGraph *g = &p->forward;
+    PlanGraphId gid = c->plan->graph[PG_TRAIN].ir ? PG_TRAIN : PG_EVAL;
+    const IrGraph *g = c->plan->graph[gid].ir;
     bool any = false;
-    for (int id = 0; id < g->nnodes; id++) {
+    for (int id = 0; g && id < g->nnodes; id++) {
         bool causal;
-        int m = g->nodes[id].op == IR_SOFTMAX ? attention_scores(g, id, &causal) : -1;
+        int m = g->nodes[id].op == IR_SOFTMAX && !g->nodes[id].recompute ? attention_scores(g, id, &causal) : -1;
         if (m < 0) continue;
-        const Shape *s = &g->nodes[m].shape;
-        int64_t heads = s->dim[1], t = s->dim[2], width = g->nodes[g->nodes[m].in[0]].shape.dim[3];
-        if (!any) fputs("\nAttention: each the composition of the table's ops (no fused attention "
-                        "kernel in this build)\n", out);
+        if (!any) fputs("\nAttention (the composition's softmax and products, or one kernel each way "
+                        "in the manner of FlashAttention):\n", out);
         any = true;
-        double bytes = (double)(heads * t * t) * (double)ir_dtype_size(g->nodes[id].dtype) * (double)p->cfg.batch;
-        fprintf(out, "  line %-4d %lld head%s of width %lld over %lld positions%s: scores and "
-                     "probabilities [N, %lld, %lld, %lld] stored, the probabilities (%s) %.2f MB "
-                     "at batch %lld\n",
-                g->nodes[id].loc.line, (long long)heads, heads == 1 ? "" : "s", (long long)width,
-                (long long)t, causal ? ", causal" : "", (long long)heads, (long long)t, (long long)t,
-                ir_dtype_name(g->nodes[id].dtype), bytes / 1e6, (long long)p->cfg.batch);
+        attention_line(c, gid, id, m, causal, out);
     }
 }
 

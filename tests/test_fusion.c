@@ -173,11 +173,68 @@ static void check_gemm_group(const IrGraph *g, int k, int first, int last)
     if (gr->multi) violation(g, k, "GEMM group in a multi-tensor launch", -1);
 }
 
+static bool is_attention(const IrGraph *g, int k)
+{
+    return k > 0 && g->groups[k - 1].kind == IR_GROUP_ATTENTION;
+}
+
+static bool matmul_flags(const IrNode *n, int flags)
+{
+    return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
+}
+
+/* Attention group K (ir.h, IR_GROUP_ATTENTION), members [FIRST, LAST]: the forward's
+ * chain (MATMUL Q K^T of outside operands, MUL, CAUSAL_MASK, CASTs, SOFTMAX, MATMUL P V)
+ * storing only P V, or the backward's (MATMULs dO V^T, P^T dO, dS K, dS^T Q, a
+ * SOFTMAX_GRAD of the softmax of a forward attention group, MUL, CAUSAL_MASK, CASTs)
+ * storing only dV, dQ and dK; every other value a forward member hands outside goes to
+ * such a backward, whose kernel recomputes it; work the scores' shape; never in a
+ * multi-tensor launch. */
+static void check_attention_group(const IrGraph *g, int k, int first, int last)
+{
+    int sm = -1, sg = -1, products = 0, outputs = 0;
+    for (int i = first; i <= last; i++) {
+        const IrNode *n = &g->nodes[i];
+        IrOp op = n->op;
+        if (op == IR_SOFTMAX) sm = i;
+        if (op == IR_SOFTMAX_GRAD) sg = i;
+        products += op == IR_MATMUL;
+        if (op != IR_MATMUL && op != IR_MUL && op != IR_CAUSAL_MASK && op != IR_CAST &&
+            op != IR_SOFTMAX && op != IR_SOFTMAX_GRAD)
+            violation(g, k, "member that is no link of attention's chain", i);
+    }
+    bool backward = sg >= 0;
+    if ((sm >= 0) == backward) violation(g, k, "attention group neither forward nor backward", first);
+    if (products != (backward ? 4 : 2)) violation(g, k, "attention group with another count of products", first);
+    if (backward && !(is_attention(g, g->nodes[g->nodes[sg].in[1]].group) &&
+                      g->nodes[g->nodes[sg].in[1]].op == IR_SOFTMAX))
+        violation(g, k, "backward attention of a softmax no forward group holds", sg);
+    for (int i = first; i <= last; i++) {
+        const IrNode *n = &g->nodes[i];
+        bool product = n->op == IR_MATMUL && (backward ? !matmul_flags(n, IR_MATMUL_TRANS_B)
+                                                       : matmul_flags(n, 0));
+        for (int j = i + 1; j < g->nnodes; j++)
+            for (int x = 0; x < g->nodes[j].nin; x++) {
+                int kj = g->nodes[j].group;
+                if (g->nodes[j].in[x] != i || kj == k) continue;
+                if (product) { outputs++; continue; }
+                bool recomputed = !backward && is_attention(g, kj) && kj != k;
+                if (!recomputed) violation(g, k, "an inner value of attention's chain read outside", i);
+            }
+        for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
+            if (g->output[r] == i) violation(g, k, "attention member is a graph output", i);
+    }
+    if (outputs == 0) violation(g, k, "attention group stores nothing", last);
+    if (sm >= 0 && !ir_shape_equal(&g->nodes[sm].shape, &g->groups[k - 1].work))
+        violation(g, k, "attention group's work not the scores' shape", sm);
+    if (g->groups[k - 1].multi) violation(g, k, "attention group in a multi-tensor launch", -1);
+}
+
 static void check_member(const IrGraph *g, int k, int id)
 {
     const IrGroup *gr = &g->groups[k - 1];
     const IrNode *n = &g->nodes[id];
-    if (gr->kind == IR_GROUP_GEMM) return;   /* check_gemm_group */
+    if (gr->kind == IR_GROUP_GEMM || gr->kind == IR_GROUP_ATTENTION) return;   /* check_*_group */
     if (gr->kind == IR_GROUP_ROW) {
         check_row_member(g, k, id);
         return;
@@ -363,6 +420,7 @@ static int check_groups(const IrGraph *g)
         if (g->groups[k - 1].kind == IR_GROUP_REDUCE) check_reduce_group(g, k, first, last);
         if (g->groups[k - 1].kind == IR_GROUP_ROW) check_row_group(g, k);
         if (g->groups[k - 1].kind == IR_GROUP_GEMM) check_gemm_group(g, k, first, last);
+        if (g->groups[k - 1].kind == IR_GROUP_ATTENTION) check_attention_group(g, k, first, last);
         for (int i = first; i <= last; i++) {
             if (g->nodes[i].group != k) continue;
             check_member(g, k, i);
@@ -438,6 +496,12 @@ static void check_split(const IrGraph *g, const IrBoundary *b)
     const IrGroup *gc = b->uc <= g->ngroups ? &g->groups[b->uc - 1] : NULL;
     bool holds = true;
     switch (b->why) {
+    case IR_SPLIT_ATTENTION_BACKWARD:
+        holds = gp && gc && gp->kind == IR_GROUP_ATTENTION && gc->kind == IR_GROUP_ATTENTION &&
+                P->op != IR_MATMUL;
+        break;
+    case IR_SPLIT_ATTENTION_READS: holds = gc && gc->kind == IR_GROUP_ATTENTION; break;
+    case IR_SPLIT_ATTENTION_STORES: holds = gp && gp->kind == IR_GROUP_ATTENTION && P->op == IR_MATMUL; break;
     case IR_SPLIT_GEMM_READS: holds = C->op == IR_MATMUL; break;
     case IR_SPLIT_INTO_GEMM_GROUP: holds = gc && gc->kind == IR_GROUP_GEMM; break;
     case IR_SPLIT_EPILOGUE_ENDS: holds = gp && gp->kind == IR_GROUP_GEMM; break;
@@ -1029,6 +1093,50 @@ static void check_depth(void)
     rmdir(dir);
 }
 
+static int count_kind(const IrGraph *g, IrGroupKind kind);
+
+/* gpt.net's attentions: in each precision a forward and a backward group each in the
+ * train graph (with checkpointing, a forward again for the backward to recompute from),
+ * a forward each in the evaluation; no T x T value stored in any graph. The checker
+ * refuses a backward group that lost its forward. */
+static void check_attention(const char *path)
+{
+    for (int ckpt = 0; ckpt < 2; ckpt++) {
+        IrProgram *p = compile_model(path, ckpt ? "bf16" : "fp32", 0);
+        CHECK(p != NULL);
+        if (!p) return;
+        if (ckpt) recompute_all(p);
+        fusion_assign(p);
+        CHECK_EQ_INT(count_kind(&p->train, IR_GROUP_ATTENTION), ckpt ? 12 : 8);
+        CHECK_EQ_INT(count_kind(&p->eval, IR_GROUP_ATTENTION), 4);
+        IrGraph *graphs[] = { &p->train, &p->eval };
+        for (int i = 0; i < 2; i++) {
+            const IrGraph *g = graphs[i];
+            CHECK_EQ_INT(check_groups(g), 0);
+            bool *kept = ir_stored_members(g);
+            for (int id = 0; id < g->nnodes; id++) {
+                const Shape *s = &g->nodes[id].shape;
+                bool square = s->rank == 4 && s->dim[2] == s->dim[3] && s->dim[2] == 64;
+                if (square && kept[id] && !ir_node_is_placed(&g->nodes[id]))
+                    fprintf(stderr, "  %s graph: %%%d %s [.., 64, 64] stored\n", g->name, id,
+                            ir_op_name(g->nodes[id].op));
+                CHECK(!(square && kept[id] && !ir_node_is_placed(&g->nodes[id])));
+            }
+            free(kept);
+        }
+        fprintf(stderr, "the checker on a backward attention without its forward (expected):\n");
+        IrGraph *g = &p->train;
+        for (int id = 0; id < g->nnodes; id++)
+            if (g->nodes[id].op == IR_SOFTMAX && is_attention(g, g->nodes[id].group)) {
+                g->groups[g->nodes[id].group - 1].kind = IR_GROUP_POINTWISE;
+                CHECK(check_groups(g) > 0);
+                g->groups[g->nodes[id].group - 1].kind = IR_GROUP_ATTENTION;
+                break;
+            }
+        ir_program_free(p);
+    }
+}
+
 static int model_paths(char paths[][512])
 {
     int n = 0;
@@ -1101,6 +1209,9 @@ int main(int argc, char **argv)
     check_pools(cnn);
     check_checker(mlp);
     check_rows(resmlp);
+    char gpt[512];
+    snprintf(gpt, sizeof gpt, "%s/gpt.net", CGC_MODELS_DIR);
+    check_attention(gpt);
     check_operand_limit();
     check_depth();
     check_member_operands();

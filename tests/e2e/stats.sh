@@ -67,10 +67,14 @@ for head, why in want:
     at = mlp.find(head + "\n")
     assert at >= 0 and mlp[at + len(head) + 1:].lstrip().startswith(why), \
         f"mlp default: no '{head}' for '{why}':\n{mlp}"
-for run in ("default", "bf16"):
+fused = ("fused, attention_fwd_d32_causal_{t} and attention_bwd_d32_causal_{t}; the probabilities "
+         "never stored, the rows' log-sum-exp [N, 4, 64]")
+how = {"eager": "the composition (eager runs each op alone): scores and probabilities [N, 4, 64, 64]",
+       "default": fused.format(t="f32"), "bf16": fused.format(t="bf16"), "all": fused.format(t="f32")}
+for run, what in how.items():
     gpt = open(os.path.join(d, f"gpt.{run}.txt")).read()
     for line in (18, 29, 40, 51):   # models/gpt.net's attention(q, k, v, heads = 4, causal = true) of [N, 64, 128]
-        want = f"  line {line:<4d} 4 heads of width 32 over 64 positions, causal: scores and probabilities [N, 4, 64, 64]"
+        want = f"  line {line:<4d} 4 heads of width 32 over 64 positions, causal: {what}"
         assert want in gpt, f"gpt {run}: no attention line {want!r}"
 res = open(os.path.join(d, "resmlp.all.txt")).read()
 assert "checkpointing: recomputed values have kernels of their own" in res, "resmlp all: no phase reason"

@@ -146,7 +146,10 @@ struct Fiber {
 /* One launch at a time: the indices above are process globals. */
 pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
 
-std::vector<Stack *> stack_pool;
+/* Never destroyed: a kernel module that defines a template's shared array (a static of
+ * an inline function, a GNU unique symbol) cannot be unloaded, so its destructors run
+ * at exit, after the static objects' and in no order that this pool could rely on. */
+std::vector<Stack *> &stack_pool = *new std::vector<Stack *>;
 Fiber fibers[MAX_BLOCK];                /* cleared for each block (run_block) */
 PendingCopy copies[MAX_BLOCK][MAX_COPIES];  /* each thread's cp.async copies in flight */
 unsigned nthreads;

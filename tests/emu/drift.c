@@ -318,11 +318,18 @@ static bool embed_grad_bound(const IrNode *n, const DriftInput *in, const float 
 /* CROSS_ENTROPY: a row's log-sum-exp moves by at most its largest |dx|, and so does the
  * label's logit: the mean of twice each row's largest |dx|, twice that relative to the
  * reference's loss. */
+/* The rows of LOGITS ([rows..., classes]) and their length. */
+static int64_t logit_rows(const DriftInput *logits, const int64_t *symvals, int64_t *cols)
+{
+    *cols = dim_value(logits->shape, logits->shape->rank - 1, symvals);
+    return *cols ? ir_numel(logits->shape, symvals) / *cols : 0;
+}
+
 static bool cross_entropy_bound(const DriftInput *logits, const float *ref_out,
                                 const int64_t *symvals, float *out)
 {
     if (!logits->ref || !ref_out) return false;
-    int64_t rows = dim_value(logits->shape, 0, symvals), cols = dim_value(logits->shape, 1, symvals);
+    int64_t cols, rows = logit_rows(logits, symvals, &cols);
     double total = 0;
     for (int64_t r = 0; r < rows; r++) {
         double worst = 0;
@@ -330,6 +337,28 @@ static bool cross_entropy_bound(const DriftInput *logits, const float *ref_out,
         total += 2 * worst;
     }
     out[0] = (float)fmin(2.0, 2 * total / (double)(rows ? rows : 1) / fmax(fabs(ref_out[0]), 1e-30));
+    return true;
+}
+
+/* COUNT_CORRECT: a row's prediction may change where the reference's largest logit
+ * leads the next by no more than twice the row's largest absolute difference; the count
+ * moves by at most the number of such rows. */
+static bool count_correct_bound(const DriftInput *logits, const float *ref_out,
+                                const int64_t *symvals, float *out)
+{
+    if (!logits->ref || !ref_out) return false;
+    int64_t cols, rows = logit_rows(logits, symvals, &cols), open = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double top = -INFINITY, next = -INFINITY, worst = 0;
+        for (int64_t c = 0; c < cols; c++) {
+            double v = logits->ref[r * cols + c];
+            if (v > top) next = top, top = v;
+            else if (v > next) next = v;
+            worst = fmax(worst, abs_difference(logits, r * cols + c));
+        }
+        open += top - next <= 2 * worst;
+    }
+    out[0] = (float)fmin(2.0, (double)open / fmax(fabs(ref_out[0]), 1.0));
     return true;
 }
 
@@ -350,6 +379,7 @@ bool drift_bound(const IrNode *n, const DriftInput *in, const float *ref_out,
         return copy_bound(n, &in[0], symvals, out, count);
     if (n->op == IR_FOLD) return fold_bound(n, &in[0], ref_out, symvals, out, count);
     if (n->op == IR_CROSS_ENTROPY) return cross_entropy_bound(&in[0], ref_out, symvals, out);
+    if (n->op == IR_COUNT_CORRECT) return count_correct_bound(&in[0], ref_out, symvals, out);
     if (n->op == IR_SOFTMAX) return softmax_bound(n, &in[0], symvals, out, count);
     if (n->op == IR_SOFTMAX_GRAD) return softmax_grad_bound(n, in, ref_out, symvals, out, count);
     if (n->op == IR_EMBED_GRAD) return embed_grad_bound(n, in, ref_out, symvals, out, count);

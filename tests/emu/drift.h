@@ -32,6 +32,8 @@
  *     magnitudes, which a near-cancelling sum (batch norm's gradients) shows;
  *   - CROSS_ENTROPY: the mean over rows of 2x the row's largest absolute difference (its
  *     log-sum-exp and the label's logit each move by at most that);
+ *   - COUNT_CORRECT: the rows whose largest logit leads the next by at most 2x the row's
+ *     largest absolute difference (a prediction that may change), over the count;
  *   - SOFTMAX: twice its input's absolute difference plus the row's largest (the
  *     log-sum-exp moves by at most that);
  *   - SOFTMAX_GRAD, y (d - sum(d y)): the sum bounded as a matrix product's, then the

@@ -1,0 +1,170 @@
+/* attention.c: attention groups (ir.h, IR_GROUP_ATTENTION) as kernels in the manner of
+ * FlashAttention.
+ *
+ * The forward group's kernel (cgc_attention_forward, cgc_device.h) runs a tile of queries
+ * of one head per block: keys and values a tile at a time through shared memory, the
+ * scores and probabilities of that tile only in registers and shared memory, with an
+ * online softmax, so the T x T matrices of the composition are never stored; it stores O
+ * and each row's log-sum-exp. The backward group's kernel (cgc_attention_backward)
+ * recomputes the probabilities from Q, K and the log-sum-exp, and sums dK and dV in key
+ * blocks, dQ in query blocks, so that nothing is summed by atomics and a run repeats bit
+ * for bit. Under the causal mask the tiles past the diagonal are skipped whole.
+ *
+ * The kernels depend on the head width, the tile (from the width: shared memory is
+ * 48 KiB), the mask, the types, and the sizes and scale written into the body, so the
+ * layers of one shape share theirs. The math is f32, SIMT; the composition's casts are
+ * the kernel's loads and stores.
+ */
+#include "codegen_impl.h"
+
+#include <stdio.h>
+
+/* What an attention group computes, read from its members and, for the backward, its
+ * forward group's. */
+typedef struct AttnParts {
+    bool backward, causal;
+    float scale;
+    int q, k, v, o, dout, dq, dk, dv;   /* nodes of the graph (-1 where the direction has none) */
+    int sm;                             /* the forward's softmax */
+} AttnParts;
+
+static bool matmul_with(const IrNode *n, int flags)
+{
+    return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
+}
+
+/* The scale of a MUL member by its literal, else leaves *SCALE. */
+static void mul_scale(const IrGraph *g, const IrNode *n, float *scale)
+{
+    for (int j = 0; j < n->nin; j++)
+        if (ir_node_is_literal(&g->nodes[n->in[j]])) *scale = (float)g->nodes[n->in[j]].value;
+}
+
+/* The product O = P V of the forward group that holds softmax SM. */
+static int forward_output(const RenderCtx *ctx, int sm)
+{
+    int k = ctx->g->nodes[sm].group;
+    for (int id = ctx->span[k].first; id < ctx->span[k].end; id++)
+        if (matmul_with(&ctx->g->nodes[id], 0)) return id;
+    CGC_INTERNAL("%s graph: attention group %d has no product P V", ctx->g->name, k);
+}
+
+/* Members by what they are: the forward's S = Q K^T and O = P V; the backward's
+ * dP = dO V^T, dV = P^T dO (P from outside), dQ = dS K and dK = dS^T Q (dS inside). */
+static AttnParts attn_parts(const RenderCtx *ctx, int k)
+{
+    const IrGraph *g = ctx->g;
+    AttnParts a = { .scale = 1, .q = -1, .k = -1, .v = -1, .o = -1, .dout = -1,
+                    .dq = -1, .dk = -1, .dv = -1, .sm = -1 };
+    for (int id = ctx->span[k].first; id < ctx->span[k].end; id++)
+        if (g->nodes[id].op == IR_SOFTMAX_GRAD) a.backward = true, a.sm = g->nodes[id].in[1];
+    for (int id = ctx->span[k].first; id < ctx->span[k].end; id++) {
+        const IrNode *n = &g->nodes[id];
+        bool inside = n->nin > 0 && g->nodes[n->in[0]].group == k;
+        if (n->op == IR_CAUSAL_MASK) a.causal = true;
+        else if (n->op == IR_MUL) mul_scale(g, n, &a.scale);
+        else if (n->op == IR_SOFTMAX) a.sm = id;
+        else if (matmul_with(n, IR_MATMUL_TRANS_B) && a.backward) a.dout = n->in[0], a.v = n->in[1];
+        else if (matmul_with(n, IR_MATMUL_TRANS_B)) a.q = n->in[0], a.k = n->in[1];
+        else if (matmul_with(n, 0) && a.backward) a.dq = id, a.k = n->in[1];
+        else if (matmul_with(n, 0)) a.o = id, a.v = n->in[1];
+        else if (matmul_with(n, IR_MATMUL_TRANS_A) && inside) a.dk = id, a.q = n->in[1];
+        else if (matmul_with(n, IR_MATMUL_TRANS_A)) a.dv = id;
+    }
+    if (a.backward) a.o = forward_output(ctx, a.sm);
+    bool whole = a.backward ? a.q >= 0 && a.k >= 0 && a.v >= 0 && a.dout >= 0 && a.dq >= 0 &&
+                                  a.dk >= 0 && a.dv >= 0
+                            : a.q >= 0 && a.k >= 0 && a.v >= 0 && a.o >= 0 && a.sm >= 0;
+    if (!whole) CGC_INTERNAL("%s graph: attention group %d is not a whole chain", g->name, k);
+    return a;
+}
+
+/* The head width D, T and the tiles, which keep the staged tiles within 48 KiB of shared
+ * memory: the backward's rows (queries or keys) 32 up to D = 64, else 16; the f32
+ * forward's 32 queries by 32 keys, 16 past D = 64; the tensor cores' forward (f16, bf16)
+ * 64 queries by 64 keys, 32 past D = 64. */
+typedef struct AttnShape {
+    int64_t d, t;
+    int rows, cols;
+} AttnShape;
+
+static AttnShape attn_shape(const IrGraph *g, const AttnParts *a)
+{
+    const Shape *s = &g->nodes[a->q].shape;
+    AttnShape x = { .d = s->dim[s->rank - 1], .t = s->dim[s->rank - 2] };
+    bool wide = x.d > 64, half = g->nodes[a->q].dtype != DT_F32;
+    if (a->backward) x.rows = x.cols = wide ? 16 : 32;
+    else if (half) x.rows = 64, x.cols = wide ? 32 : 64;
+    else x.rows = 32, x.cols = wide ? 16 : 32;
+    return x;
+}
+
+static const char *type_tag(DType t) { return ir_dtype_name(t); }
+
+void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d)
+{
+    const IrGraph *g = ctx->g;
+    AttnParts a = attn_parts(ctx, k);
+    AttnShape x = attn_shape(g, &a);
+    const Shape *qs = &g->nodes[a.q].shape;
+    DType in = g->nodes[a.q].dtype;
+    DType out = g->nodes[a.backward ? a.dq : a.o].dtype;
+    snprintf(d->name, sizeof d->name, "attention_%s_d%lld%s_%s", a.backward ? "bwd" : "fwd",
+             (long long)x.d, a.causal ? "_causal" : "", type_tag(in));
+    if (out != in) {
+        size_t at = strlen(d->name);
+        snprintf(d->name + at, sizeof d->name - at, "_to_%s", type_tag(out));
+    }
+    const int *buf = ctx->node_buffer;
+    if (a.backward) {
+        draft_buffer(d, "dq", buf[a.dq], out, false);
+        draft_buffer(d, "dk", buf[a.dk], out, false);
+        draft_buffer(d, "dv", buf[a.dv], g->nodes[a.dv].dtype, false);
+    } else {
+        draft_buffer(d, "o", buf[a.o], out, false);
+        draft_buffer(d, "lse", lse, DT_F32, false);
+    }
+    draft_buffer(d, "q", buf[a.q], in, true);
+    draft_buffer(d, "k", buf[a.k], g->nodes[a.k].dtype, true);
+    draft_buffer(d, "v", buf[a.v], g->nodes[a.v].dtype, true);
+    if (a.backward) {
+        draft_buffer(d, "o", buf[a.o], g->nodes[a.o].dtype, true);
+        draft_buffer(d, "dout", buf[a.dout], g->nodes[a.dout].dtype, true);
+        draft_buffer(d, "lse", lse, DT_F32, true);
+    }
+    char bh[CUDA_DIMS_MAX], scale[32];
+    cuda_dims_expr(d, qs, 0, qs->rank - 2, bh, sizeof bh);
+    cuda_float_literal(a.scale, scale, sizeof scale);
+    sb_printf(&d->body, "    const int64_t bh = %s, t = %lld;\n", bh, (long long)x.t);
+    if (a.backward)
+        sb_printf(&d->body, "    cgc_attention_backward<%lld, %d, %s>(dq, dk, dv, q, k, v, o, dout, lse, "
+                  "bh, t, %s);\n", (long long)x.d, x.rows, a.causal ? "true" : "false", scale);
+    else if (in != DT_F32)   /* the query tile is the tensor cores' own (64) */
+        sb_printf(&d->body, "    cgc_attention_forward_half<%lld, %d, %s>(o, lse, q, k, v, bh, t, %s);\n",
+                  (long long)x.d, x.cols, a.causal ? "true" : "false", scale);
+    else
+        sb_printf(&d->body, "    cgc_attention_forward<%lld, %d, %d, %s>(o, lse, q, k, v, bh, t, %s);\n",
+                  (long long)x.d, x.rows, x.cols, a.causal ? "true" : "false", scale);
+    draft_finish_symbols(d);
+    int64_t tiles = (x.t + x.rows - 1) / x.rows;
+    Shape work = *qs;
+    work.dim[work.rank - 2] = a.backward ? 2 * tiles : tiles;
+    work.rank--;
+    d->block = 128;
+    d->work = work;
+    d->items_per_block = 1;
+    d->max_blocks = CUDA_MAX_BLOCKS;
+}
+
+int attention_lse_node(const RenderCtx *ctx, int k)
+{
+    return attn_parts(ctx, k).sm;
+}
+
+Shape attention_lse_shape(const RenderCtx *ctx, int k)
+{
+    AttnParts a = attn_parts(ctx, k);
+    Shape s = ctx->g->nodes[a.q].shape;
+    s.rank--;
+    return s;
+}
