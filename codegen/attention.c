@@ -10,10 +10,15 @@
  * blocks, dQ in query blocks, so that nothing is summed by atomics and a run repeats bit
  * for bit. Under the causal mask the tiles past the diagonal are skipped whole.
  *
+ * f16 and bf16 operands run on the tensor cores (cgc_attention_forward_tc and
+ * cgc_attention_backward_tc: mma.sync with f32 accumulation, the scores' accumulators
+ * turned into P's fragments in registers, P and dS rounded to the operands' type as the
+ * products take them, as FlashAttention does); f32 operands run SIMT in f32. The
+ * composition's casts are the kernels' loads and stores.
+ *
  * The kernels depend on the head width, the tile (from the width: shared memory is
  * 48 KiB), the mask, the types, and the sizes and scale written into the body, so the
- * layers of one shape share theirs. The math is f32, SIMT; the composition's casts are
- * the kernel's loads and stores.
+ * layers of one shape share theirs.
  */
 #include "codegen_impl.h"
 
@@ -79,10 +84,10 @@ static AttnParts attn_parts(const RenderCtx *ctx, int k)
     return a;
 }
 
-/* The head width D, T and the tiles, which keep the staged tiles within 48 KiB of shared
- * memory: the backward's rows (queries or keys) 32 up to D = 64, else 16; the f32
- * forward's 32 queries by 32 keys, 16 past D = 64; the tensor cores' forward (f16, bf16)
- * 64 queries by 64 keys, 32 past D = 64. */
+/* The head width D, T and the tiles (a block's own rows by the other side's), which keep
+ * the staged tiles within 48 KiB of shared memory: in f32 the backward's 32 by 32, 16 by
+ * 16 past D = 64, and the forward's 32 queries by 32 keys, 16 keys past D = 64; on the
+ * tensor cores (f16, bf16) 64 rows by 64, past D = 64 by 32 (forward) or 16 (backward). */
 typedef struct AttnShape {
     int64_t d, t;
     int rows, cols;
@@ -93,7 +98,8 @@ static AttnShape attn_shape(const IrGraph *g, const AttnParts *a)
     const Shape *s = &g->nodes[a->q].shape;
     AttnShape x = { .d = s->dim[s->rank - 1], .t = s->dim[s->rank - 2] };
     bool wide = x.d > 64, half = g->nodes[a->q].dtype != DT_F32;
-    if (a->backward) x.rows = x.cols = wide ? 16 : 32;
+    if (a->backward && half) x.rows = 64, x.cols = wide ? 16 : 64;
+    else if (a->backward) x.rows = x.cols = wide ? 16 : 32;
     else if (half) x.rows = 64, x.cols = wide ? 32 : 64;
     else x.rows = 32, x.cols = wide ? 16 : 32;
     return x;
@@ -136,7 +142,10 @@ void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d)
     cuda_dims_expr(d, qs, 0, qs->rank - 2, bh, sizeof bh);
     cuda_float_literal(a.scale, scale, sizeof scale);
     sb_printf(&d->body, "    const int64_t bh = %s, t = %lld;\n", bh, (long long)x.t);
-    if (a.backward)
+    if (a.backward && in != DT_F32)   /* 64 rows a block, the tensor cores' */
+        sb_printf(&d->body, "    cgc_attention_backward_half<%lld, %d, %s>(dq, dk, dv, q, k, v, o, dout, "
+                  "lse, bh, t, %s);\n", (long long)x.d, x.cols, a.causal ? "true" : "false", scale);
+    else if (a.backward)
         sb_printf(&d->body, "    cgc_attention_backward<%lld, %d, %s>(dq, dk, dv, q, k, v, o, dout, lse, "
                   "bh, t, %s);\n", (long long)x.d, x.rows, a.causal ? "true" : "false", scale);
     else if (in != DT_F32)   /* the query tile is the tensor cores' own (64) */

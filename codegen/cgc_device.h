@@ -18,7 +18,10 @@
  *     warp's mma.sync m16n8k16 with f32 accumulation, its fragments read from shared
  *     memory by ldmatrix, asynchronous 16-byte copies to shared memory (cp.async) and
  *     the tile loader built on them. sm_80 and later; the
- *     emulation gives the same fragments the same meaning (tests/emu/cuda_emu.h).
+ *     emulation gives the same fragments the same meaning (tests/emu/cuda_emu.h);
+ *   - attention's forward and backward in the manner of FlashAttention, SIMT in f32 and
+ *     on the tensor cores in f16 and bf16, templates that codegen/attention.c's kernels
+ *     instantiate.
  * Reductions need blockDim.x to be a multiple of 32 (every reducing kernel uses 256).
  */
 #ifndef CGC_DEVICE_PRELUDE_H
@@ -685,8 +688,7 @@ __device__ void cgc_attention_forward(TO *o, float *lse, const TI *q, const TI *
     }
 }
 
-/* The forward on tensor cores, for f16 or bf16 operands (BF16 says which; sm_80 and
- * later): four warps of 16 queries each (64 a tile), the queries' fragments kept in
+/* The forward on tensor cores, for f16 or bf16 operands (BF16 says which): four warps of 16 queries each (64 a tile), the queries' fragments kept in
  * registers for the whole tile; S = Q K^T by mma.sync, its accumulators masked and
  * scaled in place (a row's values spread over a quad of lanes: rows g and g + 8 of the
  * warp's 16), the online softmax on them, P rounded to the operands' type as the A
@@ -776,18 +778,13 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
 template <typename T> struct CgcIsBf16 { enum { value = 0 }; };
 template <> struct CgcIsBf16<cgc_bf16> { enum { value = 1 }; };
 
-/* The forward of f16 or bf16 operands: on tensor cores from sm_80 (and under the
- * emulation), else SIMT as f32's. */
+/* The forward of f16 or bf16 operands (the tensor cores take their 16-bit patterns). */
 template <int D, int BK, bool CAUSAL, typename TI, typename TO>
 __device__ void cgc_attention_forward_half(TO *o, float *lse, const TI *q, const TI *k, const TI *v,
                                            int64_t bh, int64_t t, float scale)
 {
-#if defined(CGC_EMULATE) || __CUDA_ARCH__ >= 800
     cgc_attention_forward_tc<D, BK, CAUSAL, CgcIsBf16<TI>::value>(
         o, lse, (const unsigned short *)q, (const unsigned short *)k, (const unsigned short *)v, bh, t, scale);
-#else
-    cgc_attention_forward<D, 32, D <= 64 ? 32 : 16, CAUSAL>(o, lse, q, k, v, bh, t, scale);
-#endif
 }
 
 /* The lse and delta (the sum of dO O, which is that of dP P: O = P V) of BT rows from
@@ -803,6 +800,17 @@ __device__ __forceinline__ void cgc_rows_stats(float *lses, float *deltas, const
         lses[r] = first + r < t ? lse[first + r] : 0.0f;
         deltas[r] = d;
     }
+}
+
+/* The other side's rows that a backward block of ROWS rows from R0 runs over, [FROM, TO):
+ * under CAUSAL a key block's queries from its first key on, a query block's keys up to
+ * its last query; else all T. */
+template <bool CAUSAL>
+__device__ __forceinline__ void cgc_attention_backward_span(bool keys, int64_t r0, int64_t rows,
+                                                            int64_t t, int64_t *from, int64_t *to)
+{
+    *from = keys && CAUSAL ? r0 : 0;
+    *to = !keys && CAUSAL ? cgc_min64(t, r0 + rows) : t;
 }
 
 /* The backward, deterministic (no atomics): items [0, bh * tiles) are key blocks, each
@@ -836,8 +844,8 @@ __device__ void cgc_attention_backward(TG *dq, TG *dk, TG *dv, const TI *q, cons
             cgc_rows_load<BT, D>(dos, dout + head * D, r0, t);
             cgc_rows_stats<BT, D>(lses, deltas, lse + head, o + head * D, dout + head * D, r0, t);
         }
-        const int64_t from = keys && CAUSAL ? r0 : 0;
-        const int64_t to = !keys && CAUSAL ? cgc_min64(t, r0 + BT) : t;
+        int64_t from, to;
+        cgc_attention_backward_span<CAUSAL>(keys, r0, BT, t, &from, &to);
         for (int64_t c0 = from; c0 < to; c0 += BT) {
             __syncthreads();   /* the last tile is done with the other side's rows */
             if (keys) {
@@ -879,6 +887,135 @@ __device__ void cgc_attention_backward(TG *dq, TG *dk, TG *dv, const TI *q, cons
             }
         }
     }
+}
+
+/* One warp's 16 x (8 NT) product tile ACC = A B^T over the padded head width, A's 16 rows
+ * from A_ROWS (16 rows of [.][DP + 8]), B's 8 NT rows from B_ROWS, both [row][d]: the
+ * scores (Q K^T, or K Q^T) and their gradients (dO V^T, V dO^T) of the backward. */
+template <int DP, int NT, bool BF16>
+__device__ __forceinline__ void cgc_tc_rows_dot(float (*acc)[4], const unsigned short (*a_rows)[DP + 8],
+                                                const unsigned short (*b_rows)[DP + 8])
+{
+    const int lane = threadIdx.x % 32;
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
+    for (int kk = 0; kk < DP / 16; kk++) {
+        uint32_t a[4];
+        cgc_ldmatrix(a, 4, &a_rows[lane % 16][kk * 16 + lane / 16 * 8], false);
+        for (int j = 0; j < NT; j++) {
+            uint32_t b[2];
+            cgc_ldmatrix(b, 2, &b_rows[j * 8 + lane % 8][kk * 16 + lane / 8 % 2 * 8], false);
+            cgc_mma_16816(acc[j], a, b, BF16);
+        }
+    }
+}
+
+/* OUT (16 x DP, OT = DP / 8 tiles) += X B, X (16 x 8 NT) in accumulator layout rounded to
+ * the operands' type as A fragments, B (8 NT x DP) the rows B_ROWS [k][d] read transposed:
+ * dV += P^T dO, dK += dS^T Q, dQ += dS K. */
+template <int DP, int NT, bool BF16>
+__device__ __forceinline__ void cgc_tc_acc_product(float (*out)[4], const float (*x)[4],
+                                                   const unsigned short (*b_rows)[DP + 8])
+{
+    const int lane = threadIdx.x % 32;
+    for (int kk = 0; kk < NT / 2; kk++) {
+        const uint32_t a[4] = { cgc_pack2(x[2 * kk][0], x[2 * kk][1], BF16),
+                                cgc_pack2(x[2 * kk][2], x[2 * kk][3], BF16),
+                                cgc_pack2(x[2 * kk + 1][0], x[2 * kk + 1][1], BF16),
+                                cgc_pack2(x[2 * kk + 1][2], x[2 * kk + 1][3], BF16) };
+        for (int dj = 0; dj < DP / 8; dj++) {
+            uint32_t b[2];
+            cgc_ldmatrix(b, 2, &b_rows[kk * 16 + lane % 16][dj * 8], true);
+            cgc_mma_16816(out[dj], a, b, BF16);
+        }
+    }
+}
+
+/* The backward on tensor cores, for f16 or bf16 operands, as the SIMT one divides it: a key block's four warps hold 16 keys each (64 a tile) and run over the
+ * query tiles of BC from the diagonal, S^T = K Q^T and dP^T = V dO^T by mma.sync, P^T
+ * and dS^T made in the accumulators, then dV += P^T dO and dK += dS^T Q with those as A
+ * fragments; a query block's warps hold 16 queries each and run over the key tiles up
+ * to the diagonal, S = Q K^T, dP = dO V^T, dQ += dS K. The tiles of their own rows and
+ * the other side's stay in shared memory, read by ldmatrix (transposed where k runs down
+ * the rows), so no product needs a transpose of its own. */
+template <int D, int BC, bool CAUSAL, bool BF16, typename TO, typename TD, typename TG>
+__device__ void cgc_attention_backward_tc(TG *dq, TG *dk, TG *dv, const unsigned short *q,
+                                          const unsigned short *k, const unsigned short *v,
+                                          const TO *o, const TD *dout, const float *lse,
+                                          int64_t bh, int64_t t, float scale)
+{
+    enum { BR = 64, DP = (D + 15) / 16 * 16, NT = BC / 8, OT = DP / 8 };
+    __shared__ __align__(16) unsigned short own1[BR][DP + 8], own2[BR][DP + 8];
+    __shared__ __align__(16) unsigned short oth1[BC][DP + 8], oth2[BC][DP + 8];
+    __shared__ float lses[BR > BC ? BR : BC], deltas[BR > BC ? BR : BC];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int64_t tiles = (t + BR - 1) / BR;
+    for (int64_t item = blockIdx.x; item < 2 * bh * tiles; item += gridDim.x) {
+        const bool keys = item < bh * tiles;
+        const int64_t it = keys ? item : item - bh * tiles;
+        const int64_t head = it / tiles * t, r0 = it % tiles * BR;
+        const int64_t mine[2] = { r0 + warp * 16 + g, r0 + warp * 16 + g + 8 };
+        float acc[2][OT][4];
+        for (int dj = 0; dj < OT; dj++)
+            for (int e = 0; e < 4; e++) acc[0][dj][e] = acc[1][dj][e] = 0;
+        __syncthreads();   /* the last item is done with the tiles */
+        cgc_tile_load<BR, DP, 128>(own1, (keys ? k : q) + head * D, t, D, r0, 0);
+        cgc_tile_load<BR, DP, 128>(own2, (keys ? v : (const unsigned short *)dout) + head * D, t, D, r0, 0);
+        cgc_cp_async_commit();   /* waited for with the first tile of the other side */
+        if (!keys) cgc_rows_stats<BR, D>(lses, deltas, lse + head, o + head * D, dout + head * D, r0, t);
+        int64_t from, to;
+        cgc_attention_backward_span<CAUSAL>(keys, r0, BR, t, &from, &to);
+        for (int64_t c0 = from; c0 < to; c0 += BC) {
+            __syncthreads();   /* the last tile is done with the other side's rows */
+            cgc_tile_load<BC, DP, 128>(oth1, (keys ? q : k) + head * D, t, D, c0, 0);
+            cgc_tile_load<BC, DP, 128>(oth2, (keys ? (const unsigned short *)dout : v) + head * D, t, D, c0, 0);
+            if (keys) cgc_rows_stats<BC, D>(lses, deltas, lse + head, o + head * D, dout + head * D, c0, t);
+            cgc_cp_async_commit();
+            cgc_cp_async_wait_all();
+            __syncthreads();
+            float s[NT][4], dp[NT][4];
+            cgc_tc_rows_dot<DP, NT, BF16>(s, &own1[warp * 16], oth1);    /* S or S^T */
+            cgc_tc_rows_dot<DP, NT, BF16>(dp, &own2[warp * 16], oth2);   /* dP or dP^T */
+            for (int j = 0; j < NT; j++)
+                for (int e = 0; e < 4; e++) {
+                    const int64_t col = c0 + j * 8 + 2 * tq + e % 2, row = mine[e / 2];
+                    const int64_t query = keys ? col : row, key = keys ? row : col;
+                    const int qi = keys ? j * 8 + 2 * tq + e % 2 : warp * 16 + g + e / 2 * 8;
+                    const bool keep = key < t && query < t && (!CAUSAL || key <= query);
+                    const float p = keep ? expf(s[j][e] * scale - lses[qi]) : 0.0f;
+                    s[j][e] = p;
+                    dp[j][e] = p * (dp[j][e] - deltas[qi]);
+                }
+            if (keys) {
+                cgc_tc_acc_product<DP, NT, BF16>(acc[1], s, oth2);    /* dV += P^T dO */
+                cgc_tc_acc_product<DP, NT, BF16>(acc[0], dp, oth1);   /* dK += dS^T Q */
+            } else {
+                cgc_tc_acc_product<DP, NT, BF16>(acc[0], dp, oth1);   /* dQ += dS K */
+            }
+        }
+        for (int dj = 0; dj < OT; dj++)
+            for (int e = 0; e < 4; e++) {
+                const int64_t row = mine[e / 2];
+                const int col = dj * 8 + 2 * tq + e % 2;
+                if (row >= t || col >= D) continue;
+                if (keys) {
+                    cgc_store(&dk[(head + row) * D + col], acc[0][dj][e] * scale);
+                    cgc_store(&dv[(head + row) * D + col], acc[1][dj][e]);
+                } else {
+                    cgc_store(&dq[(head + row) * D + col], acc[0][dj][e] * scale);
+                }
+            }
+    }
+}
+
+/* The backward of f16 or bf16 operands (the tensor cores take their 16-bit patterns). */
+template <int D, int BC, bool CAUSAL, typename TI, typename TO, typename TD, typename TG>
+__device__ void cgc_attention_backward_half(TG *dq, TG *dk, TG *dv, const TI *q, const TI *k,
+                                            const TI *v, const TO *o, const TD *dout,
+                                            const float *lse, int64_t bh, int64_t t, float scale)
+{
+    cgc_attention_backward_tc<D, BC, CAUSAL, CgcIsBf16<TI>::value>(
+        dq, dk, dv, (const unsigned short *)q, (const unsigned short *)k, (const unsigned short *)v,
+        o, dout, lse, bh, t, scale);
 }
 
 #endif

@@ -37,6 +37,7 @@
 #include "runtime/devexec.h"
 #include "runtime/device.h"
 #include "tests/check.h"
+#include "tests/emu/attention_oracle.h"
 #include "tests/emu/drift.h"
 #include "tests/emu/emu_device.h"
 
@@ -92,6 +93,7 @@ typedef struct Run {
     float **tensor_drift;    /* per tensor, as last compared; NULL: none */
     int compared;            /* node values compared */
     int counter_checks;      /* runs after which the launch counter was read back */
+    int attention_checks;    /* attention groups checked against attention in double */
 } Run;
 
 /* ---- tolerances ---- */
@@ -398,6 +400,99 @@ static bool read_node(Run *r, const IrGraph *g, int id, float *scratch, const fl
     return dn == *n;
 }
 
+/* ---- attention groups against their own inputs ----
+ * A fused attention rounds where the composition does not, so against the reference its
+ * outputs pass within their inputs' drift, which in f16 and bf16 is wide. Here each
+ * attention group's outputs are also recomputed in double from the values the device
+ * stored for its inputs (attention_oracle.h), the error taken relative to the outputs'
+ * magnitudes (the sums of their terms' absolute values). The allowance: f32 math in
+ * another order (1e-5, the f32 tolerance; a tf32 model's attention multiplies in f32
+ * too); in bf16 and f16, the tensor cores' P and dS rounded to the operands' type and the
+ * outputs stored in it, a unit or two (2^-8, 2^-11): 1e-2 and 2e-3. */
+
+typedef struct AttnNodes {
+    bool backward;
+    int q, k, v, o, dout, dq, dk, dv;
+    AttnRef ref;
+} AttnNodes;
+
+static bool attn_matmul(const IrNode *n, int flags)
+{
+    return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
+}
+
+/* Attention group K's inputs and outputs, by what its members compute (ir.h). */
+static AttnNodes attention_nodes(const IrGraph *g, int k, const IrSpan *span, const int64_t *symvals)
+{
+    AttnNodes a = { .ref = { .scale = 1 } };
+    for (int id = span[k].first; id < span[k].end; id++) a.backward |= g->nodes[id].op == IR_SOFTMAX_GRAD;
+    for (int id = span[k].first; id < span[k].end; id++) {
+        const IrNode *n = &g->nodes[id];
+        bool inside = n->nin > 0 && g->nodes[n->in[0]].group == k;
+        if (n->op == IR_CAUSAL_MASK) a.ref.causal = true;
+        for (int j = 0; n->op == IR_MUL && j < 2; j++)
+            if (ir_node_is_literal(&g->nodes[n->in[j]])) a.ref.scale = g->nodes[n->in[j]].value;
+        if (attn_matmul(n, IR_MATMUL_TRANS_B) && a.backward) a.dout = n->in[0], a.v = n->in[1];
+        else if (attn_matmul(n, IR_MATMUL_TRANS_B)) a.q = n->in[0], a.k = n->in[1];
+        else if (attn_matmul(n, 0) && a.backward) a.dq = id, a.k = n->in[1];
+        else if (attn_matmul(n, 0)) a.o = id, a.v = n->in[1];
+        else if (attn_matmul(n, IR_MATMUL_TRANS_A) && inside) a.dk = id, a.q = n->in[1];
+        else if (attn_matmul(n, IR_MATMUL_TRANS_A)) a.dv = id;
+    }
+    const Shape *s = &g->nodes[a.q].shape;
+    a.ref.d = s->dim[s->rank - 1];
+    a.ref.t = s->dim[s->rank - 2];
+    a.ref.bh = ir_numel(s, symvals) / (a.ref.t * a.ref.d);
+    return a;
+}
+
+/* Output ID of attention group K against REF, whose terms' magnitudes are MAG. */
+static int attention_output(Run *r, const IrGraph *g, int k, int id, const double *ref, const double *mag)
+{
+    const IrNode *n = &g->nodes[id];
+    int64_t count = ir_numel(&n->shape, r->symvals);
+    double tol = n->dtype == DT_BF16 ? 1e-2 : n->dtype == DT_F16 ? 2e-3 : 1e-5;
+    double err = r->stored[id] ? attn_ref_error(ref, mag, r->stored[id], count) : INFINITY;
+    if (err <= tol) return 0;
+    check_failures++;
+    r->mismatches++;
+    fprintf(stderr, "  MISMATCH %s %s, step %d, graph %s, attention group g%d (%s): %%%d against "
+                    "attention in double from the device's own inputs: relative L2 error %.3g > %.3g\n",
+            r->c->model, r->c->precision, r->step, g->name, k, g->groups[k - 1].name, id, err, tol);
+    return 1;
+}
+
+static int check_attention(Run *r, const IrGraph *g)
+{
+    IrSpan *span = ir_group_spans(g);
+    int bad = 0;
+    for (int k = 1; k <= g->ngroups; k++) {
+        if (g->groups[k - 1].kind != IR_GROUP_ATTENTION) continue;
+        AttnNodes a = attention_nodes(g, k, span, r->symvals);
+        int64_t n = a.ref.bh * a.ref.t * a.ref.d;
+        const float *q = r->stored[a.q], *kk = r->stored[a.k], *v = r->stored[a.v];
+        double *out = calloc((size_t)(3 * n + 1), sizeof *out), *mag = calloc((size_t)(3 * n + 1), sizeof *mag);
+        if (!q || !kk || !v || (a.backward && !r->stored[a.dout])) {
+            fprintf(stderr, "  %s: attention group g%d reads a value the device did not store\n",
+                    r->c->model, k);
+            bad++;
+        } else if (a.backward) {
+            attn_ref_backward(&a.ref, q, kk, v, r->stored[a.dout], out, mag);
+            bad += attention_output(r, g, k, a.dq, out, mag) +
+                   attention_output(r, g, k, a.dk, out + n, mag + n) +
+                   attention_output(r, g, k, a.dv, out + 2 * n, mag + 2 * n);
+        } else {
+            attn_ref_forward(&a.ref, q, kk, v, out, mag);
+            bad += attention_output(r, g, k, a.o, out, mag);
+        }
+        r->attention_checks++;
+        free(out);
+        free(mag);
+    }
+    free(span);
+    return bad;
+}
+
 /* Every stored node of G against the reference, in order, each one's drift recorded
  * for the nodes that read it. A READ, or a reshape of one, is what its readers saw: the
  * tensor before G ran; its stored view shows the tensor after, checked last, against
@@ -425,6 +520,7 @@ static int compare_nodes(Run *r, const IrGraph *g, float *scratch)
             r->stored[id] = copy_floats(r->buf, n);
         }
     }
+    bad += check_attention(r, g);
     for (int id = 0; id < g->nnodes; id++) {
         const float *cpu;
         int64_t n;
@@ -960,6 +1056,15 @@ static void run_case(const Case *c, bool asan)
         /* a plan whose step bookkeeping runs as `last` groups had its counter read back
          * (models with nothing to keep across steps, such as plain SGD in fp32, have none) */
         if (plan->launch_counter >= 0) CHECK(r.counter_checks > 0);
+        /* a plan with fused attention had every one checked in double (check_attention) */
+        int attention = 0;
+        const IrGraph *train = plan->graph[PG_TRAIN].ir;
+        for (int k = 0; plan->mode != PLAN_EAGER && train && k < train->ngroups; k++)
+            attention += train->groups[k].kind == IR_GROUP_ATTENTION;
+        if (attention) {
+            CHECK(r.attention_checks >= attention);
+            printf("  %d attention kernel runs checked against attention in double\n", r.attention_checks);
+        }
         check_convs(plan, d);
         if (r.inherited)
             printf("  %d node values over the tolerance only through their inputs "
