@@ -54,6 +54,41 @@ static int forward_output(const RenderCtx *ctx, int sm)
     CGC_INTERNAL("%s graph: attention group %d has no product P V", ctx->g->name, k);
 }
 
+/* Where a kernel finds a tensor of heads: a buffer, its heads interleaving HEADS to a
+ * position (1: each head's rows consecutive; H: a linear layer's [N, T, H, D] in place,
+ * cgc_device.h's CgcAttnHeads), of its type. */
+typedef struct AttnView {
+    int buffer;
+    int64_t heads;
+    DType dtype;
+} AttnView;
+
+/* Operand ID of group K: its own buffer, or, for a permute to heads that fusion cloned
+ * into the group (head_view), the buffer of what it permutes. */
+static AttnView input_view(const RenderCtx *ctx, int k, int id)
+{
+    const IrNode *n = &ctx->g->nodes[id];
+    if (n->op == IR_PERMUTE && n->group == k)
+        return (AttnView){ ctx->node_buffer[n->in[0]], n->shape.dim[1], n->dtype };
+    return (AttnView){ ctx->node_buffer[id], 1, n->dtype };
+}
+
+/* Product ID of group K as stored: its own buffer, or that of its permute back to
+ * [N, T, H, D] where the group holds one. */
+static AttnView output_view(const RenderCtx *ctx, int k, int id)
+{
+    const IrGraph *g = ctx->g;
+    for (int u = id + 1; u < ctx->span[k].end; u++)
+        if (g->nodes[u].op == IR_PERMUTE && g->nodes[u].in[0] == id)
+            return (AttnView){ ctx->node_buffer[u], g->nodes[u].shape.dim[2], g->nodes[u].dtype };
+    return (AttnView){ ctx->node_buffer[id], 1, g->nodes[id].dtype };
+}
+
+static void view_param(KernelDraft *d, const char *name, AttnView v, bool is_const)
+{
+    draft_buffer(d, name, v.buffer, v.dtype, is_const);
+}
+
 /* Members by what they are: the forward's S = Q K^T and O = P V; the backward's
  * dP = dO V^T, dV = P^T dO (P from outside), dQ = dS K and dK = dS^T Q (dS inside). */
 static AttnParts attn_parts(const RenderCtx *ctx, int k)
@@ -121,38 +156,40 @@ void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d)
         size_t at = strlen(d->name);
         snprintf(d->name + at, sizeof d->name - at, "_to_%s", type_tag(out));
     }
-    const int *buf = ctx->node_buffer;
+    AttnView q = input_view(ctx, k, a.q), kv = input_view(ctx, k, a.k), v = input_view(ctx, k, a.v);
+    AttnView o = output_view(ctx, a.backward ? ctx->g->nodes[a.sm].group : k, a.o);
+    AttnView none = { -1, 1, DT_F32 }, dout = none, dq = none, dk = none, dv = none;
     if (a.backward) {
-        draft_buffer(d, "dq", buf[a.dq], out, false);
-        draft_buffer(d, "dk", buf[a.dk], out, false);
-        draft_buffer(d, "dv", buf[a.dv], g->nodes[a.dv].dtype, false);
+        dout = input_view(ctx, k, a.dout);
+        dq = output_view(ctx, k, a.dq), dk = output_view(ctx, k, a.dk), dv = output_view(ctx, k, a.dv);
+        view_param(d, "dq", dq, false), view_param(d, "dk", dk, false), view_param(d, "dv", dv, false);
     } else {
-        draft_buffer(d, "o", buf[a.o], out, false);
+        view_param(d, "o", o, false);
         draft_buffer(d, "lse", lse, DT_F32, false);
     }
-    draft_buffer(d, "q", buf[a.q], in, true);
-    draft_buffer(d, "k", buf[a.k], g->nodes[a.k].dtype, true);
-    draft_buffer(d, "v", buf[a.v], g->nodes[a.v].dtype, true);
+    view_param(d, "q", q, true), view_param(d, "k", kv, true), view_param(d, "v", v, true);
     if (a.backward) {
-        draft_buffer(d, "o", buf[a.o], g->nodes[a.o].dtype, true);
-        draft_buffer(d, "dout", buf[a.dout], g->nodes[a.dout].dtype, true);
+        view_param(d, "o", o, true), view_param(d, "dout", dout, true);
         draft_buffer(d, "lse", lse, DT_F32, true);
     }
     char bh[CUDA_DIMS_MAX], scale[32];
     cuda_dims_expr(d, qs, 0, qs->rank - 2, bh, sizeof bh);
     cuda_float_literal(a.scale, scale, sizeof scale);
     sb_printf(&d->body, "    const int64_t bh = %s, t = %lld;\n", bh, (long long)x.t);
+    sb_printf(&d->body, "    const CgcAttnHeads hs = { %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld };\n",
+              (long long)q.heads, (long long)kv.heads, (long long)v.heads, (long long)o.heads,
+              (long long)dout.heads, (long long)dq.heads, (long long)dk.heads, (long long)dv.heads);
     if (a.backward && in != DT_F32)   /* 64 rows a block, the tensor cores' */
         sb_printf(&d->body, "    cgc_attention_backward_half<%lld, %d, %s>(dq, dk, dv, q, k, v, o, dout, "
-                  "lse, bh, t, %s);\n", (long long)x.d, x.cols, a.causal ? "true" : "false", scale);
+                  "lse, hs, bh, t, %s);\n", (long long)x.d, x.cols, a.causal ? "true" : "false", scale);
     else if (a.backward)
         sb_printf(&d->body, "    cgc_attention_backward<%lld, %d, %s>(dq, dk, dv, q, k, v, o, dout, lse, "
-                  "bh, t, %s);\n", (long long)x.d, x.rows, a.causal ? "true" : "false", scale);
+                  "hs, bh, t, %s);\n", (long long)x.d, x.rows, a.causal ? "true" : "false", scale);
     else if (in != DT_F32)   /* the query tile is the tensor cores' own (64) */
-        sb_printf(&d->body, "    cgc_attention_forward_half<%lld, %d, %s>(o, lse, q, k, v, bh, t, %s);\n",
+        sb_printf(&d->body, "    cgc_attention_forward_half<%lld, %d, %s>(o, lse, q, k, v, hs, bh, t, %s);\n",
                   (long long)x.d, x.cols, a.causal ? "true" : "false", scale);
     else
-        sb_printf(&d->body, "    cgc_attention_forward<%lld, %d, %d, %s>(o, lse, q, k, v, bh, t, %s);\n",
+        sb_printf(&d->body, "    cgc_attention_forward<%lld, %d, %d, %s>(o, lse, q, k, v, hs, bh, t, %s);\n",
                   (long long)x.d, x.rows, x.cols, a.causal ? "true" : "false", scale);
     draft_finish_symbols(d);
     int64_t tiles = (x.t + x.rows - 1) / x.rows;

@@ -520,30 +520,38 @@ __device__ __forceinline__ void cgc_cp_async_wait_all()
 }
 
 /* One stage of a GEMM operand: the tile [r0, r0 + R) x [c0, c0 + C) of the row-major
- * ROWS x COLS matrix SRC (16-bit values) into shared DST[R][C + 8] (8 columns of
- * padding keep rows 16-byte aligned and spread the fragments' reads over the banks),
- * zeros outside the matrix; the block's THREADS threads share the work. With COLS a
- * multiple of 8 every row starts 16-byte aligned (the arena aligns buffers to 256), so
- * each 8-value chunk is one cp.async, wholly inside or outside the matrix; otherwise the
- * values are copied one by one (synchronously: visible after the next barrier like the
- * rest). */
+ * ROWS x COLS matrix SRC (16-bit values, rows LD apart) into shared DST[R][C + 8] (8
+ * columns of padding keep rows 16-byte aligned and spread the fragments' reads over the
+ * banks), zeros outside the matrix; the block's THREADS threads share the work. With
+ * COLS and LD multiples of 8 every row starts 16-byte aligned (the arena aligns buffers
+ * to 256), so each 8-value chunk is one cp.async, wholly inside or outside the matrix;
+ * otherwise the values are copied one by one (synchronously: visible after the next
+ * barrier like the rest). cgc_tile_load: rows COLS apart. */
 template <int R, int C, int THREADS>
-__device__ __forceinline__ void cgc_tile_load(unsigned short (*dst)[C + 8], const unsigned short *src,
-                                              int64_t rows, int64_t cols, int64_t r0, int64_t c0)
+__device__ __forceinline__ void cgc_tile_load_ld(unsigned short (*dst)[C + 8], const unsigned short *src,
+                                                 int64_t rows, int64_t cols, int64_t ld, int64_t r0,
+                                                 int64_t c0)
 {
-    if (cols % 8 == 0) {
+    if (cols % 8 == 0 && ld % 8 == 0) {
         for (int i = threadIdx.x; i < R * C / 8; i += THREADS) {
             const int r = i / (C / 8), c = i % (C / 8) * 8;
             const bool in = r0 + r < rows && c0 + c < cols;
-            cgc_cp_async16(&dst[r][c], in ? src + (r0 + r) * cols + c0 + c : src, in);
+            cgc_cp_async16(&dst[r][c], in ? src + (r0 + r) * ld + c0 + c : src, in);
         }
     } else {
         for (int i = threadIdx.x; i < R * C; i += THREADS) {
             const int r = i / C, c = i % C;
             const bool in = r0 + r < rows && c0 + c < cols;
-            dst[r][c] = in ? src[(r0 + r) * cols + c0 + c] : (unsigned short)0;
+            dst[r][c] = in ? src[(r0 + r) * ld + c0 + c] : (unsigned short)0;
         }
     }
+}
+
+template <int R, int C, int THREADS>
+__device__ __forceinline__ void cgc_tile_load(unsigned short (*dst)[C + 8], const unsigned short *src,
+                                              int64_t rows, int64_t cols, int64_t r0, int64_t c0)
+{
+    cgc_tile_load_ld<R, C, THREADS>(dst, src, rows, cols, cols, r0, c0);
 }
 
 /* One stage of a GEMM operand kept in the language's NCHW: the tile [r0, r0 + R) x
@@ -597,8 +605,9 @@ __device__ __forceinline__ void cgc_patch_load(unsigned short (*dst)[C + 8], con
 }
 
 /* ---- attention (codegen/attention.c) ----
- * Q, K, V, O and their gradients are [bh, t, D] (one head's rows consecutive), lse and
- * the rows' deltas [bh, t]. A block is 128 threads over a tile of rows (queries, or keys
+ * Q, K, V, O and their gradients are bh heads of t rows of D (CgcHead: each head's rows
+ * consecutive, or a linear layer's [N, t, H, D] read as heads in place), lse and the
+ * rows' deltas [bh, t]. A block is 128 threads over a tile of rows (queries, or keys
  * in the backward's key blocks), 128 / rows threads a row: a row's scores are spread over
  * its threads (combined by shuffles within the warp), and so are its D outputs. Tiles of
  * Q, K, V and dO are staged in shared memory as f32 (a padded row apart, so that a
@@ -608,13 +617,35 @@ __device__ __forceinline__ void cgc_patch_load(unsigned short (*dst)[C + 8], con
  * diagonal are never loaded. */
 __device__ __forceinline__ int64_t cgc_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* ROWS rows of X [.., D] from row FIRST into DST (f32), zero past row T. */
+/* How the heads of each operand of an attention kernel interleave: 1 where a head's rows
+ * are consecutive ([bh, t, D]), H where the kernel reads or writes a linear layer's
+ * [N, t, H, D] in place, the permute to heads skipped (a position's H heads side by side). */
+struct CgcAttnHeads {
+    int64_t q, k, v, o, dout, dq, dk, dv;
+};
+
+/* One head of an operand: row r at p + r * ld. */
+template <typename T>
+struct CgcHead {
+    T *p;
+    int64_t ld;
+};
+
+/* Head B of X (T rows of D per head) whose heads interleave HS to a position. */
+template <typename T>
+__device__ __forceinline__ CgcHead<T> cgc_head(T *x, int64_t b, int64_t hs, int64_t t, int d)
+{
+    CgcHead<T> h = { x + (b / hs) * t * hs * d + (b % hs) * d, hs * d };
+    return h;
+}
+
+/* ROWS rows of head X from row FIRST into DST (f32), zero past row T. */
 template <int ROWS, int D, typename T>
-__device__ __forceinline__ void cgc_rows_load(float (*dst)[D + 1], const T *x, int64_t first, int64_t t)
+__device__ __forceinline__ void cgc_rows_load(float (*dst)[D + 1], CgcHead<const T> x, int64_t first, int64_t t)
 {
     for (int i = threadIdx.x; i < ROWS * D; i += blockDim.x) {
         int r = i / D, c = i % D;
-        dst[r][c] = first + r < t ? cgc_load(x[(first + r) * D + c]) : 0.0f;
+        dst[r][c] = first + r < t ? cgc_load(x.p[(first + r) * x.ld + c]) : 0.0f;
     }
 }
 
@@ -639,22 +670,25 @@ __device__ __forceinline__ float cgc_row_max(float v)
  * lse = m + log l. */
 template <int D, int BQ, int BK, bool CAUSAL, typename TI, typename TO>
 __device__ void cgc_attention_forward(TO *o, float *lse, const TI *q, const TI *k, const TI *v,
-                                      int64_t bh, int64_t t, float scale)
+                                      CgcAttnHeads hs, int64_t bh, int64_t t, float scale)
 {
     enum { TPR = 128 / BQ, SC = BK / TPR, OC = (D + TPR - 1) / TPR };
     __shared__ float qs[BQ][D + 1], ks[BK][D + 1], vs[BK][D + 1], ps[BQ][BK + 1];
     const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
     const int64_t tiles = (t + BQ - 1) / BQ;
     for (int64_t item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
-        const int64_t head = item / tiles * t, q0 = item % tiles * BQ, query = q0 + row;
+        const int64_t b = item / tiles, q0 = item % tiles * BQ, query = q0 + row;
+        const CgcHead<const TI> qh = cgc_head(q, b, hs.q, t, D), kh = cgc_head(k, b, hs.k, t, D);
+        const CgcHead<const TI> vh = cgc_head(v, b, hs.v, t, D);
+        const CgcHead<TO> oh = cgc_head(o, b, hs.o, t, D);
         __syncthreads();   /* the last item is done with qs */
-        cgc_rows_load<BQ, D>(qs, q + head * D, q0, t);
+        cgc_rows_load<BQ, D>(qs, qh, q0, t);
         float m = -CGC_INF, l = 0, acc[OC];
         for (int j = 0; j < OC; j++) acc[j] = 0;
         for (int64_t k0 = 0; k0 < (CAUSAL ? cgc_min64(t, q0 + BQ) : t); k0 += BK) {
             __syncthreads();   /* the last tile is done with ks, vs and ps */
-            cgc_rows_load<BK, D>(ks, k + head * D, k0, t);
-            cgc_rows_load<BK, D>(vs, v + head * D, k0, t);
+            cgc_rows_load<BK, D>(ks, kh, k0, t);
+            cgc_rows_load<BK, D>(vs, vh, k0, t);
             __syncthreads();
             float s[SC], top = -CGC_INF;
             for (int j = 0; j < SC; j++) {
@@ -683,8 +717,8 @@ __device__ void cgc_attention_forward(TO *o, float *lse, const TI *q, const TI *
             }
         }
         for (int j = 0; j < OC && query < t; j++)
-            if (sub + j * TPR < D) cgc_store(&o[(head + query) * D + sub + j * TPR], acc[j] / l);
-        if (query < t && sub == 0) lse[head + query] = m + logf(l);
+            if (sub + j * TPR < D) cgc_store(&oh.p[query * oh.ld + sub + j * TPR], acc[j] / l);
+        if (query < t && sub == 0) lse[b * t + query] = m + logf(l);
     }
 }
 
@@ -697,17 +731,20 @@ __device__ void cgc_attention_forward(TO *o, float *lse, const TI *q, const TI *
 template <int D, int BK, bool CAUSAL, bool BF16, typename TO>
 __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short *q,
                                          const unsigned short *k, const unsigned short *v,
-                                         int64_t bh, int64_t t, float scale)
+                                         CgcAttnHeads hs, int64_t bh, int64_t t, float scale)
 {
     enum { BQ = 64, DP = (D + 15) / 16 * 16, KS = DP / 16, NT = BK / 8, OT = DP / 8 };
     __shared__ __align__(16) unsigned short qs[BQ][DP + 8], ks[BK][DP + 8], vs[BK][DP + 8];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int64_t tiles = (t + BQ - 1) / BQ;
     for (int64_t item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
-        const int64_t head = item / tiles * t, q0 = item % tiles * BQ;
+        const int64_t b = item / tiles, q0 = item % tiles * BQ;
         const int64_t rows[2] = { q0 + warp * 16 + g, q0 + warp * 16 + g + 8 };
+        const CgcHead<const unsigned short> qh = cgc_head(q, b, hs.q, t, D), kh = cgc_head(k, b, hs.k, t, D);
+        const CgcHead<const unsigned short> vh = cgc_head(v, b, hs.v, t, D);
+        const CgcHead<TO> oh = cgc_head(o, b, hs.o, t, D);
         __syncthreads();   /* the last item is done with qs */
-        cgc_tile_load<BQ, DP, 128>(qs, q + head * D, t, D, q0, 0);
+        cgc_tile_load_ld<BQ, DP, 128>(qs, qh.p, t, D, qh.ld, q0, 0);
         cgc_cp_async_commit();
         cgc_cp_async_wait_all();
         __syncthreads();
@@ -718,8 +755,8 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
         for (int dj = 0; dj < OT; dj++) acc[dj][0] = acc[dj][1] = acc[dj][2] = acc[dj][3] = 0;
         for (int64_t k0 = 0; k0 < (CAUSAL ? cgc_min64(t, q0 + BQ) : t); k0 += BK) {
             __syncthreads();   /* the last tile is done with ks and vs */
-            cgc_tile_load<BK, DP, 128>(ks, k + head * D, t, D, k0, 0);
-            cgc_tile_load<BK, DP, 128>(vs, v + head * D, t, D, k0, 0);
+            cgc_tile_load_ld<BK, DP, 128>(ks, kh.p, t, D, kh.ld, k0, 0);
+            cgc_tile_load_ld<BK, DP, 128>(vs, vh.p, t, D, vh.ld, k0, 0);
             cgc_cp_async_commit();
             cgc_cp_async_wait_all();
             __syncthreads();
@@ -768,10 +805,10 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
             for (int e = 0; e < 4; e++) {
                 const int64_t row = rows[e / 2];
                 const int col = dj * 8 + 2 * tq + e % 2;
-                if (row < t && col < D) cgc_store(&o[(head + row) * D + col], acc[dj][e] / l[e / 2]);
+                if (row < t && col < D) cgc_store(&oh.p[row * oh.ld + col], acc[dj][e] / l[e / 2]);
             }
         for (int h = 0; h < 2 && tq == 0; h++)
-            if (rows[h] < t) lse[head + rows[h]] = m[h] + logf(l[h]);
+            if (rows[h] < t) lse[b * t + rows[h]] = m[h] + logf(l[h]);
     }
 }
 
@@ -781,22 +818,24 @@ template <> struct CgcIsBf16<cgc_bf16> { enum { value = 1 }; };
 /* The forward of f16 or bf16 operands (the tensor cores take their 16-bit patterns). */
 template <int D, int BK, bool CAUSAL, typename TI, typename TO>
 __device__ void cgc_attention_forward_half(TO *o, float *lse, const TI *q, const TI *k, const TI *v,
-                                           int64_t bh, int64_t t, float scale)
+                                           CgcAttnHeads hs, int64_t bh, int64_t t, float scale)
 {
     cgc_attention_forward_tc<D, BK, CAUSAL, CgcIsBf16<TI>::value>(
-        o, lse, (const unsigned short *)q, (const unsigned short *)k, (const unsigned short *)v, bh, t, scale);
+        o, lse, (const unsigned short *)q, (const unsigned short *)k, (const unsigned short *)v, hs, bh,
+        t, scale);
 }
 
 /* The lse and delta (the sum of dO O, which is that of dP P: O = P V) of BT rows from
  * FIRST, zero past T. */
 template <int BT, int D, typename TO, typename TD>
 __device__ __forceinline__ void cgc_rows_stats(float *lses, float *deltas, const float *lse,
-                                               const TO *o, const TD *dout, int64_t first, int64_t t)
+                                               CgcHead<const TO> o, CgcHead<const TD> dout,
+                                               int64_t first, int64_t t)
 {
     for (int r = threadIdx.x; r < BT; r += blockDim.x) {
         float d = 0;
         for (int e = 0; e < D && first + r < t; e++)
-            d += cgc_load(dout[(first + r) * D + e]) * cgc_load(o[(first + r) * D + e]);
+            d += cgc_load(dout.p[(first + r) * dout.ld + e]) * cgc_load(o.p[(first + r) * o.ld + e]);
         lses[r] = first + r < t ? lse[first + r] : 0.0f;
         deltas[r] = d;
     }
@@ -822,7 +861,8 @@ __device__ __forceinline__ void cgc_attention_backward_span(bool keys, int64_t r
 template <int D, int BT, bool CAUSAL, typename TI, typename TO, typename TD, typename TG>
 __device__ void cgc_attention_backward(TG *dq, TG *dk, TG *dv, const TI *q, const TI *k,
                                        const TI *v, const TO *o, const TD *dout,
-                                       const float *lse, int64_t bh, int64_t t, float scale)
+                                       const float *lse, CgcAttnHeads hs, int64_t bh, int64_t t,
+                                       float scale)
 {
     enum { TPR = 128 / BT, SC = BT / TPR, OC = (D + TPR - 1) / TPR };
     __shared__ float qs[BT][D + 1], dos[BT][D + 1], ks[BT][D + 1], vs[BT][D + 1];
@@ -832,29 +872,35 @@ __device__ void cgc_attention_backward(TG *dq, TG *dk, TG *dv, const TI *q, cons
     for (int64_t item = blockIdx.x; item < 2 * bh * tiles; item += gridDim.x) {
         const bool keys = item < bh * tiles;
         const int64_t it = keys ? item : item - bh * tiles;
-        const int64_t head = it / tiles * t, r0 = it % tiles * BT, mine = r0 + row;
+        const int64_t b = it / tiles, r0 = it % tiles * BT, mine = r0 + row;
+        const CgcHead<const TI> qh = cgc_head(q, b, hs.q, t, D), kh = cgc_head(k, b, hs.k, t, D);
+        const CgcHead<const TI> vh = cgc_head(v, b, hs.v, t, D);
+        const CgcHead<const TO> oh = cgc_head(o, b, hs.o, t, D);
+        const CgcHead<const TD> doh = cgc_head(dout, b, hs.dout, t, D);
+        const CgcHead<TG> dqh = cgc_head(dq, b, hs.dq, t, D), dkh = cgc_head(dk, b, hs.dk, t, D);
+        const CgcHead<TG> dvh = cgc_head(dv, b, hs.dv, t, D);
         float acc[2][OC];
         for (int j = 0; j < OC; j++) acc[0][j] = acc[1][j] = 0;
         __syncthreads();   /* the last item is done with the tiles */
         if (keys) {
-            cgc_rows_load<BT, D>(ks, k + head * D, r0, t);
-            cgc_rows_load<BT, D>(vs, v + head * D, r0, t);
+            cgc_rows_load<BT, D>(ks, kh, r0, t);
+            cgc_rows_load<BT, D>(vs, vh, r0, t);
         } else {
-            cgc_rows_load<BT, D>(qs, q + head * D, r0, t);
-            cgc_rows_load<BT, D>(dos, dout + head * D, r0, t);
-            cgc_rows_stats<BT, D>(lses, deltas, lse + head, o + head * D, dout + head * D, r0, t);
+            cgc_rows_load<BT, D>(qs, qh, r0, t);
+            cgc_rows_load<BT, D>(dos, doh, r0, t);
+            cgc_rows_stats<BT, D>(lses, deltas, lse + b * t, oh, doh, r0, t);
         }
         int64_t from, to;
         cgc_attention_backward_span<CAUSAL>(keys, r0, BT, t, &from, &to);
         for (int64_t c0 = from; c0 < to; c0 += BT) {
             __syncthreads();   /* the last tile is done with the other side's rows */
             if (keys) {
-                cgc_rows_load<BT, D>(qs, q + head * D, c0, t);
-                cgc_rows_load<BT, D>(dos, dout + head * D, c0, t);
-                cgc_rows_stats<BT, D>(lses, deltas, lse + head, o + head * D, dout + head * D, c0, t);
+                cgc_rows_load<BT, D>(qs, qh, c0, t);
+                cgc_rows_load<BT, D>(dos, doh, c0, t);
+                cgc_rows_stats<BT, D>(lses, deltas, lse + b * t, oh, doh, c0, t);
             } else {
-                cgc_rows_load<BT, D>(ks, k + head * D, c0, t);
-                cgc_rows_load<BT, D>(vs, v + head * D, c0, t);
+                cgc_rows_load<BT, D>(ks, kh, c0, t);
+                cgc_rows_load<BT, D>(vs, vh, c0, t);
             }
             __syncthreads();
             for (int j = 0; j < SC; j++) {
@@ -880,10 +926,10 @@ __device__ void cgc_attention_backward(TG *dq, TG *dk, TG *dv, const TI *q, cons
             int e = sub + j * TPR;
             if (e >= D) continue;
             if (keys) {
-                cgc_store(&dk[(head + mine) * D + e], acc[0][j] * scale);
-                cgc_store(&dv[(head + mine) * D + e], acc[1][j]);
+                cgc_store(&dkh.p[mine * dkh.ld + e], acc[0][j] * scale);
+                cgc_store(&dvh.p[mine * dvh.ld + e], acc[1][j]);
             } else {
-                cgc_store(&dq[(head + mine) * D + e], acc[0][j] * scale);
+                cgc_store(&dqh.p[mine * dqh.ld + e], acc[0][j] * scale);
             }
         }
     }
@@ -941,7 +987,7 @@ template <int D, int BC, bool CAUSAL, bool BF16, typename TO, typename TD, typen
 __device__ void cgc_attention_backward_tc(TG *dq, TG *dk, TG *dv, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
                                           const TO *o, const TD *dout, const float *lse,
-                                          int64_t bh, int64_t t, float scale)
+                                          CgcAttnHeads hs, int64_t bh, int64_t t, float scale)
 {
     enum { BR = 64, DP = (D + 15) / 16 * 16, NT = BC / 8, OT = DP / 8 };
     __shared__ __align__(16) unsigned short own1[BR][DP + 8], own2[BR][DP + 8];
@@ -952,23 +998,32 @@ __device__ void cgc_attention_backward_tc(TG *dq, TG *dk, TG *dv, const unsigned
     for (int64_t item = blockIdx.x; item < 2 * bh * tiles; item += gridDim.x) {
         const bool keys = item < bh * tiles;
         const int64_t it = keys ? item : item - bh * tiles;
-        const int64_t head = it / tiles * t, r0 = it % tiles * BR;
+        const int64_t b = it / tiles, r0 = it % tiles * BR;
         const int64_t mine[2] = { r0 + warp * 16 + g, r0 + warp * 16 + g + 8 };
+        const CgcHead<const unsigned short> qh = cgc_head(q, b, hs.q, t, D), kh = cgc_head(k, b, hs.k, t, D);
+        const CgcHead<const unsigned short> vh = cgc_head(v, b, hs.v, t, D);
+        const CgcHead<const unsigned short> dh = cgc_head((const unsigned short *)dout, b, hs.dout, t, D);
+        const CgcHead<const TO> oh = cgc_head(o, b, hs.o, t, D);
+        const CgcHead<const TD> doh = cgc_head(dout, b, hs.dout, t, D);
+        const CgcHead<TG> dqh = cgc_head(dq, b, hs.dq, t, D), dkh = cgc_head(dk, b, hs.dk, t, D);
+        const CgcHead<TG> dvh = cgc_head(dv, b, hs.dv, t, D);
+        const CgcHead<const unsigned short> mine1 = keys ? kh : qh, mine2 = keys ? vh : dh;
+        const CgcHead<const unsigned short> other1 = keys ? qh : kh, other2 = keys ? dh : vh;
         float acc[2][OT][4];
         for (int dj = 0; dj < OT; dj++)
             for (int e = 0; e < 4; e++) acc[0][dj][e] = acc[1][dj][e] = 0;
         __syncthreads();   /* the last item is done with the tiles */
-        cgc_tile_load<BR, DP, 128>(own1, (keys ? k : q) + head * D, t, D, r0, 0);
-        cgc_tile_load<BR, DP, 128>(own2, (keys ? v : (const unsigned short *)dout) + head * D, t, D, r0, 0);
+        cgc_tile_load_ld<BR, DP, 128>(own1, mine1.p, t, D, mine1.ld, r0, 0);
+        cgc_tile_load_ld<BR, DP, 128>(own2, mine2.p, t, D, mine2.ld, r0, 0);
         cgc_cp_async_commit();   /* waited for with the first tile of the other side */
-        if (!keys) cgc_rows_stats<BR, D>(lses, deltas, lse + head, o + head * D, dout + head * D, r0, t);
+        if (!keys) cgc_rows_stats<BR, D>(lses, deltas, lse + b * t, oh, doh, r0, t);
         int64_t from, to;
         cgc_attention_backward_span<CAUSAL>(keys, r0, BR, t, &from, &to);
         for (int64_t c0 = from; c0 < to; c0 += BC) {
             __syncthreads();   /* the last tile is done with the other side's rows */
-            cgc_tile_load<BC, DP, 128>(oth1, (keys ? q : k) + head * D, t, D, c0, 0);
-            cgc_tile_load<BC, DP, 128>(oth2, (keys ? (const unsigned short *)dout : v) + head * D, t, D, c0, 0);
-            if (keys) cgc_rows_stats<BC, D>(lses, deltas, lse + head, o + head * D, dout + head * D, c0, t);
+            cgc_tile_load_ld<BC, DP, 128>(oth1, other1.p, t, D, other1.ld, c0, 0);
+            cgc_tile_load_ld<BC, DP, 128>(oth2, other2.p, t, D, other2.ld, c0, 0);
+            if (keys) cgc_rows_stats<BC, D>(lses, deltas, lse + b * t, oh, doh, c0, t);
             cgc_cp_async_commit();
             cgc_cp_async_wait_all();
             __syncthreads();
@@ -998,10 +1053,10 @@ __device__ void cgc_attention_backward_tc(TG *dq, TG *dk, TG *dv, const unsigned
                 const int col = dj * 8 + 2 * tq + e % 2;
                 if (row >= t || col >= D) continue;
                 if (keys) {
-                    cgc_store(&dk[(head + row) * D + col], acc[0][dj][e] * scale);
-                    cgc_store(&dv[(head + row) * D + col], acc[1][dj][e]);
+                    cgc_store(&dkh.p[row * dkh.ld + col], acc[0][dj][e] * scale);
+                    cgc_store(&dvh.p[row * dvh.ld + col], acc[1][dj][e]);
                 } else {
-                    cgc_store(&dq[(head + row) * D + col], acc[0][dj][e] * scale);
+                    cgc_store(&dqh.p[row * dqh.ld + col], acc[0][dj][e] * scale);
                 }
             }
     }
@@ -1011,11 +1066,12 @@ __device__ void cgc_attention_backward_tc(TG *dq, TG *dk, TG *dv, const unsigned
 template <int D, int BC, bool CAUSAL, typename TI, typename TO, typename TD, typename TG>
 __device__ void cgc_attention_backward_half(TG *dq, TG *dk, TG *dv, const TI *q, const TI *k,
                                             const TI *v, const TO *o, const TD *dout,
-                                            const float *lse, int64_t bh, int64_t t, float scale)
+                                            const float *lse, CgcAttnHeads hs, int64_t bh, int64_t t,
+                                            float scale)
 {
     cgc_attention_backward_tc<D, BC, CAUSAL, CgcIsBf16<TI>::value>(
         dq, dk, dv, (const unsigned short *)q, (const unsigned short *)k, (const unsigned short *)v,
-        o, dout, lse, bh, t, scale);
+        o, dout, lse, hs, bh, t, scale);
 }
 
 #endif

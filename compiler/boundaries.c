@@ -190,7 +190,8 @@ static bool attention_split(const IrGraph *g, IrBoundary *b)
 {
     const IrGroup *gp = ir_unit_group(g, b->up), *gc = ir_unit_group(g, b->uc);
     bool from = gp && gp->kind == IR_GROUP_ATTENTION, into = gc && gc->kind == IR_GROUP_ATTENTION;
-    if (from && into && g->nodes[b->pn].op != IR_MATMUL) b->why = IR_SPLIT_ATTENTION_BACKWARD;
+    IrOp op = g->nodes[b->pn].op;
+    if (from && into && op != IR_MATMUL && op != IR_PERMUTE) b->why = IR_SPLIT_ATTENTION_BACKWARD;
     else if (into) b->why = IR_SPLIT_ATTENTION_READS;
     else if (from) b->why = IR_SPLIT_ATTENTION_STORES;
     else return false;

@@ -1121,6 +1121,23 @@ static bool attn_matmul(const IrNode *n, int flags)
     return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
 }
 
+/* A PERMUTE between a linear layer's [N, T, H, D] and attention's [N, H, T, D] (either
+ * way): perm 0, 2, 1, 3. */
+static bool attn_heads_permute(const IrNode *n)
+{
+    return n->op == IR_PERMUTE && n->shape.rank == 4 && ir_perm_axis(n, 0) == 0 &&
+           ir_perm_axis(n, 1) == 2 && ir_perm_axis(n, 2) == 1 && ir_perm_axis(n, 3) == 3;
+}
+
+/* Product V's permute back to [N, T, H, D] joins chain C when it is V's only reader: the
+ * kernel writes the product there, as the heads of each position side by side. */
+static void attn_output_view(Fuser *f, AttnChain *c, int v)
+{
+    int r = only_reader(f, v);
+    if (c->ok && r >= 0 && attn_heads_permute(attn_node(f, r)) && cluster_of(f, r) < 0 && !f->is_output[r])
+        attn_link(f, c, r);
+}
+
 /* The forward chain ending at softmax SM, up to S = Q K^T; true when it is attention's. */
 static bool attn_forward_up(Fuser *f, int sm, AttnMatch *m)
 {
@@ -1175,6 +1192,7 @@ static bool attn_p_readers(Fuser *f, AttnMatch *m, int *dv, int *sg)
     m->pv = pv;
     m->v = attn_node(f, pv)->in[1];
     attn_link(f, &m->fwd, pv);
+    attn_output_view(f, &m->fwd, pv);
     return m->fwd.ok;
 }
 
@@ -1227,6 +1245,7 @@ static bool attn_backward(Fuser *f, AttnMatch *m, int sg, int dv)
     if (dq < 0 || dk < 0 || f->is_output[x]) return false;
     attn_link(f, c, dq);
     attn_link(f, c, dk);
+    for (int i = 0, outs[3] = { dv, dq, dk }; i < 3; i++) attn_output_view(f, c, outs[i]);
     return c->ok;
 }
 
@@ -1366,6 +1385,22 @@ static void clone_scalars(Fuser *f)
     }
 }
 
+/* A permute of a linear layer's [N, T, H, D] to attention's heads whose every reader is an
+ * attention group is never stored: each of those groups takes a clone of it among its
+ * members, and its kernels read the layer's output in place, a head's rows H heads apart. */
+static bool head_view(const Fuser *f, int u)
+{
+    const IrNode *n = &f->g->nodes[u];
+    if (!attn_heads_permute(n) || f->is_output[u] || f->use_off[u] == f->use_off[u + 1] ||
+        f->parent[u] >= 0)
+        return false;
+    for (int k = f->use_off[u]; k < f->use_off[u + 1]; k++) {
+        int gi = f->w[f->uses[k]].group;
+        if (gi < 0 || f->groups[gi].kind != IR_GROUP_ATTENTION) return false;
+    }
+    return true;
+}
+
 /* A pooling UNFOLD that every reader takes in a pointwise or reduce group over exactly its
  * patches is never stored: each of those groups gathers the entries it reads from the
  * image (a clone of the UNFOLD among its members), so that the patches, as large as the
@@ -1400,7 +1435,7 @@ static int clone_gather(Fuser *f, int gi, int u)
 static void clone_gathers(Fuser *f)
 {
     for (int u = 0; u < f->n; u++) {
-        if (!gathered(f, u)) continue;
+        if (!gathered(f, u) && !head_view(f, u)) continue;
         f->cloned[u] = true;
         for (int k = f->use_off[u]; k < f->use_off[u + 1]; k++) {
             int c = f->uses[k], clone = clone_gather(f, f->w[c].group, u);

@@ -184,12 +184,14 @@ static bool matmul_flags(const IrNode *n, int flags)
 }
 
 /* Attention group K (ir.h, IR_GROUP_ATTENTION), members [FIRST, LAST]: the forward's
- * chain (MATMUL Q K^T of outside operands, MUL, CAUSAL_MASK, CASTs, SOFTMAX, MATMUL P V)
- * storing only P V, or the backward's (MATMULs dO V^T, P^T dO, dS K, dS^T Q, a
- * SOFTMAX_GRAD of the softmax of a forward attention group, MUL, CAUSAL_MASK, CASTs)
- * storing only dV, dQ and dK; every other value a forward member hands outside goes to
- * such a backward, whose kernel recomputes it; work the scores' shape; never in a
- * multi-tensor launch. */
+ * chain (MATMUL Q K^T, MUL, CAUSAL_MASK, CASTs, SOFTMAX, MATMUL P V) or the backward's
+ * (MATMULs dO V^T, P^T dO, dS K, dS^T Q, a SOFTMAX_GRAD of the softmax of a forward
+ * attention group, MUL, CAUSAL_MASK, CASTs), and permutes between [N, T, H, D] and heads:
+ * of an operand from outside (read in place), or of a product (stored in place). It
+ * stores its products, one in the forward (O), three in the backward (dV, dQ, dK), each
+ * the product itself or its permute; every other value a forward member hands outside
+ * goes to such a backward, whose kernel recomputes it; work the scores' shape; never in
+ * a multi-tensor launch. */
 static void check_attention_group(const IrGraph *g, int k, int first, int last)
 {
     int sm = -1, sg = -1, products = 0, outputs = 0;
@@ -199,9 +201,12 @@ static void check_attention_group(const IrGraph *g, int k, int first, int last)
         if (op == IR_SOFTMAX) sm = i;
         if (op == IR_SOFTMAX_GRAD) sg = i;
         products += op == IR_MATMUL;
+        bool view = op == IR_PERMUTE && n->shape.rank == 4 && ir_perm_axis(n, 1) == 2 && ir_perm_axis(n, 2) == 1;
         if (op != IR_MATMUL && op != IR_MUL && op != IR_CAUSAL_MASK && op != IR_CAST &&
-            op != IR_SOFTMAX && op != IR_SOFTMAX_GRAD)
+            op != IR_SOFTMAX && op != IR_SOFTMAX_GRAD && !view)
             violation(g, k, "member that is no link of attention's chain", i);
+        if (op == IR_PERMUTE && g->nodes[n->in[0]].group == k && g->nodes[n->in[0]].op != IR_MATMUL)
+            violation(g, k, "permute of no product", i);
     }
     bool backward = sg >= 0;
     if ((sm >= 0) == backward) violation(g, k, "attention group neither forward nor backward", first);
@@ -211,20 +216,24 @@ static void check_attention_group(const IrGraph *g, int k, int first, int last)
         violation(g, k, "backward attention of a softmax no forward group holds", sg);
     for (int i = first; i <= last; i++) {
         const IrNode *n = &g->nodes[i];
-        bool product = n->op == IR_MATMUL && (backward ? !matmul_flags(n, IR_MATMUL_TRANS_B)
-                                                       : matmul_flags(n, 0));
+        bool product = (n->op == IR_MATMUL && (backward ? !matmul_flags(n, IR_MATMUL_TRANS_B)
+                                                        : matmul_flags(n, 0))) ||
+                       (n->op == IR_PERMUTE && g->nodes[n->in[0]].group == k);
+        bool stored_here = false;
         for (int j = i + 1; j < g->nnodes; j++)
             for (int x = 0; x < g->nodes[j].nin; x++) {
                 int kj = g->nodes[j].group;
                 if (g->nodes[j].in[x] != i || kj == k) continue;
-                if (product) { outputs++; continue; }
-                bool recomputed = !backward && is_attention(g, kj) && kj != k;
-                if (!recomputed) violation(g, k, "an inner value of attention's chain read outside", i);
+                bool recomputed = !backward && is_attention(g, kj) && kj != k && n->op != IR_MATMUL &&
+                                  n->op != IR_PERMUTE;
+                if (product) stored_here = true;
+                else if (!recomputed) violation(g, k, "an inner value of attention's chain read outside", i);
             }
+        outputs += stored_here;
         for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)
             if (g->output[r] == i) violation(g, k, "attention member is a graph output", i);
     }
-    if (outputs == 0) violation(g, k, "attention group stores nothing", last);
+    if (outputs != (backward ? 3 : 1)) violation(g, k, "attention group stores another count of products", last);
     if (sm >= 0 && !ir_shape_equal(&g->nodes[sm].shape, &g->groups[k - 1].work))
         violation(g, k, "attention group's work not the scores' shape", sm);
     if (g->groups[k - 1].multi) violation(g, k, "attention group in a multi-tensor launch", -1);
@@ -498,10 +507,12 @@ static void check_split(const IrGraph *g, const IrBoundary *b)
     switch (b->why) {
     case IR_SPLIT_ATTENTION_BACKWARD:
         holds = gp && gc && gp->kind == IR_GROUP_ATTENTION && gc->kind == IR_GROUP_ATTENTION &&
-                P->op != IR_MATMUL;
+                P->op != IR_MATMUL && P->op != IR_PERMUTE;
         break;
     case IR_SPLIT_ATTENTION_READS: holds = gc && gc->kind == IR_GROUP_ATTENTION; break;
-    case IR_SPLIT_ATTENTION_STORES: holds = gp && gp->kind == IR_GROUP_ATTENTION && P->op == IR_MATMUL; break;
+    case IR_SPLIT_ATTENTION_STORES:
+        holds = gp && gp->kind == IR_GROUP_ATTENTION && (P->op == IR_MATMUL || P->op == IR_PERMUTE);
+        break;
     case IR_SPLIT_GEMM_READS: holds = C->op == IR_MATMUL; break;
     case IR_SPLIT_INTO_GEMM_GROUP: holds = gc && gc->kind == IR_GROUP_GEMM; break;
     case IR_SPLIT_EPILOGUE_ENDS: holds = gp && gp->kind == IR_GROUP_GEMM; break;

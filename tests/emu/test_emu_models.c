@@ -416,6 +416,40 @@ typedef struct AttnNodes {
     AttnRef ref;
 } AttnNodes;
 
+/* Where the device holds attention operand ID of group K: the node whose value it is
+ * (for a permute to heads that fusion cloned into the group, what it permutes; for a
+ * product with its permute back in the group, that permute), and whether that value is
+ * [N, T, H, D] rather than [N, H, T, D]. */
+static int attention_value(const IrGraph *g, int k, int id, bool *interleaved)
+{
+    const IrNode *n = &g->nodes[id];
+    *interleaved = true;
+    if (n->op == IR_PERMUTE && n->group == k && g->nodes[n->in[0]].group != k) return n->in[0];
+    for (int u = id + 1; n->group == k && u < g->nnodes; u++)
+        if (g->nodes[u].op == IR_PERMUTE && g->nodes[u].in[0] == id && g->nodes[u].group == k)
+            return u;
+    *interleaved = false;
+    return id;
+}
+
+/* The device's value of operand ID as [bh, t, d] (malloc'd), or NULL where it stored none. */
+static float *attention_heads(Run *r, const IrGraph *g, int k, int id, const AttnRef *a)
+{
+    bool interleaved;
+    const float *x = r->stored[attention_value(g, k, id, &interleaved)];
+    if (!x) return NULL;
+    int64_t n = a->bh * a->t * a->d, heads = g->nodes[id].shape.dim[1];
+    float *out = malloc((size_t)n * sizeof *out);
+    for (int64_t b = 0; b < a->bh; b++)
+        for (int64_t i = 0; i < a->t; i++)
+            for (int64_t e = 0; e < a->d; e++) {
+                int64_t from = interleaved ? ((b / heads * a->t + i) * heads + b % heads) * a->d + e
+                                           : (b * a->t + i) * a->d + e;
+                out[(b * a->t + i) * a->d + e] = x[from];
+            }
+    return out;
+}
+
 static bool attn_matmul(const IrNode *n, int flags)
 {
     return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
@@ -447,12 +481,15 @@ static AttnNodes attention_nodes(const IrGraph *g, int k, const IrSpan *span, co
 }
 
 /* Output ID of attention group K against REF, whose terms' magnitudes are MAG. */
-static int attention_output(Run *r, const IrGraph *g, int k, int id, const double *ref, const double *mag)
+static int attention_output(Run *r, const IrGraph *g, int k, const AttnRef *a, int id,
+                            const double *ref, const double *mag)
 {
     const IrNode *n = &g->nodes[id];
     int64_t count = ir_numel(&n->shape, r->symvals);
     double tol = n->dtype == DT_BF16 ? 1e-2 : n->dtype == DT_F16 ? 2e-3 : 1e-5;
-    double err = r->stored[id] ? attn_ref_error(ref, mag, r->stored[id], count) : INFINITY;
+    float *dev = attention_heads(r, g, k, id, a);
+    double err = dev ? attn_ref_error(ref, mag, dev, count) : INFINITY;
+    free(dev);
     if (err <= tol) return 0;
     check_failures++;
     r->mismatches++;
@@ -470,22 +507,26 @@ static int check_attention(Run *r, const IrGraph *g)
         if (g->groups[k - 1].kind != IR_GROUP_ATTENTION) continue;
         AttnNodes a = attention_nodes(g, k, span, r->symvals);
         int64_t n = a.ref.bh * a.ref.t * a.ref.d;
-        const float *q = r->stored[a.q], *kk = r->stored[a.k], *v = r->stored[a.v];
+        float *q = attention_heads(r, g, k, a.q, &a.ref), *kk = attention_heads(r, g, k, a.k, &a.ref);
+        float *v = attention_heads(r, g, k, a.v, &a.ref);
+        float *dout = a.backward ? attention_heads(r, g, k, a.dout, &a.ref) : NULL;
         double *out = calloc((size_t)(3 * n + 1), sizeof *out), *mag = calloc((size_t)(3 * n + 1), sizeof *mag);
-        if (!q || !kk || !v || (a.backward && !r->stored[a.dout])) {
+        if (!q || !kk || !v || (a.backward && !dout)) {
             fprintf(stderr, "  %s: attention group g%d reads a value the device did not store\n",
                     r->c->model, k);
+            check_failures++;
             bad++;
         } else if (a.backward) {
-            attn_ref_backward(&a.ref, q, kk, v, r->stored[a.dout], out, mag);
-            bad += attention_output(r, g, k, a.dq, out, mag) +
-                   attention_output(r, g, k, a.dk, out + n, mag + n) +
-                   attention_output(r, g, k, a.dv, out + 2 * n, mag + 2 * n);
+            attn_ref_backward(&a.ref, q, kk, v, dout, out, mag);
+            bad += attention_output(r, g, k, &a.ref, a.dq, out, mag) +
+                   attention_output(r, g, k, &a.ref, a.dk, out + n, mag + n) +
+                   attention_output(r, g, k, &a.ref, a.dv, out + 2 * n, mag + 2 * n);
         } else {
             attn_ref_forward(&a.ref, q, kk, v, out, mag);
-            bad += attention_output(r, g, k, a.o, out, mag);
+            bad += attention_output(r, g, k, &a.ref, a.o, out, mag);
         }
         r->attention_checks++;
+        free(q), free(kk), free(v), free(dout);
         free(out);
         free(mag);
     }
