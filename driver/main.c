@@ -90,7 +90,7 @@ static const char usage_text[] =
     "  --stop-after K          stop after global step K as if interrupted (saving when\n"
     "                          --save is given); schedules still span the whole run\n"
     "  --generate PROMPT       continue PROMPT with a text model's --resume weights and\n"
-    "                          exit (on the CPU; the file's seed draws)\n"
+    "                          exit (on the --device; the file's seed draws)\n"
     "  --tokens N              bytes --generate samples (default 200)\n"
     "  --temperature T         logits divided by T before sampling (default 1; 0: the\n"
     "                          likeliest byte each time)\n"
@@ -613,9 +613,6 @@ static int parse_args(int argc, char **argv, Cli *cli)
         return usage_error("%s", "--generate samples and exits; it does not go with --check, "
                                  "--explain, --dump-ir, --bench, --emit, --stats, --save, "
                                  "--metrics, --stop-after, --profile, --nproc or --tune-file");
-    if (cli->generate && cli->device && strncmp(cli->device, "cuda", 4) == 0)
-        return usage_error("%s", "--generate runs on the CPU reference executor (not yet on a "
-                                 "GPU): drop --device cuda");
     if (cli->run.metrics_every && !cli->run.metrics_path)
         return usage_error("%s", "--metrics-every N adds objects to the --metrics file; give "
                                  "--metrics FILE too");
@@ -787,17 +784,28 @@ static int run(IrProgram *p, const Plan *plan, Source *src, Cli *cli)
     return leave_job(cli, rc);
 }
 
-/* --generate: a sample of the text model P continuing the prompt, from --resume's weights. */
-static int generate(const IrProgram *p, Source *src, Cli *cli)
+/* --generate: a sample of the text model P continuing the prompt, from --resume's weights,
+ * on the device --device chooses (C: the compiled plan and the symbols' maxima). */
+static int generate(const IrProgram *p, const Compiled *c, Source *src, Cli *cli)
 {
-    if (p->cfg.data != DATA_TEXT) {
-        cgc_error("%s: --generate continues text with a byte model, one that trains on "
-                  "text(\"FILE\", context = T); this one does not", cli->path);
-        return -1;
-    }
     cli->gen.prompt = cli->generate;
     cli->gen.seed = p->cfg.seed;
-    return generate_run(p, src, cli->run.resume_path, &cli->gen);
+    BackendOptions bo = backend_options(cli, c->plan);
+    Backend b;
+    if (backend_open(&bo, &b) != 0) return -1;
+    GenerateDevice d = { b.device, b.plan, c->symmax, cli->path };
+    int rc = generate_run(p, src, cli->run.resume_path, &cli->gen, b.device ? &d : NULL);
+    backend_close(&b);
+    return rc;
+}
+
+/* --generate continues text with a byte model; refused before anything compiles. */
+static int generate_ok(const IrProgram *p, const Cli *cli)
+{
+    if (p->cfg.data == DATA_TEXT) return 0;
+    cgc_error("%s: --generate continues text with a byte model, one that trains on "
+              "text(\"FILE\", context = T); this one does not", cli->path);
+    return -1;
 }
 
 /* --nproc N: what each rank would check alone, checked once, then the ranks. */
@@ -871,6 +879,7 @@ static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
         }
         else if (rc == 0 && cli->emit_dir && emit_plan(c.plan, cli, &tuned) != 0) rc = 1;
         else if (rc == 0 && cli->check) rc = check(p, c.plan, cli, tuned);
+        else if (rc == 0 && cli->generate) rc = generate(p, &c, src, cli) != 0;
         else if (rc == 0) rc = run(p, c.plan, src, cli);
     }
     compiled_free(&c);
@@ -938,8 +947,8 @@ static int cgc_main(int argc, char **argv)
         rc = launch(p, src, &cli, argc, argv);
     else if (cli.dump_after >= 0 && cli.dump_after <= PASS_TRAINING)
         rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
-    else if (cli.generate)
-        rc = generate(p, src, &cli) != 0;
+    else if (cli.generate && generate_ok(p, &cli) != 0)
+        rc = 1;
     else
         rc = compile_and_go(p, src, &cli);
     ir_program_free(p);

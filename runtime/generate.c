@@ -8,6 +8,7 @@
 #include "../base/rng.h"
 #include "cpu/exec.h"
 #include "data.h"
+#include "devexec.h"
 #include "train.h"
 
 enum { BYTES = 256 };
@@ -44,16 +45,38 @@ static void put_byte(int b, bool escape, FILE *out)
     fputc(escape && !plain ? '?' : b, out);
 }
 
+/* What runs the evaluation graph: the CPU reference executor or a device. */
+typedef struct Predictor {
+    const IrProgram *p;
+    CpuExec *cpu;       /* or */
+    DevExec *dev;
+    float *logits;      /* dev: room for the prediction at batch 1 */
+} Predictor;
+
+/* The prediction's logits over the window (batch 1) after a run, or NULL. */
+static const float *run_window(Predictor *pr, int32_t *ctx, const int32_t *zeros, int64_t *n)
+{
+    const IrGraph *g = &pr->p->eval;
+    int id = g->output[IR_OUT_PREDICTION];
+    if (pr->cpu) {
+        CpuFeed feed = {.symvals = {1}, .inputs = {ctx, zeros}};
+        if (cpu_exec_run(pr->cpu, g, &feed) != 0) return NULL;
+        return cpu_exec_value(pr->cpu, id, n);
+    }
+    DevFeed feed = {.symvals = {1}, .inputs = {ctx, zeros}};
+    if (devexec_run(pr->dev, g, &feed) != 0 || devexec_value(pr->dev, g, id, pr->logits, n) != 0)
+        return NULL;
+    return pr->logits;
+}
+
 /* The evaluation graph over the context CTX (LEN bytes, the rest of the window zeros):
  * the logits at position LEN - 1, or NULL after an error. */
-static const float *predict(CpuExec *e, const IrProgram *p, int32_t *ctx, const int32_t *zeros,
-                            int64_t len)
+static const float *predict(Predictor *pr, int32_t *ctx, const int32_t *zeros, int64_t len)
 {
-    CpuFeed feed = {.symvals = {1}, .inputs = {ctx, zeros}};
-    if (cpu_exec_run(e, &p->eval, &feed) != 0) return NULL;
     int64_t n = 0;
-    const float *logits = cpu_exec_value(e, p->eval.output[IR_OUT_PREDICTION], &n);
-    const float *at = logits + (len - 1) * (n / p->cfg.text_context);
+    const float *logits = run_window(pr, ctx, zeros, &n);
+    if (!logits) return NULL;
+    const float *at = logits + (len - 1) * (n / pr->p->cfg.text_context);
     for (int i = 0; i < BYTES; i++)
         if (!isfinite(at[i])) {
             cgc_error("generating text: the model's logit of byte %d at position %lld is %g: "
@@ -64,10 +87,9 @@ static const float *predict(CpuExec *e, const IrProgram *p, int32_t *ctx, const 
     return at;
 }
 
-int generate_text(const IrProgram *p, float *const *tensors, const GenerateOptions *o, bool escape,
-                  FILE *out)
+static int generate_with(Predictor *pr, const GenerateOptions *o, bool escape, FILE *out)
 {
-    int64_t t = p->cfg.text_context, len = 0;
+    int64_t t = pr->p->cfg.text_context, len = 0;
     const char *prompt = *o->prompt ? o->prompt : "\n";
     int32_t *ctx = xcalloc((size_t)t, sizeof *ctx), *zeros = xcalloc((size_t)t, sizeof *zeros);
     for (const char *c = prompt; *c; c++) {   /* the last T bytes of the prompt */
@@ -75,12 +97,9 @@ int generate_text(const IrProgram *p, float *const *tensors, const GenerateOptio
         ctx[len++] = (unsigned char)*c;
         put_byte((unsigned char)*c, escape, out);
     }
-    CpuExec *e = cpu_exec_new(p, CPU_F32);
-    for (int i = 0; i < p->ntensors; i++)
-        memcpy(cpu_exec_tensor(e, i), tensors[i], (size_t)ir_numel(&p->tensors[i].shape, NULL) * sizeof(float));
     int rc = 0;
     for (int64_t i = 0; i < o->tokens && rc == 0; i++) {
-        const float *logits = predict(e, p, ctx, zeros, len);
+        const float *logits = predict(pr, ctx, zeros, len);
         if (!logits) {
             rc = -1;
             break;
@@ -92,13 +111,48 @@ int generate_text(const IrProgram *p, float *const *tensors, const GenerateOptio
         fflush(out);
     }
     fputc('\n', out);
-    cpu_exec_free(e);
     free(ctx);
     free(zeros);
     return rc;
 }
 
-int generate_run(const IrProgram *p, Source *src, const char *path, const GenerateOptions *o)
+int generate_text(const IrProgram *p, float *const *tensors, const GenerateOptions *o, bool escape,
+                  FILE *out)
+{
+    Predictor pr = { .p = p, .cpu = cpu_exec_new(p, CPU_F32) };
+    for (int i = 0; i < p->ntensors; i++)
+        memcpy(cpu_exec_tensor(pr.cpu, i), tensors[i],
+               (size_t)ir_numel(&p->tensors[i].shape, NULL) * sizeof(float));
+    int rc = generate_with(&pr, o, escape, out);
+    cpu_exec_free(pr.cpu);
+    return rc;
+}
+
+int generate_text_device(const IrProgram *p, DevExec *dev, const GenerateOptions *o, bool escape,
+                         FILE *out)
+{
+    const IrNode *n = &p->eval.nodes[p->eval.output[IR_OUT_PREDICTION]];
+    int64_t one[IR_MAX_SYMBOLS] = { 1 };
+    Predictor pr = { .p = p, .dev = dev, .logits = xmalloc((size_t)ir_numel(&n->shape, one) * sizeof(float)) };
+    int rc = generate_with(&pr, o, escape, out);
+    free(pr.logits);
+    return rc;
+}
+
+/* The weights TENSORS on D's arena for PLAN, then generate_text_device. */
+static int generate_on(const IrProgram *p, const GenerateDevice *d, float *const *tensors,
+                       const GenerateOptions *o)
+{
+    DevExec *e = devexec_new(d->plan, d->device, d->symmax, d->net_path);
+    int rc = e ? 0 : -1;
+    for (int i = 0; rc == 0 && i < p->ntensors; i++) rc = devexec_tensor_set(e, i, tensors[i]);
+    if (rc == 0) rc = generate_text_device(p, e, o, false, stdout);
+    devexec_free(e);
+    return rc;
+}
+
+int generate_run(const IrProgram *p, Source *src, const char *path, const GenerateOptions *o,
+                 const GenerateDevice *d)
 {
     CGC_ASSERT(p->cfg.data == DATA_TEXT);
     if (data_check_text_inputs(p, src) != 0) return -1;
@@ -106,7 +160,8 @@ int generate_run(const IrProgram *p, Source *src, const char *path, const Genera
     for (int i = 0; i < p->ntensors; i++)
         tensors[i] = xcalloc((size_t)ir_numel(&p->tensors[i].shape, NULL), sizeof(float));
     int rc = train_state_load_weights(path, p, tensors);
-    if (rc == 0) rc = generate_text(p, tensors, o, false, stdout);
+    if (rc == 0 && d) rc = generate_on(p, d, tensors, o);
+    else if (rc == 0) rc = generate_text(p, tensors, o, false, stdout);
     for (int i = 0; i < p->ntensors; i++) free(tensors[i]);
     free(tensors);
     return rc;

@@ -6,8 +6,9 @@
  * sampled: at most the last T bytes, from position 0, so that a causal model sees what
  * it saw in training) and samples the next byte from its prediction at the context's last
  * position, over and over. Each byte runs the evaluation graph (dropout off) over the
- * whole window on the CPU reference executor: T positions of work, not one; a cache of
- * the earlier positions' keys and values is not built yet.
+ * whole window, on the CPU reference executor or on a device (the plan's fused kernels):
+ * T positions of work, not one; a cache of the earlier positions' keys and values is not
+ * built yet.
  */
 #ifndef CGC_GENERATE_H
 #define CGC_GENERATE_H
@@ -18,6 +19,7 @@
 
 #include "../base/diag.h"
 #include "../compiler/ir.h"
+#include "devexec.h"
 
 typedef struct GenerateOptions {
     const char *prompt;     /* the bytes to continue; empty: a newline */
@@ -34,8 +36,24 @@ typedef struct GenerateOptions {
 int generate_text(const IrProgram *p, float *const *tensors, const GenerateOptions *o, bool escape,
                   FILE *out);
 
-/* P's tensors from the checkpoint PATH, then generate_text to stdout. P trains on
- * text(...); its inputs are checked as the data's are (SRC: P's source). */
-int generate_run(const IrProgram *p, Source *src, const char *path, const GenerateOptions *o);
+/* generate_text with the tensors on a device: DEV's, its plan's evaluation graph running
+ * the window (at batch 1). */
+int generate_text_device(const IrProgram *p, DevExec *dev, const GenerateOptions *o, bool escape,
+                         FILE *out);
+
+/* Where generate_run runs: DEVICE, with PLAN's arena for symbols up to SYMMAX (NET_PATH
+ * names the .net file in errors). */
+typedef struct GenerateDevice {
+    Device *device;
+    const Plan *plan;
+    const int64_t *symmax;
+    const char *net_path;
+} GenerateDevice;
+
+/* P's tensors from the checkpoint PATH, then generate_text to stdout, on D (NULL: the CPU
+ * reference executor). P trains on text(...); its inputs are checked as the data's are
+ * (SRC: P's source). */
+int generate_run(const IrProgram *p, Source *src, const char *path, const GenerateOptions *o,
+                 const GenerateDevice *d);
 
 #endif

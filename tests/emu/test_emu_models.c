@@ -35,6 +35,7 @@
 #include "driver/pipeline.h"
 #include "runtime/cpu/exec.h"
 #include "runtime/devexec.h"
+#include "runtime/generate.h"
 #include "runtime/device.h"
 #include "tests/check.h"
 #include "tests/emu/attention_oracle.h"
@@ -1030,6 +1031,40 @@ static void print_plan_summary(const Plan *plan, const Run *r)
            "%d groups)\n", r->compared, pg->nsteps, gemms, fused, pg->ir ? pg->ir->ngroups : 0);
 }
 
+/* A text model's --generate on the device against the CPU executor's from the same weights
+ * (the device's after the steps), greedy and sampled (temperature 0.8, top-k 40): the same
+ * bytes. In f32 only: a half type's roundings may break a near tie between two logits
+ * the other way, which is no bug. */
+static void check_generate(Run *r)
+{
+    const IrProgram *p = r->p;
+    if (p->cfg.data != DATA_TEXT || strcmp(r->c->precision, "fp32") != 0) return;
+    float **tensors = calloc((size_t)p->ntensors, sizeof *tensors);
+    for (int i = 0; i < p->ntensors; i++) {
+        tensors[i] = malloc((size_t)ir_numel(&p->tensors[i].shape, NULL) * sizeof(float));
+        CHECK_EQ_INT(devexec_tensor_get(r->dev, i, tensors[i]), 0);
+    }
+    for (int sampled = 0; sampled < 2; sampled++) {
+        GenerateOptions o = { .prompt = "The ", .tokens = 40, .temperature = sampled ? 0.8 : 0,
+                              .top_k = sampled ? 40 : 0, .seed = 7 };
+        char *cpu = NULL, *dev = NULL;
+        size_t ncpu = 0, ndev = 0;
+        FILE *fc = open_memstream(&cpu, &ncpu), *fd = open_memstream(&dev, &ndev);
+        CHECK_EQ_INT(generate_text(p, tensors, &o, true, fc), 0);
+        CHECK_EQ_INT(generate_text_device(p, r->dev, &o, true, fd), 0);
+        fclose(fc);
+        fclose(fd);
+        bool same = ncpu == ndev && memcmp(cpu, dev, ncpu) == 0;
+        CHECK(same);
+        printf("  --generate on the device (%s): %s%s", sampled ? "sampled" : "greedy",
+               same ? "the CPU's bytes: " : "MISMATCH, the CPU's: ", cpu);
+        if (!same) printf("  the device's: %s", dev);
+        free(cpu), free(dev);
+    }
+    for (int i = 0; i < p->ntensors; i++) free(tensors[i]);
+    free(tensors);
+}
+
 /* With --convs, the library computed every convolution it can: forward, filter and data
  * gradients as the plan's runs have them. */
 static void check_convs(const Plan *plan, Device *d)
@@ -1107,6 +1142,7 @@ static void run_case(const Case *c, bool asan)
             printf("  %d attention kernel runs checked against attention in double\n", r.attention_checks);
         }
         check_convs(plan, d);
+        if (!bad) check_generate(&r);
         if (r.inherited)
             printf("  %d node values over the tolerance only through their inputs "
                    "(see tests/emu/drift.h)\n", r.inherited);
