@@ -277,6 +277,11 @@ static double cpu_gemm_seconds(const Trainer *t)
     return cpu_exec_gemm_seconds(((const CpuBackend *)t->backend)->e);
 }
 
+static int cpu_sample(Trainer *t, const GenerateOptions *g)
+{
+    return generate_text(t->p, t->tensors, g, true, stdout);
+}
+
 static const TrainBackendOps cpu_backend = {
     .open = cpu_open,
     .close = cpu_close,
@@ -289,6 +294,8 @@ static const TrainBackendOps cpu_backend = {
     .micro_batch = cpu_micro_batch,
     .read_totals = cpu_read_totals,
     .evaluate = cpu_evaluate,
+    .sample = cpu_sample,
+    .host = true,
     .gemm_seconds = cpu_gemm_seconds,
 };
 
@@ -635,10 +642,11 @@ static int check_scaler(Trainer *t, const TrainProgress *pr)
     return -1;
 }
 
-/* A text run: after the epoch's line, a short sample of what the model writes now, on
- * the CPU executor (a window's forward pass a byte), unless that would cost more than
- * EPOCH_SAMPLE_FLOPS (about half a second of a 2-core CPU), which a model the size of
- * GPT-2 small at a context of 1024 passes four hundred times over. */
+/* A text run: after the epoch's line, a short sample of what the model writes now (a
+ * window's forward pass a byte, where the backend runs the model), unless on the CPU
+ * that would cost more than EPOCH_SAMPLE_FLOPS (about half a second of a 2-core CPU),
+ * which a model the size of GPT-2 small at a context of 1024 passes four hundred times
+ * over. */
 enum { EPOCH_SAMPLE_BYTES = 120 };
 #define EPOCH_SAMPLE_FLOPS 5e10
 
@@ -648,7 +656,7 @@ static int epoch_sample(Trainer *t, const TrainProgress *pr)
     double params = 0;
     for (int i = 0; i < t->p->nparams; i++) params += (double)ir_numel(&t->p->tensors[i].shape, NULL);
     double flops = 2 * params * (double)t->p->cfg.text_context * EPOCH_SAMPLE_BYTES;
-    if (flops > EPOCH_SAMPLE_FLOPS) {
+    if (t->ops->host && flops > EPOCH_SAMPLE_FLOPS) {
         if (!t->no_sample_said)
             printf("cgc: no sample after each epoch: %d bytes from a model of %.0f parameters at "
                    "a context of %lld would take the CPU about %.0f GFLOP\n", EPOCH_SAMPLE_BYTES,
@@ -656,12 +664,11 @@ static int epoch_sample(Trainer *t, const TrainProgress *pr)
         t->no_sample_said = true;
         return 0;
     }
-    if (t->ops->pull_tensors(t) != 0) return -1;
     GenerateOptions g = {.prompt = "", .tokens = EPOCH_SAMPLE_BYTES, .temperature = 0.8,
                          .top_k = 40, .seed = t->p->cfg.seed,
                          .first_draw = (uint64_t)(pr->epoch + 1) << 32};
     printf("sample:");
-    return generate_text(t->p, t->tensors, &g, true, stdout);
+    return t->ops->sample(t, &g);
 }
 
 /* --metrics-every N: after every Nth step, the mean loss of the micro-batches since the

@@ -668,6 +668,11 @@ static int dev_pull_tensors(Trainer *t)
     return 0;
 }
 
+static int dev_sample(Trainer *t, const GenerateOptions *g)
+{
+    return generate_text_device(t->p, backend(t)->e, g, true, stdout);
+}
+
 static int dev_push_tensors(Trainer *t)
 {
     for (int i = 0; i < t->p->ntensors; i++)
@@ -921,6 +926,7 @@ const TrainBackendOps train_device_backend = {
     .micro_batch = dev_micro_batch,
     .read_totals = dev_read_totals,
     .evaluate = dev_evaluate,
+    .sample = dev_sample,
     .gemm_seconds = dev_gemm_seconds,
     .profile_step_begin = dev_profile_step_begin,
     .profile_step_end = dev_profile_step_end,

@@ -13,6 +13,7 @@
 
 #include "cpu/exec.h"
 #include "data.h"
+#include "generate.h"
 #include "profile.h"
 #include "train.h"
 
@@ -48,6 +49,10 @@ typedef struct TrainBackendOps {
      * loss that must be finite was not. */
     int (*read_totals)(Trainer *t, TrainProgress *pr, bool wait);
     int (*evaluate)(Trainer *t, EvalResult *r);
+    /* A text model's sample after an epoch, to stdout, where the backend's model runs;
+     * HOST: the CPU's, whose cost epoch_sample weighs first. */
+    int (*sample)(Trainer *t, const GenerateOptions *g);
+    bool host;
     double (*gemm_seconds)(const Trainer *t);   /* < 0: not measured */
     /* --profile on a device (NULL on the CPU, whose executor reports through
      * t->recording): time every launch and GEMM of the step about to run; after it, wait,

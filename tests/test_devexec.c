@@ -173,7 +173,24 @@ typedef struct RunSpec {
     double tune_budget_s;       /* max-autotune; 0: the runtime's */
     const char *tune_file;      /* max-autotune: --tune-file; NULL: the cache */
     bool detect_anomaly;
+    char *samples;              /* a text model's "sample:" lines, copied here (4096 bytes) */
 } RunSpec;
+
+/* The samples of TEXT into OUT (4096 bytes), one after another: each "sample:", the empty
+ * prompt's newline, 120 bytes (train.c's EPOCH_SAMPLE_BYTES, escaped one for one) and a
+ * newline. */
+enum { SAMPLE_TEXT = 7 + 1 + 120 + 1 };
+static void copy_samples(const char *text, char *out)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (const char *c = text; (c = strstr(c, "sample:")) != NULL; c++) {
+        size_t len = strnlen(c, SAMPLE_TEXT);
+        if (at + len >= 4096) break;
+        memcpy(out + at, c, len);
+        out[at += len] = '\0';
+    }
+}
 
 static int median_reports;      /* device runs long enough to report a median step time */
 static int captures;            /* "graph ... captured" lines of reduce-overhead runs */
@@ -196,6 +213,7 @@ static int run(Model *m, const RunSpec *s)
     if (!on_tty) saved = stdout_start();
     int rc = train_run(m->p, &o);
     const char *text = on_tty ? tty_end(&tty) : stdout_end(saved);
+    if (s->samples) copy_samples(text, s->samples);
     char where[200];
     /* a terminal ends lines with \r\n */
     snprintf(where, sizeof where, " on %s%s", s->device ? s->device->name : "the CPU",
@@ -475,13 +493,18 @@ static void check_training(const char *file, const Override *ov, int nov, double
         snprintf(cpu_metrics, sizeof cpu_metrics, "%s", tmp_path("cpu.jsonl"));
         unlink(dev_metrics);
         unlink(cpu_metrics);
+        static char dev_samples[4096], cpu_samples[4096];
         RunSpec dev = {.device = m.d, .save = dev_save, .metrics = dev_metrics, .tty = tty,
-                       .metrics_every = metrics_every};
+                       .metrics_every = metrics_every, .samples = dev_samples};
         CHECK_EQ_INT(run(&m, &dev), 0);
         CHECK_EQ_INT(run(&m, &(RunSpec){.save = cpu_save, .metrics = cpu_metrics,
-                                        .metrics_every = metrics_every}), 0);
+                                        .metrics_every = metrics_every, .samples = cpu_samples}), 0);
         compare_checkpoints(dev_save, cpu_save, tol);
         compare_metrics(dev_metrics, cpu_metrics, tol);
+        /* a text model's samples after each epoch, the device's drawn on the device: the
+         * CPU's bytes, from weights equal within TOL (tests/emu/text/chars.net's are) */
+        CHECK(strcmp(dev_samples, cpu_samples) == 0);
+        if (m.p->cfg.data == DATA_TEXT) CHECK(strstr(dev_samples, "sample:") != NULL);
     }
     model_close(&m);
 }
