@@ -199,6 +199,15 @@ Shape cuda_reduce_to_work(const ReduceToIndex *ix, const Shape *os);
  * into D. */
 void cuda_render_node(const RenderCtx *ctx, int id, KernelDraft *d);
 
+/* The fused classifier of CROSS_ENTROPY node LOSS and CE_GRAD node GRAD of CTX->g (ir.h,
+ * IR_GROUP_CLASSIFIER) into D, its rows' losses in buffer PARTIAL (f32, one per row). */
+void cuda_render_classifier(const RenderCtx *ctx, int loss, int grad, int partial, KernelDraft *d);
+/* Appends to D the parameter `counter` (PLAN's launch counter) and the gate after which
+ * only the launch's last block to finish goes on (CUDA's threadFenceReduction: each
+ * block fences its writes and counts itself off; the last fences again to see theirs).
+ * That block must set *counter back to 0 for the next launch. */
+void cuda_render_last_block(KernelDraft *d, const Plan *plan);
+
 /* A kernel that reads buffer SRC (shape SRC_SHAPE, dtype SRC_TYPE) broadcast to
  * OUT_SHAPE and stores it as OUT_TYPE into buffer OUT: ASSIGN copies and the operands
  * a GEMM needs materialised. NAME is the base name. */

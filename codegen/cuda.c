@@ -821,13 +821,14 @@ static void render_cross_entropy(const RenderCtx *ctx, int id, KernelDraft *d)
     end_row_sum(d, "(float)(total / (double)n)", 1024);
 }
 
-/* d (softmax(x) - onehot(label)) / N, a row per warp (its lanes read the row's logits
- * and write its gradient, in turn). */
-static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
+/* CE_GRAD node GRAD's rows: d (softmax(x) - onehot(label)) / N, a row per warp (its lanes
+ * read the row's logits and write its gradient, in turn), each row's lines ending with
+ * ROW_END (the classifier's loss), grid-stride. */
+static void render_ce_grad_rows(const RenderCtx *ctx, int grad, const char *row_end, KernelDraft *d)
 {
-    const IrNode *node = &ctx->g->nodes[id];
+    const IrNode *node = &ctx->g->nodes[grad];
     const IrNode *dn = &ctx->g->nodes[node->in[0]];
-    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "out", ctx->node_buffer[grad], node->dtype, false);
     draft_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
     add_loss_inputs(ctx, node, d, 1);
     const Shape *ls = &ctx->g->nodes[node->in[1]].shape;
@@ -842,10 +843,57 @@ static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
             "        for (int64_t k = lane; k < c; k += 32) {\n"
             "            const double p = exp((double)cgc_load(logits[r * c + k]) - lse) - (k == label ? 1.0 : 0.0);\n"
             "            cgc_store(&out[r * c + k], bad ? CGC_NAN : (float)(scale * p));\n"
-            "        }\n"
-            "    }\n");
+            "        }\n");
+    sb_puts(&d->body, row_end);
+    sb_puts(&d->body, "    }\n");
     cuda_launch_rows(d, ir_shape_reduce(ls, ls->rank - 1));
     d->items_per_block = CUDA_BLOCK / 32;
+}
+
+static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
+{
+    render_ce_grad_rows(ctx, id, "", d);
+}
+
+void cuda_render_last_block(KernelDraft *d, const Plan *plan)
+{
+    draft_param(d, PP_PTR, "unsigned int *", "counter",
+                (PlanArg){ .kind = ARG_BUFFER, .index = plan->launch_counter });
+    sb_puts(&d->body, "    __shared__ bool last_block;\n"
+                      "    __syncthreads();\n"
+                      "    if (threadIdx.x == 0) {\n"
+                      "        __threadfence();\n"
+                      "        last_block = atomicAdd(counter, 1u) == gridDim.x - 1;\n"
+                      "    }\n"
+                      "    __syncthreads();\n"
+                      "    if (!last_block) return;\n"
+                      "    __threadfence();\n");
+}
+
+/* The fused classifier (ir.h, IR_GROUP_CLASSIFIER): LOSS (a CROSS_ENTROPY) and GRAD (the
+ * CE_GRAD of the same logits and labels) in one pass: GRAD's rows as render_ce_grad
+ * writes them, each row's loss (as render_cross_entropy's) into PARTIAL[row] (f32), and
+ * the launch's last block (cuda_render_last_block) adds those in order: the same loss on
+ * any grid. */
+void cuda_render_classifier(const RenderCtx *ctx, int loss, int grad, int partial, KernelDraft *d)
+{
+    const IrNode *g = &ctx->g->nodes[grad];
+    snprintf(d->name, sizeof d->name, "classifier_%s", ir_dtype_name(ctx->g->nodes[g->in[1]].dtype));
+    draft_buffer(d, "loss", ctx->node_buffer[loss], ctx->g->nodes[loss].dtype, false);
+    draft_buffer(d, "partial", partial, DT_F32, false);
+    render_ce_grad_rows(ctx, grad, "        if (lane == 0)\n"
+                                   "            partial[r] = bad ? CGC_NAN : (float)(lse - (double)cgc_load(logits[r * c + label]));\n", d);
+    sb_puts(&d->body, "    /* The last block to finish adds the rows' losses, in order. */\n");
+    cuda_render_last_block(d, ctx->plan);
+    sb_puts(&d->body,
+            "    double total = 0.0;\n"
+            "    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) total += (double)partial[i];\n"
+            "    total = cgc_block_sum(total);\n"
+            "    if (threadIdx.x == 0) {\n"
+            "        cgc_store(&loss[0], (float)(total / (double)n));\n"
+            "        *counter = 0u;   /* for the next launch */\n"
+            "    }\n");
+    draft_finish_symbols(d);
 }
 
 /* Rows whose first maximal logit is at the label, counted by one block. */

@@ -513,19 +513,9 @@ static void append_indented(KernelDraft *d, const char *text, const char *indent
 static void render_last_groups(GroupKernel *f, const int *groups, int n)
 {
     KernelDraft *d = f->d;
-    draft_param(d, PP_PTR, "unsigned int *", "counter",
-                (PlanArg){ .kind = ARG_BUFFER, .index = f->ctx->plan->launch_counter });
     sb_puts(&d->body, "    /* The last block to finish runs what follows: it writes tensors the segments\n"
-                      "     * above read, so it must wait until every block is done with them. */\n"
-                      "    __shared__ bool last_block;\n"
-                      "    __syncthreads();\n"
-                      "    if (threadIdx.x == 0) {\n"
-                      "        __threadfence();\n"
-                      "        last_block = atomicAdd(counter, 1u) == gridDim.x - 1;\n"
-                      "    }\n"
-                      "    __syncthreads();\n"
-                      "    if (!last_block) return;\n"
-                      "    __threadfence();\n");
+                      "     * above read, so it must wait until every block is done with them. */\n");
+    cuda_render_last_block(d, f->ctx->plan);
     StrBuf outer = d->body;
     for (int i = 0; i < n; i++) {
         const IrGroup *gr = group_of(f->ctx, groups[i]);

@@ -774,6 +774,32 @@ static void attention_step(Builder *b, int k, int last)
     add_launch(b, kernel, &d, &g->nodes[last], last, what)->group = k;
 }
 
+/* Classifier group K (ir.h, IR_GROUP_CLASSIFIER), ending at LAST: one launch, its rows'
+ * losses in a buffer of the plan's own. */
+static void classifier_step(Builder *b, int k, int last)
+{
+    const IrGraph *g = b->graph->ir;
+    int loss = -1, grad = -1;
+    for (int id = b->span[k].first; id < b->span[k].end; id++) {
+        if (g->nodes[id].op == IR_CROSS_ENTROPY) loss = id;
+        if (g->nodes[id].op == IR_CE_GRAD) grad = id;
+    }
+    CGC_ASSERT(loss >= 0 && grad >= 0);
+    Shape rows = g->nodes[g->nodes[grad].in[1]].shape;
+    rows.rank--;
+    int partial = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = DT_F32, .shape = rows,
+                                              .alias_of = -1, .index = loss, .graph = b->gid,
+                                              .what = ownf(b, "%%%d.rows", loss) });
+    RenderCtx ctx = render_ctx(b);
+    KernelDraft d;
+    memset(&d, 0, sizeof d);
+    cuda_render_classifier(&ctx, loss, grad, partial, &d);
+    draft_root_args(b->plan, &d);
+    int kernel = add_kernel(b, &d);
+    note_group_use(b, kernel, k);
+    add_launch(b, kernel, &d, &g->nodes[last], last, ownf(b, "fused %s", g->groups[k - 1].name))->group = k;
+}
+
 /* Group K's step, at its last member ID: its own launch, or, at the last group of a
  * multi-tensor launch, that launch. */
 static void group_step(Builder *b, int k, int id, const GroupLaunch *l)
@@ -781,6 +807,7 @@ static void group_step(Builder *b, int k, int id, const GroupLaunch *l)
     const IrGraph *g = b->graph->ir;
     if (g->groups[k - 1].kind == IR_GROUP_GEMM) gemm_group_step(b, k, id);
     else if (g->groups[k - 1].kind == IR_GROUP_ATTENTION) attention_step(b, k, id);
+    else if (g->groups[k - 1].kind == IR_GROUP_CLASSIFIER) classifier_step(b, k, id);
     else if (!g->groups[k - 1].multi) launch_groups(b, &k, 1, id);
     else if (id == l->at[k]) launch_multi(b, k, l);
 }
@@ -859,7 +886,7 @@ static void add_launch_counter(Builder *b)
     for (int gid = 0; gid < PG_NUM && pl->mode != PLAN_EAGER; gid++) {
         const IrGraph *g = program_graph(pl->p, (PlanGraphId)gid);
         for (int k = 0; g && k < g->ngroups && pl->launch_counter < 0; k++)
-            if (g->groups[k].last)
+            if (g->groups[k].last || g->groups[k].kind == IR_GROUP_CLASSIFIER)
                 pl->launch_counter = add_buffer(b, (PlanBuffer){
                     .kind = PB_COUNTER, .dtype = DT_I32, .shape = { .rank = 1, .dim = { 1 } },
                     .alias_of = -1, .index = 0, .graph = -1, .what = "cgc.launch_counter" });

@@ -222,6 +222,11 @@ static void classify(Units *u, IrBoundary *b)
 {
     const IrGraph *g = u->g;
     const IrGroup *gp = ir_unit_group(g, b->up), *gc = ir_unit_group(g, b->uc);
+    bool classifier = (gp && gp->kind == IR_GROUP_CLASSIFIER) || (gc && gc->kind == IR_GROUP_CLASSIFIER);
+    if (classifier) {
+        b->why = IR_SPLIT_CLASSIFIER;
+        return;
+    }
     if (attention_split(g, b) || gemm_split(g, b) || group_split(g, b)) return;
     if (u->readers[b->pn] > 1) {
         b->why = IR_SPLIT_SHARED;

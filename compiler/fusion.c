@@ -346,7 +346,8 @@ static void start_cluster(Fuser *f, int v, IrGroupKind kind, Shape work, int axi
 /* Scalar chains are cloned into these; other clusters hold scalar nodes themselves. */
 static bool takes_clones(const Cluster *c)
 {
-    if (c->kind == IR_GROUP_ATTENTION) return false;   /* its kernel reads only the chain's */
+    if (c->kind == IR_GROUP_ATTENTION || c->kind == IR_GROUP_CLASSIFIER)
+        return false;   /* their kernels read their operands as stored */
     return c->kind == IR_GROUP_REDUCE || !ir_shape_is_one(&c->work);
 }
 
@@ -1326,6 +1327,41 @@ static void attention_groups(Fuser *f)
     }
 }
 
+/* ---- (1e) the fused classifier ----
+ *
+ * The loss (CROSS_ENTROPY) and its gradient (CE_GRAD) each read every logit: two passes
+ * over what is, at a real vocabulary, the largest activation of a language model. Where
+ * both read the same logits and labels, they become one classifier group (ir.h,
+ * IR_GROUP_CLASSIFIER): one pass, each row's log-sum-exp found once. */
+
+/* The CROSS_ENTROPY of CE_GRAD node G's logits and labels, or -1. */
+static int classifier_loss(Fuser *f, int g)
+{
+    const IrNode *n = &f->g->nodes[g];
+    for (int u = f->use_off[n->in[1]]; u < f->use_off[n->in[1] + 1]; u++) {
+        int c = f->uses[u];
+        const IrNode *x = &f->g->nodes[c];
+        if (x->op == IR_CROSS_ENTROPY && x->in[0] == n->in[1] && x->in[1] == n->in[2] &&
+            f->parent[c] < 0 && x->recompute == n->recompute)
+            return c;
+    }
+    return -1;
+}
+
+static void classifier_groups(Fuser *f)
+{
+    for (int g = 0; g < f->n; g++) {
+        if (f->g->nodes[g].op != IR_CE_GRAD || f->parent[g] >= 0) continue;
+        int loss = classifier_loss(f, g);
+        if (loss < 0) continue;
+        const Shape *work = &f->g->nodes[g].shape;
+        start_cluster(f, loss, IR_GROUP_CLASSIFIER, *work, 0, false);
+        start_cluster(f, g, IR_GROUP_CLASSIFIER, *work, 0, false);
+        if (acyclic_merge(f, g, loss)) merge(f, g, loss);
+        else f->parent[loss] = f->parent[g] = -1;
+    }
+}
+
 /* ---- (2) work nodes and clones ---- */
 
 static int add_work(Fuser *f, WorkNode wn)
@@ -1761,7 +1797,8 @@ static bool multi_candidate(const Fuser *f, int unit)
 {
     return unit < f->ngroups && ir_shape_is_static(&f->groups[unit].work) &&
            f->groups[unit].kind != IR_GROUP_ROW &&   /* ir.h: not in multi-tensor launches */
-           f->groups[unit].kind != IR_GROUP_GEMM && f->groups[unit].kind != IR_GROUP_ATTENTION;
+           f->groups[unit].kind != IR_GROUP_GEMM && f->groups[unit].kind != IR_GROUP_ATTENTION &&
+           f->groups[unit].kind != IR_GROUP_CLASSIFIER;
 }
 
 static bool same_launch_kind(const Fuser *f, int a, int b)
@@ -1843,7 +1880,8 @@ static void emit_unit(Fuser *f, Unit *units, int k, int multi, bool last)
         const Cluster *c = &f->groups[k];
         const char *name = c->kind == IR_GROUP_GEMM ? gemm_group_name(f, u->members, u->nmembers, &c->work)
                            : c->kind == IR_GROUP_ATTENTION ? attention_group_name(f, u->members, u->nmembers, &c->work)
-                                                           : group_name(f, u->members, u->nmembers, &c->work);
+                           : c->kind == IR_GROUP_CLASSIFIER ? ir_intern(f->p, "classifier")
+                                                            : group_name(f, u->members, u->nmembers, &c->work);
         IrGroup gr = { .kind = c->kind, .name = name,
                        .work = c->work, .axis = c->kind == IR_GROUP_REDUCE || c->kind == IR_GROUP_ROW ? c->axis : 0,
                        .multi = multi, .last = last };
@@ -2009,6 +2047,7 @@ static void fuse_graph(IrProgram *p, IrGraph *g)
     verify_order(&f);
     gemm_groups(&f);
     attention_groups(&f);
+    classifier_groups(&f);
     make_work(&f);
     clone_scalars(&f);
     clone_gathers(&f);

@@ -1152,7 +1152,7 @@ static const char *const role_names[IR_NUM_OUTPUT_ROLES] = {
 
 const char *ir_group_kind_name(IrGroupKind kind)
 {
-    static const char *const names[] = { "pointwise", "reduce", "row", "gemm", "attention" };
+    static const char *const names[] = { "pointwise", "reduce", "row", "gemm", "attention", "classifier" };
     return names[kind];
 }
 

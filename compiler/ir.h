@@ -269,6 +269,13 @@ typedef struct IrNode {
  *                       kernel's rounding is not the members': S and P stay in f32, and the
  *                       CPU executor, which runs the members, agrees within rounding, not
  *                       bit for bit.
+ *   IR_GROUP_CLASSIFIER the fused classifier: a CROSS_ENTROPY and the CE_GRAD of the same
+ *                       logits and labels, in one pass over the logits (codegen/cuda.c): a
+ *                       warp per row finds the row's log-sum-exp once, writes the row's
+ *                       gradient and its loss, into a buffer of the plan's own, and the
+ *                       launch's last block (the launch counter, as `last` groups use it)
+ *                       adds the rows' losses in order, so the loss does not depend on the
+ *                       grid. `work` is the logits' shape; both members are stored.
  *
  * Groups with the same nonzero `multi` form one multi-tensor launch (horizontal fusion):
  * they are consecutive, of one kind (but for the `last` groups below, pointwise, which may
@@ -294,6 +301,7 @@ enum { IR_ATTENTION_MAX_HEAD = 128 };
 
 typedef enum IrGroupKind {
     IR_GROUP_POINTWISE, IR_GROUP_REDUCE, IR_GROUP_ROW, IR_GROUP_GEMM, IR_GROUP_ATTENTION,
+    IR_GROUP_CLASSIFIER,
 } IrGroupKind;
 
 typedef struct IrGroup {
@@ -317,6 +325,8 @@ typedef enum IrSplit {
                                  * its forward's P, which it recomputes */
     IR_SPLIT_ATTENTION_READS,   /* the reader is an attention group: its operands come from memory */
     IR_SPLIT_ATTENTION_STORES,  /* the producer is an attention group: it stores its products */
+    IR_SPLIT_CLASSIFIER,        /* the fused classifier reads the logits from memory, and its
+                                 * loss is whole only when its launch ends */
     IR_SPLIT_GEMM_READS,        /* the reader is a MATMUL: its operands come from memory */
     IR_SPLIT_INTO_GEMM_GROUP,   /* the reader is a GEMM group: product, bias, activation only */
     IR_SPLIT_EPILOGUE_ENDS,     /* the producer is a GEMM group: its epilogue ends there */

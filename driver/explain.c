@@ -206,6 +206,9 @@ static const char *const split_text[] = {
     [IR_SPLIT_ATTENTION_READS] = "an attention kernel reads its operands (Q, K, V; dO, O) from memory",
     [IR_SPLIT_ATTENTION_STORES] = "an attention kernel stores its products (O; dQ, dK, dV) and nothing "
                                   "else is fused after them",
+    [IR_SPLIT_CLASSIFIER] = "the fused classifier reads the logits from memory (a row's "
+                            "log-sum-exp comes before its gradient) and its loss is whole only "
+                            "when its launch ends",
     [IR_SPLIT_GEMM_READS] = "a GEMM (cuBLAS) reads its operands from memory; nothing is fused "
                             "into it before the product",
     [IR_SPLIT_INTO_GEMM_GROUP] = "a GEMM group holds the product, the bias add and the activation "

@@ -239,11 +239,35 @@ static void check_attention_group(const IrGraph *g, int k, int first, int last)
     if (g->groups[k - 1].multi) violation(g, k, "attention group in a multi-tensor launch", -1);
 }
 
+/* Classifier group K (ir.h, IR_GROUP_CLASSIFIER), members [FIRST, LAST]: a CROSS_ENTROPY
+ * and the CE_GRAD of the same logits and labels, nothing else; work the logits' shape;
+ * never in a multi-tensor launch. */
+static void check_classifier_group(const IrGraph *g, int k, int first, int last)
+{
+    int loss = -1, grad = -1;
+    for (int i = first; i <= last; i++) {
+        if (g->nodes[i].op == IR_CROSS_ENTROPY && loss < 0) loss = i;
+        else if (g->nodes[i].op == IR_CE_GRAD && grad < 0) grad = i;
+        else violation(g, k, "classifier member neither its loss nor its gradient", i);
+    }
+    if (loss < 0 || grad < 0) {
+        violation(g, k, "classifier without its loss or its gradient", first);
+        return;
+    }
+    const IrNode *l = &g->nodes[loss], *d = &g->nodes[grad];
+    if (l->in[0] != d->in[1] || l->in[1] != d->in[2])
+        violation(g, k, "classifier's loss and gradient of other logits or labels", grad);
+    if (!ir_shape_equal(&g->nodes[d->in[1]].shape, &g->groups[k - 1].work))
+        violation(g, k, "classifier's work not the logits' shape", grad);
+    if (g->groups[k - 1].multi) violation(g, k, "classifier in a multi-tensor launch", -1);
+}
+
 static void check_member(const IrGraph *g, int k, int id)
 {
     const IrGroup *gr = &g->groups[k - 1];
     const IrNode *n = &g->nodes[id];
-    if (gr->kind == IR_GROUP_GEMM || gr->kind == IR_GROUP_ATTENTION) return;   /* check_*_group */
+    if (gr->kind == IR_GROUP_GEMM || gr->kind == IR_GROUP_ATTENTION || gr->kind == IR_GROUP_CLASSIFIER)
+        return;   /* check_*_group */
     if (gr->kind == IR_GROUP_ROW) {
         check_row_member(g, k, id);
         return;
@@ -430,6 +454,7 @@ static int check_groups(const IrGraph *g)
         if (g->groups[k - 1].kind == IR_GROUP_ROW) check_row_group(g, k);
         if (g->groups[k - 1].kind == IR_GROUP_GEMM) check_gemm_group(g, k, first, last);
         if (g->groups[k - 1].kind == IR_GROUP_ATTENTION) check_attention_group(g, k, first, last);
+        if (g->groups[k - 1].kind == IR_GROUP_CLASSIFIER) check_classifier_group(g, k, first, last);
         for (int i = first; i <= last; i++) {
             if (g->nodes[i].group != k) continue;
             check_member(g, k, i);
@@ -512,6 +537,9 @@ static void check_split(const IrGraph *g, const IrBoundary *b)
     case IR_SPLIT_ATTENTION_READS: holds = gc && gc->kind == IR_GROUP_ATTENTION; break;
     case IR_SPLIT_ATTENTION_STORES:
         holds = gp && gp->kind == IR_GROUP_ATTENTION && (P->op == IR_MATMUL || P->op == IR_PERMUTE);
+        break;
+    case IR_SPLIT_CLASSIFIER:
+        holds = (gp && gp->kind == IR_GROUP_CLASSIFIER) || (gc && gc->kind == IR_GROUP_CLASSIFIER);
         break;
     case IR_SPLIT_GEMM_READS: holds = C->op == IR_MATMUL; break;
     case IR_SPLIT_INTO_GEMM_GROUP: holds = gc && gc->kind == IR_GROUP_GEMM; break;

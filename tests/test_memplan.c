@@ -283,9 +283,9 @@ static void test_model(const char *file, const char *precision, const char *accu
 /* ---- the fused backward run's steps ---- */
 
 /* PL's fused MLP runs found again (plan_add_mlp_kernels) after an edit: the ones there
- * and their kernels dropped first. Returns the train graph's backward run from step 10
- * (0-based), or NULL. */
-static const PlanMlp *find_runs_again(Plan *pl)
+ * and their kernels dropped first. Returns the train graph's backward run from step AT
+ * (0-based; -1: the first such run), or NULL. */
+static const PlanMlp *find_runs_again(Plan *pl, int at)
 {
     for (int k = pl->mlp_kernels_from; k < pl->nkernels; k++) {
         free(pl->kernels[k].name);
@@ -297,53 +297,53 @@ static const PlanMlp *find_runs_again(Plan *pl)
     pl->nmlps = 0;
     plan_add_mlp_kernels(pl);
     for (int r = 0; r < pl->nmlps; r++)
-        if (pl->mlps[r].backward && pl->mlps[r].graph == PG_TRAIN && pl->mlps[r].step[0] == 10)
+        if (pl->mlps[r].backward && pl->mlps[r].graph == PG_TRAIN && (at < 0 || pl->mlps[r].step[0] == at))
             return &pl->mlps[r];
     return NULL;
 }
 
-/* The input gradients of narrow_mlp (layers 10-128-128-128): steps 11, 14 and 17 (1-based),
- * linked by the relu_grad launches 13 and 16 with masks h3 and h2; the weight gradients'
- * GEMMs 12 and 15 between them. Each edit below makes one of those steps write what the
- * kernel reads, or touch a layer's output before its own step, or share the kernel's
- * memory; the run from step 11 must stop before that layer (a run may then start at
- * the layer refused: the steps before it do not matter to it). */
+/* The input gradients of narrow_mlp (layers 10-128-128-128): GEMM steps B, B + 3 and B + 6
+ * (0-based), linked by the relu_grad launches B + 2 and B + 5 with masks h3 and h2; the
+ * weight gradients' GEMMs B + 1 and B + 4 between them. Each edit below makes one of
+ * those steps write what the kernel reads, or touch a layer's output before its own step,
+ * or share the kernel's memory; the run from step B must stop before that layer (a run
+ * may then start at the layer refused: the steps before it do not matter to it). */
 static void test_backward_run(void)
 {
     IrProgram *p;
     Source *src;
     Plan *pl = compile_model("narrow_mlp.net", "bf16", PLAN_MAX_AUTOTUNE, &p, &src);
     if (!pl) return;
-    const PlanMlp *run = find_runs_again(pl);
+    const PlanMlp *run = find_runs_again(pl, -1);
     CHECK(run != NULL);
     if (!run) goto done;
+    const int b = run->step[0];
     CHECK_EQ_INT(run->nlayers, 3);
-    CHECK(run->step[0] == 10 && run->step[1] == 13 && run->step[2] == 16);
-    CHECK(run->link[0] == -1 && run->link[1] == 12 && run->link[2] == 15);
+    CHECK(run->step[1] == b + 3 && run->step[2] == b + 6);
+    CHECK(run->link[0] == -1 && run->link[1] == b + 2 && run->link[2] == b + 5);
     CHECK(run->act[0] == -1 && run->act[1] >= 0 && run->act[2] >= 0 &&
           strcmp(pl->buffers[run->act[1]].what, "h3") == 0 &&
           strcmp(pl->buffers[run->act[2]].what, "h2") == 0);
     CHECK(run->grad[1] == IR_RELU_GRAD && run->grad[2] == IR_RELU_GRAD);
     PlanStep *steps = pl->graph[PG_TRAIN].steps;
     /* the edits below take these steps' fields as they are described above */
-    bool as_described = pl->graph[PG_TRAIN].nsteps > 16 && run->nlayers == 3 && run->act[2] >= 0;
-    for (int i = 10; as_described && i <= 16; i++)
-        as_described = steps[i].kind == (i == 12 || i == 15 ? STEP_LAUNCH : STEP_GEMM);
+    bool as_described = pl->graph[PG_TRAIN].nsteps > b + 6 && run->nlayers == 3 && run->act[2] >= 0;
+    for (int i = b; as_described && i <= b + 6; i++)
+        as_described = steps[i].kind == (i == b + 2 || i == b + 5 ? STEP_LAUNCH : STEP_GEMM);
     CHECK(as_described);
     if (!as_described) goto done;
-    CHECK(steps[11].kind == STEP_GEMM && steps[14].kind == STEP_GEMM && steps[12].kind == STEP_LAUNCH);
-    int c1 = steps[13].gemm.c, w1 = steps[13].gemm.b, c0 = steps[10].gemm.c, act2 = run->act[2];
+    int c1 = steps[b + 3].gemm.c, w1 = steps[b + 3].gemm.b, c0 = steps[b].gemm.c, act2 = run->act[2];
     struct { const char *what; int *field, value, layers; } edits[] = {
-        {"dW4 reads c1 before layer 1", &steps[11].gemm.a, c1, 1},
-        {"dW4 writes w1", &steps[11].gemm.c, w1, 1},
-        {"dW3 writes act2 (h2)", &steps[14].gemm.c, act2, 2},
-        {"layer 2's weights are c0", &steps[16].gemm.b, c0, 2},
-        {"layer 2 writes w1", &steps[16].gemm.c, w1, 2},
+        {"dW4 reads c1 before layer 1", &steps[b + 1].gemm.a, c1, 1},
+        {"dW4 writes w1", &steps[b + 1].gemm.c, w1, 1},
+        {"dW3 writes act2 (h2)", &steps[b + 4].gemm.c, act2, 2},
+        {"layer 2's weights are c0", &steps[b + 6].gemm.b, c0, 2},
+        {"layer 2 writes w1", &steps[b + 6].gemm.c, w1, 2},
     };
     for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
         int was = *edits[e].field;
         *edits[e].field = edits[e].value;
-        run = find_runs_again(pl);
+        run = find_runs_again(pl, b);
         int layers = run ? run->nlayers : 1;    /* a run of 1 is none */
         if (layers != edits[e].layers)
             fprintf(stderr, "  %s: a run of %d layers, want %d\n", edits[e].what, layers, edits[e].layers);
@@ -351,21 +351,21 @@ static void test_backward_run(void)
         *edits[e].field = was;
     }
     /* the relu_grad launch between layers 0 and 1 writes w1 (its bias gradient's output) */
-    PlanLaunch *link = &steps[12].launch;
+    PlanLaunch *link = &steps[b + 2].launch;
     int out = -1;
     for (int a = 0; a < link->nargs && out < 0; a++)
         if (link->arg[a].kind == ARG_BUFFER && strncmp(pl->kernels[link->kernel].param_ctype[a], "const ", 6) != 0 &&
-            link->arg[a].index != steps[13].gemm.a)
+            link->arg[a].index != steps[b + 3].gemm.a)
             out = a;
     CHECK(out >= 0);
     if (out >= 0) {
         int was = link->arg[out].index;
         link->arg[out].index = w1;
-        run = find_runs_again(pl);
+        run = find_runs_again(pl, b);
         CHECK(run == NULL);
         link->arg[out].index = was;
     }
-    run = find_runs_again(pl);      /* as built */
+    run = find_runs_again(pl, b);      /* as built */
     CHECK(run != NULL && run->nlayers == 3);
 done:
     plan_free(pl);

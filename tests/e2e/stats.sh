@@ -59,8 +59,8 @@ mlp = open(os.path.join(d, "mlp.default.txt")).read()
 want = [
     ("  g7 gemm_bias_relu_h1 <- g1 cast_x, g2 cast_h1_weight", "a GEMM (cuBLAS) reads its operands"),
     ("  g7 gemm_bias_relu_h1 <- g3 cast_h1_bias", "a GEMM group holds the product, the bias add"),
-    ("  %24 cross_entropy <- g9 add_logits", "cross_entropy runs as a kernel of its own"),
-    ("  g25 add_sqrt_grad_norm <- g22, g15, g23, g14, g24, g13",
+    ("  g10 classifier <- g9 add_logits", "the fused classifier reads the logits from memory"),
+    ("  g26 add_sqrt_grad_norm <- g23, g16, g24, g15, g25, g14",
      "a reduction is whole only when its kernel ends"),
 ]
 for head, why in want:
