@@ -678,7 +678,8 @@ static void attention_line(const Compiled *c, PlanGraphId gid, int sm, int m, bo
     }
     const char *why = c->plan->mode == PLAN_EAGER ? "eager runs each op alone"
                       : width > IR_ATTENTION_MAX_HEAD ? "its heads are wider than the fused kernels' 128"
-                      : "something besides the chain reads or changes its probabilities";
+                      : "not the whole chain the fused kernels take: another reader or op "
+                        "among its links";
     double bytes = (double)(heads * t * t) * (double)ir_dtype_size(g->nodes[sm].dtype) * (double)batch;
     fprintf(out, "the composition (%s): scores and probabilities [N, %lld, %lld, %lld] stored, "
                  "the probabilities (%s) %.2f MB at batch %lld\n", why, (long long)heads,
