@@ -146,9 +146,10 @@ struct Fiber {
 /* One launch at a time: the indices above are process globals. */
 pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Never destroyed: a kernel module that defines a template's shared array (a static of
- * an inline function, a GNU unique symbol) cannot be unloaded, so its destructors run
- * at exit, after the static objects' and in no order that this pool could rely on. */
+/* Made by new and freed by stack_pool_release, not a static object: a kernel module that
+ * defines a template's shared array (a static of an inline function, a GNU unique symbol)
+ * cannot be unloaded, so its destructor functions run at exit, after the static objects'
+ * destructors, and a static pool would be gone by then. */
 std::vector<Stack *> &stack_pool = *new std::vector<Stack *>;
 Fiber fibers[MAX_BLOCK];                /* cleared for each block (run_block) */
 PendingCopy copies[MAX_BLOCK][MAX_COPIES];  /* each thread's cp.async copies in flight */
@@ -302,8 +303,7 @@ __attribute__((destructor)) void stack_pool_release()
         munmap(s->base - page, STACK_BYTES + page);
         delete s;
     }
-    stack_pool.clear();
-    stack_pool.shrink_to_fit();
+    delete &stack_pool;
 }
 
 /* ---- fibers ---- */

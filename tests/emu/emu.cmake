@@ -136,7 +136,8 @@ cgc_emu_run(test_emu_cnn_library test_emu_models
 # why), in every mode, each in an f32 and a half precision by turns (--in-turn).
 cgc_emu_run(test_emu_shapes test_emu_models ENV CGC_MODELS_DIR=${EMU_DIR}/models ARGS --in-turn
             ASAN --asan conv_chain:bf16:0:default image_windows:fp16:0:default
-                 reduce_reads_reduce:fp32:0:default square_rows:fp32:0:default)
+                 reduce_reads_reduce:fp32:0:default square_rows:fp32:0:default
+                 attention_edges:bf16:0:default attention_edges:fp32:0:default)
 
 # tf32 GEMMs multiplied unrounded, as cuBLAS does for a shape it gives no tensor-core
 # kernel (seen on an H200), while the CPU executor rounds their operands: every tf32
