@@ -140,8 +140,6 @@ static AttnShape attn_shape(const IrGraph *g, const AttnParts *a)
     return x;
 }
 
-static const char *type_tag(DType t) { return ir_dtype_name(t); }
-
 void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d)
 {
     const IrGraph *g = ctx->g;
@@ -151,10 +149,10 @@ void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d)
     DType in = g->nodes[a.q].dtype;
     DType out = g->nodes[a.backward ? a.dq : a.o].dtype;
     snprintf(d->name, sizeof d->name, "attention_%s_d%lld%s_%s", a.backward ? "bwd" : "fwd",
-             (long long)x.d, a.causal ? "_causal" : "", type_tag(in));
+             (long long)x.d, a.causal ? "_causal" : "", ir_dtype_name(in));
     if (out != in) {
         size_t at = strlen(d->name);
-        snprintf(d->name + at, sizeof d->name - at, "_to_%s", type_tag(out));
+        snprintf(d->name + at, sizeof d->name - at, "_to_%s", ir_dtype_name(out));
     }
     AttnView q = input_view(ctx, k, a.q), kv = input_view(ctx, k, a.k), v = input_view(ctx, k, a.v);
     AttnView o = output_view(ctx, a.backward ? ctx->g->nodes[a.sm].group : k, a.o);

@@ -1468,6 +1468,7 @@ static int clone_gather(Fuser *f, int gi, int u)
     return add_work(f, wn);
 }
 
+/* Pooling's gathered patches and attention's head views, each cloned into its readers. */
 static void clone_gathers(Fuser *f)
 {
     for (int u = 0; u < f->n; u++) {
