@@ -24,36 +24,6 @@
 
 #include <stdio.h>
 
-/* What an attention group computes, read from its members and, for the backward, its
- * forward group's. */
-typedef struct AttnParts {
-    bool backward, causal;
-    float scale;
-    int q, k, v, o, dout, dq, dk, dv;   /* nodes of the graph (-1 where the direction has none) */
-    int sm;                             /* the forward's softmax */
-} AttnParts;
-
-static bool matmul_with(const IrNode *n, int flags)
-{
-    return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
-}
-
-/* The scale of a MUL member by its literal, else leaves *SCALE. */
-static void mul_scale(const IrGraph *g, const IrNode *n, float *scale)
-{
-    for (int j = 0; j < n->nin; j++)
-        if (ir_node_is_literal(&g->nodes[n->in[j]])) *scale = (float)g->nodes[n->in[j]].value;
-}
-
-/* The product O = P V of the forward group that holds softmax SM. */
-static int forward_output(const RenderCtx *ctx, int sm)
-{
-    int k = ctx->g->nodes[sm].group;
-    for (int id = ctx->span[k].first; id < ctx->span[k].end; id++)
-        if (matmul_with(&ctx->g->nodes[id], 0)) return id;
-    CGC_INTERNAL("%s graph: attention group %d has no product P V", ctx->g->name, k);
-}
-
 /* Where a kernel finds a tensor of heads: a buffer, its heads interleaving HEADS to a
  * position (1: each head's rows consecutive; H: a linear layer's [N, T, H, D] in place,
  * cgc_device.h's CgcAttnHeads), of its type. */
@@ -89,34 +59,9 @@ static void view_param(KernelDraft *d, const char *name, AttnView v, bool is_con
     draft_buffer(d, name, v.buffer, v.dtype, is_const);
 }
 
-/* Members by what they are: the forward's S = Q K^T and O = P V; the backward's
- * dP = dO V^T, dV = P^T dO (P from outside), dQ = dS K and dK = dS^T Q (dS inside). */
-static AttnParts attn_parts(const RenderCtx *ctx, int k)
+static IrAttention attn_parts(const RenderCtx *ctx, int k)
 {
-    const IrGraph *g = ctx->g;
-    AttnParts a = { .scale = 1, .q = -1, .k = -1, .v = -1, .o = -1, .dout = -1,
-                    .dq = -1, .dk = -1, .dv = -1, .sm = -1 };
-    for (int id = ctx->span[k].first; id < ctx->span[k].end; id++)
-        if (g->nodes[id].op == IR_SOFTMAX_GRAD) a.backward = true, a.sm = g->nodes[id].in[1];
-    for (int id = ctx->span[k].first; id < ctx->span[k].end; id++) {
-        const IrNode *n = &g->nodes[id];
-        bool inside = n->nin > 0 && g->nodes[n->in[0]].group == k;
-        if (n->op == IR_CAUSAL_MASK) a.causal = true;
-        else if (n->op == IR_MUL) mul_scale(g, n, &a.scale);
-        else if (n->op == IR_SOFTMAX) a.sm = id;
-        else if (matmul_with(n, IR_MATMUL_TRANS_B) && a.backward) a.dout = n->in[0], a.v = n->in[1];
-        else if (matmul_with(n, IR_MATMUL_TRANS_B)) a.q = n->in[0], a.k = n->in[1];
-        else if (matmul_with(n, 0) && a.backward) a.dq = id, a.k = n->in[1];
-        else if (matmul_with(n, 0)) a.o = id, a.v = n->in[1];
-        else if (matmul_with(n, IR_MATMUL_TRANS_A) && inside) a.dk = id, a.q = n->in[1];
-        else if (matmul_with(n, IR_MATMUL_TRANS_A)) a.dv = id;
-    }
-    if (a.backward) a.o = forward_output(ctx, a.sm);
-    bool whole = a.backward ? a.q >= 0 && a.k >= 0 && a.v >= 0 && a.dout >= 0 && a.dq >= 0 &&
-                                  a.dk >= 0 && a.dv >= 0
-                            : a.q >= 0 && a.k >= 0 && a.v >= 0 && a.o >= 0 && a.sm >= 0;
-    if (!whole) CGC_INTERNAL("%s graph: attention group %d is not a whole chain", g->name, k);
-    return a;
+    return ir_attention_group(ctx->g, ctx->span, k);
 }
 
 /* The head width D, T and the tiles (a block's own rows by the other side's), which keep
@@ -128,7 +73,7 @@ typedef struct AttnShape {
     int rows, cols;
 } AttnShape;
 
-static AttnShape attn_shape(const IrGraph *g, const AttnParts *a)
+static AttnShape attn_shape(const IrGraph *g, const IrAttention *a)
 {
     const Shape *s = &g->nodes[a->q].shape;
     AttnShape x = { .d = s->dim[s->rank - 1], .t = s->dim[s->rank - 2] };
@@ -143,7 +88,7 @@ static AttnShape attn_shape(const IrGraph *g, const AttnParts *a)
 void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d)
 {
     const IrGraph *g = ctx->g;
-    AttnParts a = attn_parts(ctx, k);
+    IrAttention a = attn_parts(ctx, k);
     AttnShape x = attn_shape(g, &a);
     const Shape *qs = &g->nodes[a.q].shape;
     DType in = g->nodes[a.q].dtype;
@@ -172,7 +117,7 @@ void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d)
     }
     char bh[CUDA_DIMS_MAX], scale[32];
     cuda_dims_expr(d, qs, 0, qs->rank - 2, bh, sizeof bh);
-    cuda_float_literal(a.scale, scale, sizeof scale);
+    cuda_float_literal((float)a.scale, scale, sizeof scale);
     sb_printf(&d->body, "    const int64_t bh = %s, t = %lld;\n", bh, (long long)x.t);
     sb_printf(&d->body, "    const CgcAttnHeads hs = { %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld };\n",
               (long long)q.heads, (long long)kv.heads, (long long)v.heads, (long long)o.heads,
@@ -207,7 +152,7 @@ int attention_lse_node(const RenderCtx *ctx, int k)
 
 Shape attention_lse_shape(const RenderCtx *ctx, int k)
 {
-    AttnParts a = attn_parts(ctx, k);
+    IrAttention a = attn_parts(ctx, k);
     Shape s = ctx->g->nodes[a.q].shape;
     s.rank--;
     return s;

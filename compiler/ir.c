@@ -553,6 +553,84 @@ IrSpan *ir_group_spans(const IrGraph *g)
     return span;
 }
 
+static bool attn_matmul(const IrNode *n, int flags)
+{
+    return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
+}
+
+/* The scale of MUL node N by its literal input, else leaves *SCALE. */
+static void attn_scale(const IrGraph *g, const IrNode *n, double *scale)
+{
+    for (int j = 0; j < n->nin; j++)
+        if (ir_node_is_literal(&g->nodes[n->in[j]])) *scale = g->nodes[n->in[j]].value;
+}
+
+/* The first product P V after softmax SM, reading SM or its casts, or -1. */
+static int attn_output(const IrGraph *g, int sm)
+{
+    int p[4] = { sm }, np = 1;
+    for (int u = sm + 1; u < g->nnodes; u++) {
+        const IrNode *n = &g->nodes[u];
+        bool reads_p = false;
+        for (int i = 0; i < np; i++) reads_p |= n->nin > 0 && n->in[0] == p[i];
+        if (reads_p && attn_matmul(n, 0)) return u;
+        if (reads_p && n->op == IR_CAST && np < 4) p[np++] = u;
+    }
+    return -1;
+}
+
+static const IrAttention attn_none = { .scale = 1, .s = -1, .sm = -1, .q = -1, .k = -1, .v = -1,
+                                       .o = -1, .dout = -1, .dq = -1, .dk = -1, .dv = -1 };
+
+IrAttention ir_attention_group(const IrGraph *g, const IrSpan *span, int k)
+{
+    IrAttention a = attn_none;
+    for (int id = span[k].first; id < span[k].end; id++)
+        if (g->nodes[id].op == IR_SOFTMAX_GRAD) a.backward = true, a.sm = g->nodes[id].in[1];
+    for (int id = span[k].first; id < span[k].end; id++) {
+        const IrNode *n = &g->nodes[id];
+        bool inside = n->nin > 0 && g->nodes[n->in[0]].group == k;
+        if (n->op == IR_CAUSAL_MASK) a.causal = true;
+        else if (n->op == IR_MUL) attn_scale(g, n, &a.scale);
+        else if (n->op == IR_SOFTMAX) a.sm = id;
+        else if (attn_matmul(n, IR_MATMUL_TRANS_B) && a.backward) a.dout = n->in[0], a.v = n->in[1];
+        else if (attn_matmul(n, IR_MATMUL_TRANS_B)) a.s = id, a.q = n->in[0], a.k = n->in[1];
+        else if (attn_matmul(n, 0) && a.backward) a.dq = id, a.k = n->in[1];
+        else if (attn_matmul(n, 0)) a.o = id, a.v = n->in[1];
+        else if (attn_matmul(n, IR_MATMUL_TRANS_A) && inside) a.dk = id, a.q = n->in[1];
+        else if (attn_matmul(n, IR_MATMUL_TRANS_A)) a.dv = id;
+    }
+    for (int f = a.sm >= 0 ? g->nodes[a.sm].group : 0, id = span[f].first; a.backward && id < span[f].end; id++)
+        if (attn_matmul(&g->nodes[id], 0)) a.o = id;   /* the forward group's O */
+    bool whole = a.backward ? a.q >= 0 && a.k >= 0 && a.v >= 0 && a.o >= 0 && a.dout >= 0 &&
+                                  a.dq >= 0 && a.dk >= 0 && a.dv >= 0
+                            : a.q >= 0 && a.k >= 0 && a.v >= 0 && a.o >= 0 && a.sm >= 0;
+    if (!whole) CGC_INTERNAL("%s graph: attention group %d is not a whole chain", g->name, k);
+    return a;
+}
+
+/* Node ID, or what its casts cast. */
+static int uncast(const IrGraph *g, int id)
+{
+    while (g->nodes[id].op == IR_CAST) id = g->nodes[id].in[0];
+    return id;
+}
+
+bool ir_attention_chain(const IrGraph *g, int sm, IrAttention *a)
+{
+    *a = attn_none;
+    if (g->nodes[sm].op != IR_SOFTMAX) return false;
+    int m = uncast(g, g->nodes[sm].in[0]);
+    a->causal = g->nodes[m].op == IR_CAUSAL_MASK;
+    if (a->causal) m = uncast(g, g->nodes[m].in[0]);
+    if (g->nodes[m].op == IR_MUL) attn_scale(g, &g->nodes[m], &a->scale), m = uncast(g, g->nodes[m].in[0]);
+    const IrNode *s = &g->nodes[m];
+    a->o = attn_output(g, sm);
+    if (!attn_matmul(s, IR_MATMUL_TRANS_B) || s->shape.rank != 4 || a->o < 0) return false;
+    a->s = m, a->sm = sm, a->q = s->in[0], a->k = s->in[1], a->v = g->nodes[a->o].in[1];
+    return true;
+}
+
 bool ir_gemm_unrounded(const IrGraph *g, int id)
 {
     int k = g->nodes[id].group;

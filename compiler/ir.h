@@ -557,6 +557,22 @@ typedef struct IrSpan {
 } IrSpan;
 /* Per group k, span[k] (span[0] unused), in time proportional to G (malloc'd). */
 IrSpan *ir_group_spans(const IrGraph *g);
+/* What an attention computes, by its nodes (-1 where there is none): the forward's S =
+ * Q K^T (s), scaled by SCALE and masked (CAUSAL), P = softmax(S) (sm), O = P V (o); the
+ * backward's dP = dO V^T, dV = P^T dO, dQ = dS K and dK = dS^T Q. */
+typedef struct IrAttention {
+    bool backward, causal;
+    double scale;
+    int s, sm, q, k, v, o;
+    int dout, dq, dk, dv;
+} IrAttention;
+/* Attention group K's parts, read from its members (and, for a backward group, O from its
+ * forward group's). An internal error where K is not a whole chain. */
+IrAttention ir_attention_group(const IrGraph *g, const IrSpan *span, int k);
+/* The composition (builtins.c) whose softmax is SM, in any graph, through the precision's
+ * casts: false where SM is not attention's softmax over the scaled, masked products. Its
+ * O is the first product P V after SM. */
+bool ir_attention_chain(const IrGraph *g, int sm, IrAttention *a);
 const char *ir_group_kind_name(IrGroupKind kind);   /* "pointwise", "reduce", "row", "gemm" */
 /* Member ID of a GEMM group that is not stored: it stays in cuBLASLt's f32 accumulator,
  * not rounded to its dtype (IR_GROUP_GEMM). */

@@ -613,26 +613,6 @@ static void explain_ranks(const Compiled *c, bool on_gpus, FILE *out)
     explain_shard(p, out);
 }
 
-/* Node ID, or what it casts. */
-static int uncast(const IrGraph *g, int id)
-{
-    while (g->nodes[id].op == IR_CAST) id = g->nodes[id].in[0];
-    return id;
-}
-
-/* The batched product of queries and keys (a TRANS_B matmul of rank 4) that softmax node
- * S reads, through its scale, the causal mask (CAUSAL: whether there is one) and the
- * precision's casts, or -1. */
-static int attention_scores(const IrGraph *g, int s, bool *causal)
-{
-    int m = uncast(g, g->nodes[s].in[0]);
-    *causal = g->nodes[m].op == IR_CAUSAL_MASK;
-    if (*causal) m = uncast(g, g->nodes[m].in[0]);
-    if (g->nodes[m].op == IR_MUL) m = uncast(g, g->nodes[m].in[0]);
-    const IrNode *q = &g->nodes[m];
-    return q->op == IR_MATMUL && (q->flags & IR_MATMUL_TRANS_B) && q->shape.rank == 4 ? m : -1;
-}
-
 /* The kernel of graph GID's step that runs fusion group K, or NULL. */
 static const char *group_kernel(const Plan *pl, PlanGraphId gid, int k)
 {
@@ -657,14 +637,15 @@ static int backward_group(const IrGraph *g, int sm)
 }
 
 /* How softmax SM's attention runs (fusion's decision, compiler/fusion.c). */
-static void attention_line(const Compiled *c, PlanGraphId gid, int sm, int m, bool causal, FILE *out)
+static void attention_line(const Compiled *c, PlanGraphId gid, const IrAttention *a, FILE *out)
 {
     const IrGraph *g = c->plan->graph[gid].ir;
-    const Shape *s = &g->nodes[m].shape;
-    int64_t heads = s->dim[1], t = s->dim[2], width = g->nodes[g->nodes[m].in[0]].shape.dim[3];
+    int sm = a->sm;
+    const Shape *s = &g->nodes[a->s].shape;
+    int64_t heads = s->dim[1], t = s->dim[2], width = g->nodes[a->q].shape.dim[3];
     int64_t batch = c->p->cfg.batch;
     fprintf(out, "  line %-4d %lld head%s of width %lld over %lld positions%s: ", g->nodes[sm].loc.line,
-            (long long)heads, heads == 1 ? "" : "s", (long long)width, (long long)t, causal ? ", causal" : "");
+            (long long)heads, heads == 1 ? "" : "s", (long long)width, (long long)t, a->causal ? ", causal" : "");
     int k = g->nodes[sm].group;
     if (k && g->groups[k - 1].kind == IR_GROUP_ATTENTION) {
         int kb = backward_group(g, sm);
@@ -694,13 +675,12 @@ static void explain_attention(const Compiled *c, FILE *out)
     const IrGraph *g = c->plan->graph[gid].ir;
     bool any = false;
     for (int id = 0; g && id < g->nnodes; id++) {
-        bool causal;
-        int m = g->nodes[id].op == IR_SOFTMAX && !g->nodes[id].recompute ? attention_scores(g, id, &causal) : -1;
-        if (m < 0) continue;
+        IrAttention a;
+        if (g->nodes[id].recompute || !ir_attention_chain(g, id, &a)) continue;
         if (!any) fputs("\nAttention (the composition's softmax and products, or one kernel each way "
                         "in the manner of FlashAttention):\n", out);
         any = true;
-        attention_line(c, gid, id, m, causal, out);
+        attention_line(c, gid, &a, out);
     }
 }
 

@@ -411,12 +411,6 @@ static bool read_node(Run *r, const IrGraph *g, int id, float *scratch, const fl
  * too); in bf16 and f16, the tensor cores' P and dS rounded to the operands' type and the
  * outputs stored in it, a unit or two (2^-8, 2^-11): 1e-2 and 2e-3. */
 
-typedef struct AttnNodes {
-    bool backward;
-    int q, k, v, o, dout, dq, dk, dv;
-    AttnRef ref;
-} AttnNodes;
-
 /* Where the device holds attention operand ID of group K: the node whose value it is
  * (for a permute to heads that fusion cloned into the group, what it permutes; for a
  * product with its permute back in the group, that permute), and whether that value is
@@ -451,34 +445,14 @@ static float *attention_heads(Run *r, const IrGraph *g, int k, int id, const Att
     return out;
 }
 
-static bool attn_matmul(const IrNode *n, int flags)
+/* What attention A's operands are: their sizes, scale and mask. */
+static AttnRef attention_ref(const IrGraph *g, const IrAttention *a, const int64_t *symvals)
 {
-    return n->op == IR_MATMUL && (n->flags & ~IR_MATMUL_TF32) == flags;
-}
-
-/* Attention group K's inputs and outputs, by what its members compute (ir.h). */
-static AttnNodes attention_nodes(const IrGraph *g, int k, const IrSpan *span, const int64_t *symvals)
-{
-    AttnNodes a = { .ref = { .scale = 1 } };
-    for (int id = span[k].first; id < span[k].end; id++) a.backward |= g->nodes[id].op == IR_SOFTMAX_GRAD;
-    for (int id = span[k].first; id < span[k].end; id++) {
-        const IrNode *n = &g->nodes[id];
-        bool inside = n->nin > 0 && g->nodes[n->in[0]].group == k;
-        if (n->op == IR_CAUSAL_MASK) a.ref.causal = true;
-        for (int j = 0; n->op == IR_MUL && j < 2; j++)
-            if (ir_node_is_literal(&g->nodes[n->in[j]])) a.ref.scale = g->nodes[n->in[j]].value;
-        if (attn_matmul(n, IR_MATMUL_TRANS_B) && a.backward) a.dout = n->in[0], a.v = n->in[1];
-        else if (attn_matmul(n, IR_MATMUL_TRANS_B)) a.q = n->in[0], a.k = n->in[1];
-        else if (attn_matmul(n, 0) && a.backward) a.dq = id, a.k = n->in[1];
-        else if (attn_matmul(n, 0)) a.o = id, a.v = n->in[1];
-        else if (attn_matmul(n, IR_MATMUL_TRANS_A) && inside) a.dk = id, a.q = n->in[1];
-        else if (attn_matmul(n, IR_MATMUL_TRANS_A)) a.dv = id;
-    }
-    const Shape *s = &g->nodes[a.q].shape;
-    a.ref.d = s->dim[s->rank - 1];
-    a.ref.t = s->dim[s->rank - 2];
-    a.ref.bh = ir_numel(s, symvals) / (a.ref.t * a.ref.d);
-    return a;
+    const Shape *s = &g->nodes[a->q].shape;
+    AttnRef ref = { .d = s->dim[s->rank - 1], .t = s->dim[s->rank - 2], .causal = a->causal,
+                    .scale = a->scale };
+    ref.bh = ir_numel(s, symvals) / (ref.t * ref.d);
+    return ref;
 }
 
 /* Output ID of attention group K against REF, whose terms' magnitudes are MAG. */
@@ -506,11 +480,12 @@ static int check_attention(Run *r, const IrGraph *g)
     int bad = 0;
     for (int k = 1; k <= g->ngroups; k++) {
         if (g->groups[k - 1].kind != IR_GROUP_ATTENTION) continue;
-        AttnNodes a = attention_nodes(g, k, span, r->symvals);
-        int64_t n = a.ref.bh * a.ref.t * a.ref.d;
-        float *q = attention_heads(r, g, k, a.q, &a.ref), *kk = attention_heads(r, g, k, a.k, &a.ref);
-        float *v = attention_heads(r, g, k, a.v, &a.ref);
-        float *dout = a.backward ? attention_heads(r, g, k, a.dout, &a.ref) : NULL;
+        IrAttention a = ir_attention_group(g, span, k);
+        AttnRef ref = attention_ref(g, &a, r->symvals);
+        int64_t n = ref.bh * ref.t * ref.d;
+        float *q = attention_heads(r, g, k, a.q, &ref), *kk = attention_heads(r, g, k, a.k, &ref);
+        float *v = attention_heads(r, g, k, a.v, &ref);
+        float *dout = a.backward ? attention_heads(r, g, k, a.dout, &ref) : NULL;
         double *out = calloc((size_t)(3 * n + 1), sizeof *out), *mag = calloc((size_t)(3 * n + 1), sizeof *mag);
         if (!q || !kk || !v || (a.backward && !dout)) {
             fprintf(stderr, "  %s: attention group g%d reads a value the device did not store\n",
@@ -518,13 +493,13 @@ static int check_attention(Run *r, const IrGraph *g)
             check_failures++;
             bad++;
         } else if (a.backward) {
-            attn_ref_backward(&a.ref, q, kk, v, dout, out, mag);
-            bad += attention_output(r, g, k, &a.ref, a.dq, out, mag) +
-                   attention_output(r, g, k, &a.ref, a.dk, out + n, mag + n) +
-                   attention_output(r, g, k, &a.ref, a.dv, out + 2 * n, mag + 2 * n);
+            attn_ref_backward(&ref, q, kk, v, dout, out, mag);
+            bad += attention_output(r, g, k, &ref, a.dq, out, mag) +
+                   attention_output(r, g, k, &ref, a.dk, out + n, mag + n) +
+                   attention_output(r, g, k, &ref, a.dv, out + 2 * n, mag + 2 * n);
         } else {
-            attn_ref_forward(&a.ref, q, kk, v, out, mag);
-            bad += attention_output(r, g, k, &a.ref, a.o, out, mag);
+            attn_ref_forward(&ref, q, kk, v, out, mag);
+            bad += attention_output(r, g, k, &ref, a.o, out, mag);
         }
         r->attention_checks++;
         free(q), free(kk), free(v), free(dout);
