@@ -28,6 +28,15 @@ static bool is_json(int fd)
 }
 
 const OutKind out_json = {"a JSON file", is_json, false};
+
+static bool is_npy(int fd)
+{
+    char buf[6];
+    ssize_t n = pread(fd, buf, sizeof buf, 0);
+    return n == 0 || (n == 6 && memcmp(buf, "\x93NUMPY", 6) == 0);
+}
+
+const OutKind out_npy = {"a NumPy file", is_npy, false};
 const OutKind out_generated = {NULL, NULL, false};
 
 /* ---- the files the rules know ---- */

@@ -29,6 +29,8 @@ typedef struct OutKind {
 /* JSON (--stats, --metrics, --profile): replaces an empty file, or one that begins with
  * '{' or '[' and has no NUL byte in its first bytes (which a checkpoint has). */
 extern const OutKind out_json;
+/* A NumPy array (.npy): replaces an empty file or one that begins with NumPy's magic. */
+extern const OutKind out_npy;
 /* Generated files in a directory the user gave for them (--emit): any regular file. */
 extern const OutKind out_generated;
 

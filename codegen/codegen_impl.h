@@ -79,7 +79,6 @@ enum { CUDA_BLOCK = 256, CUDA_ITEMS_PER_THREAD = 4, CUDA_MAX_BLOCKS = 65535 };
 
 /* Appends a parameter (a buffer: its storage pointer type) to D; the launch passes ARG. */
 /* "train", "train_micro", "eval", "forward": a graph in comments and the host plan. */
-extern const char *const codegen_graph_label[PG_NUM];
 /* A shared kernel's comment lists its first uses, this many at most. */
 enum { CODEGEN_MAX_LISTED_USES = 6 };
 

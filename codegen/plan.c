@@ -59,7 +59,7 @@ typedef struct Builder {
 
 enum { MAX_LISTED_OPS = 10 };
 
-const char *const codegen_graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
+const char *const codegen_graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward", "decode" };
 
 /* ---- what the plan owns ---- */
 
@@ -816,7 +816,7 @@ static void group_step(Builder *b, int k, int id, const GroupLaunch *l)
 
 static const IrGraph *program_graph(const IrProgram *p, PlanGraphId gid)
 {
-    const IrGraph *g[PG_NUM] = { &p->train, &p->train_micro, &p->eval, &p->forward };
+    const IrGraph *g[PG_NUM] = { &p->train, &p->train_micro, &p->eval, &p->forward, &p->decode };
     return g[gid]->nnodes > 0 ? g[gid] : NULL;
 }
 

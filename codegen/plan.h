@@ -224,7 +224,9 @@ typedef struct PlanStep {
     const char *what;       /* "relu h1", "assign h1.weight", for the host plan/errors */
 } PlanStep;
 
-typedef enum PlanGraphId { PG_TRAIN, PG_TRAIN_MICRO, PG_EVAL, PG_FORWARD, PG_NUM } PlanGraphId;
+typedef enum PlanGraphId { PG_TRAIN, PG_TRAIN_MICRO, PG_EVAL, PG_FORWARD, PG_DECODE, PG_NUM } PlanGraphId;
+/* Each graph's name: "train" ... "decode". */
+extern const char *const codegen_graph_label[PG_NUM];
 
 /* Several ranks: one bucket of collectives over the ranks (the IR_ALLREDUCE,
  * IR_REDUCE_SCATTER or IR_ALLGATHER nodes with one IrNode.index), each member read from

@@ -39,8 +39,6 @@
 /* IR_RT_TOTAL_STEPS as the replay states it: the length of run the schedules assume. */
 enum { REPRO_TOTAL_STEPS = 1000, REPRO_WARMUP = 20, REPRO_STEPS = 200 };
 
-static const char *const graph_label[PG_NUM] = { "train", "train_micro", "eval", "forward" };
-
 typedef struct Repro {
     FILE *out;
     const Plan *plan;
@@ -352,7 +350,7 @@ static void write_kernels(Repro *r)
 static const char *kind_label(const PlanBuffer *b)
 {
     switch (b->kind) {
-    case PB_NODE: return graph_label[b->graph];
+    case PB_NODE: return codegen_graph_label[b->graph];
     case PB_TENSOR: return "tensor";
     case PB_INPUT: return "input";
     case PB_CONST: return "const";
@@ -435,7 +433,7 @@ static void write_fills(Repro *r)
         const PlanBuffer *buf = &pl->buffers[b];
         if (buf->kind != PB_CONST || buf->alias_of >= 0) continue;
         char why[48];
-        snprintf(why, sizeof why, "a constant of %s", graph_label[buf->graph]);
+        snprintf(why, sizeof why, "a constant of %s", codegen_graph_label[buf->graph]);
         fill_row(r, b, buf->dtype, "FILL_VALUE", buf->value, why);
         n++;
     }
@@ -504,7 +502,7 @@ static void gemm_row(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
     FILE *o = r->out;
     fprintf(o, "    { .graph = \"%s\", .step = %d, .line = %d, .trans_a = %d, .trans_b = %d,\n"
                "      .m = %" PRId64 ", .n = %" PRId64 ", .k = %" PRId64 ", .batch = %" PRId64 ",",
-            graph_label[gid], step, s->loc.line, g->trans_a, g->trans_b, m, n, k, batch);
+            codegen_graph_label[gid], step, s->loc.line, g->trans_a, g->trans_b, m, n, k, batch);
     if (g->batch.rank)
         fprintf(o, " .stride_a = %" PRId64 ", .stride_b = %" PRId64 ", .stride_c = %" PRId64 ",",
                 g->a_batched ? m * k : 0, g->b_batched ? k * n : 0, m * n);
@@ -586,7 +584,7 @@ static void end_launch(Repro *r, PlanGraphId gid, int step, int line, const char
                        int n)
 {
     if (n == 0) fprintf(r->out, " I64(0)");     /* C has no empty arrays; nothing is passed */
-    fprintf(r->out, " };\n        launch(\"%s\", %d, %d, K_%s, %u, a, %d);\n    }\n", graph_label[gid], step,
+    fprintf(r->out, " };\n        launch(\"%s\", %d, %d, K_%s, %u, a, %d);\n    }\n", codegen_graph_label[gid], step,
             line, kernel, grid, n);
 }
 
@@ -733,7 +731,7 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
     fprintf(o, "/* The graph %s: %d steps. */\n"
                "static void run_%s(int64_t micro_step)\n{\n"
                "    (void)micro_step;   /* IR_RT_MICRO_STEP: dropout's counter, as in training */\n",
-            graph_label[gid], pg->nsteps, graph_label[gid]);
+            codegen_graph_label[gid], pg->nsteps, codegen_graph_label[gid]);
     bool counted = r->plan->step_state >= 0 && (gid == PG_TRAIN || gid == PG_TRAIN_MICRO);
     for (int i = 0; i < pg->nsteps; i++) {
         const PlanStep *s = &pg->steps[i];
@@ -756,7 +754,7 @@ static void write_graph(Repro *r, PlanGraphId gid, int *row)
                    "         * (zero with the arena), moves on as training moves it */\n"
                    "        Arg a[] = { PTR(%d), I64(BATCH) };\n"
                    "        launch(\"%s\", %d, 0, K_cgc_step_advance, 1, a, 2);\n"
-                   "    }\n", r->plan->step_state, graph_label[gid], pg->nsteps + 1);
+                   "    }\n", r->plan->step_state, codegen_graph_label[gid], pg->nsteps + 1);
     fprintf(o, "}\n\n");
 }
 

@@ -2067,6 +2067,6 @@ static void fuse_graph(IrProgram *p, IrGraph *g)
 
 void fusion_assign(IrProgram *p)
 {
-    IrGraph *graphs[] = { &p->forward, &p->train, &p->train_micro, &p->eval };
+    IrGraph *graphs[] = { &p->forward, &p->train, &p->train_micro, &p->eval, &p->decode };
     for (size_t i = 0; i < sizeof graphs / sizeof *graphs; i++) fuse_graph(p, graphs[i]);
 }

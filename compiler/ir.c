@@ -254,6 +254,7 @@ IrProgram *ir_program_new(void)
     ir_graph_init(&p->train, "train");
     ir_graph_init(&p->train_micro, "train_micro");
     ir_graph_init(&p->eval, "eval");
+    ir_graph_init(&p->decode, "decode");
     p->prediction_input_labels = -1;
     config_defaults(&p->cfg);
     return p;
@@ -273,6 +274,7 @@ void ir_program_free(IrProgram *p)
     ir_graph_free(&p->train);
     ir_graph_free(&p->train_micro);
     ir_graph_free(&p->eval);
+    ir_graph_free(&p->decode);
     free((char *)p->model_name);
     free(p->cfg.data_dir);
     free(p);
@@ -357,8 +359,8 @@ static void renumber_states(IrProgram *p)
             (size_t)(p->ntensors - p->nparams) * sizeof *p->tensors);
     for (int t = p->nparams + 1; t <= p->ntensors; t++)
         p->string_tensor[intern_index(p, p->tensors[t].name)] = t;
-    IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval};
-    for (int k = 0; k < 4; k++)
+    IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval, &p->decode};
+    for (int k = 0; k < 5; k++)
         for (int i = 0; i < graphs[k]->nnodes; i++) {
             IrNode *n = &graphs[k]->nodes[i];
             if (ir_node_tensor(n) >= p->nparams) n->index++;
@@ -409,6 +411,13 @@ bool ir_range_holds(IrRange r, float v)
     case IR_RANGE_ANY: return true;
     }
     return false;
+}
+
+void ir_drop_tensors(IrProgram *p, int n)
+{
+    CGC_ASSERT(n >= p->nparams && n <= p->ntensors);
+    for (int i = n; i < p->ntensors; i++) p->string_tensor[intern_index(p, p->tensors[i].name)] = -1;
+    p->ntensors = n;
 }
 
 int ir_find_tensor(const IrProgram *p, const char *name)
@@ -579,7 +588,7 @@ static int attn_output(const IrGraph *g, int sm)
     return -1;
 }
 
-static const IrAttention attn_none = { .scale = 1, .s = -1, .sm = -1, .q = -1, .k = -1, .v = -1,
+static const IrAttention attn_none = { .scale = 1, .s = -1, .mask = -1, .sm = -1, .q = -1, .k = -1, .v = -1,
                                        .o = -1, .dout = -1, .dq = -1, .dk = -1, .dv = -1 };
 
 IrAttention ir_attention_group(const IrGraph *g, const IrSpan *span, int k)
@@ -590,7 +599,7 @@ IrAttention ir_attention_group(const IrGraph *g, const IrSpan *span, int k)
     for (int id = span[k].first; id < span[k].end; id++) {
         const IrNode *n = &g->nodes[id];
         bool inside = n->nin > 0 && g->nodes[n->in[0]].group == k;
-        if (n->op == IR_CAUSAL_MASK) a.causal = true;
+        if (n->op == IR_CAUSAL_MASK) a.causal = true, a.mask = a.backward ? a.mask : id;
         else if (n->op == IR_MUL) attn_scale(g, n, &a.scale);
         else if (n->op == IR_SOFTMAX) a.sm = id;
         else if (attn_matmul(n, IR_MATMUL_TRANS_B) && a.backward) a.dout = n->in[0], a.v = n->in[1];
@@ -622,7 +631,7 @@ bool ir_attention_chain(const IrGraph *g, int sm, IrAttention *a)
     if (g->nodes[sm].op != IR_SOFTMAX) return false;
     int m = uncast(g, g->nodes[sm].in[0]);
     a->causal = g->nodes[m].op == IR_CAUSAL_MASK;
-    if (a->causal) m = uncast(g, g->nodes[m].in[0]);
+    if (a->causal) a->mask = m, m = uncast(g, g->nodes[m].in[0]);
     if (g->nodes[m].op == IR_MUL) attn_scale(g, &g->nodes[m], &a->scale), m = uncast(g, g->nodes[m].in[0]);
     const IrNode *s = &g->nodes[m];
     a->o = attn_output(g, sm);
@@ -762,7 +771,6 @@ int ir_cast(IrGraph *g, int x, DType t, SrcLoc loc)
 {
     const IrNode *in = node(g, x);
     if (in->dtype == t) return x;
-    CGC_ASSERT(ir_dtype_is_float(in->dtype) && ir_dtype_is_float(t));
     IrNode n = make(IR_CAST, t, in->shape, loc, 1, x, 0, 0);
     return ir_add_node(g, &n);
 }
@@ -1170,6 +1178,7 @@ static const char *runtime_name(int which)
     case IR_RT_TOTAL_STEPS: return "total_steps";
     case IR_RT_MICRO_STEP: return "micro_step";
     case IR_RT_RANK_SHARE: return "rank_share";
+    case IR_RT_POSITION: return "position";
     }
     return "?";
 }
@@ -1279,10 +1288,7 @@ static void verify_fail(const IrGraph *g, int id, const char *what)
 
 static Shape in_shape(const IrGraph *g, const IrNode *n, int k) { return g->nodes[n->in[k]].shape; }
 
-/* The shape N's op produces from its inputs, by the table's rule (ops.def, SHAPE); false
- * where the shape is the node's own attribute (RESHAPE, BROADCAST, REDUCE_TO, leaves).
- * A rank of -1 says the inputs admit no shape. */
-static bool expected_shape(const IrProgram *p, const IrGraph *g, const IrNode *n, Shape *s)
+bool ir_node_shape(const IrProgram *p, const IrGraph *g, const IrNode *n, Shape *s)
 {
     Shape a, b, t;
     switch (ir_op_info[n->op].shape) {
@@ -1405,7 +1411,7 @@ void ir_verify(const IrProgram *p, const IrGraph *g)
         const char *bad = bad_index(p, n);
         if (bad) verify_fail(g, i, bad);
         Shape want;
-        if (expected_shape(p, g, n, &want) && (want.rank < 0 || !ir_shape_equal(&want, &n->shape)))
+        if (ir_node_shape(p, g, n, &want) && (want.rank < 0 || !ir_shape_equal(&want, &n->shape)))
             verify_fail(g, i, "shape does not follow from the inputs");
     }
     for (int r = 0; r < IR_NUM_OUTPUT_ROLES; r++)

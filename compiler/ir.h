@@ -165,6 +165,7 @@ typedef enum IrRuntimeScalar {
                              * a resumed run recomputes it, so no state tensor holds it) */
     IR_RT_RANK_SHARE,       /* several ranks: this rank's rows of the micro-batch over all
                              * of its rows (1 with one rank) */
+    IR_RT_POSITION,         /* the decode graph: the position it computes, 0 to T - 1 */
     IR_NUM_RUNTIME,
 } IrRuntimeScalar;
 
@@ -397,7 +398,9 @@ typedef struct IrInput {
                              * (values must be below it); 0 when no embedding reads it */
 } IrInput;
 
-typedef enum IrTensorKind { IR_PARAM, IR_STATE } IrTensorKind;
+/* IR_CACHE: the decode graph's keys and values of earlier positions (decode.c): zeros
+ * when generation starts, after every other tensor, never saved. */
+typedef enum IrTensorKind { IR_PARAM, IR_STATE, IR_CACHE } IrTensorKind;
 typedef enum IrInit {
     IR_INIT_ZEROS,
     IR_INIT_ONES,
@@ -452,6 +455,8 @@ typedef struct IrProgram {
     IrGraph train;       /* training.c: one optimizer step (forward, backward, update) */
     IrGraph train_micro; /* training.c: accumulate > 1 only: forward, backward, += grads */
     IrGraph eval;        /* training.c: dropout off, loss, prediction, correct count */
+    IrGraph decode;      /* decode.c, for generation only: one position of the prediction */
+    int ncached;         /* the decode graph's caches: the last NCACHED tensors */
     TrainConfig cfg;
     /* The batch statistics (batchnorm) with the fewest values per channel in one row of
      * the batch, and where: with one ([N, C]), a batch of one row has no unbiased
@@ -532,6 +537,8 @@ int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc);
 int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, IrInit init,
                   double init_value, int param_of, SrcLoc loc);
 int ir_find_tensor(const IrProgram *p, const char *name);   /* -1 when absent */
+/* Removes the tensors after the first N (not parameters); their names name none again. */
+void ir_drop_tensors(IrProgram *p, int n);
 
 void ir_graph_init(IrGraph *g, const char *name);
 void ir_graph_free(IrGraph *g);
@@ -558,12 +565,12 @@ typedef struct IrSpan {
 /* Per group k, span[k] (span[0] unused), in time proportional to G (malloc'd). */
 IrSpan *ir_group_spans(const IrGraph *g);
 /* What an attention computes, by its nodes (-1 where there is none): the forward's S =
- * Q K^T (s), scaled by SCALE and masked (CAUSAL), P = softmax(S) (sm), O = P V (o); the
+ * Q K^T (s), scaled by SCALE and masked (CAUSAL, mask), P = softmax(S) (sm), O = P V (o); the
  * backward's dP = dO V^T, dV = P^T dO, dQ = dS K and dK = dS^T Q. */
 typedef struct IrAttention {
     bool backward, causal;
     double scale;
-    int s, sm, q, k, v, o;
+    int s, mask, sm, q, k, v, o;
     int dout, dq, dk, dv;
 } IrAttention;
 /* Attention group K's parts, read from its members (and, for a backward group, O from its
@@ -647,5 +654,9 @@ void ir_print(FILE *out, const IrProgram *p, const IrGraph *g);
 /* Structural check (ids in range and earlier, arities, shapes agree with the op's rule);
  * on a violation reports CGC_INTERNAL naming the node. Passes call it in debug builds. */
 void ir_verify(const IrProgram *p, const IrGraph *g);
+/* The shape N's op produces from its inputs in G, by the table's rule (ops.def, SHAPE);
+ * false where the shape is the node's own attribute (RESHAPE, BROADCAST, REDUCE_TO,
+ * leaves). A rank of -1 says the inputs admit no shape. */
+bool ir_node_shape(const IrProgram *p, const IrGraph *g, const IrNode *n, Shape *s);
 
 #endif

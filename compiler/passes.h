@@ -54,6 +54,12 @@ void autodiff(IrGraph *g, const IrProgram *p, int loss, int dloss, int *grads);
  * tensors it needs. */
 void training_lower(IrProgram *p);
 
+/* decode.c: P->decode, P->eval's prediction one position at a time for a text model, the
+ * keys and values of earlier positions kept in caches (tensors of kind IR_CACHE), which it
+ * adds. Returns 0, or -1 with WHY (N bytes) saying what keeps the model from one, P as
+ * it was. */
+int decode_lower(IrProgram *p, char *why, size_t n);
+
 /* recompute.c: activation checkpointing on P->train and P->train_micro.
  *
  * A schedule keeps some of the forward's cuts (values through which the forward narrows

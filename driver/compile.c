@@ -18,11 +18,11 @@
 
 #include "../compiler/passes.h"
 
-enum { NGRAPHS = 4 };
+enum { NGRAPHS = 5 };
 
 static IrGraph *program_graph(IrProgram *p, int i)
 {
-    IrGraph *g[NGRAPHS] = { &p->forward, &p->train, &p->train_micro, &p->eval };
+    IrGraph *g[NGRAPHS] = { &p->forward, &p->train, &p->train_micro, &p->eval, &p->decode };
     return g[i];
 }
 

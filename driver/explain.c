@@ -513,12 +513,11 @@ static void explain_memory(const Compiled *c, FILE *out)
             (long long)c->symmax[0], ranks, peak, pers, act);
     fputs("  (a run with a test split lays the arena out for its evaluation batch too, up to\n"
           "  1000 rows, when that is larger than the training batch)\n", out);
-    static const char *const names[PG_NUM] = { "train", "train_micro", "eval", "forward" };
     for (int gid = 0; gid < PG_NUM; gid++) {
         if (!c->plan->graph[gid].ir) continue;
         char b[32];
         diag_format_bytes(c->layout.graph_bytes[gid], b, sizeof b);
-        fprintf(out, "  %-12s %s\n", names[gid], b);
+        fprintf(out, "  %-12s %s\n", codegen_graph_label[gid], b);
     }
 }
 

@@ -95,6 +95,8 @@ static const char usage_text[] =
     "  --temperature T         logits divided by T before sampling (default 1; 0: the\n"
     "                          likeliest byte each time)\n"
     "  --top-k K               sample among the K likeliest bytes (default 0: all)\n"
+    "  --logits FILE           with --generate: also write the logits each byte was drawn\n"
+    "                          from to FILE, a NumPy array f32 [tokens, 256]\n"
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
     "  --metrics-every N       also one every N steps: the mean training loss since the\n"
     "                          last (on a GPU, read back each time)\n"
@@ -152,7 +154,7 @@ enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_S
        OPT_METRICS, OPT_METRICS_EVERY, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
        OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH,
        OPT_TUNE_BUDGET, OPT_TUNE_FILE, OPT_NPROC, OPT_GENERATE, OPT_TOKENS, OPT_TEMPERATURE,
-       OPT_TOP_K };
+       OPT_TOP_K, OPT_LOGITS };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -186,7 +188,7 @@ typedef struct Cli {
     Override overrides[NUM_TRAIN_FLAGS * 4 + 1];   /* + 1: --lr goes last */
     int noverrides;
     const char *generate;       /* --generate: the prompt, or NULL */
-    GenerateOptions gen;        /* --tokens, --temperature, --top-k */
+    GenerateOptions gen;        /* --tokens, --temperature, --top-k, --logits */
     bool gen_flags;             /* one of them was given */
 } Cli;
 
@@ -447,6 +449,7 @@ static int check_outputs(const Cli *cli, bool trains)
         {cli->stats_path, STATS_ROLE, &out_json},
         {cli->run.metrics_path, TRAIN_METRICS_ROLE, &out_json},
         {cli->run.profile_path, PROFILE_ROLE, &out_json},
+        {cli->gen.logits_path, GENERATE_LOGITS_ROLE, &out_npy},
         {trains ? cli->tune_file : NULL, TUNE_FILE_ROLE, &tune_choices},
     };
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
@@ -491,6 +494,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"tokens", required_argument, NULL, OPT_TOKENS};
     opts[n++] = (struct option){"temperature", required_argument, NULL, OPT_TEMPERATURE};
     opts[n++] = (struct option){"top-k", required_argument, NULL, OPT_TOP_K};
+    opts[n++] = (struct option){"logits", required_argument, NULL, OPT_LOGITS};
     opts[n++] = (struct option){"tune-file", required_argument, NULL, OPT_TUNE_FILE};
     opts[n++] = (struct option){"nproc", required_argument, NULL, OPT_NPROC};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
@@ -567,6 +571,10 @@ static int parse_args(int argc, char **argv, Cli *cli)
                 return usage_error("--temperature takes a number from 0 (the likeliest byte) to "
                                    "100, not '%s'", optarg);
             break;
+        case OPT_LOGITS:
+            cli->gen_flags = true;
+            cli->gen.logits_path = optarg;
+            break;
         case OPT_TOP_K:
             cli->gen_flags = true;
             if (!parse_count(optarg, &cli->gen.top_k) || cli->gen.top_k > 256)
@@ -601,7 +609,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
     }
     if (cli->devices && optind == argc) return 0;
     if (cli->gen_flags && !cli->generate)
-        return usage_error("%s", "--tokens, --temperature and --top-k shape what --generate "
+        return usage_error("%s", "--tokens, --temperature, --top-k and --logits are about what --generate "
                                  "samples; give --generate PROMPT too");
     if (cli->generate && !cli->run.resume_path)
         return usage_error("%s", "--generate samples from trained weights: give --resume FILE, a "
@@ -799,13 +807,20 @@ static int generate(const IrProgram *p, const Compiled *c, Source *src, Cli *cli
     return rc;
 }
 
-/* --generate continues text with a byte model; refused before anything compiles. */
-static int generate_ok(const IrProgram *p, const Cli *cli)
+/* --generate continues text with a byte model (refused before anything compiles),
+ * through the decode graph and its KV cache where the model allows one. */
+static int prepare_generate(IrProgram *p, const Cli *cli)
 {
-    if (p->cfg.data == DATA_TEXT) return 0;
-    cgc_error("%s: --generate continues text with a byte model, one that trains on "
-              "text(\"FILE\", context = T); this one does not", cli->path);
-    return -1;
+    if (p->cfg.data != DATA_TEXT) {
+        cgc_error("%s: --generate continues text with a byte model, one that trains on "
+                  "text(\"FILE\", context = T); this one does not", cli->path);
+        return -1;
+    }
+    char why[256];
+    if (decode_lower(p, why, sizeof why) != 0 && !cli->quiet)
+        fprintf(stderr, "cgc: note: %s: each byte generated runs the whole window (T "
+                        "positions), without a cache of earlier keys and values: %s\n", cli->path, why);
+    return 0;
 }
 
 /* --nproc N: what each rank would check alone, checked once, then the ranks. */
@@ -947,7 +962,7 @@ static int cgc_main(int argc, char **argv)
         rc = launch(p, src, &cli, argc, argv);
     else if (cli.dump_after >= 0 && cli.dump_after <= PASS_TRAINING)
         rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
-    else if (cli.generate && generate_ok(p, &cli) != 0)
+    else if (cli.generate && prepare_generate(p, &cli) != 0)
         rc = 1;
     else
         rc = compile_and_go(p, src, &cli);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/outfile.h"
 #include "../base/rng.h"
 #include "cpu/exec.h"
 #include "data.h"
@@ -45,81 +46,137 @@ static void put_byte(int b, bool escape, FILE *out)
     fputc(escape && !plain ? '?' : b, out);
 }
 
-/* What runs the evaluation graph: the CPU reference executor or a device. */
+/* What runs the model (the CPU reference executor or a device) and the context it has
+ * seen: CTX's LEN bytes, the last T at most. */
 typedef struct Predictor {
     const IrProgram *p;
     CpuExec *cpu;       /* or */
     DevExec *dev;
     float *logits;      /* dev: room for the prediction at batch 1 */
+    int32_t *ctx, *window;   /* T bytes each: the context; the input to a run */
+    int64_t t, len;
+    bool failed;        /* a run failed (and said why) */
 } Predictor;
 
-/* The prediction's logits over the window (batch 1) after a run, or NULL. */
-static const float *run_window(Predictor *pr, int32_t *ctx, const int32_t *zeros, int64_t *n)
+/* Graph G's prediction (batch 1) after a run over PR->window at POSITION, or NULL. */
+static const float *run(Predictor *pr, const IrGraph *g, int64_t position, int64_t *n)
 {
-    const IrGraph *g = &pr->p->eval;
     int id = g->output[IR_OUT_PREDICTION];
+    const float *logits = pr->logits;
     if (pr->cpu) {
-        CpuFeed feed = {.symvals = {1}, .inputs = {ctx, zeros}};
-        if (cpu_exec_run(pr->cpu, g, &feed) != 0) return NULL;
-        return cpu_exec_value(pr->cpu, id, n);
+        CpuFeed feed = {.symvals = {1}, .inputs = {pr->window, pr->window}};
+        feed.runtime[IR_RT_POSITION] = (double)position;
+        logits = cpu_exec_run(pr->cpu, g, &feed) == 0 ? cpu_exec_value(pr->cpu, id, n) : NULL;
+    } else {
+        DevFeed feed = {.symvals = {1}, .inputs = {pr->window, pr->window}};
+        feed.runtime[IR_RT_POSITION] = (double)position;
+        if (devexec_run(pr->dev, g, &feed) != 0 || devexec_value(pr->dev, g, id, pr->logits, n) != 0)
+            logits = NULL;
     }
-    DevFeed feed = {.symvals = {1}, .inputs = {ctx, zeros}};
-    if (devexec_run(pr->dev, g, &feed) != 0 || devexec_value(pr->dev, g, id, pr->logits, n) != 0)
-        return NULL;
-    return pr->logits;
+    pr->failed |= !logits;
+    return logits;
 }
 
-/* The evaluation graph over the context CTX (LEN bytes, the rest of the window zeros):
- * the logits at position LEN - 1, or NULL after an error. */
-static const float *predict(Predictor *pr, int32_t *ctx, const int32_t *zeros, int64_t len)
+/* The decode graph (compiler/decode.c) at the context's last byte, its earlier bytes
+ * in the caches: one position's work. */
+static const float *decode_last(Predictor *pr, int64_t *n)
+{
+    pr->window[0] = pr->ctx[pr->len - 1];
+    return run(pr, &pr->p->decode, pr->len - 1, n);
+}
+
+/* Appends byte B to the context and returns the logits of the byte after it (PREDICT),
+ * or NULL after an error (or where !PREDICT, a run being needed only with a cache). With
+ * the decode graph a full context restarts from its last T/2 bytes, which run again to
+ * fill the caches (two positions a byte, amortized); else the window slides by a byte
+ * and the evaluation graph runs it all. */
+static const float *append(Predictor *pr, int32_t b, bool predict)
 {
     int64_t n = 0;
-    const float *logits = run_window(pr, ctx, zeros, &n);
-    if (!logits) return NULL;
-    const float *at = logits + (len - 1) * (n / pr->p->cfg.text_context);
-    for (int i = 0; i < BYTES; i++)
+    bool cached = pr->p->decode.nnodes > 0;
+    int64_t keep = cached ? pr->t / 2 : pr->t - 1;
+    if (pr->len == pr->t) {
+        memmove(pr->ctx, pr->ctx + pr->t - keep, (size_t)keep * sizeof *pr->ctx);
+        pr->len = keep;
+        for (int64_t i = 1; cached && i <= keep; i++) {
+            pr->len = i;
+            if (!decode_last(pr, &n)) return NULL;
+        }
+    }
+    pr->ctx[pr->len++] = b;
+    if (cached) return decode_last(pr, &n);
+    if (!predict) return NULL;
+    memcpy(pr->window, pr->ctx, (size_t)pr->len * sizeof *pr->ctx);
+    memset(pr->window + pr->len, 0, (size_t)(pr->t - pr->len) * sizeof *pr->window);
+    const float *logits = run(pr, &pr->p->eval, 0, &n);
+    return logits ? logits + (pr->len - 1) * (n / pr->t) : NULL;
+}
+
+/* The logits after the context, checked finite, or NULL. */
+static const float *checked(const Predictor *pr, const float *at)
+{
+    for (int i = 0; at && i < BYTES; i++)
         if (!isfinite(at[i])) {
             cgc_error("generating text: the model's logit of byte %d at position %lld is %g: "
                       "its weights do not give a distribution to sample from", i,
-                      (long long)len - 1, at[i]);
+                      (long long)pr->len - 1, at[i]);
             return NULL;
         }
     return at;
 }
 
+/* O's logits file, its header written for N rows of BYTES f32 (NumPy's format 1.0: the
+ * magic, the header's length, a dict padded to a multiple of 64 bytes, a newline). */
+static int logits_open(OutFile *f, const GenerateOptions *o, int64_t n)
+{
+    if (out_open(f, GENERATE_LOGITS_ROLE, o->logits_path, &out_npy) != 0) return -1;
+    char dict[128];
+    int len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': "
+                       "(%lld, %d), }", (long long)n, BYTES);
+    int pad = (64 - (10 + len + 1) % 64) % 64;
+    uint16_t header = (uint16_t)(len + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f->f);
+    fputc(header & 0xff, f->f), fputc(header >> 8, f->f);
+    fprintf(f->f, "%s%*s\n", dict, pad, "");
+    return 0;
+}
+
 static int generate_with(Predictor *pr, const GenerateOptions *o, bool escape, FILE *out)
 {
-    int64_t t = pr->p->cfg.text_context, len = 0;
     const char *prompt = *o->prompt ? o->prompt : "\n";
-    int32_t *ctx = xcalloc((size_t)t, sizeof *ctx), *zeros = xcalloc((size_t)t, sizeof *zeros);
-    for (const char *c = prompt; *c; c++) {   /* the last T bytes of the prompt */
-        if (len == t) memmove(ctx, ctx + 1, (size_t)(t - 1) * sizeof *ctx), len--;
-        ctx[len++] = (unsigned char)*c;
-        put_byte((unsigned char)*c, escape, out);
+    size_t plen = strlen(prompt), skip = plen > (size_t)pr->t ? plen - (size_t)pr->t : 0;
+    pr->ctx = xcalloc((size_t)pr->t, sizeof *pr->ctx);
+    pr->window = xcalloc((size_t)pr->t, sizeof *pr->window);
+    const float *logits = NULL;
+    for (size_t i = 0; i < plen; i++) {   /* the last T bytes of the prompt */
+        put_byte((unsigned char)prompt[i], escape, out);
+        if (i >= skip) logits = append(pr, (unsigned char)prompt[i], i + 1 == plen);
     }
-    int rc = 0;
+    OutFile f = { 0 };
+    int rc = o->logits_path ? logits_open(&f, o, o->tokens) : 0;
     for (int64_t i = 0; i < o->tokens && rc == 0; i++) {
-        const float *logits = predict(pr, ctx, zeros, len);
-        if (!logits) {
+        if (pr->failed || !checked(pr, logits)) {
             rc = -1;
             break;
         }
+        if (f.f) fwrite(logits, sizeof *logits, BYTES, f.f);   /* little-endian, as '<f4' says */
         int b = sample_byte(logits, o, (uint64_t)i);
-        if (len == t) memmove(ctx, ctx + 1, (size_t)(t - 1) * sizeof *ctx), len--;
-        ctx[len++] = b;
         put_byte(b, escape, out);
         fflush(out);
+        if (i + 1 < o->tokens) logits = append(pr, b, true);
     }
     fputc('\n', out);
-    free(ctx);
-    free(zeros);
+    if (f.f && rc == 0) rc = out_close(&f);
+    else if (f.f) out_discard(&f);
+    free(pr->ctx);
+    free(pr->window);
     return rc;
 }
 
 int generate_text(const IrProgram *p, float *const *tensors, const GenerateOptions *o, bool escape,
                   FILE *out)
 {
-    Predictor pr = { .p = p, .cpu = cpu_exec_new(p, CPU_F32) };
+    Predictor pr = { .p = p, .cpu = cpu_exec_new(p, CPU_F32), .t = p->cfg.text_context };
     for (int i = 0; i < p->ntensors; i++)
         memcpy(cpu_exec_tensor(pr.cpu, i), tensors[i],
                (size_t)ir_numel(&p->tensors[i].shape, NULL) * sizeof(float));
@@ -133,7 +190,8 @@ int generate_text_device(const IrProgram *p, DevExec *dev, const GenerateOptions
 {
     const IrNode *n = &p->eval.nodes[p->eval.output[IR_OUT_PREDICTION]];
     int64_t one[IR_MAX_SYMBOLS] = { 1 };
-    Predictor pr = { .p = p, .dev = dev, .logits = xmalloc((size_t)ir_numel(&n->shape, one) * sizeof(float)) };
+    Predictor pr = { .p = p, .dev = dev, .t = p->cfg.text_context,
+                     .logits = xmalloc((size_t)ir_numel(&n->shape, one) * sizeof(float)) };
     int rc = generate_with(&pr, o, escape, out);
     free(pr.logits);
     return rc;

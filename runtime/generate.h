@@ -3,12 +3,13 @@
  *
  * A model that trains on text(...) reads a window of T bytes and predicts, at every
  * position, the next. Generation feeds it the context (the prompt, then what it has
- * sampled: at most the last T bytes, from position 0, so that a causal model sees what
- * it saw in training) and samples the next byte from its prediction at the context's last
- * position, over and over. Each byte runs the evaluation graph (dropout off) over the
- * whole window, on the CPU reference executor or on a device (the plan's fused kernels):
- * T positions of work, not one; a cache of the earlier positions' keys and values is not
- * built yet.
+ * sampled, from position 0, so that a causal model sees what it saw in training) and
+ * samples the next byte from its prediction at the context's last position, over and
+ * over, on the CPU reference executor or on a device (the plan's kernels). With the
+ * program's decode graph (compiler/decode.c) each byte runs one position, the earlier
+ * ones' keys and values in its caches; a full context restarts from its last T/2 bytes.
+ * Without one (the per-epoch sample, a model the cut cannot take), each byte runs the
+ * evaluation graph over the whole window, its last T bytes.
  */
 #ifndef CGC_GENERATE_H
 #define CGC_GENERATE_H
@@ -28,7 +29,11 @@ typedef struct GenerateOptions {
     int64_t top_k;          /* sample among the K likeliest bytes; 0: among all 256 */
     uint64_t seed;          /* draw i is rng_uniform(seed, RNG_SAMPLE, first_draw + i) */
     uint64_t first_draw;
+    const char *logits_path;   /* or NULL: GENERATE_LOGITS_ROLE's .npy, f32 [tokens, 256],
+                                * row i the logits byte i was drawn from */
 } GenerateOptions;
+
+#define GENERATE_LOGITS_ROLE "write the logits to"   /* its role as an output (outfile.h) */
 
 /* Writes O->prompt, then O->tokens bytes sampled after it, to OUT, one at a time as each
  * is drawn; the model's tensors are TENSORS (host f32, every persistent tensor of P).

@@ -100,11 +100,15 @@ static const Shape *stored_shape(const IrProgram *p, int i)
     return d->sharded ? &p->tensors[d->param_of].shape : &d->shape;
 }
 
+/* A checkpoint holds every tensor but the decode graph's caches, which come last. */
+static int saved_tensors(const IrProgram *p) { return p->ntensors - p->ncached; }
+
 int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
                     const TrainProgress *pr, int64_t total_steps)
 {
-    StTensor *t = xcalloc((size_t)p->ntensors, sizeof *t);
-    for (int i = 0; i < p->ntensors; i++) {
+    int n = saved_tensors(p);
+    StTensor *t = xcalloc((size_t)n, sizeof *t);
+    for (int i = 0; i < n; i++) {
         const Shape *shape = stored_shape(p, i);
         t[i].name = p->tensors[i].name;
         t[i].dtype = "F32";
@@ -125,7 +129,7 @@ int train_state_save(const char *path, const IrProgram *p, float *const *tensors
     meta_add(&m, "cgc.skipped", "%lld", (long long)pr->skipped);
     meta_add(&m, "cgc.loss_sum", "%a", pr->loss_sum);
     meta_add(&m, "cgc.loss_count", "%lld", (long long)pr->loss_count);
-    int rc = st_save(path, t, p->ntensors, m.meta, m.n);
+    int rc = st_save(path, t, n, m.meta, m.n);
     free(t);
     return rc;
 }
@@ -185,7 +189,7 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
                       diag_quote(st_get(f, i)->name, 60));
             return -1;
         }
-    for (int i = 0; i < p->ntensors; i++) {
+    for (int i = 0; i < saved_tensors(p); i++) {
         const IrTensor *d = &p->tensors[i];
         const Shape *want_shape = stored_shape(p, i);
         const StTensor *t = st_find(f, d->name);
@@ -219,7 +223,7 @@ static float f32_count(int64_t n)
  * so a file that holds another was changed or damaged after it was saved. */
 static int check_values(const char *path, const IrProgram *p, float *const *tensors)
 {
-    for (int i = 0; i < p->ntensors; i++) {
+    for (int i = 0; i < saved_tensors(p); i++) {
         const IrTensor *d = &p->tensors[i];
         int64_t n = ir_numel(stored_shape(p, i), NULL);
         for (int64_t k = 0; k < n; k++) {

@@ -8,7 +8,10 @@ over every position), from the same initial weights on the same text windows, wi
 torch.optim.AdamW. Checked: every parameter's gradient at step 0 within 1e-4 of PyTorch's
 relative to its norm (cgc's from a run of one step: Adam's first moment is then (1 -
 beta1) times the gradient); the loss of each step within 1e-5 relative (cgc's from
---metrics-every 1); after the 50 steps, every parameter and both Adam moments within 1e-4.
+--metrics-every 1); after the 50 steps, every parameter and both Adam moments within 1e-4;
+and --generate from the trained weights (cgc's decode graph and KV cache, one position at
+a time) against PyTorch's forward over the whole context: each logit row within 1e-4
+relative to its norm (cgc's from --logits), the same bytes drawn.
 
 Both sides are reproduced from the seed: the initial weights (Philox, base/rng.c: uniform
 for linear layers, Box-Muller normals for embeddings) and the data (data.c: the epoch's
@@ -158,9 +161,13 @@ def cgc_runs(cgc, steps):
                             work, "gpt")
         with open(os.path.join(work, "gpt.jsonl")) as f:
             records = [json.loads(line) for line in f]
-        texts = [subprocess.run([cgc, NET, "--resume", os.path.join(work, "gpt.st"), "--generate", PROMPT,
-                                 "--tokens", str(GENERATED), "--temperature", str(t), "--top-k", str(k)],
-                                check=True, capture_output=True).stdout for t, k in SAMPLINGS]
+        texts = []
+        for i, (t, k) in enumerate(SAMPLINGS):
+            logits = os.path.join(work, f"logits{i}.npy")
+            out = subprocess.run([cgc, NET, "--resume", os.path.join(work, "gpt.st"), "--generate", PROMPT,
+                                  "--tokens", str(GENERATED), "--temperature", str(t), "--top-k", str(k),
+                                  "--logits", logits], check=True, capture_output=True).stdout
+            texts.append((out, np.load(logits)))
     grads = {k[len("cgc.adam.exp_avg."):]: v / (1 - BETA1) for k, v in first.items()
              if k.startswith("cgc.adam.exp_avg.")}
     losses = [r["train_loss"] for r in records if "epoch" not in r]
@@ -169,16 +176,17 @@ def cgc_runs(cgc, steps):
 
 def generate_torch(weights, temperature, top_k):
     """runtime/generate.c's sampling, with PyTorch's logits of cgc's WEIGHTS: the context
-    (at most the last CONTEXT bytes) from position 0, the byte drawn by
-    rng_uniform(SEED, RNG_SAMPLE, i) from the K likeliest (the lower byte first among
-    equals), exp((logit - max) / temperature) each; temperature 0 takes the likeliest."""
+    (the prompt's last CONTEXT bytes; when full, its last CONTEXT / 2 before a byte is
+    added) from position 0, the byte drawn by rng_uniform(SEED, RNG_SAMPLE, i) from the K
+    likeliest (the lower byte first among equals), exp((logit - max) / temperature) each;
+    temperature 0 takes the likeliest. The bytes written, and each draw's logits."""
     p = {k: torch.tensor(v) for k, v in weights.items() if not k.startswith("cgc.")}
-    ctx, out = list(PROMPT.encode()), bytearray(PROMPT.encode())
+    ctx, out, rows = list(PROMPT.encode())[-CONTEXT:], bytearray(PROMPT.encode()), []
     for i in range(GENERATED):
-        window = ctx[-CONTEXT:]
-        tokens = torch.tensor([window + [0] * (CONTEXT - len(window))])
+        tokens = torch.tensor([ctx + [0] * (CONTEXT - len(ctx))])
         with torch.no_grad():
-            logits = gpt_forward(p, tokens)[0, len(window) - 1].double().numpy()
+            logits = gpt_forward(p, tokens)[0, len(ctx) - 1].double().numpy()
+        rows.append(logits)
         order = sorted(range(256), key=lambda b: (-logits[b], b))
         if temperature == 0:
             b = order[0]
@@ -193,22 +201,27 @@ def generate_torch(weights, temperature, top_k):
                 if u < 0:
                     b = top[j]
                     break
+        if len(ctx) == CONTEXT:
+            ctx = ctx[-(CONTEXT // 2):]
         ctx.append(b)
         out.append(b)
-    return bytes(out) + b"\n"
+    return bytes(out) + b"\n", np.array(rows)
 
 
 def compare_generated(texts, weights):
-    """What --generate wrote, byte for byte, against the same sampling of PyTorch's logits."""
+    """What --generate wrote, byte for byte, and the logits it drew from (each row relative
+    to its norm, within 1e-4), against the same sampling of PyTorch's logits."""
     ok = True
-    for (t, k), got in zip(SAMPLINGS, texts):
-        want = generate_torch(weights, t, k)
+    for (t, k), (got, logits) in zip(SAMPLINGS, texts):
+        want, rows = generate_torch(weights, t, k)
         same = got == want
-        ok &= same
+        err = max(float(np.linalg.norm(a - b) / np.linalg.norm(b)) for a, b in zip(logits, rows)) \
+            if logits.shape == rows.shape else math.inf
+        ok &= same and err <= 1e-4
         at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-        print(f"{'ok  ' if same else 'FAIL'} gpt.net, --generate {GENERATED} bytes at temperature {t}, "
-              f"top-k {k}: {'the same bytes as PyTorch' if same else f'first differs at byte {at}'}: "
-              f"{got[:60]!r}...")
+        print(f"{'ok  ' if same and err <= 1e-4 else 'FAIL'} gpt.net, --generate {GENERATED} bytes at "
+              f"temperature {t}, top-k {k}: {'the same bytes as PyTorch' if same else f'first differs at byte {at}'}, "
+              f"logits within {err:.2g} of PyTorch's (at most 1e-4): {got[:60]!r}...")
     return ok
 
 

@@ -2,3 +2,4 @@
 cgc_c_test(test_exec cgc_cpu)
 # attention as the front end composes it, against the formula written out in double
 cgc_c_test(test_attention cgc_driver)
+cgc_c_test(test_decode cgc_driver)

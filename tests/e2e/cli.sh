@@ -60,8 +60,9 @@ expect "metrics-every needs metrics" 2 "--metrics-every N adds objects to the --
     "$root/models/mlp.net" --metrics-every 10
 expect "metrics-every zero" 2 "--metrics-every takes a positive number of steps, not '0'" -- \
     "$root/models/mlp.net" --metrics-every 0 --metrics "$tmp/never.jsonl"
-expect "tokens needs generate" 2 "--tokens, --temperature and --top-k shape what --generate samples" -- \
+expect "tokens needs generate" 2 "--tokens, --temperature, --top-k and --logits are about what --generate samples" -- \
     "$root/models/mlp.net" --tokens 10
+expect "logits needs generate" 2 "give --generate PROMPT too" -- "$root/models/mlp.net" --logits l.npy
 expect "generate needs resume" 2 "--generate samples from trained weights: give --resume FILE" -- \
     "$root/models/gpt.net" --generate hi
 expect "generate does not save" 2 "--generate samples and exits; it does not go with --check" -- \

@@ -70,16 +70,18 @@ declare -A run=(
     [--metrics]="$m ${train[*]} --steps 1 --metrics"
     [--profile]="$m ${train[*]} --steps 1 --profile"
     [--tune-file]="$m ${train[*]} --steps 1 --mode max-autotune --tune-file"
+    [--logits]="$root/models/gpt.net ${train[*]} --resume ckpt.st --generate hi --logits"
 )
 declare -A role=(
     [--save]="save to" [--stats]="write --stats to" [--metrics]="write the metrics to"
     [--profile]="write the trace to" [--tune-file]="write the choices to"
+    [--logits]="write the logits to"
 )
 declare -A kind=(
     [--save]="a checkpoint" [--stats]="a JSON file" [--metrics]="a JSON file"
-    [--profile]="a JSON file" [--tune-file]="a choices file"
+    [--profile]="a JSON file" [--tune-file]="a choices file" [--logits]="a NumPy file"
 )
-for flag in --save --stats --metrics --profile --tune-file; do
+for flag in --save --stats --metrics --profile --tune-file --logits; do
     read -ra args <<<"${run[$flag]}"
     r=${role[$flag]}
     refuse "$flag onto the model" "$r $m: (it is the model's source|the file exists and is not)" -- "${args[@]}" "$m"

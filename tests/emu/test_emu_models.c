@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "driver/compile.h"
+#include "compiler/passes.h"
 #include "driver/pipeline.h"
 #include "runtime/cpu/exec.h"
 #include "runtime/devexec.h"
@@ -934,6 +935,11 @@ static IrProgram *compile_case(const Case *c, const char *path)
                        { "accumulate", "accumulate", acc } };
     IrProgram *p = pipeline_compile(src, ov, c->accumulate > 0 ? 2 : 1);
     source_free(src);
+    char why[256];   /* a text model generates through its decode graph (check_generate) */
+    if (p && p->cfg.data == DATA_TEXT && decode_lower(p, why, sizeof why) != 0) {
+        fprintf(stderr, "  %s: no decode graph: %s\n", c->model, why);
+        CHECK(false);
+    }
     return p;
 }
 
@@ -1020,7 +1026,7 @@ static void check_generate(Run *r)
         CHECK_EQ_INT(devexec_tensor_get(r->dev, i, tensors[i]), 0);
     }
     for (int sampled = 0; sampled < 2; sampled++) {
-        GenerateOptions o = { .prompt = "The ", .tokens = 40, .temperature = sampled ? 0.8 : 0,
+        GenerateOptions o = { .prompt = "The ", .tokens = 100, .temperature = sampled ? 0.8 : 0,
                               .top_k = sampled ? 40 : 0, .seed = 7 };
         char *cpu = NULL, *dev = NULL;
         size_t ncpu = 0, ndev = 0;
