@@ -17,9 +17,10 @@
 
 enum { T = 12, V = 256, LAYERS = 2 };
 
-/* A GPT of LAYERS pre-norm blocks over T bytes; BLOCK_EXTRA is spliced into each block,
- * CAUSAL given to its attention. */
-static IrProgram *compile(const char *causal, const char *extra, const char *data)
+/* A GPT of LAYERS pre-norm blocks over T bytes in PRECISION; EXTRA is spliced into each
+ * block, CAUSAL given to its attention. */
+static IrProgram *compile_in(const char *precision, const char *causal, const char *extra,
+                             const char *data)
 {
     char text[4096];
     int at = snprintf(text, sizeof text,
@@ -53,12 +54,18 @@ static IrProgram *compile(const char *causal, const char *extra, const char *dat
              "    data = %s\n"
              "    batch = 2\n"
              "    seed = 3\n"
-             "}\n", LAYERS, V, data);
+             "    precision = %s\n"
+             "}\n", LAYERS, V, data, precision);
     Source *src = source_from_string("decode.net", text, strlen(text));
     IrProgram *p = pipeline_compile(src, NULL, 0);
     source_free(src);
     CHECK(p != NULL);
     return p;
+}
+
+static IrProgram *compile(const char *causal, const char *extra, const char *data)
+{
+    return compile_in("fp32", causal, extra, data);
 }
 
 static const char *text_data = "text(\"/dev/null\", context = 12)";
@@ -94,9 +101,11 @@ static double decode_error(CpuExec *e, const IrProgram *p, const int32_t *tokens
     return err / mag;
 }
 
-static void decode_matches_eval(void)
+/* In PRECISION, within TOL (f32: another order of the same sums; bf16: a unit or two of
+ * its 8 bits where a product rounds on the other side). */
+static void decode_matches_eval(const char *precision, double tol)
 {
-    IrProgram *p = compile("true", "", text_data);
+    IrProgram *p = compile_in(precision, "true", "", text_data);
     if (!p) return;
     int tensors = p->ntensors;
     char why[256];
@@ -109,9 +118,10 @@ static void decode_matches_eval(void)
     for (int i = 0; i < T; i++) a[i] = (i * 37 + 11) % V, b[i] = (i * 101 + 5) % V;
     double first = decode_error(e, p, a, T);
     double again = decode_error(e, p, b, T / 2);   /* the caches hold A's rows past T/2 */
-    printf("decode against eval: relative error %.3g, after a restart %.3g\n", first, again);
-    CHECK(first < 1e-6);
-    CHECK(again < 1e-6);
+    printf("decode against eval, %s: relative error %.3g, after a restart %.3g\n", precision,
+           first, again);
+    CHECK(first < tol);
+    CHECK(again < tol);
     cpu_exec_free(e);
     ir_program_free(p);
 }
@@ -173,7 +183,8 @@ static void refused(const char *causal, const char *extra, const char *data, con
 
 int main(void)
 {
-    decode_matches_eval();
+    decode_matches_eval("fp32", 1e-6);
+    decode_matches_eval("bf16", 2e-2);
     generate_matches_window();
     refused("false", "", text_data, "causal = false");
     refused("true", " + softmax(o1, axis = 1)", text_data, "softmax at line");
