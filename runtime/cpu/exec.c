@@ -733,6 +733,7 @@ void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c)
 #define SFX(name) name##_f32
 #define MATH(fn) fn##f
 #define GEMM cblas_sgemm
+#define GEMV cblas_sgemv
 #define ROUND(x, fmt) round_float((x), (fmt))
 #include "exec_impl.h"
 
@@ -740,6 +741,7 @@ void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c)
 #define SFX(name) name##_f64
 #define MATH(fn) fn
 #define GEMM cblas_dgemm
+#define GEMV cblas_dgemv
 #define ROUND(x, fmt) round_double((x), (fmt))
 #include "exec_impl.h"
 

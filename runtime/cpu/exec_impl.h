@@ -2,7 +2,7 @@
  *
  * exec.c includes this file twice: with REAL float and with REAL double. SFX(name)
  * gives each function its type suffix (_f32, _f64), MATH(fn) names the libm function
- * of that type (expf or exp), GEMM the cblas routine and ROUND the rounding to a half
+ * of that type (expf or exp), GEMM and GEMV the cblas routines and ROUND the rounding to a half
  * format. Everything here is static; the macros are undefined at the end, ready for
  * the next inclusion. Sums accumulate in double in both instances: the reference
  * should be the accurate one.
@@ -714,6 +714,12 @@ static int SFX(gemm)(CpuExec *e, bool ta, bool tb, int64_t m, int64_t n, int64_t
     GemmSplit sp = gemm_split(m, n, k);
     int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
     double t0 = clock_seconds();
+    if (m == 1 && sp.parts == 1) {   /* a row (one position's decode): B times it, unpacked */
+        GEMV(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (int)(tb ? n : k), (int)(tb ? k : n),
+             1, b, ldb, a, 1, 0, c, 1);
+        e->gemm_seconds += clock_seconds() - t0;
+        return 0;
+    }
 #pragma omp parallel for schedule(static) if (sp.parts > 1)
     for (int part = 0; part < sp.parts; part++) {
         int64_t lo = part * sp.size, hi = lo + sp.size < sp.total ? lo + sp.size : sp.total;
@@ -917,4 +923,5 @@ static int SFX(exec_node)(CpuExec *e, const IrGraph *g, int id)
 #undef SFX
 #undef MATH
 #undef GEMM
+#undef GEMV
 #undef ROUND
