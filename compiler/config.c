@@ -83,6 +83,11 @@ void config_data_str(const TrainConfig *cfg, char *buf, size_t n)
         snprintf(buf, n, "idx(\"%s\", scale = %.9g)", cfg->data_dir, cfg->data_scale);
     else if (cfg->data == DATA_TEXT)
         snprintf(buf, n, "text(\"%s\", context = %lld)", cfg->data_dir, (long long)cfg->text_context);
+    else if (cfg->data == DATA_TENSORS && cfg->data_test)
+        snprintf(buf, n, "tensors(\"%s\", test = \"%s\", scale = %.9g)", cfg->data_dir,
+                 cfg->data_test, cfg->data_scale);
+    else if (cfg->data == DATA_TENSORS)
+        snprintf(buf, n, "tensors(\"%s\", scale = %.9g)", cfg->data_dir, cfg->data_scale);
     else
         snprintf(buf, n, "synthetic(samples = %lld)", (long long)cfg->synthetic_samples);
 }

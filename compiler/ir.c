@@ -277,6 +277,7 @@ void ir_program_free(IrProgram *p)
     ir_graph_free(&p->decode);
     free((char *)p->model_name);
     free(p->cfg.data_dir);
+    free(p->cfg.data_test);
     free(p);
 }
 

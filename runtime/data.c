@@ -29,6 +29,7 @@
 #include <zlib.h>
 
 #include "../base/rng.h"
+#include "arrays.h"
 
 /* IDX payloads are at most 4 GiB (the format's u32 dimensions could claim more; no real
  * dataset does, and refusing early keeps every size below in range). */
@@ -783,22 +784,30 @@ static int load_synthetic(const IrProgram *p, Source *src, const InputPlan *plan
 
 /* The first place a relative FILE is looked for (data_candidates) where something is, or
  * NULL after saying where it looked. */
-static char *find_text_file(const IrProgram *p, Source *src, const char *net_path)
+/* The data file NAME (a relative one found as data_candidates says), or NULL after an
+ * error saying where it was looked for, ending in HINT. */
+static char *find_file(const IrProgram *p, Source *src, const char *name, const char *net_path,
+                       const char *what, const char *hint)
 {
     char **places;
-    int n = data_candidates(p->cfg.data_dir, net_path, &places);
+    int n = data_candidates(name, net_path, &places);
     char *found = NULL;
     for (int i = 0; i < n && !found; i++)
         if (file_exists(places[i])) found = xstrdup(places[i]);
     if (!found) {
         char *list = join_places(places, n);
-        input_error(src, p->cfg.data_loc, "text file \"%s\" not found (looked for %s)%s",
-                    p->cfg.data_dir, list, strstr(p->cfg.data_dir, "fortunes")
-                    ? "; on Debian: apt-get install fortunes" : "");
+        input_error(src, p->cfg.data_loc, "%s \"%s\" not found (looked for %s)%s", what, name,
+                    list, hint);
         free(list);
     }
     free_strings(places, n);
     return found;
+}
+
+static char *find_text_file(const IrProgram *p, Source *src, const char *net_path)
+{
+    return find_file(p, src, p->cfg.data_dir, net_path, "text file",
+                     strstr(p->cfg.data_dir, "fortunes") ? "; on Debian: apt-get install fortunes" : "");
 }
 
 /* Windows of W bytes in LEN; for training (SHIFTS) as many as leave at least W - 1 bytes
@@ -857,6 +866,169 @@ static int load_text(const IrProgram *p, Source *src, const char *net_path, Data
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Arrays: tensors("TRAIN", test = "TEST", scale = S)                                     */
+/* ------------------------------------------------------------------------------------ */
+
+/* Input I's array A is [count, the input's dimensions after the batch]; else an error
+ * naming the array, the file and both shapes. */
+static int check_array_shape(const IrProgram *p, const char *path, const Array *a, int i,
+                             int64_t count)
+{
+    const IrInput *in = &p->inputs[i];
+    bool ok = a->rank == in->shape.rank && a->rank >= 1 && a->shape[0] == count;
+    for (int k = 1; ok && k < a->rank; k++) ok = a->shape[k] == in->shape.dim[k];
+    if (ok) return 0;
+    char got[128], want[128];
+    int64_t dims[ARRAY_MAX_RANK];
+    memcpy(dims, in->shape.dim, sizeof(int64_t) * (size_t)in->shape.rank);
+    dims[0] = count;
+    cgc_error("%s: '%s' is %s [%s], but the input '%s' needs [%s]%s", path, a->name,
+              array_type_name(a->type), dims_str(a->shape, a->rank, got, sizeof got), in->name,
+              dims_str(dims, in->shape.rank, want, sizeof want),
+              i > 0 && a->rank >= 1 && a->shape[0] != count ? ": one row per example of the first input" : "");
+    return -1;
+}
+
+/* Features as f32: floats as they are (float64 rounded), integers times SCALE as IDX bytes
+ * are ((float)(v * scale)). NaN values are counted and warned of. */
+static void array_features(const char *path, const Array *a, double scale, float *out)
+{
+    bool is_float = array_type_is_float(a->type);
+    int64_t nans = 0, first = -1;
+    for (int64_t i = 0; i < a->count; i++) {
+        double v = array_value(a, i);
+        out[i] = is_float ? (float)v : (float)(v * scale);
+        if (v != v && nans++ == 0) first = i;
+    }
+    if (nans)
+        cgc_warning("%s: '%s' holds %lld NaN value%s (the first at element %lld): a loss over "
+                    "them is NaN", path, a->name, (long long)nans, nans == 1 ? "" : "s",
+                    (long long)first);
+    if (is_float && scale != 1)
+        cgc_warning("%s: '%s' is %s: scale = %g multiplies integer features only; these are "
+                    "taken as they are", path, a->name, array_type_name(a->type), scale);
+}
+
+/* Integers (tokens or class ids) in [0, LIMIT) as i32; -1 after an error naming the first
+ * element that is not, WHAT saying what bounds them. */
+static int array_ints(const char *path, const Array *a, int64_t limit, const char *what, int32_t *out)
+{
+    if (array_type_is_float(a->type)) {
+        cgc_error("%s: '%s' is %s, but it feeds an i32 input: integers (%s) are needed", path,
+                  a->name, array_type_name(a->type), what);
+        return -1;
+    }
+    for (int64_t i = 0; i < a->count; i++) {
+        double v = array_value(a, i);
+        if (v < 0 || v >= (double)limit) {
+            cgc_error("%s: '%s' holds %.0f at element %lld, outside 0 to %lld (%s)", path, a->name,
+                      v, (long long)i, (long long)limit - 1, what);
+            return -1;
+        }
+        out[i] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* Input 0's array into D's features, as PLAN says. */
+static int tensor_features(const IrProgram *p, const InputPlan *plan, const char *path,
+                           const Array *a, Dataset *d)
+{
+    d->x_row = plan->x_row;
+    if (plan->x_tokens) {
+        d->x_int = true;
+        d->x_i32 = xmalloc((size_t)(a->count ? a->count : 1) * sizeof *d->x_i32);
+        return array_ints(path, a, plan->x_tokens, "tokens, below the embedding's rows", d->x_i32);
+    }
+    d->x = xmalloc((size_t)(a->count ? a->count : 1) * sizeof *d->x);
+    array_features(path, a, p->cfg.data_scale, d->x);
+    return 0;
+}
+
+/* Input 1's array into D's labels: class ids below the loss's classes, or f32 targets. */
+static int tensor_labels(const IrProgram *p, const InputPlan *plan, const char *path,
+                         const Array *a, Dataset *d)
+{
+    d->y_row = plan->y_row;
+    d->y_int = plan->y_int;
+    if (plan->y_int) {
+        d->y_i32 = xmalloc((size_t)(a->count ? a->count : 1) * sizeof *d->y_i32);
+        int64_t classes = p->num_classes > 0 ? p->num_classes : INT32_MAX;
+        return array_ints(path, a, classes, p->num_classes > 0 ? "class ids, below the loss's classes"
+                                                               : "i32 values", d->y_i32);
+    }
+    d->y_f32 = xmalloc((size_t)(a->count ? a->count : 1) * sizeof *d->y_f32);
+    array_features(path, a, 1, d->y_f32);
+    return 0;
+}
+
+/* One split from the arrays of PATH named as the model's inputs. */
+static int load_tensor_split(const IrProgram *p, const InputPlan *plan, const char *path,
+                             Dataset *d, const char **format)
+{
+    const char *names[2] = { p->inputs[0].name, p->ninputs > 1 ? p->inputs[1].name : NULL };
+    ArraySet *s = arrays_open(path, names, p->ninputs);
+    if (!s) return -1;
+    *format = arrays_format(s);
+    const Array *x = arrays_get(s, 0);
+    d->n = x->rank >= 1 ? x->shape[0] : 0;
+    int rc = 0;
+    for (int i = 0; i < p->ninputs && rc == 0; i++) rc = check_array_shape(p, path, arrays_get(s, i), i, d->n);
+    if (rc == 0 && d->n == 0) {
+        cgc_error("%s: '%s' holds no examples", path, x->name);
+        rc = -1;
+    }
+    if (rc == 0) rc = tensor_features(p, plan, path, x, d);
+    if (rc == 0 && p->ninputs > 1) rc = tensor_labels(p, plan, path, arrays_get(s, 1), d);
+    arrays_free(s);
+    return rc;
+}
+
+/* Rows [FIRST, n) of D moved to T, D keeping the others. */
+static void split_rows(Dataset *d, int64_t first, Dataset *t)
+{
+    int64_t n = d->n - first;
+    *t = (Dataset){ .n = n, .x_row = d->x_row, .x_int = d->x_int, .y_row = d->y_row, .y_int = d->y_int };
+    size_t xs = d->x_int ? sizeof(int32_t) : sizeof(float), ys = d->y_int ? sizeof(int32_t) : sizeof(float);
+    void *x = xmalloc((size_t)(n * d->x_row) * xs + 1), *y = d->y_row ? xmalloc((size_t)(n * d->y_row) * ys + 1) : NULL;
+    memcpy(x, (char *)(d->x_int ? (void *)d->x_i32 : (void *)d->x) + (size_t)(first * d->x_row) * xs,
+           (size_t)(n * d->x_row) * xs);
+    if (y) memcpy(y, (char *)(d->y_int ? (void *)d->y_i32 : (void *)d->y_f32) + (size_t)(first * d->y_row) * ys,
+                  (size_t)(n * d->y_row) * ys);
+    if (d->x_int) t->x_i32 = x;
+    else t->x = x;
+    if (d->y_int) t->y_i32 = y;
+    else t->y_f32 = y;
+    d->n = first;
+}
+
+static int load_tensors(const IrProgram *p, Source *src, const char *net_path,
+                        const InputPlan *plan, DataSplits *out)
+{
+    char *train = find_file(p, src, p->cfg.data_dir, net_path, "tensors: the file", "");
+    char *test = train && p->cfg.data_test
+                     ? find_file(p, src, p->cfg.data_test, net_path, "tensors: the test file", "") : NULL;
+    const char *format = "", *test_format = "";
+    int rc = !train || (p->cfg.data_test && !test) ? -1 : load_tensor_split(p, plan, train, &out->train, &format);
+    if (rc == 0 && test) rc = load_tensor_split(p, plan, test, &out->test, &test_format);
+    if (rc == 0 && !test && out->train.n < 10) {
+        cgc_error("%s: %lld examples; the evaluation split, the last tenth, needs 10 at least "
+                  "(or give test = \"FILE\")", train, (long long)out->train.n);
+        rc = -1;
+    }
+    if (rc == 0 && !test) split_rows(&out->train, out->train.n - out->train.n / 10, &out->test);
+    out->has_test = rc == 0;
+    if (rc == 0)
+        out->description = describe("tensors: %lld train, %lld test%s, from %s (%s)%s%s",
+                                    (long long)out->train.n, (long long)out->test.n,
+                                    test ? "" : " (its last tenth)", train, format,
+                                    test ? " and " : "", test ? test : "");
+    free(train);
+    free(test);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Entry points                                                                         */
 /* ------------------------------------------------------------------------------------ */
 
@@ -865,9 +1037,10 @@ int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits 
     memset(out, 0, sizeof *out);
     InputPlan plan;
     if (plan_inputs(p, src, &plan) < 0) return -1;
-    int status = p->cfg.data == DATA_IDX    ? load_idx(p, src, net_path, &plan, out)
-                 : p->cfg.data == DATA_TEXT ? load_text(p, src, net_path, out)
-                                            : load_synthetic(p, src, &plan, out);
+    int status = p->cfg.data == DATA_IDX       ? load_idx(p, src, net_path, &plan, out)
+                 : p->cfg.data == DATA_TEXT    ? load_text(p, src, net_path, out)
+                 : p->cfg.data == DATA_TENSORS ? load_tensors(p, src, net_path, &plan, out)
+                                               : load_synthetic(p, src, &plan, out);
     if (status < 0) data_free(out);
     return status;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/half.h"
 #include "cpu/exec.h"
 
 enum { ARENA_ALIGN = 256 };
@@ -80,24 +81,6 @@ static uint32_t f32_bits(float x)
     return u;
 }
 
-static float f32_from(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0x1f) return f32_from(sign | 0x7f800000u | (man << 13));   /* inf, nan */
-    if (exp != 0) return f32_from(sign | ((exp + 112) << 23) | (man << 13));
-    float sub = (float)man * 0x1p-24f;                                     /* subnormal, 0 */
-    return sign ? -sub : sub;
-}
-
-static float bf16_to_f32(uint16_t b) { return f32_from((uint32_t)b << 16); }
-
 /* X is already representable (cpu_round_f16 rounded it); this only repacks the bits. */
 static uint16_t f32_to_f16(float x)
 {
@@ -119,8 +102,8 @@ static void to_f32(DType t, const void *src, int64_t n, float *out)
     for (int64_t i = 0; i < n; i++) {
         switch (t) {
         case DT_F32: out[i] = ((const float *)src)[i]; break;
-        case DT_F16: out[i] = f16_to_f32(((const uint16_t *)src)[i]); break;
-        case DT_BF16: out[i] = bf16_to_f32(((const uint16_t *)src)[i]); break;
+        case DT_F16: out[i] = half_f16_to_f32(((const uint16_t *)src)[i]); break;
+        case DT_BF16: out[i] = half_bf16_to_f32(((const uint16_t *)src)[i]); break;
         case DT_I32: out[i] = (float)((const int32_t *)src)[i]; break;
         }
     }

@@ -758,8 +758,9 @@ static void print_plan(const Trainer *t, const TrainProgress *pr)
     const TrainConfig *c = &t->p->cfg;
     if (t->o->quiet) return;
     printf("cgc: training %s on %s\n", t->p->model_name, t->data.description);
-    printf("cgc: %lld steps (%lld per epoch, %lld epochs) of batch %lld%s, %s, %s, %s on %s\n",
+    printf("cgc: %lld steps (%lld per epoch, %lld epoch%s) of batch %lld%s, %s, %s, %s on %s\n",
            (long long)t->total_steps, (long long)t->steps_per_epoch, (long long)t->epochs,
+           t->epochs == 1 ? "" : "s",
            (long long)c->batch, c->accumulate > 1 ? " with accumulation" : "",
            config_optimizer_name(c->optimizer), config_schedule_name(c->schedule),
            precision_text(t), t->ops->where(t));

@@ -26,7 +26,7 @@ set -uo pipefail
 seconds=${1:-600}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}
-targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_tune fuzz_kcache)
+targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_arrays fuzz_tune fuzz_kcache)
 
 command -v clang > /dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-dev): skipped"; exit 77; }
 probe=$(mktemp -d)
@@ -41,7 +41,7 @@ cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCGC_FUZZ=ON -DCGC_WERROR
 # fuzz_kcache exists where the CUDA Toolkit does (the kernel cache is built with it); the
 # list is read whole, as grep -q would close the pipe early and fail it under pipefail
 help=$(cmake --build "$build" --target help 2> /dev/null)
-grep -qw fuzz_kcache <<< "$help" || targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_tune)
+grep -qw fuzz_kcache <<< "$help" || targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_arrays fuzz_tune)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
   { tail -30 "$build.build.log"; exit 1; }
 
@@ -52,6 +52,7 @@ cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.lo
 for t in "${targets[@]}"; do mkdir -p "$build/seeds/$t"; done
 mkdir -p "$build/artifacts"
 cp "$root"/tests/fuzz/seeds/tune/*.tune "$build/seeds/fuzz_tune/"
+cp "$root"/tests/fuzz/seeds/arrays/* "$build/seeds/fuzz_arrays/"
 find "$root/models" "$root/tests/emu/models" "$root/tests/diag" "$root/tests/fuzz/seeds" -name '*.net' |
   while read -r f; do cp "$f" "$build/seeds/fuzz_net/$(echo "${f#$root/}" | tr '/' '_')"; done
 for f in /usr/share/datasets/fashion-mnist/*-ubyte.gz "$root"/data/fashion-mnist/*-ubyte.gz; do
@@ -68,6 +69,21 @@ h = json.dumps({"__metadata__": {"format": "cgc-checkpoint-1"},
                 "b": {"dtype": "I64", "shape": [1], "data_offsets": [16, 24]}}).encode()
 h += b" " * ((8 - len(h) % 8) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(range(24)))
+EOF
+
+python3 - "$build/seeds/fuzz_arrays" "$build/seeds/fuzz_safetensors/tiny.safetensors" <<'EOF' 2> /dev/null || true
+import shutil, struct, sys, zipfile
+def npy(descr, shape, data):
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, shape)
+    d += " " * (-(10 + len(d) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode() + data
+x, y = npy("<f4", (3, 2), bytes(range(24))), npy("<i8", (3,), bytes(24))
+for name, method in (("stored.npz", zipfile.ZIP_STORED), ("deflated.npz", zipfile.ZIP_DEFLATED)):
+    with zipfile.ZipFile(f"{sys.argv[1]}/{name}", "w", method) as z:
+        z.writestr("x.npy", x)
+        z.writestr("y.npy", y)
+open(f"{sys.argv[1]}/x.npy", "wb").write(x)
+shutil.copy(sys.argv[2], f"{sys.argv[1]}/tiny.safetensors")
 EOF
 
 [ -d "$build/seeds/fuzz_kcache" ] && python3 - "$build/seeds/fuzz_kcache" <<'EOF' 2> /dev/null || true

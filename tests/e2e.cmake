@@ -69,3 +69,10 @@ set_tests_properties(docs_readme_flags PROPERTIES LABELS cpu TIMEOUT 60)
 add_test(NAME fuzz_short COMMAND ${CMAKE_COMMAND} -E env FUZZ_BUILD=${CMAKE_BINARY_DIR}/fuzz
          FUZZ_RUNS=4000 FUZZ_SEED=1 bash ${CMAKE_SOURCE_DIR}/scripts/fuzz.sh 20)
 set_tests_properties(fuzz_short PROPERTIES LABELS cpu TIMEOUT 600 SKIP_RETURN_CODE 77)
+
+# tensors("TRAIN", test = "TEST", scale = S) (tests/e2e/tensors_data.py): the same run from
+# IDX and from NumPy and safetensors files, bit for bit; hostile files refused. numpy.
+add_test(NAME e2e_tensors_data
+         COMMAND sh -c "/usr/bin/python3 -c 'import numpy' 2>/dev/null || { echo 'numpy not installed: skipped'; exit 77; }; exec /usr/bin/python3 \"$0\" \"$1\""
+                 ${TESTS_DIR}/e2e/tensors_data.py ${CGC_BIN})
+set_tests_properties(e2e_tensors_data PROPERTIES LABELS "cpu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77)

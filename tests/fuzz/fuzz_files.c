@@ -1,6 +1,7 @@
 /* fuzz_files.c: libFuzzer targets (scripts/fuzz.sh) for the binary files cgc reads, each
- * through its public reader: IDX datasets, gzip'd or not (fuzz_idx), and safetensors
- * checkpoints (fuzz_safetensors). The readers take a path, so each input is written to a
+ * through its public reader: IDX datasets, gzip'd or not (fuzz_idx), safetensors
+ * checkpoints (fuzz_safetensors), and a user's arrays, .npz, .npy or safetensors, for
+ * inputs x and y (fuzz_arrays). The readers take a path, so each input is written to a
  * file first. An input may be refused with a message; it may not crash, leak or trip a
  * sanitizer, and what a reader accepts is read through to the end. */
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../runtime/arrays.h"
 #include "../../runtime/data.h"
 #include "../../runtime/safetensors.h"
 
@@ -28,7 +30,7 @@ static const char *as_file(const uint8_t *data, size_t size)
     return path;
 }
 
-#ifndef FUZZ_IDX
+#if !defined FUZZ_IDX && !defined FUZZ_ARRAYS
 /* Bytes per element of a dtype the reader accepted (it knows no other). */
 static uint64_t dtype_bytes(const char *dtype)
 {
@@ -52,6 +54,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (sum == 0xFFFFFFFFFFFFFFFFull) abort();
     }
     free(bytes);
+#elif defined FUZZ_ARRAYS
+    static const char *const names[] = { "x", "y" };
+    ArraySet *s = arrays_open(path, names, 2);
+    for (int i = 0; s && i < 2; i++) {   /* every element it claims is there */
+        const Array *a = arrays_get(s, i);
+        double sum = 0;
+        for (int64_t k = 0; k < a->count; k++) sum += array_value(a, k) != 0;
+        if (sum < 0) abort();
+    }
+    arrays_free(s);
 #else
     StFile *f = st_load(path);
     for (int i = 0; f && i < st_count(f); i++) {   /* every byte a tensor claims is there */

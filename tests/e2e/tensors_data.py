@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""tensors("TRAIN", test = "TEST", scale = S): the user's own arrays (ctest e2e_tensors_data).
+
+1. The same run from IDX and from tensors(...): Fashion-MNIST's IDX files written by NumPy
+   as an .npz (np.savez), a compressed one (np.savez_compressed), a directory of .npy
+   files and a safetensors file; also with int64 labels and with the features already
+   scaled as float32 and float64 (no scale given). 20 AdamW steps of models/mlp.net in
+   fp32 on the CPU from each: every tensor of the checkpoints equal to the IDX run's, bit
+   for bit.
+2. Hostile files, each an exit status of 1, a message that says what is wrong, and no
+   checkpoint written: truncated arrays, headers that lie about their shapes (one claiming
+   10 GB in a file of a few hundred bytes), a damaged archive member, an inflate bomb's
+   claim, mismatched example counts, labels out of range or not integers, a missing
+   array, big-endian and Fortran-ordered arrays, shapes that do not fit the inputs, a FIFO.
+   NaN features train with a warning that counts them.
+
+    /usr/bin/python3 tests/e2e/tensors_data.py build/cgc
+Needs numpy. Exits 77 without it.
+"""
+import gzip
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError as e:
+    print(f"skipped: {e}")
+    sys.exit(77)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(ROOT, "data", "fashion-mnist")
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok   " if ok else "FAIL ") + what)
+    failures += not ok
+
+
+def idx(name):
+    with gzip.open(os.path.join(DATA, name + "-ubyte.gz")) as f:
+        raw = f.read()
+    dims = struct.unpack(">" + "I" * raw[3], raw[4:4 + 4 * raw[3]])
+    return np.frombuffer(raw[4 + 4 * raw[3]:], np.uint8).reshape(dims)
+
+
+def save_safetensors(path, arrays):
+    """The format as the reference implementation writes it (no library needed)."""
+    names = {np.dtype("uint8"): "U8", np.dtype("int64"): "I64", np.dtype("float32"): "F32",
+             np.dtype("int32"): "I32", np.dtype("float64"): "F64"}
+    header, blobs, at = {}, [], 0
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
+        blobs.append(a.tobytes())
+        at += a.nbytes
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]] for k, t in header.items()}
+
+
+def cgc(args, work):
+    return subprocess.run([os.path.abspath(sys.argv[1])] + args, cwd=work, capture_output=True, text=True, timeout=600)
+
+
+def same_run(work):
+    x, y = idx("train-images-idx3").reshape(-1, 784), idx("train-labels-idx1")
+    tx, ty = idx("t10k-images-idx3").reshape(-1, 784), idx("t10k-labels-idx1")
+    for split, (a, b) in {"train": (x, y), "test": (tx, ty)}.items():
+        np.savez(f"{work}/{split}.npz", x=a, y=b)
+        np.savez_compressed(f"{work}/{split}_c.npz", x=a, y=b)
+        os.mkdir(f"{work}/{split}_dir")
+        np.save(f"{work}/{split}_dir/x.npy", a)
+        np.save(f"{work}/{split}_dir/y.npy", b)
+        save_safetensors(f"{work}/{split}.safetensors", {"x": a, "y": b})
+        np.savez(f"{work}/{split}_64.npz", x=a, y=b.astype(np.int64))
+        np.savez(f"{work}/{split}_f32.npz", x=(a * (1 / 255)).astype(np.float32), y=b)
+        np.savez(f"{work}/{split}_f64.npz", x=a * (1 / 255), y=b)
+    common = ["--device", "cpu", "-q", "--precision", "fp32", "--steps", "20"]
+    net = os.path.join(ROOT, "models", "mlp.net")
+    r = cgc([net] + common + ["--save", "idx.st"], work)
+    check(r.returncode == 0, f"mlp.net from IDX: {r.stderr.strip()[-200:]}")
+    want = load_safetensors(f"{work}/idx.st")
+    sources = {   # the test split as IDX has it; absolute paths (a relative one is beside the .net)
+        "an .npz (np.savez)": ("{}.npz", ", scale = 1/255"),
+        "a compressed .npz": ("{}_c.npz", ", scale = 1/255"),
+        "a directory of .npy files": ("{}_dir", ", scale = 1/255"),
+        "a safetensors file": ("{}.safetensors", ", scale = 1/255"),
+        "int64 labels": ("{}_64.npz", ", scale = 1/255"),
+        "float32 features, scaled": ("{}_f32.npz", ""),
+        "float64 features, scaled": ("{}_f64.npz", ""),
+    }
+    for i, (what, (name, scale)) in enumerate(sources.items()):
+        data = f'tensors("{work}/{name.format("train")}", test = "{work}/{name.format("test")}"{scale})'
+        r = cgc([net] + common + ["--data", data, "--save", f"t{i}.st"], work)
+        got = load_safetensors(f"{work}/t{i}.st") if r.returncode == 0 else {}
+        differ = [k for k in want if got.get(k) != want[k]]
+        check(r.returncode == 0 and not differ and len(got) == len(want),
+              f"mlp.net from {what}: {len(want)} tensors bit for bit as from IDX"
+              + (f"; {r.stderr.strip()[-300:]}" if r.returncode else f"; differ: {differ[:3]}" if differ else ""))
+
+
+MODEL = """model small {
+    input x: f32[N, 4]
+    input y: i32[N]
+    logits = linear(x, 3)
+    output logits
+    loss cross_entropy(logits, y)
+}
+train {
+    data = tensors("d.npz")
+    batch = 8
+    steps = 2
+}
+"""
+
+
+def npy_bytes(a, header=None, order="C"):
+    """An .npy file of A; HEADER replaces its dict (padded as NumPy pads)."""
+    d = header or "{'descr': '%s', 'fortran_order': %s, 'shape': %r, }" % (
+        np.lib.format.dtype_to_descr(a.dtype), order == "F", a.shape)
+    d += " " * (-(10 + len(d) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode() + a.tobytes(order=order)
+
+
+def refused(work, name, data, want, files):
+    """Each of FILES written, then a run from DATA: status 1, WANT in its message, no save."""
+    for path, content in files.items():
+        with open(os.path.join(work, path), "wb") as f:
+            f.write(content)
+    if os.path.exists(os.path.join(work, "out.st")):
+        os.remove(os.path.join(work, "out.st"))
+    r = cgc(["m.net", "--device", "cpu", "-q", "--data", data, "--save", "out.st"], work)
+    saved = os.path.exists(os.path.join(work, "out.st"))
+    check(r.returncode == 1 and want in r.stderr and not saved,
+          f"{name}: status {r.returncode}, '{want}' said{'' if want in r.stderr else ' NOT'}: {r.stderr.strip()[:240]}")
+
+
+def zip_of(members):
+    import io
+    import zipfile
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w") as z:
+        for name, content in members.items():
+            z.writestr(name, content)
+    return bytearray(b.getvalue())
+
+
+def hostile(work):
+    with open(f"{work}/m.net", "w") as f:
+        f.write(MODEL)
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((100, 4)).astype(np.float32), rng.integers(0, 3, 100).astype(np.int64)
+    good = npy_bytes(x)
+    os.mkdir(f"{work}/dir")
+    refused(work, "no y.npy in the directory", 'tensors("dir")', "no y.npy for the input 'y'", {
+        "dir/x.npy": good})
+    refused(work, "a truncated .npy", 'tensors("dir")', "truncated", {
+        "dir/x.npy": good[:len(good) // 2], "dir/y.npy": npy_bytes(y)})
+    refused(work, "a header that claims 10 GB", 'tensors("dir")', "(10000000000): 40000000000 bytes of data; the file holds 64", {
+        "dir/x.npy": npy_bytes(x[:4], "{'descr': '<f4', 'fortran_order': False, 'shape': (10000000000,), }")})
+    refused(work, "an .npy with bytes after its data", 'tensors("dir")', "float32 of shape (100, 4): 1600 bytes of data; the file holds 1604", {
+        "dir/x.npy": good + b"\0\0\0\0"})
+    refused(work, "a header whose shape is larger than its data", 'tensors("dir")', "the file holds 1600", {
+        "dir/x.npy": npy_bytes(x, "{'descr': '<f4', 'fortran_order': False, 'shape': (200, 4), }")})
+    npz = zip_of({"x.npy": good, "y.npy": npy_bytes(y)})
+    damaged = bytearray(npz)
+    damaged[npz.find(b"\x93NUMPY") + 200] ^= 1
+    refused(work, "a damaged member", 'tensors("d.npz")', "CRC-32", {"d.npz": bytes(damaged)})
+    refused(work, "a truncated archive", 'tensors("d.npz")', "not a readable .npz", {"d.npz": bytes(npz[:300])})
+    bomb = zip_of({"x.npy": good, "y.npy": npy_bytes(y)})
+    at = bomb.find(b"PK\x01\x02")   # the first member's directory entry: deflated, 4 GB
+    bomb[at + 10:at + 12] = struct.pack("<H", 8)
+    bomb[at + 24:at + 28] = struct.pack("<I", 0xFFFFFFF0)
+    refused(work, "a member claiming 4 GB from a few hundred bytes", 'tensors("d.npz")',
+            "more than deflate can give", {"d.npz": bytes(bomb)})
+
+    def arrays(name, want, **a):
+        np.savez(f"{work}/d.npz", **a)
+        refused(work, name, 'tensors("d.npz")', want, {})
+    arrays("mismatched example counts", "one row per example of the first input", x=x, y=y[:99])
+    arrays("a label out of range", "holds 3 at element 7, outside 0 to 2", x=x, y=np.where(np.arange(100) == 7, 3, y))
+    arrays("a negative label", "holds -1 at element 0", x=x, y=np.where(np.arange(100) == 0, -1, y))
+    arrays("float labels", "integers (class ids", x=x, y=y.astype(np.float32))
+    arrays("a missing array", "no array 'y' (y.npy); the archive holds 'x.npy', 'z.npy'", x=x, z=y)
+    arrays("features of another shape", "'x' is float32 [100 x 2 x 2], but the input 'x' needs [100 x 4]",
+           x=x.reshape(100, 2, 2), y=y)
+    arrays("a big-endian array", "big-endian", x=x.astype(">f4"), y=y)
+    arrays("a complex array", "is not one cgc reads", x=x.astype(np.complex64), y=y)
+    with open(f"{work}/d.npz", "wb") as f:
+        f.write(bytes(zip_of({"x.npy": npy_bytes(x, order="F"), "y.npy": npy_bytes(y)})))
+    refused(work, "a Fortran-ordered array", 'tensors("d.npz")', "Fortran order", {})
+    np.save(f"{work}/one.npy", x)
+    refused(work, "one .npy for two inputs", 'tensors("one.npy")', "one .npy array", {})
+    os.mkfifo(f"{work}/fifo")
+    refused(work, "a FIFO", 'tensors("fifo")', "is a FIFO", {})
+    refused(work, "a file that is not there", 'tensors("none.npz")', 'tensors: the file "none.npz" not found', {})
+    nan = x.copy()
+    nan[[3, 50, 99], 1] = np.nan
+    np.savez(f"{work}/d.npz", x=nan, y=y)
+    r = cgc(["m.net", "--device", "cpu", "-q"], work)
+    check("holds 3 NaN values (the first at element 13)" in r.stderr,
+          f"NaN features: a warning that counts them: {r.stderr.splitlines()[0][:200]}")
+    np.savez(f"{work}/d.npz", x=x, y=y)
+    r1 = cgc(["m.net", "--device", "cpu", "-q", "--save", "one.st"], work)
+    r2 = cgc(["m.net", "--device", "cpu", "-q", "--save", "two.st", "--data", 'tensors("d.npz", scale = 2)'], work)
+    same = r1.returncode == r2.returncode == 0 and load_safetensors(f"{work}/one.st") == load_safetensors(f"{work}/two.st")
+    check(same and "multiplies integer features only" in r2.stderr,
+          f"float features with a scale: a warning, and taken as they are: {r2.stderr.strip()[:160]}")
+    r = cgc(["m.net", "--device", "cpu"], work)
+    check(r.returncode == 0 and "90 train, 10 test (its last tenth)" in r.stdout,
+          f"no test file: the last tenth evaluates: {r.stdout.splitlines()[0] if r.stdout else r.stderr}")
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    with tempfile.TemporaryDirectory() as work:
+        hostile(work)
+    if os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
+        with tempfile.TemporaryDirectory() as work:
+            same_run(work)
+    else:
+        print(f"skipped the runs from IDX: {DATA} has no Fashion-MNIST")
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
