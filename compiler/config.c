@@ -88,6 +88,10 @@ void config_data_str(const TrainConfig *cfg, char *buf, size_t n)
                  cfg->data_test, cfg->data_scale);
     else if (cfg->data == DATA_TENSORS)
         snprintf(buf, n, "tensors(\"%s\", scale = %.9g)", cfg->data_dir, cfg->data_scale);
+    else if (cfg->data == DATA_CSV)
+        snprintf(buf, n, "csv(\"%s\", test = \"%s\", label = \"%s\", scale = %.9g)", cfg->data_dir,
+                 cfg->data_test ? cfg->data_test : "", cfg->data_label ? cfg->data_label : "",
+                 cfg->data_scale);
     else
         snprintf(buf, n, "synthetic(samples = %lld)", (long long)cfg->synthetic_samples);
 }

@@ -14,7 +14,7 @@
 
 #include "../base/diag.h"
 
-typedef enum DataKind { DATA_SYNTHETIC, DATA_IDX, DATA_TEXT, DATA_TENSORS } DataKind;
+typedef enum DataKind { DATA_SYNTHETIC, DATA_IDX, DATA_TEXT, DATA_TENSORS, DATA_CSV } DataKind;
 typedef enum OptKind { OPT_SGD, OPT_ADAM, OPT_ADAMW } OptKind;
 typedef enum SchedKind { SCHED_CONSTANT, SCHED_COSINE, SCHED_STEP } SchedKind;
 typedef enum Precision { PREC_FP32, PREC_TF32, PREC_BF16, PREC_FP16 } Precision;
@@ -25,9 +25,10 @@ typedef struct TrainConfig {
     DataKind data;
     char *data_dir;             /* DATA_IDX: the directory, DATA_TEXT: the file, DATA_TENSORS:
                                  * the training file, as written */
-    char *data_test;            /* DATA_TENSORS: the test file, or NULL (the last tenth) */
+    char *data_test;            /* DATA_TENSORS, DATA_CSV: the test file, or NULL (the last tenth) */
+    char *data_label;           /* DATA_CSV: the labels' column, or NULL */
     double data_scale;          /* DATA_IDX, DATA_TENSORS: integer features are multiplied by
-                                 * this (default 1) */
+                                 * this, DATA_CSV: every feature (default 1) */
     int64_t text_context;       /* DATA_TEXT: the bytes a window feeds (its length - 1) */
     int64_t synthetic_samples;  /* DATA_SYNTHETIC: default 4096 */
     SrcLoc data_loc;            /* where `data` was given, for errors found while loading;

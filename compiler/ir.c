@@ -278,6 +278,7 @@ void ir_program_free(IrProgram *p)
     free((char *)p->model_name);
     free(p->cfg.data_dir);
     free(p->cfg.data_test);
+    free(p->cfg.data_label);
     free(p);
 }
 

@@ -70,40 +70,57 @@ static int data_path(Source *src, TrainConfig *cfg, const AstExpr *a, const char
     return 0;
 }
 
-/* tensors("TRAIN", test = "TEST", scale = S). */
-static int data_tensors(Source *src, TrainConfig *cfg, const AstExpr *v)
+/* A string argument of a data form into *DST (freed first; NULL when not given). */
+static int data_string(Source *src, TrainConfig *cfg, const AstExpr *a, const char *what,
+                       const char *example, char **dst)
+{
+    char *keep = cfg->data_dir;
+    cfg->data_dir = NULL;
+    int rc = a ? data_path(src, cfg, a, what, example) : 0;
+    free(*dst);
+    *dst = cfg->data_dir;
+    cfg->data_dir = keep;
+    return rc;
+}
+
+/* tensors("TRAIN", test = "TEST", scale = S) and csv("FILE", test = "FILE2", label =
+ * "COLUMN", scale = S): a file, another for the test split, the labels' column (csv). */
+static int data_files(Source *src, TrainConfig *cfg, const AstExpr *v, bool csv)
 {
     static const Signature tensors = {"tensors", {"train", "test", "scale"}, 1};
+    static const Signature table = {"csv", {"file", "test", "label", "scale"}, 1};
     const AstExpr *args[MAX_PARAMS];
-    if (!sema_bind_args(src, &tensors, v, args)) return -1;
+    if (!sema_bind_args(src, csv ? &table : &tensors, v, args)) return -1;
     double scale = 1;
-    int rc = data_path(src, cfg, args[0], "tensors: the training file", "train.npz");
-    char *train = cfg->data_dir;
-    cfg->data_dir = NULL;
-    if (args[1] && data_path(src, cfg, args[1], "tensors: test", "test.npz") < 0) rc = -1;
-    free(cfg->data_test);
-    cfg->data_test = args[1] ? cfg->data_dir : NULL;
-    cfg->data_dir = train;
-    if (args[2] && sema_const_real(src, args[2], "tensors: scale", REAL_GT0, &scale) < 0) rc = -1;
+    const AstExpr *scale_arg = args[csv ? 3 : 2];
+    int rc = data_path(src, cfg, args[0], csv ? "csv: the file" : "tensors: the training file",
+                       csv ? "train.csv" : "train.npz");
+    rc |= data_string(src, cfg, args[1], csv ? "csv: test" : "tensors: test",
+                      csv ? "test.csv" : "test.npz", &cfg->data_test);
+    rc |= data_string(src, cfg, csv ? args[2] : NULL, "csv: label", "species", &cfg->data_label);
+    if (scale_arg && sema_const_real(src, scale_arg, csv ? "csv: scale" : "tensors: scale", REAL_GT0,
+                                     &scale) < 0)
+        rc = -1;
     if (rc < 0) return -1;
-    cfg->data = DATA_TENSORS;
+    cfg->data = csv ? DATA_CSV : DATA_TENSORS;
     cfg->data_scale = scale;
     return 0;
 }
 
 static int entry_data(Source *src, TrainConfig *cfg, const AstExpr *v)
 {
-    static const char *const forms[] = {"idx", "synthetic", "text", "tensors", NULL};
+    static const char *const forms[] = {"idx", "synthetic", "text", "tensors", "csv", NULL};
     static const Signature idx = {"idx", {"dir", "scale"}, 1};
     static const Signature synthetic = {"synthetic", {"samples"}, 0};
     static const Signature text = {"text", {"file", "context"}, 2};
     int form = entry_form(src, v, "data", forms, "idx(\"DIR\", scale = S), synthetic(samples = K), "
-                          "text(\"FILE\", context = T) or tensors(\"TRAIN\", test = \"TEST\", scale = S)");
+                          "text(\"FILE\", context = T), tensors(\"TRAIN\", test = \"TEST\", scale = S) "
+                          "or csv(\"FILE\", test = \"FILE2\", label = \"COLUMN\", scale = S)");
     if (form < 0) return -1;
     const AstExpr *args[MAX_PARAMS];
     char what[64];
     cfg->data_loc = v->loc;
-    if (form == 3) return data_tensors(src, cfg, v);
+    if (form >= 3) return data_files(src, cfg, v, form == 4);
     if (form == 1) {
         int64_t samples = 4096;
         if (!sema_bind_args(src, &synthetic, v, args)) return -1;

@@ -30,6 +30,7 @@
 
 #include "../base/rng.h"
 #include "arrays.h"
+#include "csv.h"
 
 /* IDX payloads are at most 4 GiB (the format's u32 dimensions could claim more; no real
  * dataset does, and refusing early keeps every size below in range). */
@@ -1002,6 +1003,19 @@ static void split_rows(Dataset *d, int64_t first, Dataset *t)
     d->n = first;
 }
 
+/* Without a test file (TEST false), the last tenth of TRAIN's examples is the test split. */
+static int hold_out(const char *train, bool test, DataSplits *out)
+{
+    if (!test && out->train.n < 10) {
+        cgc_error("%s: %lld examples; the evaluation split, the last tenth, needs 10 at least "
+                  "(or give test = \"FILE\")", train, (long long)out->train.n);
+        return -1;
+    }
+    if (!test) split_rows(&out->train, out->train.n - out->train.n / 10, &out->test);
+    out->has_test = true;
+    return 0;
+}
+
 static int load_tensors(const IrProgram *p, Source *src, const char *net_path,
                         const InputPlan *plan, DataSplits *out)
 {
@@ -1011,17 +1025,175 @@ static int load_tensors(const IrProgram *p, Source *src, const char *net_path,
     const char *format = "", *test_format = "";
     int rc = !train || (p->cfg.data_test && !test) ? -1 : load_tensor_split(p, plan, train, &out->train, &format);
     if (rc == 0 && test) rc = load_tensor_split(p, plan, test, &out->test, &test_format);
-    if (rc == 0 && !test && out->train.n < 10) {
-        cgc_error("%s: %lld examples; the evaluation split, the last tenth, needs 10 at least "
-                  "(or give test = \"FILE\")", train, (long long)out->train.n);
-        rc = -1;
-    }
-    if (rc == 0 && !test) split_rows(&out->train, out->train.n - out->train.n / 10, &out->test);
-    out->has_test = rc == 0;
+    rc = rc == 0 ? hold_out(train, test != NULL, out) : -1;
     if (rc == 0)
         out->description = describe("tensors: %lld train, %lld test%s, from %s (%s)%s%s",
                                     (long long)out->train.n, (long long)out->test.n,
                                     test ? "" : " (its last tenth)", train, format,
+                                    test ? " and " : "", test ? test : "");
+    free(train);
+    free(test);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* CSV tables: csv("FILE", test = "FILE2", label = "COLUMN", scale = S)                  */
+/* ------------------------------------------------------------------------------------ */
+
+/* A table being read into a Dataset: the header's columns, then row by row. */
+typedef struct Table {
+    const IrProgram *p;
+    const InputPlan *plan;
+    const char *path;
+    Dataset *d;
+    int columns, label;         /* label: the labels' column, or -1 */
+    char **names;
+    int64_t cap;                /* rows D has room for */
+    int64_t nans, first_nan_line;
+} Table;
+
+/* The header's field COL. */
+static int table_name(Table *t, int col, const char *text)
+{
+    t->names = xrealloc(t->names, (size_t)(col + 1) * sizeof *t->names);
+    t->names[col] = xstrdup(text);
+    t->columns = col + 1;
+    return 0;
+}
+
+/* After the header: the labels' column found, and the features' count that of input 0. */
+static int table_columns(Table *t)
+{
+    const char *want = t->p->cfg.data_label;
+    for (int c = 0; want && c < t->columns; c++)
+        if (strcmp(t->names[c], want) == 0) {
+            if (t->label >= 0) {
+                cgc_error("%s: two columns are named '%s'; the labels' must be one", t->path, want);
+                return -1;
+            }
+            t->label = c;
+        }
+    if (t->plan->y_row > 0 && !want) {
+        cgc_error("%s: the model's second input '%s' takes labels: say which column holds them "
+                  "(csv(\"%s\", label = \"%s\"))", t->path, t->p->inputs[1].name,
+                  t->p->cfg.data_dir, t->names[t->columns - 1]);
+        return -1;
+    }
+    if (want && t->label < 0) {
+        char list[512] = "";
+        for (int c = 0, at = 0; c < t->columns && at < (int)sizeof list; c++)
+            at += snprintf(list + at, sizeof list - (size_t)at, "%s'%s'", c ? ", " : "", diag_quote(t->names[c], 40));
+        cgc_error("%s: no column '%s' for the labels; the header names %s", t->path, want, list);
+        return -1;
+    }
+    int64_t features = t->columns - (t->label >= 0);
+    if (features != t->plan->x_row || (t->plan->y_row > 1)) {
+        cgc_error("%s: %lld feature columns and %s, but the model's first input takes %lld values "
+                  "per example%s", t->path, (long long)features,
+                  t->label >= 0 ? "one label" : "no labels", (long long)t->plan->x_row,
+                  t->plan->y_row > 1 ? " and its second more than one label" : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* Cell TEXT of line LINE, column COL, as a number; -1 after an error. */
+static int table_number(const Table *t, int64_t line, int col, const char *text, double *v)
+{
+    char *end;
+    while (*text == ' ' || *text == '\t') text++;
+    *v = strtod(text, &end);
+    while (*end == ' ' || *end == '\t') end++;
+    if (end != text && *end == '\0') return 0;
+    char what[96];
+    snprintf(what, sizeof what, "'%s' is not a number", diag_quote(text, 40));
+    cgc_error("%s: line %lld, column %d ('%s'): %s", t->path, (long long)line, col + 1,
+              diag_quote(t->names[col], 40), *text ? what : "an empty cell; every cell must be a number");
+    return -1;
+}
+
+static int table_cell(void *ctx, int64_t record, int64_t line, int col, const char *text, size_t len)
+{
+    Table *t = ctx;
+    (void)len;
+    if (record == 0) return table_name(t, col, text);
+    if (col >= t->columns) return 0;   /* the record's count says so after it */
+    Dataset *d = t->d;
+    int64_t r = record - 1;
+    if (r >= t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 1024;
+        d->x = xrealloc(d->x, (size_t)(t->cap * d->x_row) * sizeof *d->x);
+        if (d->y_row && d->y_int) d->y_i32 = xrealloc(d->y_i32, (size_t)t->cap * sizeof *d->y_i32);
+        else if (d->y_row) d->y_f32 = xrealloc(d->y_f32, (size_t)t->cap * sizeof *d->y_f32);
+    }
+    double v;
+    if (table_number(t, line, col, text, &v) < 0) return -1;
+    if (col != t->label) {
+        int64_t at = r * d->x_row + col - (t->label >= 0 && col > t->label);
+        d->x[at] = (float)(v * t->p->cfg.data_scale);
+        if (v != v && t->nans++ == 0) t->first_nan_line = line;
+        return 0;
+    }
+    if (!d->y_row) return 0;
+    if (!d->y_int) return d->y_f32[r] = (float)v, 0;
+    int64_t classes = t->p->num_classes > 0 ? t->p->num_classes : INT32_MAX;
+    if (v == floor(v) && v >= 0 && v < (double)classes) return d->y_i32[r] = (int32_t)v, 0;
+    cgc_error("%s: line %lld: the label %s is not a class id from 0 to %lld", t->path,
+              (long long)line, diag_quote(text, 40), (long long)classes - 1);
+    return -1;
+}
+
+static int table_record(void *ctx, int64_t record, int64_t line, int fields)
+{
+    Table *t = ctx;
+    if (record == 0) return table_columns(t);
+    if (fields != t->columns) {
+        cgc_error("%s: line %lld has %d field%s; the header has %d", t->path, (long long)line,
+                  fields, fields == 1 ? "" : "s", t->columns);
+        return -1;
+    }
+    t->d->n = record;
+    return 0;
+}
+
+/* One split from the CSV file PATH. */
+static int load_csv_split(const IrProgram *p, const InputPlan *plan, const char *path, Dataset *d)
+{
+    *d = (Dataset){ .x_row = plan->x_row, .y_row = plan->y_row ? 1 : 0, .y_int = plan->y_int };
+    Table t = { .p = p, .plan = plan, .path = path, .d = d, .label = -1 };
+    int rc = csv_read(path, table_cell, table_record, &t);
+    if (rc == 0 && t.columns == 0) {
+        cgc_error("%s: empty: a header line and a row per example are needed", path);
+        rc = -1;
+    } else if (rc == 0 && d->n == 0) {
+        cgc_error("%s: a header and no rows", path);
+        rc = -1;
+    }
+    if (rc == 0 && t.nans)
+        cgc_warning("%s: %lld NaN feature value%s (the first on line %lld): a loss over them is NaN",
+                    path, (long long)t.nans, t.nans == 1 ? "" : "s", (long long)t.first_nan_line);
+    for (int c = 0; c < t.columns; c++) free(t.names[c]);
+    free(t.names);
+    return rc;
+}
+
+static int load_csv(const IrProgram *p, Source *src, const char *net_path, const InputPlan *plan,
+                    DataSplits *out)
+{
+    if (plan->x_tokens) {
+        input_error(src, p->inputs[0].loc, "input '%s' is i32, but CSV features are floating "
+                    "point", p->inputs[0].name);
+        return -1;
+    }
+    char *train = find_file(p, src, p->cfg.data_dir, net_path, "csv: the file", "");
+    char *test = train && p->cfg.data_test
+                     ? find_file(p, src, p->cfg.data_test, net_path, "csv: the test file", "") : NULL;
+    int rc = !train || (p->cfg.data_test && !test) ? -1 : load_csv_split(p, plan, train, &out->train);
+    if (rc == 0 && test) rc = load_csv_split(p, plan, test, &out->test);
+    rc = rc == 0 ? hold_out(train, test != NULL, out) : -1;
+    if (rc == 0)
+        out->description = describe("csv: %lld train, %lld test%s, from %s%s%s", (long long)out->train.n,
+                                    (long long)out->test.n, test ? "" : " (its last tenth)", train,
                                     test ? " and " : "", test ? test : "");
     free(train);
     free(test);
@@ -1040,6 +1212,7 @@ int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits 
     int status = p->cfg.data == DATA_IDX       ? load_idx(p, src, net_path, &plan, out)
                  : p->cfg.data == DATA_TEXT    ? load_text(p, src, net_path, out)
                  : p->cfg.data == DATA_TENSORS ? load_tensors(p, src, net_path, &plan, out)
+                 : p->cfg.data == DATA_CSV     ? load_csv(p, src, net_path, &plan, out)
                                                : load_synthetic(p, src, &plan, out);
     if (status < 0) data_free(out);
     return status;

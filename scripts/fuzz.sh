@@ -26,7 +26,7 @@ set -uo pipefail
 seconds=${1:-600}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}
-targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_arrays fuzz_tune fuzz_kcache)
+targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_arrays fuzz_csv fuzz_tune fuzz_kcache)
 
 command -v clang > /dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-dev): skipped"; exit 77; }
 probe=$(mktemp -d)
@@ -41,7 +41,7 @@ cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCGC_FUZZ=ON -DCGC_WERROR
 # fuzz_kcache exists where the CUDA Toolkit does (the kernel cache is built with it); the
 # list is read whole, as grep -q would close the pipe early and fail it under pipefail
 help=$(cmake --build "$build" --target help 2> /dev/null)
-grep -qw fuzz_kcache <<< "$help" || targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_arrays fuzz_tune)
+grep -qw fuzz_kcache <<< "$help" || targets=(fuzz_net fuzz_idx fuzz_safetensors fuzz_arrays fuzz_csv fuzz_tune)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
   { tail -30 "$build.build.log"; exit 1; }
 
@@ -53,6 +53,8 @@ for t in "${targets[@]}"; do mkdir -p "$build/seeds/$t"; done
 mkdir -p "$build/artifacts"
 cp "$root"/tests/fuzz/seeds/tune/*.tune "$build/seeds/fuzz_tune/"
 cp "$root"/tests/fuzz/seeds/arrays/* "$build/seeds/fuzz_arrays/"
+printf '\xef\xbb\xbf"a, b",c\r\n1,"x""y"\r\n\n2,3\n' > "$build/seeds/fuzz_csv/quoted.csv"
+printf 'a,b,label\n1.5,-2e3,0\n,nan,1' > "$build/seeds/fuzz_csv/plain.csv"
 find "$root/models" "$root/tests/emu/models" "$root/tests/diag" "$root/tests/fuzz/seeds" -name '*.net' |
   while read -r f; do cp "$f" "$build/seeds/fuzz_net/$(echo "${f#$root/}" | tr '/' '_')"; done
 for f in /usr/share/datasets/fashion-mnist/*-ubyte.gz "$root"/data/fashion-mnist/*-ubyte.gz; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tensors("TRAIN", test = "TEST", scale = S): the user's own arrays (ctest e2e_tensors_data).
+"""tensors(...) and csv(...): the user's own arrays and tables (ctest e2e_tensors_data).
 
 1. The same run from IDX and from tensors(...): Fashion-MNIST's IDX files written by NumPy
    as an .npz (np.savez), a compressed one (np.savez_compressed), a directory of .npy
@@ -7,7 +7,12 @@
    scaled as float32 and float64 (no scale given). 20 AdamW steps of models/mlp.net in
    fp32 on the CPU from each: every tensor of the checkpoints equal to the IDX run's, bit
    for bit.
-2. Hostile files, each an exit status of 1, a message that says what is wrong, and no
+2. csv("FILE", test = "FILE2", label = "COLUMN", scale = S): a table of the same numbers
+   as an .npz (integers scaled, floats printed exactly, the label column anywhere, quoted
+   header names, CRLF, a BOM, blank lines) trains to the .npz run's checkpoint, bit for
+   bit; ragged rows, a non-number, an empty cell, a label that is no class id, a missing
+   label column and an unclosed quote are errors naming the line (and column).
+3. Hostile files, each an exit status of 1, a message that says what is wrong, and no
    checkpoint written: truncated arrays, headers that lie about their shapes (one claiming
    10 GB in a file of a few hundred bytes), a damaged archive member, an inflate bomb's
    claim, mismatched example counts, labels out of range or not integers, a missing
@@ -227,12 +232,61 @@ def hostile(work):
           f"no test file: the last tenth evaluates: {r.stdout.splitlines()[0] if r.stdout else r.stderr}")
 
 
+def table(work):
+    """csv(...) against tensors(...) from the same numbers, and broken tables."""
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, (200, 4)).astype(np.uint8)
+    y = rng.integers(0, 3, 200)
+    np.savez(f"{work}/d.npz", x=x, y=y)
+    rows = [f'"a, first",b,"the ""label""",c,d']
+    rows += [f"{r[0]},{r[1]},{l},{r[2]}, {r[3]}" for r, l in zip(x, y)]
+    with open(f"{work}/d.csv", "wb") as f:
+        f.write(b"\xef\xbb\xbf" + "\r\n".join(rows[:100]).encode() + b"\r\n\r\n" + "\n".join(rows[100:]).encode() + b"\n\n\n")
+    with open(f"{work}/m.net", "w") as f:
+        f.write(MODEL)
+    common = ["m.net", "--device", "cpu", "-q", "--steps", "5"]
+    r1 = cgc(common + ["--data", 'tensors("d.npz", scale = 1/255)', "--save", "npz.st"], work)
+    r2 = cgc(common + ["--data", 'csv("d.csv", label = "the \\"label\\"", scale = 1/255)', "--save", "csv.st"], work)
+    same = r1.returncode == r2.returncode == 0 and load_safetensors(f"{work}/npz.st") == load_safetensors(f"{work}/csv.st")
+    check(same, f"csv against tensors, the same numbers: the same checkpoint bit for bit {r2.stderr.strip()[:300]}")
+    floats = rng.standard_normal((200, 4)).astype(np.float32)
+    np.savez(f"{work}/f.npz", x=floats, y=y)
+    with open(f"{work}/f.csv", "w") as f:
+        f.write("p,q,r,s,label\n" + "".join(",".join(repr(float(v)) for v in r) + f",{l}\n" for r, l in zip(floats, y)))
+    r1 = cgc(common + ["--data", 'tensors("f.npz")', "--save", "f1.st"], work)
+    r2 = cgc(common + ["--data", 'csv("f.csv", label = "label")', "--save", "f2.st"], work)
+    same = r1.returncode == r2.returncode == 0 and load_safetensors(f"{work}/f1.st") == load_safetensors(f"{work}/f2.st")
+    check(same, f"csv of float32 values printed exactly: the .npz's checkpoint bit for bit {r2.stderr.strip()[:300]}")
+    header = "a,b,c,d,y\n"
+    good = "".join(f"1,2,3,4,{i % 3}\n" for i in range(20))
+    broken = {
+        "a ragged row": (header + good + "1,2,3,0\n", 'label = "y"', "line 22 has 4 fields; the header has 5"),
+        "a cell that is not a number": (header + good + "1,2,x3,4,0\n", 'label = "y"', "line 22, column 3 ('c'): 'x3' is not a number"),
+        "an empty cell": (header + "1,,3,4,0\n" + good, 'label = "y"', "line 2, column 2 ('b'): an empty cell"),
+        "a label that is no class id": (header + good + "1,2,3,4,1.5\n", 'label = "y"', "line 22: the label 1.5 is not a class id from 0 to 2"),
+        "a label out of range": (header + good + "1,2,3,4,3\n", 'label = "y"', "the label 3 is not a class id"),
+        "no such label column": (header + good, 'label = "z"', "no column 'z' for the labels; the header names 'a', 'b', 'c', 'd', 'y'"),
+        "no label given": (header + good, "", "say which column holds them"),
+        "an unclosed quote": (header + good + '1,2,"3,4,0\n', 'label = "y"', "line 22: a quoted field is not closed"),
+        "text after a closing quote": (header + '1,2,"3"x,4,0\n' + good, 'label = "y"', "line 2: text after a field's closing quote"),
+        "another width": ("a,b,y\n" + "1,2,0\n" * 20, 'label = "y"', "2 feature columns and one label, but the model's first input takes 4"),
+        "a header and no rows": (header, 'label = "y"', "a header and no rows"),
+        "an empty file": ("", 'label = "y"', "empty: a header line"),
+    }
+    for what, (text, label, want) in broken.items():
+        with open(f"{work}/b.csv", "w") as f:
+            f.write(text)
+        refused(work, f"csv: {what}", f'csv("b.csv"{", " + label if label else ""})', want, {})
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
         return 2
     with tempfile.TemporaryDirectory() as work:
         hostile(work)
+    with tempfile.TemporaryDirectory() as work:
+        table(work)
     if os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         with tempfile.TemporaryDirectory() as work:
             same_run(work)

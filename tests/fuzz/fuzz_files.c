@@ -1,7 +1,7 @@
 /* fuzz_files.c: libFuzzer targets (scripts/fuzz.sh) for the binary files cgc reads, each
  * through its public reader: IDX datasets, gzip'd or not (fuzz_idx), safetensors
- * checkpoints (fuzz_safetensors), and a user's arrays, .npz, .npy or safetensors, for
- * inputs x and y (fuzz_arrays). The readers take a path, so each input is written to a
+ * checkpoints (fuzz_safetensors), a user's arrays, .npz, .npy or safetensors, for
+ * inputs x and y (fuzz_arrays), and CSV tables (fuzz_csv). The readers take a path, so each input is written to a
  * file first. An input may be refused with a message; it may not crash, leak or trip a
  * sanitizer, and what a reader accepts is read through to the end. */
 #include <stdint.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../runtime/arrays.h"
+#include "../../runtime/csv.h"
 #include "../../runtime/data.h"
 #include "../../runtime/safetensors.h"
 
@@ -30,7 +31,23 @@ static const char *as_file(const uint8_t *data, size_t size)
     return path;
 }
 
-#if !defined FUZZ_IDX && !defined FUZZ_ARRAYS
+#ifdef FUZZ_CSV
+/* Every field's text is as long as it says; the records are counted in order. */
+static int csv_field(void *ctx, int64_t record, int64_t line, int col, const char *text, size_t len)
+{
+    (void)line, (void)col;
+    if (strlen(text) > len || record != *(int64_t *)ctx) abort();
+    return 0;
+}
+
+static int csv_record(void *ctx, int64_t record, int64_t line, int fields)
+{
+    if (line < 1 || fields < 1 || record != (*(int64_t *)ctx)++) abort();
+    return 0;
+}
+#endif
+
+#if !defined FUZZ_IDX && !defined FUZZ_ARRAYS && !defined FUZZ_CSV
 /* Bytes per element of a dtype the reader accepted (it knows no other). */
 static uint64_t dtype_bytes(const char *dtype)
 {
@@ -54,6 +71,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (sum == 0xFFFFFFFFFFFFFFFFull) abort();
     }
     free(bytes);
+#elif defined FUZZ_CSV
+    int64_t records = 0;
+    (void)csv_read(path, csv_field, csv_record, &records);
 #elif defined FUZZ_ARRAYS
     static const char *const names[] = { "x", "y" };
     ArraySet *s = arrays_open(path, names, 2);
