@@ -276,16 +276,6 @@ static int find_attention(Decoder *d, const bool *needed)
     return 0;
 }
 
-/* The nodes the prediction reads, directly or not. */
-static bool *prediction_cone(const IrGraph *ev, int out)
-{
-    bool *needed = xcalloc((size_t)ev->nnodes, sizeof *needed);
-    needed[out] = true;
-    for (int id = out; id >= 0; id--)
-        for (int k = 0; needed[id] && k < ev->nodes[id].nin; k++) needed[ev->nodes[id].in[k]] = true;
-    return needed;
-}
-
 /* Evaluation node ID onto the decode graph: its decode node, or REFUSED. */
 static int decode_node(Decoder *d, int id)
 {
@@ -314,7 +304,7 @@ static int build(Decoder *d)
         snprintf(d->why, d->whylen, "its prediction is not [N, %lld, V]", (long long)d->t);
         return -1;
     }
-    bool *needed = prediction_cone(d->ev, out);
+    bool *needed = ir_cone(d->ev, out);
     int rc = find_attention(d, needed) == REFUSED ? -1 : 0;
     for (int id = 0; rc == 0 && id < d->ev->nnodes; id++)
         if (needed[id]) rc = decode_node(d, id) == REFUSED ? -1 : 0;

@@ -422,6 +422,33 @@ void ir_drop_tensors(IrProgram *p, int n)
     p->ntensors = n;
 }
 
+void ir_keep_tensors(IrProgram *p, const bool *keep)
+{
+    int *to = xmalloc((size_t)(p->ntensors ? p->ntensors : 1) * sizeof *to), n = 0, params = 0;
+    for (int i = 0; i < p->ntensors; i++) {
+        p->string_tensor[intern_index(p, p->tensors[i].name)] = -1;
+        to[i] = keep[i] ? n : -1;
+        if (!keep[i]) continue;
+        params += p->tensors[i].kind == IR_PARAM;
+        CGC_ASSERT(p->tensors[i].param_of < 0 || keep[p->tensors[i].param_of]);
+        p->tensors[n] = p->tensors[i];
+        if (p->tensors[n].param_of >= 0) p->tensors[n].param_of = to[p->tensors[n].param_of];
+        p->string_tensor[intern_index(p, p->tensors[n].name)] = n;
+        n++;
+    }
+    IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval, &p->decode};
+    for (size_t k = 0; k < sizeof graphs / sizeof *graphs; k++)
+        for (int i = 0; i < graphs[k]->nnodes; i++) {
+            IrNode *x = &graphs[k]->nodes[i];
+            if (ir_node_tensor(x) < 0) continue;
+            CGC_ASSERT(to[x->index] >= 0);
+            x->index = to[x->index];
+        }
+    p->ntensors = n;
+    p->nparams = params;
+    free(to);
+}
+
 int ir_find_tensor(const IrProgram *p, const char *name)
 {
     int i = intern_index(p, name);
@@ -640,6 +667,15 @@ bool ir_attention_chain(const IrGraph *g, int sm, IrAttention *a)
     if (!attn_matmul(s, IR_MATMUL_TRANS_B) || s->shape.rank != 4 || a->o < 0) return false;
     a->s = m, a->sm = sm, a->q = s->in[0], a->k = s->in[1], a->v = g->nodes[a->o].in[1];
     return true;
+}
+
+bool *ir_cone(const IrGraph *g, int out)
+{
+    bool *needed = xcalloc((size_t)g->nnodes + 1, sizeof *needed);
+    needed[out] = true;
+    for (int id = out; id >= 0; id--)
+        for (int k = 0; needed[id] && k < g->nodes[id].nin; k++) needed[g->nodes[id].in[k]] = true;
+    return needed;
 }
 
 bool ir_gemm_unrounded(const IrGraph *g, int id)

@@ -457,6 +457,7 @@ typedef struct IrProgram {
     IrGraph eval;        /* training.c: dropout off, loss, prediction, correct count */
     IrGraph decode;      /* decode.c, for generation only: one position of the prediction */
     int ncached;         /* the decode graph's caches: the last NCACHED tensors */
+    bool inference;      /* inference.c cut it to the prediction: no optimizer state */
     TrainConfig cfg;
     /* The batch statistics (batchnorm) with the fewest values per channel in one row of
      * the batch, and where: with one ([N, C]), a batch of one row has no unbiased
@@ -539,6 +540,9 @@ int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, Ir
 int ir_find_tensor(const IrProgram *p, const char *name);   /* -1 when absent */
 /* Removes the tensors after the first N (not parameters); their names name none again. */
 void ir_drop_tensors(IrProgram *p, int n);
+/* Keeps the tensors KEEP marks (in order; a state's parameter with it), renumbering what
+ * reads them; no graph may read one that goes. */
+void ir_keep_tensors(IrProgram *p, const bool *keep);
 
 void ir_graph_init(IrGraph *g, const char *name);
 void ir_graph_free(IrGraph *g);
@@ -580,6 +584,8 @@ IrAttention ir_attention_group(const IrGraph *g, const IrSpan *span, int k);
  * casts: false where SM is not attention's softmax over the scaled, masked products. Its
  * O is the first product P V after SM. */
 bool ir_attention_chain(const IrGraph *g, int sm, IrAttention *a);
+/* The nodes of G that node OUT reads, directly or not, and OUT (malloc'd flags). */
+bool *ir_cone(const IrGraph *g, int out);
 const char *ir_group_kind_name(IrGroupKind kind);   /* "pointwise", "reduce", "row", "gemm" */
 /* Member ID of a GEMM group that is not stored: it stays in cuBLASLt's f32 accumulator,
  * not rounded to its dtype (IR_GROUP_GEMM). */

@@ -60,6 +60,11 @@ void training_lower(IrProgram *p);
  * it was. */
 int decode_lower(IrProgram *p, char *why, size_t n);
 
+/* inference.c: for --predict, P cut to its evaluation graph's prediction (loss, correct
+ * count and labels gone), without the training graphs and the optimizer's state tensors
+ * (P->inference set). */
+void inference_lower(IrProgram *p);
+
 /* recompute.c: activation checkpointing on P->train and P->train_micro.
  *
  * A schedule keeps some of the forward's cuts (values through which the forward narrows

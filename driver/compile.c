@@ -190,9 +190,11 @@ void compiled_free(Compiled *c)
     memset(c, 0, sizeof *c);
 }
 
+PlanGraphId compiled_main_graph(const Compiled *c) { return c->p->inference ? PG_EVAL : PG_TRAIN; }
+
 size_t compiled_activation_bytes(const Compiled *c)
 {
-    size_t a = c->layout.graph_bytes[PG_TRAIN], b = c->layout.graph_bytes[PG_TRAIN_MICRO];
+    size_t a = c->layout.graph_bytes[compiled_main_graph(c)], b = c->layout.graph_bytes[PG_TRAIN_MICRO];
     return a > b ? a : b;
 }
 
@@ -206,7 +208,7 @@ int compiled_segments(const Compiled *c)
 int compiled_steps_per_train(const Compiled *c, int *gemms)
 {
     CGC_ASSERT(c->plan);
-    const PlanGraph *g = &c->plan->graph[PG_TRAIN];
+    const PlanGraph *g = &c->plan->graph[compiled_main_graph(c)];
     int ng = 0;
     for (int i = 0; i < g->nsteps; i++) ng += g->steps[i].kind == STEP_GEMM;
     if (gemms) *gemms = ng;

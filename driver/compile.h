@@ -57,6 +57,9 @@ typedef struct Compiled {
 int compile_program(IrProgram *p, const CompileOptions *o, Compiled *out);
 void compiled_free(Compiled *c);
 
+/* The graph a run of C repeats: the training step's, or for inference (--predict) the
+ * evaluation graph's. */
+PlanGraphId compiled_main_graph(const Compiled *c);
 /* Activation bytes: the largest training graph's own peak (layout.graph_bytes). */
 size_t compiled_activation_bytes(const Compiled *c);
 /* The segments the backward recomputes (kept cuts with something to recompute before them). */

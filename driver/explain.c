@@ -161,14 +161,14 @@ static void print_op_counts(const IrGraph *g, int k, FILE *out)
 static void explain_groups(const Compiled *c, FILE *out)
 {
     const IrProgram *p = c->p;
-    const IrGraph *g = &p->train;
+    const IrGraph *g = p->inference ? &p->eval : &p->train;
     char shape[96];
     if (!g->ngroups) {
         fprintf(out, "\nFusion: none (--mode %s: one kernel or GEMM per op).\n",
                 plan_mode_name(c->plan->mode));
         return;
     }
-    fprintf(out, "\nFusion groups of the train graph (%d):\n", g->ngroups);
+    fprintf(out, "\nFusion groups of the %s graph (%d):\n", g->name, g->ngroups);
     int width = 28;     /* the name column: the longest name's */
     for (int k = 1; k <= g->ngroups; k++) {
         int len = (int)strlen(g->groups[k - 1].name);
@@ -508,11 +508,15 @@ static void explain_memory(const Compiled *c, FILE *out)
     diag_format_bytes(compiled_activation_bytes(c), act, sizeof act);
     char ranks[48] = "";
     if (c->p->cfg.ranks > 1) snprintf(ranks, sizeof ranks, " rows on each of %d ranks", c->p->cfg.ranks);
-    fprintf(out, "\nMemory plan (batch %lld%s): peak %s = %s persistent (parameters, optimizer "
-                 "state, inputs, data)\n  + %s for the train step's activations and temporaries\n",
-            (long long)c->symmax[0], ranks, peak, pers, act);
-    fputs("  (a run with a test split lays the arena out for its evaluation batch too, up to\n"
-          "  1000 rows, when that is larger than the training batch)\n", out);
+    bool infer = c->p->inference;
+    fprintf(out, "\nMemory plan (batch %lld%s): peak %s = %s persistent (%s)\n  + %s for the %s's "
+                 "activations and temporaries\n", (long long)c->symmax[0], ranks, peak, pers,
+            infer ? "parameters and running statistics, inputs: no optimizer state"
+                  : "parameters, optimizer state, inputs, data",
+            act, infer ? "prediction" : "train step");
+    if (!infer)
+        fputs("  (a run with a test split lays the arena out for its evaluation batch too, up to\n"
+              "  1000 rows, when that is larger than the training batch)\n", out);
     for (int gid = 0; gid < PG_NUM; gid++) {
         if (!c->plan->graph[gid].ir) continue;
         char b[32];
@@ -699,9 +703,12 @@ void compiled_explain(const Compiled *c, bool on_gpus, FILE *out)
     explain_attention(c, out);
     explain_memory(c, out);
     explain_ranks(c, on_gpus, out);
-    fprintf(out, "\nKernels per training step: %d launches, of which %d GEMMs (plus the data "
-                 "pipeline's 2 gathers, 1 loss tracker%s)\n", steps, gemms,
-            c->plan->step_state >= 0 ? " and 1 step advance" : "");
+    if (p->inference)
+        fprintf(out, "\nKernels per batch predicted: %d launches, of which %d GEMMs\n", steps, gemms);
+    else
+        fprintf(out, "\nKernels per training step: %d launches, of which %d GEMMs (plus the data "
+                     "pipeline's 2 gathers, 1 loss tracker%s)\n", steps, gemms,
+                c->plan->step_state >= 0 ? " and 1 step advance" : "");
     if (plan_mode_captures(c->plan->mode))
         fprintf(out, "%s: on a GPU, each micro-batch's launches are captured as one CUDA "
                      "graph at the\nsecond full batch and replayed from then on (the step "

@@ -26,6 +26,7 @@
 #include "job.h"
 #include "../runtime/comm.h"
 #include "../runtime/generate.h"
+#include "../runtime/predict.h"
 #include "../runtime/profile.h"
 #include "../runtime/safetensors.h"
 #include "../runtime/train.h"
@@ -97,6 +98,10 @@ static const char usage_text[] =
     "  --top-k K               sample among the K likeliest bytes (default 0: all)\n"
     "  --logits FILE           with --generate: also write the logits each byte was drawn\n"
     "                          from to FILE, a NumPy array f32 [tokens, 256]\n"
+    "  --predict INPUT         run --resume's weights on INPUT (.npy, .npz, .safetensors,\n"
+    "                          .csv or a directory of .npy) in evaluation mode and exit\n"
+    "  --out FILE              where --predict writes the outputs: .npy, or .safetensors\n"
+    "                          with each row's class too for a classifier\n"
     "  --metrics FILE          append one JSON object per epoch to FILE\n"
     "  --metrics-every N       also one every N steps: the mean training loss since the\n"
     "                          last (on a GPU, read back each time)\n"
@@ -154,7 +159,7 @@ enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_S
        OPT_METRICS, OPT_METRICS_EVERY, OPT_CHECK, OPT_VERSION, OPT_HELP, OPT_LR, OPT_EMIT, OPT_MODE,
        OPT_ARCH, OPT_DEVICES, OPT_DUMP_AFTER, OPT_EXPLAIN, OPT_STATS, OPT_PROFILE, OPT_BENCH,
        OPT_TUNE_BUDGET, OPT_TUNE_FILE, OPT_NPROC, OPT_GENERATE, OPT_TOKENS, OPT_TEMPERATURE,
-       OPT_TOP_K, OPT_LOGITS };
+       OPT_TOP_K, OPT_LOGITS, OPT_PREDICT, OPT_OUT };
 
 /* Flags that are train keys: the flag name, then the key it sets. */
 static const char *const train_flags[][2] = {
@@ -189,6 +194,7 @@ typedef struct Cli {
     int noverrides;
     const char *generate;       /* --generate: the prompt, or NULL */
     GenerateOptions gen;        /* --tokens, --temperature, --top-k, --logits */
+    PredictOptions predict;     /* --predict INPUT, --out FILE */
     bool gen_flags;             /* one of them was given */
 } Cli;
 
@@ -450,6 +456,7 @@ static int check_outputs(const Cli *cli, bool trains)
         {cli->run.metrics_path, TRAIN_METRICS_ROLE, &out_json},
         {cli->run.profile_path, PROFILE_ROLE, &out_json},
         {cli->gen.logits_path, GENERATE_LOGITS_ROLE, &out_npy},
+        {cli->predict.out, PREDICT_OUT_ROLE, cli->predict.out ? predict_out_kind(cli->predict.out) : NULL},
         {trains ? cli->tune_file : NULL, TUNE_FILE_ROLE, &tune_choices},
     };
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
@@ -495,6 +502,8 @@ static int parse_args(int argc, char **argv, Cli *cli)
     opts[n++] = (struct option){"temperature", required_argument, NULL, OPT_TEMPERATURE};
     opts[n++] = (struct option){"top-k", required_argument, NULL, OPT_TOP_K};
     opts[n++] = (struct option){"logits", required_argument, NULL, OPT_LOGITS};
+    opts[n++] = (struct option){"predict", required_argument, NULL, OPT_PREDICT};
+    opts[n++] = (struct option){"out", required_argument, NULL, OPT_OUT};
     opts[n++] = (struct option){"tune-file", required_argument, NULL, OPT_TUNE_FILE};
     opts[n++] = (struct option){"nproc", required_argument, NULL, OPT_NPROC};
     opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
@@ -560,6 +569,8 @@ static int parse_args(int argc, char **argv, Cli *cli)
         }
         case OPT_LR: cli->lr = optarg; break;
         case OPT_GENERATE: cli->generate = optarg; break;
+        case OPT_PREDICT: cli->predict.input = optarg; break;
+        case OPT_OUT: cli->predict.out = optarg; break;
         case OPT_TOKENS:
             cli->gen_flags = true;
             if (!parse_count(optarg, &cli->gen.tokens) || cli->gen.tokens == 0 || cli->gen.tokens > 1000000)
@@ -620,6 +631,20 @@ static int parse_args(int argc, char **argv, Cli *cli)
                           cli->nproc || cli->tune_file))
         return usage_error("%s", "--generate samples and exits; it does not go with --check, "
                                  "--explain, --dump-ir, --bench, --emit, --stats, --save, "
+                                 "--metrics, --stop-after, --profile, --nproc or --tune-file");
+    if (cli->predict.out && !cli->predict.input)
+        return usage_error("%s", "--out names where --predict writes; give --predict INPUT too");
+    if (cli->predict.out && !predict_out_kind(cli->predict.out))
+        return usage_error("--out %s: the predictions go to an .npy array or a .safetensors file; "
+                           "end the name in one of them", diag_quote(cli->predict.out, 80));
+    if (cli->predict.input && (!cli->run.resume_path || (!cli->predict.out && !cli->explain)))
+        return usage_error("%s", "--predict INPUT runs trained weights on INPUT: give --resume "
+                                 "FILE (a checkpoint --save wrote) and --out FILE (.npy or .safetensors)");
+    if (cli->predict.input && (cli->generate || cli->check || cli->dump_ir || cli->dump_after >= 0 ||
+                               cli->bench || cli->emit_dir || cli->run.save_path || cli->run.metrics_path ||
+                               cli->run.stop_after || cli->run.profile_path || cli->nproc || cli->tune_file))
+        return usage_error("%s", "--predict writes predictions and exits; it goes with --explain, "
+                                 "not with --generate, --check, --dump-ir, --bench, --emit, --save, "
                                  "--metrics, --stop-after, --profile, --nproc or --tune-file");
     if (cli->run.metrics_every && !cli->run.metrics_path)
         return usage_error("%s", "--metrics-every N adds objects to the --metrics file; give "
@@ -807,6 +832,20 @@ static int generate(const IrProgram *p, const Compiled *c, Source *src, Cli *cli
     return rc;
 }
 
+/* --predict: the outputs of --resume's weights for the rows of --predict's file, on the
+ * device --device chooses. */
+static int predict(const IrProgram *p, const Compiled *c, Source *src, Cli *cli)
+{
+    BackendOptions bo = backend_options(cli, c->plan);
+    Backend b;
+    if (backend_open(&bo, &b) != 0) return -1;
+    PredictOptions o = cli->predict;
+    o.device = b.device, o.plan = b.plan, o.symmax = c->symmax, o.net_path = cli->path, o.quiet = cli->quiet;
+    int rc = predict_run(p, src, cli->run.resume_path, &o);
+    backend_close(&b);
+    return rc;
+}
+
 /* --generate continues text with a byte model (refused before anything compiles),
  * through the decode graph and its KV cache where the model allows one. */
 static int prepare_generate(IrProgram *p, const Cli *cli)
@@ -895,6 +934,7 @@ static int compile_and_go(IrProgram *p, Source *src, Cli *cli)
         else if (rc == 0 && cli->emit_dir && emit_plan(c.plan, cli, &tuned) != 0) rc = 1;
         else if (rc == 0 && cli->check) rc = check(p, c.plan, cli, tuned);
         else if (rc == 0 && cli->generate) rc = generate(p, &c, src, cli) != 0;
+        else if (rc == 0 && cli->predict.input) rc = predict(p, &c, src, cli) != 0;
         else if (rc == 0) rc = run(p, c.plan, src, cli);
     }
     compiled_free(&c);
@@ -912,7 +952,7 @@ static int cgc_main(int argc, char **argv)
     if (rc) return rc;
     if (cli.devices) return cuda_print_devices(stdout) >= 0 ? 0 : 1;
     bool trains = !cli.check && !cli.explain && !cli.dump_ir && cli.dump_after < 0 && !cli.bench &&
-                  !cli.generate;
+                  !cli.generate && !cli.predict.input;
     if (cli.world.rank == 0 && (rc = check_outputs(&cli, trains)) != 0) return rc;
     /* a job, even of one rank, when a launcher started it or --nproc asks for one; 0: none */
     int ranks = cli.world.launcher ? cli.world.size : cli.nproc;
@@ -964,8 +1004,10 @@ static int cgc_main(int argc, char **argv)
         rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
     else if (cli.generate && prepare_generate(p, &cli) != 0)
         rc = 1;
-    else
+    else {
+        if (cli.predict.input) inference_lower(p);
         rc = compile_and_go(p, src, &cli);
+    }
     ir_program_free(p);
     source_free(src);
     for (int i = 0; i < PASS_NUM; i++) free(cli.pass_ir[i]);

@@ -253,6 +253,21 @@ static int npy_parse(const char *where, const uint8_t *b, size_t n, Array *a)
     return 0;
 }
 
+void arrays_npy_header(FILE *f, const char *descr, const int64_t *shape, int rank)
+{
+    char dict[512], dims[320] = "";
+    for (int k = 0, w = 0; k < rank && w < (int)sizeof dims; k++)   /* as NumPy: (5,), (5, 256) */
+        w += snprintf(dims + w, sizeof dims - (size_t)w, "%s%lld%s", k ? ", " : "", (long long)shape[k],
+                      rank == 1 ? "," : "");
+    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+                       descr, dims);
+    int pad = (64 - (10 + len + 1) % 64) % 64;   /* the data starts at a multiple of 64 */
+    unsigned header = (unsigned)(len + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc((int)(header & 0xff), f), fputc((int)(header >> 8), f);
+    fprintf(f, "%s%*s\n", dict, pad, "");
+}
+
 /* ---- .npz ---- */
 
 /* A member of the archive, from its central directory entry. */
@@ -485,6 +500,9 @@ ArraySet *arrays_open(const char *path, const char *const *names, int n)
     } else if ((b = map_file(s, path, &len)) && len >= 4 && memcmp(b, "PK", 2) == 0) {
         s->format = "an .npz archive";
         rc = open_npz(s, path, b, len, names);
+    } else if (b && len >= 6 && memcmp(b, "\x93NUMPY", 6) == 0 && n == 1) {
+        s->format = "an .npy array";
+        rc = npy_parse(path, b, len, &s->arrays[0]);
     } else if (b && len >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) {
         cgc_error("%s: one .npy array; the inputs need one each: a directory with NAME.npy for "
                   "each input, or an .npz archive (np.savez)", path);

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum { ARRAY_MAX_RANK = 8 };
 
@@ -34,7 +35,7 @@ typedef struct Array {
 typedef struct ArraySet ArraySet;
 
 /* The arrays NAMES[0..n) of PATH: a directory (NAME.npy in it), an .npz archive or a
- * safetensors file, told apart by their bytes. NULL after "cgc: error: PATH: ...", which
+ * safetensors file, told apart by their bytes; for one name, also an .npy file. NULL after "cgc: error: PATH: ...", which
  * for a name the file lacks lists those it has. */
 ArraySet *arrays_open(const char *path, const char *const *names, int n);
 /* Names[I]'s array. */
@@ -42,6 +43,9 @@ const Array *arrays_get(const ArraySet *s, int i);
 /* What PATH is: "a directory of .npy files", "an .npz archive", "a safetensors file". */
 const char *arrays_format(const ArraySet *s);
 void arrays_free(ArraySet *s);
+
+/* An .npy header (format 1.0) to F: DESCR ('<f4', '<i4'), SHAPE[0..rank); the data follows. */
+void arrays_npy_header(FILE *f, const char *descr, const int64_t *shape, int rank);
 
 const char *array_type_name(ArrayType t);   /* "uint8", "float32", ... */
 bool array_type_is_float(ArrayType t);

@@ -1050,6 +1050,7 @@ typedef struct Table {
     char **names;
     int64_t cap;                /* rows D has room for */
     int64_t nans, first_nan_line;
+    bool predicting;            /* features only: a label column is left out when there */
 } Table;
 
 /* The header's field COL. */
@@ -1079,7 +1080,7 @@ static int table_columns(Table *t)
                   t->p->cfg.data_dir, t->names[t->columns - 1]);
         return -1;
     }
-    if (want && t->label < 0) {
+    if (want && t->label < 0 && !t->predicting) {
         char list[512] = "";
         for (int c = 0, at = 0; c < t->columns && at < (int)sizeof list; c++)
             at += snprintf(list + at, sizeof list - (size_t)at, "%s'%s'", c ? ", " : "", diag_quote(t->names[c], 40));
@@ -1156,11 +1157,12 @@ static int table_record(void *ctx, int64_t record, int64_t line, int fields)
     return 0;
 }
 
-/* One split from the CSV file PATH. */
-static int load_csv_split(const IrProgram *p, const InputPlan *plan, const char *path, Dataset *d)
+/* One split from the CSV file PATH; for PREDICTING, the label column may be absent. */
+static int load_csv_split(const IrProgram *p, const InputPlan *plan, const char *path, Dataset *d,
+                          bool predicting)
 {
     *d = (Dataset){ .x_row = plan->x_row, .y_row = plan->y_row ? 1 : 0, .y_int = plan->y_int };
-    Table t = { .p = p, .plan = plan, .path = path, .d = d, .label = -1 };
+    Table t = { .p = p, .plan = plan, .path = path, .d = d, .label = -1, .predicting = predicting };
     int rc = csv_read(path, table_cell, table_record, &t);
     if (rc == 0 && t.columns == 0) {
         cgc_error("%s: empty: a header line and a row per example are needed", path);
@@ -1188,8 +1190,8 @@ static int load_csv(const IrProgram *p, Source *src, const char *net_path, const
     char *train = find_file(p, src, p->cfg.data_dir, net_path, "csv: the file", "");
     char *test = train && p->cfg.data_test
                      ? find_file(p, src, p->cfg.data_test, net_path, "csv: the test file", "") : NULL;
-    int rc = !train || (p->cfg.data_test && !test) ? -1 : load_csv_split(p, plan, train, &out->train);
-    if (rc == 0 && test) rc = load_csv_split(p, plan, test, &out->test);
+    int rc = !train || (p->cfg.data_test && !test) ? -1 : load_csv_split(p, plan, train, &out->train, false);
+    if (rc == 0 && test) rc = load_csv_split(p, plan, test, &out->test, false);
     rc = rc == 0 ? hold_out(train, test != NULL, out) : -1;
     if (rc == 0)
         out->description = describe("csv: %lld train, %lld test%s, from %s%s%s", (long long)out->train.n,
@@ -1218,7 +1220,25 @@ int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits 
     return status;
 }
 
-static void dataset_free(Dataset *d)
+int data_load_inputs(const IrProgram *p, Source *src, const char *path, Dataset *d)
+{
+    memset(d, 0, sizeof *d);
+    InputPlan plan = { .x_row = input_row(p, src, 0) };
+    const IrInput *x = &p->inputs[0];
+    plan.x_tokens = x->dtype == DT_I32 ? (x->index_rows ? x->index_rows : INT32_MAX) : 0;
+    if (plan.x_row < 0) return -1;
+    size_t n = strlen(path);
+    const char *format;
+    IrProgram one = *p;   /* the features alone: no second input to fill */
+    one.ninputs = 1;
+    int rc = n > 4 && strcmp(path + n - 4, ".csv") == 0 && !plan.x_tokens
+                 ? load_csv_split(&one, &plan, path, d, true)
+                 : load_tensor_split(&one, &plan, path, d, &format);
+    if (rc != 0) data_free_set(d);
+    return rc;
+}
+
+void data_free_set(Dataset *d)
 {
     free(d->x);
     free(d->x_i32);
@@ -1229,8 +1249,8 @@ static void dataset_free(Dataset *d)
 
 void data_free(DataSplits *d)
 {
-    dataset_free(&d->train);
-    dataset_free(&d->test);
+    data_free_set(&d->train);
+    data_free_set(&d->test);
     if (d->map) munmap(d->map, d->map_bytes);
     free(d->description);
     memset(d, 0, sizeof *d);

@@ -54,6 +54,13 @@ int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits 
  * after an error at the input that does not fit (SRC: the model's source). */
 int data_check_text_inputs(const IrProgram *p, Source *src);
 void data_free(DataSplits *d);
+/* The first input's values for prediction from PATH, into D (its features only): a CSV
+ * table (a .csv name; the train block's label column left out where it has one), an .npy
+ * array, or the array named as the input in an .npz, a safetensors file or a directory.
+ * 0, or -1 after an error. */
+int data_load_inputs(const IrProgram *p, Source *src, const char *path, Dataset *d);
+/* The memory D holds. */
+void data_free_set(Dataset *d);
 
 /* Reads one IDX file (gzip or plain: zlib decides). Validates magic, type byte (only
  * unsigned byte data, 0x08), rank, that the dimensions' product fits and that the file

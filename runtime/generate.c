@@ -7,6 +7,7 @@
 
 #include "../base/outfile.h"
 #include "../base/rng.h"
+#include "arrays.h"
 #include "cpu/exec.h"
 #include "data.h"
 #include "devexec.h"
@@ -125,19 +126,11 @@ static const float *checked(const Predictor *pr, const float *at)
     return at;
 }
 
-/* O's logits file, its header written for N rows of BYTES f32 (NumPy's format 1.0: the
- * magic, the header's length, a dict padded to a multiple of 64 bytes, a newline). */
+/* O's logits file, its header written for N rows of BYTES f32. */
 static int logits_open(OutFile *f, const GenerateOptions *o, int64_t n)
 {
     if (out_open(f, GENERATE_LOGITS_ROLE, o->logits_path, &out_npy) != 0) return -1;
-    char dict[128];
-    int len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': "
-                       "(%lld, %d), }", (long long)n, BYTES);
-    int pad = (64 - (10 + len + 1) % 64) % 64;
-    uint16_t header = (uint16_t)(len + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f->f);
-    fputc(header & 0xff, f->f), fputc(header >> 8, f->f);
-    fprintf(f->f, "%s%*s\n", dict, pad, "");
+    arrays_npy_header(f->f, "<f4", (const int64_t[]){ n, BYTES }, 2);
     return 0;
 }
 

@@ -232,8 +232,14 @@ int st_check_writable(const char *path)
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta)
 {
+    return st_write(ST_SAVE_ROLE, path, tensors, ntensors, meta, nmeta);
+}
+
+int st_write(const char *role, const char *path, const StTensor *tensors, int ntensors,
+             const StMeta *meta, int nmeta)
+{
     OutFile o;
-    if (out_open(&o, ST_SAVE_ROLE, path, &st_checkpoint) != 0) return -1;
+    if (out_open(&o, role, path, &st_checkpoint) != 0) return -1;
     int *order = sorted_order(tensors, ntensors);
     size_t header_len;
     char *header = build_header(tensors, order, ntensors, meta, nmeta, &header_len);

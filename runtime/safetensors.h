@@ -43,6 +43,10 @@ extern const OutKind st_checkpoint;
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta);
 
+/* st_save for an output of another ROLE (outfile.h): "cannot ROLE PATH: ...". */
+int st_write(const char *role, const char *path, const StTensor *tensors, int ntensors,
+             const StMeta *meta, int nmeta);
+
 /* out_check of a save to PATH: for checking before hours of work, not after. */
 int st_check_writable(const char *path);
 

@@ -182,8 +182,9 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
                         float *const *tensors)
 {
     char want[128], got[128];
-    for (int i = 0; i < st_count(f); i++)
-        if (ir_find_tensor(p, st_get(f, i)->name) < 0) {
+    for (int i = 0; i < st_count(f); i++)   /* inference has no use for the training's state */
+        if (ir_find_tensor(p, st_get(f, i)->name) < 0 &&
+            !(p->inference && strncmp(st_get(f, i)->name, "cgc.", 4) == 0)) {
             cgc_error("%s: tensor '%s' is not part of this model and optimizer (was it saved "
                       "from another model, or with another optimizer?)", path,
                       diag_quote(st_get(f, i)->name, 60));

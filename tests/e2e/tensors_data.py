@@ -12,7 +12,10 @@
    header names, CRLF, a BOM, blank lines) trains to the .npz run's checkpoint, bit for
    bit; ragged rows, a non-number, an empty cell, a label that is no class id, a missing
    label column and an unclosed quote are errors naming the line (and column).
-3. Hostile files, each an exit status of 1, a message that says what is wrong, and no
+3. --predict: a model trained a few steps, then run on new rows from an .npy, an .npz, a
+   CSV and a directory: its outputs (.npy, and .safetensors with each row's class) against
+   the same network written in NumPy from the checkpoint's weights, within 1e-5.
+4. Hostile files, each an exit status of 1, a message that says what is wrong, and no
    checkpoint written: truncated arrays, headers that lie about their shapes (one claiming
    10 GB in a file of a few hundred bytes), a damaged archive member, an inflate bomb's
    claim, mismatched example counts, labels out of range or not integers, a missing
@@ -279,6 +282,67 @@ def table(work):
         refused(work, f"csv: {what}", f'csv("b.csv"{", " + label if label else ""})', want, {})
 
 
+PREDICT_MODEL = """model two {
+    input x: f32[N, 5]
+    input y: i32[N]
+    h = relu(linear(x, 16))
+    logits = linear(h, 4)
+    output logits
+    loss cross_entropy(logits, y)
+}
+train {
+    data = tensors("d.npz")
+    batch = 8
+    steps = 30
+    optimizer = adamw(lr = 1e-2)
+}
+"""
+
+
+def predicting(work):
+    """--predict against NumPy's forward pass of the saved weights."""
+    with open(f"{work}/p.net", "w") as f:
+        f.write(PREDICT_MODEL)
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((200, 5)).astype(np.float32), rng.integers(0, 4, 200)
+    np.savez(f"{work}/d.npz", x=x, y=y)
+    r = cgc(["p.net", "--device", "cpu", "-q", "--save", "p.st"], work)
+    check(r.returncode == 0, f"--predict: a model to predict with: {r.stderr.strip()[:200]}")
+    raw = load_safetensors(f"{work}/p.st")
+    w = {k: np.frombuffer(v, np.float32) for k, v in raw.items()}
+    new = rng.standard_normal((45, 5)).astype(np.float32)
+    h = np.maximum(new.astype(np.float64) @ w["h.weight"].reshape(16, 5).T + w["h.bias"], 0)
+    want = h @ w["logits.weight"].reshape(4, 16).T + w["logits.bias"]
+    np.save(f"{work}/new.npy", new)
+    np.savez(f"{work}/new.npz", x=new)
+    os.mkdir(f"{work}/newdir")
+    np.save(f"{work}/newdir/x.npy", new)
+    with open(f"{work}/new.csv", "w") as f:
+        f.write("a,b,c,d,e\n" + "".join(",".join(repr(float(v)) for v in row) + "\n" for row in new))
+    for source in ("new.npy", "new.npz", "newdir", "new.csv"):
+        r = cgc(["p.net", "--device", "cpu", "--resume", "p.st", "--predict", source, "--out", "o.npy"], work)
+        got = np.load(f"{work}/o.npy") if r.returncode == 0 else np.zeros(0)
+        err = float(np.abs(got - want).max() / np.abs(want).max()) if got.shape == want.shape else float("inf")
+        check(err <= 1e-5, f"--predict {source} --out o.npy: {got.shape} within {err:.2g} of NumPy's "
+                           f"forward pass {r.stderr.strip()[:200]}")
+    r = cgc(["p.net", "--device", "cpu", "-q", "--resume", "p.st", "--predict", "new.npy", "--out", "o.safetensors"], work)
+    out = load_safetensors(f"{work}/o.safetensors") if r.returncode == 0 else {}
+    cls = np.frombuffer(out.get("class", b""), np.int32)
+    check(r.returncode == 0 and (cls == want.argmax(1)).all() and len(cls) == 45
+          and np.allclose(np.frombuffer(out.get("logits", b""), np.float32).reshape(45, 4), want, atol=1e-5),
+          f"--out o.safetensors: 'logits' and each row's 'class' {r.stderr.strip()[:200]}")
+    for what, args, want_msg in (
+            ("without --out", ["--resume", "p.st", "--predict", "new.npy"], "give --resume FILE"),
+            ("another extension", ["--resume", "p.st", "--predict", "new.npy", "--out", "o.txt"], "end the name in one of them"),
+            ("rows of another width", ["--resume", "p.st", "--predict", "d.npz", "--out", "o.npy"], None),
+            ("--out without --predict", ["--out", "o.npy"], "give --predict INPUT too")):
+        if want_msg is None:   # d.npz's x is [200, 5]: it predicts; a file of 3 columns does not
+            np.save(f"{work}/narrow.npy", new[:, :3])
+            args, want_msg = ["--resume", "p.st", "--predict", "narrow.npy", "--out", "o.npy"], "but the input 'x' needs [45 x 5]"
+        r = cgc(["p.net", "--device", "cpu"] + args, work)
+        check(r.returncode in (1, 2) and want_msg in r.stderr, f"--predict {what}: {r.stderr.strip()[:200]}")
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -287,6 +351,8 @@ def main():
         hostile(work)
     with tempfile.TemporaryDirectory() as work:
         table(work)
+    with tempfile.TemporaryDirectory() as work:
+        predicting(work)
     if os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         with tempfile.TemporaryDirectory() as work:
             same_run(work)

@@ -37,6 +37,7 @@
 #include "runtime/cpu/exec.h"
 #include "runtime/devexec.h"
 #include "runtime/generate.h"
+#include "runtime/predict.h"
 #include "runtime/device.h"
 #include "tests/check.h"
 #include "tests/emu/attention_oracle.h"
@@ -1046,6 +1047,57 @@ static void check_generate(Run *r)
     free(tensors);
 }
 
+/* --predict's rows on the device against the CPU executor's: the program recompiled for
+ * inference (compiler/inference.c) and planned in the case's mode, the trained device's
+ * weights, 37 rows of features (whole batches and a ragged last one): the same outputs
+ * within f32's tolerance. In f32, for models whose first input is f32 features. */
+static void check_predict(Run *r, const char *path, bool asan)
+{
+    const Case *c = r->c;
+    if (strcmp(c->precision, "fp32") != 0 || r->p->cfg.data == DATA_TEXT || r->p->inputs[0].dtype != DT_F32)
+        return;
+    IrProgram *q = compile_case(c, path);
+    CHECK(q != NULL);
+    if (!q) return;
+    inference_lower(q);
+    Compiled compiled;
+    Plan *plan = build_plan(c, q, path, &compiled);
+    Device *d = NULL;
+    char so[256];
+    int64_t symmax[IR_MAX_SYMBOLS], per = 1;
+    bind_symbols(symmax, batch_size);
+    CHECK_EQ_INT(plan ? open_device(plan, asan, so, sizeof so, &d) : -1, 0);
+    for (int k = 1; k < q->inputs[0].shape.rank; k++) per *= q->inputs[0].shape.dim[k];
+    Dataset ds = { .n = 37, .x_row = per, .x = malloc(sizeof(float) * (size_t)(37 * per)) };
+    for (int64_t i = 0; i < ds.n * per; i++) ds.x[i] = (float)((i * 7919 % 2003) / 1001.5 - 1.0);
+    float **tensors = calloc((size_t)q->ntensors + 1, sizeof *tensors);
+    for (int i = 0; i < q->ntensors; i++) {
+        tensors[i] = malloc((size_t)ir_numel(&q->tensors[i].shape, NULL) * sizeof(float));
+        CHECK_EQ_INT(devexec_tensor_get(r->dev, ir_find_tensor(r->p, q->tensors[i].name), tensors[i]), 0);
+    }
+    int64_t n = ds.n * predict_row_values(q);
+    float *cpu = malloc(sizeof(float) * (size_t)n), *dev = malloc(sizeof(float) * (size_t)n);
+    PredictOptions on_cpu = { 0 }, on_dev = { .device = d, .plan = plan, .symmax = symmax, .net_path = path };
+    bool ran = d && predict_values(q, &on_cpu, tensors, &ds, cpu) == 0 &&
+               predict_values(q, &on_dev, tensors, &ds, dev) == 0;
+    CHECK(ran);
+    double err = 0, mag = 0;
+    for (int64_t i = 0; ran && i < n; i++) {
+        err = fmax(err, fabs((double)cpu[i] - dev[i]));
+        mag = fmax(mag, fabs((double)cpu[i]));
+    }
+    CHECK(ran && err <= 1e-5 * (mag > 1 ? mag : 1));
+    printf("  --predict on the device: %lld rows, %d launches a batch, against the CPU's: max "
+           "difference %.3g (largest output %.3g)\n", (long long)ds.n,
+           plan ? plan->graph[PG_EVAL].nsteps : 0, err, mag);
+    for (int i = 0; i < q->ntensors; i++) free(tensors[i]);
+    free(tensors), free(cpu), free(dev), free(ds.x);
+    if (d) d->ops->close(d);
+    plan_free(plan);
+    compiled_free(&compiled);
+    ir_program_free(q);
+}
+
 /* With --convs, the library computed every convolution it can: forward, filter and data
  * gradients as the plan's runs have them. */
 static void check_convs(const Plan *plan, Device *d)
@@ -1124,6 +1176,7 @@ static void run_case(const Case *c, bool asan)
         }
         check_convs(plan, d);
         if (!bad) check_generate(&r);
+        if (!bad) check_predict(&r, path, asan);
         if (r.inherited)
             printf("  %d node values over the tolerance only through their inputs "
                    "(see tests/emu/drift.h)\n", r.inherited);
