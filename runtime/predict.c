@@ -22,7 +22,7 @@ static bool ends_with(const char *s, const char *tail)
 const OutKind *predict_out_kind(const char *path)
 {
     if (ends_with(path, ".npy")) return &out_npy;
-    if (ends_with(path, ".safetensors")) return &st_checkpoint;
+    if (ends_with(path, ".safetensors")) return &st_tensors;
     return NULL;
 }
 
@@ -96,7 +96,7 @@ static int write_st(const IrProgram *p, const char *path, const float *out, cons
                       { .name = "class", .dtype = "I32", .rank = s->rank - 1, .data = cls } };
     memcpy(t[0].shape, s->dim, sizeof(int64_t) * (size_t)s->rank);
     memcpy(t[1].shape, s->dim, sizeof(int64_t) * (size_t)(s->rank - 1));
-    return st_write(PREDICT_OUT_ROLE, path, t, cls ? 2 : 1, NULL, 0);
+    return st_write(PREDICT_OUT_ROLE, &st_tensors, path, t, cls ? 2 : 1, NULL, 0);
 }
 
 /* Every row of D through R, in batches of at most BATCH, into OUT. */

@@ -223,6 +223,7 @@ static bool is_safetensors(int fd)
 }
 
 const OutKind st_checkpoint = {"a checkpoint (a safetensors file)", is_safetensors, true};
+const OutKind st_tensors = {"a safetensors file", is_safetensors, false};
 
 int st_check_writable(const char *path)
 {
@@ -232,14 +233,14 @@ int st_check_writable(const char *path)
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta)
 {
-    return st_write(ST_SAVE_ROLE, path, tensors, ntensors, meta, nmeta);
+    return st_write(ST_SAVE_ROLE, &st_checkpoint, path, tensors, ntensors, meta, nmeta);
 }
 
-int st_write(const char *role, const char *path, const StTensor *tensors, int ntensors,
-             const StMeta *meta, int nmeta)
+int st_write(const char *role, const OutKind *kind, const char *path, const StTensor *tensors,
+             int ntensors, const StMeta *meta, int nmeta)
 {
     OutFile o;
-    if (out_open(&o, role, path, &st_checkpoint) != 0) return -1;
+    if (out_open(&o, role, path, kind) != 0) return -1;
     int *order = sorted_order(tensors, ntensors);
     size_t header_len;
     char *header = build_header(tensors, order, ntensors, meta, nmeta, &header_len);

@@ -35,6 +35,9 @@ typedef struct StMeta {
 /* A checkpoint as an output (outfile.h): replaces only a safetensors file, and is on the
  * disk, renamed, before st_save returns. */
 extern const OutKind st_checkpoint;
+/* Other tensors (--predict's): replaces a safetensors file, but never the checkpoint a run
+ * resumes, as a checkpoint may. */
+extern const OutKind st_tensors;
 #define ST_SAVE_ROLE "save to"   /* its role in messages: "cannot save to PATH: ..." */
 
 /* Writes the tensors (in the given order; the header lists them sorted by name, as the
@@ -43,9 +46,9 @@ extern const OutKind st_checkpoint;
 int st_save(const char *path, const StTensor *tensors, int ntensors, const StMeta *meta,
             int nmeta);
 
-/* st_save for an output of another ROLE (outfile.h): "cannot ROLE PATH: ...". */
-int st_write(const char *role, const char *path, const StTensor *tensors, int ntensors,
-             const StMeta *meta, int nmeta);
+/* st_save for an output of another ROLE and KIND (outfile.h): "cannot ROLE PATH: ...". */
+int st_write(const char *role, const OutKind *kind, const char *path, const StTensor *tensors,
+             int ntensors, const StMeta *meta, int nmeta);
 
 /* out_check of a save to PATH: for checking before hours of work, not after. */
 int st_check_writable(const char *path);

@@ -758,6 +758,8 @@ static void print_plan(const Trainer *t, const TrainProgress *pr)
     const TrainConfig *c = &t->p->cfg;
     if (t->o->quiet) return;
     printf("cgc: training %s on %s\n", t->p->model_name, t->data.description);
+    if (t->o->verbose)
+        printf("cgc: the data read and converted in %.1f ms\n", 1e3 * t->load_seconds);
     printf("cgc: %lld steps (%lld per epoch, %lld epoch%s) of batch %lld%s, %s, %s, %s on %s\n",
            (long long)t->total_steps, (long long)t->steps_per_epoch, (long long)t->epochs,
            t->epochs == 1 ? "" : "s",
@@ -853,7 +855,9 @@ static int setup(Trainer *t, IrProgram *p, const RunOptions *o, TrainProgress *p
     if (t->rank == 0 && o->profile_path && !(t->profile = profile_open(o->profile_path, p, o->net_path)))
         return -1;
     if (check_collective_sizes(t) != 0) return -1;
+    double loading = clock_seconds();
     if (data_load(p, o->src, o->net_path, &t->data) != 0 || check_same_data(t) != 0) return -1;
+    t->load_seconds = clock_seconds() - loading;
     if (plan(t) != 0) return -1;
     if (t->ops->open(t) != 0) return -1;
     if (init_state(t, pr) != 0) return -1;

@@ -69,6 +69,7 @@ struct Trainer {
     void *backend;              /* the backend's own state */
     float **tensors;            /* per persistent tensor: host f32 values (checkpoints) */
     DataSplits data;
+    double load_seconds;        /* reading and converting the data */
     int64_t micro_per_epoch;    /* micro-batches walked per epoch */
     int64_t steps_per_epoch;    /* optimizer steps per epoch */
     int64_t total_steps;        /* optimizer steps of the whole run */

@@ -331,11 +331,21 @@ def predicting(work):
     check(r.returncode == 0 and (cls == want.argmax(1)).all() and len(cls) == 45
           and np.allclose(np.frombuffer(out.get("logits", b""), np.float32).reshape(45, 4), want, atol=1e-5),
           f"--out o.safetensors: 'logits' and each row's 'class' {r.stderr.strip()[:200]}")
+    os.mkdir(f"{work}/dir.npy")
+    with open(f"{work}/p.st", "rb") as src, open(f"{work}/p.safetensors", "wb") as dst:
+        dst.write(src.read())
     for what, args, want_msg in (
+            ("onto a directory", ["--resume", "p.st", "--predict", "new.npy", "--out", "dir.npy"], "it is a directory"),
+            ("onto the checkpoint it reads", ["--resume", "p.safetensors", "--predict", "new.npy", "--out",
+                                              "p.safetensors"], "it is the checkpoint --resume reads"),
+            ("onto the model", ["--resume", "p.st", "--predict", "new.npy", "--out", "p.net.npy"], None),
             ("without --out", ["--resume", "p.st", "--predict", "new.npy"], "give --resume FILE"),
             ("another extension", ["--resume", "p.st", "--predict", "new.npy", "--out", "o.txt"], "end the name in one of them"),
             ("rows of another width", ["--resume", "p.st", "--predict", "d.npz", "--out", "o.npy"], None),
             ("--out without --predict", ["--out", "o.npy"], "give --predict INPUT too")):
+        if want_msg is None and what == "onto the model":   # a name that is the model's, through a link
+            os.symlink("p.net", f"{work}/p.net.npy")
+            want_msg = "cannot write the predictions to p.net.npy"
         if want_msg is None:   # d.npz's x is [200, 5]: it predicts; a file of 3 columns does not
             np.save(f"{work}/narrow.npy", new[:, :3])
             args, want_msg = ["--resume", "p.st", "--predict", "narrow.npy", "--out", "o.npy"], "but the input 'x' needs [45 x 5]"
