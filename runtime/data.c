@@ -896,11 +896,21 @@ static void array_features(const char *path, const Array *a, double scale, float
 {
     bool is_float = array_type_is_float(a->type);
     int64_t nans = 0, first = -1;
-    for (int64_t i = 0; i < a->count; i++) {
-        double v = array_value(a, i);
-        out[i] = is_float ? (float)v : (float)(v * scale);
-        if (v != v && nans++ == 0) first = i;
+    if (a->type == ARR_U8) {   /* bytes by a table of their 256 values, as IDX images */
+        float table[256];
+        for (int v = 0; v < 256; v++) table[v] = (float)(v * scale);
+        const uint8_t *b = a->data;
+        for (int64_t i = 0; i < a->count; i++) out[i] = table[b[i]];
+    } else if (a->type == ARR_F32) {   /* as they are, NaN counted after */
+        memcpy(out, a->data, (size_t)a->count * sizeof *out);
+    } else {
+        for (int64_t i = 0; i < a->count; i++) {
+            double v = array_value(a, i);
+            out[i] = is_float ? (float)v : (float)(v * scale);
+        }
     }
+    for (int64_t i = 0; is_float && i < a->count; i++)
+        if (out[i] != out[i] && nans++ == 0) first = i;
     if (nans)
         cgc_warning("%s: '%s' holds %lld NaN value%s (the first at element %lld): a loss over "
                     "them is NaN", path, a->name, (long long)nans, nans == 1 ? "" : "s",
