@@ -299,8 +299,8 @@ static int decode_node(Decoder *d, int id)
 static int build(Decoder *d)
 {
     int out = d->ev->output[IR_OUT_PREDICTION];
-    const Shape *ps = &d->ev->nodes[out].shape;
-    if (ps->rank != 3 || ps->dim[1] != d->t) {
+    const Shape *ps = out >= 0 ? &d->ev->nodes[out].shape : NULL;
+    if (!ps || ps->rank != 3 || ps->dim[1] != d->t) {
         snprintf(d->why, d->whylen, "its prediction is not [N, %lld, V]", (long long)d->t);
         return -1;
     }

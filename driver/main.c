@@ -957,6 +957,9 @@ static int cgc_main(int argc, char **argv)
     /* a job, even of one rank, when a launcher started it or --nproc asks for one; 0: none */
     int ranks = cli.world.launcher ? cli.world.size : cli.nproc;
     /* A reproducer replays one device's step, without the job's sums. */
+    if (cli.world.launcher && (cli.predict.input || cli.generate))   /* --nproc: parse_args */
+        return usage_error("%s runs on one process, not as one rank of a job; run it without "
+                           "mpirun", cli.predict.input ? "--predict" : "--generate");
     if (ranks > 0 && cli.emit_dir)
         return usage_error("--emit writes the kernels and reproducer of one device's training "
                            "step, not a job's (%s); emit from a run of its own",

@@ -890,39 +890,51 @@ static int check_array_shape(const IrProgram *p, const char *path, const Array *
     return -1;
 }
 
-/* Features as f32: floats as they are (float64 rounded), integers times SCALE as IDX bytes
- * are ((float)(v * scale)). NaN values are counted and warned of. */
-static void array_features(const char *path, const Array *a, double scale, float *out)
+/* Elements FROM .. FROM + N - 1 of A as f32 into OUT: floats as they are (float64
+ * rounded), integers times SCALE as IDX bytes are ((float)(v * scale)). */
+static void array_floats(const Array *a, int64_t from, int64_t n, double scale, float *out)
 {
-    bool is_float = array_type_is_float(a->type);
-    int64_t nans = 0, first = -1;
-    if (a->type == ARR_U8) {   /* bytes by a table of their 256 values, as IDX images */
-        float table[256];
-        for (int v = 0; v < 256; v++) table[v] = (float)(v * scale);
-        const uint8_t *b = a->data;
-        for (int64_t i = 0; i < a->count; i++) out[i] = table[b[i]];
-    } else if (a->type == ARR_F32) {   /* as they are, NaN counted after */
-        memcpy(out, a->data, (size_t)a->count * sizeof *out);
+    if (a->type == ARR_U8) {
+        const uint8_t *b = (const uint8_t *)a->data + from;
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(b[i] * scale);
+    } else if (a->type == ARR_F32) {
+        memcpy(out, (const float *)a->data + from, (size_t)n * sizeof *out);
     } else {
-        for (int64_t i = 0; i < a->count; i++) {
-            double v = array_value(a, i);
+        bool is_float = array_type_is_float(a->type);
+        for (int64_t i = 0; i < n; i++) {
+            double v = array_value(a, from + i);
             out[i] = is_float ? (float)v : (float)(v * scale);
         }
     }
-    for (int64_t i = 0; is_float && i < a->count; i++)
-        if (out[i] != out[i] && nans++ == 0) first = i;
+}
+
+/* Elements FROM .. FROM + N - 1 of A (integers, checked) as i32 into OUT. */
+static void array_int32s(const Array *a, int64_t from, int64_t n, int32_t *out)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = (int32_t)array_value(a, from + i);
+}
+
+/* A's NaN values, counted and warned of; floats given a scale, warned of too. */
+static void check_features(const char *path, const Array *a, double scale)
+{
+    if (!array_type_is_float(a->type)) return;
+    int64_t nans = 0, first = -1;
+    for (int64_t i = 0; i < a->count; i++) {
+        double v = array_value(a, i);
+        if (v != v && nans++ == 0) first = i;
+    }
     if (nans)
         cgc_warning("%s: '%s' holds %lld NaN value%s (the first at element %lld): a loss over "
                     "them is NaN", path, a->name, (long long)nans, nans == 1 ? "" : "s",
                     (long long)first);
-    if (is_float && scale != 1)
+    if (scale != 1)
         cgc_warning("%s: '%s' is %s: scale = %g multiplies integer features only; these are "
                     "taken as they are", path, a->name, array_type_name(a->type), scale);
 }
 
-/* Integers (tokens or class ids) in [0, LIMIT) as i32; -1 after an error naming the first
+/* Integers (tokens or class ids) in [0, LIMIT); -1 after an error naming the first
  * element that is not, WHAT saying what bounds them. */
-static int array_ints(const char *path, const Array *a, int64_t limit, const char *what, int32_t *out)
+static int check_ints(const char *path, const Array *a, int64_t limit, const char *what)
 {
     if (array_type_is_float(a->type)) {
         cgc_error("%s: '%s' is %s, but it feeds an i32 input: integers (%s) are needed", path,
@@ -936,51 +948,43 @@ static int array_ints(const char *path, const Array *a, int64_t limit, const cha
                       v, (long long)i, (long long)limit - 1, what);
             return -1;
         }
-        out[i] = (int32_t)v;
     }
     return 0;
 }
 
-/* Input 0's array into D's features, as PLAN says. */
+/* Input 0's array A as D's features, as PLAN says, checked. */
 static int tensor_features(const IrProgram *p, const InputPlan *plan, const char *path,
                            const Array *a, Dataset *d)
 {
     d->x_row = plan->x_row;
-    if (plan->x_tokens) {
-        d->x_int = true;
-        d->x_i32 = xmalloc((size_t)(a->count ? a->count : 1) * sizeof *d->x_i32);
-        return array_ints(path, a, plan->x_tokens, "tokens, below the embedding's rows", d->x_i32);
-    }
-    d->x = xmalloc((size_t)(a->count ? a->count : 1) * sizeof *d->x);
-    array_features(path, a, p->cfg.data_scale, d->x);
+    d->x_file = a;
+    d->scale = p->cfg.data_scale;
+    d->x_int = plan->x_tokens > 0;
+    if (d->x_int) return check_ints(path, a, plan->x_tokens, "tokens, below the embedding's rows");
+    check_features(path, a, p->cfg.data_scale);
     return 0;
 }
 
-/* Input 1's array into D's labels: class ids below the loss's classes, or f32 targets. */
+/* Input 1's array A as D's labels: class ids below the loss's classes, or f32 targets. */
 static int tensor_labels(const IrProgram *p, const InputPlan *plan, const char *path,
                          const Array *a, Dataset *d)
 {
     d->y_row = plan->y_row;
     d->y_int = plan->y_int;
-    if (plan->y_int) {
-        d->y_i32 = xmalloc((size_t)(a->count ? a->count : 1) * sizeof *d->y_i32);
-        int64_t classes = p->num_classes > 0 ? p->num_classes : INT32_MAX;
-        return array_ints(path, a, classes, p->num_classes > 0 ? "class ids, below the loss's classes"
-                                                               : "i32 values", d->y_i32);
-    }
-    d->y_f32 = xmalloc((size_t)(a->count ? a->count : 1) * sizeof *d->y_f32);
-    array_features(path, a, 1, d->y_f32);
-    return 0;
+    d->y_file = a;
+    if (!plan->y_int) return 0;
+    int64_t classes = p->num_classes > 0 ? p->num_classes : INT32_MAX;
+    return check_ints(path, a, classes, p->num_classes > 0 ? "class ids, below the loss's classes"
+                                                           : "i32 values");
 }
 
-/* One split from the arrays of PATH named as the model's inputs. */
+/* One split from the arrays of PATH named as the model's inputs, which *SET keeps. */
 static int load_tensor_split(const IrProgram *p, const InputPlan *plan, const char *path,
-                             Dataset *d, const char **format)
+                             Dataset *d, ArraySet **set)
 {
     const char *names[2] = { p->inputs[0].name, p->ninputs > 1 ? p->inputs[1].name : NULL };
-    ArraySet *s = arrays_open(path, names, p->ninputs);
+    ArraySet *s = *set = arrays_open(path, names, p->ninputs);
     if (!s) return -1;
-    *format = arrays_format(s);
     const Array *x = arrays_get(s, 0);
     d->n = x->rank >= 1 ? x->shape[0] : 0;
     int rc = 0;
@@ -991,7 +995,6 @@ static int load_tensor_split(const IrProgram *p, const InputPlan *plan, const ch
     }
     if (rc == 0) rc = tensor_features(p, plan, path, x, d);
     if (rc == 0 && p->ninputs > 1) rc = tensor_labels(p, plan, path, arrays_get(s, 1), d);
-    arrays_free(s);
     return rc;
 }
 
@@ -999,6 +1002,12 @@ static int load_tensor_split(const IrProgram *p, const InputPlan *plan, const ch
 static void split_rows(Dataset *d, int64_t first, Dataset *t)
 {
     int64_t n = d->n - first;
+    if (d->x_file) {   /* the same arrays, further on */
+        *t = *d;
+        t->n = n, t->first = d->first + first;
+        d->n = first;
+        return;
+    }
     *t = (Dataset){ .n = n, .x_row = d->x_row, .x_int = d->x_int, .y_row = d->y_row, .y_int = d->y_int };
     size_t xs = d->x_int ? sizeof(int32_t) : sizeof(float), ys = d->y_int ? sizeof(int32_t) : sizeof(float);
     void *x = xmalloc((size_t)(n * d->x_row) * xs + 1), *y = d->y_row ? xmalloc((size_t)(n * d->y_row) * ys + 1) : NULL;
@@ -1032,14 +1041,13 @@ static int load_tensors(const IrProgram *p, Source *src, const char *net_path,
     char *train = find_file(p, src, p->cfg.data_dir, net_path, "tensors: the file", "");
     char *test = train && p->cfg.data_test
                      ? find_file(p, src, p->cfg.data_test, net_path, "tensors: the test file", "") : NULL;
-    const char *format = "", *test_format = "";
-    int rc = !train || (p->cfg.data_test && !test) ? -1 : load_tensor_split(p, plan, train, &out->train, &format);
-    if (rc == 0 && test) rc = load_tensor_split(p, plan, test, &out->test, &test_format);
+    int rc = !train || (p->cfg.data_test && !test) ? -1 : load_tensor_split(p, plan, train, &out->train, &out->arrays[0]);
+    if (rc == 0 && test) rc = load_tensor_split(p, plan, test, &out->test, &out->arrays[1]);
     rc = rc == 0 ? hold_out(train, test != NULL, out) : -1;
     if (rc == 0)
         out->description = describe("tensors: %lld train, %lld test%s, from %s (%s)%s%s",
                                     (long long)out->train.n, (long long)out->test.n,
-                                    test ? "" : " (its last tenth)", train, format,
+                                    test ? "" : " (its last tenth)", train, arrays_format(out->arrays[0]),
                                     test ? " and " : "", test ? test : "");
     free(train);
     free(test);
@@ -1230,25 +1238,24 @@ int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits 
     return status;
 }
 
-int data_load_inputs(const IrProgram *p, Source *src, const char *path, Dataset *d)
+int data_load_inputs(const IrProgram *p, Source *src, const char *path, DataSplits *out)
 {
-    memset(d, 0, sizeof *d);
+    memset(out, 0, sizeof *out);
     InputPlan plan = { .x_row = input_row(p, src, 0) };
     const IrInput *x = &p->inputs[0];
     plan.x_tokens = x->dtype == DT_I32 ? (x->index_rows ? x->index_rows : INT32_MAX) : 0;
     if (plan.x_row < 0) return -1;
     size_t n = strlen(path);
-    const char *format;
     IrProgram one = *p;   /* the features alone: no second input to fill */
     one.ninputs = 1;
     int rc = n > 4 && strcmp(path + n - 4, ".csv") == 0 && !plan.x_tokens
-                 ? load_csv_split(&one, &plan, path, d, true)
-                 : load_tensor_split(&one, &plan, path, d, &format);
-    if (rc != 0) data_free_set(d);
+                 ? load_csv_split(&one, &plan, path, &out->train, true)
+                 : load_tensor_split(&one, &plan, path, &out->train, &out->arrays[0]);
+    if (rc != 0) data_free(out);
     return rc;
 }
 
-void data_free_set(Dataset *d)
+static void dataset_free(Dataset *d)
 {
     free(d->x);
     free(d->x_i32);
@@ -1259,8 +1266,10 @@ void data_free_set(Dataset *d)
 
 void data_free(DataSplits *d)
 {
-    data_free_set(&d->train);
-    data_free_set(&d->test);
+    dataset_free(&d->train);
+    dataset_free(&d->test);
+    arrays_free(d->arrays[0]);
+    arrays_free(d->arrays[1]);
     if (d->map) munmap(d->map, d->map_bytes);
     free(d->description);
     memset(d, 0, sizeof *d);
@@ -1300,6 +1309,16 @@ static void gather_window(const Dataset *d, int64_t row, int64_t phase, int32_t 
     for (int64_t c = 0; y && c < d->y_row; c++) y[c] = w[c + 1];
 }
 
+/* Row ROW of D's arrays, converted, as row R of X and Y. */
+static void gather_file_row(const Dataset *d, int64_t row, int64_t r, void *x, void *y)
+{
+    if (d->x_int) array_int32s(d->x_file, row * d->x_row, d->x_row, (int32_t *)x + r * d->x_row);
+    else array_floats(d->x_file, row * d->x_row, d->x_row, d->scale, (float *)x + r * d->x_row);
+    if (d->y_row == 0 || !y) return;
+    if (d->y_int) array_int32s(d->y_file, row * d->y_row, d->y_row, (int32_t *)y + r * d->y_row);
+    else array_floats(d->y_file, row * d->y_row, d->y_row, 1, (float *)y + r * d->y_row);
+}
+
 void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t count,
                  int64_t phase, void *x, void *y)
 {
@@ -1308,6 +1327,10 @@ void data_gather(const Dataset *d, const int64_t *order, int64_t start, int64_t 
         CGC_ASSERT(row >= 0 && row < d->n);
         if (d->text) {
             gather_window(d, row, phase, (int32_t *)x + r * d->x_row, y ? (int32_t *)y + r * d->y_row : NULL);
+            continue;
+        }
+        if (d->x_file) {
+            gather_file_row(d, d->first + row, r, x, y);
             continue;
         }
         if (d->x_int)

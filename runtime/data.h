@@ -1,8 +1,11 @@
 /* data.h: training data: IDX files (plain or gzip), text files, synthetic data, order
  * and batches.
  *
- * An IDX or synthetic dataset is held whole in memory as f32 features (already scaled)
- * or i32 tokens, and labels (i32 class ids, or f32 targets), one row per sample. A text
+ * An IDX, CSV or synthetic dataset is held whole in memory as f32 features (already
+ * scaled) or i32 tokens, and labels (i32 class ids, or f32 targets), one row per sample.
+ * A tensors(...) dataset stays in its files, mapped (an archive's compressed members
+ * inflated, in their own types), checked whole once and converted a row at a time as
+ * batches are gathered, so that data larger than memory trains. A text
  * dataset is the file's bytes, mapped: its samples are windows of context + 1 bytes, the
  * first context bytes the features and the last context the labels, read from the
  * mapping when a batch is gathered. Batches are gathered from a seeded order; the order
@@ -16,6 +19,7 @@
 #include <stdint.h>
 
 #include "../compiler/ir.h"
+#include "arrays.h"
 
 typedef struct Dataset {
     int64_t n;                  /* samples */
@@ -31,6 +35,12 @@ typedef struct Dataset {
     int64_t text_bytes;         /* text: how many */
     int64_t window;             /* text: a sample's bytes, x_row + 1; sample i of an epoch of
                                  * phase P starts at P + i * window */
+    const Array *x_file;        /* tensors(...): the features left in their file (mapped) or
+                                 * archive, converted as rows are gathered (x NULL): rows
+                                 * first .. first + n - 1 of it */
+    const Array *y_file;        /* the labels likewise, or NULL */
+    int64_t first;
+    double scale;               /* x_file's integers are multiplied by it */
 } Dataset;
 
 typedef struct DataSplits {
@@ -40,6 +50,7 @@ typedef struct DataSplits {
     char *description;          /* "fashion-mnist: 60000 train, 10000 test (/usr/share/...)" */
     void *map;                  /* text: the file, mapped */
     size_t map_bytes;
+    ArraySet *arrays[2];        /* tensors(...): the train and test files' arrays */
 } DataSplits;
 
 /* Loads the data P->cfg asks for, shaped for P's inputs (input 0: features, input 1:
@@ -54,13 +65,11 @@ int data_load(const IrProgram *p, Source *src, const char *net_path, DataSplits 
  * after an error at the input that does not fit (SRC: the model's source). */
 int data_check_text_inputs(const IrProgram *p, Source *src);
 void data_free(DataSplits *d);
-/* The first input's values for prediction from PATH, into D (its features only): a CSV
+/* The first input's values for prediction from PATH, into OUT->train (features only): a CSV
  * table (a .csv name; the train block's label column left out where it has one), an .npy
  * array, or the array named as the input in an .npz, a safetensors file or a directory.
  * 0, or -1 after an error. */
-int data_load_inputs(const IrProgram *p, Source *src, const char *path, Dataset *d);
-/* The memory D holds. */
-void data_free_set(Dataset *d);
+int data_load_inputs(const IrProgram *p, Source *src, const char *path, DataSplits *out);
 
 /* Reads one IDX file (gzip or plain: zlib decides). Validates magic, type byte (only
  * unsigned byte data, 0x08), rank, that the dimensions' product fits and that the file

@@ -33,12 +33,14 @@ typedef struct Runner {
     DevExec *dev;
 } Runner;
 
-/* The prediction of ROWS rows at X into OUT (ROWS * PER floats). */
-static int run_rows(Runner *r, const Dataset *d, int64_t first, int64_t rows, float *out, int64_t per)
+/* The prediction of D's rows FIRST .. FIRST + ROWS - 1 into OUT (ROWS * PER floats), the
+ * rows gathered into X. */
+static int run_rows(Runner *r, const Dataset *d, int64_t first, int64_t rows, void *x, float *out,
+                    int64_t per)
 {
     const IrGraph *g = &r->p->eval;
     int id = g->output[IR_OUT_PREDICTION];
-    const void *x = d->x_int ? (const void *)(d->x_i32 + first * d->x_row) : (const void *)(d->x + first * d->x_row);
+    data_gather(d, NULL, first, rows, 0, x, NULL);
     int64_t n = 0;
     if (r->cpu) {
         CpuFeed feed = { .symvals = { rows }, .inputs = { x } };
@@ -102,11 +104,14 @@ static int write_st(const IrProgram *p, const char *path, const float *out, cons
 /* Every row of D through R, in batches of at most BATCH, into OUT. */
 static int run_all(Runner *r, const Dataset *d, int64_t batch, float *out, int64_t per)
 {
-    for (int64_t first = 0; first < d->n; first += batch) {
+    void *x = xmalloc((size_t)(batch * d->x_row) * sizeof(float));   /* i32 tokens: as many */
+    int rc = 0;
+    for (int64_t first = 0; first < d->n && rc == 0; first += batch) {
         int64_t rows = d->n - first < batch ? d->n - first : batch;
-        if (run_rows(r, d, first, rows, out + first * per, per) != 0) return -1;
+        rc = run_rows(r, d, first, rows, x, out + first * per, per);
     }
-    return 0;
+    free(x);
+    return rc;
 }
 
 int64_t predict_row_values(const IrProgram *p)
@@ -144,10 +149,11 @@ int predict_run(const IrProgram *p, Source *src, const char *weights, const Pred
     float **tensors = xcalloc((size_t)p->ntensors + 1, sizeof *tensors);
     for (int i = 0; i < p->ntensors; i++)
         tensors[i] = xcalloc((size_t)ir_numel(&p->tensors[i].shape, NULL), sizeof(float));
-    Dataset d;
+    DataSplits in;
     int rc = train_state_load_weights(weights, p, tensors) == 0 &&
-             data_load_inputs(p, src, o->input, &d) == 0 ? 0 : -1;
+             data_load_inputs(p, src, o->input, &in) == 0 ? 0 : -1;
     if (rc == 0) {
+        const Dataset d = in.train;
         Shape s = out_shape(p, d.n);
         float *out = xmalloc((size_t)(d.n * predict_row_values(p)) * sizeof *out);
         rc = predict_values(p, o, tensors, &d, out);
@@ -159,7 +165,7 @@ int predict_run(const IrProgram *p, Source *src, const char *weights, const Pred
                    cls ? " (with each row's class)" : "", o->out);
         free(cls);
         free(out);
-        data_free_set(&d);
+        data_free(&in);
     }
     for (int i = 0; i < p->ntensors; i++) free(tensors[i]);
     free(tensors);

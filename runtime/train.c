@@ -479,9 +479,26 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t bytes)
     return h;
 }
 
+/* The bytes of D's rows as data_gather gives them, a chunk of rows at a time. */
+static uint64_t hash_rows(uint64_t h, const Dataset *d)
+{
+    enum { CHUNK_ROWS = 4096 };
+    size_t x_row = (size_t)d->x_row * sizeof(float), y_row = (size_t)d->y_row * sizeof(float);   /* i32: as many */
+    void *x = xmalloc(CHUNK_ROWS * x_row), *y = xmalloc(CHUNK_ROWS * y_row + 1);
+    h = hash_bytes(h, &d->n, sizeof d->n);
+    for (int64_t at = 0; at < d->n; at += CHUNK_ROWS) {
+        int64_t n = d->n - at < CHUNK_ROWS ? d->n - at : CHUNK_ROWS;
+        data_gather(d, NULL, at, n, 0, x, d->y_row ? y : NULL);
+        h = hash_bytes(hash_bytes(h, x, (size_t)n * x_row), y, d->y_row ? (size_t)n * y_row : 0);
+    }
+    free(x), free(y);
+    return h;
+}
+
 static uint64_t hash_dataset(uint64_t h, const Dataset *d)
 {
     if (d->text) return hash_bytes(hash_bytes(h, &d->window, sizeof d->window), d->text, (size_t)d->text_bytes);
+    if (d->x_file) return hash_rows(h, d);
     size_t n = (size_t)d->n, y_bytes = d->y_int ? sizeof(int32_t) : sizeof(float);
     const void *y = d->y_int ? (const void *)d->y_i32 : (const void *)d->y_f32;
     h = hash_bytes(h, &d->n, sizeof d->n);

@@ -236,9 +236,30 @@ static int upload_text(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, c
     return rc;
 }
 
+/* Rows left in their files, converted a chunk of rows at a time: no host copy of them whole. */
+static int upload_rows(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, const char *what)
+{
+    enum { CHUNK_ROWS = 4096 };
+    size_t x_row = (size_t)s->x_row * sizeof(float), y_row = (size_t)s->y_row * sizeof(float);   /* i32: as many */
+    if (alloc_upload(dev, NULL, (size_t)s->n * x_row, &out->x, what) != 0 ||
+        (s->y_row && alloc_upload(dev, NULL, (size_t)s->n * y_row, &out->y, what) != 0))
+        return -1;
+    void *x = xmalloc(CHUNK_ROWS * x_row), *y = xmalloc(CHUNK_ROWS * y_row + 1);
+    int rc = 0;
+    for (int64_t at = 0; at < s->n && rc == 0; at += CHUNK_ROWS) {
+        int64_t n = s->n - at < CHUNK_ROWS ? s->n - at : CHUNK_ROWS;
+        data_gather(s, NULL, at, n, 0, x, s->y_row ? y : NULL);
+        rc = dev->d->ops->upload(dev->d, out->x + (DevPtr)at * x_row, x, (size_t)n * x_row);
+        if (rc == 0 && s->y_row) rc = dev->d->ops->upload(dev->d, out->y + (DevPtr)at * y_row, y, (size_t)n * y_row);
+    }
+    free(x), free(y);
+    return rc;
+}
+
 static int upload_split(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, const char *what)
 {
     if (s->text) return upload_text(dev, s, out, what);
+    if (s->x_file) return upload_rows(dev, s, out, what);
     size_t x_bytes = (size_t)(s->n * s->x_row) * sizeof(float);   /* int32 tokens: as many */
     size_t y_bytes = (size_t)(s->n * s->y_row) * (s->y_int ? sizeof(int32_t) : sizeof(float));
     const void *x = s->x_int ? (const void *)s->x_i32 : (const void *)s->x;

@@ -15,7 +15,10 @@
 3. --predict: a model trained a few steps, then run on new rows from an .npy, an .npz, a
    CSV and a directory: its outputs (.npy, and .safetensors with each row's class) against
    the same network written in NumPy from the checkpoint's weights, within 1e-5.
-4. Hostile files, each an exit status of 1, a message that says what is wrong, and no
+4. Larger than memory: 400,000 rows of 784 bytes (.npy, 314 MB; 1.25 GB as f32) train
+   under a 768 MB RLIMIT_DATA (malloc'd and anonymous memory; a control shows 1 GB cannot
+   be allocated under it): the arrays stay in their mapped files, converted as gathered.
+5. Hostile files, each an exit status of 1, a message that says what is wrong, and no
    checkpoint written: truncated arrays, headers that lie about their shapes (one claiming
    10 GB in a file of a few hundred bytes), a damaged archive member, an inflate bomb's
    claim, mismatched example counts, labels out of range or not integers, a missing
@@ -28,6 +31,7 @@ Needs numpy. Exits 77 without it.
 import gzip
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -82,8 +86,13 @@ def load_safetensors(path):
     return {k: raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]] for k, t in header.items()}
 
 
+def run(command, work):
+    return subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600)
+
+
 def cgc(args, work):
-    return subprocess.run([os.path.abspath(sys.argv[1])] + args, cwd=work, capture_output=True, text=True, timeout=600)
+    return run([os.path.abspath(sys.argv[1])] + args, work)
+
 
 
 def same_run(work):
@@ -230,9 +239,21 @@ def hostile(work):
     same = r1.returncode == r2.returncode == 0 and load_safetensors(f"{work}/one.st") == load_safetensors(f"{work}/two.st")
     check(same and "multiplies integer features only" in r2.stderr,
           f"float features with a scale: a warning, and taken as they are: {r2.stderr.strip()[:160]}")
-    r = cgc(["m.net", "--device", "cpu"], work)
-    check(r.returncode == 0 and "90 train, 10 test (its last tenth)" in r.stdout,
-          f"no test file: the last tenth evaluates: {r.stdout.splitlines()[0] if r.stdout else r.stderr}")
+    r = cgc(["m.net", "--device", "cpu", "--metrics", "m1.jsonl", "--save", "s1.st"], work)
+    np.savez(f"{work}/head.npz", x=x[:90], y=y[:90])
+    np.savez(f"{work}/tail.npz", x=x[90:], y=y[90:])
+    r2 = cgc(["m.net", "--device", "cpu", "-q", "--metrics", "m2.jsonl", "--save", "s2.st", "--data",
+              'tensors("head.npz", test = "tail.npz")'], work)
+    if shutil.which("mpirun"):   # each rank checks and hashes the rows it mapped; the hashes agree
+        r3 = cgc(["m.net", "--device", "cpu", "-q", "--nproc", "2", "--save", "s3.st"], work)
+        check(r3.returncode == 0, f"two ranks from one .npz: the ranks' data hashes agree {r3.stderr.strip()[:200]}")
+    keys = ("train_loss", "test_loss", "test_accuracy")
+    last = [{k: v for k, v in json.loads(open(f"{work}/{m}").read().splitlines()[-1]).items() if k in keys}
+            for m in ("m1.jsonl", "m2.jsonl")] if r.returncode == r2.returncode == 0 else [{}, {1: 1}]
+    check(r.returncode == 0 and "90 train, 10 test (its last tenth)" in r.stdout and last[0] == last[1]
+          and load_safetensors(f"{work}/s1.st") == load_safetensors(f"{work}/s2.st"),
+          f"no test file: the last tenth evaluates, as the same rows given as a test file do "
+          f"(test loss {last[0].get('test_loss')} and {last[1].get('test_loss')})")
 
 
 def table(work):
@@ -353,6 +374,26 @@ def predicting(work):
         check(r.returncode in (1, 2) and want_msg in r.stderr, f"--predict {what}: {r.stderr.strip()[:200]}")
 
 
+def larger_than_memory(work):
+    """Rows that as f32 would not fit the process's data limit train from their mapped file."""
+    n, limit = 400000, 768 << 20
+    x = np.lib.format.open_memmap(f"{work}/x.npy", mode="w+", dtype=np.uint8, shape=(n, 784))
+    rng = np.random.default_rng(4)
+    for i in range(0, n, 50000):
+        x[i:i + 50000] = rng.integers(0, 256, (50000, 784), dtype=np.uint8)
+    x.flush()
+    del x
+    np.save(f"{work}/y.npy", rng.integers(0, 10, n).astype(np.uint8))
+    prlimit = ["prlimit", f"--data={limit}"]
+    control = subprocess.run(prlimit + [sys.executable, "-c", "bytearray(1 << 30)"], capture_output=True)
+    net = os.path.join(ROOT, "models", "mlp.net")
+    r = run(prlimit + [os.path.abspath(sys.argv[1]), net, "--device", "cpu", "--steps", "3",
+                       "--precision", "fp32", "--data", f'tensors("{work}", scale = 1/255)'], work)
+    check(control.returncode != 0 and r.returncode == 0 and "360000 train, 40000 test" in r.stdout,
+          f"{n} rows, {n * 784 * 4 >> 20} MB as f32, under a {limit >> 20} MB data limit (1 GB refused "
+          f"under it: {control.returncode != 0}): status {r.returncode} {r.stderr.strip()[:200]}")
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -363,6 +404,8 @@ def main():
         table(work)
     with tempfile.TemporaryDirectory() as work:
         predicting(work)
+    with tempfile.TemporaryDirectory() as work:
+        larger_than_memory(work)
     if os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         with tempfile.TemporaryDirectory() as work:
             same_run(work)
