@@ -244,6 +244,14 @@ def hostile(work):
     np.savez(f"{work}/tail.npz", x=x[90:], y=y[90:])
     r2 = cgc(["m.net", "--device", "cpu", "-q", "--metrics", "m2.jsonl", "--save", "s2.st", "--data",
               'tensors("head.npz", test = "tail.npz")'], work)
+    import zipfile
+    with zipfile.ZipFile(f"{work}/z64.npz", "w") as z:   # zip64 extra fields in the local headers
+        for name, a in (("x.npy", x), ("y.npy", y)):
+            with z.open(name, "w", force_zip64=True) as f:
+                f.write(npy_bytes(a))
+    r4 = cgc(["m.net", "--device", "cpu", "-q", "--save", "s4.st", "--data", 'tensors("z64.npz")'], work)
+    check(r4.returncode == 0 and load_safetensors(f"{work}/s4.st") == load_safetensors(f"{work}/s1.st"),
+          f"an archive with zip64 local headers: the plain one's checkpoint {r4.stderr.strip()[:200]}")
     if shutil.which("mpirun"):   # each rank checks and hashes the rows it mapped; the hashes agree
         r3 = cgc(["m.net", "--device", "cpu", "-q", "--nproc", "2", "--save", "s3.st"], work)
         check(r3.returncode == 0, f"two ranks from one .npz: the ranks' data hashes agree {r3.stderr.strip()[:200]}")
