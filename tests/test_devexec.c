@@ -291,6 +291,34 @@ static void small_fashion_mnist(void)
     CHECK(setenv("CGC_DATA_PATH", data, 1) == 0);
 }
 
+/* The small IDX split's images and labels as a directory of .npy files (tensors(...)),
+ * its path into DIR. */
+static void small_arrays(char *dir, size_t n)
+{
+    snprintf(dir, n, "%s/arrays", tmpdir);
+    CHECK(mkdir(dir, 0700) == 0);
+    static const char *const from[2] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"};
+    static const char *const to[2] = {"x.npy", "y.npy"};
+    for (int i = 0; i < 2; i++) {
+        char idx[512], npy[512];
+        snprintf(idx, sizeof idx, "%s/data/fashion-mnist/%s", tmpdir, from[i]);
+        snprintf(npy, sizeof npy, "%s/%s", dir, to[i]);
+        int rank;
+        int64_t dims[IDX_MAX_RANK];
+        uint8_t *bytes = NULL;
+        CHECK_EQ_INT(idx_read(idx, &rank, dims, &bytes), 0);
+        int64_t shape[2] = { dims[0], i == 0 ? dims[1] * dims[2] : 0 }, count = shape[0] * (i == 0 ? shape[1] : 1);
+        FILE *f = fopen(npy, "wb");
+        CHECK(f != NULL);
+        if (f && bytes) {
+            arrays_npy_header(f, "|u1", shape, i == 0 ? 2 : 1);
+            CHECK(fwrite(bytes, 1, (size_t)count, f) == (size_t)count);
+        }
+        if (f) fclose(f);
+        free(bytes);
+    }
+}
+
 /* ---- comparing checkpoints and metrics ---- */
 
 static double rel_l2(const float *got, const float *want, int64_t n)
@@ -1567,6 +1595,13 @@ int main(int argc, char **argv)
     model_close(&m);
 
     check_training("mlp.net", mlp, 3, 1e-4, false);
+    /* tensors(...): rows left in their mapped files, uploaded a chunk of rows at a time */
+    char arrays[256], source[400];
+    small_arrays(arrays, sizeof arrays);
+    snprintf(source, sizeof source, "tensors(\"%s\", scale = 1/255)", arrays);
+    Override arr[4] = {{"precision", "precision", "fp32"}, {"batch", "batch", "32"},
+                       {"steps", "steps", "16"}, {"data", "data", source}};
+    check_training("mlp.net", arr, 4, 1e-4, false);
     /* tokens: i32 features gathered on the device, an embedding and its gradient */
     char tokens[4200];
     snprintf(tokens, sizeof tokens, "%s/../tests/emu/models/tokens.net", CGC_MODELS_DIR);
