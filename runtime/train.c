@@ -482,7 +482,7 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t bytes)
 /* The bytes of D's rows as data_gather gives them, a chunk of rows at a time. */
 static uint64_t hash_rows(uint64_t h, const Dataset *d)
 {
-    enum { CHUNK_ROWS = 4096 };
+    enum { CHUNK_ROWS = 1024 };   /* rows a chunk: a few MB of host buffer */
     size_t x_row = (size_t)d->x_row * sizeof(float), y_row = (size_t)d->y_row * sizeof(float);   /* i32: as many */
     void *x = xmalloc(CHUNK_ROWS * x_row), *y = xmalloc(CHUNK_ROWS * y_row + 1);
     h = hash_bytes(h, &d->n, sizeof d->n);

@@ -239,7 +239,7 @@ static int upload_text(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, c
 /* Rows left in their files, converted a chunk of rows at a time: no host copy of them whole. */
 static int upload_rows(DeviceBackend *dev, const Dataset *s, DeviceSplit *out, const char *what)
 {
-    enum { CHUNK_ROWS = 4096 };
+    enum { CHUNK_ROWS = 1024 };   /* rows a chunk: a few MB of host buffer */
     size_t x_row = (size_t)s->x_row * sizeof(float), y_row = (size_t)s->y_row * sizeof(float);   /* i32: as many */
     if (alloc_upload(dev, NULL, (size_t)s->n * x_row, &out->x, what) != 0 ||
         (s->y_row && alloc_upload(dev, NULL, (size_t)s->n * y_row, &out->y, what) != 0))
