@@ -362,6 +362,11 @@ def predicting(work):
     check(r.returncode == 0 and (cls == want.argmax(1)).all() and len(cls) == 45
           and np.allclose(np.frombuffer(out.get("logits", b""), np.float32).reshape(45, 4), want, atol=1e-5),
           f"--out o.safetensors: 'logits' and each row's 'class' {r.stderr.strip()[:200]}")
+    r = cgc(["p.net", "--resume", "p.st", "--predict", "new.npy", "--explain"], work)
+    check(r.returncode == 0 and "no optimizer state" in r.stdout
+          and "Kernels per batch predicted: 2 launches, of which 2 GEMMs" in r.stdout
+          and "train" not in r.stdout.split("Memory plan")[-1].split("Kernels")[0],
+          f"--explain --predict: the inference plan's memory, no optimizer state or train graph {r.stderr.strip()[:200]}")
     os.mkdir(f"{work}/dir.npy")
     with open(f"{work}/p.st", "rb") as src, open(f"{work}/p.safetensors", "wb") as dst:
         dst.write(src.read())
