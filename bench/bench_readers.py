@@ -4,10 +4,12 @@
 The first ROWS images and labels of Fashion-MNIST (data/fashion-mnist) are written as an
 .npz (np.savez), a compressed one, a directory of .npy files, a safetensors file and a
 CSV table (785 columns, the label first). cgc reads each as a training run of
-models/mlp.net does (`-v` prints the time it took to read and convert the data to f32
-and i32); NumPy reads the same file and converts it the same way (x * S as float32,
-labels as int32): np.load for the arrays, np.loadtxt for the table, pandas.read_csv when
-pandas is there. Each figure is the median of RUNS, side by side, in one run.
+models/mlp.net does (`-v` prints how long the data took until its rows could be
+gathered: a CSV parsed and converted to f32 and i32; arrays mapped, inflated where
+compressed, and checked, their rows converted later, as batches gather them, so for
+arrays the figures are not like for like); NumPy reads the same file and converts it
+(x * S as float32, labels as int32): np.load for the arrays, np.loadtxt for the table,
+pandas.read_csv when pandas is there. Each figure is the median of RUNS, side by side.
 
     python3 bench/bench_readers.py build/cgc [ROWS] [RUNS]   (defaults 20000, 3)
 """
