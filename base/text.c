@@ -1,7 +1,8 @@
-/* text.c: sanitised names and JSON strings (see text.h). */
+/* text.c: sanitised names, JSON strings and file name extensions (see text.h). */
 #include "text.h"
 
 #include <stdbool.h>
+#include <string.h>
 
 void text_sanitise(char *dst, size_t max, const char *s, const char *fallback)
 {
@@ -41,4 +42,10 @@ void text_json_string(FILE *f, const char *str)
         s += n ? n : 1;
     }
     fputc('"', f);
+}
+
+bool text_ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n > m && strcmp(s + n - m, tail) == 0;
 }

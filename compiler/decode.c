@@ -178,8 +178,9 @@ static int position_axis(Decoder *d, int id)
         return d->pax[n->in[1]];
     case IR_SHAPE_OWN:
         if (n->nin == 0) return NO_AXIS;
-        if (n->op == IR_RESHAPE && p0 >= 0) return reshape_axis(d, id, p0);
-        if (n->op == IR_BROADCAST && p0 >= 0) return p0 + n->shape.rank - d->ev->nodes[n->in[0]].shape.rank;
+        if (ir_node_fuse(n) == IR_FUSE_VIEW && p0 >= 0) return reshape_axis(d, id, p0);
+        if (ir_op_is_elementwise(n->op) && p0 >= 0)   /* a broadcast: trailing axes aligned */
+            return p0 + n->shape.rank - d->ev->nodes[n->in[0]].shape.rank;
         return p0 < 0 ? NO_AXIS : refuse(d, id, "sums over the positions");
     case IR_SHAPE_IN1: case IR_SHAPE_SCALAR: case IR_SHAPE_WINDOW: case IR_SHAPE_IMAGE:
     case IR_SHAPE_ASSIGN:
@@ -213,7 +214,6 @@ static int cache_write(Decoder *d, const char *name, int row, SrcLoc loc)
     Shape s = d->g->nodes[row].shape;
     s.dim[2] = d->t;
     int t = ir_add_tensor(d->p, name, IR_CACHE, s, IR_INIT_ZEROS, 0, -1, loc);
-    d->p->ncached++;
     int here = ir_binary(d->g, IR_EQUAL, positions(d, 2, loc), position(d, loc), loc);
     int cache = ir_select(d->g, here, row, ir_read(d->g, d->p, t, loc), loc);
     ir_assign(d->g, d->p, t, cache, loc);
@@ -319,7 +319,7 @@ static int build(Decoder *d)
 
 int decode_lower(IrProgram *p, char *why, size_t n)
 {
-    CGC_ASSERT(n > 0 && p->decode.nnodes == 0 && p->ncached == 0);
+    CGC_ASSERT(n > 0 && p->decode.nnodes == 0);
     int count = p->eval.nnodes, ntensors = p->ntensors;
     Decoder d = { .p = p, .ev = &p->eval, .g = &p->decode, .t = p->cfg.text_context,
                   .map = xmalloc((size_t)count * sizeof(int)), .pax = xmalloc((size_t)count * sizeof(int)),
@@ -334,7 +334,6 @@ int decode_lower(IrProgram *p, char *why, size_t n)
         ir_graph_free(&p->decode);
         ir_graph_init(&p->decode, "decode");
         ir_drop_tensors(p, ntensors);
-        p->ncached = 0;
     }
     free(d.map), free(d.pax), free(d.role), free(d.chain), free(d.attn);
     return rc;

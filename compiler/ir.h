@@ -456,7 +456,6 @@ typedef struct IrProgram {
     IrGraph train_micro; /* training.c: accumulate > 1 only: forward, backward, += grads */
     IrGraph eval;        /* training.c: dropout off, loss, prediction, correct count */
     IrGraph decode;      /* decode.c, for generation only: one position of the prediction */
-    int ncached;         /* the decode graph's caches: the last NCACHED tensors */
     bool inference;      /* inference.c cut it to the prediction: no optimizer state */
     TrainConfig cfg;
     /* The batch statistics (batchnorm) with the fewest values per channel in one row of

@@ -29,6 +29,7 @@
 #include <zlib.h>
 
 #include "../base/rng.h"
+#include "../base/text.h"
 #include "arrays.h"
 #include "csv.h"
 
@@ -1245,10 +1246,9 @@ int data_load_inputs(const IrProgram *p, Source *src, const char *path, DataSpli
     const IrInput *x = &p->inputs[0];
     plan.x_tokens = x->dtype == DT_I32 ? (x->index_rows ? x->index_rows : INT32_MAX) : 0;
     if (plan.x_row < 0) return -1;
-    size_t n = strlen(path);
     IrProgram one = *p;   /* the features alone: no second input to fill */
     one.ninputs = 1;
-    int rc = n > 4 && strcmp(path + n - 4, ".csv") == 0 && !plan.x_tokens
+    int rc = text_ends_with(path, ".csv") && !plan.x_tokens
                  ? load_csv_split(&one, &plan, path, &out->train, true)
                  : load_tensor_split(&one, &plan, path, &out->train, &out->arrays[0]);
     if (rc != 0) data_free(out);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../base/outfile.h"
+#include "../base/text.h"
 #include "arrays.h"
 #include "cpu/exec.h"
 #include "data.h"
@@ -13,16 +14,10 @@
 #include "safetensors.h"
 #include "train.h"
 
-static bool ends_with(const char *s, const char *tail)
-{
-    size_t n = strlen(s), m = strlen(tail);
-    return n > m && strcmp(s + n - m, tail) == 0;
-}
-
 const OutKind *predict_out_kind(const char *path)
 {
-    if (ends_with(path, ".npy")) return &out_npy;
-    if (ends_with(path, ".safetensors")) return &st_tensors;
+    if (text_ends_with(path, ".npy")) return &out_npy;
+    if (text_ends_with(path, ".safetensors")) return &st_tensors;
     return NULL;
 }
 
@@ -157,7 +152,7 @@ int predict_run(const IrProgram *p, Source *src, const char *weights, const Pred
         Shape s = out_shape(p, d.n);
         float *out = xmalloc((size_t)(d.n * predict_row_values(p)) * sizeof *out);
         rc = predict_values(p, o, tensors, &d, out);
-        bool npy = ends_with(o->out, ".npy");
+        bool npy = text_ends_with(o->out, ".npy");
         int32_t *cls = rc == 0 && !npy ? classes_of(p, out, &s) : NULL;
         if (rc == 0) rc = npy ? write_npy(o->out, out, &s) : write_st(p, o->out, out, &s, cls);
         if (rc == 0 && !o->quiet)

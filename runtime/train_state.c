@@ -101,7 +101,12 @@ static const Shape *stored_shape(const IrProgram *p, int i)
 }
 
 /* A checkpoint holds every tensor but the decode graph's caches, which come last. */
-static int saved_tensors(const IrProgram *p) { return p->ntensors - p->ncached; }
+static int saved_tensors(const IrProgram *p)
+{
+    int n = p->ntensors;
+    while (n > 0 && p->tensors[n - 1].kind == IR_CACHE) n--;
+    return n;
+}
 
 int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
                     const TrainProgress *pr, int64_t total_steps)

@@ -28,7 +28,6 @@
     /usr/bin/python3 tests/e2e/tensors_data.py build/cgc
 Needs numpy. Exits 77 without it.
 """
-import gzip
 import json
 import os
 import shutil
@@ -43,8 +42,9 @@ except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(ROOT, "data", "fashion-mnist")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from npfiles import DATA, ROOT, idx, load_safetensors, save_formats  # noqa: E402
+
 failures = 0
 
 
@@ -52,38 +52,6 @@ def check(ok, what):
     global failures
     print(("ok   " if ok else "FAIL ") + what)
     failures += not ok
-
-
-def idx(name):
-    with gzip.open(os.path.join(DATA, name + "-ubyte.gz")) as f:
-        raw = f.read()
-    dims = struct.unpack(">" + "I" * raw[3], raw[4:4 + 4 * raw[3]])
-    return np.frombuffer(raw[4 + 4 * raw[3]:], np.uint8).reshape(dims)
-
-
-def save_safetensors(path, arrays):
-    """The format as the reference implementation writes it (no library needed)."""
-    names = {np.dtype("uint8"): "U8", np.dtype("int64"): "I64", np.dtype("float32"): "F32",
-             np.dtype("int32"): "I32", np.dtype("float64"): "F64"}
-    header, blobs, at = {}, [], 0
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
-        blobs.append(a.tobytes())
-        at += a.nbytes
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
-    return {k: raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]] for k, t in header.items()}
 
 
 def run(command, work):
@@ -99,12 +67,7 @@ def same_run(work):
     x, y = idx("train-images-idx3").reshape(-1, 784), idx("train-labels-idx1")
     tx, ty = idx("t10k-images-idx3").reshape(-1, 784), idx("t10k-labels-idx1")
     for split, (a, b) in {"train": (x, y), "test": (tx, ty)}.items():
-        np.savez(f"{work}/{split}.npz", x=a, y=b)
-        np.savez_compressed(f"{work}/{split}_c.npz", x=a, y=b)
-        os.mkdir(f"{work}/{split}_dir")
-        np.save(f"{work}/{split}_dir/x.npy", a)
-        np.save(f"{work}/{split}_dir/y.npy", b)
-        save_safetensors(f"{work}/{split}.safetensors", {"x": a, "y": b})
+        save_formats(work, split, a, b)
         np.savez(f"{work}/{split}_64.npz", x=a, y=b.astype(np.int64))
         np.savez(f"{work}/{split}_f32.npz", x=(a * (1 / 255)).astype(np.float32), y=b)
         np.savez(f"{work}/{split}_f64.npz", x=a * (1 / 255), y=b)
