@@ -41,6 +41,11 @@
 #            widths 64 and 128, bf16, causal) in cgc's default and max-autotune modes
 #            against PyTorch's scaled_dot_product_attention, in attention TFLOP/s;
 #            ATTENTION_ARGS adds options (--contexts 512,1024); not in the default PARTS
+#   stream   the data set streamed from the host (stream = always: rows read ahead on a
+#            host thread into pinned memory, copied on a copy stream beside the steps)
+#            against resident on the GPU (never), mlp.net and the wide MLP in the default
+#            mode: the same weights bit for bit, the median step times side by side, and
+#            how long the steps waited for rows; not in the default PARTS
 #   ranks    a job of one rank (--nproc 1: its gradients summed over it through NCCL)
 #            against no job, in reduce-overhead: mlp.net's weights after 300 steps
 #            (fp32, the sums change nothing) and both models' step times, the wide MLP's
@@ -225,6 +230,21 @@ if part attention; then
     run bench_attention python3 bench/bench_attention.py --cgc "$CGC" --out "$OUT" \
         ${BENCH_DRY_RUN:+--dry-run} ${ATTENTION_ARGS:-}
     cat "$OUT/bench_attention.md" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
+if part stream; then
+    step "a data set streamed from the host against one resident on the GPU"
+    for model in models/mlp.net bench/models/wide_mlp.net; do
+        name=$(basename "$model" .net)
+        for how in never always; do
+            run "stream_${name}_$how" "$CGC" "$model" --device cuda --stream "$how" --steps 300 -v \
+                --save "$OUT/stream_${name}_$how.st"
+            grep -hE "median step|steps waited|stream from the host|error" "$OUT/stream_${name}_$how.log" |
+                sed "s/^/$name, stream = $how: /" | tee -a "$OUT/summary.txt"
+        done
+        run "stream_${name}_same" python3 tests/e2e/st_close.py --meta "$OUT/stream_${name}_always.st" \
+            "$OUT/stream_${name}_never.st" 0
+        sed "s/^/$name streamed against resident: /" "$OUT/stream_${name}_same.log" | tee -a "$OUT/summary.txt"
+    done
 fi
 if part ranks; then
     step "a job of one rank: NCCL's sums over one GPU, against no job"

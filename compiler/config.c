@@ -24,6 +24,7 @@ void config_defaults(TrainConfig *cfg)
     cfg->gamma = 0.1;
     cfg->precision = PREC_FP32;
     cfg->accumulate = 1;
+    cfg->prefetch = 2;
     cfg->ranks = 1;
     cfg->checkpoint = CKPT_NONE;
 }

@@ -20,6 +20,10 @@ typedef enum SchedKind { SCHED_CONSTANT, SCHED_COSINE, SCHED_STEP } SchedKind;
 typedef enum Precision { PREC_FP32, PREC_TF32, PREC_BF16, PREC_FP16 } Precision;
 typedef enum CheckpointMode { CKPT_NONE, CKPT_ALL, CKPT_AUTO } CheckpointMode;
 
+/* Where a device run's data set lives: on the device whole (never), or on the host, its
+ * rows copied over as the steps need them (always), or the first where it fits (auto). */
+typedef enum StreamMode { STREAM_AUTO, STREAM_ALWAYS, STREAM_NEVER } StreamMode;
+
 typedef struct TrainConfig {
     /* data */
     DataKind data;
@@ -61,6 +65,8 @@ typedef struct TrainConfig {
     int64_t memory;             /* bytes; 0 = the device's free memory */
     uint64_t seed;              /* 0 */
     bool shard_optimizer;       /* shard = optimizer (false: none) */
+    int64_t prefetch;           /* 2: micro-batches of rows read ahead on a host thread */
+    StreamMode stream;          /* auto: a device keeps the data set unless it cannot */
     int ranks;                  /* 1: the job's ranks, which its launch decides (not a key) */
     bool job;                   /* a rank of a job, even of one (a launcher started it, or
                                  * --nproc): the gradients are summed over the ranks */

@@ -24,6 +24,7 @@ enum {
     MAX_COUNT = 1000000000,       /* epochs, steps, schedule lengths */
     MAX_SAMPLES = 1 << 24,
     MAX_CONTEXT = 1 << 20,        /* text windows */
+    MAX_PREFETCH = 64,            /* micro-batches read ahead: each a slot of host memory */
 };
 #define MAX_SEED ((int64_t)1 << 53)            /* integers a double holds exactly */
 #define MAX_MEMORY ((int64_t)1 << 50)          /* 1 PB */
@@ -279,6 +280,20 @@ static int entry_accumulate(Source *src, TrainConfig *cfg, const AstExpr *v)
     return sema_const_int(src, v, "accumulate", 1, MAX_BATCH, &cfg->accumulate);
 }
 
+static int entry_prefetch(Source *src, TrainConfig *cfg, const AstExpr *v)
+{
+    return sema_const_int(src, v, "prefetch", 0, MAX_PREFETCH, &cfg->prefetch);
+}
+
+static int entry_stream(Source *src, TrainConfig *cfg, const AstExpr *v)
+{
+    static const char *const names[] = {"auto", "always", "never", NULL};
+    int k;
+    if (sema_const_choice(src, v, "stream", names, &k) < 0) return -1;
+    cfg->stream = (StreamMode)k;
+    return 0;
+}
+
 static int entry_clip_norm(Source *src, TrainConfig *cfg, const AstExpr *v)
 {
     return sema_const_real(src, v, "clip_norm", REAL_GE0, &cfg->clip_norm);
@@ -364,7 +379,8 @@ static const struct {
     {"precision", entry_precision}, {"accumulate", entry_accumulate},
     {"clip_norm", entry_clip_norm}, {"checkpoint", entry_checkpoint},
     {"memory", entry_memory},       {"seed", entry_seed},
-    {"shard", entry_shard},
+    {"shard", entry_shard},         {"prefetch", entry_prefetch},
+    {"stream", entry_stream},
 };
 enum { NUM_TRAIN_KEYS = sizeof train_keys / sizeof train_keys[0] };
 

@@ -152,7 +152,15 @@ static const char usage_text[] =
     "                          optimizer state, inputs; the data set a GPU run uploads is\n"
     "                          not counted; none on the CPU)\n"
     "  --shard S               none, or optimizer: with several ranks, each keeps and\n"
-    "                          updates a slice of the optimizer state (ZeRO stage 1)\n";
+    "                          updates a slice of the optimizer state (ZeRO stage 1)\n"
+    "  --prefetch N            micro-batches of rows read ahead on a host thread while the\n"
+    "                          step runs (default 2; 0: read in the step), on the CPU and\n"
+    "                          when the data set streams to a GPU\n"
+    "  --stream M              auto, always or never: a GPU run's data set stays on the\n"
+    "                          GPU whole (never), or on the host, each micro-batch's rows\n"
+    "                          copied over on a copy stream while the step before runs\n"
+    "                          (always); auto streams when it takes more than 90% of the\n"
+    "                          GPU's memory left once the plan's arena is allocated\n";
 
 enum { OPT_TRAIN_KEY = 256, OPT_DUMP_IR, OPT_DEVICE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER,
        OPT_DETECT_ANOMALY,
@@ -168,6 +176,7 @@ static const char *const train_flags[][2] = {
     {"optimizer", "optimizer"}, {"schedule", "schedule"}, {"precision", "precision"},
     {"accumulate", "accumulate"}, {"clip-norm", "clip_norm"}, {"checkpoint", "checkpoint"},
     {"memory", "memory"},       {"seed", "seed"},         {"shard", "shard"},
+    {"prefetch", "prefetch"},   {"stream", "stream"},
 };
 enum { NUM_TRAIN_FLAGS = sizeof train_flags / sizeof train_flags[0] };
 

@@ -118,6 +118,12 @@ void arrays_free(ArraySet *s)
     free(s);
 }
 
+void arrays_read_randomly(ArraySet *s)
+{
+    for (int i = 0; i < s->nmaps; i++)
+        if (s->maps[i].n) madvise(s->maps[i].p, s->maps[i].n, MADV_RANDOM);
+}
+
 /* PATH mapped (an empty file: no bytes), or NULL after an error. *N its size. */
 static const uint8_t *map_file(ArraySet *s, const char *path, size_t *n)
 {
@@ -137,6 +143,105 @@ static const uint8_t *map_file(ArraySet *s, const char *path, size_t *n)
     s->maps = xrealloc(s->maps, (size_t)(s->nmaps + 1) * sizeof *s->maps);
     s->maps[s->nmaps++] = (Mapping){ *n ? p : NULL, *n };
     return p;
+}
+
+/* ---- arrays spilled to temporary files ---- */
+
+struct ArraySpill {
+    ArraySet *set;
+    FILE *files[2];
+    int64_t row_elems[2];
+    const char *what;
+};
+
+static FILE *spill_file(const char *what)
+{
+    const char *dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cgc-rows-XXXXXX", dir);
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w+b") : NULL;
+    if (!f) {
+        cgc_error("%s: cannot make a temporary file in %s for its converted rows: %s; set TMPDIR "
+                  "to a directory cgc may write", what, dir, strerror(errno));
+        if (fd >= 0) close(fd);
+    }
+    if (fd >= 0) unlink(path);
+    return f;
+}
+
+ArraySpill *arrays_spill_new(int n, const char *const *names, const ArrayType *types,
+                             const int64_t *cols, const char *what)
+{
+    CGC_ASSERT(n >= 1 && n <= 2);
+    ArraySpill *s = xcalloc(1, sizeof *s);
+    s->what = what;
+    s->set = xcalloc(1, sizeof *s->set);
+    s->set->format = "a table converted";
+    s->set->n = n;
+    s->set->arrays = xcalloc((size_t)n, sizeof *s->set->arrays);
+    for (int i = 0; i < n; i++) {
+        Array *a = &s->set->arrays[i];
+        a->name = xstrdup(names[i]);
+        a->type = types[i];
+        a->rank = cols[i] ? 2 : 1;
+        a->shape[1] = cols[i];
+        s->row_elems[i] = cols[i] ? cols[i] : 1;
+        if (!(s->files[i] = spill_file(what))) {
+            arrays_spill_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+void arrays_spill_row(ArraySpill *s, int i, const void *row)
+{
+    fwrite(row, (size_t)TYPES[s->set->arrays[i].type].size, (size_t)s->row_elems[i], s->files[i]);
+}
+
+/* Maps array I's file, ROWS rows; 0, or -1 after an error. */
+static int spill_map(ArraySpill *s, int i, int64_t rows)
+{
+    Array *a = &s->set->arrays[i];
+    a->shape[0] = rows;
+    a->count = rows * s->row_elems[i];
+    size_t bytes = (size_t)a->count * (size_t)TYPES[a->type].size;
+    FILE *f = s->files[i];
+    if (fflush(f) != 0 || ferror(f)) {
+        cgc_error("%s: cannot write its converted rows to a temporary file: %s; set TMPDIR to a "
+                  "directory with room for %zu bytes", s->what, strerror(errno), bytes);
+        return -1;
+    }
+    void *p = bytes ? mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fileno(f), 0) : (void *)"";
+    if (p == MAP_FAILED) {
+        cgc_error("%s: cannot map its converted rows: %s", s->what, strerror(errno));
+        return -1;
+    }
+    ArraySet *set = s->set;
+    set->maps = xrealloc(set->maps, (size_t)(set->nmaps + 1) * sizeof *set->maps);
+    set->maps[set->nmaps++] = (Mapping){ bytes ? p : NULL, bytes };
+    a->data = p;
+    return 0;
+}
+
+ArraySet *arrays_spill_done(ArraySpill *s, int64_t rows)
+{
+    int rc = 0;
+    for (int i = 0; i < s->set->n && rc == 0; i++) rc = spill_map(s, i, rows);
+    ArraySet *set = rc == 0 ? s->set : NULL;
+    if (set) s->set = NULL;
+    arrays_spill_free(s);
+    return set;
+}
+
+void arrays_spill_free(ArraySpill *s)
+{
+    if (!s) return;
+    for (int i = 0; i < 2; i++)
+        if (s->files[i]) fclose(s->files[i]);
+    arrays_free(s->set);
+    free(s);
 }
 
 /* ---- .npy ---- */
@@ -443,7 +548,7 @@ static int open_npz(ArraySet *s, const char *path, const uint8_t *b, size_t n, c
 
 static int open_st(ArraySet *s, const char *path, const char *const *names)
 {
-    if (!(s->st = st_load(path))) return -1;
+    if (!(s->st = st_map(path))) return -1;
     for (int i = 0; i < s->n; i++) {
         const StTensor *t = st_find(s->st, names[i]);
         if (!t) {

@@ -43,6 +43,25 @@ const Array *arrays_get(const ArraySet *s, int i);
 /* What PATH is: "a directory of .npy files", "an .npz archive", "a safetensors file". */
 const char *arrays_format(const ArraySet *s);
 void arrays_free(ArraySet *s);
+/* From now on S's files are read a row here and there (a shuffled order): the kernel is
+ * told to stop reading ahead of each page touched, which would fill memory with rows
+ * nobody asked for. */
+void arrays_read_randomly(ArraySet *s);
+
+/* Arrays a reader makes a row at a time (a CSV table's, converted), kept in temporary
+ * files ($TMPDIR, else /tmp; unlinked at once) and mapped once whole, so that they take no
+ * memory of their own: data larger than memory. */
+typedef struct ArraySpill ArraySpill;
+/* N arrays, array I named NAMES[I], of TYPES[I], with COLS[I] elements a row (0: one, the
+ * array of rank 1). WHAT, the file being read, names errors. NULL after an error. */
+ArraySpill *arrays_spill_new(int n, const char *const *names, const ArrayType *types,
+                             const int64_t *cols, const char *what);
+/* Appends a row (COLS[I] elements, or 1) to array I. */
+void arrays_spill_row(ArraySpill *s, int i, const void *row);
+/* The arrays, ROWS rows each, mapped; NULL after an error (a write that failed: a full
+ * disk). Frees S either way. */
+ArraySet *arrays_spill_done(ArraySpill *s, int64_t rows);
+void arrays_spill_free(ArraySpill *s);
 
 /* An .npy header (format 1.0) to F: DESCR ('<f4', '<i4'), SHAPE[0..rank); the data follows. */
 void arrays_npy_header(FILE *f, const char *descr, const int64_t *shape, int rank);

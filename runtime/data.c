@@ -996,6 +996,7 @@ static int load_tensor_split(const IrProgram *p, const InputPlan *plan, const ch
     }
     if (rc == 0) rc = tensor_features(p, plan, path, x, d);
     if (rc == 0 && p->ninputs > 1) rc = tensor_labels(p, plan, path, arrays_get(s, 1), d);
+    if (rc == 0 && p->cfg.shuffle) arrays_read_randomly(s);   /* the checks above read it in order */
     return rc;
 }
 
@@ -1067,7 +1068,9 @@ typedef struct Table {
     Dataset *d;
     int columns, label;         /* label: the labels' column, or -1 */
     char **names;
-    int64_t cap;                /* rows D has room for */
+    ArraySpill *spill;          /* the rows converted: features (f32), then labels */
+    float *row;                 /* the record's features */
+    union { int32_t i; float f; } y;   /* and its label */
     int64_t nans, first_nan_line;
     bool predicting;            /* features only: a label column is left out when there */
 } Table;
@@ -1138,26 +1141,18 @@ static int table_cell(void *ctx, int64_t record, int64_t line, int col, const ch
     (void)len;
     if (record == 0) return table_name(t, col, text);
     if (col >= t->columns) return 0;   /* the record's count says so after it */
-    Dataset *d = t->d;
-    int64_t r = record - 1;
-    if (r >= t->cap) {
-        t->cap = t->cap ? 2 * t->cap : 1024;
-        d->x = xrealloc(d->x, (size_t)(t->cap * d->x_row) * sizeof *d->x);
-        if (d->y_row && d->y_int) d->y_i32 = xrealloc(d->y_i32, (size_t)t->cap * sizeof *d->y_i32);
-        else if (d->y_row) d->y_f32 = xrealloc(d->y_f32, (size_t)t->cap * sizeof *d->y_f32);
-    }
+    const Dataset *d = t->d;
     double v;
     if (table_number(t, line, col, text, &v) < 0) return -1;
     if (col != t->label) {
-        int64_t at = r * d->x_row + col - (t->label >= 0 && col > t->label);
-        d->x[at] = (float)(v * t->p->cfg.data_scale);
+        t->row[col - (t->label >= 0 && col > t->label)] = (float)(v * t->p->cfg.data_scale);
         if (v != v && t->nans++ == 0) t->first_nan_line = line;
         return 0;
     }
     if (!d->y_row) return 0;
-    if (!d->y_int) return d->y_f32[r] = (float)v, 0;
+    if (!d->y_int) return t->y.f = (float)v, 0;
     int64_t classes = t->p->num_classes > 0 ? t->p->num_classes : INT32_MAX;
-    if (v == floor(v) && v >= 0 && v < (double)classes) return d->y_i32[r] = (int32_t)v, 0;
+    if (v == floor(v) && v >= 0 && v < (double)classes) return t->y.i = (int32_t)v, 0;
     cgc_error("%s: line %lld: the label %s is not a class id from 0 to %lld", t->path,
               (long long)line, diag_quote(text, 40), (long long)classes - 1);
     return -1;
@@ -1172,16 +1167,24 @@ static int table_record(void *ctx, int64_t record, int64_t line, int fields)
                   fields, fields == 1 ? "" : "s", t->columns);
         return -1;
     }
+    arrays_spill_row(t->spill, 0, t->row);
+    if (t->d->y_row) arrays_spill_row(t->spill, 1, &t->y);
     t->d->n = record;
     return 0;
 }
 
-/* One split from the CSV file PATH; for PREDICTING, the label column may be absent. */
+/* One split from the CSV file PATH, its rows converted into *SET's arrays; for PREDICTING,
+ * the label column may be absent. */
 static int load_csv_split(const IrProgram *p, const InputPlan *plan, const char *path, Dataset *d,
-                          bool predicting)
+                          ArraySet **set, bool predicting)
 {
-    *d = (Dataset){ .x_row = plan->x_row, .y_row = plan->y_row ? 1 : 0, .y_int = plan->y_int };
+    *d = (Dataset){ .x_row = plan->x_row, .y_row = plan->y_row ? 1 : 0, .y_int = plan->y_int, .scale = 1 };
     Table t = { .p = p, .plan = plan, .path = path, .d = d, .label = -1, .predicting = predicting };
+    const char *names[2] = {"features", "labels"};
+    ArrayType types[2] = {ARR_F32, d->y_int ? ARR_I32 : ARR_F32};
+    int64_t cols[2] = {d->x_row, 0};
+    if (!(t.spill = arrays_spill_new(d->y_row ? 2 : 1, names, types, cols, path))) return -1;
+    t.row = xcalloc((size_t)d->x_row + 1, sizeof *t.row);
     int rc = csv_read(path, table_cell, table_record, &t);
     if (rc == 0 && t.columns == 0) {
         cgc_error("%s: empty: a header line and a row per example are needed", path);
@@ -1195,7 +1198,13 @@ static int load_csv_split(const IrProgram *p, const InputPlan *plan, const char 
                     path, (long long)t.nans, t.nans == 1 ? "" : "s", (long long)t.first_nan_line);
     for (int c = 0; c < t.columns; c++) free(t.names[c]);
     free(t.names);
-    return rc;
+    free(t.row);
+    *set = rc == 0 ? arrays_spill_done(t.spill, d->n) : NULL;
+    if (rc != 0) arrays_spill_free(t.spill);
+    if (!*set) return -1;
+    d->x_file = arrays_get(*set, 0);
+    d->y_file = d->y_row ? arrays_get(*set, 1) : NULL;
+    return 0;
 }
 
 static int load_csv(const IrProgram *p, Source *src, const char *net_path, const InputPlan *plan,
@@ -1209,8 +1218,8 @@ static int load_csv(const IrProgram *p, Source *src, const char *net_path, const
     char *train = find_file(p, src, p->cfg.data_dir, net_path, "csv: the file", "");
     char *test = train && p->cfg.data_test
                      ? find_file(p, src, p->cfg.data_test, net_path, "csv: the test file", "") : NULL;
-    int rc = !train || (p->cfg.data_test && !test) ? -1 : load_csv_split(p, plan, train, &out->train, false);
-    if (rc == 0 && test) rc = load_csv_split(p, plan, test, &out->test, false);
+    int rc = !train || (p->cfg.data_test && !test) ? -1 : load_csv_split(p, plan, train, &out->train, &out->arrays[0], false);
+    if (rc == 0 && test) rc = load_csv_split(p, plan, test, &out->test, &out->arrays[1], false);
     rc = rc == 0 ? hold_out(train, test != NULL, out) : -1;
     if (rc == 0)
         out->description = describe("csv: %lld train, %lld test%s, from %s%s%s", (long long)out->train.n,
@@ -1249,7 +1258,7 @@ int data_load_inputs(const IrProgram *p, Source *src, const char *path, DataSpli
     IrProgram one = *p;   /* the features alone: no second input to fill */
     one.ninputs = 1;
     int rc = text_ends_with(path, ".csv") && !plan.x_tokens
-                 ? load_csv_split(&one, &plan, path, &out->train, true)
+                 ? load_csv_split(&one, &plan, path, &out->train, &out->arrays[0], true)
                  : load_tensor_split(&one, &plan, path, &out->train, &out->arrays[0]);
     if (rc != 0) data_free(out);
     return rc;
@@ -1301,6 +1310,13 @@ int64_t data_phase(const Dataset *d, uint64_t seed, int64_t epoch)
 
 /* Text row ROW's window, starting at PHASE: its first x_row bytes into X, its last into
  * Y (when not NULL). */
+void data_rank_rows(int rank, int ranks, int64_t *first, int64_t *count)
+{
+    int64_t n = *count, lo = n * rank / ranks, hi = n * (rank + 1) / ranks;
+    *first += lo;
+    *count = hi - lo;
+}
+
 static void gather_window(const Dataset *d, int64_t row, int64_t phase, int32_t *x, int32_t *y)
 {
     CGC_ASSERT(phase >= 0 && phase + (row + 1) * d->window <= d->text_bytes);

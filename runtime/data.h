@@ -1,11 +1,12 @@
 /* data.h: training data: IDX files (plain or gzip), text files, synthetic data, order
  * and batches.
  *
- * An IDX, CSV or synthetic dataset is held whole in memory as f32 features (already
- * scaled) or i32 tokens, and labels (i32 class ids, or f32 targets), one row per sample.
- * A tensors(...) dataset stays in its files, mapped (an archive's compressed members
+ * An IDX or synthetic dataset is held whole in memory as f32 features (already scaled)
+ * or i32 tokens, and labels (i32 class ids, or f32 targets), one row per sample. A
+ * tensors(...) dataset stays in its files, mapped (an archive's compressed members
  * inflated, in their own types), checked whole once and converted a row at a time as
- * batches are gathered, so that data larger than memory trains. A text
+ * batches are gathered, so that data larger than memory trains; a CSV table's rows are
+ * converted to f32 once, into temporary files (arrays.h), and used likewise. A text
  * dataset is the file's bytes, mapped: its samples are windows of context + 1 bytes, the
  * first context bytes the features and the last context the labels, read from the
  * mapping when a batch is gathered. Batches are gathered from a seeded order; the order
@@ -35,8 +36,8 @@ typedef struct Dataset {
     int64_t text_bytes;         /* text: how many */
     int64_t window;             /* text: a sample's bytes, x_row + 1; sample i of an epoch of
                                  * phase P starts at P + i * window */
-    const Array *x_file;        /* tensors(...): the features left in their file (mapped) or
-                                 * archive, converted as rows are gathered (x NULL): rows
+    const Array *x_file;        /* tensors(...), csv(...): the features left in their file
+                                 * (mapped) or archive, converted as rows are gathered (x NULL): rows
                                  * first .. first + n - 1 of it */
     const Array *y_file;        /* the labels likewise, or NULL */
     int64_t first;
@@ -87,6 +88,11 @@ void data_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *
  * (RNG_TEXT), so that over the epochs every position of the text starts a sample; 0 for
  * other data. */
 int64_t data_phase(const Dataset *d, uint64_t seed, int64_t epoch);
+
+/* Rows [*FIRST, *FIRST + *COUNT) of a micro-batch of COUNT rows from FIRST, which rank
+ * RANK of RANKS takes: a contiguous share, the first ranks one row fewer when the rows do
+ * not divide evenly. */
+void data_rank_rows(int rank, int ranks, int64_t *first, int64_t *count);
 
 /* Copies rows ORDER[start .. start+count) into X (count * x_row floats, or int32 when
  * x_int) and Y (count * y_row int32 or floats; may be NULL when y_row == 0), text windows

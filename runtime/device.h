@@ -123,6 +123,14 @@ typedef struct DeviceOps {
     int (*download_async)(Device *d, void *dst, DevPtr src, size_t bytes);
     void *(*host_alloc)(Device *d, size_t bytes);      /* pinned on the GPU; NULL on failure */
     void (*host_free)(Device *d, void *p);
+    /* A copy on the device's second stream, so that it overlaps the kernels: it starts
+     * once AFTER (a fence recorded on either stream; NULL: none) has passed, and DONE is
+     * recorded after it. SRC (from host_alloc) must stay as it is until DONE has passed,
+     * and no kernel may read DST before the stream has waited for DONE (fence_wait). */
+    int (*upload_async)(Device *d, DevPtr dst, const void *src, size_t bytes, DeviceFence *after,
+                        DeviceFence *done);
+    /* Work queued on the stream from now on waits until F has passed. */
+    int (*fence_wait)(Device *d, DeviceFence *f);
 
     /* Kernels of the loaded module, by name; the handle stays valid while D lives. */
     int (*kernel)(Device *d, const char *name, void **handle);

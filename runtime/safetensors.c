@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -256,6 +257,7 @@ int st_write(const char *role, const OutKind *kind, const char *path, const StTe
 
 struct StFile {
     uint8_t *bytes;         /* the whole file; tensors point into it */
+    size_t mapped;          /* st_map: the mapping's bytes (0: BYTES was malloc'd) */
     StTensor *tensors;      /* in data order */
     int ntensors;
     StMeta *meta;
@@ -576,14 +578,48 @@ static int read_entries(const char *path, const cJSON *root, const uint8_t *data
     return status;
 }
 
+static StFile *st_parse(const char *path, uint8_t *bytes, uint64_t size, uint64_t n, size_t mapped);
+
+/* PATH mapped, its header length checked; NULL after an error. */
+static uint8_t *map_file(const char *path, uint64_t *size, uint64_t *header_len)
+{
+    int fd = open_checkpoint(path);
+    struct stat st;
+    if (fd < 0) return NULL;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) != 0) cgc_error("%s: cannot read: %s", path, strerror(errno));
+    else if ((*size = (uint64_t)st.st_size) < 8) check_header_length(path, NULL, *size, header_len);
+    else if ((p = mmap(NULL, (size_t)*size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
+        cgc_error("%s: cannot map the file: %s", path, strerror(errno));
+    close(fd);
+    if (p == MAP_FAILED) return NULL;
+    if (check_header_length(path, p, *size, header_len) == 0) return p;
+    munmap(p, (size_t)*size);
+    return NULL;
+}
+
+StFile *st_map(const char *path)
+{
+    uint64_t size, n;
+    uint8_t *bytes = map_file(path, &size, &n);
+    return bytes ? st_parse(path, bytes, size, n, (size_t)size) : NULL;
+}
+
 StFile *st_load(const char *path)
 {
     uint64_t size, n;
     uint8_t *bytes = read_file(path, &size, &n);
-    if (!bytes) return NULL;
+    return bytes ? st_parse(path, bytes, size, n, 0) : NULL;
+}
+
+/* The file BYTES (SIZE of them, a header of N), owned from now on: malloc'd, or a mapping
+ * of MAPPED bytes. */
+static StFile *st_parse(const char *path, uint8_t *bytes, uint64_t size, uint64_t n, size_t mapped)
+{
     cJSON *root = parse_header(path, bytes + 8, (size_t)n);
     StFile *f = xcalloc(1, sizeof *f);
     f->bytes = bytes;
+    f->mapped = mapped;
     if (!root || read_entries(path, root, bytes + 8 + n, size - 8 - n, f) < 0) {
         st_free(f);
         f = NULL;
@@ -602,7 +638,8 @@ void st_free(StFile *f)
     }
     free(f->tensors);
     free(f->meta);
-    free(f->bytes);
+    if (f->mapped) munmap(f->bytes, f->mapped);
+    else free(f->bytes);
     free(f);
 }
 

@@ -57,6 +57,9 @@ typedef struct StFile StFile;
 
 /* Reads and validates PATH. Returns NULL after "cgc: error: PATH: what is wrong". */
 StFile *st_load(const char *path);
+/* As st_load, with the file mapped instead of read: the tensors' bytes are read from the
+ * file as they are touched, so a file larger than memory opens (a data set's). */
+StFile *st_map(const char *path);
 void st_free(StFile *f);
 int st_count(const StFile *f);
 const StTensor *st_get(const StFile *f, int i);

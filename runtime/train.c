@@ -12,8 +12,10 @@
  * from a checkpoint continues bit for bit.
  *
  * Where the steps run is a backend (train_internal.h): the CPU reference executor here,
- * or a device through the plan runner (train_device.c), which keeps the data, the
- * order and the loss totals on the device so that no step waits on the host.
+ * fed by a host thread that reads each micro-batch's rows ahead (prefetch.h), or a
+ * device through the plan runner (train_device.c), which keeps the data, the order and
+ * the loss totals on the device so that no step waits on the host (or, for a data set
+ * the device cannot hold, streams the rows in beside the steps).
  */
 #include "train.h"
 #include "train_internal.h"
@@ -29,16 +31,10 @@
 #include "cpu/exec.h"
 #include "data.h"
 #include "generate.h"
+#include "prefetch.h"
 #include "safetensors.h"
 
 /* ---- the plan: how many micro-batches, steps and epochs ---- */
-
-void train_rank_rows(int rank, int ranks, int64_t *first, int64_t *count)
-{
-    int64_t n = *count, lo = n * rank / ranks, hi = n * (rank + 1) / ranks;
-    *first += lo;
-    *count = hi - lo;
-}
 
 /* What a rank's micro-batch of COUNT rows weighs in the running loss: its share of the
  * rows times the ranks, so that the mean over the ranks of every rank's sum is the sum
@@ -46,7 +42,7 @@ void train_rank_rows(int rank, int ranks, int64_t *first, int64_t *count)
 static double train_loss_weight(const Trainer *t, int64_t count)
 {
     int64_t first = 0, rows = count;
-    train_rank_rows(t->rank, t->ranks, &first, &rows);
+    data_rank_rows(t->rank, t->ranks, &first, &rows);
     return t->ranks == 1 ? 1.0 : (double)rows * t->ranks / (double)count;
 }
 
@@ -116,8 +112,9 @@ typedef struct CpuBackend {
     CpuExec *e;
     int64_t *order;             /* data order of the current epoch */
     int64_t phase;              /* where its text windows start (data_phase) */
-    void *x;                    /* one batch of features (f32, or i32 tokens) */
+    void *x;                    /* one batch of features (f32, or i32 tokens): evaluation */
     void *y;                    /* one batch of labels */
+    Prefetch *pf;               /* the training rows, read ahead */
 } CpuBackend;
 
 /* The executor's collectives (cpu/exec.h), through the job's MPI (comm.h): a bucket's
@@ -150,13 +147,15 @@ static int cpu_open(Trainer *t)
     cpu->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
     cpu->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
     cpu->order = xmalloc((size_t)t->data.train.n * sizeof *cpu->order);
-    return 0;
+    t->prefetch = cpu->pf = prefetch_new(&t->data.train, (int)t->p->cfg.prefetch, t->p->cfg.batch, NULL);
+    return cpu->pf ? 0 : -1;
 }
 
 static void cpu_close(Trainer *t)
 {
     CpuBackend *cpu = t->backend;
     if (!cpu) return;
+    prefetch_free(cpu->pf);
     cpu_exec_free(cpu->e);
     free(cpu->x);
     free(cpu->y);
@@ -180,8 +179,11 @@ static int cpu_epoch_begin(Trainer *t, const TrainProgress *pr)
 {
     const TrainConfig *c = &t->p->cfg;
     CpuBackend *cpu = t->backend;
+    prefetch_stop(cpu->pf);
     data_order(c->seed, pr->epoch, c->shuffle, t->data.train.n, cpu->order);
     cpu->phase = data_phase(&t->data.train, c->seed, pr->epoch);
+    prefetch_epoch(cpu->pf, cpu->order, cpu->phase, c->batch, pr->batch_in_epoch,
+                   t->steps_per_epoch * c->accumulate, t->rank, t->ranks);
     return 0;
 }
 
@@ -202,21 +204,21 @@ int train_report_anomaly(const Trainer *t, const IrGraph *g, const CpuAnomaly *a
     return -1;
 }
 
-/* Runs graph G on rows order[start .. start+count) of dataset D (file order when ORDER is
- * NULL) as micro-batch number MICRO_STEP of the run (optimizer step * accumulate +
- * micro-batch within the step), the counter dropout masks are keyed by. */
-static int run_batch(Trainer *t, const IrGraph *g, const Dataset *d, const int64_t *order,
-                     int64_t start, int64_t count, int64_t micro_step)
+/* Runs graph G on ROWS rows at X and Y, rows [first, first + rows) of a micro-batch of
+ * COUNT from START, as micro-batch number MICRO_STEP of the run (optimizer step *
+ * accumulate + micro-batch within the step), the counter dropout masks are keyed by. */
+static int run_batch(Trainer *t, const IrGraph *g, void *x, void *y, int64_t start, int64_t count,
+                     int64_t rows, int64_t micro_step)
 {
     CpuBackend *cpu = t->backend;
-    int64_t first = start, rows = count;
-    if (g != &t->p->eval) train_rank_rows(t->rank, t->ranks, &first, &rows);
-    data_gather(d, order, first, rows, order ? cpu->phase : 0, cpu->x, cpu->y);
+    int64_t first = start, share = count;
+    if (g != &t->p->eval) data_rank_rows(t->rank, t->ranks, &first, &share);
+    CGC_ASSERT(share == rows);
     CpuFeed feed;
     memset(&feed, 0, sizeof feed);
     feed.symvals[0] = rows;
-    feed.inputs[0] = cpu->x;
-    feed.inputs[1] = cpu->y;
+    feed.inputs[0] = x;
+    feed.inputs[1] = y;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     feed.runtime[IR_RT_MICRO_STEP] = (double)micro_step;
     feed.runtime[IR_RT_RANK_SHARE] = (double)rows / (double)count;
@@ -239,7 +241,10 @@ static int cpu_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
                            int64_t count, int64_t micro_step)
 {
     CpuBackend *cpu = t->backend;
-    if (run_batch(t, g, &t->data.train, cpu->order, start, count, micro_step) != 0) return -1;
+    PrefetchSlot *s = prefetch_take(cpu->pf, start / t->p->cfg.batch);
+    int rc = run_batch(t, g, s->x, s->y, start, count, s->rows, micro_step);
+    prefetch_give(cpu->pf, s);
+    if (rc != 0) return -1;
     double loss = output_scalar(t, g, IR_OUT_LOSS);
     if (!isfinite(loss) && t->p->cfg.precision != PREC_FP16)
         return train_loss_not_finite(t, pr->step, isnan(loss) ? "NaN" : "infinite");
@@ -256,11 +261,13 @@ static int cpu_evaluate(Trainer *t, EvalResult *r)
     const Dataset *d = &t->data.test;
     const IrGraph *g = &t->p->eval;
     int64_t first = 0, n = d->n;
-    train_rank_rows(t->rank, t->ranks, &first, &n);
+    data_rank_rows(t->rank, t->ranks, &first, &n);
     double sums[2] = {0, 0};   /* loss times rows, correct predictions */
+    CpuBackend *cpu = t->backend;
     for (int64_t start = first; start < first + n; start += EVAL_BATCH) {
         int64_t count = first + n - start < EVAL_BATCH ? first + n - start : EVAL_BATCH;
-        if (run_batch(t, g, d, NULL, start, count, 0) != 0) return -1;   /* no dropout */
+        data_gather(d, NULL, start, count, 0, cpu->x, cpu->y);
+        if (run_batch(t, g, cpu->x, cpu->y, start, count, count, 0) != 0) return -1;   /* no dropout */
         sums[0] += output_scalar(t, g, IR_OUT_LOSS) * (double)count;
         sums[1] += output_scalar(t, g, IR_OUT_CORRECT);
     }
@@ -952,6 +959,16 @@ static int teardown(Trainer *t)
     return rc;
 }
 
+/* -v: how long the steps waited for their rows, against the time reading them took. */
+static void report_reads(const Prefetch *pf)
+{
+    int depth = prefetch_depth(pf);
+    printf("cgc: data: the steps waited %.1f ms in all for their rows; reading them took %.1f ms, ",
+           1e3 * prefetch_waited(pf), 1e3 * prefetch_read(pf));
+    if (depth) printf("%d micro-batch%s ahead on a host thread\n", depth, depth == 1 ? "" : "es");
+    else printf("in the steps (prefetch = 0)\n");
+}
+
 static void print_done(const Trainer *t, RunState state, int64_t step, double seconds)
 {
     const RunOptions *o = t->o;
@@ -962,6 +979,7 @@ static void print_done(const Trainer *t, RunState state, int64_t step, double se
     printf("cgc: %s at step %lld in %.1f s%s%s%s\n", state == RUN_INTERRUPTED ? "stopped" : "done",
            (long long)step, seconds, share, o->save_path ? "; saved to " : "",
            o->save_path ? o->save_path : "");
+    if (t->prefetch && o->verbose) report_reads(t->prefetch);
     if (t->ranks > 1 && o->verbose) {
         CommStats s = comm_stats(o->comm);
         printf("cgc: rank 0 ran %lld collectives over the %d ranks (%.1f MB in all), and waited "

@@ -10,6 +10,11 @@
  * bar (a fence it polls) and waiting at the end of an epoch, which is also where a
  * non-finite loss is reported, with the step the device recorded.
  *
+ * A data set the device cannot hold (TrainConfig.stream) stays on the host instead: the
+ * order is made there, the rows are read ahead on a host thread into pinned memory and
+ * copied on the device's copy stream while the step before runs ("a data set that streams
+ * from the host" below); such a run is not captured as graphs.
+ *
  * In a reduce-overhead plan the step counter lives on the device too (plan.h: the
  * gathers' first row, the micro-step dropout reads, the step track_loss records), moved
  * by cgc_step_advance after each micro-batch; the host writes it only where the
@@ -65,12 +70,15 @@ typedef struct DeviceSplit {
                                  * a text: its bytes as i32 in x, its labels read from x */
 } DeviceSplit;
 
+typedef struct Stream Stream;
+
 typedef struct DeviceBackend {
     Device *d;
     Plan *own_plan;             /* built here when RunOptions gave none */
     const Plan *plan;
     DevExec *e;
     DeviceSplit train, test;
+    Stream *stream;             /* the data stays on the host (NULL: on the device, above) */
     DevPtr draws, order;        /* int32: n - 1 swap draws, the epoch's order */
     int64_t phase;              /* where the epoch's text windows start (data_phase) */
     DevPtr totals, eval_totals; /* double[TOTALS], double[2] */
@@ -334,6 +342,149 @@ static int gather(const Trainer *t, const Dataset *d, const DeviceSplit *s, DevP
                   "gather the labels");
 }
 
+/* ---- a data set that streams from the host ----
+ *
+ * Micro-batch J's rows, read on a host thread into pinned memory (prefetch.h), are copied
+ * on the device's copy stream into staging slot J % 2 while the step before runs; J's
+ * gather waits for that copy and reads the slot, and the copy of J + 2 waits for that
+ * gather. The host gives J's pinned rows back once their copy has landed. */
+
+struct Stream {
+    Prefetch *pf;
+    int64_t *order;             /* the epoch's order, made on the host */
+    int64_t rows;               /* a slot's rows: a rank's micro-batch or an evaluation batch */
+    DevPtr slot[2];             /* staging, laid out as a PrefetchSlot */
+    DeviceFence *copied[2], *gathered[2];
+    bool gathered_yet[2];       /* gathered[k] recorded once */
+    void *eval;                 /* an evaluation batch's rows on the host, likewise */
+};
+
+/* The bytes split S would take on the device. */
+static uint64_t split_bytes(const Dataset *s)
+{
+    if (s->text) return (uint64_t)s->text_bytes * sizeof(int32_t);
+    return (uint64_t)s->n * (uint64_t)(s->x_row + s->y_row) * sizeof(float);
+}
+
+/* Whether the data set streams (TrainConfig.stream), said unless quiet; -1 after an error. */
+static int stream_decision(const Trainer *t, DeviceBackend *dev)
+{
+    StreamMode mode = t->p->cfg.stream;
+    uint64_t bytes = split_bytes(&t->data.train) + (t->data.has_test ? split_bytes(&t->data.test) : 0);
+    size_t left = 0;
+    bool known = dev->d->ops->mem_free && dev->d->ops->mem_free(dev->d, &left) == 0;
+    bool streams = mode == STREAM_ALWAYS || (mode == STREAM_AUTO && known && bytes > left / 10 * 9);
+    if (!streams) return 0;
+    if (!dev->d->ops->upload_async) {
+        cgc_error("%s cannot copy beside its kernels, so the data set cannot stream to it; use "
+                  "stream = never, or train on the CPU", dev->d->name);
+        return -1;
+    }
+    if (t->o->quiet) return 1;
+    if (mode == STREAM_ALWAYS) printf("cgc: stream = always: ");
+    else printf("cgc: the data set's %.1f MB would take more than 90%% of the %.1f MB left on %s: ",
+                bytes / 1e6, left / 1e6, dev->d->name);
+    printf("its rows stream from the host, %lld micro-batches read ahead\n",
+           (long long)t->p->cfg.prefetch);
+    return 1;
+}
+
+static void *pinned_alloc(void *ctx, size_t bytes) { return ((Device *)ctx)->ops->host_alloc(ctx, bytes); }
+static void pinned_free(void *ctx, void *p) { ((Device *)ctx)->ops->host_free(ctx, p); }
+
+static int stream_open(Trainer *t, DeviceBackend *dev)
+{
+    const Dataset *d = &t->data.train;
+    Stream *s = dev->stream = xcalloc(1, sizeof *s);
+    int64_t eval_rows = !t->data.has_test ? 0 : t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH;
+    s->rows = t->p->cfg.batch > eval_rows ? t->p->cfg.batch : eval_rows;
+    size_t bytes = prefetch_y_at(d, s->rows) + (size_t)(s->rows * d->y_row) * sizeof(float);
+    PrefetchAlloc pinned = {pinned_alloc, pinned_free, dev->d};
+    t->prefetch = s->pf = prefetch_new(d, (int)t->p->cfg.prefetch, s->rows, &pinned);
+    if (!s->pf) return -1;
+    s->order = xmalloc((size_t)(d->n ? d->n : 1) * sizeof *s->order);
+    s->eval = xmalloc(bytes);
+    for (int k = 0; k < 2; k++)
+        if (alloc_upload(dev, NULL, bytes, &s->slot[k], "a micro-batch copied from the host") != 0 ||
+            dev->d->ops->fence_new(dev->d, &s->copied[k]) != 0 ||
+            dev->d->ops->fence_new(dev->d, &s->gathered[k]) != 0)
+            return -1;
+    return 0;
+}
+
+static void stream_close(DeviceBackend *dev)
+{
+    Stream *s = dev->stream;
+    if (!s) return;
+    prefetch_free(s->pf);
+    for (int k = 0; k < 2; k++) {
+        free_ptr(dev, s->slot[k]);
+        if (s->copied[k]) dev->d->ops->fence_free(dev->d, s->copied[k]);
+        if (s->gathered[k]) dev->d->ops->fence_free(dev->d, s->gathered[k]);
+    }
+    free(s->order);
+    free(s->eval);
+    free(s);
+}
+
+static void stream_epoch(Trainer *t, Stream *s, const TrainProgress *pr)
+{
+    const TrainConfig *c = &t->p->cfg;
+    const Dataset *d = &t->data.train;
+    prefetch_stop(s->pf);
+    data_order(c->seed, pr->epoch, c->shuffle, d->n, s->order);
+    prefetch_epoch(s->pf, s->order, data_phase(d, c->seed, pr->epoch), c->batch, pr->batch_in_epoch,
+                   t->steps_per_epoch * c->accumulate, t->rank, t->ranks);
+}
+
+/* ROWS rows of D as a slot of S holds them: features, then labels at prefetch_y_at. */
+static void slot_view(const Stream *s, const Dataset *d, int k, Dataset *rows, DeviceSplit *at)
+{
+    *rows = (Dataset){.x_row = d->x_row, .x_int = d->x_int, .y_row = d->y_row, .y_int = d->y_int};
+    *at = (DeviceSplit){.x = s->slot[k], .y = s->slot[k] + prefetch_y_at(d, s->rows)};
+}
+
+static size_t slot_bytes(const Stream *s, const Dataset *d, int64_t rows)
+{
+    return prefetch_y_at(d, s->rows) + (size_t)(rows * d->y_row) * sizeof(float);
+}
+
+/* Micro-batch MICRO's rows into the input buffers, from the host. */
+static int stream_gather(const Trainer *t, DeviceBackend *dev, int64_t micro)
+{
+    Stream *s = dev->stream;
+    const DeviceOps *ops = dev->d->ops;
+    const Dataset *d = &t->data.train;
+    int k = (int)(micro % 2);
+    PrefetchSlot *h = prefetch_take(s->pf, micro);
+    Dataset rows;
+    DeviceSplit at;
+    slot_view(s, d, k, &rows, &at);
+    bool landed;
+    int rc = ops->upload_async(dev->d, s->slot[k], h->x, slot_bytes(s, d, h->rows),
+                               s->gathered_yet[k] ? s->gathered[k] : NULL, s->copied[k]);
+    if (rc == 0) rc = ops->fence_wait(dev->d, s->copied[k]);
+    if (rc == 0) rc = gather(t, &rows, &at, 0, 0, h->rows, 0, 0);
+    if (rc == 0) rc = ops->fence_record(dev->d, s->gathered[k]);
+    s->gathered_yet[k] = rc == 0;
+    if (rc == 0) rc = ops->fence_done(dev->d, s->copied[k], true, &landed);
+    prefetch_give(s->pf, h);
+    return rc;
+}
+
+/* Rows [START, START + COUNT) of the test split into the input buffers, from the host. */
+static int stream_eval_gather(const Trainer *t, DeviceBackend *dev, int64_t start, int64_t count)
+{
+    Stream *s = dev->stream;
+    const Dataset *d = &t->data.test;
+    Dataset rows;
+    DeviceSplit at;
+    slot_view(s, d, 0, &rows, &at);
+    data_gather(d, NULL, start, count, 0, s->eval, d->y_row ? (char *)s->eval + prefetch_y_at(d, s->rows) : NULL);
+    if (dev->d->ops->upload(dev->d, s->slot[0], s->eval, slot_bytes(s, d, count)) != 0) return -1;
+    return gather(t, &rows, &at, 0, 0, count, 0, 0);
+}
+
 /* The first non-finite element of node ID's values after a run, into *A; false if none. */
 static bool not_finite(DeviceBackend *dev, const IrGraph *g, int id, CpuAnomaly *a)
 {
@@ -536,7 +687,7 @@ static DevFeed tuning_feed(const Trainer *t)
     DevFeed feed;
     memset(&feed, 0, sizeof feed);
     int64_t first = 0, rows = t->p->cfg.batch;
-    train_rank_rows(0, t->ranks, &first, &rows);
+    data_rank_rows(0, t->ranks, &first, &rows);
     feed.symvals[0] = rows;
     feed.runtime[IR_RT_TOTAL_STEPS] = (double)t->total_steps;
     return feed;
@@ -623,6 +774,16 @@ static int dev_join(Trainer *t, DeviceBackend *dev)
     return dev->d->ops->join(dev->d, t->o->comm);
 }
 
+/* The data set, and the arrays its order is made in, to the device. */
+static int dev_upload_data(Trainer *t, DeviceBackend *dev)
+{
+    size_t n = (size_t)t->data.train.n;
+    return upload_split(dev, &t->data.train, &dev->train, "the training set") != 0 ||
+           (t->data.has_test && upload_split(dev, &t->data.test, &dev->test, "the test set") != 0) ||
+           alloc_upload(dev, NULL, n * sizeof(int32_t), &dev->draws, "the data order") != 0 ||
+           alloc_upload(dev, NULL, n * sizeof(int32_t), &dev->order, "the data order") != 0 ? -1 : 0;
+}
+
 static int dev_open(Trainer *t)
 {
     DeviceBackend *dev = t->backend = xcalloc(1, sizeof *dev);
@@ -631,11 +792,8 @@ static int dev_open(Trainer *t)
     for (int i = 0; i < t->p->ntensors; i++)
         t->tensors[i] = xcalloc((size_t)ir_numel(&t->p->tensors[i].shape, NULL) + 1, sizeof(float));
     if (dev_join(t, dev) != 0 || dev_open_plan(t, dev) != 0) return -1;
-    int64_t n = t->data.train.n;
-    if (upload_split(dev, &t->data.train, &dev->train, "the training set") != 0 ||
-        (t->data.has_test && upload_split(dev, &t->data.test, &dev->test, "the test set") != 0) ||
-        alloc_upload(dev, NULL, (size_t)n * sizeof(int32_t), &dev->draws, "the data order") != 0 ||
-        alloc_upload(dev, NULL, (size_t)n * sizeof(int32_t), &dev->order, "the data order") != 0 ||
+    int streams = stream_decision(t, dev);
+    if (streams < 0 || (streams ? stream_open(t, dev) : dev_upload_data(t, dev)) != 0 ||
         alloc_upload(dev, NULL, TOTALS * sizeof(double), &dev->totals, "the loss totals") != 0 ||
         alloc_upload(dev, NULL, 2 * sizeof(double), &dev->eval_totals, "the loss totals") != 0)
         return -1;
@@ -667,6 +825,7 @@ static void dev_close(Trainer *t)
     for (int i = 0; i < 2; i++)
         if (dev->capture[i].graph) dev->d->ops->graph_free(dev->d, dev->capture[i].graph);
     if (dev->host_totals) dev->d->ops->host_free(dev->d, dev->host_totals);
+    stream_close(dev);
     DevPtr ptrs[] = {dev->train.x, dev->train.y, dev->test.x, dev->test.y, dev->draws, dev->order,
                      dev->totals, dev->eval_totals};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free_ptr(dev, ptrs[i]);
@@ -724,6 +883,10 @@ static int dev_epoch_begin(Trainer *t, const TrainProgress *pr)
     CGC_ASSERT(!dev->pending);    /* the last epoch ended with a waiting read */
     double totals[TOTALS] = {pr->loss_sum, (double)pr->loss_count, (double)pr->skipped, -1};
     if (dev->d->ops->upload(dev->d, dev->totals, totals, sizeof totals) != 0) return -1;
+    if (dev->stream) {
+        stream_epoch(t, dev->stream, pr);
+        return 0;
+    }
     int64_t n = t->data.train.n;
     KArg draws[4] = {{.p = dev->draws}, {.i = n}, {.u = c->seed}, {.i = pr->epoch}};
     KArg shuffle[4] = {{.p = dev->order}, {.p = dev->draws}, {.i = n}, {.i = c->shuffle}};
@@ -742,6 +905,7 @@ const char *train_capture_refusal(const CaptureQuery *q)
     if (q->count != q->batch) return "a partial batch runs launch by launch";
     if (q->profiled) return "a profiled step runs launch by launch, each timed";
     if (q->checked) return "the anomaly check reads every value after each run";
+    if (q->streamed) return "the data streams from the host: each micro-batch waits for its copy";
     if (q->runs == 0) return "the first full batch runs launch by launch, as a warm-up";
     return NULL;
 }
@@ -764,8 +928,10 @@ static int micro_batch_work(Trainer *t, const IrGraph *g, const TrainProgress *p
 {
     DeviceBackend *dev = backend(t);
     const TrainConfig *c = &t->p->cfg;
-    if (gather(t, &t->data.train, &dev->train, dev->order, m->first, m->rows, dev->step, dev->phase) != 0)
-        return -1;
+    int rc = dev->stream ? stream_gather(t, dev, m->start / c->batch)
+                         : gather(t, &t->data.train, &dev->train, dev->order, m->first, m->rows,
+                                  dev->step, dev->phase);
+    if (rc != 0) return -1;
     if (run_graph(t, g, m) != 0) return -1;
     /* The skipped flag counts once per optimizer step: the step's last graph has it. */
     DevPtr skipped = g == &t->p->train ? node_buffer(dev, g, IR_OUT_SKIPPED) : 0;
@@ -814,14 +980,14 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
     int64_t k = micro_step % c->accumulate;
     MicroBatch m = {.start = start, .count = count, .first = start, .rows = count,
                     .micro_step = micro_step};
-    train_rank_rows(t->rank, t->ranks, &m.first, &m.rows);
+    data_rank_rows(t->rank, t->ranks, &m.first, &m.rows);
     if (k == 0 && time_step(dev, true) != 0) return -1;
     if (dev->step && set_step(dev, micro_step, m.first) != 0) return -1;
     StepCapture *sc = &dev->capture[g == &t->p->train ? 0 : 1];
     CaptureQuery q = {.mode = dev->plan->mode, .device_can = dev->d->ops->capture_begin != NULL,
                       .failed = dev->capture_failed, .count = count, .batch = c->batch,
                       .runs = sc->runs, .profiled = t->recording != NULL,
-                      .checked = t->o->detect_anomaly};
+                      .checked = t->o->detect_anomaly, .streamed = dev->stream != NULL};
     bool replay = train_capture_refusal(&q) == NULL;
     if (count == c->batch) sc->runs++;
     if (replay && !sc->graph && capture(t, g, pr, &m, sc) != 0)
@@ -881,11 +1047,13 @@ static int dev_evaluate(Trainer *t, EvalResult *r)
     const IrGraph *g = &t->p->eval;
     double zero[2] = {0, 0}, totals[2];
     int64_t first = 0, n = d->n;
-    train_rank_rows(t->rank, t->ranks, &first, &n);
+    data_rank_rows(t->rank, t->ranks, &first, &n);
     if (dev->d->ops->upload(dev->d, dev->eval_totals, zero, sizeof zero) != 0) return -1;
     for (int64_t start = first; start < first + n; start += EVAL_BATCH) {
         int64_t count = first + n - start < EVAL_BATCH ? first + n - start : EVAL_BATCH;
-        if (gather(t, d, &dev->test, 0, start, count, 0, 0) != 0) return -1;
+        int rc = dev->stream ? stream_eval_gather(t, dev, start, count)
+                             : gather(t, d, &dev->test, 0, start, count, 0, 0);
+        if (rc != 0) return -1;
         MicroBatch m = {.start = start, .count = count, .first = start, .rows = count};
         if (run_graph(t, g, &m) != 0) return -1;      /* no dropout */
         KArg a[4] = {{.p = dev->eval_totals}, {.p = node_buffer(dev, g, IR_OUT_LOSS)},

@@ -14,6 +14,7 @@
 #include "cpu/exec.h"
 #include "data.h"
 #include "generate.h"
+#include "prefetch.h"
 #include "profile.h"
 #include "train.h"
 
@@ -70,6 +71,7 @@ struct Trainer {
     float **tensors;            /* per persistent tensor: host f32 values (checkpoints) */
     DataSplits data;
     double load_seconds;        /* reading and converting the data */
+    Prefetch *prefetch;         /* the backend's reader of the training rows, if it has one */
     int64_t micro_per_epoch;    /* micro-batches walked per epoch */
     int64_t steps_per_epoch;    /* optimizer steps per epoch */
     int64_t total_steps;        /* optimizer steps of the whole run */
@@ -97,11 +99,6 @@ struct Trainer {
     int64_t first_loss_step;
 };
 
-/* Rows [*FIRST, *FIRST + *COUNT) of a micro-batch of COUNT rows from FIRST, which rank
- * RANK of RANKS takes: a contiguous share, the first ranks one row fewer when the rows do
- * not divide evenly. */
-void train_rank_rows(int rank, int ranks, int64_t *first, int64_t *count);
-
 /* V[0 .. N) := their sums over the ranks. */
 int train_sum_over_ranks(const Trainer *t, double *v, int n, const char *what);
 
@@ -118,6 +115,7 @@ typedef struct CaptureQuery {
     int64_t runs;               /* full micro-batches this graph has run so far */
     bool profiled;              /* the step is one --profile times */
     bool checked;               /* --detect-anomaly: every run's values are read back */
+    bool streamed;              /* the data set streams from the host (TrainConfig.stream) */
 } CaptureQuery;
 
 /* NULL when the micro-batch is replayed from a graph (captured now if need be), else why

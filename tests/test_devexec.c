@@ -174,7 +174,11 @@ typedef struct RunSpec {
     const char *tune_file;      /* max-autotune: --tune-file; NULL: the cache */
     bool detect_anomaly;
     char *samples;              /* a text model's "sample:" lines, copied here (4096 bytes) */
+    const char *expect;         /* text the run must print, or NULL */
+    char *text;                 /* what it printed, copied here (TEXT_LEN bytes), or NULL */
 } RunSpec;
+
+enum { TEXT_LEN = 16384 };
 
 /* The samples of TEXT into OUT (4096 bytes), one after another: each "sample:", the empty
  * prompt's newline, 120 bytes (train.c's EPOCH_SAMPLE_BYTES, escaped one for one) and a
@@ -214,6 +218,15 @@ static int run(Model *m, const RunSpec *s)
     int rc = train_run(m->p, &o);
     const char *text = on_tty ? tty_end(&tty) : stdout_end(saved);
     if (s->samples) copy_samples(text, s->samples);
+    if (s->text) {
+        size_t len = strnlen(text, TEXT_LEN - 1);
+        memcpy(s->text, text, len);
+        s->text[len] = '\0';
+    }
+    if (s->expect && !strstr(text, s->expect)) {
+        fprintf(stderr, "  the run did not print \"%s\":\n%s", s->expect, text);
+        CHECK(false);
+    }
     char where[200];
     /* a terminal ends lines with \r\n */
     snprintf(where, sizeof where, " on %s%s", s->device ? s->device->name : "the CPU",
@@ -233,12 +246,14 @@ static int run(Model *m, const RunSpec *s)
         }
         /* only a reduce-overhead or max-autotune plan captures */
         CHECK(plan_mode_captures(mode) || !strstr(text, ": graph "));
-        /* and the memory line bench/bench_default.py reads; the emulation cannot tell the
-         * memory in use */
+        /* and the memory line bench/bench_default.py reads; the emulation tells the memory
+         * in use only when given a size (emu_device_memory) */
         const char *mem = strstr(text, "cgc: device memory: plan arena ");
-        size_t arena = 0;
-        CHECK(mem && sscanf(mem, "cgc: device memory: plan arena %zu bytes", &arena) == 1 &&
-              arena > 0 && strstr(mem, "), in use not known on ") != NULL);
+        size_t arena = 0, used = 0;
+        CHECK(mem && sscanf(mem, "cgc: device memory: plan arena %zu bytes", &arena) == 1 && arena > 0);
+        const char *in_use = mem ? strstr(mem, "), in use ") : NULL;
+        CHECK(in_use && (strncmp(in_use, "), in use not known on ", 23) == 0 ||
+                         (sscanf(in_use, "), in use %zu bytes", &used) == 1 && used >= arena)));
     }
     return rc;
 }
@@ -750,6 +765,68 @@ static void check_replay_exact(const char *file, const Override *ov, int nov, in
     }
     model_close(&m);
     CHECK(fail ? captures == before : captures > before);
+}
+
+/* A source made slow ($CGC_DATA_DELAY_MS: each micro-batch's read sleeps 10 ms first, a
+ * fifth of an emulated step of M or less) overlaps the steps: they wait for less than half
+ * of the reading's time (-v's figures), where reading in the step they would wait for all
+ * of it. */
+static void check_reads_overlap(Model *m)
+{
+    static char text[TEXT_LEN];
+    setenv("CGC_DATA_DELAY_MS", "10", 1);
+    CHECK_EQ_INT(run(m, &(RunSpec){.device = m->d, .text = text}), 0);
+    unsetenv("CGC_DATA_DELAY_MS");
+    double waited = -1, read = -1;
+    const char *line = strstr(text, "cgc: data: the steps waited ");
+    CHECK(line && sscanf(line, "cgc: data: the steps waited %lf ms in all for their rows; reading "
+                               "them took %lf ms", &waited, &read) == 2);
+    printf("  streamed from a source 10 ms slow a micro-batch: the steps waited %.1f ms, the reads "
+           "took %.1f ms\n", waited, read);
+    CHECK(read >= 10.0 * (double)m->p->cfg.steps && waited >= 0 && waited < read / 2);
+}
+
+/* FILE trained on the emulation with its data set on the device, and streamed from the
+ * host (stream = always; prefetch = 0 too; stopped at STOP and resumed; with MEMORY,
+ * stream = auto on a device of MEMORY bytes, which cannot hold it): the same weights bit
+ * for bit. The emulation makes
+ * each copy only when the step waits for it, and from the host's rows as they are then,
+ * so a step that does not wait, or a host that reuses its rows too soon, differs. */
+static void check_streaming(const char *file, const Override *ov, int nov, int64_t stop,
+                            size_t memory)
+{
+    printf("training %s on the emulation: data streamed from the host against on the device\n", file);
+    char want[256], got[256], half[256];
+    snprintf(want, sizeof want, "%s", tmp_path("resident.safetensors"));
+    snprintf(got, sizeof got, "%s", tmp_path("streamed.safetensors"));
+    snprintf(half, sizeof half, "%s", tmp_path("streamed_half.safetensors"));
+    Model m;
+    if (model_open(&m, file, ov, nov)) {
+        TrainConfig *c = &m.p->cfg;
+        c->stream = STREAM_NEVER;
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = want}), 0);
+        c->stream = STREAM_ALWAYS;
+        const char *says = "stream = always: its rows stream from the host, 2 micro-batches read ahead";
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .expect = says}), 0);
+        compare_checkpoints(got, want, 0.0);
+        c->prefetch = 0;
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .expect = "in the steps (prefetch = 0)"}), 0);
+        compare_checkpoints(got, want, 0.0);
+        c->prefetch = 3;
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = half, .stop_after = stop}), 0);
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .resume = half, .save = got}), 0);
+        compare_checkpoints(got, want, 0.0);
+        if (memory) check_reads_overlap(&m);
+        c->stream = STREAM_AUTO;
+        emu_device_memory(m.d, memory);
+        if (memory) {
+            CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got,
+                                            .expect = "would take more than 90% of"}), 0);
+            compare_checkpoints(got, want, 0.0);
+        }
+        emu_device_memory(m.d, 0);
+    }
+    model_close(&m);
 }
 
 /* Whether CHOICE is "items:N" with N the items per block of a launch of kernel NAME times
@@ -1602,6 +1679,8 @@ int main(int argc, char **argv)
     Override arr[4] = {{"precision", "precision", "fp32"}, {"batch", "batch", "32"},
                        {"steps", "steps", "16"}, {"data", "data", source}};
     check_training("mlp.net", arr, 4, 1e-4, false);
+    /* a device of 24 MB: the plan's arena (15 MB) fits, the data set (13 MB) does not */
+    check_streaming("mlp.net", arr, 4, 7, 24 << 20);
     /* tokens: i32 features gathered on the device, an embedding and its gradient */
     char tokens[4200];
     snprintf(tokens, sizeof tokens, "%s/../tests/emu/models/tokens.net", CGC_MODELS_DIR);
@@ -1615,6 +1694,7 @@ int main(int argc, char **argv)
     metrics_every = 3;
     check_training(chars, txt, 1, 1e-4, false);
     metrics_every = 0;
+    check_streaming(chars, txt, 1, 25, 0);
     /* 8 steps of 2 micro-batches per epoch: three epochs, the last one cut short */
     Override reg[4] = {{"precision", "precision", "fp32"}, {"steps", "steps", "20"},
                        {"accumulate", "accumulate", "2"}, {"batch", "batch", "500"}};

@@ -63,6 +63,7 @@ typedef struct CudaDevice {
     CUdevice dev;
     CUcontext ctx;              /* the primary context, shared with cuBLAS (runtime API) */
     CUstream stream;            /* non-blocking: every copy, launch and GEMM goes here */
+    CUstream copies;            /* non-blocking: upload_async's copies, beside the kernels */
     CUmodule module;
     CUmodule more;              /* load_kernels' module (max-autotune's generated GEMMs) */
     cublasHandle_t blas;

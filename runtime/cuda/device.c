@@ -2,7 +2,8 @@
  *
  * One primary context (so that cuBLAS, which goes through the runtime API, uses the same
  * one), one non-blocking stream that carries every copy, memset, launch and GEMM in
- * order, and the module compiled by NVRTC. Nothing waits for the device except download,
+ * order, a second that carries upload_async's copies beside them (ordered with the first
+ * by fences only), and the module compiled by NVRTC. Nothing waits for the device except download,
  * sync and a waiting fence query. Errors of a kernel that fail while it runs surface at
  * the next wait: those messages name the last kernel launched. */
 #define _GNU_SOURCE
@@ -80,6 +81,23 @@ static int dev_download_async(Device *d, void *dst, DevPtr src, size_t bytes)
 {
     if (bytes == 0) return 0;
     return CU(NULL, cuMemcpyDtoHAsync_v2, dst, (CUdeviceptr)src, bytes, impl(d)->stream);
+}
+
+static int dev_upload_async(Device *d, DevPtr dst, const void *src, size_t bytes, DeviceFence *after,
+                            DeviceFence *done)
+{
+    CudaDevice *cd = impl(d);
+    if ((after && CU(NULL, cuStreamWaitEvent, cd->copies, after->event, 0)) ||
+        (bytes && CU(NULL, cuMemcpyHtoDAsync_v2, (CUdeviceptr)dst, src, bytes, cd->copies)) ||
+        CU(NULL, cuEventRecord, done->event, cd->copies))
+        return -1;
+    done->recorded = true;
+    return 0;
+}
+
+static int dev_fence_wait(Device *d, DeviceFence *f)
+{
+    return CU(NULL, cuStreamWaitEvent, impl(d)->stream, f->event, 0);
 }
 
 static void *dev_host_alloc(Device *d, size_t bytes)
@@ -317,6 +335,7 @@ static void dev_close(Device *d)
     CudaDevice *cd = impl(d);
     if (!cd) return;
     if (cd->stream) cuda_wait(cd, NULL, "cuStreamSynchronize");
+    if (cd->copies) CU(NULL, cuStreamSynchronize, cd->copies);
 #ifdef CGC_HAVE_CUDNN
     cuda_conv_close(cd);
 #endif
@@ -329,6 +348,7 @@ static void dev_close(Device *d)
     if (cd->more) CU(NULL, cuModuleUnload, cd->more);
     if (cd->module) CU(NULL, cuModuleUnload, cd->module);
     if (cd->stream) CU(NULL, cuStreamDestroy_v2, cd->stream);
+    if (cd->copies) CU(NULL, cuStreamDestroy_v2, cd->copies);
     if (cd->ctx) CU(NULL, cuDevicePrimaryCtxRelease_v2, cd->dev);
     free(cd);
 }
@@ -344,6 +364,8 @@ static const DeviceOps cuda_ops = {
     .download_async = dev_download_async,
     .host_alloc = dev_host_alloc,
     .host_free = dev_host_free,
+    .upload_async = dev_upload_async,
+    .fence_wait = dev_fence_wait,
     .kernel = dev_kernel,
     .load_kernels = dev_load_kernels,
     .launch = dev_launch,
@@ -401,7 +423,8 @@ static int open_context(CudaDevice *cd)
     snprintf(cd->base.model, sizeof cd->base.model, "%s", name);
     cd->base.arch = 10 * major + minor;
     return CU(NULL, cuCtxSetCurrent, cd->ctx) ||
-           CU(NULL, cuStreamCreate, &cd->stream, CU_STREAM_NON_BLOCKING) ? -1 : 0;
+           CU(NULL, cuStreamCreate, &cd->stream, CU_STREAM_NON_BLOCKING) ||
+           CU(NULL, cuStreamCreate, &cd->copies, CU_STREAM_NON_BLOCKING) ? -1 : 0;
 }
 
 /* The memory left for the plan's arena: read once the module, cuBLAS and cuBLASLt's

@@ -170,7 +170,7 @@ expect "save dir missing" 1 "cannot save to /nonexistent/m.st: directory /nonexi
 expect "save to an empty path" 1 "cannot save to '': an empty path names no file" -- "$root/models/regression.net" --steps 2 --save ""
 expect "stop-after zero" 2 "--stop-after takes a positive step number" -- "$root/models/mlp.net" --stop-after 0
 expect "stop-after past int64" 2 "--stop-after takes a positive step number \\(at most 9223372036854775807\\), not '18446744073709551616'" -- "$root/models/mlp.net" --stop-after 18446744073709551616
-many=(); for i in $(seq 61); do many+=(--batch 8); done
+many=(); for i in $(seq 100); do many+=(--batch 8); done
 expect "train flags past the limit" 2 "training flags \\(--batch, --epochs, ...\\) at most; --batch is one more" -- "$root/models/mlp.net" --check --arch none "${many[@]}"
 
 # A failed flag is one error, at the flag, and no "compilation failed" besides.

@@ -18,7 +18,12 @@
 4. Larger than memory: 400,000 rows of 784 bytes (.npy, 314 MB; 1.25 GB as f32) train
    under a 768 MB RLIMIT_DATA (malloc'd and anonymous memory; a control shows 1 GB cannot
    be allocated under it): the arrays stay in their mapped files, converted as gathered.
-5. Hostile files, each an exit status of 1, a message that says what is wrong, and no
+   And 2 GB of f32 features (.npy) train and evaluate in a 1 GB memory cgroup, where 2 GB
+   cannot be allocated (skipped where no cgroup can be made).
+5. Reading ahead: prefetch = 0 gives prefetch = 2's checkpoint bit for bit, and a source
+   slowed by $CGC_DATA_DELAY_MS (a third of a step a micro-batch) costs the steps that read
+   ahead less than half of what it costs those that read in the step (-v's waits).
+6. Hostile files, each an exit status of 1, a message that says what is wrong, and no
    checkpoint written: truncated arrays, headers that lie about their shapes (one claiming
    10 GB in a file of a few hundred bytes), a damaged archive member, an inflate bomb's
    claim, mismatched example counts, labels out of range or not integers, a missing
@@ -30,6 +35,7 @@ Needs numpy. Exits 77 without it.
 """
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -93,6 +99,41 @@ def same_run(work):
         check(r.returncode == 0 and not differ and len(got) == len(want),
               f"mlp.net from {what}: {len(want)} tensors bit for bit as from IDX"
               + (f"; {r.stderr.strip()[-300:]}" if r.returncode else f"; differ: {differ[:3]}" if differ else ""))
+    data = f'tensors("{work}/train.npz", test = "{work}/test.npz", scale = 1/255)'
+    r = cgc([net] + common + ["--data", data, "--prefetch", "0", "--save", "p0.st"], work)
+    check(r.returncode == 0 and load_safetensors(f"{work}/p0.st") == want,
+          f"prefetch = 0 (rows read in the step): the checkpoint of prefetch = 2, bit for bit {r.stderr[-200:]}")
+    reads_overlap(work, net, data)
+
+
+def reads(r):
+    """-v's figures: the ms the steps waited for their rows, and the ms reading them took."""
+    m = re.search(r"cgc: data: the steps waited ([0-9.]+) ms in all for their rows; reading them took ([0-9.]+) ms",
+                  r.stdout)
+    return (float(m.group(1)), float(m.group(2))) if m else (None, None)
+
+
+def reads_overlap(work, net, data):
+    """A slow source ($CGC_DATA_DELAY_MS: each micro-batch's read sleeps first) overlaps the
+    steps: read ahead, the steps wait for the first micro-batch only; read in the step, for
+    every one. The delay is a third of a step, as measured here first, so the comparison
+    holds on a fast machine and a loaded one alike."""
+    steps = 40
+    args = [net, "--device", "cpu", "-v", "--precision", "fp32", "--batch", "512", "--steps", str(steps),
+            "--data", data]
+    r = cgc(args, work)
+    done = [l for l in r.stdout.splitlines() if l.startswith("cgc: done at step")]
+    step_ms = float(done[0].split()[6]) * 1e3 / steps if done else 0
+    delay = max(1, int(step_ms / 3))
+    env = dict(os.environ, CGC_DATA_DELAY_MS=str(delay))
+    ahead = subprocess.run([os.path.abspath(sys.argv[1])] + args, cwd=work, env=env, capture_output=True,
+                           text=True, timeout=600)
+    inline = subprocess.run([os.path.abspath(sys.argv[1])] + args + ["--prefetch", "0"], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=600)
+    (w2, r2), (w0, r0) = reads(ahead), reads(inline)
+    check(None not in (w2, r2, w0, r0) and r2 >= steps * delay and w0 >= steps * delay and w2 < w0 / 2,
+          f"a source {delay} ms slow a micro-batch (a step {step_ms:.1f} ms): the steps waited {w2} ms reading "
+          f"ahead (the reads took {r2} ms), {w0} ms reading in the step")
 
 
 MODEL = """model small {
@@ -373,6 +414,101 @@ def larger_than_memory(work):
     check(control.returncode != 0 and r.returncode == 0 and "360000 train, 40000 test" in r.stdout,
           f"{n} rows, {n * 784 * 4 >> 20} MB as f32, under a {limit >> 20} MB data limit (1 GB refused "
           f"under it: {control.returncode != 0}): status {r.returncode} {r.stderr.strip()[:200]}")
+    # a CSV table whose rows as f32 would not fit a 512 MB limit (OpenBLAS's buffers need
+    # more than 256 MB): converted into a temporary file, mapped
+    n, limit = 200000, 512 << 20
+    with open(f"{work}/big.csv", "wb") as f:
+        f.write(("label," + ",".join(f"p{i}" for i in range(784)) + "\n").encode())
+        for _ in range(0, n, 20000):   # three digits and a comma a cell
+            cells = rng.integers(0, 256, (20000, 785), dtype=np.uint16)
+            cells[:, 0] %= 10
+            digits = np.empty((20000, 785, 4), np.uint8)
+            for k, d in enumerate((100, 10, 1)):
+                digits[:, :, k] = ord("0") + cells // d % 10
+            digits[:, :, 3] = ord(",")
+            digits[:, -1, 3] = ord("\n")
+            f.write(digits.tobytes())
+    r = run(prlimit[:1] + [f"--data={limit}", os.path.abspath(sys.argv[1]), net, "--device", "cpu", "--steps", "3",
+                           "--precision", "fp32", "--data", f'csv("{work}/big.csv", label = "label", scale = 1/255)'],
+            work)
+    check(r.returncode == 0 and "180000 train, 20000 test" in r.stdout,
+          f"a CSV of {n} rows ({os.path.getsize(work + '/big.csv') >> 20} MB; {n * 784 * 4 >> 20} MB as f32) under a "
+          f"{limit >> 20} MB data limit: status {r.returncode} {r.stderr.strip()[:200]}")
+
+
+def memory_cgroup(limit):
+    """A new memory cgroup of LIMIT bytes under this process's (v1, or v2 where its memory
+    controller is on), as (directory, its file of processes, its peak usage's file, a count
+    of the times it hit the limit: a function), or None where none can be made."""
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except OSError:
+        return None
+    v1 = [l.split(":", 2)[2] for l in lines if l.split(":", 2)[1] == "memory"]
+    v2 = [l.split(":", 2)[2] for l in lines if l.startswith("0::")]
+    if v1:
+        base, limit_file, peak = "/sys/fs/cgroup/memory" + v1[0], "memory.limit_in_bytes", "memory.max_usage_in_bytes"
+        hits = lambda d: int(open(f"{d}/memory.failcnt").read())
+    elif v2 and "memory" in open("/sys/fs/cgroup/cgroup.controllers").read().split():
+        base, limit_file, peak = "/sys/fs/cgroup" + v2[0], "memory.max", "memory.peak"
+        hits = lambda d: int(dict(l.split() for l in open(f"{d}/memory.events"))["max"])
+    else:
+        return None
+    d = f"{base.rstrip('/')}/cgc-test-{os.getpid()}"
+    try:
+        os.mkdir(d)
+        with open(f"{d}/{limit_file}", "w") as f:
+            f.write(str(limit))
+    except OSError:
+        return None
+    return d, f"{d}/cgroup.procs", f"{d}/{peak}", hits
+
+
+def in_cgroup(procs):
+    def enter():
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    return enter
+
+
+def larger_than_a_cgroup(work):
+    """A 2 GB .npy of f32 features trains, and evaluates, in a 1 GB memory cgroup: its pages
+    come and go through the page cache, which the cgroup's limit counts, and a control
+    allocating 2 GB there is killed. Skipped where no cgroup can be made (not root)."""
+    limit, n = 1 << 30, 700000
+    made = memory_cgroup(limit)
+    if not made:
+        print("skip larger than a memory cgroup: none can be made here (root and cgroup v1 or v2 needed)")
+        return
+    d, procs, peak, hits = made
+    try:
+        x = np.lib.format.open_memmap(f"{work}/x.npy", mode="w+", dtype=np.float32, shape=(n, 784))
+        rng = np.random.default_rng(5)
+        for i in range(0, n, 50000):
+            x[i:i + 50000] = rng.random((min(50000, n - i), 784), dtype=np.float32)
+        x.flush()
+        del x
+        np.save(f"{work}/y.npy", rng.integers(0, 10, n).astype(np.uint8))
+        for name in ("x.npy", "y.npy"):   # out of the page cache, so that the run's reads count
+            fd = os.open(f"{work}/{name}", os.O_RDONLY)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        control = subprocess.run([sys.executable, "-c", "bytearray(2 << 30)"], preexec_fn=in_cgroup(procs),
+                                 capture_output=True)
+        before = hits(d)
+        net = os.path.join(ROOT, "models", "mlp.net")
+        r = subprocess.run([os.path.abspath(sys.argv[1]), net, "--device", "cpu", "--steps", "20", "--precision",
+                            "fp32", "--data", f'tensors("{work}")'], cwd=work, preexec_fn=in_cgroup(procs),
+                           capture_output=True, text=True, timeout=600)
+        pressed = hits(d) - before
+        check(control.returncode != 0 and r.returncode == 0 and "630000 train, 70000 test" in r.stdout
+              and "test_loss" in r.stdout and pressed > 0,
+              f"{n * 784 * 4 >> 20} MB of f32 features in a {limit >> 20} MB memory cgroup: status {r.returncode}, "
+              f"the cgroup at its limit {pressed} times, its peak {int(open(peak).read()) >> 20} MB (2 GB "
+              f"allocated there: killed {control.returncode != 0}) {r.stderr.strip()[:200]}")
+    finally:
+        os.rmdir(d)
 
 
 def main():
@@ -387,6 +523,8 @@ def main():
         predicting(work)
     with tempfile.TemporaryDirectory() as work:
         larger_than_memory(work)
+    with tempfile.TemporaryDirectory() as work:
+        larger_than_a_cgroup(work)
     if os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         with tempfile.TemporaryDirectory() as work:
             same_run(work)

@@ -113,6 +113,7 @@ typedef struct EmuDevice {
     int conv_calls[CONV_KINDS];         /* convolutions run, per kind */
     DeviceOps ops;                      /* emu_ops, with conv where emu_device_convs says */
     Comm *comm;                         /* join: the job this device is a rank of */
+    size_t memory;                      /* emu_device_memory: the bytes it holds, 0: no limit */
     struct EmuColl *colls;              /* per collective slot: the one in flight */
     int ncolls;
 } EmuDevice;
@@ -134,6 +135,10 @@ typedef struct EmuColl {
 
 struct DeviceFence {
     double seconds;     /* wall time when recorded: every call has finished by then */
+    /* upload_async's copy that this fence marks the end of, not made yet (bytes 0: none) */
+    DevPtr dst;
+    const void *src;
+    size_t bytes;
 };
 
 static EmuDevice *impl(Device *d) { return d->impl; }
@@ -169,11 +174,24 @@ static bool refused_in_capture(Device *d, const char *call)
 
 /* ---- memory ---- */
 
+static size_t in_use(Device *d)
+{
+    size_t n = 0;
+    for (const EmuAlloc *a = impl(d)->allocs; a; a = a->next) n += a->rounded;
+    return n;
+}
+
 static int emu_alloc(Device *d, size_t bytes, DevPtr *out)
 {
     if (refused_in_capture(d, "alloc")) return -1;
     size_t rounded = (bytes + 255) / 256 * 256;
     if (rounded == 0) rounded = 256;
+    size_t limit = impl(d)->memory;
+    if (limit && (rounded > limit || in_use(d) > limit - rounded)) {
+        fprintf(stderr, "cgc: error: CUDA emulation: alloc of %zu bytes failed: the device's %zu "
+                        "bytes hold %zu already (CUDA_ERROR_OUT_OF_MEMORY)\n", bytes, limit, in_use(d));
+        return -1;
+    }
     void *p = aligned_alloc(256, rounded);
     EmuAlloc *a = malloc(sizeof *a);
     if (!p || !a) {
@@ -255,6 +273,39 @@ static int emu_download(Device *d, void *dst, DevPtr src, size_t bytes)
     if (refused_in_capture(d, "download")) return -1;
     if (bytes && !check_owned(d, src, bytes, "download")) return -1;
     if (bytes) memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return 0;
+}
+
+/* The copy is made as late as the contract allows: when the stream waits for DONE or the
+ * host learns that it has passed. Until then DST holds 0xFF bytes (NaN, -1), so that a
+ * kernel that reads it without waiting fails its comparison, and SRC is read only then,
+ * so that a host that reuses SRC too early sends the wrong rows. */
+static int emu_upload_async(Device *d, DevPtr dst, const void *src, size_t bytes, DeviceFence *after,
+                            DeviceFence *done)
+{
+    (void)after;        /* every earlier call has finished: AFTER has passed */
+    if (refused_in_capture(d, "upload_async")) return -1;
+    if (bytes && !check_owned(d, dst, bytes, "upload_async")) return -1;
+    if (done->bytes) {
+        fprintf(stderr, "cgc: error: CUDA emulation: upload_async's fence is still that of a "
+                        "copy nothing has waited for\n");
+        return -1;
+    }
+    memset((void *)(uintptr_t)dst, 0xFF, bytes);
+    done->dst = dst, done->src = src, done->bytes = bytes;
+    return 0;
+}
+
+static void finish_copy(DeviceFence *f)
+{
+    if (f->bytes) memcpy((void *)(uintptr_t)f->dst, f->src, f->bytes);
+    f->bytes = 0;
+}
+
+static int emu_fence_wait(Device *d, DeviceFence *f)
+{
+    if (refused_in_capture(d, "fence wait")) return -1;
+    finish_copy(f);
     return 0;
 }
 
@@ -734,6 +785,7 @@ static int emu_fence_record(Device *d, DeviceFence *f)
 static int emu_fence_done(Device *d, DeviceFence *f, bool wait, bool *done)
 {
     if (refused_in_capture(d, "fence query")) return -1;
+    finish_copy(f);
     *done = true;
     return 0;
 }
@@ -1029,6 +1081,8 @@ static const DeviceOps emu_ops = {
     .download = emu_download,
     .download_async = emu_download,
     .host_alloc = emu_host_alloc,
+    .upload_async = emu_upload_async,
+    .fence_wait = emu_fence_wait,
     .host_free = emu_host_free,
     .kernel = emu_kernel,
     .load_kernels = emu_load_kernels,
@@ -1125,6 +1179,20 @@ void emu_device_convs(Device *d, int count, const double *algo_ms)
     e->ops.conv_algos = count > 0 ? emu_conv_algos : NULL;
     e->conv_algos = count;
     for (int a = 0; a <= DEVICE_CONV_ALGOS; a++) e->conv_ms[a] = algo_ms && a <= count ? algo_ms[a] : 0;
+}
+
+static int emu_mem_free(Device *d, size_t *free_bytes)
+{
+    *free_bytes = impl(d)->memory - in_use(d);
+    return 0;
+}
+
+void emu_device_memory(Device *d, size_t bytes)
+{
+    CGC_ASSERT(is_emu(d));
+    impl(d)->memory = bytes;
+    impl(d)->ops.mem_free = bytes ? emu_mem_free : NULL;
+    d->free_bytes = bytes ? bytes - in_use(d) : 0;
 }
 
 void emu_device_tf32_in_f32(Device *d, bool on)

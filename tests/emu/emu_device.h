@@ -47,6 +47,10 @@ void emu_device_convs(Device *d, int count, const double *algo_ms);
  * cores, it does not demand them), or round them to tf32 as the CPU executor does (the
  * default). */
 void emu_device_tf32_in_f32(Device *d, bool on);
+/* Makes D hold at most BYTES (0: no limit, the default) of allocations, an alloc past
+ * them failing as cuMemAlloc does, with mem_free and Device.free_bytes telling how many
+ * are left, as a GPU's driver does. */
+void emu_device_memory(Device *d, size_t bytes);
 /* Makes D's convolution library offer no algorithm for any call (conv_algos counts 0,
  * conv refuses), as cuDNN may for a shape: a runner must run the steps instead. */
 void emu_device_conv_none(Device *d, bool none);
