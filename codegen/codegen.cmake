@@ -23,6 +23,6 @@ cgc_embed(codegen/gemm_map.h repro_gemm_map)
 cgc_embed(codegen/repro/replay.h repro_replay)
 cgc_embed(codegen/repro/main.h repro_main)
 add_library(cgc_codegen STATIC codegen/plan.c codegen/draft.c codegen/cuda.c codegen/fused.c codegen/fused_row.c codegen/attention.c codegen/gemm_tc.c codegen/mlp_fused.c codegen/emit.c
-            codegen/memplan.c codegen/collective.c codegen/repro.c ${CGC_EMBEDDED})
+            codegen/memplan.c codegen/collective.c codegen/repro.c codegen/perf.c ${CGC_EMBEDDED})
 target_link_libraries(cgc_codegen PUBLIC cgc_ir)
 

@@ -145,6 +145,17 @@ Shape ir_shape0(void)
     return s;
 }
 
+double ir_node_flops(const IrGraph *g, const IrNode *n, const int64_t *symvals)
+{
+    double out = (double)ir_numel(&n->shape, symvals);
+    if (ir_node_fuse(n) == IR_FUSE_MATMUL) {
+        Shape cols = { 1, { n->shape.dim[n->shape.rank - 1] } };
+        return 2 * (double)ir_numel(&g->nodes[n->in[0]].shape, symvals) * (double)ir_numel(&cols, symvals);
+    }
+    double in = n->nin ? (double)ir_numel(&g->nodes[n->in[0]].shape, symvals) : 0;
+    return ir_op_info[n->op].cost * (in > out ? in : out);
+}
+
 int64_t ir_numel(const Shape *s, const int64_t *symvals)
 {
     int64_t n = 1;

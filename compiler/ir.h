@@ -474,6 +474,11 @@ bool ir_dtype_is_float(DType t);
 size_t ir_dtype_size(DType t);           /* bytes per element: 4, or 2 for the halves */
 DType ir_promote(DType a, DType b);      /* f32 wins; two different halves give f32 */
 int64_t ir_numel(const Shape *s, const int64_t *symvals);  /* symvals[k] binds symbol k */
+/* FLOPs to compute node N of G once, symbol k at SYMVALS[k]: a matrix product's
+ * 2 * numel(a) * (columns of the result); any other op numel * its table COST (1 for
+ * arithmetic, 4 for a division or root, 10 for a transcendental function or a random
+ * draw) over the larger of its input and output. */
+double ir_node_flops(const IrGraph *g, const IrNode *n, const int64_t *symvals);
 bool ir_shape_equal(const Shape *a, const Shape *b);
 bool ir_shape_is_static(const Shape *s);   /* no symbolic dimension */
 bool ir_shape_is_one(const Shape *s);      /* every dimension 1: one element, a scalar too */

@@ -42,9 +42,7 @@
  * a heuristic for the whole. At most MAX_STATES states are carried per cut (those with
  * the smallest prefixes), a bound no model of a few hundred layers reaches.
  *
- * FLOPs: a matrix product's 2 * numel(a) * (columns of the result); any other op
- * numel * ops.def's COST (1 for arithmetic, 4 for a division or root, 10 for a
- * transcendental function or a random draw) over the larger of its input and output.
+ * FLOPs: ir_node_flops's, at the configured batch.
  *
  * Rebuilding the graphs for a schedule: the forward stays as it is; before the first
  * backward node that reads a recomputed value, its copy (IrNode.recompute) is emitted,
@@ -76,23 +74,24 @@ typedef struct Forward {
     int *cuts;          /* node ids, ascending */
 } Forward;
 
+static void batch_symbols(const IrProgram *p, int64_t *symvals)
+{
+    for (int k = 0; k < IR_MAX_SYMBOLS; k++) symvals[k] = k == 0 ? p->cfg.batch : 1;
+}
+
 static double numel(const IrProgram *p, const Shape *s)
 {
     int64_t symvals[IR_MAX_SYMBOLS];
-    for (int k = 0; k < IR_MAX_SYMBOLS; k++) symvals[k] = k == 0 ? p->cfg.batch : 1;
+    batch_symbols(p, symvals);
     return (double)ir_numel(s, symvals);
 }
 
-/* FLOPs to compute node N of G once (the rule at the top). */
+/* FLOPs to compute node N of G once, at the configured batch. */
 static double node_flops(const IrProgram *p, const IrGraph *g, const IrNode *n)
 {
-    double out = numel(p, &n->shape);
-    if (ir_node_fuse(n) == IR_FUSE_MATMUL) {
-        Shape cols = { 1, { n->shape.dim[n->shape.rank - 1] } };
-        return 2 * numel(p, &g->nodes[n->in[0]].shape) * numel(p, &cols);
-    }
-    double in = n->nin ? numel(p, &g->nodes[n->in[0]].shape) : 0;
-    return ir_op_info[n->op].cost * (in > out ? in : out);
+    int64_t symvals[IR_MAX_SYMBOLS];
+    batch_symbols(p, symvals);
+    return ir_node_flops(g, n, symvals);
 }
 
 static bool recomputable(IrOp op)

@@ -73,5 +73,11 @@ void compiled_write_stats(const Compiled *c, FILE *out);
 /* --explain: a readable report: precision of every tensor and why, fusion groups, the
  * recomputed tensors, the memory plan and its peak, kernels per step. */
 void compiled_explain(const Compiled *c, bool on_gpus, FILE *out);
+/* roofline.c: the performance model (codegen/perf.h) of the step C's run repeats: the
+ * predicted time on each part, and on the last part the share of each kind of work and
+ * the costliest launches. */
+void compiled_explain_roofline(const Compiled *c, FILE *out);
+/* --stats' "predicted": the same, each launch's bytes, FLOPs, time and bound per part. */
+void compiled_write_roofline(const Compiled *c, FILE *out);
 
 #endif

@@ -79,6 +79,7 @@ void compiled_write_stats(const Compiled *c, FILE *out)
     fprintf(out, "  \"memory_budget\": %zu,\n  \"recomputed\": %d,\n", c->budget, c->nrecomputed);
     fprintf(out, "  \"checkpoint_segments\": %d,\n  \"recomputed_flops\": %.0f,\n  \"forward_flops\": %.0f,\n",
             compiled_segments(c), c->schedule ? c->schedule->flops : 0, c->choices.forward_flops);
+    compiled_write_roofline(c, out);
     fputs("  \"fusion_groups\": [", out);
     const IrGraph *g = &p->train;
     for (int k = 1; k <= g->ngroups; k++) stats_group(out, g, k, k == 1);
@@ -703,6 +704,7 @@ void compiled_explain(const Compiled *c, bool on_gpus, FILE *out)
     explain_attention(c, out);
     explain_memory(c, out);
     explain_ranks(c, on_gpus, out);
+    compiled_explain_roofline(c, out);
     if (p->inference)
         fprintf(out, "\nKernels per batch predicted: %d launches, of which %d GEMMs\n", steps, gemms);
     else

@@ -1,9 +1,10 @@
-/* prefetch.c: one worker thread filling a ring of slots (see prefetch.h).
+/* prefetch.c: worker threads filling a ring of slots (see prefetch.h).
  *
  * Slot I holds the micro-batches J with J % slots == I in turn. Its state moves FREE ->
- * FILLING (the worker gathers) -> READY -> TAKEN (the trainer reads) -> FREE; one mutex
+ * FILLING (a worker gathers) -> READY -> TAKEN (the trainer reads) -> FREE; one mutex
  * guards the states and the walk, and one condition variable wakes whoever waits on
- * either side. The worker gathers outside the lock.
+ * either side. Workers gather outside the lock, one per slot up to MAX_WORKERS, so that
+ * reads that wait on a disk, or conversions, go on side by side.
  *
  * $CGC_DATA_DELAY_MS, a test instrument, makes every gather sleep that long first, as a
  * slow disk would, so that a test can see the reads overlap the steps.
@@ -23,6 +24,8 @@
 
 typedef enum SlotState { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN } SlotState;
 
+enum { MAX_WORKERS = 4 };
+
 /* An epoch's walk: micro-batches up to MICROS - 1 of ORDER. */
 typedef struct Walk {
     const Dataset *d;
@@ -39,8 +42,9 @@ struct Prefetch {
     PrefetchAlloc a;
     Walk walk;
     int64_t next_fill, next_take;
-    bool walking, quit, has_thread;
-    pthread_t thread;
+    bool walking, quit;
+    int nworkers;
+    pthread_t workers[MAX_WORKERS];
     pthread_mutex_t mu;
     pthread_cond_t cv;
     double waited, read;
@@ -147,15 +151,15 @@ Prefetch *prefetch_new(const Dataset *d, int depth, int64_t rows, const Prefetch
         prefetch_free(p);
         return NULL;
     }
-    if (depth > 0) {
-        int rc = pthread_create(&p->thread, NULL, worker, p);
+    for (int i = 0; i < depth && i < MAX_WORKERS; i++) {
+        int rc = pthread_create(&p->workers[i], NULL, worker, p);
         if (rc != 0) {
-            cgc_error("cannot start the thread that reads data ahead (%s); try prefetch = 0",
+            cgc_error("cannot start a thread that reads data ahead (%s); try prefetch = 0",
                       strerror(rc));
             prefetch_free(p);
             return NULL;
         }
-        p->has_thread = true;
+        p->nworkers++;
     }
     return p;
 }
@@ -196,14 +200,14 @@ PrefetchSlot *prefetch_take(Prefetch *p, int64_t micro)
                      (long long)micro, (long long)p->next_take, (long long)p->walk.micros);
     p->next_take++;
     PrefetchSlot *s = &p->slots[micro % p->nslots];
-    if (!p->has_thread) {
+    if (!p->nworkers) {
         Walk walk = p->walk;
         pthread_mutex_unlock(&p->mu);
         fill(&walk, s, micro);
         pthread_mutex_lock(&p->mu);
         p->read += clock_seconds() - t0;
     }
-    while (p->has_thread && p->state[micro % p->nslots] != SLOT_READY) pthread_cond_wait(&p->cv, &p->mu);
+    while (p->nworkers && p->state[micro % p->nslots] != SLOT_READY) pthread_cond_wait(&p->cv, &p->mu);
     p->state[micro % p->nslots] = SLOT_TAKEN;
     p->waited += clock_seconds() - t0;
     pthread_mutex_unlock(&p->mu);
@@ -230,17 +234,16 @@ static double locked(const Prefetch *p, const double *v)
 double prefetch_waited(const Prefetch *p) { return locked(p, &p->waited); }
 double prefetch_read(const Prefetch *p) { return locked(p, &p->read); }
 int prefetch_depth(const Prefetch *p) { return p->depth; }
+int prefetch_workers(const Prefetch *p) { return p->nworkers; }
 
 void prefetch_free(Prefetch *p)
 {
     if (!p) return;
-    if (p->has_thread) {
-        pthread_mutex_lock(&p->mu);
-        p->quit = true;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-        pthread_join(p->thread, NULL);
-    }
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->nworkers; i++) pthread_join(p->workers[i], NULL);
     for (int i = 0; i < p->nslots; i++) slot_release(&p->a, p->slots[i].x);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);

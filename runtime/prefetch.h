@@ -1,15 +1,16 @@
-/* prefetch.h: the next micro-batches' rows, gathered on a host thread while the current
- * step runs (what a DataLoader's worker and prefetch_factor give a PyTorch user).
+/* prefetch.h: the next micro-batches' rows, gathered on host threads while the current
+ * step runs (what a DataLoader's workers and prefetch_factor give a PyTorch user).
  *
  * A Prefetch walks one epoch's micro-batches in order. Micro-batch J's rows are this
  * rank's share (data_rank_rows) of ORDER[J * batch ..), as data_gather writes them
  * (features converted from their files, text windows from the phase), into one of DEPTH
- * slots. The trainer takes micro-batch J's slot, waiting only if the worker has not
- * filled it yet (that wait is what prefetch_waited reports), uses it and gives it back;
- * the worker then fills it with micro-batch J + DEPTH. DEPTH 0 has no thread: a take
- * gathers the rows there and then, so the whole read is waited for.
+ * slots, by one of its worker threads (one a slot, up to 4). The trainer takes
+ * micro-batch J's slot, waiting only if no worker has filled it yet (that wait is what
+ * prefetch_waited reports), uses it and gives it back; a worker then fills it with
+ * micro-batch J + DEPTH. DEPTH 0 has no thread: a take gathers the rows there and then,
+ * so the whole read is waited for.
  *
- * The rows a slot holds do not depend on when the worker gathered them, so a run that
+ * The rows a slot holds do not depend on when a worker gathered them, so a run that
  * prefetches is the run that does not, bit for bit.
  */
 #ifndef CGC_PREFETCH_H
@@ -56,6 +57,7 @@ void prefetch_give(Prefetch *p, PrefetchSlot *s);
 double prefetch_waited(const Prefetch *p);
 double prefetch_read(const Prefetch *p);
 int prefetch_depth(const Prefetch *p);
+int prefetch_workers(const Prefetch *p);
 /* Where a slot's labels start, in bytes from its features: a slot of ROWS rows of D is
  * one block of prefetch_y_at(D, ROWS) + ROWS * y_row * 4 bytes. */
 size_t prefetch_y_at(const Dataset *d, int64_t rows);

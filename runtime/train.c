@@ -962,10 +962,11 @@ static int teardown(Trainer *t)
 /* -v: how long the steps waited for their rows, against the time reading them took. */
 static void report_reads(const Prefetch *pf)
 {
-    int depth = prefetch_depth(pf);
+    int depth = prefetch_depth(pf), workers = prefetch_workers(pf);
     printf("cgc: data: the steps waited %.1f ms in all for their rows; reading them took %.1f ms, ",
            1e3 * prefetch_waited(pf), 1e3 * prefetch_read(pf));
-    if (depth) printf("%d micro-batch%s ahead on a host thread\n", depth, depth == 1 ? "" : "es");
+    if (depth) printf("%d micro-batch%s ahead on %d host thread%s\n", depth, depth == 1 ? "" : "es",
+                      workers, workers == 1 ? "" : "s");
     else printf("in the steps (prefetch = 0)\n");
 }
 

@@ -76,3 +76,9 @@ add_test(NAME e2e_tensors_data
          COMMAND sh -c "/usr/bin/python3 -c 'import numpy' 2>/dev/null || { echo 'numpy not installed: skipped'; exit 77; }; exec /usr/bin/python3 \"$0\" \"$1\""
                  ${TESTS_DIR}/e2e/tensors_data.py ${CGC_BIN})
 set_tests_properties(e2e_tensors_data PROPERTIES LABELS "cpu;e2e" TIMEOUT 600 SKIP_RETURN_CODE 77)
+
+# The performance model against closed formulas, and in --explain for every model.
+if(CGC_PYTHON3)
+  add_test(NAME e2e_roofline COMMAND ${CGC_PYTHON3} ${TESTS_DIR}/e2e/roofline.py ${CGC_BIN} ${CMAKE_SOURCE_DIR})
+  set_tests_properties(e2e_roofline PROPERTIES LABELS "cpu;e2e" TIMEOUT 600)
+endif()

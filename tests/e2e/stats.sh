@@ -13,7 +13,8 @@ for model in "$root"/models/*.net; do
     for mode in eager default reduce-overhead max-autotune; do
         "$cgc" "$model" --check --arch none --mode "$mode" --stats "$dir/$name.$mode.json" -q
         "$cgc" "$model" --mode "$mode" --explain > "$dir/$name.$mode.txt"
-        sections=("Precision (" "Activation checkpointing:" "Memory plan (batch" "Kernels per training step:")
+        sections=("Precision (" "Activation checkpointing:" "Memory plan (batch" "Kernels per training step:"
+                  "Performance model: graph train")
         [ "$mode" = eager ] || sections+=("Kernel boundaries of the train graph (")
         [ "$mode" != max-autotune ] || sections+=("Autotune: ")
         for section in "${sections[@]}"; do

@@ -14,7 +14,9 @@
    label column and an unclosed quote are errors naming the line (and column).
 3. --predict: a model trained a few steps, then run on new rows from an .npy, an .npz, a
    CSV and a directory: its outputs (.npy, and .safetensors with each row's class) against
-   the same network written in NumPy from the checkpoint's weights, within 1e-5.
+   the same network written in NumPy from the checkpoint's weights, within 1e-5; against
+   PyTorch's nn.Sequential holding them (where torch is installed); and on the test split,
+   the cross-entropy of its outputs against the evaluation graph's test loss (--metrics).
 4. Larger than memory: 400,000 rows of 784 bytes (.npy, 314 MB; 1.25 GB as f32) train
    under a 768 MB RLIMIT_DATA (malloc'd and anonymous memory; a control shows 1 GB cannot
    be allocated under it): the arrays stay in their mapped files, converted as gathered.
@@ -334,15 +336,44 @@ train {
 """
 
 
+def against_torch_and_eval(work, w, x, y, test_loss):
+    """--predict's outputs against PyTorch's nn.Sequential holding cgc's weights (where
+    Debian's python3-torch is installed), and against the evaluation graph: the mean
+    cross-entropy of its outputs on the test split (the last tenth) is the test loss the
+    training run reported (--metrics)."""
+    np.save(f"{work}/test.npy", x[180:])
+    r = cgc(["p.net", "--device", "cpu", "-q", "--resume", "p.st", "--predict", "test.npy", "--out", "t.npy"], work)
+    got = np.load(f"{work}/t.npy").astype(np.float64) if r.returncode == 0 else np.zeros((20, 4))
+    z = got - got.max(1, keepdims=True)
+    loss = float(np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(20), y[180:]]))
+    check(abs(loss - test_loss) <= 1e-6 * abs(test_loss),
+          f"--predict on the test split: cross-entropy {loss:.9g}, the evaluation graph's test loss {test_loss:.9g}")
+    try:
+        import torch
+    except ImportError:
+        print("skip --predict against PyTorch: no torch")
+        return
+    net = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    with torch.no_grad():
+        for layer, name in ((net[0], "h"), (net[2], "logits")):
+            layer.weight.copy_(torch.from_numpy(w[f"{name}.weight"].reshape(layer.weight.shape).copy()))
+            layer.bias.copy_(torch.from_numpy(w[f"{name}.bias"].copy()))
+        want = net.eval()(torch.from_numpy(x[180:])).numpy()
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    check(err <= 1e-5, f"--predict against PyTorch's forward with cgc's weights: within {err:.2g}")
+
+
 def predicting(work):
-    """--predict against NumPy's forward pass of the saved weights."""
+    """--predict against NumPy's forward pass of the saved weights, PyTorch's and the
+    evaluation graph's loss."""
     with open(f"{work}/p.net", "w") as f:
         f.write(PREDICT_MODEL)
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal((200, 5)).astype(np.float32), rng.integers(0, 4, 200)
     np.savez(f"{work}/d.npz", x=x, y=y)
-    r = cgc(["p.net", "--device", "cpu", "-q", "--save", "p.st"], work)
+    r = cgc(["p.net", "--device", "cpu", "-q", "--save", "p.st", "--metrics", "m.jsonl"], work)
     check(r.returncode == 0, f"--predict: a model to predict with: {r.stderr.strip()[:200]}")
+    test_loss = json.loads(open(f"{work}/m.jsonl").read().splitlines()[-1])["test_loss"] if r.returncode == 0 else 0
     raw = load_safetensors(f"{work}/p.st")
     w = {k: np.frombuffer(v, np.float32) for k, v in raw.items()}
     new = rng.standard_normal((45, 5)).astype(np.float32)
@@ -360,6 +391,7 @@ def predicting(work):
         err = float(np.abs(got - want).max() / np.abs(want).max()) if got.shape == want.shape else float("inf")
         check(err <= 1e-5, f"--predict {source} --out o.npy: {got.shape} within {err:.2g} of NumPy's "
                            f"forward pass {r.stderr.strip()[:200]}")
+    against_torch_and_eval(work, w, x, y, test_loss)
     r = cgc(["p.net", "--device", "cpu", "-q", "--resume", "p.st", "--predict", "new.npy", "--out", "o.safetensors"], work)
     out = load_safetensors(f"{work}/o.safetensors") if r.returncode == 0 else {}
     cls = np.frombuffer(out.get("class", b""), np.int32)

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The performance model (codegen/perf.h) against closed formulas (ctest e2e_roofline).
+
+1. A two-layer model in eager mode at a batch of 65,536 rows, fp32: --stats' predicted
+   launches hold the five GEMMs autodiff makes, each 2mnk FLOPs, the first reading its
+   operands and writing its product once (4 bytes an element); relu's launch reads and
+   writes [N, 512] once, its gradient reads two and writes one, the bias gradient sums
+   [N, 512] into [512]. Every launch's time on every part is the roofline's, computed
+   here from the datasheets' figures typed again (bandwidth, f32 peak, SMs), the threads
+   or tiles against the SMs, and the 2 us floor; the step is their sum.
+2. --explain shows the model (its parts, the shares, the costliest launches) for every
+   model of models/ and bench/models/.
+
+    python3 tests/e2e/roofline.py build/cgc ROOT
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+failures = 0
+N = 65536
+MODEL = f"""model r {{
+    input x: f32[N, 256]
+    input y: i32[N]
+    h = relu(linear(x, 512))
+    logits = linear(h, 10)
+    output logits
+    loss cross_entropy(logits, y)
+}}
+train {{
+    batch = {N}
+}}
+"""
+# name: (SMs, bytes/s, f32 FLOP/s): NVIDIA's datasheets, dense
+PARTS = {"A100 SXM 40GB": (108, 1555e9, 19.5e12), "A100 SXM 80GB": (108, 2039e9, 19.5e12),
+         "H100 SXM": (132, 3350e9, 67e12), "H200 SXM": (132, 4800e9, 67e12)}
+
+
+def check(ok, what):
+    global failures
+    print(("ok   " if ok else "FAIL ") + what)
+    failures += not ok
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-6 * max(abs(a), abs(b), 1e-12)
+
+
+def roofline(launch, part):
+    sms, bandwidth, peak = PARTS[part]
+    ideal = max((launch["bytes_read"] + launch["bytes_written"]) / bandwidth, launch["flops"] / peak)
+    share = launch["blocks"] / sms if launch["kernel"] == "GEMM" else launch["threads"] / (sms * 1024)
+    return max(ideal / min(share, 1), 2e-6)
+
+
+def closed_forms(cgc, work):
+    with open(f"{work}/r.net", "w") as f:
+        f.write(MODEL)
+    r = subprocess.run([cgc, "r.net", "--check", "--arch", "none", "--mode", "eager", "--stats", "r.json", "-q"],
+                       cwd=work, capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"--stats of the two-layer model {r.stderr[-300:]}")
+    if r.returncode:
+        return
+    pred = json.load(open(f"{work}/r.json"))["predicted"]
+    launches, parts = pred["launches"], [p["name"] for p in pred["parts"]]
+    check(pred["graph"] == "train" and pred["batch"] == N and parts == list(PARTS),
+          f"the train graph at batch {N}, on {parts}")
+    gemms = sorted(l["flops"] for l in launches if l["kernel"] == "GEMM")
+    want = sorted([2 * N * 256 * 512] * 2 + [2 * N * 512 * 10] * 3)
+    check(gemms == want, f"five GEMMs of 2mnk FLOPs: {gemms}")
+    first = [l for l in launches if l["kernel"] == "GEMM" and l["flops"] == 2 * N * 256 * 512 and l["line"] == 4]
+    check(any(l["bytes_read"] == 4 * (N * 256 + 512 * 256) and l["bytes_written"] == 4 * N * 512
+              and l["blocks"] == (N // 128) * (512 // 128) for l in first),
+          f"x @ W1^T reads x and W1 once, writes [N, 512] once, in 128 x 128 tiles: "
+          f"{[(l['bytes_read'], l['bytes_written'], l['blocks']) for l in first]}")
+    relu = [l for l in launches if l["what"] == "relu h"]
+    check(len(relu) == 1 and relu[0]["bytes_read"] == 4 * N * 512 and relu[0]["bytes_written"] == 4 * N * 512
+          and relu[0]["flops"] == N * 512, f"relu reads and writes [N, 512] once, a FLOP an element: {relu}")
+    grad = [l for l in launches if l["kernel"].startswith("relu_grad")]
+    bias = [l for l in launches if l["kernel"].startswith("reduce_to") and l["line"] == 4]
+    check(len(grad) == 1 and (grad[0]["bytes_read"], grad[0]["bytes_written"]) == (8 * N * 512, 4 * N * 512)
+          and len(bias) == 1 and (bias[0]["bytes_read"], bias[0]["bytes_written"]) == (4 * N * 512, 4 * 512),
+          f"relu's gradient reads two [N, 512] and writes one; the bias gradient sums [N, 512] to [512]: "
+          f"{[(l['bytes_read'], l['bytes_written']) for l in grad + bias]}")
+    bad = [(l["kernel"], k, l["seconds"][k], roofline(l, part)) for l in launches
+           for k, part in enumerate(parts) if not close(l["seconds"][k], roofline(l, part))]
+    check(not bad, f"{len(launches)} launches' times on {len(parts)} parts, the roofline's: {bad[:3]}")
+    totals = [sum(l["seconds"][k] for l in launches) for k in range(len(parts))]
+    check(all(close(p["step_s"], t) for p, t in zip(pred["parts"], totals)),
+          f"each part's step, the sum of its launches: {[p['step_s'] for p in pred['parts']]}")
+
+
+def explained(cgc, root):
+    models = [os.path.join(d, m) for d in (f"{root}/models", f"{root}/bench/models")
+              for m in sorted(os.listdir(d)) if m.endswith(".net")]
+    missing = []
+    for model in models:
+        r = subprocess.run([cgc, model, "--explain"], capture_output=True, text=True, timeout=300)
+        text = r.stdout
+        if r.returncode or "Performance model: graph train" not in text or "H200 SXM" not in text \
+                or "by kind: " not in text or "the costliest" not in text:
+            missing.append(f"{os.path.basename(model)}: {r.stderr[-200:]}")
+    check(not missing, f"--explain's performance model for {len(models)} models: {missing}")
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    cgc = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory() as work:
+        closed_forms(cgc, work)
+    explained(cgc, sys.argv[2])
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
