@@ -45,7 +45,9 @@
 #            host thread into pinned memory, copied on a copy stream beside the steps)
 #            against resident on the GPU (never), mlp.net and the wide MLP in the default
 #            mode: the same weights bit for bit, the median step times side by side, and
-#            how long the steps waited for rows; not in the default PARTS
+#            how long the steps waited for rows; and (-v) each model's step 50 launch by
+#            launch against the performance model's predictions (codegen/perf.h); not in
+#            the default PARTS
 #   ranks    a job of one rank (--nproc 1: its gradients summed over it through NCCL)
 #            against no job, in reduce-overhead: mlp.net's weights after 300 steps
 #            (fp32, the sums change nothing) and both models' step times, the wide MLP's
@@ -238,7 +240,8 @@ if part stream; then
         for how in never always; do
             run "stream_${name}_$how" "$CGC" "$model" --device cuda --stream "$how" --steps 300 -v \
                 --save "$OUT/stream_${name}_$how.st"
-            grep -hE "median step|steps waited|stream from the host|error" "$OUT/stream_${name}_$how.log" |
+            grep -hE "median step|steps waited|stream from the host|launch by launch|^cgc:   |error" \
+                "$OUT/stream_${name}_$how.log" |
                 sed "s/^/$name, stream = $how: /" | tee -a "$OUT/summary.txt"
         done
         run "stream_${name}_same" python3 tests/e2e/st_close.py --meta "$OUT/stream_${name}_always.st" \

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../base/diag.h"
 
@@ -18,6 +19,15 @@ const int perf_nparts = sizeof perf_parts / sizeof perf_parts[0];
 const char perf_sources[] =
     "the parts' figures from NVIDIA's A100, H100 and H200 datasheets, dense;\n"
     "a launch's least time, 2 us, an estimate";
+
+const PerfPart *perf_part_named(const char *model)
+{
+    if (strstr(model, "PCIe")) return NULL;
+    if (strstr(model, "H200")) return &perf_parts[3];
+    if (strstr(model, "H100")) return &perf_parts[2];
+    if (strstr(model, "A100")) return &perf_parts[strstr(model, "80GB") ? 1 : 0];
+    return NULL;
+}
 
 const char *perf_bound_name(PerfBound b)
 {

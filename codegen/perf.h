@@ -30,6 +30,9 @@ typedef struct PerfPart {
 
 extern const PerfPart perf_parts[];
 extern const int perf_nparts;
+/* The part a device's model name is ("NVIDIA H200", "NVIDIA A100-SXM4-80GB"), or NULL:
+ * another part, or a PCIe one, whose figures differ. */
+const PerfPart *perf_part_named(const char *model);
 /* Where the parts' figures come from, for the reports that print them. */
 extern const char perf_sources[];
 

@@ -1000,26 +1000,26 @@ static int issue_step(DevExec *e, const IrGraph *g, PlanGraphId gid, int i, cons
     mark_born(e, gid, i);
     if (what == ISSUE_SKIPPED) return 0;
     if (what == ISSUE_CONV) {                   /* the library, on the NCHW tensors */
-        DevTimedEvent ev = {s->what, "cuDNN", g->name, s->loc.line, true};
+        DevTimedEvent ev = {s->what, "cuDNN", g->name, s->loc.line, true, gid, i};
         int algo = e->conv[r * PLAN_WINDOW_MAX_READERS + j];
         return (e->timing && timed_begin(e, &ev) != 0) || run_window_conv(e, r, j, algo) != 0 ||
                (e->timing && timed_end(e) != 0) ? -1 : 0;
     }
     if (what == ISSUE_WINDOW) {                 /* the GEMM, gathering from the image */
-        DevTimedEvent ev = {s->what, devexec_window_kernel(e, r, j), g->name, s->loc.line, true};
+        DevTimedEvent ev = {s->what, devexec_window_kernel(e, r, j), g->name, s->loc.line, true, gid, i};
         int tile = e->window[r * PLAN_WINDOW_MAX_READERS + j];
         return (e->timing && timed_begin(e, &ev) != 0) || run_window_kernel(e, r, j, tile, feed) != 0 ||
                (e->timing && timed_end(e) != 0) ? -1 : 0;
     }
     if (what == ISSUE_RUN) {                    /* the run's layers in one launch */
-        DevTimedEvent ev = {s->what, devexec_mlp_kernel(e, r), g->name, s->loc.line, true};
+        DevTimedEvent ev = {s->what, devexec_mlp_kernel(e, r), g->name, s->loc.line, true, gid, i};
         return (e->timing && timed_begin(e, &ev) != 0) || run_mlp_kernel(e, r, e->mlp[r] - 1) != 0 ||
                (e->timing && timed_end(e) != 0) ? -1 : 0;
     }
     bool gemm = s->kind == STEP_GEMM;
     if (e->timing) {
         const char *kernel = gemm ? devexec_gemm_kernel(e, gid, i) : e->plan->kernels[s->launch.kernel].name;
-        DevTimedEvent ev = {s->what, kernel ? kernel : "cuBLAS", g->name, s->loc.line, gemm};
+        DevTimedEvent ev = {s->what, kernel ? kernel : "cuBLAS", g->name, s->loc.line, gemm, gid, i};
         if (timed_begin(e, &ev) != 0) return -1;
     }
     int rc = gemm ? run_gemm(e, s, &e->gemm[gid][i]) : run_launch(e, s, feed);
@@ -1085,7 +1085,7 @@ int devexec_launch(DevExec *e, int k, unsigned grid, void **args, const char *wh
     CGC_ASSERT(k >= 0 && k < e->plan->nkernels);
     const PlanKernel *pk = &e->plan->kernels[k];
     DeviceSite site = {pk->name, what, e->net_path, 0};
-    if (e->timing && timed_begin(e, &(DevTimedEvent){what, pk->name, "data pipeline", 0, false}) != 0)
+    if (e->timing && timed_begin(e, &(DevTimedEvent){what, pk->name, "data pipeline", 0, false, -1, -1}) != 0)
         return -1;
     int rc = e->d->ops->launch(e->d, e->kernel[k], grid < 1 ? 1 : grid, (unsigned)pk->block,
                                args, &site);

@@ -140,6 +140,8 @@ typedef struct DevTimedEvent {
     const char *graph;              /* the IR graph's name, or "data pipeline" */
     int line;                       /* its .net line, or 0 */
     bool gemm;                      /* a GEMM: cuBLAS, a generated GEMM or a fused MLP kernel */
+    int gid, step;                  /* the plan step: its PlanGraphId and index; -1 for a data
+                                     * kernel */
 } DevTimedEvent;
 typedef void (*DevTimedFn)(void *ctx, const DevTimedEvent *ev, double start, double end);
 int devexec_timing_start(DevExec *e);

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../codegen/perf.h"
 #include "autotune.h"
 #include "devexec.h"
 #include "train_internal.h"
@@ -50,11 +51,22 @@ enum { TOTALS = 4, MAX_DATA_GRID = 4096 };
 /* -v: optimizer steps timed with fences (CUDA events) around them, after a warm-up. */
 enum { TIMING_WARMUP = TRAIN_TIMING_WARMUP, TIMING_STEPS = TRAIN_TIMING_STEPS };
 
+/* One launch or GEMM of a step timed launch by launch. */
+typedef struct LaunchTime {
+    int gid, step;              /* the plan step */
+    double seconds;
+} LaunchTime;
+
 typedef struct StepTiming {
     DeviceFence *start[TIMING_STEPS], *end[TIMING_STEPS];
     int n;                      /* steps timed so far */
     int64_t seen;               /* steps run in this process */
     bool open;                  /* a step's start is recorded, its end not yet */
+    /* The step before the timed ones, launch by launch, for the performance model's report */
+    bool launches_open;
+    int64_t rows;               /* its micro-batches' rows */
+    LaunchTime *launches;
+    int nlaunches;
 } StepTiming;
 
 /* A train graph's micro-batch as a CUDA graph (reduce-overhead). */
@@ -125,6 +137,78 @@ static int time_step(DeviceBackend *dev, bool begin)
     return dev->d->ops->fence_record(dev->d, st->end[st->n++]);
 }
 
+/* Starts timing the launches of the step about to run, when it is the last of the
+ * warm-up (and no --profile times it already). */
+static int launches_begin(const Trainer *t, DeviceBackend *dev, int64_t rows)
+{
+    StepTiming *st = dev->timing;
+    if (!st || st->seen != TIMING_WARMUP - 1 || st->nlaunches || t->recording) return 0;
+    st->launches_open = true;
+    st->rows = rows;
+    return devexec_timing_start(dev->e);
+}
+
+static void launch_timed(void *ctx, const DevTimedEvent *ev, double start, double end)
+{
+    StepTiming *st = ctx;
+    if (ev->step < 0) return;   /* the data pipeline's: not the plan's steps */
+    st->launches = xrealloc(st->launches, (size_t)(st->nlaunches + 1) * sizeof *st->launches);
+    st->launches[st->nlaunches++] = (LaunchTime){ev->gid, ev->step, end - start};
+}
+
+static int launches_end(DeviceBackend *dev)
+{
+    StepTiming *st = dev->timing;
+    if (!st || !st->launches_open) return 0;
+    st->launches_open = false;
+    return devexec_timing_collect(dev->e, launch_timed, st);
+}
+
+/* The timed launch with the longest time not yet TAKEN, or -1. */
+static int slowest(const StepTiming *st, const bool *taken)
+{
+    int best = -1;
+    for (int i = 0; i < st->nlaunches; i++)
+        if (!taken[i] && (best < 0 || st->launches[i].seconds > st->launches[best].seconds)) best = i;
+    return best;
+}
+
+enum { REPORT_LAUNCHES = 10 };
+
+/* -v: the timed step's launches against the performance model (codegen/perf.h) on the
+ * device's part: each one's efficiency, the predicted time over the measured. */
+static void report_launches(const Trainer *t, DeviceBackend *dev)
+{
+    StepTiming *st = dev->timing;
+    const PerfPart *part = perf_part_named(dev->d->model);
+    int64_t symvals[IR_MAX_SYMBOLS];
+    memcpy(symvals, dev->symmax, sizeof symvals);
+    symvals[0] = st->rows;
+    double *predicted = xcalloc((size_t)st->nlaunches + 1, sizeof *predicted), measured = 0, model = 0;
+    PerfBound *bound = xcalloc((size_t)st->nlaunches + 1, sizeof *bound);
+    for (int i = 0; i < st->nlaunches; i++) {
+        const LaunchTime *l = &st->launches[i];
+        PerfStep p = perf_step(dev->plan, (PlanGraphId)l->gid, l->step, symvals, part ? part : &perf_parts[perf_nparts - 1]);
+        predicted[i] = p.seconds, bound[i] = p.bound;
+        measured += l->seconds, model += p.seconds;
+    }
+    printf("cgc: step %d launch by launch against the performance model (%s%s): %.3f ms measured, "
+           "%.3f predicted (%.0f%%)\n", TIMING_WARMUP, part ? part->name : perf_parts[perf_nparts - 1].name,
+           part ? "" : ", a part the model knows no figures for: as if", measured * 1e3, model * 1e3,
+           measured > 0 ? 100 * model / measured : 0);
+    bool *taken = xcalloc((size_t)st->nlaunches + 1, sizeof *taken);
+    for (int r = 0; r < st->nlaunches && r < REPORT_LAUNCHES; r++) {
+        int i = slowest(st, taken);
+        taken[i] = true;
+        const PlanStep *s = &dev->plan->graph[st->launches[i].gid].steps[st->launches[i].step];
+        printf("cgc:   %9.1f us measured %9.1f us predicted %4.0f%%  %-8s %s (line %d)\n",
+               st->launches[i].seconds * 1e6, predicted[i] * 1e6,
+               st->launches[i].seconds > 0 ? 100 * predicted[i] / st->launches[i].seconds : 0,
+               perf_bound_name(bound[i]), s->what ? s->what : "?", s->loc.line);
+    }
+    free(taken), free(predicted), free(bound);
+}
+
 static int compare_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -167,6 +251,7 @@ static void report_timing(const Trainer *t, DeviceBackend *dev)
     if (times.n > 0)
         printf("cgc: %d launches per step as run, of which %d GEMMs (with the choices in force)\n",
                times.launches, times.gemms);
+    if (dev->timing->nlaunches) report_launches(t, dev);
 }
 
 /* Prints (-v) the device memory the plan's arena takes and the memory in use as the
@@ -820,6 +905,7 @@ static void dev_close(Trainer *t)
             dev->d->ops->fence_free(dev->d, dev->timing->start[i]);
             dev->d->ops->fence_free(dev->d, dev->timing->end[i]);
         }
+        free(dev->timing->launches);
         free(dev->timing);
     }
     for (int i = 0; i < 2; i++)
@@ -981,12 +1067,13 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
     MicroBatch m = {.start = start, .count = count, .first = start, .rows = count,
                     .micro_step = micro_step};
     data_rank_rows(t->rank, t->ranks, &m.first, &m.rows);
-    if (k == 0 && time_step(dev, true) != 0) return -1;
+    if (k == 0 && (time_step(dev, true) != 0 || launches_begin(t, dev, m.rows) != 0)) return -1;
     if (dev->step && set_step(dev, micro_step, m.first) != 0) return -1;
     StepCapture *sc = &dev->capture[g == &t->p->train ? 0 : 1];
     CaptureQuery q = {.mode = dev->plan->mode, .device_can = dev->d->ops->capture_begin != NULL,
                       .failed = dev->capture_failed, .count = count, .batch = c->batch,
-                      .runs = sc->runs, .profiled = t->recording != NULL,
+                      .runs = sc->runs,
+                      .profiled = t->recording != NULL || (dev->timing && dev->timing->launches_open),
                       .checked = t->o->detect_anomaly, .streamed = dev->stream != NULL};
     bool replay = train_capture_refusal(&q) == NULL;
     if (count == c->batch) sc->runs++;
@@ -998,7 +1085,8 @@ static int dev_micro_batch(Trainer *t, const IrGraph *g, TrainProgress *pr, int6
         dev->step_next[0]++;
         dev->step_next[1] += c->batch;
     }
-    return k == c->accumulate - 1 ? time_step(dev, false) : 0;
+    if (k != c->accumulate - 1) return 0;
+    return launches_end(dev) != 0 ? -1 : time_step(dev, false);
 }
 
 /* Queues a read of the totals into host_totals, with the fence after it. */

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "codegen/perf.h"
 #include "driver/compile.h"
 #include "driver/pipeline.h"
 #include "runtime/data.h"
@@ -237,6 +238,10 @@ static int run(Model *m, const RunSpec *s)
     if (s->device && rc == 0) {
         CHECK(strstr(text, "cgc: median step ") || strstr(text, "cgc: step time not measured"));
         median_reports += strstr(text, "cgc: median step ") != NULL;
+        /* and then the step before the timed ones, launch by launch, against the model */
+        if (strstr(text, "cgc: median step ") && !s->profile)
+            CHECK(strstr(text, "cgc: step 50 launch by launch against the performance model (H200 SXM, a "
+                               "part the model knows no figures for: as if): ") != NULL);
         char capture_line[64];
         snprintf(capture_line, sizeof capture_line, "cgc: %s: graph ", plan_mode_name(mode));
         for (const char *c = text; (c = strstr(c, capture_line)); c++) {
@@ -477,6 +482,64 @@ static void check_arena(Model *m, bool reuse)
         }
     }
     devexec_free(e);
+}
+
+/* ---- the performance model's bytes against the emulation's count ---- */
+
+/* Whether COUNTED bytes (whole pages) agree with the model's MODEL: within a tenth, and a
+ * page for each of the launch's NBUF buffers (the arena's buffers share pages). */
+static bool bytes_agree(double counted, double model, int nbuf)
+{
+    return fabs(counted - model) <= 0.1 * model + 4096.0 * nbuf;
+}
+
+/* FILE's training step on the emulation, every launch's pages counted, against
+ * perf_step's bytes read and written for each launch that moves more than 1 MB: the model
+ * cannot drift from the kernels it prices. */
+static void check_bytes_model(const char *file, const Override *ov, int nov)
+{
+    printf("the bytes each launch of %s moves: the emulation's count against the model\n", file);
+    PlanMode was = mode;
+    mode = PLAN_DEFAULT;
+    Model m;
+    if (model_open(&m, file, ov, nov)) {
+        emu_device_count_bytes(m.d, true);
+        int64_t symvals[IR_MAX_SYMBOLS] = {m.p->cfg.batch};
+        DevExec *e = devexec_new(m.plan, m.d, symvals, m.path);
+        CHECK(e && devexec_init_tensors(e, 1) == 0);
+        DevFeed feed = { .symvals = { m.p->cfg.batch } };
+        feed.runtime[IR_RT_TOTAL_STEPS] = 100;
+        emu_device_counted(m.d, &(int){0});   /* the arena's set-up */
+        CHECK(e && devexec_run(e, &m.p->train, &feed) == 0);
+        int n, at = 0, compared = 0;
+        const EmuLaunchBytes *got = emu_device_counted(m.d, &n);
+        const PlanGraph *pg = &m.plan->graph[PG_TRAIN];
+        for (int i = 0; i < pg->nsteps && e; i++) {
+            if (pg->steps[i].kind != STEP_LAUNCH) continue;
+            const PlanKernel *k = &m.plan->kernels[pg->steps[i].launch.kernel];
+            CHECK(at < n && strcmp(got[at].kernel, k->name) == 0);
+            if (at >= n) break;
+            PerfStep p = perf_step(m.plan, PG_TRAIN, i, symvals, &perf_parts[0]);
+            const EmuLaunchBytes *c = &got[at++];
+            if (getenv("CGC_TEST_VERBOSE"))
+                printf("    %-40s read %9llu written %9llu; the model %9.0f and %9.0f\n", k->name,
+                       (unsigned long long)c->read, (unsigned long long)c->written, p.read, p.written);
+            if (p.read + p.written <= 1e6) continue;
+            compared++;
+            if (bytes_agree((double)c->read, p.read, k->nparams) &&
+                bytes_agree((double)c->written, p.written, k->nparams))
+                continue;
+            fprintf(stderr, "  %s: read %llu, written %llu; the model %.0f and %.0f\n", k->name,
+                    (unsigned long long)c->read, (unsigned long long)c->written, p.read, p.written);
+            CHECK(!"the model's bytes differ from the emulation's count");
+        }
+        CHECK_EQ_INT(at, n);
+        printf("  %d launches, %d of them moving more than 1 MB compared\n", at, compared);
+        CHECK(compared > 0);
+        devexec_free(e);
+    }
+    model_close(&m);
+    mode = was;
 }
 
 /* ---- the data order made on the device ---- */
@@ -1672,6 +1735,11 @@ int main(int argc, char **argv)
     model_close(&m);
 
     check_training("mlp.net", mlp, 3, 1e-4, false);
+    /* a batch at which most launches move more than 1 MB, in fp32 and in bf16 */
+    Override wide[2] = {{"precision", "precision", "fp32"}, {"batch", "batch", "2048"}};
+    check_bytes_model("mlp.net", wide, 2);
+    wide[0].value = "bf16";
+    check_bytes_model("mlp.net", wide, 2);
     /* tensors(...): rows left in their mapped files, uploaded a chunk of rows at a time */
     char arrays[256], source[400];
     small_arrays(arrays, sizeof arrays);

@@ -30,8 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,7 +89,10 @@ typedef struct EmuAlloc {
     struct EmuAlloc *next;
     void *p;
     size_t bytes;                       /* what was asked for */
-    size_t rounded;                     /* what was given: 256-byte granules */
+    size_t rounded;                     /* what was given: 256-byte granules, or whole
+                                         * pages when mapped (emu_device_count_bytes) */
+    uint8_t *touched;                   /* mapped: per page, PAGE_READ | PAGE_WRITTEN in
+                                         * the launch being counted */
 } EmuAlloc;
 
 typedef struct EmuDevice {
@@ -114,6 +120,9 @@ typedef struct EmuDevice {
     DeviceOps ops;                      /* emu_ops, with conv where emu_device_convs says */
     Comm *comm;                         /* join: the job this device is a rank of */
     size_t memory;                      /* emu_device_memory: the bytes it holds, 0: no limit */
+    bool counting;                      /* emu_device_count_bytes */
+    EmuLaunchBytes *counted;            /* the launches counted, in order */
+    int ncounted, counted_cap;
     struct EmuColl *colls;              /* per collective slot: the one in flight */
     int ncolls;
 } EmuDevice;
@@ -174,6 +183,90 @@ static bool refused_in_capture(Device *d, const char *call)
 
 /* ---- memory ---- */
 
+/* ---- counting the pages a launch reads and writes (emu_device_count_bytes) ----
+ * Every allocation is whole pages of its own. Around a launch they are made inaccessible;
+ * the first access to a page faults, and the handler records it (a read, or a write by
+ * the fault's error code) and opens the page that far: a read opens it for reading, so
+ * that a later write faults again and is recorded too; a write opens it whole. */
+
+enum { PAGE = 4096, PAGE_READ = 1, PAGE_WRITTEN = 2 };
+
+static EmuDevice *counting;     /* the device whose launch is being counted */
+static struct sigaction previous_segv;
+
+static void *map_pages(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static bool fault_is_write(void *context)
+{
+#if defined(__x86_64__)
+    return (((ucontext_t *)context)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+    (void)context;
+    return false;   /* a write then faults twice: it counts as a read too */
+#endif
+}
+
+static void count_fault(int sig, siginfo_t *info, void *context)
+{
+    char *at = info->si_addr;
+    for (EmuAlloc *a = counting ? counting->allocs : NULL; a; a = a->next) {
+        if (!a->touched || at < (char *)a->p || at >= (char *)a->p + a->rounded) continue;
+        size_t page = (size_t)(at - (char *)a->p) / PAGE;
+        uint8_t was = a->touched[page];
+        bool write = fault_is_write(context) || (was & PAGE_READ);
+        a->touched[page] = (uint8_t)(was | (write ? PAGE_WRITTEN : PAGE_READ));
+        mprotect((char *)a->p + page * PAGE, PAGE, write ? PROT_READ | PROT_WRITE : PROT_READ);
+        return;
+    }
+    sigaction(sig, &previous_segv, NULL);   /* not ours: fault as before */
+}
+
+static void protect_all(EmuDevice *e, int prot)
+{
+    for (EmuAlloc *a = e->allocs; a; a = a->next)
+        if (a->touched) mprotect(a->p, a->rounded, prot);
+}
+
+/* After a launch: its pages, tallied into e->counted, and everything open again. */
+static void tally_launch(EmuDevice *e, const char *kernel)
+{
+    EmuLaunchBytes n = { .kernel = kernel };
+    for (EmuAlloc *a = e->allocs; a; a = a->next) {
+        for (size_t i = 0; a->touched && i < a->rounded / PAGE; i++) {
+            n.read += a->touched[i] & PAGE_READ ? PAGE : 0;
+            n.written += a->touched[i] & PAGE_WRITTEN ? PAGE : 0;
+        }
+        if (a->touched) memset(a->touched, 0, a->rounded / PAGE);
+    }
+    protect_all(e, PROT_READ | PROT_WRITE);
+    if (e->ncounted == e->counted_cap) {
+        e->counted_cap = e->counted_cap ? 2 * e->counted_cap : 64;
+        e->counted = realloc(e->counted, (size_t)e->counted_cap * sizeof *e->counted);
+        CGC_ASSERT(e->counted);
+    }
+    e->counted[e->ncounted++] = n;
+}
+
+/* Runs a launch of kernel K with its pages counted. */
+static int counted_launch(EmuDevice *e, EmuKernel *k, unsigned grid, unsigned block, void **args)
+{
+    struct sigaction sa = { .sa_sigaction = count_fault, .sa_flags = SA_SIGINFO | SA_NODEFER };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &previous_segv);
+    counting = e;
+    protect_all(e, PROT_NONE);
+    int rc = e->launch(grid, block, k->thunk, args, k->name);
+    protect_all(e, PROT_READ | PROT_WRITE);
+    counting = NULL;
+    sigaction(SIGSEGV, &previous_segv, NULL);
+    tally_launch(e, k->name);
+    return rc;
+}
+
 static size_t in_use(Device *d)
 {
     size_t n = 0;
@@ -192,10 +285,14 @@ static int emu_alloc(Device *d, size_t bytes, DevPtr *out)
                         "bytes hold %zu already (CUDA_ERROR_OUT_OF_MEMORY)\n", bytes, limit, in_use(d));
         return -1;
     }
-    void *p = aligned_alloc(256, rounded);
-    EmuAlloc *a = malloc(sizeof *a);
-    if (!p || !a) {
-        free(p);
+    bool mapped = impl(d)->counting;
+    if (mapped) rounded = (rounded + PAGE - 1) / PAGE * PAGE;
+    void *p = mapped ? map_pages(rounded) : aligned_alloc(256, rounded);
+    EmuAlloc *a = calloc(1, sizeof *a);
+    if (mapped && p && a) a->touched = calloc(rounded / PAGE, 1);
+    if (!p || !a || (mapped && !a->touched)) {
+        if (mapped && p) munmap(p, rounded);
+        else free(p);
         free(a);
         fprintf(stderr, "cgc: error: CUDA emulation: alloc of %zu bytes failed: out of host "
                         "memory\n", bytes);
@@ -205,7 +302,7 @@ static int emu_alloc(Device *d, size_t bytes, DevPtr *out)
     /* what was asked for, to the byte: an access past it is one compute-sanitizer's
      * memcheck reports, though the GPU's allocation granule would hide it */
     ASAN_POISON_MEMORY_REGION((char *)p + bytes, rounded - bytes);
-    *a = (EmuAlloc){ impl(d)->allocs, p, bytes, rounded };
+    *a = (EmuAlloc){ impl(d)->allocs, p, bytes, rounded, a->touched };
     impl(d)->allocs = a;
     *out = (DevPtr)(uintptr_t)p;
     return 0;
@@ -219,7 +316,9 @@ static void emu_free(Device *d, DevPtr p)
         if ((DevPtr)(uintptr_t)a->p != p) continue;
         ASAN_UNPOISON_MEMORY_REGION(a->p, a->rounded);
         *link = a->next;
-        free(a->p);
+        if (a->touched) munmap(a->p, a->rounded);
+        else free(a->p);
+        free(a->touched);
         free(a);
         return;
     }
@@ -444,7 +543,9 @@ static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, vo
     if (impl(d)->recording) return record_launch(d, k, grid, block, args, site);
     if (!restrict_kept(k, args, site_str(site, buf, sizeof buf))) return -1;
     impl(d)->clock_ms += impl(d)->launch_ms;
-    if (impl(d)->launch(grid, block, k->thunk, args, k->name) == 0) return 0;
+    int rc = impl(d)->counting ? counted_launch(impl(d), k, grid, block, args)
+                               : impl(d)->launch(grid, block, k->thunk, args, k->name);
+    if (rc == 0) return 0;
     fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s failed (see above)\n",
             k->name, site_str(site, buf, sizeof buf));
     return -1;
@@ -1067,6 +1168,7 @@ static void emu_close(Device *d)
         free(e->colls[i].span);
     }
     free(e->colls);
+    free(e->counted);
     dlclose(e->so);
     free(e);
     free(d);
@@ -1107,6 +1209,20 @@ static const DeviceOps emu_ops = {
 
 /* An emulated device: its ops are its own copy of emu_ops (emu_device_convs sets conv). */
 static bool is_emu(const Device *d) { return d->ops->close == emu_close; }
+
+void emu_device_count_bytes(Device *d, bool on)
+{
+    CGC_ASSERT(is_emu(d) && !impl(d)->allocs);   /* before the first alloc: whole pages */
+    impl(d)->counting = on;
+}
+
+const EmuLaunchBytes *emu_device_counted(Device *d, int *n)
+{
+    CGC_ASSERT(is_emu(d));
+    *n = impl(d)->ncounted;
+    impl(d)->ncounted = 0;
+    return impl(d)->counted;
+}
 
 int emu_device_open(const char *so_path, Device **out)
 {

@@ -51,6 +51,19 @@ void emu_device_tf32_in_f32(Device *d, bool on);
  * them failing as cuMemAlloc does, with mem_free and Device.free_bytes telling how many
  * are left, as a GPU's driver does. */
 void emu_device_memory(Device *d, size_t bytes);
+/* Makes D count, for each launch from now on, the pages (4096 bytes) of its memory the
+ * kernel reads and those it writes: the bytes a launch moves, as the performance model
+ * (codegen/perf.h) predicts them, at a page's granularity. Before D's first alloc: its
+ * allocations are then whole pages of their own. GEMMs (the host's reference) are not
+ * launches and are not counted. */
+void emu_device_count_bytes(Device *d, bool on);
+typedef struct EmuLaunchBytes {
+    const char *kernel;
+    uint64_t read, written;     /* bytes of the pages touched */
+} EmuLaunchBytes;
+/* The launches counted since the last call, in order; *N how many. D's array, valid
+ * until D's next launch. */
+const EmuLaunchBytes *emu_device_counted(Device *d, int *n);
 /* Makes D's convolution library offer no algorithm for any call (conv_algos counts 0,
  * conv refuses), as cuDNN may for a shape: a runner must run the steps instead. */
 void emu_device_conv_none(Device *d, bool none);
