@@ -8,6 +8,7 @@
 #include "compile.h"
 #include "backend.h"
 #include "../base/clock.h"
+#include "../codegen/perf.h"
 #include "../runtime/device.h"
 #include "../runtime/train.h"
 
@@ -17,7 +18,10 @@ typedef struct ModeFigures {
     size_t peak, activations;       /* planned bytes */
     double cold, warm;              /* seconds; < 0: not measured */
     bool warm_from_cache;
+    double predicted;               /* the model's step on an H200 (perf.h), seconds */
     StepTimes steps;                /* on a GPU; n == 0: not measured */
+    double on_device;               /* the model's step on the GPU's part; < 0: not known */
+    const char *part;               /* that part's name */
 } ModeFigures;
 
 /* Steps timed per mode after the warm-up (train.h): enough for a stable median. */
@@ -52,6 +56,7 @@ static int timed_compile(const BenchOptions *o, PlanMode mode, int arch, bool co
     f->kernels = compiled_steps_per_train(&c, &f->gemms);
     f->peak = c.layout.arena_bytes;
     f->activations = compiled_activation_bytes(&c);
+    f->predicted = compiled_predicted_seconds(&c, &perf_parts[perf_nparts - 1]);
     *seconds = -1;
     int rc = 0;
     if (arch > 0) {
@@ -90,6 +95,9 @@ static int time_steps(const BenchOptions *o, PlanMode mode, ModeFigures *f)
                          .tune_budget_s = o->tune_budget_s,
                          .stop_after = TRAIN_TIMING_WARMUP + BENCH_TIMED_STEPS};
         if (b.device) rc = train_run(p, &ro);
+        const PerfPart *part = b.device ? perf_part_named(b.device->model) : NULL;
+        f->on_device = part ? compiled_predicted_seconds(&c, part) : -1;
+        f->part = part ? part->name : NULL;
         backend_close(&b);
     }
     compiled_free(&c);
@@ -159,6 +167,9 @@ int bench_run(const BenchOptions *o)
     printf("%-26s", "  activations, temporaries");
     print_bytes(e.activations), print_bytes(m.activations);
     print_ratio((double)e.activations, (double)m.activations, "less");
+    printf("%-26s %12.4f ms %12.4f ms", "step, predicted", e.predicted * 1e3, m.predicted * 1e3);
+    print_ratio(e.predicted, m.predicted, "faster");
+    printf("  (the performance model's, on an %s: --explain)\n", perf_parts[perf_nparts - 1].name);
     if (arch > 0) {
         printf("%-26s", "compile, cold");
         print_seconds(e.cold), print_seconds(m.cold);
@@ -192,6 +203,12 @@ int bench_run(const BenchOptions *o)
         printf("%-26s %12.4f ms %12.4f ms", rows[i], ev[i], mv[i]);
         print_ratio(ev[i], mv[i], "faster");
     }
+    if (e.on_device >= 0 && m.on_device >= 0)
+        printf("%-26s %13.0f%% %14.0f%%  (the model's step on the %s over the median)\n",
+               "  of the prediction", 100 * e.on_device / (ev[0] * 1e-3), 100 * m.on_device / (mv[0] * 1e-3),
+               e.part);
+    else
+        printf("  of the prediction: not known (the model has no figures for this GPU)\n");
     /* The plan's counts above are before max-autotune's choices; these are what ran. */
     printf("%-26s %15d %15d", "launches per step, as run", e.steps.launches, m.steps.launches);
     print_ratio(e.steps.launches, m.steps.launches, "fewer");

@@ -79,5 +79,8 @@ void compiled_explain(const Compiled *c, bool on_gpus, FILE *out);
 void compiled_explain_roofline(const Compiled *c, FILE *out);
 /* --stats' "predicted": the same, each launch's bytes, FLOPs, time and bound per part. */
 void compiled_write_roofline(const Compiled *c, FILE *out);
+/* The model's time for that step on PART (codegen/perf.h). */
+struct PerfPart;
+double compiled_predicted_seconds(const Compiled *c, const struct PerfPart *part);
 
 #endif

@@ -140,6 +140,11 @@ static void stats_launch(const Compiled *c, PlanGraphId gid, int i, const int64_
     fputs("]}", out);
 }
 
+double compiled_predicted_seconds(const Compiled *c, const PerfPart *part)
+{
+    return graph_seconds(c, compiled_main_graph(c), part, NULL);
+}
+
 void compiled_write_roofline(const Compiled *c, FILE *out)
 {
     PlanGraphId gid = compiled_main_graph(c);
