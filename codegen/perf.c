@@ -20,12 +20,19 @@ const char perf_sources[] =
     "the parts' figures from NVIDIA's A100, H100 and H200 datasheets, dense;\n"
     "a launch's least time, 2 us, an estimate";
 
+static const PerfPart *part_called(const char *name)
+{
+    for (int k = 0; k < perf_nparts; k++)
+        if (strcmp(perf_parts[k].name, name) == 0) return &perf_parts[k];
+    CGC_INTERNAL("no part %s in the table", name);
+}
+
 const PerfPart *perf_part_named(const char *model)
 {
     if (strstr(model, "PCIe")) return NULL;
-    if (strstr(model, "H200")) return &perf_parts[3];
-    if (strstr(model, "H100")) return &perf_parts[2];
-    if (strstr(model, "A100")) return &perf_parts[strstr(model, "80GB") ? 1 : 0];
+    if (strstr(model, "H200")) return part_called("H200 SXM");
+    if (strstr(model, "H100")) return part_called("H100 SXM");
+    if (strstr(model, "A100")) return part_called(strstr(model, "80GB") ? "A100 SXM 80GB" : "A100 SXM 40GB");
     return NULL;
 }
 

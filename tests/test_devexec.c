@@ -542,6 +542,19 @@ static void check_bytes_model(const char *file, const Override *ov, int nov)
     mode = was;
 }
 
+/* The parts the model prices a device as, by the names drivers give them. */
+static void check_part_names(void)
+{
+    const char *names[][2] = {{"NVIDIA H200", "H200 SXM"}, {"NVIDIA H100 80GB HBM3", "H100 SXM"},
+                              {"NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"},
+                              {"NVIDIA A100-SXM4-40GB", "A100 SXM 40GB"}, {"NVIDIA H100 PCIe", NULL},
+                              {"NVIDIA GeForce RTX 4090", NULL}, {"CUDA emulation", NULL}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const PerfPart *p = perf_part_named(names[i][0]);
+        CHECK(names[i][1] ? p && strcmp(p->name, names[i][1]) == 0 : p == NULL);
+    }
+}
+
 /* ---- the data order made on the device ---- */
 
 static void check_order(Model *m, int64_t n, int64_t epoch, bool shuffle, unsigned draw_grid)
@@ -1735,6 +1748,7 @@ int main(int argc, char **argv)
     model_close(&m);
 
     check_training("mlp.net", mlp, 3, 1e-4, false);
+    check_part_names();
     /* a batch at which most launches move more than 1 MB, in fp32 and in bf16 */
     Override wide[2] = {{"precision", "precision", "fp32"}, {"batch", "batch", "2048"}};
     check_bytes_model("mlp.net", wide, 2);
