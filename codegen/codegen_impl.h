@@ -64,6 +64,14 @@ typedef struct RenderScratch {
     bool *need;                         /* fused_row.c */
 } RenderScratch;
 
+/* A REDUCE_TO summed in two passes (cuda_reduce_to_split): COUNT > 1 blocks per tile,
+ * each writing its column sums (double) to PARTS[s * nout + o]; then a launch that sums
+ * each output's parts in order. COUNT 1: one pass. */
+typedef struct ReduceSplit {
+    int count;
+    int parts;                  /* buffer, or -1 */
+} ReduceSplit;
+
 typedef struct RenderCtx {
     const IrProgram *p;
     const IrGraph *g;
@@ -71,6 +79,7 @@ typedef struct RenderCtx {
     const Plan *plan;
     const IrSpan *span;         /* per group of g: its members (ir_group_spans) */
     RenderScratch *scratch;     /* for g's nodes, clean */
+    ReduceSplit split;          /* the launch's REDUCE_TO, when it has one of its own */
 } RenderCtx;
 
 /* ---- cuda.c's helpers, shared with fused.c ---- */
@@ -178,6 +187,8 @@ typedef struct ReduceToIndex {
     StrBuf kept, red, base, off;
     char nout[CUDA_DIMS_MAX], nred[CUDA_DIMS_MAX];
     int64_t tiles;   /* > 0: summed by tiles, this many */
+    int split;       /* > 1: each tile's rows in this many chunks, a block each, whose
+                      * column sums go to parameter `parts` (ReduceSplit) */
 } ReduceToIndex;
 void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, ReduceToIndex *ix);
 void cuda_reduce_to_index_free(ReduceToIndex *ix);
@@ -191,7 +202,18 @@ int64_t cuda_reduce_to_tiles(const Shape *xs, const Shape *os);
 void cuda_reduce_to_open(KernelDraft *d, const ReduceToIndex *ix, const char *first,
                          const char *step);
 void cuda_reduce_to_close(KernelDraft *d, const ReduceToIndex *ix, const char *out);
-/* The work a REDUCE_TO launch spreads over blocks: OS's elements, or IX's tiles. */
+/* How many blocks share each tile of a REDUCE_TO of XS to OS in a launch of its own, the
+ * symbols at their largest (SYMMAX; NULL: unknown): 1 where the tiles alone fill the
+ * largest part of perf.h (perf_fill_threads) or the sum is small (a second launch costs
+ * more than it saves), else enough to fill it, each block summing 256 rows at least. */
+int cuda_reduce_to_split(const Shape *xs, const Shape *os, const int64_t *symmax);
+/* The parameter `parts` of SPLIT (doubles: its buffer holds them as pairs of f32). */
+void cuda_split_parts_param(KernelDraft *d, ReduceSplit split, bool is_const);
+/* The second pass of REDUCE_TO node ID split as SPLIT: each output the sum, in order, of
+ * its parts. */
+void cuda_render_reduce_parts(const RenderCtx *ctx, int id, ReduceSplit split, KernelDraft *d);
+/* The work a REDUCE_TO launch spreads over blocks: OS's elements, or IX's tiles (times
+ * its split). */
 Shape cuda_reduce_to_work(const ReduceToIndex *ix, const Shape *os);
 
 /* Renders node ID of CTX->g (a computing node, not a view, CONST, ASSIGN or MATMUL)
@@ -238,6 +260,8 @@ void fused_render_epilogue(const RenderCtx *ctx, int k, int from, const char *va
  * PLAN_MAX_PARAMS. The groups' shapes are static, so no symbol adds a parameter; each
  * group alone fits (IR_GROUP_MAX_OPERANDS). Counted as fused_render would add them, in
  * time proportional to the groups, so that a launch of any width splits cheaply. */
+/* Group K's REDUCE_TO (its only reduction then), or -1. */
+int fused_reduce_to_member(const RenderCtx *ctx, int k);
 int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n);
 /* EXPR (cuda_elementwise_expr's locals x, a, b, c) over the given operand values. */
 void fused_substitute(StrBuf *out, const char *expr, const char *x, const char *a,

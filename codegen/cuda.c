@@ -13,6 +13,7 @@
  * Only identifiers of our own making reach the text: parameter names, sym<k>, literals.
  */
 #include "codegen_impl.h"
+#include "perf.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -552,11 +553,33 @@ int64_t cuda_reduce_to_tiles(const Shape *xs, const Shape *os)
     return (ir_numel(os, NULL) + CUDA_REDUCE_TILE - 1) / CUDA_REDUCE_TILE;
 }
 
+/* Split sums: below this many input elements one launch costs less than two; a block
+ * sums this many rows of its tile at least; a tile is split this many ways at most. */
+enum { SPLIT_MIN_ELEMENTS = 1 << 20, SPLIT_MIN_ROWS = 256, SPLIT_MAX = 64 };
+
+int cuda_reduce_to_split(const Shape *xs, const Shape *os, const int64_t *symmax)
+{
+    int64_t tiles = cuda_reduce_to_tiles(xs, os);
+    if (!tiles || !symmax || ir_numel(xs, symmax) < SPLIT_MIN_ELEMENTS) return 1;
+    int64_t fill = perf_fill_threads() / CUDA_BLOCK, want = (fill + tiles - 1) / tiles;
+    int64_t most = ir_numel(xs, symmax) / ir_numel(os, NULL) / SPLIT_MIN_ROWS;
+    int64_t split = want < most ? want : most;
+    return split < 2 ? 1 : split > SPLIT_MAX ? SPLIT_MAX : (int)split;
+}
+
 void cuda_reduce_to_open(KernelDraft *d, const ReduceToIndex *ix, const char *first,
                          const char *step)
 {
     sb_printf(&d->body, "    const int64_t nout = %s, nred = %s;\n", ix->nout, ix->nred);
-    if (ix->tiles)
+    if (ix->split > 1)   /* block v sums rows [s * chunk, end) of tile t */
+        sb_printf(&d->body, "    const int64_t chunk = (nred + %d) / %d;\n"
+                            "    for (int64_t v = %s; v < %lld; v += %s) {\n"
+                            "        const int64_t t = v / %d, s = v %% %d;\n"
+                            "        const int64_t end = (s + 1) * chunk < nred ? (s + 1) * chunk : nred;\n"
+                            "        const int64_t o = t * %d + threadIdx.x %% %d;\n",
+                  ix->split - 1, ix->split, first, (long long)(ix->tiles * ix->split), step,
+                  ix->split, ix->split, CUDA_REDUCE_TILE, CUDA_REDUCE_TILE);
+    else if (ix->tiles)
         sb_printf(&d->body, "    for (int64_t t = %s; t < %lld; t += %s) {\n"
                             "        const int64_t o = t * %d + threadIdx.x %% %d;\n",
                   first, (long long)ix->tiles, step, CUDA_REDUCE_TILE, CUDA_REDUCE_TILE);
@@ -564,9 +587,12 @@ void cuda_reduce_to_open(KernelDraft *d, const ReduceToIndex *ix, const char *fi
         sb_printf(&d->body, "    for (int64_t o = %s; o < nout; o += %s) {\n", first, step);
     sb_puts(&d->body, ix->kept.s);
     sb_printf(&d->body, "        const int64_t base = %s;\n        double acc = 0.0;\n", ix->base.s);
-    if (ix->tiles)   /* a warp per row of the tile; lanes past the outputs sum nothing */
-        sb_printf(&d->body, "        for (int64_t r = o < nout ? threadIdx.x / %d : nred; r < nred; "
-                            "r += blockDim.x / %d) {\n", CUDA_REDUCE_TILE, CUDA_REDUCE_TILE);
+    bool split = ix->split > 1;
+    if (ix->tiles)   /* a warp per row of the tile (of the block's rows, when split); lanes
+                      * past the outputs sum nothing */
+        sb_printf(&d->body, "        for (int64_t r = o < nout ? %sthreadIdx.x / %d : nred; r < %s; "
+                            "r += blockDim.x / %d) {\n", split ? "s * chunk + " : "", CUDA_REDUCE_TILE,
+                  split ? "end" : "nred", CUDA_REDUCE_TILE);
     else
         sb_puts(&d->body, "        for (int64_t r = threadIdx.x; r < nred; r += blockDim.x) {\n");
     sb_puts(&d->body, ix->red.s);
@@ -576,7 +602,10 @@ void cuda_reduce_to_close(KernelDraft *d, const ReduceToIndex *ix, const char *o
 {
     if (ix->tiles) {
         sb_puts(&d->body, "        acc = cgc_column_sum(acc);\n");
-        if (out)
+        if (ix->split > 1)
+            sb_printf(&d->body, "        if (threadIdx.x < %d && o < nout) parts[s * nout + o] = acc;\n",
+                      CUDA_REDUCE_TILE);
+        else if (out)
             sb_printf(&d->body, "        if (threadIdx.x < %d && o < nout) cgc_store(&%s[o], (float)acc);\n",
                       CUDA_REDUCE_TILE, out);
     } else {
@@ -588,12 +617,37 @@ void cuda_reduce_to_close(KernelDraft *d, const ReduceToIndex *ix, const char *o
 
 Shape cuda_reduce_to_work(const ReduceToIndex *ix, const Shape *os)
 {
-    return ix->tiles ? (Shape){ .rank = 1, .dim = { ix->tiles } } : *os;
+    int64_t split = ix->split > 1 ? ix->split : 1;
+    return ix->tiles ? (Shape){ .rank = 1, .dim = { ix->tiles * split } } : *os;
 }
 
 void cuda_reduce_to_index_free(ReduceToIndex *ix)
 {
     sb_free(&ix->kept), sb_free(&ix->red), sb_free(&ix->base), sb_free(&ix->off);
+}
+
+void cuda_split_parts_param(KernelDraft *d, ReduceSplit split, bool is_const)
+{
+    draft_param(d, PP_PTR, is_const ? "const double *" : "double *", "parts",
+                (PlanArg){ .kind = ARG_BUFFER, .index = split.parts });
+}
+
+void cuda_render_reduce_parts(const RenderCtx *ctx, int id, ReduceSplit split, KernelDraft *d)
+{
+    const IrNode *n = &ctx->g->nodes[id];
+    int64_t nout = ir_numel(&n->shape, NULL);
+    CGC_ASSERT(split.count > 1 && nout > 0);
+    snprintf(d->name, sizeof d->name, "sum_parts_%lldx%d_%s", (long long)nout, split.count,
+             ir_dtype_name(n->dtype));
+    draft_buffer(d, "out", ctx->node_buffer[id], n->dtype, false);
+    cuda_split_parts_param(d, split, true);
+    sb_printf(&d->body, "    for (int64_t o = cgc_thread_index(); o < %lld; o += cgc_thread_count()) {\n"
+                        "        double acc = 0.0;\n"
+                        "        for (int s = 0; s < %d; s++) acc += parts[s * %lld + o];\n"
+                        "        cgc_store(&out[o], (float)acc);\n"
+                        "    }\n", (long long)nout, split.count, (long long)nout);
+    cuda_launch_elementwise(d, &n->shape);
+    d->items_per_block = CUDA_BLOCK;   /* an output a thread: the parts are few */
 }
 
 /* REDUCE_TO: output element o sums, in double, every input element that broadcasting
@@ -602,10 +656,12 @@ static void render_reduce_to(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const Shape *xs = &ctx->g->nodes[node->in[0]].shape, *os = &node->shape;
-    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
-    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], ctx->g->nodes[node->in[0]].dtype, true);
     ReduceToIndex ix;
     cuda_reduce_to_index(d, xs, os, &ix);
+    ix.split = ctx->split.count;
+    if (ix.split > 1) cuda_split_parts_param(d, ctx->split, false);
+    else draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], ctx->g->nodes[node->in[0]].dtype, true);
     cuda_reduce_to_open(d, &ix, "blockIdx.x", "gridDim.x");
     sb_printf(&d->body, "            acc += (double)cgc_load(in_x[base%s]);\n        }\n", ix.off.s);
     cuda_reduce_to_close(d, &ix, "out");

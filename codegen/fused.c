@@ -131,6 +131,12 @@ static void add_outputs(GroupKernel *f, int k)
     for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &ctx->g->nodes[id];
         if (!computed_member(ctx->g, id, k) || (!stored(f, id) && !is_effect(n))) continue;
+        if (ir_op_reduces_to_shape(n->op) && ctx->split.count > 1) {   /* its parts instead */
+            snprintf(f->param[id], sizeof f->param[id], "parts");
+            if (f->counting) f->counted++;
+            else cuda_split_parts_param(f->d, ctx->split, false);
+            continue;
+        }
         const Shape *shape = is_effect(n) ? &ctx->p->tensors[n->index].shape : &n->shape;
         CGC_ASSERT(ir_op_is_reduction(n->op) || ir_shape_equal(shape, work));
         snprintf(f->param[id], sizeof f->param[id], "out%d", f->nout++);
@@ -402,8 +408,7 @@ static void render_reduce_axis(GroupKernel *f, int k, const char *first, const c
     sb_free(&acc), sb_free(&fin), sb_free(&store);
 }
 
-/* Group K's REDUCE_TO (its only reduction then), or -1. */
-static int reduce_to_member(const RenderCtx *ctx, int k)
+int fused_reduce_to_member(const RenderCtx *ctx, int k)
 {
     const IrGraph *g = ctx->g;
     const IrSpan span = members(ctx, k);
@@ -418,6 +423,7 @@ static Shape render_reduce_to(GroupKernel *f, int k, int id, const char *first, 
     const IrNode *n = &f->ctx->g->nodes[id];
     ReduceToIndex ix;
     cuda_reduce_to_index(f->d, &group_of(f->ctx, k)->work, &n->shape, &ix);
+    ix.split = f->ctx->split.count;
     cuda_reduce_to_open(f->d, &ix, first, step);
     StrBuf index = { 0 };
     sb_printf(&index, "base%s", ix.off.s);
@@ -439,7 +445,7 @@ static Shape render_group(GroupKernel *f, int k, const char *first, const char *
     if (gr->kind == IR_GROUP_POINTWISE) {
         render_pointwise(f, k, first, step);
     } else {
-        int to = reduce_to_member(f->ctx, k);
+        int to = fused_reduce_to_member(f->ctx, k);
         if (to >= 0) {
             rows = render_reduce_to(f, k, to, first, step);
         } else {
@@ -479,7 +485,7 @@ static int64_t virtual_blocks(const RenderCtx *ctx, int k)
     int64_t n = ir_numel(&gr->work, NULL);
     CGC_ASSERT(n >= 0);   /* static shapes only */
     if (gr->kind == IR_GROUP_REDUCE) {
-        int to = reduce_to_member(ctx, k);
+        int to = fused_reduce_to_member(ctx, k);
         const Shape *os = to >= 0 ? &ctx->g->nodes[to].shape : NULL;
         int64_t tiles = os ? cuda_reduce_to_tiles(&gr->work, os) : 0;
         if (tiles) return tiles;

@@ -51,7 +51,7 @@ static double buffer_bytes(const Plan *plan, int b, const int64_t *symvals)
 static double launch_flops(const PlanGraph *pg, const PlanStep *s, const int64_t *symvals)
 {
     const IrGraph *g = pg->ir;
-    if (!g || (s->group <= 0 && s->node < 0)) return 0;
+    if (!g || s->sums_parts || (s->group <= 0 && s->node < 0)) return 0;
     if (s->group <= 0) return ir_node_flops(g, &g->nodes[s->node], symvals);
     int multi = g->groups[s->group - 1].multi;   /* a multi-tensor launch: all its groups */
     double flops = 0;
@@ -99,6 +99,14 @@ static void gemm_cost(const Plan *plan, const PlanGemm *g, const int64_t *symval
 /* Threads an SM needs in flight for a streaming kernel to reach about the peak: half the
  * 2048 it holds (Little's law: the bytes in flight that hide memory's latency). */
 enum { FULL_THREADS_PER_SM = 1024 };
+
+int64_t perf_fill_threads(void)
+{
+    int sms = 0;
+    for (int k = 0; k < perf_nparts; k++)
+        if (perf_parts[k].sms > sms) sms = perf_parts[k].sms;
+    return (int64_t)sms * FULL_THREADS_PER_SM;
+}
 
 /* The share of the part's peak step P can use: its threads against those that fill the
  * SMs; a GEMM, its tiles against the SMs (one tile an SM at a time). */

@@ -33,6 +33,8 @@ extern const int perf_nparts;
 /* The part a device's model name is ("NVIDIA H200", "NVIDIA A100-SXM4-80GB"), or NULL:
  * another part, or a PCIe one, whose figures differ. */
 const PerfPart *perf_part_named(const char *model);
+/* The threads a launch must run to fill the part with the most SMs (fill, perf.c). */
+int64_t perf_fill_threads(void);
 /* Where the parts' figures come from, for the reports that print them. */
 extern const char perf_sources[];
 

@@ -55,6 +55,7 @@ typedef struct Builder {
     RenderScratch *scratch;
     int *lse;           /* per node of the graph: the log-sum-exp buffer of an attention
                          * group's softmax (attention_step), or -1 */
+    const int64_t *symmax;  /* the symbols' largest values, or NULL (plan_build) */
 } Builder;
 
 enum { MAX_LISTED_OPS = 10 };
@@ -389,19 +390,55 @@ static void launch_draft(Builder *b, KernelDraft *d, const IrNode *n, int id, co
 static RenderCtx render_ctx(const Builder *b)
 {
     return (RenderCtx){ .p = b->plan->p, .g = b->graph->ir, .node_buffer = b->graph->node_buffer,
-                        .plan = b->plan, .span = b->span, .scratch = b->scratch };
+                        .plan = b->plan, .span = b->span, .scratch = b->scratch,
+                        .split = { 1, -1 } };
+}
+
+/* ---- split reductions ---- */
+
+/* How REDUCE_TO node ID, summing XS in a launch of its own, is split
+ * (cuda_reduce_to_split), with a buffer for its parts: [count, nout] doubles. A sum no
+ * buffer keeps is not split. */
+static ReduceSplit reduce_split(Builder *b, int id, const Shape *xs)
+{
+    const IrNode *n = &b->graph->ir->nodes[id];
+    int count = b->graph->node_buffer[id] >= 0 ? cuda_reduce_to_split(xs, &n->shape, b->symmax) : 1;
+    if (count < 2) return (ReduceSplit){ 1, -1 };
+    Shape parts = { .rank = 2, .dim = { count, 2 * ir_numel(&n->shape, NULL) } };
+    int buf = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = DT_F32, .shape = parts, .alias_of = -1,
+                                          .index = id, .graph = b->gid,
+                                          .what = ownf(b, "%s.parts", node_what(b, n, id)) });
+    return (ReduceSplit){ count, buf };
+}
+
+/* The second pass of split REDUCE_TO node ID, after the launch of GROUP (0: its own). */
+static void sum_parts_step(Builder *b, int id, ReduceSplit split, int group)
+{
+    const IrNode *n = &b->graph->ir->nodes[id];
+    RenderCtx ctx = render_ctx(b);
+    KernelDraft d;
+    memset(&d, 0, sizeof d);
+    cuda_render_reduce_parts(&ctx, id, split, &d);
+    draft_root_args(b->plan, &d);
+    int k = add_kernel(b, &d);
+    note_use(b, k, n, id, "the parts of a split sum");
+    PlanStep *s = add_launch(b, k, &d, n, id, ownf(b, "sum the parts of %s", node_what(b, n, id)));
+    s->group = group;
+    s->sums_parts = true;
 }
 
 static void launch_node(Builder *b, int id)
 {
     const IrNode *n = &b->graph->ir->nodes[id];
     RenderCtx ctx = render_ctx(b);
+    if (ir_op_reduces_to_shape(n->op)) ctx.split = reduce_split(b, id, &b->graph->ir->nodes[n->in[0]].shape);
     KernelDraft d;
     memset(&d, 0, sizeof d);
     cuda_render_node(&ctx, id, &d);
     draft_root_args(b->plan, &d);
     const char *what = ownf(b, "%s %s", ir_op_name(n->op), node_what(b, n, id));
     launch_draft(b, &d, n, id, what, ir_op_name(n->op));
+    if (ctx.split.count > 1) sum_parts_step(b, id, ctx.split, 0);
 }
 
 /* A copy of buffer SRC into a new buffer of SHAPE and TYPE (broadcast, converted), for
@@ -704,6 +741,8 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
 {
     const IrGraph *g = b->graph->ir;
     RenderCtx ctx = render_ctx(b);
+    int to = n == 1 && g->groups[groups[0] - 1].kind == IR_GROUP_REDUCE ? fused_reduce_to_member(&ctx, groups[0]) : -1;
+    if (to >= 0) ctx.split = reduce_split(b, to, &g->groups[groups[0] - 1].work);
     KernelDraft d;
     memset(&d, 0, sizeof d);
     fused_render(&ctx, groups, n, &d);
@@ -712,6 +751,7 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
     for (int i = 0; i < n; i++) note_group_use(b, k, groups[i]);
     const char *what = ownf(b, "fused %s", d.name);
     add_launch(b, k, &d, &g->nodes[last_member], last_member, what)->group = groups[0];
+    if (ctx.split.count > 1) sum_parts_step(b, to, ctx.split, groups[0]);
 }
 
 /* The groups of group K's multi-tensor launch, in node order, launched in as few kernels
@@ -944,10 +984,10 @@ static void add_data_kernels(Builder *b)
     }
 }
 
-Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path)
+Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path, const int64_t *symmax)
 {
     PlanOwner *owner = xcalloc(1, sizeof *owner);
-    Builder b = { .owner = owner, .plan = &owner->plan };
+    Builder b = { .owner = owner, .plan = &owner->plan, .symmax = symmax };
     Plan *pl = b.plan;
     pl->p = p;
     pl->mode = mode;

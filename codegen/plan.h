@@ -222,6 +222,8 @@ typedef struct PlanStep {
                              * launch names its first group */
     SrcLoc loc;             /* its .net location, for errors ({0,0}: none) */
     const char *what;       /* "relu h1", "assign h1.weight", for the host plan/errors */
+    bool sums_parts;        /* the second pass of a split REDUCE_TO (node): the step before
+                             * computed the parts it sums, and the FLOPs */
 } PlanStep;
 
 typedef enum PlanGraphId { PG_TRAIN, PG_TRAIN_MICRO, PG_EVAL, PG_FORWARD, PG_DECODE, PG_NUM } PlanGraphId;
@@ -485,8 +487,10 @@ bool plan_choices_generated(const PlanChoices *c, const Plan *plan);
 
 /* The plan of P (lowered by training_lower) in MODE. NET_PATH names the source in the
  * kernels' comments (only its base name, with anything but [A-Za-z0-9._-] replaced).
- * Never fails for a program that passed ir_verify (internal errors abort). */
-Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path);
+ * SYMMAX (or NULL: unknown) gives the symbols' largest values, which choose how
+ * reductions over the batch are split (cuda_reduce_to_split); the plan stays correct
+ * at any value. Never fails for a program that passed ir_verify (internal errors abort). */
+Plan *plan_build(const IrProgram *p, PlanMode mode, const char *net_path, const int64_t *symmax);
 void plan_free(Plan *plan);
 
 const PlanGraph *plan_graph_of(const Plan *plan, const IrGraph *g);   /* NULL if none */

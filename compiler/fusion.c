@@ -16,7 +16,9 @@
  *    scale) are cloned into every group that reads them: recomputing twenty flops per
  *    element is cheaper than a launch and a round trip through memory;
  *  - pooling's patches (a window's UNFOLD) are gathered from the image by the groups
- *    that read them rather than stored: a max pool is one kernel over its input;
+ *    that read them rather than stored: a max pool is one kernel over its input; so is
+ *    a half value widened to f32 (a bf16 gradient that the norm and the update read)
+ *    widened by each group that reads it, which then reads half the bytes;
  *  - in place: an ASSIGN joins the pointwise group computing its value, which then stores
  *    straight into the persistent tensor, provided every other reader of that tensor is
  *    ordered before the group (IR semantics: assignments land after the step);
@@ -39,7 +41,7 @@
  * when a path leaves one cluster and re-enters the other, which would make the graph of
  * kernels cyclic. (2) Scalar chains are cloned into the clusters that read them; their
  * originals stay only where something else (a loss kernel, an ASSIGN, an output) needs
- * them; so are the pooling windows that only such clusters read. (3) Tentative in-place
+ * them; so are the pooling windows and widenings that only such clusters read. (3) Tentative in-place
  * ASSIGNs are checked against the order constraints they need, and dropped where they
  * would make a cycle. (4) The kernels are ordered topologically, smallest original id
  * first so that dumps stay close to the unfused order, and the graph is rebuilt with
@@ -1468,10 +1470,49 @@ static int clone_gather(Fuser *f, int gi, int u)
     return add_work(f, wn);
 }
 
-/* Pooling's gathered patches and attention's head views, each cloned into its readers. */
+/* A widening of a value stored anyway (a one-FLOP unary op whose input's type is
+ * narrower, not computed by a kernel's registers: a bf16 product cast to f32). */
+static bool widening(const Fuser *f, int v)
+{
+    const IrNode *n = &f->g->nodes[v], *x = &f->g->nodes[n->in[0]];
+    return is_elementwise(n) && !is_scalar(n) && ir_op_info[n->op].arity == 1 && ir_op_info[n->op].cost <= 1 &&
+           ir_node_fuse(n) != IR_FUSE_RANDOM && !f->is_output[v] && !is_elementwise(x) &&
+           ir_dtype_size(x->dtype) < ir_dtype_size(n->dtype);
+}
+
+/* Widening V's readers outside its own group (in it, or none) each compute it among
+ * their members when they are all pointwise or reduce groups over V's shape: nothing
+ * stores the wide value, and each reads the narrow one, half the bytes. V in no group
+ * is then dropped. */
+static void spread_widening(Fuser *f, int v)
+{
+    const Shape *s = &f->g->nodes[v].shape;
+    int own = f->w[v].group, outside = 0;
+    for (int k = f->use_off[v]; k < f->use_off[v + 1]; k++) {
+        int gi = f->w[f->uses[k]].group;
+        if (gi >= 0 && gi == own) continue;
+        if (gi < 0 || (f->groups[gi].kind != IR_GROUP_POINTWISE && f->groups[gi].kind != IR_GROUP_REDUCE) ||
+            !ir_shape_equal(&f->groups[gi].work, s))
+            return;
+        outside++;
+    }
+    if (!outside) return;
+    f->cloned[v] = own < 0;
+    for (int k = f->use_off[v]; k < f->use_off[v + 1]; k++) {
+        int c = f->uses[k], gi = f->w[c].group;
+        if (gi == own) continue;
+        int clone = clone_gather(f, gi, v);
+        for (int j = 0; j < f->g->nodes[c].nin; j++)
+            if (f->w[c].in[j] == v) f->w[c].in[j] = clone;
+    }
+}
+
+/* Pooling's gathered patches and attention's head views, each cloned into its readers;
+ * widenings into the groups that read them (spread_widening). */
 static void clone_gathers(Fuser *f)
 {
     for (int u = 0; u < f->n; u++) {
+        if (widening(f, u)) spread_widening(f, u);
         if (!gathered(f, u) && !head_view(f, u)) continue;
         f->cloned[u] = true;
         for (int k = f->use_off[u]; k < f->use_off[u + 1]; k++) {

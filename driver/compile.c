@@ -59,7 +59,7 @@ static void trial(IrProgram *p, const CompileOptions *o, const Saved *saved,
     if (o->observer) o->observer->after(o->observer->ctx, PASS_FUSION, p);
     plan_free(c->plan);
     plan_layout_free(&c->layout);
-    c->plan = plan_build(p, o->mode, o->net_path);
+    c->plan = plan_build(p, o->mode, o->net_path, c->symmax);
     plan_layout(c->plan, c->symmax, true, &c->layout);
     c->schedule = s;
     c->nrecomputed = s ? s->nnodes : 0;

@@ -833,7 +833,7 @@ static int dev_choose(Trainer *t, DeviceBackend *dev)
 static int dev_open_plan(Trainer *t, DeviceBackend *dev)
 {
     dev->plan = t->o->plan;
-    if (!dev->plan) dev->plan = dev->own_plan = plan_build(t->p, PLAN_EAGER, t->o->net_path);
+    if (!dev->plan) dev->plan = dev->own_plan = plan_build(t->p, PLAN_EAGER, t->o->net_path, NULL);
     const TrainConfig *c = &t->p->cfg;
     int64_t eval_rows = t->data.has_test ? (t->data.test.n < EVAL_BATCH ? t->data.test.n : EVAL_BATCH) : 0;
     int64_t rows = (c->batch + t->ranks - 1) / t->ranks;     /* a rank's share, at most */

@@ -138,7 +138,7 @@ static void test_weird_names(void)
     IrProgram *p = pipeline_compile(src, NULL, 0);
     CHECK(p != NULL);
     if (!p) return;
-    Plan *pl = plan_build(p, PLAN_EAGER, "/some/dir/we ird$.net");
+    Plan *pl = plan_build(p, PLAN_EAGER, "/some/dir/we ird$.net", NULL);
     CHECK_STR(pl->source_name, "we_ird_.net");
     CHECK(pl->graph[PG_TRAIN].ir == &p->train && pl->graph[PG_EVAL].ir == &p->eval);
     CHECK(pl->graph[PG_TRAIN_MICRO].ir == NULL);
@@ -189,7 +189,7 @@ static void test_assign_aliasing(void)
     ir_assign(g, p, 1, r0, loc);
     ir_assign(g, p, 2, r2, loc);
     ir_assign(g, p, 3, sum, loc);
-    Plan *pl = plan_build(p, PLAN_EAGER, "swap.net");
+    Plan *pl = plan_build(p, PLAN_EAGER, "swap.net", NULL);
     const PlanGraph *pg = &pl->graph[PG_TRAIN];
     CHECK(pl->graph[PG_EVAL].ir == NULL && pl->graph[PG_FORWARD].ir == NULL);
     /* add, save t1, save t0, assign t0, assign t1, assign t3 */
@@ -249,7 +249,7 @@ static IrProgram *grouped_program(int multi)
 static void test_fused_plan(void)
 {
     IrProgram *p = grouped_program(0);
-    Plan *pl = plan_build(p, PLAN_DEFAULT, "grouped.net");
+    Plan *pl = plan_build(p, PLAN_DEFAULT, "grouped.net", NULL);
     const PlanGraph *pg = &pl->graph[PG_TRAIN];
     /* nodes: r0 c m e assign r1 neg sum add */
     CHECK_EQ_INT(pg->node_buffer[2], -1);   /* m: registers only */
@@ -277,7 +277,7 @@ static void test_fused_plan(void)
     plan_free(pl);
     ir_program_free(p);
     p = grouped_program(1);
-    pl = plan_build(p, PLAN_DEFAULT, "grouped.net");
+    pl = plan_build(p, PLAN_DEFAULT, "grouped.net", NULL);
     pg = &pl->graph[PG_TRAIN];
     CHECK_EQ_INT(pg->nsteps, 2);   /* one launch for both groups, then the add */
     if (pg->nsteps == 2) {
@@ -308,7 +308,7 @@ static void test_fused_rounding(void)
     g->output[IR_OUT_PREDICTION] = e;
     int k = ir_add_group(g, &(IrGroup){ .kind = IR_GROUP_POINTWISE, .name = "cast_exp", .work = s });
     g->nodes[half].group = g->nodes[e].group = k;
-    Plan *pl = plan_build(p, PLAN_DEFAULT, "half.net");
+    Plan *pl = plan_build(p, PLAN_DEFAULT, "half.net", NULL);
     const PlanGraph *pg = &pl->graph[PG_TRAIN];
     CHECK_EQ_INT(pg->nsteps, 1);
     CHECK_EQ_INT(pg->node_buffer[half], -1);
@@ -332,7 +332,7 @@ static void test_emit_errors(void)
     fclose(f);
     IrProgram *p = ir_program_new();
     p->model_name = xstrdup("empty");
-    Plan *pl = plan_build(p, PLAN_EAGER, "empty.net");
+    Plan *pl = plan_build(p, PLAN_EAGER, "empty.net", NULL);
     char dir[300];
     snprintf(dir, sizeof dir, "%s/sub", file);
     capture_start();
@@ -390,8 +390,8 @@ static void test_reduce_overhead_plan(void)
     IrProgram *p = pipeline_compile(src, NULL, 0);
     CHECK(p != NULL);
     if (!p) return;
-    Plan *def = plan_build(p, PLAN_DEFAULT, "drop.net");
-    Plan *ro = plan_build(p, PLAN_REDUCE_OVERHEAD, "drop.net");
+    Plan *def = plan_build(p, PLAN_DEFAULT, "drop.net", NULL);
+    Plan *ro = plan_build(p, PLAN_REDUCE_OVERHEAD, "drop.net", NULL);
     CHECK_EQ_INT(def->step_state, -1);
     CHECK(ro->step_state >= 0);
     if (ro->step_state < 0) goto out;
@@ -438,7 +438,7 @@ static void test_plan_hash(void)
     CHECK(p != NULL);
     if (!p) return;
     fusion_assign(p);
-    Plan *pl = plan_build(p, PLAN_DEFAULT, "hashed.net");
+    Plan *pl = plan_build(p, PLAN_DEFAULT, "hashed.net", NULL);
     const uint64_t h0 = plan_hash(pl);
     PlanGemm *gm = NULL;
     PlanLaunch *launch = NULL;
@@ -524,7 +524,7 @@ static void test_wide_plan(void)
     fusion_assign(p);
     const PlanMode modes[] = { PLAN_DEFAULT, PLAN_MAX_AUTOTUNE };
     for (int m = 0; m < 2; m++) {
-        Plan *pl = plan_build(p, modes[m], "deep.net");
+        Plan *pl = plan_build(p, modes[m], "deep.net", NULL);
         for (int k = 0; k < pl->nkernels; k++) CHECK(pl->kernels[k].nparams <= PLAN_MAX_PARAMS);
         for (int g = 0; g < PG_NUM; g++)
             for (int i = 0; i < pl->graph[g].nsteps; i++) {
@@ -552,7 +552,7 @@ static void test_gemm_operand_copies_first(void)
     Source *src = source_from_string("f16_input.net", net, sizeof net - 1);
     IrProgram *p = pipeline_compile(src, NULL, 0);
     CHECK(p != NULL);
-    Plan *pl = p ? plan_build(p, PLAN_EAGER, "f16_input.net") : NULL;
+    Plan *pl = p ? plan_build(p, PLAN_EAGER, "f16_input.net", NULL) : NULL;
     int copies = 0;
     for (int g = 0; pl && g < PG_NUM; g++) {
         const PlanGraph *pg = &pl->graph[g];

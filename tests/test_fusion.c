@@ -863,6 +863,34 @@ static void check_mlp(const char *path)
     ir_program_free(fused);
 }
 
+/* mlp.net in bf16: each weight's gradient, a bf16 product, is widened to f32 by every
+ * group that reads it (the clipping norm's sum, the update) among its own members: no
+ * f32 copy is stored, and at least two groups widen each. */
+static void check_spread(const char *path)
+{
+    IrProgram *p = compile_model(path, "bf16", 0);
+    CHECK(p != NULL);
+    if (!p) return;
+    fusion_assign(p);
+    const IrGraph *g = &p->train;
+    int widened = 0, stored = 0, products = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = &g->nodes[i], *x = &g->nodes[n->in[0]];
+        if (n->op != IR_CAST || n->dtype != DT_F32 || x->dtype != DT_BF16 || x->op != IR_MATMUL) continue;
+        widened++;
+        stored += !n->group;
+        for (int u = 0; u < g->nnodes; u++)
+            for (int j = 0; j < g->nodes[u].nin; j++) stored += g->nodes[u].in[j] == i && g->nodes[u].group != n->group;
+    }
+    for (int i = 0; i < g->nnodes; i++) products += g->nodes[i].op == IR_MATMUL && g->nodes[i].dtype == DT_BF16;
+    printf("mlp.net bf16 train: %d widenings of bf16 products in the groups that read them, %d stored\n",
+           widened, stored);
+    CHECK(widened >= 4);
+    CHECK_EQ_INT(stored, 0);
+    CHECK(products > 0);
+    ir_program_free(p);
+}
+
 /* cnn.net (max pooling twice): no pooling patches stored in any graph; each pool's
  * kernel, and the kernel of its backward that reads them, gathers them from the image.
  * The convolutions' patches (the rows layout, a GEMM's operand) stay stored. */
@@ -1243,6 +1271,7 @@ int main(int argc, char **argv)
     check_case(mlp, "fp16", 2, true);
     check_case(resmlp, "bf16", 0, true);
     check_mlp(mlp);
+    check_spread(mlp);
     char cnn[512];
     snprintf(cnn, sizeof cnn, "%s/cnn.net", CGC_MODELS_DIR);
     check_pools(cnn);

@@ -70,7 +70,7 @@ static void check_forms(const Case *c, int want)
 {
     IrProgram *p = build(c);
     fusion_assign(p);
-    plan_free(plan_build(p, PLAN_DEFAULT, "gemm_group.net"));   /* and it plans */
+    plan_free(plan_build(p, PLAN_DEFAULT, "gemm_group.net", NULL));   /* and it plans */
     int got = gemm_groups(&p->forward);
     if (got != want)
         fprintf(stderr, "case %s %s n %d readers %d: %d GEMM groups, want %d\n", ir_dtype_name(c->type),
@@ -98,7 +98,7 @@ static void check_plan(void)
 {
     IrProgram *p = build(&(Case){ DT_F32, IR_GELU_TANH, 72, ALSO_GEMM });
     fusion_assign(p);
-    Plan *pl = plan_build(p, PLAN_DEFAULT, "gemm_group.net");
+    Plan *pl = plan_build(p, PLAN_DEFAULT, "gemm_group.net", NULL);
     const PlanGraph *pg = &pl->graph[PG_FORWARD];
     const PlanStep *s = NULL;
     for (int i = 0; i < pg->nsteps && !s; i++)

@@ -238,7 +238,7 @@ static Plan *compile_model_acc(const char *file, const char *precision, const ch
     *p = *src ? pipeline_compile(*src, ov, 3) : NULL;
     CHECK(*p != NULL);
     if (*p && mode != PLAN_EAGER) fusion_assign(*p);
-    return *p ? plan_build(*p, mode, path) : NULL;
+    return *p ? plan_build(*p, mode, path, NULL) : NULL;
 }
 
 static Plan *compile_model(const char *file, const char *precision, PlanMode mode, IrProgram **p,

@@ -20,7 +20,7 @@ static const int ARCHS[] = {80, 90};
 /* The plan of MODE: eager as it is, default through compile_program (checkpoint, fusion). */
 static Plan *build_plan(IrProgram *p, PlanMode mode, const char *path)
 {
-    if (mode == PLAN_EAGER) return plan_build(p, PLAN_EAGER, path);
+    if (mode == PLAN_EAGER) return plan_build(p, PLAN_EAGER, path, NULL);
     CompileOptions o = {.mode = mode, .net_path = path};
     Compiled c;
     if (compile_program(p, &o, &c) != 0) return NULL;

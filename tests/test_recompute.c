@@ -539,7 +539,7 @@ static size_t planned_with(const char *path, const RecomputeSchedule *s)
     if (!p) return 0;
     recompute_apply(p, s->nodes, s->nnodes);
     fusion_assign(p);
-    Plan *plan = plan_build(p, PLAN_DEFAULT, path);
+    Plan *plan = plan_build(p, PLAN_DEFAULT, path, NULL);
     int64_t symmax[IR_MAX_SYMBOLS] = {p->cfg.batch, 1, 1, 1, 1, 1, 1, 1};
     PlanLayout l;
     plan_layout(plan, symmax, true, &l);

@@ -5,7 +5,7 @@
    launches hold the five GEMMs autodiff makes, each 2mnk FLOPs, the first reading its
    operands and writing its product once (4 bytes an element); relu's launch reads and
    writes [N, 512] once, its gradient reads two and writes one, the bias gradient sums
-   [N, 512] into [512]. Every launch's time on every part is the roofline's, computed
+   [N, 512] into parts enough to fill the largest part's SMs, then those into [512]. Every launch's time on every part is the roofline's, computed
    here from the datasheets' figures typed again (bandwidth, f32 peak, SMs), the threads
    or tiles against the SMs, and the 2 us floor; the step is their sum.
 2. --explain shows the model (its parts, the shares, the costliest launches) for every
@@ -79,11 +79,21 @@ def closed_forms(cgc, work):
     check(len(relu) == 1 and relu[0]["bytes_read"] == 4 * N * 512 and relu[0]["bytes_written"] == 4 * N * 512
           and relu[0]["flops"] == N * 512, f"relu reads and writes [N, 512] once, a FLOP an element: {relu}")
     grad = [l for l in launches if l["kernel"].startswith("relu_grad")]
+    check(len(grad) == 1 and (grad[0]["bytes_read"], grad[0]["bytes_written"]) == (8 * N * 512, 4 * N * 512),
+          f"relu's gradient reads two [N, 512] and writes one: "
+          f"{[(l['bytes_read'], l['bytes_written']) for l in grad]}")
+    # The bias gradient's 16 tiles of 32 columns would fill 16 of the largest part's 132
+    # SMs: each tile's rows are split 33 ways (528 blocks of 256 threads, 1024 an SM),
+    # whose sums in double a second launch adds up.
+    split = -(-132 * 1024 // 256 // 16)
     bias = [l for l in launches if l["kernel"].startswith("reduce_to") and l["line"] == 4]
-    check(len(grad) == 1 and (grad[0]["bytes_read"], grad[0]["bytes_written"]) == (8 * N * 512, 4 * N * 512)
-          and len(bias) == 1 and (bias[0]["bytes_read"], bias[0]["bytes_written"]) == (4 * N * 512, 4 * 512),
-          f"relu's gradient reads two [N, 512] and writes one; the bias gradient sums [N, 512] to [512]: "
-          f"{[(l['bytes_read'], l['bytes_written']) for l in grad + bias]}")
+    sums = [l for l in launches if l["kernel"].startswith("sum_parts") and l["line"] == 4]
+    check(len(bias) == 1 and (bias[0]["bytes_read"], bias[0]["bytes_written"], bias[0]["blocks"]) ==
+          (4 * N * 512, 8 * split * 512, 16 * split) and bias[0]["bound"][-1] == "memory" and len(sums) == 1
+          and (sums[0]["bytes_read"], sums[0]["bytes_written"]) == (8 * split * 512, 4 * 512),
+          f"the bias gradient sums [N, 512] into {split} parts of [512] doubles in {16 * split} blocks, "
+          f"bound by memory on the H200, then the parts into [512]: "
+          f"{[(l['bytes_read'], l['bytes_written'], l['blocks'], l['bound'][-1]) for l in bias + sums]}")
     bad = [(l["kernel"], k, l["seconds"][k], roofline(l, part)) for l in launches
            for k, part in enumerate(parts) if not close(l["seconds"][k], roofline(l, part))]
     check(not bad, f"{len(launches)} launches' times on {len(parts)} parts, the roofline's: {bad[:3]}")

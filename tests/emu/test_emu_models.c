@@ -67,6 +67,8 @@ static bool on_cuda;
 static bool in_turn;
 static int conv_algos;       /* --convs N: the emulation with a convolution library */
 static bool tf32_in_f32;     /* --tf32-in-f32: its tf32 GEMMs unrounded (emu_device.h) */
+static bool splits;          /* --splits: every case's train plan splits a sum (its model's
+                              * widths and --batches are chosen so) */
 
 typedef enum Mode { MODE_EAGER, MODE_DEFAULT, MODE_STANDIN, NUM_MODES } Mode;
 static const char *const mode_name[NUM_MODES] = { "eager", "default", "standin" };
@@ -985,15 +987,15 @@ static int open_device(const Plan *plan, bool asan, char *so, size_t so_len, Dev
 static Plan *build_plan(const Case *c, IrProgram *p, const char *path, Compiled *compiled)
 {
     memset(compiled, 0, sizeof *compiled);
-    switch (c->mode) {
-    case MODE_EAGER: return plan_build(p, PLAN_EAGER, path);
-    case MODE_STANDIN:
-        standin_groups(p);
-        return plan_build(p, PLAN_DEFAULT, path);
-    default: break;
-    }
     CompileOptions o = { .mode = PLAN_DEFAULT, .net_path = path };
     bind_symbols(o.symmax, batch_size);
+    switch (c->mode) {
+    case MODE_EAGER: return plan_build(p, PLAN_EAGER, path, o.symmax);
+    case MODE_STANDIN:
+        standin_groups(p);
+        return plan_build(p, PLAN_DEFAULT, path, o.symmax);
+    default: break;
+    }
     if (compile_program(p, &o, compiled) != 0) return NULL;
     Plan *plan = compiled->plan;
     compiled->plan = NULL;   /* the case owns it */
@@ -1004,13 +1006,16 @@ static Plan *build_plan(const Case *c, IrProgram *p, const char *path, Compiled 
 static void print_plan_summary(const Plan *plan, const Run *r)
 {
     const PlanGraph *pg = &plan->graph[PG_TRAIN];
-    int gemms = 0, fused = 0;
+    int gemms = 0, fused = 0, split = 0;
     for (int i = 0; i < pg->nsteps; i++) {
         gemms += pg->steps[i].kind == STEP_GEMM;
         fused += pg->steps[i].group != 0;
+        split += pg->steps[i].sums_parts;
     }
     printf("  %d node values compared; train graph: %d launches (%d GEMMs, %d fused kernels, "
-           "%d groups)\n", r->compared, pg->nsteps, gemms, fused, pg->ir ? pg->ir->ngroups : 0);
+           "%d groups, %d split sums)\n", r->compared, pg->nsteps, gemms, fused,
+           pg->ir ? pg->ir->ngroups : 0, split);
+    if (splits) CHECK(split > 0);
 }
 
 /* A text model's --generate on the device against the CPU executor's from the same weights
@@ -1293,6 +1298,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--in-turn") == 0) in_turn = true;
         else if (strcmp(argv[i], "--convs") == 0 && i + 1 < argc) conv_algos = atoi(argv[++i]);
         else if (strcmp(argv[i], "--tf32-in-f32") == 0) tf32_in_f32 = true;
+        else if (strcmp(argv[i], "--splits") == 0) splits = true;
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc && nskipped < 8) skipped[nskipped++] = argv[++i];
         else if (strcmp(argv[i], "--batches") == 0) {

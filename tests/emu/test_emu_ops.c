@@ -252,7 +252,7 @@ static void nvrtc_compiles(const Plan *plan)
 static void run_mode(OpsProgram *o, PlanMode mode, bool asan)
 {
     const char *name = mode == PLAN_EAGER ? "eager" : "default";
-    Plan *plan = plan_build(o->p, mode, "ops.net");
+    Plan *plan = plan_build(o->p, mode, "ops.net", NULL);
     nvrtc_compiles(plan);
     char so[256];
     Device *d = NULL;
