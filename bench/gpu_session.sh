@@ -8,7 +8,7 @@
 # fit in one, so give a call a few parts, or one):
 #   families the kernels of the emulation's own test models (tests/emu/models: sequences,
 #            embeddings, attention, convolutions, odd widths) on the GPU against the CPU
-#            executor in every precision and mode; cnn.net's convolutions by cuDNN and by
+#            executor in every precision and mode; sums split across blocks (4099 rows); cnn.net's convolutions by cuDNN and by
 #            cgc's kernels (CGC_CUDNN=none); memcheck on a short run of each
 #   tests    compile times, the GPU tests, a training run, compute-sanitizer
 #   eager    cgc eager against PyTorch (bench/bench_eager.py)
@@ -91,6 +91,8 @@ echo "cuDNN: ${CUDNN_DIR:-the system path, if it has one}" | tee -a "$OUT/summar
 if part families; then
     step "kernel families: the emulation's test models on the GPU"
     CGC_MODELS_DIR="$PWD/tests/emu/models" run families_models build-gpu/tests/test_emu_models --cuda
+    run families_split build-gpu/tests/test_emu_models --cuda --splits --batches 4099,1001 \
+        ../tests/emu/models/split_sums:fp32 ../tests/emu/models/split_sums:bf16:0:default
     run families_cnn_cudnn build-gpu/tests/test_emu_models --cuda cnn
     CGC_CUDNN=none run families_cnn_kernels build-gpu/tests/test_emu_models --cuda cnn
     tail -qn 1 "$OUT"/families_*.log | tee -a "$OUT/summary.txt"

@@ -145,6 +145,39 @@ __device__ __forceinline__ void cgc_store(int32_t *p, float v)
     else *p = (int32_t)v;
 }
 
+/* Four consecutive elements in one access (16 bytes of f32 or i32, 8 of a half type),
+ * as f32 values: a pointwise kernel's vector path. P must be aligned to the four (the
+ * memory plan's buffers are, from any element a multiple of four); the emulation faults
+ * on a misaligned one, as the GPU does. */
+struct cgc_f4 { float x[4]; };
+template <typename T> struct alignas(4 * sizeof(T)) cgc_vec4 { T e[4]; };
+
+template <typename T> __device__ __forceinline__ bool cgc_aligned4(const T *p)
+{
+    return (unsigned long long)p % (4 * sizeof(T)) == 0;
+}
+
+template <typename T> __device__ __forceinline__ cgc_f4 cgc_load4(const T *p)
+{
+#ifdef CGC_EMULATE
+    if (!cgc_aligned4(p)) cgc_emu_fault("a vector load from an address not aligned to its four elements");
+#endif
+    const cgc_vec4<T> v = *reinterpret_cast<const cgc_vec4<T> *>(p);
+    cgc_f4 r;
+    for (int k = 0; k < 4; k++) r.x[k] = cgc_load(v.e[k]);
+    return r;
+}
+
+template <typename T> __device__ __forceinline__ void cgc_store4(T *p, const float *x)
+{
+#ifdef CGC_EMULATE
+    if (!cgc_aligned4(p)) cgc_emu_fault("a vector store to an address not aligned to its four elements");
+#endif
+    cgc_vec4<T> v;
+    for (int k = 0; k < 4; k++) cgc_store(&v.e[k], x[k]);
+    *reinterpret_cast<cgc_vec4<T> *>(p) = v;
+}
+
 /* A value rounded to a storage type but kept in a register: fused kernels round each
  * value where the CPU executor stores it, so that the next op sees the same number. */
 __device__ __forceinline__ float cgc_round_f16(float v) { return cgc_f16_value(cgc_f16_bits(v)); }

@@ -181,12 +181,16 @@ void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, 
  * A block sums one output element, its threads reading elements of it; or, where
  * consecutive outputs read consecutive inputs (cuda_reduce_to_tiles), a tile of
  * CUDA_REDUCE_TILE outputs, each warp's lanes reading one row of the tile: a bias
- * gradient's sum over the batch reads whole rows then, not one element per row. */
-enum { CUDA_REDUCE_TILE = 32 };
+ * gradient's sum over the batch reads whole rows then, not one element per row. Where
+ * the rows are a multiple of CUDA_REDUCE_VEC long (and a vector tile wide at least),
+ * each lane takes that many consecutive outputs, one vector access a row (cgc_load4),
+ * summed into `acc[j]`, lane j of the vector. */
+enum { CUDA_REDUCE_TILE = 32, CUDA_REDUCE_VEC = 4 };
 typedef struct ReduceToIndex {
     StrBuf kept, red, base, off;
     char nout[CUDA_DIMS_MAX], nred[CUDA_DIMS_MAX];
     int64_t tiles;   /* > 0: summed by tiles, this many */
+    int vec;         /* tiles: the outputs a lane takes (1, or CUDA_REDUCE_VEC) */
     int split;       /* > 1: each tile's rows in this many chunks, a block each, whose
                       * column sums go to parameter `parts` (ReduceSplit) */
 } ReduceToIndex;
@@ -195,6 +199,8 @@ void cuda_reduce_to_index_free(ReduceToIndex *ix);
 /* The tiles of a REDUCE_TO of XS to OS, or 0 where it is summed a block per output: tiles
  * need a static OS whose innermost dimension is XS's, kept, and a tile wide at least. */
 int64_t cuda_reduce_to_tiles(const Shape *xs, const Shape *os);
+/* The outputs a lane of such a tile takes (0: no tiles). */
+int cuda_reduce_to_vec(const Shape *xs, const Shape *os);
 /* The loop over IX's outputs (or tiles) from FIRST by STEP, a block each, opened up to
  * the body of the loop over reduced elements r, which sums into the double `acc`; the
  * caller renders the body and closes that loop, then cuda_reduce_to_close sums the

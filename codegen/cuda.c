@@ -541,16 +541,28 @@ void cuda_reduce_to_index(KernelDraft *d, const Shape *xs, const Shape *os, Redu
     cuda_numel_expr(d, os, ix->nout, sizeof ix->nout);
     cuda_numel_expr(d, &rs, ix->nred, sizeof ix->nred);
     ix->tiles = cuda_reduce_to_tiles(xs, os);
+    ix->vec = cuda_reduce_to_vec(xs, os);
 }
 
 _Static_assert(CUDA_BLOCK % CUDA_REDUCE_TILE == 0, "a tile's rows are whole warps");
 
-int64_t cuda_reduce_to_tiles(const Shape *xs, const Shape *os)
+/* Rows narrower than this many vector tiles keep one output a lane: their tiles, four
+ * times as many, are what a split needs to fill the GPU within SPLIT_MAX parts. */
+enum { VEC_MIN_TILES = 8 };
+
+int cuda_reduce_to_vec(const Shape *xs, const Shape *os)
 {
     if (xs->rank == 0 || os->rank == 0 || !ir_shape_is_static(os)) return 0;
     int64_t inner = os->dim[os->rank - 1];
     if (inner != xs->dim[xs->rank - 1] || inner < CUDA_REDUCE_TILE) return 0;
-    return (ir_numel(os, NULL) + CUDA_REDUCE_TILE - 1) / CUDA_REDUCE_TILE;
+    bool wide = inner >= CUDA_REDUCE_TILE * CUDA_REDUCE_VEC * VEC_MIN_TILES;
+    return wide && inner % CUDA_REDUCE_VEC == 0 ? CUDA_REDUCE_VEC : 1;
+}
+
+int64_t cuda_reduce_to_tiles(const Shape *xs, const Shape *os)
+{
+    int64_t width = CUDA_REDUCE_TILE * cuda_reduce_to_vec(xs, os);
+    return width ? (ir_numel(os, NULL) + width - 1) / width : 0;
 }
 
 /* Split sums: below this many input elements one launch costs less than two; a block
@@ -567,6 +579,17 @@ int cuda_reduce_to_split(const Shape *xs, const Shape *os, const int64_t *symmax
     return split < 2 ? 1 : split > SPLIT_MAX ? SPLIT_MAX : (int)split;
 }
 
+/* The first output of lane threadIdx.x % 32 in tile t: VEC consecutive outputs a lane. */
+static void tile_output(KernelDraft *d, const ReduceToIndex *ix)
+{
+    if (ix->vec > 1)
+        sb_printf(&d->body, "        const int64_t o = t * %d + threadIdx.x %% %d * %d;\n",
+                  CUDA_REDUCE_TILE * ix->vec, CUDA_REDUCE_TILE, ix->vec);
+    else
+        sb_printf(&d->body, "        const int64_t o = t * %d + threadIdx.x %% %d;\n", CUDA_REDUCE_TILE,
+                  CUDA_REDUCE_TILE);
+}
+
 void cuda_reduce_to_open(KernelDraft *d, const ReduceToIndex *ix, const char *first,
                          const char *step)
 {
@@ -575,18 +598,18 @@ void cuda_reduce_to_open(KernelDraft *d, const ReduceToIndex *ix, const char *fi
         sb_printf(&d->body, "    const int64_t chunk = (nred + %d) / %d;\n"
                             "    for (int64_t v = %s; v < %lld; v += %s) {\n"
                             "        const int64_t t = v / %d, s = v %% %d;\n"
-                            "        const int64_t end = (s + 1) * chunk < nred ? (s + 1) * chunk : nred;\n"
-                            "        const int64_t o = t * %d + threadIdx.x %% %d;\n",
+                            "        const int64_t end = (s + 1) * chunk < nred ? (s + 1) * chunk : nred;\n",
                   ix->split - 1, ix->split, first, (long long)(ix->tiles * ix->split), step,
-                  ix->split, ix->split, CUDA_REDUCE_TILE, CUDA_REDUCE_TILE);
+                  ix->split, ix->split);
     else if (ix->tiles)
-        sb_printf(&d->body, "    for (int64_t t = %s; t < %lld; t += %s) {\n"
-                            "        const int64_t o = t * %d + threadIdx.x %% %d;\n",
-                  first, (long long)ix->tiles, step, CUDA_REDUCE_TILE, CUDA_REDUCE_TILE);
+        sb_printf(&d->body, "    for (int64_t t = %s; t < %lld; t += %s) {\n", first, (long long)ix->tiles, step);
     else
         sb_printf(&d->body, "    for (int64_t o = %s; o < nout; o += %s) {\n", first, step);
+    if (ix->tiles) tile_output(d, ix);
     sb_puts(&d->body, ix->kept.s);
-    sb_printf(&d->body, "        const int64_t base = %s;\n        double acc = 0.0;\n", ix->base.s);
+    sb_printf(&d->body, "        const int64_t base = %s;\n", ix->base.s);
+    if (ix->vec > 1) sb_printf(&d->body, "        double acc[%d] = {};\n", ix->vec);
+    else sb_puts(&d->body, "        double acc = 0.0;\n");
     bool split = ix->split > 1;
     if (ix->tiles)   /* a warp per row of the tile (of the block's rows, when split); lanes
                       * past the outputs sum nothing */
@@ -600,7 +623,14 @@ void cuda_reduce_to_open(KernelDraft *d, const ReduceToIndex *ix, const char *fi
 
 void cuda_reduce_to_close(KernelDraft *d, const ReduceToIndex *ix, const char *out)
 {
-    if (ix->tiles) {
+    if (ix->tiles && ix->vec > 1) {   /* lane j of the vector: output o + j */
+        sb_printf(&d->body, "        for (int j = 0; j < %d; j++) acc[j] = cgc_column_sum(acc[j]);\n", ix->vec);
+        if (ix->split > 1 || out)
+            sb_printf(&d->body, "        if (threadIdx.x < %d && o < nout)\n"
+                                "            for (int j = 0; j < %d; j++) ", CUDA_REDUCE_TILE, ix->vec);
+        if (ix->split > 1) sb_puts(&d->body, "parts[s * nout + o + j] = acc[j];\n");
+        else if (out) sb_printf(&d->body, "cgc_store(&%s[o + j], (float)acc[j]);\n", out);
+    } else if (ix->tiles) {
         sb_puts(&d->body, "        acc = cgc_column_sum(acc);\n");
         if (ix->split > 1)
             sb_printf(&d->body, "        if (threadIdx.x < %d && o < nout) parts[s * nout + o] = acc;\n",
@@ -663,7 +693,12 @@ static void render_reduce_to(const RenderCtx *ctx, int id, KernelDraft *d)
     else draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], ctx->g->nodes[node->in[0]].dtype, true);
     cuda_reduce_to_open(d, &ix, "blockIdx.x", "gridDim.x");
-    sb_printf(&d->body, "            acc += (double)cgc_load(in_x[base%s]);\n        }\n", ix.off.s);
+    if (ix.vec > 1)
+        sb_printf(&d->body, "            const cgc_f4 q = cgc_load4(in_x + base%s);\n"
+                            "            for (int j = 0; j < %d; j++) acc[j] += (double)q.x[j];\n        }\n",
+                  ix.off.s, ix.vec);
+    else
+        sb_printf(&d->body, "            acc += (double)cgc_load(in_x[base%s]);\n        }\n", ix.off.s);
     cuda_reduce_to_close(d, &ix, "out");
     cuda_launch_rows(d, cuda_reduce_to_work(&ix, os));
     cuda_reduce_to_index_free(&ix);

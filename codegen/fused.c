@@ -20,6 +20,11 @@
  *             CUDA_ITEMS_PER_THREAD per thread, capped; reduce: one per row), so any grid
  *             size stays correct and a block never straddles two groups (their barriers).
  *             Its `last` groups (ir.h) run after the loop, in the block that finishes last.
+ *  vector     where every element a thread takes at once is a whole, aligned vector (a
+ *             pointwise group; rows that four divide; a wide bias gradient's tile), four
+ *             elements a thread: each buffer read or written at element i is one
+ *             cgc_load4 before the element code and one cgc_store4 after, the code once
+ *             per lane j (x<n> is lane j of vq<n>, a stored value goes to vs<n>[j]).
  */
 #include "codegen_impl.h"
 
@@ -41,6 +46,12 @@ typedef struct GroupKernel {
     bool seed, rank_row;
     bool counting;              /* parameters only counted (in `counted`), no draft */
     int counted;
+    /* Rendering a pointwise group's vector path (render_pointwise): a value read or
+     * stored at element i is lane j of a vector loaded before the loop over the four
+     * lanes (vq<n>) or of an array stored after it (vs<n>), into these statements. */
+    bool vector;
+    StrBuf vloads, vdecls, vstores;
+    int nvec;
 } GroupKernel;
 
 static const IrGroup *group_of(const RenderCtx *ctx, int k)
@@ -273,6 +284,12 @@ static void render_loads(GroupKernel *f, int k, const char *indent)
             char off[CUDA_OFFSET_MAX];
             cuda_operand_offset(f->d, work, &x->shape, off, sizeof off, &coords);
             snprintf(f->value[in], sizeof f->value[in], "x%s", f->param[in] + 2);
+            if (f->vector && strcmp(off, "i") == 0) {
+                int q = f->nvec++;
+                sb_printf(&f->vloads, "            const cgc_f4 vq%d = cgc_load4(%s + i0);\n", q, f->param[in]);
+                sb_printf(&loads, "%sconst float %s = vq%d.x[j];\n", indent, f->value[in], q);
+                continue;
+            }
             sb_printf(&loads, "%sconst float %s = cgc_load(%s[%s]);\n", indent, f->value[in],
                       f->param[in], off);
         }
@@ -305,12 +322,18 @@ static void render_element(GroupKernel *f, int k, const char *indent)
     }
     for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
-        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op)) continue;
-        if (is_effect(n))
-            sb_printf(&f->d->body, "%scgc_store(&%s[i], %s);   /* in place */\n", indent,
-                      f->param[id], f->value[n->in[0]]);
-        else if (stored(f, id))
-            sb_printf(&f->d->body, "%scgc_store(&%s[i], %s);\n", indent, f->param[id], f->value[id]);
+        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op) || (!is_effect(n) && !stored(f, id)))
+            continue;
+        const char *value = is_effect(n) ? f->value[n->in[0]] : f->value[id];
+        const char *note = is_effect(n) ? "   /* in place */" : "";
+        if (f->vector) {
+            int q = f->nvec++;
+            sb_printf(&f->vdecls, "            float vs%d[4];\n", q);
+            sb_printf(&f->vstores, "            cgc_store4(%s + i0, vs%d);\n", f->param[id], q);
+            sb_printf(&f->d->body, "%svs%d[j] = %s;%s\n", indent, q, value, note);
+        } else {
+            sb_printf(&f->d->body, "%scgc_store(&%s[i], %s);%s\n", indent, f->param[id], value, note);
+        }
     }
 }
 
@@ -327,16 +350,6 @@ static void forget_values(GroupKernel *f, int k)
 
 /* ---- the groups' loops, from FIRST by STEP ---- */
 
-static void render_pointwise(GroupKernel *f, int k, const char *first, const char *step)
-{
-    char n[CUDA_DIMS_MAX];
-    cuda_numel_expr(f->d, &group_of(f->ctx, k)->work, n, sizeof n);
-    sb_printf(&f->d->body, "    const int64_t n = %s;\n", n);
-    sb_printf(&f->d->body, "    for (int64_t i = %s; i < n; i += %s) {\n", first, step);
-    render_element(f, k, "        ");
-    sb_puts(&f->d->body, "    }\n");
-}
-
 /* Whether generated code TEXT uses the identifier ID. */
 static bool uses_identifier(const char *text, const char *id)
 {
@@ -347,6 +360,59 @@ static bool uses_identifier(const char *text, const char *id)
         if (!before && !after) return true;
     }
     return false;
+}
+
+/* Group K's element code at INDENT, taken out of the body; its values forgotten. */
+static char *element_text(GroupKernel *f, int k, const char *indent)
+{
+    StrBuf *body = &f->d->body;
+    size_t at = body->len;
+    render_element(f, k, indent);
+    char *text = xstrdup(body->len > at ? body->s + at : "");
+    if (body->s) body->len = at, body->s[at] = '\0';
+    forget_values(f, k);
+    return text;
+}
+
+static void vector_state_free(GroupKernel *f)
+{
+    sb_free(&f->vloads), sb_free(&f->vdecls), sb_free(&f->vstores);
+    f->nvec = 0;
+}
+
+/* A pointwise group, four elements a thread at a time: one vector access for each
+ * buffer it reads or writes at element i (aligned: plan.h, the memory plan) and the
+ * element code for each lane; in the tail, the element code one element at a time. A
+ * group that reads and writes nothing at i is the plain loop. */
+static void render_pointwise(GroupKernel *f, int k, const char *first, const char *step)
+{
+    StrBuf *body = &f->d->body;
+    char n[CUDA_DIMS_MAX];
+    cuda_numel_expr(f->d, &group_of(f->ctx, k)->work, n, sizeof n);
+    sb_printf(body, "    const int64_t n = %s;\n", n);
+    f->vector = true;
+    char *lane = element_text(f, k, "                ");
+    f->vector = false;
+    if (!f->nvec) {
+        sb_printf(body, "    for (int64_t i = %s; i < n; i += %s) {\n", first, step);
+        render_element(f, k, "        ");
+        sb_puts(body, "    }\n");
+    } else {
+        char *one = element_text(f, k, "                ");
+        sb_printf(body, "    for (int64_t i0 = (%s) * 4; i0 < n; i0 += (%s) * 4) {\n"
+                        "        if (i0 + 4 <= n) {\n%s%s"
+                        "#pragma unroll\n"
+                        "            for (int j = 0; j < 4; j++) {\n",
+                  first, step, f->vloads.s ? f->vloads.s : "", f->vdecls.s ? f->vdecls.s : "");
+        if (uses_identifier(lane, "i")) sb_puts(body, "                const int64_t i = i0 + j;\n");
+        sb_printf(body, "%s            }\n%s        } else {\n"
+                        "            for (int64_t i = i0; i < n; i++) {\n%s            }\n"
+                        "        }\n    }\n",
+                  lane, f->vstores.s ? f->vstores.s : "", one);
+        free(one);
+    }
+    free(lane);
+    vector_state_free(f);
 }
 
 /* Group K's element code inside a reduction loop, preceded by its index `i` = INDEX when
@@ -368,15 +434,73 @@ static void render_indexed_element(GroupKernel *f, int k, const char *index, con
     free(element);
 }
 
+/* The statements adding group K's element values to its reductions' accumulators, at
+ * INDENT: along an axis acc<r> (sums, in double) or m<r> (maxima, NaN wins); a
+ * REDUCE_TO's acc, or lane j's acc[j] in a vector tile (TILE_LANES). */
+static void render_accumulate(GroupKernel *f, int k, const char *indent, bool tile_lanes)
+{
+    const IrGraph *g = f->ctx->g;
+    const IrSpan span = members(f->ctx, k);
+    for (int id = span.first, r = 0; id < span.end; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (!computed_member(g, id, k) || !ir_op_is_reduction(n->op)) continue;
+        const char *v = f->value[n->in[0]];
+        if (ir_op_reduces_to_shape(n->op))
+            sb_printf(&f->d->body, "%sacc%s += (double)%s;\n", indent, tile_lanes ? "[j]" : "", v);
+        else if (ir_op_info[n->op].combine == IR_COMBINE_MAX)
+            sb_printf(&f->d->body, "%sm%d = cgc_max_nan(m%d, %s);\n", indent, r, r, v);
+        else
+            sb_printf(&f->d->body, "%sacc%d += (double)%s;\n", indent, r, v);
+        r++;
+    }
+}
+
+/* Group K's element code for the VEC lanes from element INDEX (aligned: a multiple of
+ * VEC, as are the elements it reads and writes at i), each lane accumulating
+ * (render_accumulate): the vector loads, the lanes, the vector stores. */
+static void render_reduce_lanes(GroupKernel *f, int k, const char *index, int vec, bool tile_lanes)
+{
+    StrBuf *body = &f->d->body;
+    f->vector = true;
+    size_t at = body->len;
+    render_element(f, k, "                ");
+    render_accumulate(f, k, "                ", tile_lanes);
+    char *lane = xstrdup(body->s + at);
+    body->len = at, body->s[at] = '\0';
+    forget_values(f, k);
+    f->vector = false;
+    sb_printf(body, "            const int64_t i0 = %s;\n", index);
+    if (!f->nvec && !uses_identifier(lane, "i"))
+        sb_puts(body, "            (void)i0;   /* constants only: no element is read */\n");
+    sb_printf(body, "%s%s#pragma unroll\n            for (int j = 0; j < %d; j++) {\n",
+              f->vloads.s ? f->vloads.s : "", f->vdecls.s ? f->vdecls.s : "", vec);
+    if (uses_identifier(lane, "i")) sb_puts(body, "                const int64_t i = i0 + j;\n");
+    sb_printf(body, "%s            }\n%s", lane, f->vstores.s ? f->vstores.s : "");
+    free(lane);
+    vector_state_free(f);
+}
+
+/* Whether the rows of group K's reductions are whole vectors: contiguous (inner 1), of a
+ * fixed length that four divides. */
+static bool vector_rows(const IrGroup *gr)
+{
+    const Shape *w = &gr->work;
+    int axis = gr->axis == IR_AXIS_ALL ? 0 : gr->axis;
+    bool last = gr->axis == IR_AXIS_ALL || gr->axis == w->rank - 1;
+    Shape len = gr->axis == IR_AXIS_ALL ? *w : (Shape){ .rank = 1, .dim = { w->rank ? w->dim[axis] : 1 } };
+    return last && w->rank > 0 && ir_shape_is_static(&len) && ir_numel(&len, NULL) % CUDA_REDUCE_VEC == 0;
+}
+
 /* Group K's reductions along its axis: one accumulator each (acc<n>: sums in double;
- * m<n>: maxima, NaN wins). */
+ * m<n>: maxima, NaN wins); rows that are whole vectors (vector_rows) read four elements
+ * a thread at a time. */
 static void render_reduce_axis(GroupKernel *f, int k, const char *first, const char *step)
 {
     const IrGraph *g = f->ctx->g;
     const IrGroup *gr = group_of(f->ctx, k);
     AxisExpr a = cuda_axis_expr(f->d, &gr->work, gr->axis);
     cuda_render_row_loop(f->d, &a, first, step);
-    StrBuf acc = { 0 }, fin = { 0 }, store = { 0 };
+    StrBuf fin = { 0 }, store = { 0 };
     const IrSpan span = members(f->ctx, k);
     for (int id = span.first, r = 0; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
@@ -392,20 +516,20 @@ static void render_reduce_axis(GroupKernel *f, int k, const char *first, const c
                       r, max ? "" : ir_op_info[n->op].mean ? " / (double)len)" : ")");
         r++;
     }
-    sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n");
-    render_indexed_element(f, k, "base + k * inner", "base");
-    for (int id = span.first, r = 0; id < span.end; id++) {
-        const IrNode *n = &g->nodes[id];
-        if (!computed_member(g, id, k) || !ir_op_is_reduction(n->op)) continue;
-        if (ir_op_info[n->op].combine == IR_COMBINE_MAX) sb_printf(&acc, "            m%d = cgc_max_nan(m%d, %s);\n", r, r, f->value[n->in[0]]);
-        else sb_printf(&acc, "            acc%d += (double)%s;\n", r, f->value[n->in[0]]);
-        r++;
+    CGC_ASSERT(fin.s);   /* a REDUCE group has a reduction */
+    if (vector_rows(gr)) {
+        sb_printf(&f->d->body, "        for (int64_t k0 = threadIdx.x * %d; k0 < len; k0 += blockDim.x * %d) {\n",
+                  CUDA_REDUCE_VEC, CUDA_REDUCE_VEC);
+        render_reduce_lanes(f, k, "base + k0", CUDA_REDUCE_VEC, false);
+    } else {
+        sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n");
+        render_indexed_element(f, k, "base + k * inner", "base");
+        render_accumulate(f, k, "            ", false);
     }
-    CGC_ASSERT(acc.s && fin.s);   /* a REDUCE group has a reduction */
-    sb_printf(&f->d->body, "%s        }\n%s", acc.s, fin.s);
+    sb_printf(&f->d->body, "        }\n%s", fin.s);
     if (store.s) sb_printf(&f->d->body, "        if (threadIdx.x == 0) {\n%s        }\n", store.s);
     sb_puts(&f->d->body, "    }\n");
-    sb_free(&acc), sb_free(&fin), sb_free(&store);
+    sb_free(&fin), sb_free(&store);
 }
 
 int fused_reduce_to_member(const RenderCtx *ctx, int k)
@@ -427,9 +551,14 @@ static Shape render_reduce_to(GroupKernel *f, int k, int id, const char *first, 
     cuda_reduce_to_open(f->d, &ix, first, step);
     StrBuf index = { 0 };
     sb_printf(&index, "base%s", ix.off.s);
-    render_indexed_element(f, k, index.s, "base");
+    if (ix.vec > 1) {
+        render_reduce_lanes(f, k, index.s, ix.vec, true);
+    } else {
+        render_indexed_element(f, k, index.s, "base");
+        render_accumulate(f, k, "            ", false);
+    }
+    sb_puts(&f->d->body, "        }\n");
     sb_free(&index);
-    sb_printf(&f->d->body, "            acc += (double)%s;\n        }\n", f->value[n->in[0]]);
     cuda_reduce_to_close(f->d, &ix, stored(f, id) ? f->param[id] : NULL);
     Shape work = cuda_reduce_to_work(&ix, &n->shape);
     cuda_reduce_to_index_free(&ix);

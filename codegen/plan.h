@@ -585,7 +585,9 @@ char *plan_gemm_module_source(const Plan *plan);
  * buffers: a buffer is live from the first step that touches it to the last (inclusive),
  * and two buffers of one graph share memory only when their live ranges do not meet;
  * buffers of different graphs share freely, since graphs never run at the same time.
- * Offsets are 256-byte aligned. Views take their root's offset. */
+ * Offsets are 256-byte aligned, and so is the arena: kernels access four elements of a
+ * buffer at once from any element a multiple of four (cgc_load4). Views take their
+ * root's offset. */
 typedef struct PlanLayout {
     size_t *offset;             /* per buffer (malloc'd) */
     size_t arena_bytes;         /* the peak: everything the plan needs at once */

@@ -82,16 +82,18 @@ def closed_forms(cgc, work):
     check(len(grad) == 1 and (grad[0]["bytes_read"], grad[0]["bytes_written"]) == (8 * N * 512, 4 * N * 512),
           f"relu's gradient reads two [N, 512] and writes one: "
           f"{[(l['bytes_read'], l['bytes_written']) for l in grad]}")
-    # The bias gradient's 16 tiles of 32 columns would fill 16 of the largest part's 132
-    # SMs: each tile's rows are split 33 ways (528 blocks of 256 threads, 1024 an SM),
-    # whose sums in double a second launch adds up.
-    split = -(-132 * 1024 // 256 // 16)
+    # The bias gradient's 16 tiles of 32 columns (too few columns for tiles of four a
+    # lane) would fill 16 of the largest part's 132 SMs: each tile's rows are split 33
+    # ways (528 blocks of 256 threads, 1024 an SM), whose sums in double a second launch
+    # adds up.
+    tiles = 512 // 32
+    split = -(-132 * 1024 // 256 // tiles)
     bias = [l for l in launches if l["kernel"].startswith("reduce_to") and l["line"] == 4]
     sums = [l for l in launches if l["kernel"].startswith("sum_parts") and l["line"] == 4]
     check(len(bias) == 1 and (bias[0]["bytes_read"], bias[0]["bytes_written"], bias[0]["blocks"]) ==
-          (4 * N * 512, 8 * split * 512, 16 * split) and bias[0]["bound"][-1] == "memory" and len(sums) == 1
+          (4 * N * 512, 8 * split * 512, tiles * split) and bias[0]["bound"][-1] == "memory" and len(sums) == 1
           and (sums[0]["bytes_read"], sums[0]["bytes_written"]) == (8 * split * 512, 4 * 512),
-          f"the bias gradient sums [N, 512] into {split} parts of [512] doubles in {16 * split} blocks, "
+          f"the bias gradient sums [N, 512] into {split} parts of [512] doubles in {tiles * split} blocks, "
           f"bound by memory on the H200, then the parts into [512]: "
           f"{[(l['bytes_read'], l['bytes_written'], l['blocks'], l['bound'][-1]) for l in bias + sums]}")
     bad = [(l["kernel"], k, l["seconds"][k], roofline(l, part)) for l in launches
