@@ -422,9 +422,9 @@ static void sum_parts_step(Builder *b, int id, ReduceSplit split, int group)
     draft_root_args(b->plan, &d);
     int k = add_kernel(b, &d);
     note_use(b, k, n, id, "the parts of a split sum");
-    PlanStep *s = add_launch(b, k, &d, n, id, ownf(b, "sum the parts of %s", node_what(b, n, id)));
+    PlanStep *s = add_launch(b, k, &d, n, id, ownf(b, "sum the parts of %s %s", ir_op_name(n->op), node_what(b, n, id)));
     s->group = group;
-    s->sums_parts = true;
+    s->sums_parts = split.count;
 }
 
 static void launch_node(Builder *b, int id)

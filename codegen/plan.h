@@ -222,8 +222,9 @@ typedef struct PlanStep {
                              * launch names its first group */
     SrcLoc loc;             /* its .net location, for errors ({0,0}: none) */
     const char *what;       /* "relu h1", "assign h1.weight", for the host plan/errors */
-    bool sums_parts;        /* the second pass of a split REDUCE_TO (node): the step before
-                             * computed the parts it sums, and the FLOPs */
+    int sums_parts;         /* > 0: the second pass of a split REDUCE_TO (node), summing
+                             * this many parts that the step before computed (and the
+                             * FLOPs) */
 } PlanStep;
 
 typedef enum PlanGraphId { PG_TRAIN, PG_TRAIN_MICRO, PG_EVAL, PG_FORWARD, PG_DECODE, PG_NUM } PlanGraphId;

@@ -688,6 +688,21 @@ static void explain_attention(const Compiled *c, FILE *out)
     }
 }
 
+/* The train graph's sums split across blocks (cuda_reduce_to_split), by line. */
+static void explain_splits(const Compiled *c, FILE *out)
+{
+    const PlanGraph *pg = &c->plan->graph[PG_TRAIN];
+    int n = 0;
+    for (int i = 0; i < pg->nsteps; i++) {
+        const PlanStep *s = &pg->steps[i];
+        if (s->sums_parts <= 0) continue;
+        if (!n++)
+            fprintf(out, "\nSums split across blocks (too few columns to fill the GPU: each tile's rows\n"
+                         "shared by blocks, their sums in double added in order by a second launch):\n");
+        fprintf(out, "  %s (line %d): %d parts\n", s->what, s->loc.line, s->sums_parts);
+    }
+}
+
 void compiled_explain(const Compiled *c, bool on_gpus, FILE *out)
 {
     const IrProgram *p = c->p;
@@ -702,6 +717,7 @@ void compiled_explain(const Compiled *c, bool on_gpus, FILE *out)
     explain_recompute(c, out);
     explain_windows(c, out);
     explain_attention(c, out);
+    explain_splits(c, out);
     explain_memory(c, out);
     explain_ranks(c, on_gpus, out);
     compiled_explain_roofline(c, out);

@@ -174,9 +174,12 @@ static int slowest(const StepTiming *st, const bool *taken)
 }
 
 enum { REPORT_LAUNCHES = 10 };
+/* The launches held to the roofline: those that move more than BIG_BYTES, at GOAL of it. */
+static const double BIG_BYTES = 1e6, GOAL = 0.7;
 
 /* -v: the timed step's launches against the performance model (codegen/perf.h) on the
- * device's part: each one's efficiency, the predicted time over the measured. */
+ * device's part: each one's efficiency, the predicted time over the measured; and how many
+ * of those that move much reach the goal. */
 static void report_launches(const Trainer *t, DeviceBackend *dev)
 {
     StepTiming *st = dev->timing;
@@ -186,11 +189,13 @@ static void report_launches(const Trainer *t, DeviceBackend *dev)
     symvals[0] = st->rows;
     double *predicted = xcalloc((size_t)st->nlaunches + 1, sizeof *predicted), measured = 0, model = 0;
     PerfBound *bound = xcalloc((size_t)st->nlaunches + 1, sizeof *bound);
+    int big = 0, short_of_goal = 0;
     for (int i = 0; i < st->nlaunches; i++) {
         const LaunchTime *l = &st->launches[i];
         PerfStep p = perf_step(dev->plan, (PlanGraphId)l->gid, l->step, symvals, part ? part : &perf_parts[perf_nparts - 1]);
         predicted[i] = p.seconds, bound[i] = p.bound;
         measured += l->seconds, model += p.seconds;
+        if (p.read + p.written > BIG_BYTES) big++, short_of_goal += p.seconds < GOAL * l->seconds;
     }
     printf("cgc: step %d launch by launch against the performance model (%s%s): %.3f ms measured, "
            "%.3f predicted (%.0f%%)\n", TIMING_WARMUP, part ? part->name : perf_parts[perf_nparts - 1].name,
@@ -206,6 +211,8 @@ static void report_launches(const Trainer *t, DeviceBackend *dev)
                st->launches[i].seconds > 0 ? 100 * predicted[i] / st->launches[i].seconds : 0,
                perf_bound_name(bound[i]), s->what ? s->what : "?", s->loc.line);
     }
+    printf("cgc:   of the %d launches that move over %.0f MB, %d reach under %.0f%% of the roofline\n", big,
+           BIG_BYTES / 1e6, short_of_goal, 100 * GOAL);
     free(taken), free(predicted), free(bound);
 }
 

@@ -239,9 +239,15 @@ static int run(Model *m, const RunSpec *s)
         CHECK(strstr(text, "cgc: median step ") || strstr(text, "cgc: step time not measured"));
         median_reports += strstr(text, "cgc: median step ") != NULL;
         /* and then the step before the timed ones, launch by launch, against the model */
-        if (strstr(text, "cgc: median step ") && !s->profile)
+        if (strstr(text, "cgc: median step ") && !s->profile) {
             CHECK(strstr(text, "cgc: step 50 launch by launch against the performance model (H200 SXM, a "
                                "part the model knows no figures for: as if): ") != NULL);
+            /* and how many of the launches that move much reach 70% of the roofline */
+            const char *goal = strstr(text, "cgc:   of the ");
+            int big = -1, short_of = -1;
+            CHECK(goal && sscanf(goal, "cgc:   of the %d launches that move over 1 MB, %d reach under 70%% "
+                                       "of the roofline", &big, &short_of) == 2 && short_of >= 0 && short_of <= big);
+        }
         char capture_line[64];
         snprintf(capture_line, sizeof capture_line, "cgc: %s: graph ", plan_mode_name(mode));
         for (const char *c = text; (c = strstr(c, capture_line)); c++) {

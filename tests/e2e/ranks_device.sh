@@ -2,9 +2,10 @@
 # Several ranks on devices: ranks training on the CUDA emulation (tests/emu/emu_rank: the
 # plan's kernels, with each bucket of gradients summed in place between the plan's steps
 # through the device's collectives, MPI underneath) reach the weights the same ranks
-# reach on the CPU executor, in every mode that runs ranks on a device, with
-# dropout, accumulation, clipping, adamw, bf16, uneven shares and shard = optimizer. The
-# oracle is cgc's CPU ranks, which tests/e2e/ranks.sh checks against one rank.
+# reach on the CPU executor, in every mode that runs ranks on a device, with dropout,
+# accumulation, clipping, adamw, bf16, uneven shares, shard = optimizer and a sum split
+# across blocks. The oracle is cgc's CPU ranks, which tests/e2e/ranks.sh checks against
+# one rank.
 set -uo pipefail
 cgc=$1 root=$2 rank=$3
 source "$root/tests/e2e/ranks_lib.sh"
@@ -123,5 +124,31 @@ run "one rank on the CPU resumes it" 0 "resuming at step 10" -- "$cgc" "$m" --de
 run "one rank on the CPU, not stopped" 0 "done at step 16" -- "$cgc" "$m" --device cpu \
     --optimizer "adamw(lr = 0.01)" --save "$tmp/cpu_adamw1.st"
 same "the sharded checkpoint resumed against a run that never stopped" "$tmp/res_sh.st" "$tmp/cpu_adamw1.st" 1e-5
+
+# A bias gradient over [2048, 1024] a rank, summed across blocks in parts and the parts by
+# a second launch (cuda_reduce_to_split): the sum across the ranks starts after that one
+cat >"$tmp/split.net" <<'NET'
+model split {
+    input x: f32[N, 16]
+    input y: i32[N]
+    h      = relu(linear(x, 1024))
+    logits = linear(h, 10)
+    output logits
+    loss   cross_entropy(logits, y)
+}
+train {
+    data      = synthetic(samples = 8192)
+    batch     = 4096
+    optimizer = sgd(lr = 0.05, momentum = 0.9)
+    seed      = 3
+}
+NET
+run "a rank's share of the batch splits the bias gradient's sum" 0 "sum the parts of reduce_to" -- \
+    "$cgc" "$tmp/split.net" --explain --batch 2048
+run "two ranks on the CPU, the split model" 0 "done at step 2" -- "${mpi[@]}" -n 2 "$cgc" "$tmp/split.net" \
+    --device cpu --save "$tmp/cpu_split.st"
+run "two ranks on the emulation, the split model" 0 "done at step 2" -- "${mpi[@]}" -n 2 "$rank" \
+    "$tmp/split.net" default "$tmp/dev_split.st"
+same "split sums: the emulation's ranks against the CPU's" "$tmp/dev_split.st" "$tmp/cpu_split.st" 1e-6
 
 summary

@@ -9,7 +9,7 @@
    here from the datasheets' figures typed again (bandwidth, f32 peak, SMs), the threads
    or tiles against the SMs, and the 2 us floor; the step is their sum.
 2. --explain shows the model (its parts, the shares, the costliest launches) for every
-   model of models/ and bench/models/.
+   model of models/ and bench/models/, and the wide MLP's split sums.
 
     python3 tests/e2e/roofline.py build/cgc ROOT
 """
@@ -107,14 +107,20 @@ def closed_forms(cgc, work):
 def explained(cgc, root):
     models = [os.path.join(d, m) for d in (f"{root}/models", f"{root}/bench/models")
               for m in sorted(os.listdir(d)) if m.endswith(".net")]
-    missing = []
+    missing, splits = [], {}
     for model in models:
         r = subprocess.run([cgc, model, "--explain"], capture_output=True, text=True, timeout=300)
         text = r.stdout
         if r.returncode or "Performance model: graph train" not in text or "H200 SXM" not in text \
                 or "by kind: " not in text or "the costliest" not in text:
             missing.append(f"{os.path.basename(model)}: {r.stderr[-200:]}")
+        splits[os.path.basename(model)] = [l for l in text.splitlines() if l.startswith("  sum the parts of ")]
     check(not missing, f"--explain's performance model for {len(models)} models: {missing}")
+    # the wide MLP's four bias gradients ([4096, 4096] at batch 4096) each in 32 tiles of
+    # 128 columns, split 16 ways (4096 rows, 256 a block at least)
+    wide = splits.get("wide_mlp.net", [])
+    check(len(wide) == 4 and all(l.endswith(": 16 parts") for l in wide) and not splits.get("mlp.net"),
+          f"--explain names the wide MLP's four split sums, mlp.net's none: {wide}")
 
 
 def main():

@@ -1010,7 +1010,7 @@ static void print_plan_summary(const Plan *plan, const Run *r)
     for (int i = 0; i < pg->nsteps; i++) {
         gemms += pg->steps[i].kind == STEP_GEMM;
         fused += pg->steps[i].group != 0;
-        split += pg->steps[i].sums_parts;
+        split += pg->steps[i].sums_parts > 0;
     }
     printf("  %d node values compared; train graph: %d launches (%d GEMMs, %d fused kernels, "
            "%d groups, %d split sums)\n", r->compared, pg->nsteps, gemms, fused,
