@@ -85,6 +85,8 @@ typedef struct RenderCtx {
 /* ---- cuda.c's helpers, shared with fused.c ---- */
 
 enum { CUDA_BLOCK = 256, CUDA_ITEMS_PER_THREAD = 4, CUDA_MAX_BLOCKS = 65535 };
+/* The elements of one vector access (the prelude's cgc_load4 and cgc_store4). */
+enum { CUDA_VEC = 4 };
 
 /* Appends a parameter (a buffer: its storage pointer type) to D; the launch passes ARG. */
 /* "train", "train_micro", "eval", "forward": a graph in comments and the host plan. */
@@ -182,15 +184,15 @@ void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, 
  * consecutive outputs read consecutive inputs (cuda_reduce_to_tiles), a tile of
  * CUDA_REDUCE_TILE outputs, each warp's lanes reading one row of the tile: a bias
  * gradient's sum over the batch reads whole rows then, not one element per row. Where
- * the rows are a multiple of CUDA_REDUCE_VEC long (and a vector tile wide at least),
- * each lane takes that many consecutive outputs, one vector access a row (cgc_load4),
- * summed into `acc[j]`, lane j of the vector. */
-enum { CUDA_REDUCE_TILE = 32, CUDA_REDUCE_VEC = 4 };
+ * the rows are a multiple of CUDA_VEC long (and wide: cuda_reduce_to_vec), each lane
+ * takes that many consecutive outputs, one vector access a row (cgc_load4), summed into
+ * `acc[j]`, lane j of the vector. */
+enum { CUDA_REDUCE_TILE = 32 };
 typedef struct ReduceToIndex {
     StrBuf kept, red, base, off;
     char nout[CUDA_DIMS_MAX], nred[CUDA_DIMS_MAX];
     int64_t tiles;   /* > 0: summed by tiles, this many */
-    int vec;         /* tiles: the outputs a lane takes (1, or CUDA_REDUCE_VEC) */
+    int vec;         /* tiles: the outputs a lane takes (1, or CUDA_VEC) */
     int split;       /* > 1: each tile's rows in this many chunks, a block each, whose
                       * column sums go to parameter `parts` (ReduceSplit) */
 } ReduceToIndex;

@@ -555,8 +555,8 @@ int cuda_reduce_to_vec(const Shape *xs, const Shape *os)
     if (xs->rank == 0 || os->rank == 0 || !ir_shape_is_static(os)) return 0;
     int64_t inner = os->dim[os->rank - 1];
     if (inner != xs->dim[xs->rank - 1] || inner < CUDA_REDUCE_TILE) return 0;
-    bool wide = inner >= CUDA_REDUCE_TILE * CUDA_REDUCE_VEC * VEC_MIN_TILES;
-    return wide && inner % CUDA_REDUCE_VEC == 0 ? CUDA_REDUCE_VEC : 1;
+    bool wide = inner >= CUDA_REDUCE_TILE * CUDA_VEC * VEC_MIN_TILES;
+    return wide && inner % CUDA_VEC == 0 ? CUDA_VEC : 1;
 }
 
 int64_t cuda_reduce_to_tiles(const Shape *xs, const Shape *os)

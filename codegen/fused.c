@@ -328,7 +328,7 @@ static void render_element(GroupKernel *f, int k, const char *indent)
         const char *note = is_effect(n) ? "   /* in place */" : "";
         if (f->vector) {
             int q = f->nvec++;
-            sb_printf(&f->vdecls, "            float vs%d[4];\n", q);
+            sb_printf(&f->vdecls, "            float vs%d[%d];\n", q, CUDA_VEC);
             sb_printf(&f->vstores, "            cgc_store4(%s + i0, vs%d);\n", f->param[id], q);
             sb_printf(&f->d->body, "%svs%d[j] = %s;%s\n", indent, q, value, note);
         } else {
@@ -380,6 +380,19 @@ static void vector_state_free(GroupKernel *f)
     f->nvec = 0;
 }
 
+/* The vector path from element i0 (its first lane): the vector loads, the code of LANE
+ * (rendered with f->vector) for each of the four lanes j, the vector stores. Frees the
+ * vector statements. */
+static void emit_lanes(GroupKernel *f, const char *lane)
+{
+    StrBuf *body = &f->d->body;
+    sb_printf(body, "%s%s#pragma unroll\n            for (int j = 0; j < %d; j++) {\n",
+              f->vloads.s ? f->vloads.s : "", f->vdecls.s ? f->vdecls.s : "", CUDA_VEC);
+    if (uses_identifier(lane, "i")) sb_puts(body, "                const int64_t i = i0 + j;\n");
+    sb_printf(body, "%s            }\n%s", lane, f->vstores.s ? f->vstores.s : "");
+    vector_state_free(f);
+}
+
 /* A pointwise group, four elements a thread at a time: one vector access for each
  * buffer it reads or writes at element i (aligned: plan.h, the memory plan) and the
  * element code for each lane; in the tail, the element code one element at a time. A
@@ -399,16 +412,13 @@ static void render_pointwise(GroupKernel *f, int k, const char *first, const cha
         sb_puts(body, "    }\n");
     } else {
         char *one = element_text(f, k, "                ");
-        sb_printf(body, "    for (int64_t i0 = (%s) * 4; i0 < n; i0 += (%s) * 4) {\n"
-                        "        if (i0 + 4 <= n) {\n%s%s"
-                        "#pragma unroll\n"
-                        "            for (int j = 0; j < 4; j++) {\n",
-                  first, step, f->vloads.s ? f->vloads.s : "", f->vdecls.s ? f->vdecls.s : "");
-        if (uses_identifier(lane, "i")) sb_puts(body, "                const int64_t i = i0 + j;\n");
-        sb_printf(body, "%s            }\n%s        } else {\n"
+        sb_printf(body, "    for (int64_t i0 = (%s) * %d; i0 < n; i0 += (%s) * %d) {\n"
+                        "        if (i0 + %d <= n) {\n", first, CUDA_VEC, step, CUDA_VEC,
+                  CUDA_VEC);
+        emit_lanes(f, lane);
+        sb_printf(body, "        } else {\n"
                         "            for (int64_t i = i0; i < n; i++) {\n%s            }\n"
-                        "        }\n    }\n",
-                  lane, f->vstores.s ? f->vstores.s : "", one);
+                        "        }\n    }\n", one);
         free(one);
     }
     free(lane);
@@ -455,10 +465,10 @@ static void render_accumulate(GroupKernel *f, int k, const char *indent, bool ti
     }
 }
 
-/* Group K's element code for the VEC lanes from element INDEX (aligned: a multiple of
- * VEC, as are the elements it reads and writes at i), each lane accumulating
+/* Group K's element code for the four lanes from element INDEX (aligned: a multiple of
+ * four, as are the elements it reads and writes at i), each lane accumulating
  * (render_accumulate): the vector loads, the lanes, the vector stores. */
-static void render_reduce_lanes(GroupKernel *f, int k, const char *index, int vec, bool tile_lanes)
+static void render_reduce_lanes(GroupKernel *f, int k, const char *index, bool tile_lanes)
 {
     StrBuf *body = &f->d->body;
     f->vector = true;
@@ -472,12 +482,8 @@ static void render_reduce_lanes(GroupKernel *f, int k, const char *index, int ve
     sb_printf(body, "            const int64_t i0 = %s;\n", index);
     if (!f->nvec && !uses_identifier(lane, "i"))
         sb_puts(body, "            (void)i0;   /* constants only: no element is read */\n");
-    sb_printf(body, "%s%s#pragma unroll\n            for (int j = 0; j < %d; j++) {\n",
-              f->vloads.s ? f->vloads.s : "", f->vdecls.s ? f->vdecls.s : "", vec);
-    if (uses_identifier(lane, "i")) sb_puts(body, "                const int64_t i = i0 + j;\n");
-    sb_printf(body, "%s            }\n%s", lane, f->vstores.s ? f->vstores.s : "");
+    emit_lanes(f, lane);
     free(lane);
-    vector_state_free(f);
 }
 
 /* Whether the rows of group K's reductions are whole vectors: contiguous (inner 1), of a
@@ -488,7 +494,7 @@ static bool vector_rows(const IrGroup *gr)
     int axis = gr->axis == IR_AXIS_ALL ? 0 : gr->axis;
     bool last = gr->axis == IR_AXIS_ALL || gr->axis == w->rank - 1;
     Shape len = gr->axis == IR_AXIS_ALL ? *w : (Shape){ .rank = 1, .dim = { w->rank ? w->dim[axis] : 1 } };
-    return last && w->rank > 0 && ir_shape_is_static(&len) && ir_numel(&len, NULL) % CUDA_REDUCE_VEC == 0;
+    return last && w->rank > 0 && ir_shape_is_static(&len) && ir_numel(&len, NULL) % CUDA_VEC == 0;
 }
 
 /* Group K's reductions along its axis: one accumulator each (acc<n>: sums in double;
@@ -519,8 +525,8 @@ static void render_reduce_axis(GroupKernel *f, int k, const char *first, const c
     CGC_ASSERT(fin.s);   /* a REDUCE group has a reduction */
     if (vector_rows(gr)) {
         sb_printf(&f->d->body, "        for (int64_t k0 = threadIdx.x * %d; k0 < len; k0 += blockDim.x * %d) {\n",
-                  CUDA_REDUCE_VEC, CUDA_REDUCE_VEC);
-        render_reduce_lanes(f, k, "base + k0", CUDA_REDUCE_VEC, false);
+                  CUDA_VEC, CUDA_VEC);
+        render_reduce_lanes(f, k, "base + k0", false);
     } else {
         sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n");
         render_indexed_element(f, k, "base + k * inner", "base");
@@ -552,7 +558,7 @@ static Shape render_reduce_to(GroupKernel *f, int k, int id, const char *first, 
     StrBuf index = { 0 };
     sb_printf(&index, "base%s", ix.off.s);
     if (ix.vec > 1) {
-        render_reduce_lanes(f, k, index.s, ix.vec, true);
+        render_reduce_lanes(f, k, index.s, true);
     } else {
         render_indexed_element(f, k, index.s, "base");
         render_accumulate(f, k, "            ", false);
