@@ -422,7 +422,8 @@ static void sum_parts_step(Builder *b, int id, ReduceSplit split, int group)
     draft_root_args(b->plan, &d);
     int k = add_kernel(b, &d);
     note_use(b, k, n, id, "the parts of a split sum");
-    PlanStep *s = add_launch(b, k, &d, n, id, ownf(b, "sum the parts of %s %s", ir_op_name(n->op), node_what(b, n, id)));
+    const char *what = ownf(b, "sum the parts of %s %s", ir_op_name(n->op), node_what(b, n, id));
+    PlanStep *s = add_launch(b, k, &d, n, id, what);
     s->group = group;
     s->sums_parts = split.count;
 }
@@ -741,8 +742,9 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
 {
     const IrGraph *g = b->graph->ir;
     RenderCtx ctx = render_ctx(b);
-    int to = n == 1 && g->groups[groups[0] - 1].kind == IR_GROUP_REDUCE ? fused_reduce_to_member(&ctx, groups[0]) : -1;
-    if (to >= 0) ctx.split = reduce_split(b, to, &g->groups[groups[0] - 1].work);
+    const IrGroup *first = &g->groups[groups[0] - 1];
+    int to = n == 1 && first->kind == IR_GROUP_REDUCE ? fused_reduce_to_member(&ctx, groups[0]) : -1;
+    if (to >= 0) ctx.split = reduce_split(b, to, &first->work);
     KernelDraft d;
     memset(&d, 0, sizeof d);
     fused_render(&ctx, groups, n, &d);

@@ -16,9 +16,10 @@
  *    scale) are cloned into every group that reads them: recomputing twenty flops per
  *    element is cheaper than a launch and a round trip through memory;
  *  - pooling's patches (a window's UNFOLD) are gathered from the image by the groups
- *    that read them rather than stored: a max pool is one kernel over its input; so is
- *    a half value widened to f32 (a bf16 gradient that the norm and the update read)
- *    widened by each group that reads it, which then reads half the bytes;
+ *    that read them rather than stored: a max pool is one kernel over its input;
+ *  - a half value widened to f32 (a bf16 gradient that the norm's sum and the update
+ *    read) is widened by each group that reads it rather than stored, each reading
+ *    half the bytes;
  *  - in place: an ASSIGN joins the pointwise group computing its value, which then stores
  *    straight into the persistent tensor, provided every other reader of that tensor is
  *    ordered before the group (IR semantics: assignments land after the step);
@@ -41,11 +42,12 @@
  * when a path leaves one cluster and re-enters the other, which would make the graph of
  * kernels cyclic. (2) Scalar chains are cloned into the clusters that read them; their
  * originals stay only where something else (a loss kernel, an ASSIGN, an output) needs
- * them; so are the pooling windows and widenings that only such clusters read. (3) Tentative in-place
- * ASSIGNs are checked against the order constraints they need, and dropped where they
- * would make a cycle. (4) The kernels are ordered topologically, smallest original id
- * first so that dumps stay close to the unfused order, and the graph is rebuilt with
- * each group's members consecutive.
+ * them; so are the pooling windows that only such clusters read, and widenings into the
+ * groups beside their own that read them. (3) Tentative in-place ASSIGNs are checked
+ * against the order constraints they need, and dropped where they would make a cycle.
+ * (4) The kernels are ordered topologically, smallest original id first so that dumps
+ * stay close to the unfused order, and the graph is rebuilt with each group's members
+ * consecutive.
  */
 #include <ctype.h>
 #include <math.h>
