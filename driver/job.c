@@ -130,6 +130,9 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The interval at which the launcher looks at mpirun and at the signals it was sent. */
+static void poll_pause(void) { nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL); }
+
 /* Whether PID ended within SECONDS (its status in *STATUS); a second stop signal ends the
  * wait at once. */
 static bool reaped_within(pid_t pid, double seconds, int *status)
@@ -137,7 +140,7 @@ static bool reaped_within(pid_t pid, double seconds, int *status)
     int first = stop_signal;
     for (double until = now_s() + seconds; now_s() < until && stop_signal == first;) {
         if (waitpid(pid, status, WNOHANG) == pid) return true;
-        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+        poll_pause();
     }
     return waitpid(pid, status, WNOHANG) == pid;
 }
@@ -184,14 +187,18 @@ int job_launch(int argc, char **argv, int nproc)
         cgc_error("--nproc: cannot start mpirun: %s", strerror(errno));
         return 1;
     }
+    /* Polled: a stop signal landing between the check and a blocking waitpid would be
+     * acted on only when mpirun ends. */
     int status;
     for (;;) {
         if (stop_signal) return stop_job(pid, stop_signal, nproc);
-        if (waitpid(pid, &status, 0) == pid) break;
-        if (errno != EINTR) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) {
             cgc_error("--nproc: waiting for mpirun: %s", strerror(errno));
             return 1;
         }
+        poll_pause();
     }
     kill_session(pid);   /* nothing of the job outlives mpirun */
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

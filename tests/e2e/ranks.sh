@@ -392,7 +392,7 @@ for sig in TERM INT STOPPED; do
   want=$([ "$sig" = INT ] && echo 130 || echo 143)
   if [ "$status" -eq "$want" ] && [ -z "$left" ] && [ $((SECONDS - start)) -lt 15 ] &&
      grep -q "cgc: SIG${sig/STOPPED/TERM}: stopping the job's 2 ranks" "$tmp/sig.out"; then ok
-  else bad "SIG$sig to the launcher: status $status (want $want) after $((SECONDS - start)) s, left: $left" "$(cat "$tmp/sig.out")"; pkill -KILL -f "$m"; fi
+  else bad "SIG$sig to the launcher: status $status (want $want) after $((SECONDS - start)) s, left: $left" "$(grep -v '^epoch' "$tmp/sig.out")"; pkill -KILL -f "$m"; fi
   if [ "$sig" = STOPPED ]; then
     grep -q "the job did not end within 5 s; its processes were killed" "$tmp/sig.out" && ok ||
       bad "a stopped job was not killed after the grace period" "$(cat "$tmp/sig.out")"
