@@ -66,6 +66,7 @@ typedef struct TrainConfig {
     uint64_t seed;              /* 0 */
     bool shard_optimizer;       /* shard = optimizer (false: none) */
     int64_t prefetch;           /* 2: micro-batches of rows read ahead on a host thread */
+    bool prefetch_given;        /* set by the file or --prefetch, not the default */
     StreamMode stream;          /* auto: a device keeps the data set unless it cannot */
     int ranks;                  /* 1: the job's ranks, which its launch decides (not a key) */
     bool job;                   /* a rank of a job, even of one (a launcher started it, or

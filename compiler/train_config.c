@@ -282,6 +282,7 @@ static int entry_accumulate(Source *src, TrainConfig *cfg, const AstExpr *v)
 
 static int entry_prefetch(Source *src, TrainConfig *cfg, const AstExpr *v)
 {
+    cfg->prefetch_given = true;
     return sema_const_int(src, v, "prefetch", 0, MAX_PREFETCH, &cfg->prefetch);
 }
 

@@ -117,6 +117,18 @@ typedef struct CpuBackend {
     Prefetch *pf;               /* the training rows, read ahead */
 } CpuBackend;
 
+/* The CPU executor's read-ahead: the file's or the flag's, else the default unless this
+ * process may run on one core only. There a step computes throughout, so a thread reading
+ * ahead takes turns with it rather than overlapping it, and their hand-offs, thousands a
+ * second, starve the machine's other processes (mpirun's output among them). */
+static int cpu_prefetch_depth(Trainer *t)
+{
+    const TrainConfig *c = &t->p->cfg;
+    if (c->prefetch_given || !prefetch_one_core()) return (int)c->prefetch;
+    t->prefetch_why = "this process may run on one core only";
+    return 0;
+}
+
 /* The executor's collectives (cpu/exec.h), through the job's MPI (comm.h): a bucket's
  * goes in the comm slot of its number. */
 static int coll_start(void *ctx, int bucket, IrOp op, void *buf, int64_t n, CpuReal real)
@@ -147,7 +159,7 @@ static int cpu_open(Trainer *t)
     cpu->x = xmalloc((size_t)(rows * (t->data.train.x_row ? t->data.train.x_row : 1)) * sizeof(float));
     cpu->y = xmalloc((size_t)(rows * (t->data.train.y_row ? t->data.train.y_row : 1)) * sizeof(float));
     cpu->order = xmalloc((size_t)t->data.train.n * sizeof *cpu->order);
-    t->prefetch = cpu->pf = prefetch_new(&t->data.train, (int)t->p->cfg.prefetch, t->p->cfg.batch, NULL);
+    t->prefetch = cpu->pf = prefetch_new(&t->data.train, cpu_prefetch_depth(t), t->p->cfg.batch, NULL);
     return cpu->pf ? 0 : -1;
 }
 
@@ -960,14 +972,14 @@ static int teardown(Trainer *t)
 }
 
 /* -v: how long the steps waited for their rows, against the time reading them took. */
-static void report_reads(const Prefetch *pf)
+static void report_reads(const Prefetch *pf, const char *why)
 {
     int depth = prefetch_depth(pf), workers = prefetch_workers(pf);
     printf("cgc: data: the steps waited %.1f ms in all for their rows; reading them took %.1f ms, ",
            1e3 * prefetch_waited(pf), 1e3 * prefetch_read(pf));
     if (depth) printf("%d micro-batch%s ahead on %d host thread%s\n", depth, depth == 1 ? "" : "es",
                       workers, workers == 1 ? "" : "s");
-    else printf("in the steps (prefetch = 0)\n");
+    else printf("in the steps (prefetch = 0%s%s)\n", why ? ": " : "", why ? why : "");
 }
 
 static void print_done(const Trainer *t, RunState state, int64_t step, double seconds)
@@ -980,7 +992,7 @@ static void print_done(const Trainer *t, RunState state, int64_t step, double se
     printf("cgc: %s at step %lld in %.1f s%s%s%s\n", state == RUN_INTERRUPTED ? "stopped" : "done",
            (long long)step, seconds, share, o->save_path ? "; saved to " : "",
            o->save_path ? o->save_path : "");
-    if (t->prefetch && o->verbose) report_reads(t->prefetch);
+    if (t->prefetch && o->verbose) report_reads(t->prefetch, t->prefetch_why);
     if (t->ranks > 1 && o->verbose) {
         CommStats s = comm_stats(o->comm);
         printf("cgc: rank 0 ran %lld collectives over the %d ranks (%.1f MB in all), and waited "

@@ -72,6 +72,7 @@ struct Trainer {
     DataSplits data;
     double load_seconds;        /* reading and converting the data */
     Prefetch *prefetch;         /* the backend's reader of the training rows, if it has one */
+    const char *prefetch_why;   /* why it reads in the steps against the default, or NULL */
     int64_t micro_per_epoch;    /* micro-batches walked per epoch */
     int64_t steps_per_epoch;    /* optimizer steps per epoch */
     int64_t total_steps;        /* optimizer steps of the whole run */

@@ -267,5 +267,18 @@ expect "a huge loss in four digits" 0 "^epoch 2/2  step 16  train_loss [0-9]\.[0
 out=$("$cgc" "$tmp/div.net" --device cpu --lr 0.1 2>&1)
 if grep -q "diverging" <<<"$out"; then echo "FAIL: a converging run warned: $out"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
 
+# On one core the CPU executor reads its rows in the steps, unless prefetch is given
+# (the file's or the flag's); on two it reads them ahead by default.
+if command -v taskset >/dev/null && taskset -c 0 true 2>/dev/null; then
+  cgc_cmd=$cgc cgc="taskset"
+  expect "one core, the default" 0 "reading them took [0-9.]+ ms, in the steps \(prefetch = 0: this process may run on one core only\)" -- -c 0 "$cgc_cmd" "$tmp/div.net" --device cpu --lr 0.1 -v
+  expect "one core, --prefetch 2" 0 "2 micro-batches ahead on 2 host threads" -- -c 0 "$cgc_cmd" "$tmp/div.net" --device cpu --lr 0.1 -v --prefetch 2
+  [ "$(nproc)" -gt 1 ] &&
+    expect "two cores, the default" 0 "2 micro-batches ahead on 2 host threads" -- -c 0,1 "$cgc_cmd" "$tmp/div.net" --device cpu --lr 0.1 -v
+  cgc=$cgc_cmd
+else
+  echo "note: no taskset here: the read-ahead on one core is not checked"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
