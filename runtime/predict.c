@@ -59,64 +59,21 @@ static Shape out_shape(const IrProgram *p, int64_t n)
     return s;
 }
 
-/* Each row's likeliest class of a classifier's scores OUT ([n, classes]), or NULL. */
-static int32_t *classes_of(const IrProgram *p, const float *out, const Shape *s)
+/* A classifier's classes: C scores a row (the last dimension of the output shape S); 0
+ * for another model. */
+static int64_t classes(const IrProgram *p, const Shape *s)
 {
     int64_t c = s->rank >= 2 ? s->dim[s->rank - 1] : 0;
-    if (p->num_classes <= 0 || c != p->num_classes) return NULL;
-    int64_t rows = ir_numel(s, NULL) / c;
-    int32_t *cls = xmalloc((size_t)(rows ? rows : 1) * sizeof *cls);
-    for (int64_t r = 0; r < rows; r++) {
-        int32_t best = 0;
-        for (int32_t k = 1; k < c; k++)
-            if (out[r * c + k] > out[r * c + best]) best = k;
-        cls[r] = best;
-    }
-    return cls;
+    return p->num_classes > 0 && c == p->num_classes ? c : 0;
 }
 
-static int write_npy(const char *path, const float *out, const Shape *s)
-{
-    OutFile f;
-    if (out_open(&f, PREDICT_OUT_ROLE, path, &out_npy) != 0) return -1;
-    arrays_npy_header(f.f, "<f4", s->dim, s->rank);
-    fwrite(out, sizeof *out, (size_t)ir_numel(s, NULL), f.f);
-    return out_close(&f);
-}
+/* Where each batch's outputs go: PUT(CTX, OUT, FIRST, ROWS), OUT holding rows FIRST ..
+ * FIRST + ROWS - 1; 0, or -1 after an error. */
+typedef int (*PutRows)(void *ctx, const float *out, int64_t first, int64_t rows);
 
-/* The output under its binding's name and, for a classifier, "class". */
-static int write_st(const IrProgram *p, const char *path, const float *out, const Shape *s,
-                    const int32_t *cls)
-{
-    const char *name = p->eval.nodes[p->eval.output[IR_OUT_PREDICTION]].name;
-    StTensor t[2] = { { .name = name ? name : "output", .dtype = "F32", .rank = s->rank, .data = out },
-                      { .name = "class", .dtype = "I32", .rank = s->rank - 1, .data = cls } };
-    memcpy(t[0].shape, s->dim, sizeof(int64_t) * (size_t)s->rank);
-    memcpy(t[1].shape, s->dim, sizeof(int64_t) * (size_t)(s->rank - 1));
-    return st_write(PREDICT_OUT_ROLE, &st_tensors, path, t, cls ? 2 : 1, NULL, 0);
-}
-
-/* Every row of D through R, in batches of at most BATCH, into OUT. */
-static int run_all(Runner *r, const Dataset *d, int64_t batch, float *out, int64_t per)
-{
-    void *x = xmalloc((size_t)(batch * d->x_row) * sizeof(float));   /* i32 tokens: as many */
-    int rc = 0;
-    for (int64_t first = 0; first < d->n && rc == 0; first += batch) {
-        int64_t rows = d->n - first < batch ? d->n - first : batch;
-        rc = run_rows(r, d, first, rows, x, out + first * per, per);
-    }
-    free(x);
-    return rc;
-}
-
-int64_t predict_row_values(const IrProgram *p)
-{
-    Shape s = out_shape(p, 1);
-    return ir_numel(&s, NULL);
-}
-
-int predict_values(const IrProgram *p, const PredictOptions *o, float *const *tensors,
-                   const Dataset *d, float *out)
+/* Every row of D through P's prediction, in batches, each batch to PUT. */
+static int predict_rows(const IrProgram *p, const PredictOptions *o, float *const *tensors,
+                        const Dataset *d, PutRows put, void *ctx)
 {
     int64_t per = predict_row_values(p);
     Runner r = { .p = p };
@@ -132,10 +89,106 @@ int predict_values(const IrProgram *p, const PredictOptions *o, float *const *te
                    (size_t)ir_numel(&p->tensors[i].shape, NULL) * sizeof(float));
     }
     int64_t batch = o->device ? o->symmax[0] : p->cfg.batch;
-    if (rc == 0) rc = run_all(&r, d, batch > 0 ? batch : 1, out, per);
+    batch = batch > 0 ? batch : 1;
+    void *x = xmalloc((size_t)(batch * d->x_row) * sizeof(float));   /* i32 tokens: as many */
+    float *out = xmalloc((size_t)(batch * per) * sizeof *out);
+    for (int64_t first = 0; first < d->n && rc == 0; first += batch) {
+        int64_t rows = d->n - first < batch ? d->n - first : batch;
+        rc = run_rows(&r, d, first, rows, x, out, per);
+        if (rc == 0) rc = put(ctx, out, first, rows);
+    }
+    free(out);
+    free(x);
     if (r.cpu) cpu_exec_free(r.cpu);
     devexec_free(r.dev);
     return rc;
+}
+
+typedef struct Whole {
+    float *out;
+    int64_t per;
+} Whole;
+
+static int put_whole(void *ctx, const float *out, int64_t first, int64_t rows)
+{
+    Whole *w = ctx;
+    memcpy(w->out + first * w->per, out, (size_t)(rows * w->per) * sizeof *out);
+    return 0;
+}
+
+int64_t predict_row_values(const IrProgram *p)
+{
+    Shape s = out_shape(p, 1);
+    return ir_numel(&s, NULL);
+}
+
+int predict_values(const IrProgram *p, const PredictOptions *o, float *const *tensors,
+                   const Dataset *d, float *out)
+{
+    Whole w = { out, predict_row_values(p) };
+    return predict_rows(p, o, tensors, d, put_whole, &w);
+}
+
+/* The output file, written batch by batch: an .npy array, or a safetensors file of the
+ * output under its binding's name and, for a classifier, each row's class (kept until
+ * the output's bytes are written). */
+typedef struct Stream {
+    bool npy;
+    OutFile npy_file;
+    StStream st;
+    int64_t per, classes;
+    int32_t *cls;               /* classes: a class a row */
+} Stream;
+
+static int stream_open(Stream *w, const IrProgram *p, const char *path, int64_t n)
+{
+    Shape s = out_shape(p, n);
+    w->npy = text_ends_with(path, ".npy");
+    w->per = predict_row_values(p);
+    w->classes = w->npy ? 0 : classes(p, &s);
+    if (w->npy) {
+        if (out_open(&w->npy_file, PREDICT_OUT_ROLE, path, &out_npy) != 0) return -1;
+        arrays_npy_header(w->npy_file.f, "<f4", s.dim, s.rank);
+        return 0;
+    }
+    const char *name = p->eval.nodes[p->eval.output[IR_OUT_PREDICTION]].name;
+    StTensor t[2] = { { .name = name ? name : "output", .dtype = "F32", .rank = s.rank },
+                      { .name = "class", .dtype = "I32", .rank = s.rank - 1 } };
+    memcpy(t[0].shape, s.dim, sizeof(int64_t) * (size_t)s.rank);
+    memcpy(t[1].shape, s.dim, sizeof(int64_t) * (size_t)(s.rank - 1));
+    if (st_stream_open(&w->st, PREDICT_OUT_ROLE, &st_tensors, path, t, w->classes ? 2 : 1) != 0)
+        return -1;
+    if (w->classes) w->cls = xmalloc((size_t)(n * (w->per / w->classes) + 1) * sizeof *w->cls);
+    return 0;
+}
+
+static int put_stream(void *ctx, const float *out, int64_t first, int64_t rows)
+{
+    Stream *w = ctx;
+    size_t bytes = (size_t)(rows * w->per) * sizeof *out;
+    if (w->npy) {
+        fwrite(out, 1, bytes, w->npy_file.f);   /* a failed write is out_close's to report */
+        return 0;
+    }
+    st_stream_write(&w->st, out, bytes);
+    int64_t c = w->classes, scored = rows * w->per / (c ? c : 1), at = first * w->per / (c ? c : 1);
+    for (int64_t r = 0; c && r < scored; r++) {
+        int32_t best = 0;
+        for (int32_t k = 1; k < c; k++)
+            if (out[r * c + k] > out[r * c + best]) best = k;
+        w->cls[at + r] = best;
+    }
+    return 0;
+}
+
+/* Closes W: the file whole (RC 0), or none, the old one as it was. */
+static int stream_close(Stream *w, int rc, int64_t n)
+{
+    if (w->npy) return rc == 0 ? out_close(&w->npy_file) : (out_discard(&w->npy_file), rc);
+    if (rc == 0 && w->classes)
+        st_stream_write(&w->st, w->cls, (size_t)(n * w->per / w->classes) * sizeof *w->cls);
+    free(w->cls);
+    return rc == 0 ? st_stream_close(&w->st) : (st_stream_discard(&w->st), rc);
 }
 
 int predict_run(const IrProgram *p, Source *src, const char *weights, const PredictOptions *o)
@@ -149,17 +202,12 @@ int predict_run(const IrProgram *p, Source *src, const char *weights, const Pred
              data_load_inputs(p, src, o->input, &in) == 0 ? 0 : -1;
     if (rc == 0) {
         const Dataset d = in.train;
-        Shape s = out_shape(p, d.n);
-        float *out = xmalloc((size_t)(d.n * predict_row_values(p)) * sizeof *out);
-        rc = predict_values(p, o, tensors, &d, out);
-        bool npy = text_ends_with(o->out, ".npy");
-        int32_t *cls = rc == 0 && !npy ? classes_of(p, out, &s) : NULL;
-        if (rc == 0) rc = npy ? write_npy(o->out, out, &s) : write_st(p, o->out, out, &s, cls);
+        Stream w = {0};
+        rc = stream_open(&w, p, o->out, d.n);
+        if (rc == 0) rc = stream_close(&w, predict_rows(p, o, tensors, &d, put_stream, &w), d.n);
         if (rc == 0 && !o->quiet)
             printf("cgc: %lld rows of %s predicted%s, written to %s\n", (long long)d.n, o->input,
-                   cls ? " (with each row's class)" : "", o->out);
-        free(cls);
-        free(out);
+                   w.classes ? " (with each row's class)" : "", o->out);
         data_free(&in);
     }
     for (int i = 0; i < p->ntensors; i++) free(tensors[i]);

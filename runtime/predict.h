@@ -5,7 +5,8 @@
  * from a checkpoint, the inputs from a file data.c reads (data_load_inputs), and the
  * outputs, row for row, go to an .npy array or a safetensors file (the output under its
  * binding's name and, for a classifier, each row's class as "class", i32). Rows run in
- * batches of the train block's batch, on the CPU reference executor or on a device.
+ * batches of the train block's batch, on the CPU reference executor or on a device, and
+ * each batch's outputs are written as it ends: only the classes are held to the end.
  */
 #ifndef CGC_PREDICT_H
 #define CGC_PREDICT_H

@@ -117,9 +117,10 @@ static int by_tensor_name(const void *a, const void *b)
     return strcmp(sort_tensors[*(const int *)a].name, sort_tensors[*(const int *)b].name);
 }
 
-/* Tensor indices in name order (byte order, as the reference sorts Rust strings). Names
- * come from cgc itself, so a duplicate or a bad tensor is our bug. */
-static int *sorted_order(const StTensor *tensors, int n)
+/* Tensor indices in the order given, or in name order when SORTED (byte order, as the
+ * reference sorts Rust strings). Names come from cgc itself, so a duplicate or a bad
+ * tensor is our bug. */
+static int *tensor_order(const StTensor *tensors, int n, bool sorted)
 {
     int *order = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *order);
     for (int i = 0; i < n; i++) {
@@ -127,17 +128,16 @@ static int *sorted_order(const StTensor *tensors, int n)
         CGC_ASSERT(st_dtype_size(t->dtype) > 0 && t->rank >= 0 && t->rank <= ST_MAX_RANK);
         CGC_ASSERT(strcmp(t->name, METADATA_KEY) != 0);
         for (int k = 0; k < t->rank; k++) CGC_ASSERT(t->shape[k] >= 0);
+        for (int k = 0; k < i; k++) CGC_ASSERT(strcmp(tensors[k].name, t->name) != 0);
         order[i] = i;
     }
     sort_tensors = tensors;
-    qsort(order, (size_t)n, sizeof *order, by_tensor_name);
-    for (int i = 1; i < n; i++)
-        CGC_ASSERT(strcmp(tensors[order[i - 1]].name, tensors[order[i]].name) != 0);
+    if (sorted) qsort(order, (size_t)n, sizeof *order, by_tensor_name);
     return order;
 }
 
 /* The header text, padded with spaces to a multiple of 8 bytes so the data that follows
- * is aligned. Keys are sorted, "__metadata__" among them. */
+ * is aligned. Keys and data follow ORDER, "__metadata__" placed as in name order. */
 static char *build_header(const StTensor *tensors, const int *order, int n, const StMeta *meta,
                           int nmeta, size_t *len)
 {
@@ -172,24 +172,6 @@ static char *build_header(const StTensor *tensors, const int *order, int n, cons
 static bool write_all(FILE *f, const void *p, size_t n)
 {
     return n == 0 || fwrite(p, 1, n, f) == n;
-}
-
-/* Writes the whole file to the open stream F; false at the first failed write (out_close
- * reports it). */
-static bool write_file(FILE *f, const StTensor *tensors, const int *order, int n,
-                       const char *header, size_t header_len)
-{
-    uint8_t len[8];
-    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)header_len >> (8 * i));
-    if (!write_all(f, len, 8) || !write_all(f, header, header_len)) return false;
-    for (int k = 0; k < n; k++) {
-        const StTensor *t = &tensors[order[k]];
-        uint64_t bytes;
-        CGC_ASSERT(tensor_bytes(t->dtype, t->rank, t->shape, &bytes));
-        CGC_ASSERT(bytes == 0 || t->data != NULL);
-        if (!write_all(f, t->data, (size_t)bytes)) return false;
-    }
-    return true;
 }
 
 /* Opens the checkpoint PATH for reading; -1 after an error that says what is wrong. */
@@ -237,18 +219,66 @@ int st_save(const char *path, const StTensor *tensors, int ntensors, const StMet
     return st_write(ST_SAVE_ROLE, &st_checkpoint, path, tensors, ntensors, meta, nmeta);
 }
 
+/* Opens PATH and writes the header of the tensors in ORDER; 0, or -1 after an error. */
+static int stream_open(StStream *s, const char *role, const OutKind *kind, const char *path,
+                       const StTensor *tensors, const int *order, int n, const StMeta *meta,
+                       int nmeta)
+{
+    if (out_open(&s->o, role, path, kind) != 0) return -1;
+    size_t header_len;
+    char *header = build_header(tensors, order, n, meta, nmeta, &header_len);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)header_len >> (8 * i));
+    s->left = 0;
+    for (int k = 0; k < n; k++) {
+        uint64_t bytes;
+        CGC_ASSERT(tensor_bytes(tensors[k].dtype, tensors[k].rank, tensors[k].shape, &bytes));
+        s->left += bytes;
+    }
+    (void)(write_all(s->o.f, len, 8) && write_all(s->o.f, header, header_len));
+    free(header);
+    return 0;
+}
+
+int st_stream_open(StStream *s, const char *role, const OutKind *kind, const char *path,
+                   const StTensor *tensors, int ntensors)
+{
+    int *order = tensor_order(tensors, ntensors, false);
+    int rc = stream_open(s, role, kind, path, tensors, order, ntensors, NULL, 0);
+    free(order);
+    return rc;
+}
+
+void st_stream_write(StStream *s, const void *p, size_t n)
+{
+    CGC_ASSERT(n <= s->left);
+    s->left -= n;
+    (void)write_all(s->o.f, p, n);   /* a failed write is out_close's to report */
+}
+
+int st_stream_close(StStream *s)
+{
+    CGC_ASSERT(s->left == 0);
+    return out_close(&s->o);
+}
+
+void st_stream_discard(StStream *s) { out_discard(&s->o); }
+
 int st_write(const char *role, const OutKind *kind, const char *path, const StTensor *tensors,
              int ntensors, const StMeta *meta, int nmeta)
 {
-    OutFile o;
-    if (out_open(&o, role, path, kind) != 0) return -1;
-    int *order = sorted_order(tensors, ntensors);
-    size_t header_len;
-    char *header = build_header(tensors, order, ntensors, meta, nmeta, &header_len);
-    (void)write_file(o.f, tensors, order, ntensors, header, header_len);
-    free(header);
+    int *order = tensor_order(tensors, ntensors, true);
+    StStream s;
+    int rc = stream_open(&s, role, kind, path, tensors, order, ntensors, meta, nmeta);
+    for (int k = 0; rc == 0 && k < ntensors; k++) {
+        const StTensor *t = &tensors[order[k]];
+        uint64_t bytes;
+        CGC_ASSERT(tensor_bytes(t->dtype, t->rank, t->shape, &bytes));
+        CGC_ASSERT(bytes == 0 || t->data != NULL);
+        st_stream_write(&s, t->data, (size_t)bytes);
+    }
     free(order);
-    return out_close(&o);
+    return rc == 0 ? st_stream_close(&s) : -1;
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -50,6 +50,22 @@ int st_save(const char *path, const StTensor *tensors, int ntensors, const StMet
 int st_write(const char *role, const OutKind *kind, const char *path, const StTensor *tensors,
              int ntensors, const StMeta *meta, int nmeta);
 
+/* A file written as its tensors are computed: the header of TENSORS (their data unused),
+ * keys and data in the order given, then each tensor's bytes in that order, in pieces,
+ * through st_stream_write, then st_stream_close (every byte written, or an internal
+ * error). Open and close return 0, or -1 after an error; a failed write is reported by
+ * the close. */
+typedef struct StStream {
+    OutFile o;
+    uint64_t left;              /* bytes of data still to write */
+} StStream;
+int st_stream_open(StStream *s, const char *role, const OutKind *kind, const char *path,
+                   const StTensor *tensors, int ntensors);
+void st_stream_write(StStream *s, const void *p, size_t n);
+int st_stream_close(StStream *s);
+/* Ends an open stream without a file: the old one stays as it was. */
+void st_stream_discard(StStream *s);
+
 /* out_check of a save to PATH: for checking before hours of work, not after. */
 int st_check_writable(const char *path);
 

@@ -17,6 +17,8 @@
    the same network written in NumPy from the checkpoint's weights, within 1e-5; against
    PyTorch's nn.Sequential holding them (where torch is installed); and on the test split,
    the cross-entropy of its outputs against the evaluation graph's test loss (--metrics).
+   Outputs larger than the inputs (205 MB from 0.5 MB) are written batch by batch: each
+   file right, the process's peak memory under half the output's size.
 4. Larger than memory: 400,000 rows of 784 bytes (.npy, 314 MB; 1.25 GB as f32) train
    under a 768 MB RLIMIT_DATA (malloc'd and anonymous memory; a control shows 1 GB cannot
    be allocated under it): the arrays stay in their mapped files, converted as gathered.
@@ -544,6 +546,57 @@ def larger_than_a_cgroup(work):
         os.rmdir(d)
 
 
+MAX_RSS = """import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+sys.exit(r.returncode)
+"""
+
+
+def predicting_streams(work):
+    """--predict's output written as its batches are computed, not held whole."""
+    rows, width = 25000, 2048
+    with open(f"{work}/w.net", "w") as f:
+        f.write(f"""model wide_out {{
+    input x: f32[N, 5]
+    input y: f32[N, {width}]
+    out = linear(x, {width})
+    output out
+    loss mse(out, y)
+}}
+train {{
+    data      = synthetic(samples = 64)
+    batch     = 64
+    optimizer = sgd(lr = 0.01)
+}}
+""")
+    r = cgc(["w.net", "--device", "cpu", "-q", "--save", "w.st"], work)
+    check(r.returncode == 0, f"a model of wide outputs to predict with: {r.stderr.strip()[:200]}")
+    raw = load_safetensors(f"{work}/w.st") if r.returncode == 0 else {}
+    w = {k: np.frombuffer(v, np.float32) for k, v in raw.items()}
+    x = np.random.default_rng(5).standard_normal((rows, 5)).astype(np.float32)
+    np.save(f"{work}/x.npy", x)
+    want = x.astype(np.float64) @ w["out.weight"].reshape(width, 5).T.astype(np.float64) + w["out.bias"] \
+        if w else np.zeros((rows, width))
+    for out in ("o.npy", "o.safetensors"):
+        # A child's peak counts the memory of the process it was forked from, so a small
+        # Python without NumPy starts it and reports its peak (RUSAGE_CHILDREN).
+        p = run([sys.executable, "-c", MAX_RSS, os.path.abspath(sys.argv[1]), "w.net", "--device", "cpu", "-q",
+                 "--resume", "w.st", "--predict", "x.npy", "--out", out], work)
+        err, peak = p.stderr, int(p.stdout.split()[-1]) if p.stdout.split() else 0
+        if out.endswith(".npy"):
+            got = np.load(f"{work}/{out}") if p.returncode == 0 else np.zeros(0)
+        else:
+            got = np.frombuffer(load_safetensors(f"{work}/{out}").get("out", b""), np.float32) \
+                if p.returncode == 0 else np.zeros(0)
+            got = got.reshape(rows, width) if got.size == rows * width else got
+        dev = float(np.abs(got - want).max() / np.abs(want).max()) if got.shape == want.shape else float("inf")
+        output = rows * width * 4
+        check(p.returncode == 0 and dev <= 1e-5 and peak < output / 2,
+              f"--predict --out {out}: {rows} x {width} outputs within {dev:.2g} of NumPy's, the process's "
+              f"peak {peak >> 20} MB against {output >> 20} MB of output (want under half) {err.strip()[:200]}")
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -554,6 +607,8 @@ def main():
         table(work)
     with tempfile.TemporaryDirectory() as work:
         predicting(work)
+    with tempfile.TemporaryDirectory() as work:
+        predicting_streams(work)
     with tempfile.TemporaryDirectory() as work:
         larger_than_memory(work)
     with tempfile.TemporaryDirectory() as work:
