@@ -2,8 +2,10 @@
  *
  * Slot I holds the micro-batches J with J % slots == I in turn. Its state moves FREE ->
  * FILLING (a worker gathers) -> READY -> TAKEN (the trainer reads) -> FREE; one mutex
- * guards the states and the walk, and one condition variable wakes whoever waits on
- * either side. Workers gather outside the lock, one per slot up to MAX_WORKERS, so that
+ * guards the states and the walk. Workers wait on one condition variable (a slot to
+ * fill), the trainer on another (a slot filled), and each hand-off wakes one thread: a
+ * slot given back makes one slot fillable, and a worker that finds none asleep looks
+ * again before it waits. Only a new walk, or the end, wakes every worker. Workers gather outside the lock, one per slot up to MAX_WORKERS, so that
  * reads that wait on a disk, or conversions, go on side by side.
  *
  * $CGC_DATA_DELAY_MS, a test instrument, makes every gather sleep that long first, as a
@@ -47,7 +49,8 @@ struct Prefetch {
     int nworkers;
     pthread_t workers[MAX_WORKERS];
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t slot_free;   /* the workers' wait: a slot to fill, or the end */
+    pthread_cond_t slot_filled; /* the trainer's: a slot FILLING no longer */
     double waited, read;
 };
 
@@ -88,7 +91,7 @@ static void *worker(void *arg)
     Prefetch *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && !fillable(p)) pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->quit && !fillable(p)) pthread_cond_wait(&p->slot_free, &p->mu);
         if (p->quit) break;
         int64_t micro = p->next_fill++;
         int i = (int)(micro % p->nslots);
@@ -101,7 +104,7 @@ static void *worker(void *arg)
         pthread_mutex_lock(&p->mu);
         p->read += dt;
         p->state[i] = SLOT_READY;
-        pthread_cond_broadcast(&p->cv);
+        pthread_cond_signal(&p->slot_filled);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -147,7 +150,8 @@ Prefetch *prefetch_new(const Dataset *d, int depth, int64_t rows, const Prefetch
     p->state = xcalloc((size_t)p->nslots, sizeof *p->state);
     if (a) p->a = *a;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->slot_free, NULL);
+    pthread_cond_init(&p->slot_filled, NULL);
     if (alloc_slots(p, rows) != 0) {
         prefetch_free(p);
         return NULL;
@@ -170,7 +174,7 @@ void prefetch_stop(Prefetch *p)
     pthread_mutex_lock(&p->mu);
     p->walking = false;
     for (int i = 0; i < p->nslots; i++)
-        while (p->state[i] == SLOT_FILLING) pthread_cond_wait(&p->cv, &p->mu);
+        while (p->state[i] == SLOT_FILLING) pthread_cond_wait(&p->slot_filled, &p->mu);
     for (int i = 0; i < p->nslots; i++) p->state[i] = SLOT_FREE;
     pthread_mutex_unlock(&p->mu);
 }
@@ -188,7 +192,7 @@ void prefetch_epoch(Prefetch *p, const int64_t *order, int64_t phase, int64_t ba
     p->walk.ranks = ranks;
     p->next_fill = p->next_take = from;
     p->walking = true;
-    pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->slot_free);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -208,7 +212,7 @@ PrefetchSlot *prefetch_take(Prefetch *p, int64_t micro)
         pthread_mutex_lock(&p->mu);
         p->read += clock_seconds() - t0;
     }
-    while (p->nworkers && p->state[micro % p->nslots] != SLOT_READY) pthread_cond_wait(&p->cv, &p->mu);
+    while (p->nworkers && p->state[micro % p->nslots] != SLOT_READY) pthread_cond_wait(&p->slot_filled, &p->mu);
     p->state[micro % p->nslots] = SLOT_TAKEN;
     p->waited += clock_seconds() - t0;
     pthread_mutex_unlock(&p->mu);
@@ -219,7 +223,7 @@ void prefetch_give(Prefetch *p, PrefetchSlot *s)
 {
     pthread_mutex_lock(&p->mu);
     p->state[s - p->slots] = SLOT_FREE;
-    pthread_cond_broadcast(&p->cv);
+    pthread_cond_signal(&p->slot_free);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -248,12 +252,13 @@ void prefetch_free(Prefetch *p)
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->quit = true;
-    pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->slot_free);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nworkers; i++) pthread_join(p->workers[i], NULL);
     for (int i = 0; i < p->nslots; i++) slot_release(&p->a, p->slots[i].x);
     pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->slot_free);
+    pthread_cond_destroy(&p->slot_filled);
     free(p->slots);
     free(p->state);
     free(p);
