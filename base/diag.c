@@ -285,9 +285,12 @@ void cgc_internal_error(const char *file, int line, const char *fmt, ...)
     abort();
 }
 
-static void out_of_memory(void)
+/* Without allocating: the message is all that is left to do. */
+static void out_of_memory(double bytes)
 {
-    fputs("cgc: out of memory\n", stderr);
+    fflush(stdout);
+    fprintf(stderr, "cgc: error: out of memory: %.3g MB more were refused; free memory, or "
+                    "raise this process's limit (ulimit -d, ulimit -v)\n", bytes / 1e6);
     exit(1);
 }
 
@@ -301,21 +304,21 @@ uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
-    if (!p) out_of_memory();
+    if (!p) out_of_memory((double)n);
     return p;
 }
 
 void *xcalloc(size_t count, size_t size)
 {
     void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p) out_of_memory();
+    if (!p) out_of_memory((double)count * (double)size);
     return p;
 }
 
 void *xrealloc(void *p, size_t n)
 {
     p = realloc(p, n ? n : 1);
-    if (!p) out_of_memory();
+    if (!p) out_of_memory((double)n);
     return p;
 }
 

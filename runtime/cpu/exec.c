@@ -25,11 +25,14 @@
 #include "../../base/rng.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 /* The elementwise ops' expressions (compiler/ops.def) name math functions as CUDA C++
  * overloads them, exp(x) for expf on a float; <tgmath.h> gives C the same, so that the
  * float and double executors compile one expression. After the other headers: it defines
@@ -457,6 +460,73 @@ enum {
     GEMM_MIN_SPLIT = 1 << 20,   /* multiply-adds below which one call does it all */
 };
 
+/* OpenBLAS, loaded at the first matrix product rather than with the program. Its
+ * threaded build starts a pool of threads as it loads, one a core, and gives each thread
+ * that runs its code a buffer of its own (BLAS_BUFFER bytes); when one cannot be allocated
+ * (ulimit -d, ulimit -v) it asks again without end, and exit() waits on the pool. Loaded
+ * with OPENBLAS_NUM_THREADS=1 it starts no pool: cgc calls it single-threaded from threads
+ * of its own (gemm), as many as have a buffer's room. The buffer's size on x86-64
+ * (BUFFER_SIZE in OpenBLAS's common_x86_64.h), as measured: */
+#define BLAS_BUFFER ((size_t)128 << 20)
+#define BLAS_LIBRARY "libopenblas.so.0"
+
+static struct {
+    void (*sgemm)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float,
+                  const float *, blasint, const float *, blasint, float, float *, blasint);
+    void (*dgemm)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, double,
+                  const double *, blasint, const double *, blasint, double, double *, blasint);
+    void (*sgemv)(CBLAS_ORDER, CBLAS_TRANSPOSE, blasint, blasint, float, const float *, blasint,
+                  const float *, blasint, float, float *, blasint);
+    void (*dgemv)(CBLAS_ORDER, CBLAS_TRANSPOSE, blasint, blasint, double, const double *, blasint,
+                  const double *, blasint, double, double *, blasint);
+    int threads;            /* that may call it at once; 0: not loaded yet */
+} blas;
+
+/* Whether ulimit -d or -v limits what this process may allocate. */
+static bool memory_limited(void)
+{
+    const int kinds[] = {RLIMIT_DATA, RLIMIT_AS};
+    for (int i = 0; i < 2; i++) {
+        struct rlimit r;
+        if (getrlimit(kinds[i], &r) == 0 && r.rlim_cur != RLIM_INFINITY) return true;
+    }
+    return false;
+}
+
+/* Loads OpenBLAS (once) and returns how many threads may call it at once: OpenMP's count
+ * or, under a limit on memory, as many as have a buffer's room now. 0 after an error. */
+static int blas_load(void)
+{
+    if (blas.threads) return blas.threads;
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    void *lib = dlopen(BLAS_LIBRARY, RTLD_NOW | RTLD_GLOBAL);
+    if (lib) {
+        *(void **)&blas.sgemm = dlsym(lib, "cblas_sgemm");
+        *(void **)&blas.dgemm = dlsym(lib, "cblas_dgemm");
+        *(void **)&blas.sgemv = dlsym(lib, "cblas_sgemv");
+        *(void **)&blas.dgemv = dlsym(lib, "cblas_dgemv");
+        void (*set_threads)(int);   /* a program that linked OpenBLAS loaded it before */
+        *(void **)&set_threads = dlsym(lib, "openblas_set_num_threads");
+        if (set_threads) set_threads(1);
+    }
+    if (!lib || !blas.sgemm || !blas.dgemm || !blas.sgemv || !blas.dgemv) {
+        cgc_error("the CPU's matrix products need OpenBLAS (%s): %s; apt-get install "
+                  "libopenblas0", BLAS_LIBRARY, lib ? "a routine is missing" : dlerror());
+        return 0;
+    }
+    int t = omp_get_max_threads();
+    for (; memory_limited() && t > 0; t--) {
+        void *room = malloc((size_t)t * BLAS_BUFFER);
+        free(room);
+        if (room) break;
+    }
+    if (t == 0)
+        cgc_error("the CPU's matrix products need %zu MB for OpenBLAS's buffer, more than this "
+                  "process may still allocate (ulimit -d, ulimit -v): raise the limit",
+                  BLAS_BUFFER >> 20);
+    return blas.threads = t;
+}
+
 /* How a product of [m, k] by [k, n] is cut: along rows (m) or columns (n) of C, into
  * PARTS blocks of SIZE out of TOTAL. */
 typedef struct GemmSplit {
@@ -732,16 +802,16 @@ void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c)
 #define REAL float
 #define SFX(name) name##_f32
 #define MATH(fn) fn##f
-#define GEMM cblas_sgemm
-#define GEMV cblas_sgemv
+#define GEMM blas.sgemm
+#define GEMV blas.sgemv
 #define ROUND(x, fmt) round_float((x), (fmt))
 #include "exec_impl.h"
 
 #define REAL double
 #define SFX(name) name##_f64
 #define MATH(fn) fn
-#define GEMM cblas_dgemm
-#define GEMV cblas_dgemv
+#define GEMM blas.dgemm
+#define GEMV blas.dgemv
 #define ROUND(x, fmt) round_double((x), (fmt))
 #include "exec_impl.h"
 
@@ -751,8 +821,6 @@ float cpu_gelu_tanh(float x) { return gelu_tanh_f32(x); }
 
 CpuExec *cpu_exec_new(const IrProgram *p, CpuReal real)
 {
-    /* GEMMs run on our OpenMP threads (see SFX(gemm)); BLAS itself stays serial. */
-    openblas_set_num_threads(1);
     CpuExec *e = xcalloc(1, sizeof *e);
     e->p = p;
     e->real = real;

@@ -712,7 +712,8 @@ static int SFX(gemm)(CpuExec *e, bool ta, bool tb, int64_t m, int64_t n, int64_t
         return -1;
     }
     GemmSplit sp = gemm_split(m, n, k);
-    int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
+    int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n), threads = blas_load();
+    if (threads == 0) return -1;
     double t0 = clock_seconds();
     if (m == 1 && sp.parts == 1) {   /* a row (one position's decode): B times it, unpacked */
         GEMV(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (int)(tb ? n : k), (int)(tb ? k : n),
@@ -720,7 +721,7 @@ static int SFX(gemm)(CpuExec *e, bool ta, bool tb, int64_t m, int64_t n, int64_t
         e->gemm_seconds += clock_seconds() - t0;
         return 0;
     }
-#pragma omp parallel for schedule(static) if (sp.parts > 1)
+#pragma omp parallel for schedule(static) if (sp.parts > 1) num_threads(threads)
     for (int part = 0; part < sp.parts; part++) {
         int64_t lo = part * sp.size, hi = lo + sp.size < sp.total ? lo + sp.size : sp.total;
         /* a row block of C takes rows of op(A); a column block takes columns of op(B) */

@@ -280,5 +280,30 @@ else
   echo "note: no taskset here: the read-ahead on one core is not checked"
 fi
 
+# Under a limit on allocation (ulimit -d), the matrix products take as many threads as
+# OpenBLAS's buffers (128 MB each) fit, and a limit that fits none, or the data, is an
+# error, never a hang: 200 MB fits one buffer, not the two of two threads; 60 MB none.
+cat > "$tmp/gemm.net" <<'EOF'
+model gemm {
+    input x: f32[N, 784]
+    input y: i32[N]
+    h      = relu(linear(x, 512))
+    logits = linear(h, 10)
+    output logits
+    loss   cross_entropy(logits, y)
+}
+train {
+    data  = synthetic(samples = 512)
+    batch = 256
+}
+EOF
+cgc_cmd=$cgc cgc="bash"
+limited='ulimit -d "$1" && shift && exec "$@"'
+limit=60 expect "ulimit -d 204800, two threads' products" 0 "done at step 2" -- -c "$limited" sh 204800 "$cgc_cmd" "$tmp/gemm.net" --device cpu
+limit=60 expect "ulimit -d 61440" 1 "^cgc: error: the CPU's matrix products need 128 MB for OpenBLAS's buffer, more than this process may still allocate \\(ulimit -d, ulimit -v\\): raise the limit" -- -c "$limited" sh 61440 "$cgc_cmd" "$tmp/gemm.net" --device cpu
+sed 's/samples = 512/samples = 200000/' "$tmp/gemm.net" >"$tmp/big.net"   # 627 MB of rows
+limit=60 expect "ulimit -d 307200, a data set of 627 MB" 1 "^cgc: error: out of memory: 627 MB more were refused; free memory, or raise this process's limit \\(ulimit -d, ulimit -v\\)" -- -c "$limited" sh 307200 "$cgc_cmd" "$tmp/big.net" --device cpu
+cgc=$cgc_cmd
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
