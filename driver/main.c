@@ -449,14 +449,15 @@ static int write_stats(const Compiled *c, const char *path)
 }
 
 /* Every file the run will write, checked before any work (base/outfile.h): none may land
- * on the model's source, on the checkpoint resumed (but a save), on another output, or on
- * anything but a new file or one of its own kind. TRAINS: a training run. 0, or 1 after
+ * on the model's source, on the checkpoint resumed (but a save), on --predict's input, on
+ * another output, or on anything but a new file or one of its own kind. TRAINS: a training run. 0, or 1 after
  * an error. */
 static int check_outputs(const Cli *cli, bool trains)
 {
     out_protect(cli->path, "the model's source", NULL);
     if (cli->run.resume_path)
         out_protect(cli->run.resume_path, "the checkpoint --resume reads", &st_checkpoint);
+    if (cli->predict.input) out_protect(cli->predict.input, "the input of --predict", NULL);
     const struct {
         const char *path, *role;
         const OutKind *kind;

@@ -416,15 +416,19 @@ def predicting(work):
             ("without --out", ["--resume", "p.st", "--predict", "new.npy"], "give --resume FILE"),
             ("another extension", ["--resume", "p.st", "--predict", "new.npy", "--out", "o.txt"], "end the name in one of them"),
             ("rows of another width", ["--resume", "p.st", "--predict", "d.npz", "--out", "o.npy"], None),
-            ("--out without --predict", ["--out", "o.npy"], "give --predict INPUT too")):
+            ("--out without --predict", ["--out", "o.npy"], "give --predict INPUT too"),
+            ("onto its own input", ["--resume", "p.st", "--predict", "new.npy", "--out", "new.npy"],
+             "cannot write the predictions to new.npy: it is the input of --predict")):
         if want_msg is None and what == "onto the model":   # a name that is the model's, through a link
             os.symlink("p.net", f"{work}/p.net.npy")
             want_msg = "cannot write the predictions to p.net.npy"
         if want_msg is None:   # d.npz's x is [200, 5]: it predicts; a file of 3 columns does not
             np.save(f"{work}/narrow.npy", new[:, :3])
             args, want_msg = ["--resume", "p.st", "--predict", "narrow.npy", "--out", "o.npy"], "but the input 'x' needs [45 x 5]"
+        before = open(f"{work}/new.npy", "rb").read()
         r = cgc(["p.net", "--device", "cpu"] + args, work)
-        check(r.returncode in (1, 2) and want_msg in r.stderr, f"--predict {what}: {r.stderr.strip()[:200]}")
+        check(r.returncode in (1, 2) and want_msg in r.stderr and open(f"{work}/new.npy", "rb").read() == before,
+              f"--predict {what}: {r.stderr.strip()[:200]}")
 
 
 def larger_than_memory(work):
