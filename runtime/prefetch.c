@@ -239,13 +239,13 @@ static double locked(const Prefetch *p, const double *v)
 double prefetch_waited(const Prefetch *p) { return locked(p, &p->waited); }
 double prefetch_read(const Prefetch *p) { return locked(p, &p->read); }
 int prefetch_depth(const Prefetch *p) { return p->depth; }
+int prefetch_workers(const Prefetch *p) { return p->nworkers; }
 
 bool prefetch_one_core(void)
 {
     cpu_set_t set;
     return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1;
 }
-int prefetch_workers(const Prefetch *p) { return p->nworkers; }
 
 void prefetch_free(Prefetch *p)
 {

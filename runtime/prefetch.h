@@ -57,9 +57,9 @@ void prefetch_give(Prefetch *p, PrefetchSlot *s);
 double prefetch_waited(const Prefetch *p);
 double prefetch_read(const Prefetch *p);
 int prefetch_depth(const Prefetch *p);
+int prefetch_workers(const Prefetch *p);
 /* Whether this process may run on one core only (a rank that mpirun bound to a core). */
 bool prefetch_one_core(void);
-int prefetch_workers(const Prefetch *p);
 /* Where a slot's labels start, in bytes from its features: a slot of ROWS rows of D is
  * one block of prefetch_y_at(D, ROWS) + ROWS * y_row * 4 bytes. */
 size_t prefetch_y_at(const Dataset *d, int64_t rows);
