@@ -14,10 +14,13 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-gpu -j"$(nproc)"
 mkdir -p build-gpu/lib data
 rm -f build-gpu/lib/*
+# OpenBLAS is loaded with dlopen, so ldd of cgc does not name it: its own ldd names its needs
+blas=$(ldconfig -p | awk '$1 == "libopenblas.so.0" && /x86-64/ { print $NF; exit }')
+needs() { ldd build-gpu/cgc; [ -n "$blas" ] && echo "libopenblas.so.0 => $blas (0)" && ldd "$blas"; }
 for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libcjson.so.1 libgomp.so.1 \
            libmpi.so.40 libopen-rte.so.40 libopen-pal.so.40 libhwloc.so.15 \
            libevent_core-2.1.so.7 libevent_pthreads-2.1.so.7 libudev.so.1; do
-    path=$(ldd build-gpu/cgc | awk -v l="$lib" '$1 == l { print $3 }')
+    path=$(needs | awk -v l="$lib" '$1 == l { print $3; exit }')
     [ -n "$path" ] && cp -L "$path" build-gpu/lib/
 done
 tar -cJf build-gpu/libs.tar.xz -C build-gpu lib
