@@ -73,11 +73,16 @@ typedef struct AttnShape {
     int rows, cols;
 } AttnShape;
 
+bool attention_tensor_cores(const IrGraph *g, const IrAttention *a)
+{
+    return g->nodes[a->q].dtype != DT_F32;
+}
+
 static AttnShape attn_shape(const IrGraph *g, const IrAttention *a)
 {
     const Shape *s = &g->nodes[a->q].shape;
     AttnShape x = { .d = s->dim[s->rank - 1], .t = s->dim[s->rank - 2] };
-    bool wide = x.d > 64, half = g->nodes[a->q].dtype != DT_F32;
+    bool wide = x.d > 64, half = attention_tensor_cores(g, a);
     if (a->backward && half) x.rows = 64, x.cols = wide ? 16 : 64;
     else if (a->backward) x.rows = x.cols = wide ? 16 : 32;
     else if (half) x.rows = 64, x.cols = wide ? 32 : 64;

@@ -289,6 +289,9 @@ void fused_render_row(const RenderCtx *ctx, int k, KernelDraft *d);
  * parameters and launch geometry; LSE is the buffer of its rows' log-sum-exp, which the
  * forward writes and the backward reads. */
 void attention_render(const RenderCtx *ctx, int k, int lse, KernelDraft *d);
+/* Whether attention A of G runs on the tensor cores (f16 and bf16 operands) rather than
+ * the CUDA cores (f32). */
+bool attention_tensor_cores(const IrGraph *g, const IrAttention *a);
 /* The softmax node whose log-sum-exp attention group K writes or reads, and its shape
  * (the scores' without the keys' axis). */
 int attention_lse_node(const RenderCtx *ctx, int k);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../base/diag.h"
+#include "codegen_impl.h"
 
 /* Dense figures (no structured sparsity), SXM parts. */
 const PerfPart perf_parts[] = {
@@ -45,6 +46,25 @@ const char *perf_bound_name(PerfBound b)
 static double buffer_bytes(const Plan *plan, int b, const int64_t *symvals)
 {
     return (double)plan_buffer_bytes(plan, plan_buffer_root(plan, b), symvals);
+}
+
+/* Attention group K's launch: the share of its scores its kernel must compute (a causal
+ * kernel skips the masked ones, all but Tq (Tq + 1) / 2 of Tq^2 with keys as many as
+ * queries; the composition's GEMMs compute them all) and its peak FLOP/s. */
+typedef struct AttnCost {
+    double share, peak;
+} AttnCost;
+
+static AttnCost attention_cost(const IrGraph *g, int k, const int64_t *symvals, const PerfPart *part)
+{
+    IrSpan *span = ir_group_spans(g);
+    IrAttention a = ir_attention_group(g, span, k);
+    free(span);
+    const Shape *scores = &g->nodes[a.sm].shape;
+    Shape tq = { 1, { scores->dim[scores->rank - 2] } }, tk = { 1, { scores->dim[scores->rank - 1] } };
+    double q = (double)ir_numel(&tq, symvals), keys = (double)ir_numel(&tk, symvals);
+    return (AttnCost){ .share = a.causal && q == keys && q > 0 ? (q + 1) / (2 * q) : 1,
+                       .peak = attention_tensor_cores(g, &a) ? part->half : part->f32 };
 }
 
 /* The FLOPs of the nodes a launch computes: its fusion group's, or its node's. */
@@ -117,6 +137,14 @@ static double fill(const PlanStep *s, const PerfStep *p, const PerfPart *part)
     return f < 1 ? f : 1;
 }
 
+/* Step S's attention group, or 0. */
+static int attention_group(const PlanGraph *pg, const PlanStep *s)
+{
+    bool attn = s->kind != STEP_GEMM && pg->ir && !s->sums_parts && s->group > 0 &&
+                pg->ir->groups[s->group - 1].kind == IR_GROUP_ATTENTION;
+    return attn ? s->group : 0;
+}
+
 /* The peak FLOP/s for step S: a GEMM's tensor-core type, else the CUDA cores' f32. */
 static double peak_flops(const PlanStep *s, const PerfPart *part)
 {
@@ -137,7 +165,13 @@ PerfStep perf_step(const Plan *plan, PlanGraphId gid, int i, const int64_t *symv
     PerfStep p = { 0 };
     if (s->kind == STEP_GEMM) gemm_cost(plan, &s->gemm, symvals, &p);
     else launch_cost(plan, pg, s, symvals, &p);
-    double memory = (p.read + p.written) / part->bandwidth, compute = p.flops / peak_flops(s, part);
+    double peak = peak_flops(s, part);
+    int attn = attention_group(pg, s);
+    if (attn) {
+        AttnCost a = attention_cost(pg->ir, attn, symvals, part);
+        p.flops *= a.share, peak = a.peak;
+    }
+    double memory = (p.read + p.written) / part->bandwidth, compute = p.flops / peak;
     double ideal = memory > compute ? memory : compute;
     double share = fill(s, &p, part);
     p.seconds = ideal / share;

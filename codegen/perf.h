@@ -3,8 +3,9 @@
  *
  * A step must move its bytes (each buffer it reads, read once; each it writes, written
  * once) and do its FLOPs (a GEMM's 2mnk; a kernel's ops, each its table cost times the
- * elements it makes). At the part's peak memory bandwidth and peak throughput (for the
- * step's kind of arithmetic: f32 on CUDA cores, or a GEMM's tensor-core type) that takes
+ * elements it makes; a causal attention kernel's, those of the unmasked scores). At the
+ * part's peak memory bandwidth and peak throughput (for the step's kind of arithmetic: f32
+ * on CUDA cores, or a GEMM's or an attention kernel's tensor-core type) that takes
  * a time; the larger of the two says whether the step is bound by memory or by compute.
  * A step is bound by latency instead when it cannot take less than a launch takes, or
  * when it runs too few threads to keep the SMs' memory requests in flight (under half of

@@ -8,7 +8,12 @@
    [N, 512] into parts enough to fill the largest part's SMs, then those into [512]. Every launch's time on every part is the roofline's, computed
    here from the datasheets' figures typed again (bandwidth, f32 peak, SMs), the threads
    or tiles against the SMs, and the 2 us floor; the step is their sum.
-2. --explain shows the model (its parts, the shares, the costliest launches) for every
+2. Attention at T = 256, 4 heads of width 32, batch 2, in default mode: the fused
+   forward launch's FLOPs are its two products' 4 N H T^2 D (and a few an element of the
+   scores for the scale, mask and softmax, under 5% more), the backward's four products'
+   8 N H T^2 D; a causal kernel's only the unmasked share, (T + 1) / (2T) of them; in bf16
+   at the tensor cores' peak (989.4 TFLOP/s on an H200), in fp32 at the CUDA cores' (67).
+3. --explain shows the model (its parts, the shares, the costliest launches) for every
    model of models/ and bench/models/, and the wide MLP's split sums.
 
     python3 tests/e2e/roofline.py build/cgc ROOT
@@ -36,6 +41,7 @@ train {{
 # name: (SMs, bytes/s, f32 FLOP/s): NVIDIA's datasheets, dense
 PARTS = {"A100 SXM 40GB": (108, 1555e9, 19.5e12), "A100 SXM 80GB": (108, 2039e9, 19.5e12),
          "H100 SXM": (132, 3350e9, 67e12), "H200 SXM": (132, 4800e9, 67e12)}
+HALF_PEAK = {"A100 SXM 40GB": 312e12, "A100 SXM 80GB": 312e12, "H100 SXM": 989.4e12, "H200 SXM": 989.4e12}
 
 
 def check(ok, what):
@@ -48,8 +54,9 @@ def close(a, b):
     return abs(a - b) <= 1e-6 * max(abs(a), abs(b), 1e-12)
 
 
-def roofline(launch, part):
-    sms, bandwidth, peak = PARTS[part]
+def roofline(launch, part, peak=None):
+    sms, bandwidth, f32 = PARTS[part]
+    peak = peak or f32
     ideal = max((launch["bytes_read"] + launch["bytes_written"]) / bandwidth, launch["flops"] / peak)
     share = launch["blocks"] / sms if launch["kernel"] == "GEMM" else launch["threads"] / (sms * 1024)
     return max(ideal / min(share, 1), 2e-6)
@@ -104,6 +111,47 @@ def closed_forms(cgc, work):
           f"each part's step, the sum of its launches: {[p['step_s'] for p in pred['parts']]}")
 
 
+ATTENTION = """model a {{
+    input x: f32[N, {t}, 128]
+    q = linear(x, 128, bias = false)
+    a = attention(q, q, q, heads = 4, causal = {causal})
+    output a
+    loss   mean(a)
+}}
+train {{
+    data      = synthetic(samples = 4)
+    batch     = 2
+    precision = {precision}
+}}
+"""
+
+
+def attention_forms(cgc, work):
+    n, t, heads, d = 2, 256, 4, 32
+    products = n * heads * t * t * d
+    for causal, precision in (("true", "bf16"), ("false", "bf16"), ("true", "fp32")):
+        with open(f"{work}/a.net", "w") as f:
+            f.write(ATTENTION.format(t=t, causal=causal, precision=precision))
+        r = subprocess.run([cgc, "a.net", "--check", "--arch", "none", "--mode", "default", "--stats", "a.json",
+                            "-q"], cwd=work, capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"--stats of attention, causal = {causal}, {precision} {r.stderr[-300:]}")
+        if r.returncode:
+            continue
+        pred = json.load(open(f"{work}/a.json"))["predicted"]
+        share = (t + 1) / (2 * t) if causal == "true" else 1
+        for way, times in (("fwd", 4), ("bwd", 8)):
+            got = [l for l in pred["launches"] if l["kernel"].startswith(f"attention_{way}")]
+            want = share * times * products
+            check(len(got) == 1 and want <= got[0]["flops"] <= 1.05 * want,
+                  f"causal = {causal}, {precision}: the {way} launch's FLOPs {[l['flops'] for l in got]}, "
+                  f"{share:.4f} of {times} N H T^2 D = {want:.0f} and under 5% more")
+            peak = [HALF_PEAK[p["name"]] if precision == "bf16" else None for p in pred["parts"]]
+            bad = [(l["kernel"], k) for l in got for k, p in enumerate(pred["parts"])
+                   if not close(l["seconds"][k], roofline(l, p["name"], peak[k]))]
+            check(not bad, f"causal = {causal}, {precision}: the {way} launch's times at the "
+                           f"{'tensor' if precision == 'bf16' else 'CUDA'} cores' peak: {bad}")
+
+
 def explained(cgc, root):
     models = [os.path.join(d, m) for d in (f"{root}/models", f"{root}/bench/models")
               for m in sorted(os.listdir(d)) if m.endswith(".net")]
@@ -130,6 +178,7 @@ def main():
     cgc = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory() as work:
         closed_forms(cgc, work)
+        attention_forms(cgc, work)
     explained(cgc, sys.argv[2])
     print(f"{failures} failed")
     return 1 if failures else 0
