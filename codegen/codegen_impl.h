@@ -64,9 +64,10 @@ typedef struct RenderScratch {
     bool *need;                         /* fused_row.c */
 } RenderScratch;
 
-/* A REDUCE_TO summed in two passes (cuda_reduce_to_split): COUNT > 1 blocks per tile,
- * each writing its column sums (double) to PARTS[s * nout + o]; then a launch that sums
- * each output's parts in order. COUNT 1: one pass. */
+/* A sum in two passes: a REDUCE_TO (cuda_reduce_to_split: COUNT > 1 blocks per tile,
+ * each writing its column sums, double, to PARTS[s * nout + o]) or a reduction along an
+ * axis (cuda_reduce_axis_split: COUNT blocks a row, PARTS[s * rows + r]); then a launch
+ * that sums each output's parts. COUNT 1: one pass. */
 typedef struct ReduceSplit {
     int count;
     int parts;                  /* buffer, or -1 */
@@ -174,8 +175,23 @@ typedef struct AxisExpr {
 } AxisExpr;
 AxisExpr cuda_axis_expr(KernelDraft *d, const Shape *x, int axis);
 /* The loop over rows r from FIRST by STEP (eager: blockIdx.x, gridDim.x) and `base`,
- * the offset of the row's element 0; its elements are `inner` apart. */
-void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, const char *step);
+ * the offset of the row's element 0; its elements are `inner` apart. SPLIT > 1: a sum
+ * split across blocks (cuda_reduce_axis_split); the loop is over blocks' shares v, each
+ * of row r's elements [from, end) (whole vectors but the last), its part s. */
+void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, const char *step,
+                          int split);
+/* How many blocks share each row of a sum of X along AXIS (or IR_AXIS_ALL) in a launch of
+ * its own, the symbols at their largest (SYMMAX; NULL: unknown): 1 where the rows fill the
+ * largest part of perf.h or the sum is small, or where the rows are not static (the parts'
+ * buffer is [split, rows]); else enough to fill that part, each block summing 4096
+ * elements at least. Each block's sum (divided by the row's length for a mean) goes to
+ * parts[s * rows + r]; cuda_render_reduce_parts adds them. */
+int cuda_reduce_axis_split(const Shape *x, int axis, const int64_t *symmax);
+/* The statement that stores row r's sum acc<n> of reduction N (a printf format: SPLIT, of
+ * the one number n; else of the output's name, then n). */
+const char *cuda_row_sum_store(const IrNode *n, bool split);
+/* The blocks' work of a launch over ROWS split SPLIT ways. */
+Shape cuda_row_work(const Shape *rows, int split);
 
 /* REDUCE_TO of XS down to OS: for output element o, `kept` (statements) gives the k<j>
  * and `base` the offset of its first input element; for reduced element r, `red`
@@ -217,8 +233,8 @@ void cuda_reduce_to_close(KernelDraft *d, const ReduceToIndex *ix, const char *o
 int cuda_reduce_to_split(const Shape *xs, const Shape *os, const int64_t *symmax);
 /* The parameter `parts` of SPLIT (doubles: its buffer holds them as pairs of f32). */
 void cuda_split_parts_param(KernelDraft *d, ReduceSplit split, bool is_const);
-/* The second pass of REDUCE_TO node ID split as SPLIT: each output the sum, in order, of
- * its parts. */
+/* The second pass of a sum node ID split as SPLIT (a REDUCE_TO, or a reduction along an
+ * axis): each output the sum of its parts, in a fixed order. */
 void cuda_render_reduce_parts(const RenderCtx *ctx, int id, ReduceSplit split, KernelDraft *d);
 /* The work a REDUCE_TO launch spreads over blocks: OS's elements, or IX's tiles (times
  * its split). */
@@ -270,6 +286,9 @@ void fused_render_epilogue(const RenderCtx *ctx, int k, int from, const char *va
  * time proportional to the groups, so that a launch of any width splits cheaply. */
 /* Group K's REDUCE_TO (its only reduction then), or -1. */
 int fused_reduce_to_member(const RenderCtx *ctx, int k);
+/* The sum a launch of REDUCE group K alone may split (plan.c): its REDUCE_TO, or its one
+ * reduction along its axis; -1 where it has several. */
+int fused_sum_member(const RenderCtx *ctx, int k);
 int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n);
 /* EXPR (cuda_elementwise_expr's locals x, a, b, c) over the given operand values. */
 void fused_substitute(StrBuf *out, const char *expr, const char *x, const char *a,

@@ -671,13 +671,17 @@ void cuda_render_reduce_parts(const RenderCtx *ctx, int id, ReduceSplit split, K
              ir_dtype_name(n->dtype));
     draft_buffer(d, "out", ctx->node_buffer[id], n->dtype, false);
     cuda_split_parts_param(d, split, true);
-    sb_printf(&d->body, "    for (int64_t o = cgc_thread_index(); o < %lld; o += cgc_thread_count()) {\n"
+    /* a warp an output: lane j sums parts j, j + 32, ... in order, then the warp's lanes
+     * in a fixed tree (the same bits every run) */
+    sb_printf(&d->body, "    for (int64_t o = cgc_thread_index() / 32; o < %lld; o += cgc_thread_count() / 32) {\n"
                         "        double acc = 0.0;\n"
-                        "        for (int s = 0; s < %d; s++) acc += parts[s * %lld + o];\n"
-                        "        cgc_store(&out[o], (float)acc);\n"
+                        "        for (int s = threadIdx.x %% 32; s < %d; s += 32) acc += parts[s * %lld + o];\n"
+                        "        acc = cgc_warp_sum(acc);\n"
+                        "        if (threadIdx.x %% 32 == 0) cgc_store(&out[o], (float)acc);\n"
                         "    }\n", (long long)nout, split.count, (long long)nout);
-    cuda_launch_elementwise(d, &n->shape);
-    d->items_per_block = CUDA_BLOCK;   /* an output a thread: the parts are few */
+    Shape lanes = { .rank = 1, .dim = { nout * 32 } };
+    cuda_launch_elementwise(d, &lanes);
+    d->items_per_block = CUDA_BLOCK;   /* a lane a thread */
 }
 
 /* REDUCE_TO: output element o sums, in double, every input element that broadcasting
@@ -724,34 +728,64 @@ AxisExpr cuda_axis_expr(KernelDraft *d, const Shape *x, int axis)
     return a;
 }
 
-/* The loop over rows r from FIRST by STEP (a block each) and `base`, the offset of the
- * row's element 0; its elements are `inner` apart. */
-void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, const char *step)
+void cuda_render_row_loop(KernelDraft *d, const AxisExpr *a, const char *first, const char *step,
+                          int split)
 {
     sb_printf(&d->body, "    const int64_t rows = %s, len = %s, inner = %s;\n", a->rows_n,
               a->len, a->inner);
-    sb_printf(&d->body, "    for (int64_t r = %s; r < rows; r += %s) {\n"
-                        "        const int64_t base = (r / inner) * len * inner + r %% inner;\n",
-              first, step);
+    if (split > 1)   /* block v sums elements [from, end) of row r: chunks of whole vectors */
+        sb_printf(&d->body, "    const int64_t chunk = (len + %d) / %d * %d;\n"
+                            "    for (int64_t v = %s; v < rows * %d; v += %s) {\n"
+                            "        const int64_t r = v / %d, s = v %% %d;\n"
+                            "        const int64_t from = s * chunk, end = from + chunk < len ? from + chunk : len;\n",
+                  split * CUDA_VEC - 1, split * CUDA_VEC, CUDA_VEC, first, split, step, split, split);
+    else
+        sb_printf(&d->body, "    for (int64_t r = %s; r < rows; r += %s) {\n", first, step);
+    sb_puts(&d->body, "        const int64_t base = (r / inner) * len * inner + r % inner;\n");
+}
+
+/* Below this many elements a block, a split sum along an axis gains less than its second
+ * launch costs; a row is split this many ways at most. */
+enum { SPLIT_MIN_BLOCK_ELEMENTS = 16 * CUDA_BLOCK, SPLIT_ROW_MAX = 1024 };
+
+int cuda_reduce_axis_split(const Shape *x, int axis, const int64_t *symmax)
+{
+    Shape rows = ir_shape_reduce(x, axis);
+    if (!symmax || !ir_shape_is_static(&rows) || ir_numel(x, symmax) < SPLIT_MIN_ELEMENTS) return 1;
+    int64_t nrows = ir_numel(&rows, NULL);
+    int64_t fill = perf_fill_threads() / CUDA_BLOCK, want = (fill + nrows - 1) / nrows;
+    int64_t most = ir_numel(x, symmax) / nrows / SPLIT_MIN_BLOCK_ELEMENTS;
+    int64_t split = want < most ? want : most;
+    return split < 2 ? 1 : split > SPLIT_ROW_MAX ? SPLIT_ROW_MAX : (int)split;
 }
 
 /* The start of an op along an axis of its one input x, out -> in_x: the parameters and
- * the loop over rows, a block each. */
-static AxisExpr begin_row_op(const RenderCtx *ctx, int id, KernelDraft *d)
+ * the loop over rows, a block each (a sum split SPLIT ways: `parts`, not `out`). */
+static AxisExpr begin_row_op(const RenderCtx *ctx, int id, KernelDraft *d, ReduceSplit split)
 {
     const IrNode *node = &ctx->g->nodes[id];
     const IrNode *x = &ctx->g->nodes[node->in[0]];
-    draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
+    if (split.count > 1) cuda_split_parts_param(d, split, false);
+    else draft_buffer(d, "out", ctx->node_buffer[id], node->dtype, false);
     draft_buffer(d, "in_x", ctx->node_buffer[node->in[0]], x->dtype, true);
     AxisExpr a = cuda_axis_expr(d, &x->shape, node->axis);
-    cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x");
+    cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x", split.count);
     return a;
+}
+
+const char *cuda_row_sum_store(const IrNode *n, bool split)
+{
+    if (split) return ir_op_info[n->op].mean ? "parts[s * rows + r] = acc%d / (double)len;"
+                                             : "parts[s * rows + r] = acc%d;";
+    return ir_op_info[n->op].mean ? "cgc_store(&%s[r], (float)(acc%d / (double)len));"
+                                  : "cgc_store(&%s[r], (float)acc%d);";
 }
 
 static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
-    AxisExpr a = begin_row_op(ctx, id, d);
+    bool split = ctx->split.count > 1;
+    AxisExpr a = begin_row_op(ctx, id, d, ctx->split);
     if (ir_op_info[node->op].combine == IR_COMBINE_MAX) {
         /* NaN wins (torch.amax); the max of nothing is NaN, as on the CPU */
         sb_puts(&d->body,
@@ -762,15 +796,22 @@ static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
                 "        if (threadIdx.x == 0) cgc_store(&out[r], len == 0 ? CGC_NAN : m);\n"
                 "    }\n");
     } else {
-        sb_puts(&d->body,
-                "        double acc = 0.0;\n"
-                "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x)\n"
-                "            acc += (double)cgc_load(in_x[base + k * inner]);\n"
-                "        acc = cgc_block_sum(acc);\n");
-        sb_printf(&d->body, "        if (threadIdx.x == 0) cgc_store(&out[r], (float)%s);\n    }\n",
-                  ir_op_info[node->op].mean ? "(acc / (double)len)" : "acc");
+        sb_printf(&d->body,
+                  "        double acc0 = 0.0;\n"
+                  "        for (int64_t k = %sthreadIdx.x; k < %s; k += blockDim.x)\n"
+                  "            acc0 += (double)cgc_load(in_x[base + k * inner]);\n"
+                  "        acc0 = cgc_block_sum(acc0);\n"
+                  "        if (threadIdx.x == 0) ", split ? "from + " : "", split ? "end" : "len");
+        if (split) sb_printf(&d->body, cuda_row_sum_store(node, true), 0);
+        else sb_printf(&d->body, cuda_row_sum_store(node, false), "out", 0);
+        sb_puts(&d->body, "\n    }\n");
     }
-    cuda_launch_rows(d, a.rows);
+    cuda_launch_rows(d, cuda_row_work(&a.rows, ctx->split.count));
+}
+
+Shape cuda_row_work(const Shape *rows, int split)
+{
+    return split > 1 ? (Shape){ .rank = 1, .dim = { ir_numel(rows, NULL) * split } } : *rows;
 }
 
 /* SOFTMAX and LOG_SOFTMAX: the row's maximum, the sum of exp(x - max) in double, then
@@ -778,7 +819,7 @@ static void render_reduce(const RenderCtx *ctx, int id, KernelDraft *d)
 static void render_softmax(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
-    AxisExpr a = begin_row_op(ctx, id, d);
+    AxisExpr a = begin_row_op(ctx, id, d, (ReduceSplit){ 1, -1 });
     sb_puts(&d->body,
             "        float m = -CGC_INF;\n"
             "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
@@ -815,7 +856,7 @@ static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
     draft_buffer(d, "in_d", ctx->node_buffer[node->in[0]], dn->dtype, true);
     draft_buffer(d, "in_y", ctx->node_buffer[node->in[1]], yn->dtype, true);
     AxisExpr a = cuda_axis_expr(d, &dn->shape, node->axis);
-    cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x");
+    cuda_render_row_loop(d, &a, "blockIdx.x", "gridDim.x", 1);
     sb_printf(&d->body,
               "        double s = 0.0;\n"
               "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"

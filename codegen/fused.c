@@ -142,7 +142,7 @@ static void add_outputs(GroupKernel *f, int k)
     for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &ctx->g->nodes[id];
         if (!computed_member(ctx->g, id, k) || (!stored(f, id) && !is_effect(n))) continue;
-        if (ir_op_reduces_to_shape(n->op) && ctx->split.count > 1) {   /* its parts instead */
+        if (ir_op_is_reduction(n->op) && ctx->split.count > 1) {   /* its parts instead */
             snprintf(f->param[id], sizeof f->param[id], "parts");
             if (f->counting) f->counted++;
             else cuda_split_parts_param(f->d, ctx->split, false);
@@ -487,25 +487,28 @@ static void render_reduce_lanes(GroupKernel *f, int k, const char *index, bool t
 }
 
 /* Whether the rows of group K's reductions are whole vectors: contiguous (inner 1), of a
- * fixed length that four divides. */
+ * length that four divides whatever its symbols (their literal dimensions' product). */
 static bool vector_rows(const IrGroup *gr)
 {
     const Shape *w = &gr->work;
-    int axis = gr->axis == IR_AXIS_ALL ? 0 : gr->axis;
-    bool last = gr->axis == IR_AXIS_ALL || gr->axis == w->rank - 1;
-    Shape len = gr->axis == IR_AXIS_ALL ? *w : (Shape){ .rank = 1, .dim = { w->rank ? w->dim[axis] : 1 } };
-    return last && w->rank > 0 && ir_shape_is_static(&len) && ir_numel(&len, NULL) % CUDA_VEC == 0;
+    bool all = gr->axis == IR_AXIS_ALL;
+    if (w->rank == 0 || !(all || gr->axis == w->rank - 1)) return false;
+    int64_t literal = 1;
+    for (int i = all ? 0 : w->rank - 1; i < w->rank; i++)
+        if (!IR_DIM_IS_SYM(w->dim[i])) literal *= w->dim[i];
+    return literal % CUDA_VEC == 0;
 }
 
 /* Group K's reductions along its axis: one accumulator each (acc<n>: sums in double;
  * m<n>: maxima, NaN wins); rows that are whole vectors (vector_rows) read four elements
- * a thread at a time. */
+ * a thread at a time. A split sum (the launch's split) shares each row among blocks. */
 static void render_reduce_axis(GroupKernel *f, int k, const char *first, const char *step)
 {
     const IrGraph *g = f->ctx->g;
     const IrGroup *gr = group_of(f->ctx, k);
+    bool split = f->ctx->split.count > 1;
     AxisExpr a = cuda_axis_expr(f->d, &gr->work, gr->axis);
-    cuda_render_row_loop(f->d, &a, first, step);
+    cuda_render_row_loop(f->d, &a, first, step, f->ctx->split.count);
     StrBuf fin = { 0 }, store = { 0 };
     const IrSpan span = members(f->ctx, k);
     for (int id = span.first, r = 0; id < span.end; id++) {
@@ -516,19 +519,23 @@ static void render_reduce_axis(GroupKernel *f, int k, const char *first, const c
         sb_printf(&f->d->body, max ? "        float m%d = -CGC_INF;\n" : "        double acc%d = 0.0;\n", r);
         if (max) sb_printf(&fin, "        m%d = cgc_block_max(m%d, true);\n", r, r);
         else sb_printf(&fin, "        acc%d = cgc_block_sum(acc%d);\n", r, r);
-        if (stored(f, id))
-            sb_printf(&store, "            cgc_store(&%s[r], %s%d%s);\n", f->param[id],
-                      max ? "len == 0 ? CGC_NAN : m" : "(float)(acc",
-                      r, max ? "" : ir_op_info[n->op].mean ? " / (double)len)" : ")");
+        if (stored(f, id)) {
+            sb_puts(&store, "            ");
+            if (max) sb_printf(&store, "cgc_store(&%s[r], len == 0 ? CGC_NAN : m%d);", f->param[id], r);
+            else if (split) sb_printf(&store, cuda_row_sum_store(n, true), r);
+            else sb_printf(&store, cuda_row_sum_store(n, false), f->param[id], r);
+            sb_puts(&store, "\n");
+        }
         r++;
     }
     CGC_ASSERT(fin.s);   /* a REDUCE group has a reduction */
+    const char *from = split ? "from + " : "", *end = split ? "end" : "len";
     if (vector_rows(gr)) {
-        sb_printf(&f->d->body, "        for (int64_t k0 = threadIdx.x * %d; k0 < len; k0 += blockDim.x * %d) {\n",
-                  CUDA_VEC, CUDA_VEC);
+        sb_printf(&f->d->body, "        for (int64_t k0 = %sthreadIdx.x * %d; k0 < %s; k0 += blockDim.x * %d) {\n",
+                  from, CUDA_VEC, end, CUDA_VEC);
         render_reduce_lanes(f, k, "base + k0", false);
     } else {
-        sb_puts(&f->d->body, "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n");
+        sb_printf(&f->d->body, "        for (int64_t k = %sthreadIdx.x; k < %s; k += blockDim.x) {\n", from, end);
         render_indexed_element(f, k, "base + k * inner", "base");
         render_accumulate(f, k, "            ", false);
     }
@@ -545,6 +552,18 @@ int fused_reduce_to_member(const RenderCtx *ctx, int k)
     for (int id = span.first; id < span.end; id++)
         if (computed_member(g, id, k) && ir_op_reduces_to_shape(g->nodes[id].op)) return id;
     return -1;
+}
+
+int fused_sum_member(const RenderCtx *ctx, int k)
+{
+    int to = fused_reduce_to_member(ctx, k);
+    if (to >= 0) return to;
+    const IrGraph *g = ctx->g;
+    const IrSpan span = members(ctx, k);
+    int found = -1, n = 0;
+    for (int id = span.first; id < span.end; id++)
+        if (computed_member(g, id, k) && ir_op_is_reduction(g->nodes[id].op)) found = id, n++;
+    return n == 1 ? found : -1;
 }
 
 /* Group K's REDUCE_TO ID; returns the launch's work (cuda_reduce_to_work). */
@@ -585,7 +604,8 @@ static Shape render_group(GroupKernel *f, int k, const char *first, const char *
             rows = render_reduce_to(f, k, to, first, step);
         } else {
             render_reduce_axis(f, k, first, step);
-            rows = ir_shape_reduce(&gr->work, gr->axis);
+            Shape out = ir_shape_reduce(&gr->work, gr->axis);
+            rows = cuda_row_work(&out, f->ctx->split.count);
         }
     }
     forget_values(f, k);

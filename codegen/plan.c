@@ -396,13 +396,16 @@ static RenderCtx render_ctx(const Builder *b)
 
 /* ---- split reductions ---- */
 
-/* How REDUCE_TO node ID, summing XS in a launch of its own, is split
- * (cuda_reduce_to_split), with a buffer for its parts: [count, nout] doubles. A sum no
- * buffer keeps is not split. */
+/* How sum node ID of XS in a launch of its own is split, with a buffer for its parts:
+ * [count, nout] doubles. A REDUCE_TO: cuda_reduce_to_split; a sum or mean along an axis:
+ * cuda_reduce_axis_split. A sum no buffer keeps, or a maximum, is not split. */
 static ReduceSplit reduce_split(Builder *b, int id, const Shape *xs)
 {
     const IrNode *n = &b->graph->ir->nodes[id];
-    int count = b->graph->node_buffer[id] >= 0 ? cuda_reduce_to_split(xs, &n->shape, b->symmax) : 1;
+    int count = 1;
+    if (b->graph->node_buffer[id] < 0) return (ReduceSplit){ 1, -1 };
+    if (ir_op_reduces_to_shape(n->op)) count = cuda_reduce_to_split(xs, &n->shape, b->symmax);
+    else if (ir_op_info[n->op].combine == IR_COMBINE_ADD) count = cuda_reduce_axis_split(xs, n->axis, b->symmax);
     if (count < 2) return (ReduceSplit){ 1, -1 };
     Shape parts = { .rank = 2, .dim = { count, 2 * ir_numel(&n->shape, NULL) } };
     int buf = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = DT_F32, .shape = parts, .alias_of = -1,
@@ -411,7 +414,7 @@ static ReduceSplit reduce_split(Builder *b, int id, const Shape *xs)
     return (ReduceSplit){ count, buf };
 }
 
-/* The second pass of split REDUCE_TO node ID, after the launch of GROUP (0: its own). */
+/* The second pass of split sum node ID, after the launch of GROUP (0: its own). */
 static void sum_parts_step(Builder *b, int id, ReduceSplit split, int group)
 {
     const IrNode *n = &b->graph->ir->nodes[id];
@@ -432,7 +435,7 @@ static void launch_node(Builder *b, int id)
 {
     const IrNode *n = &b->graph->ir->nodes[id];
     RenderCtx ctx = render_ctx(b);
-    if (ir_op_reduces_to_shape(n->op)) ctx.split = reduce_split(b, id, &b->graph->ir->nodes[n->in[0]].shape);
+    if (ir_op_is_reduction(n->op)) ctx.split = reduce_split(b, id, &b->graph->ir->nodes[n->in[0]].shape);
     KernelDraft d;
     memset(&d, 0, sizeof d);
     cuda_render_node(&ctx, id, &d);
@@ -743,7 +746,7 @@ static void launch_groups(Builder *b, const int *groups, int n, int last_member)
     const IrGraph *g = b->graph->ir;
     RenderCtx ctx = render_ctx(b);
     const IrGroup *first = &g->groups[groups[0] - 1];
-    int to = n == 1 && first->kind == IR_GROUP_REDUCE ? fused_reduce_to_member(&ctx, groups[0]) : -1;
+    int to = n == 1 && first->kind == IR_GROUP_REDUCE ? fused_sum_member(&ctx, groups[0]) : -1;
     if (to >= 0) ctx.split = reduce_split(b, to, &first->work);
     KernelDraft d;
     memset(&d, 0, sizeof d);

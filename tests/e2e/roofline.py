@@ -13,7 +13,10 @@
    scores for the scale, mask and softmax, under 5% more), the backward's four products'
    8 N H T^2 D; a causal kernel's only the unmasked share, (T + 1) / (2T) of them; in bf16
    at the tensor cores' peak (989.4 TFLOP/s on an H200), in fp32 at the CUDA cores' (67).
-3. --explain shows the model (its parts, the shares, the costliest launches) for every
+3. A loss that is one mean over 4M elements (mse of [N, 64] at N = 65,536): its single
+   row shared among enough blocks to fill the largest part (132 SMs of 1024 threads: 528
+   blocks of 256), each writing its part in double, then a launch adding the parts.
+4. --explain shows the model (its parts, the shares, the costliest launches) for every
    model of models/ and bench/models/, and the wide MLP's split sums.
 
     python3 tests/e2e/roofline.py build/cgc ROOT
@@ -152,6 +155,40 @@ def attention_forms(cgc, work):
                            f"{'tensor' if precision == 'bf16' else 'CUDA'} cores' peak: {bad}")
 
 
+MEAN = """model m {{
+    input x: f32[N, 64]
+    input t: f32[N, 64]
+    pred = linear(x, 64)
+    output pred
+    loss   mse(pred, t)
+}}
+train {{
+    batch = {n}
+}}
+"""
+
+
+def mean_forms(cgc, work):
+    with open(f"{work}/m.net", "w") as f:
+        f.write(MEAN.format(n=N))
+    r = subprocess.run([cgc, "m.net", "--check", "--arch", "none", "--mode", "default", "--stats", "m.json",
+                        "-q"], cwd=work, capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"--stats of the mean over 4M elements {r.stderr[-300:]}")
+    if r.returncode:
+        return
+    launches = json.load(open(f"{work}/m.json"))["predicted"]["launches"]
+    parts = min(132 * 1024 // 256, N * 64 // (16 * 256))
+    # the loss's launch (line 6) adds pred's bias to the product, reads t, stores pred and
+    # the difference (its gradient's), and its parts
+    loss = [l for l in launches if l["line"] == 6 and l["bytes_read"] > N]
+    sums = [l for l in launches if l["kernel"].startswith("sum_parts") and l["line"] == 6]
+    check(len(loss) == 1 and (loss[0]["bytes_read"], loss[0]["bytes_written"], loss[0]["blocks"]) ==
+          (2 * 4 * N * 64 + 4 * 64, 2 * 4 * N * 64 + 8 * parts, parts) and len(sums) == 1
+          and (sums[0]["bytes_read"], sums[0]["bytes_written"]) == (8 * parts, 4),
+          f"the mean's row shared by {parts} blocks, each writing its part, then the parts added into one value: "
+          f"{[(l['kernel'], l['bytes_read'], l['bytes_written'], l['blocks']) for l in loss + sums]}")
+
+
 def explained(cgc, root):
     models = [os.path.join(d, m) for d in (f"{root}/models", f"{root}/bench/models")
               for m in sorted(os.listdir(d)) if m.endswith(".net")]
@@ -179,6 +216,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         closed_forms(cgc, work)
         attention_forms(cgc, work)
+        mean_forms(cgc, work)
     explained(cgc, sys.argv[2])
     print(f"{failures} failed")
     return 1 if failures else 0

@@ -160,14 +160,17 @@ cgc_emu_run(test_emu_boundary_shuffled test_emu_models ENV CGC_EMU_SCHEDULE=shuf
             ARGS --batches 129,127 mlp:bf16 narrow_mlp:fp16:2 regression:fp16 resmlp:bf16
                  ${EMU_ODD}:fp32 ${EMU_ODD}:bf16:2 ../tests/emu/models/softmax_axes:fp16)
 
-# Sums over the batch split across blocks and summed in a second launch
-# (tests/emu/models/split_sums.net), at batches large enough to split, in each mode and
-# the halves, the blocks in the shuffled order (any order of the parts' writes).
+# Sums split across blocks and summed in a second launch, at batches large enough to
+# split: over the batch (tests/emu/models/split_sums.net) and a loss's mean over every
+# element (split_rows.net), in each mode and the halves, the blocks in the shuffled order
+# (any order of the parts' writes).
 set(EMU_SPLIT ../tests/emu/models/split_sums)
+set(EMU_SPLIT_ROWS ../tests/emu/models/split_rows)
 cgc_emu_run(test_emu_split test_emu_models ENV CGC_EMU_SCHEDULE=shuffled
             ARGS --splits --batches 4099,1001 ${EMU_SPLIT}:fp32 ${EMU_SPLIT}:bf16:0:default
-                 ${EMU_SPLIT}:fp16:2:default
-            ASAN --asan --splits --batches 4099,1001 ${EMU_SPLIT}:bf16:0:default)
+                 ${EMU_SPLIT}:fp16:2:default ${EMU_SPLIT_ROWS}:fp32 ${EMU_SPLIT_ROWS}:bf16:0:default
+            ASAN --asan --splits --batches 4099,1001 ${EMU_SPLIT}:bf16:0:default
+                 ${EMU_SPLIT_ROWS}:fp16:0:default)
 
 # Models too wide for one kernel's parameters (tests/emu/wide/*.net): the kernels fusion
 # splits them into, at the limit, in the default mode.

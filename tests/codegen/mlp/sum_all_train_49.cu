@@ -10,10 +10,10 @@ sum_all_train_49(float *__restrict__ out, const float *__restrict__ in_x)
     const int64_t rows = 1, len = 512, inner = 1;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t base = (r / inner) * len * inner + r % inner;
-        double acc = 0.0;
+        double acc0 = 0.0;
         for (int64_t k = threadIdx.x; k < len; k += blockDim.x)
-            acc += (double)cgc_load(in_x[base + k * inner]);
-        acc = cgc_block_sum(acc);
-        if (threadIdx.x == 0) cgc_store(&out[r], (float)acc);
+            acc0 += (double)cgc_load(in_x[base + k * inner]);
+        acc0 = cgc_block_sum(acc0);
+        if (threadIdx.x == 0) cgc_store(&out[r], (float)acc0);
     }
 }
