@@ -62,6 +62,7 @@ typedef struct RenderScratch {
     char (*value)[RENDER_VALUE_MAX];    /* its value's expression where the code is */
     int *phase, *local;                 /* fused_row.c */
     bool *need;                         /* fused_row.c */
+    bool *uniform;                      /* fused.c: its value the same at every element */
 } RenderScratch;
 
 /* A sum in two passes: a REDUCE_TO (cuda_reduce_to_split: COUNT > 1 blocks per tile,

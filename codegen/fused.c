@@ -25,6 +25,11 @@
  *             elements a thread: each buffer read or written at element i is one
  *             cgc_load4 before the element code and one cgc_store4 after, the code once
  *             per lane j (x<n> is lane j of vq<n>, a stored value goes to vs<n>[j]).
+ *  uniform    a pointwise group's values that are the same at every element (loads of
+ *             single-element tensors, and members computed from those, runtime scalars
+ *             and literals alone: an optimizer's step size, bias corrections, clipping
+ *             factor) are `const float u<n>`, computed once before the loop. The compiler
+ *             cannot hoist them itself: the loop's stores may alias the loads.
  */
 #include "codegen_impl.h"
 
@@ -41,7 +46,10 @@ typedef struct GroupKernel {
     char (*param)[RENDER_PARAM_MAX];    /* per node: its parameter (in<n>, out<n>, rt<n>),
                                          * or the expression that reads it; "" */
     char (*value)[RENDER_VALUE_MAX];    /* per node: the expression of its value in the
-                                         * group being rendered (v<k>, x<n>, a literal), "" */
+                                         * group being rendered (v<k>, x<n>, u<k>, a
+                                         * literal), "" */
+    bool *uniform;                      /* per node: the same at every element of the group
+                                         * being rendered, computed once (u<k>) */
     int nin, nout, nrt;
     bool seed, rank_row;
     bool counting;              /* parameters only counted (in `counted`), no draft */
@@ -75,14 +83,14 @@ RenderScratch *render_scratch_new(int nnodes)
     RenderScratch *s = xmalloc(sizeof *s);
     *s = (RenderScratch){ xcalloc(n, sizeof *s->param), xcalloc(n, sizeof *s->value),
                           xcalloc(n, sizeof *s->phase), xcalloc(n, sizeof *s->local),
-                          xcalloc(n, sizeof *s->need) };
+                          xcalloc(n, sizeof *s->need), xcalloc(n, sizeof *s->uniform) };
     return s;
 }
 
 void render_scratch_free(RenderScratch *s)
 {
     if (!s) return;
-    free(s->param), free(s->value), free(s->phase), free(s->local), free(s->need);
+    free(s->param), free(s->value), free(s->phase), free(s->local), free(s->need), free(s->uniform);
     free(s);
 }
 
@@ -90,7 +98,7 @@ static void clean_entry(RenderScratch *s, int id)
 {
     s->param[id][0] = s->value[id][0] = '\0';
     s->phase[id] = s->local[id] = 0;
-    s->need[id] = false;
+    s->need[id] = s->uniform[id] = false;
 }
 
 void render_scratch_clean(const RenderCtx *ctx, int k)
@@ -309,7 +317,7 @@ static void render_element(GroupKernel *f, int k, const char *indent)
     const IrSpan span = members(f->ctx, k);
     for (int id = span.first; id < span.end; id++) {
         const IrNode *n = &g->nodes[id];
-        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op) || is_effect(n)) continue;
+        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op) || is_effect(n) || f->uniform[id]) continue;
         CGC_ASSERT(ir_node_fuse(n) != IR_FUSE_RANDOM || ir_shape_equal(&n->shape, &group_of(f->ctx, k)->work));
         snprintf(f->value[id], sizeof f->value[id], "v%d", local++);
         StrBuf e = { 0 };
@@ -337,18 +345,20 @@ static void render_element(GroupKernel *f, int k, const char *indent)
     }
 }
 
-/* Forgets the values of group K's members and loads: another segment comes next. */
-static void forget_values(GroupKernel *f, int k)
+/* Forgets the values of group K's members and loads but the uniform ones (ALL: those
+ * too): another path or segment comes next. */
+static void forget(GroupKernel *f, int k, bool all)
 {
     const IrGraph *g = f->ctx->g;
     const IrSpan span = members(f->ctx, k);
-    for (int id = span.first; id < span.end; id++) {
-        f->value[id][0] = '\0';
-        for (int j = 0; j < g->nodes[id].nin; j++) f->value[g->nodes[id].in[j]][0] = '\0';
-    }
+    for (int id = span.first; id < span.end; id++)
+        for (int j = -1; j < g->nodes[id].nin; j++) {
+            int x = j < 0 ? id : g->nodes[id].in[j];
+            if (!f->uniform[x] || all) f->value[x][0] = '\0', f->uniform[x] = false;
+        }
 }
 
-/* ---- the groups' loops, from FIRST by STEP ---- */
+static void forget_values(GroupKernel *f, int k) { forget(f, k, false); }
 
 /* Whether generated code TEXT uses the identifier ID. */
 static bool uses_identifier(const char *text, const char *id)
@@ -361,6 +371,97 @@ static bool uses_identifier(const char *text, const char *id)
     }
     return false;
 }
+
+/* Whether generated code TEXT reads an element's index or coordinates (i, i<n>, j). */
+static bool reads_index(const char *text)
+{
+    for (const char *s = text; *s;) {
+        if (!isalpha((unsigned char)*s) && *s != '_') {
+            s++;
+            continue;
+        }
+        const char *start = s;
+        while (isalnum((unsigned char)*s) || *s == '_') s++;
+        size_t digits = strspn(start + 1, "0123456789");
+        bool index = *start == 'i' && start + 1 + digits == s;
+        if (index || (*start == 'j' && s == start + 1)) return true;
+    }
+    return false;
+}
+
+/* Whether outside value X of a group is the same at every element: a literal, or a
+ * single element (a scalar, or a tensor of one). */
+static bool uniform_input(const IrNode *x)
+{
+    return inlinable(x) || (ir_shape_is_static(&x->shape) && ir_numel(&x->shape, NULL) == 1);
+}
+
+/* Whether group K writes the buffer outside value IN is read from (updates it in place):
+ * its value is then not the same before and after the element that writes it. */
+static bool written_by(const GroupKernel *f, int k, int in)
+{
+    const RenderCtx *ctx = f->ctx;
+    const Plan *plan = ctx->plan;
+    int from = ctx->node_buffer[in];
+    if (from < 0) return false;
+    const IrSpan span = members(ctx, k);
+    for (int id = span.first; id < span.end; id++) {
+        const IrNode *n = &ctx->g->nodes[id];
+        if (!computed_member(ctx->g, id, k)) continue;
+        int to = is_effect(n) ? plan->tensor_buffer_base + n->index : stored(f, id) ? ctx->node_buffer[id] : -1;
+        if (to >= 0 && plan_buffer_root(plan, to) == plan_buffer_root(plan, from)) return true;
+    }
+    return false;
+}
+
+/* The values of group K that are the same at every element, rendered once at INDENT
+ * before its loop (u<n>): its single-element inputs, and the members computed from
+ * uniform values alone (an optimizer's step size, bias corrections and clipping factor,
+ * which the compiler could not hoist past the loop's stores). */
+static void render_uniform(GroupKernel *f, int k, const char *indent)
+{
+    const IrGraph *g = f->ctx->g;
+    const IrSpan span = members(f->ctx, k);
+    int nu = 0;
+    for (int id = span.first; id < span.end; id++) {
+        const IrNode *n = &g->nodes[id];
+        if (!computed_member(g, id, k) || ir_op_is_reduction(n->op) || is_effect(n)) continue;
+        IrFuse fuse = ir_node_fuse(n);
+        bool all = fuse != IR_FUSE_RANDOM && fuse != IR_FUSE_WINDOW &&
+                   (ir_op_info[n->op].family == IR_FAMILY_RUNTIME || n->nin > 0);
+        for (int j = 0; j < n->nin && all; j++) {
+            int in = n->in[j];
+            all = computed_member(g, in, k) ? f->uniform[in]
+                                            : uniform_input(&g->nodes[in]) && !written_by(f, k, in);
+        }
+        if (!all) continue;
+        for (int j = 0; j < n->nin; j++) {   /* its outside inputs first */
+            int in = n->in[j];
+            if (computed_member(g, in, k) || f->value[in][0]) continue;
+            f->uniform[in] = true;
+            if (inlinable(&g->nodes[in])) {
+                cuda_float_literal(g->nodes[in].value, f->value[in], sizeof f->value[in]);
+                continue;
+            }
+            snprintf(f->value[in], sizeof f->value[in], "u%d", nu++);
+            sb_printf(&f->d->body, "%sconst float %s = cgc_load(%s[0]);\n", indent, f->value[in], f->param[in]);
+        }
+        StrBuf e = { 0 };
+        member_expr(f, id, &e);
+        if (reads_index(e.s)) {
+            sb_free(&e);   /* it reads the element's index after all */
+            continue;
+        }
+        f->uniform[id] = true;
+        snprintf(f->value[id], sizeof f->value[id], "u%d", nu++);
+        const char *round = fused_rounding(n->dtype);
+        sb_printf(&f->d->body, "%sconst float %s = %s%s%s%s;   /* %s */\n", indent, f->value[id],
+                  round ? round : "", round ? "(" : "", e.s, round ? ")" : "", ir_op_name(n->op));
+        sb_free(&e);
+    }
+}
+
+/* ---- the groups' loops, from FIRST by STEP ---- */
 
 /* Group K's element code at INDENT, taken out of the body; its values forgotten. */
 static char *element_text(GroupKernel *f, int k, const char *indent)
@@ -403,6 +504,7 @@ static void render_pointwise(GroupKernel *f, int k, const char *first, const cha
     char n[CUDA_DIMS_MAX];
     cuda_numel_expr(f->d, &group_of(f->ctx, k)->work, n, sizeof n);
     sb_printf(body, "    const int64_t n = %s;\n", n);
+    render_uniform(f, k, "    ");
     f->vector = true;
     char *lane = element_text(f, k, "                ");
     f->vector = false;
@@ -608,7 +710,7 @@ static Shape render_group(GroupKernel *f, int k, const char *first, const char *
             rows = cuda_row_work(&out, f->ctx->split.count);
         }
     }
-    forget_values(f, k);
+    forget(f, k, true);
     return rows;
 }
 
@@ -888,7 +990,8 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
         draft_finish_symbols(d);
         return;
     }
-    GroupKernel f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value };
+    GroupKernel f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value,
+                      .uniform = ctx->scratch->uniform };
     kernel_name(ctx, groups, n, d);
     add_params(&f, groups, n);
     if (n > 1) {
@@ -909,7 +1012,8 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
 void fused_render_epilogue(const RenderCtx *ctx, int k, int from, const char *value, KernelDraft *d)
 {
     CGC_ASSERT(group_of(ctx, k)->kind == IR_GROUP_POINTWISE && strlen(value) < RENDER_PARAM_MAX);
-    GroupKernel f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value };
+    GroupKernel f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value,
+                      .uniform = ctx->scratch->uniform };
     const IrGraph *g = ctx->g;
     const IrSpan span = members(ctx, k);
     for (int id = span.first; id < span.end; id++)

@@ -542,6 +542,56 @@ out:
     free(text);
 }
 
+/* An optimizer's values that are the same for every element (the schedule's step size,
+ * the bias corrections, the clipping factor: pow, cos and divisions of single-element
+ * tensors) are computed once before a segment's loop, not again for each element. */
+static void test_uniform_hoisted(void)
+{
+    static const char net[] =
+        "model u {\n"
+        "    input x: f32[N, 8]\n"
+        "    input y: i32[N]\n"
+        "    h = relu(linear(x, 16))\n"
+        "    logits = linear(h, 4)\n"
+        "    output logits\n"
+        "    loss cross_entropy(logits, y)\n"
+        "}\n"
+        "train {\n"
+        "    batch = 8\n"
+        "    optimizer = adamw(lr = 1e-3, weight_decay = 1e-4)\n"
+        "    schedule = cosine(warmup = 20)\n"
+        "    clip_norm = 1.0\n"
+        "}\n";
+    Source *src = source_from_string("u.net", net, strlen(net));
+    IrProgram *p = pipeline_compile(src, NULL, 0);
+    CHECK(p != NULL);
+    if (!p) goto out;
+    fusion_assign(p);
+    Plan *pl = plan_build(p, PLAN_DEFAULT, "u.net", NULL);
+    int updates = 0;
+    for (int k = 0; k < pl->nkernels; k++) {
+        const char *text = pl->kernels[k].source;
+        if (!strstr(text, "pow(")) continue;   /* the update's bias corrections */
+        updates++;
+        for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+            const char *end = strchr(line, '\n');
+            int len = end ? (int)(end - line) : (int)strlen(line);
+            bool scalar = strstr(line, "pow(") && (!end || strstr(line, "pow(") < end);
+            bool first_element = strstr(line, "[0])") && (!end || strstr(line, "[0])") < end);
+            const char *code = line + strspn(line, " ");   /* a statement before the loop */
+            if ((scalar || first_element) && strncmp(code, "const float u", 13) != 0) {
+                fprintf(stderr, "  %s: in the element loop: %.*s\n", pl->kernels[k].name, len, line);
+                CHECK(false);
+            }
+        }
+    }
+    CHECK(updates >= 1);
+    plan_free(pl);
+    ir_program_free(p);
+out:
+    source_free(src);
+}
+
 /* A GEMM whose operand must be copied first (an f16 input times f32 weights meet in f32)
  * comes after the copy that writes it, in every graph (the copy used to be planned after
  * the GEMM, which then read a buffer nothing had written yet). */
@@ -596,6 +646,7 @@ int main(void)
     test_reduce_overhead_plan();
     test_plan_hash();
     test_wide_plan();
+    test_uniform_hoisted();
     test_emit_errors();
     int rc = check_result();
     char cmd[128];
