@@ -767,17 +767,22 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
                                          CgcAttnHeads hs, int64_t bh, int64_t t, float scale)
 {
     enum { BQ = 64, DP = (D + 15) / 16 * 16, KS = DP / 16, NT = BK / 8, OT = DP / 8 };
-    __shared__ __align__(16) unsigned short qs[BQ][DP + 8], ks[BK][DP + 8], vs[BK][DP + 8];
+    /* two stages of keys and values where 48 KiB hold them: the next tile's copies run
+     * while the warps compute on this one */
+    enum { STAGES = (BQ + 4 * BK) * (DP + 8) * 2 <= 48 * 1024 ? 2 : 1 };
+    __shared__ __align__(16) unsigned short qs[BQ][DP + 8], ks[STAGES][BK][DP + 8], vs[STAGES][BK][DP + 8];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int64_t tiles = (t + BQ - 1) / BQ;
     for (int64_t item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
-        const int64_t b = item / tiles, q0 = item % tiles * BQ;
+        const int64_t b = item / tiles, q0 = item % tiles * BQ, end = CAUSAL ? cgc_min64(t, q0 + BQ) : t;
         const int64_t rows[2] = { q0 + warp * 16 + g, q0 + warp * 16 + g + 8 };
         const CgcHead<const unsigned short> qh = cgc_head(q, b, hs.q, t, D), kh = cgc_head(k, b, hs.k, t, D);
         const CgcHead<const unsigned short> vh = cgc_head(v, b, hs.v, t, D);
         const CgcHead<TO> oh = cgc_head(o, b, hs.o, t, D);
-        __syncthreads();   /* the last item is done with qs */
+        __syncthreads();   /* the last item is done with qs, ks and vs */
         cgc_tile_load_ld<BQ, DP, 128>(qs, qh.p, t, D, qh.ld, q0, 0);
+        cgc_tile_load_ld<BK, DP, 128>(ks[0], kh.p, t, D, kh.ld, 0, 0);
+        cgc_tile_load_ld<BK, DP, 128>(vs[0], vh.p, t, D, vh.ld, 0, 0);
         cgc_cp_async_commit();
         cgc_cp_async_wait_all();
         __syncthreads();
@@ -786,19 +791,21 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
             cgc_ldmatrix(qa[kk], 4, &qs[warp * 16 + lane % 16][kk * 16 + lane / 16 * 8], false);
         float m[2] = { -CGC_INF, -CGC_INF }, l[2] = { 0, 0 }, acc[OT][4];
         for (int dj = 0; dj < OT; dj++) acc[dj][0] = acc[dj][1] = acc[dj][2] = acc[dj][3] = 0;
-        for (int64_t k0 = 0; k0 < (CAUSAL ? cgc_min64(t, q0 + BQ) : t); k0 += BK) {
-            __syncthreads();   /* the last tile is done with ks and vs */
-            cgc_tile_load_ld<BK, DP, 128>(ks, kh.p, t, D, kh.ld, k0, 0);
-            cgc_tile_load_ld<BK, DP, 128>(vs, vh.p, t, D, vh.ld, k0, 0);
-            cgc_cp_async_commit();
-            cgc_cp_async_wait_all();
-            __syncthreads();
+        /* at the top of each tile its keys and values are in stage st, and no warp reads
+         * the other stage any more */
+        for (int64_t k0 = 0, st = 0; k0 < end; k0 += BK, st = (st + 1) % STAGES) {
+            const bool next = k0 + BK < end;
+            if (STAGES == 2 && next) {
+                cgc_tile_load_ld<BK, DP, 128>(ks[st ^ 1], kh.p, t, D, kh.ld, k0 + BK, 0);
+                cgc_tile_load_ld<BK, DP, 128>(vs[st ^ 1], vh.p, t, D, vh.ld, k0 + BK, 0);
+                cgc_cp_async_commit();
+            }
             float s[NT][4], top[2] = { -CGC_INF, -CGC_INF }, sum[2] = { 0, 0 };
             for (int j = 0; j < NT; j++) {
                 s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
                 for (int kk = 0; kk < KS; kk++) {
                     uint32_t kb[2];
-                    cgc_ldmatrix(kb, 2, &ks[j * 8 + lane % 8][kk * 16 + lane / 8 % 2 * 8], false);
+                    cgc_ldmatrix(kb, 2, &ks[st][j * 8 + lane % 8][kk * 16 + lane / 8 % 2 * 8], false);
                     cgc_mma_16816(s[j], qa[kk], kb, BF16);
                 }
                 for (int e = 0; e < 4; e++) {
@@ -829,9 +836,19 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
                                          cgc_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], BF16) };
                 for (int dj = 0; dj < OT; dj++) {
                     uint32_t vb[2];
-                    cgc_ldmatrix(vb, 2, &vs[kk * 16 + lane % 16][dj * 8], true);
+                    cgc_ldmatrix(vb, 2, &vs[st][kk * 16 + lane % 16][dj * 8], true);
                     cgc_mma_16816(acc[dj], pa, vb, BF16);
                 }
+            }
+            if (next) {
+                if (STAGES == 1) {
+                    __syncthreads();   /* every warp is done with this tile */
+                    cgc_tile_load_ld<BK, DP, 128>(ks[0], kh.p, t, D, kh.ld, k0 + BK, 0);
+                    cgc_tile_load_ld<BK, DP, 128>(vs[0], vh.p, t, D, vh.ld, k0 + BK, 0);
+                    cgc_cp_async_commit();
+                }
+                cgc_cp_async_wait_all();
+                __syncthreads();   /* the next tile is in; every warp is done with this one */
             }
         }
         for (int dj = 0; dj < OT; dj++)
@@ -859,18 +876,24 @@ __device__ void cgc_attention_forward_half(TO *o, float *lse, const TI *q, const
 }
 
 /* The lse and delta (the sum of dO O, which is that of dP P: O = P V) of BT rows from
- * FIRST, zero past T. */
+ * FIRST, zero past T: a warp a row, its lanes along the row (coalesced), then summed
+ * across the warp. Every thread of the block takes part. */
 template <int BT, int D, typename TO, typename TD>
 __device__ __forceinline__ void cgc_rows_stats(float *lses, float *deltas, const float *lse,
                                                CgcHead<const TO> o, CgcHead<const TD> dout,
                                                int64_t first, int64_t t)
 {
-    for (int r = threadIdx.x; r < BT; r += blockDim.x) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int r = warp; r < BT; r += blockDim.x / 32) {
+        const int64_t row = first + r;
         float d = 0;
-        for (int e = 0; e < D && first + r < t; e++)
-            d += cgc_load(dout.p[(first + r) * dout.ld + e]) * cgc_load(o.p[(first + r) * o.ld + e]);
-        lses[r] = first + r < t ? lse[first + r] : 0.0f;
-        deltas[r] = d;
+        for (int e = lane; e < D && row < t; e += 32)
+            d += cgc_load(dout.p[row * dout.ld + e]) * cgc_load(o.p[row * o.ld + e]);
+        d = cgc_row_sum<32>(d);
+        if (lane == 0) {
+            lses[r] = row < t ? lse[row] : 0.0f;
+            deltas[r] = d;
+        }
     }
 }
 
