@@ -177,9 +177,18 @@ enum { REPORT_LAUNCHES = 10 };
 /* The launches held to the roofline: those that move more than BIG_BYTES, at GOAL of it. */
 static const double BIG_BYTES = 1e6, GOAL = 0.7;
 
+static void print_launch(const DeviceBackend *dev, const LaunchTime *l, double predicted, PerfBound bound)
+{
+    const PlanStep *s = &dev->plan->graph[l->gid].steps[l->step];
+    printf("cgc:   %9.1f us measured %9.1f us predicted %4.0f%%  %-8s %s (line %d)\n", l->seconds * 1e6,
+           predicted * 1e6, l->seconds > 0 ? 100 * predicted / l->seconds : 0, perf_bound_name(bound),
+           s->what ? s->what : "?", s->loc.line);
+}
+
 /* -v: the timed step's launches against the performance model (codegen/perf.h) on the
- * device's part: each one's efficiency, the predicted time over the measured; and how many
- * of those that move much reach the goal. */
+ * device's part: each one's efficiency, the predicted time over the measured, for the
+ * costliest and for every one that moves much and falls short of the goal; and how many
+ * of those that move much reach it. */
 static void report_launches(const Trainer *t, DeviceBackend *dev)
 {
     StepTiming *st = dev->timing;
@@ -187,33 +196,33 @@ static void report_launches(const Trainer *t, DeviceBackend *dev)
     int64_t symvals[IR_MAX_SYMBOLS];
     memcpy(symvals, dev->symmax, sizeof symvals);
     symvals[0] = st->rows;
-    double *predicted = xcalloc((size_t)st->nlaunches + 1, sizeof *predicted), measured = 0, model = 0;
-    PerfBound *bound = xcalloc((size_t)st->nlaunches + 1, sizeof *bound);
-    int big = 0, short_of_goal = 0;
+    size_t n = (size_t)st->nlaunches + 1;
+    double *predicted = xcalloc(n, sizeof *predicted), measured = 0, model = 0;
+    PerfBound *bound = xcalloc(n, sizeof *bound);
+    bool *short_of_goal = xcalloc(n, sizeof *short_of_goal), *taken = xcalloc(n, sizeof *taken);
+    int big = 0, held = 0;
     for (int i = 0; i < st->nlaunches; i++) {
         const LaunchTime *l = &st->launches[i];
         PerfStep p = perf_step(dev->plan, (PlanGraphId)l->gid, l->step, symvals, part ? part : &perf_parts[perf_nparts - 1]);
         predicted[i] = p.seconds, bound[i] = p.bound;
         measured += l->seconds, model += p.seconds;
-        if (p.read + p.written > BIG_BYTES) big++, short_of_goal += p.seconds < GOAL * l->seconds;
+        if (p.read + p.written <= BIG_BYTES) continue;
+        big++;
+        short_of_goal[i] = p.seconds < GOAL * l->seconds;
+        held += short_of_goal[i];
     }
     printf("cgc: step %d launch by launch against the performance model (%s%s): %.3f ms measured, "
            "%.3f predicted (%.0f%%)\n", TIMING_WARMUP, part ? part->name : perf_parts[perf_nparts - 1].name,
            part ? "" : ", a part the model knows no figures for: as if", measured * 1e3, model * 1e3,
            measured > 0 ? 100 * model / measured : 0);
-    bool *taken = xcalloc((size_t)st->nlaunches + 1, sizeof *taken);
-    for (int r = 0; r < st->nlaunches && r < REPORT_LAUNCHES; r++) {
+    for (int r = 0; r < st->nlaunches; r++) {
         int i = slowest(st, taken);
         taken[i] = true;
-        const PlanStep *s = &dev->plan->graph[st->launches[i].gid].steps[st->launches[i].step];
-        printf("cgc:   %9.1f us measured %9.1f us predicted %4.0f%%  %-8s %s (line %d)\n",
-               st->launches[i].seconds * 1e6, predicted[i] * 1e6,
-               st->launches[i].seconds > 0 ? 100 * predicted[i] / st->launches[i].seconds : 0,
-               perf_bound_name(bound[i]), s->what ? s->what : "?", s->loc.line);
+        if (r < REPORT_LAUNCHES || short_of_goal[i]) print_launch(dev, &st->launches[i], predicted[i], bound[i]);
     }
     printf("cgc:   of the %d launches that move over %.0f MB, %d reach under %.0f%% of the roofline\n", big,
-           BIG_BYTES / 1e6, short_of_goal, 100 * GOAL);
-    free(taken), free(predicted), free(bound);
+           BIG_BYTES / 1e6, held, 100 * GOAL);
+    free(taken), free(predicted), free(bound), free(short_of_goal);
 }
 
 static int compare_float(const void *a, const void *b)
