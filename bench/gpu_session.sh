@@ -8,8 +8,10 @@
 # fit in one, so give a call a few parts, or one):
 #   families the kernels of the emulation's own test models (tests/emu/models: sequences,
 #            embeddings, attention, convolutions, odd widths) on the GPU against the CPU
-#            executor in every precision and mode; sums split across blocks (4099 rows); cnn.net's convolutions by cuDNN and by
-#            cgc's kernels (CGC_CUDNN=none); memcheck on a short run of each
+#            executor in every precision and mode, a process a model side by side; sums
+#            split across blocks (4099 rows: over the batch, a loss's mean); cnn.net's
+#            convolutions by cuDNN and by cgc's kernels (CGC_CUDNN=none); memcheck on a
+#            short run of each
 #   tests    compile times, the GPU tests, a training run, compute-sanitizer
 #   eager    cgc eager against PyTorch (bench/bench_eager.py)
 #   default  --mode default against eager, PyTorch eager and torch.compile, and
@@ -74,6 +76,7 @@ export CGC_MODELS_DIR="$PWD/models"   # the test programs were built at another 
 export XDG_CACHE_HOME="$OUT/cache"
 CGC=$PWD/build-gpu/cgc
 part() { [[ " $PARTS " == *" $1 "* ]]; }
+run_bg() { run "$@" & }   # the same, beside the others (correctness runs only, never timings)
 step() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 run() {   # run NAME CMD...: logs to $OUT/NAME.log, records the exit status (124: timed out)
     local name=$1; shift
@@ -89,17 +92,27 @@ ldd "$CGC" | grep -i "not found" && echo "missing libraries: see above"
 run devices "$CGC" --devices; cat "$OUT/devices.log"
 echo "cuDNN: ${CUDNN_DIR:-the system path, if it has one}" | tee -a "$OUT/summary.txt"
 if part families; then
-    step "kernel families: the emulation's test models on the GPU"
-    CGC_MODELS_DIR="$PWD/tests/emu/models" run families_models build-gpu/tests/test_emu_models --cuda
-    run families_split build-gpu/tests/test_emu_models --cuda --splits --batches 4099,1001 \
-        ../tests/emu/models/split_sums:fp32 ../tests/emu/models/split_sums:bf16:0:default
-    run families_cnn_cudnn build-gpu/tests/test_emu_models --cuda cnn
-    CGC_CUDNN=none run families_cnn_kernels build-gpu/tests/test_emu_models --cuda cnn
-    tail -qn 1 "$OUT"/families_*.log | tee -a "$OUT/summary.txt"
+    step "kernel families: the emulation's test models on the GPU, side by side"
+    # a process a model (its four precisions; the CPU reference is most of the time), the
+    # rest beside them: the machine's cores, not one, set the call's length
+    for net in tests/emu/models/*.net; do
+        m=$(basename "$net" .net)
+        CGC_MODELS_DIR="$PWD/tests/emu/models" run_bg "families_$m" build-gpu/tests/test_emu_models --cuda \
+            "$m:fp32" "$m:bf16" "$m:tf32" "$m:fp16"
+    done
+    run_bg families_split build-gpu/tests/test_emu_models --cuda --splits --batches 4099,1001 \
+        ../tests/emu/models/split_sums:fp32 ../tests/emu/models/split_sums:bf16:0:default \
+        ../tests/emu/models/split_rows:fp32 ../tests/emu/models/split_rows:bf16:0:default
+    run_bg families_cnn_cudnn build-gpu/tests/test_emu_models --cuda cnn
+    CGC_CUDNN=none run_bg families_cnn_kernels build-gpu/tests/test_emu_models --cuda cnn
+    SANITIZER_TOOLS=memcheck run_bg families_memcheck tests/gpu/sanitizer.sh "$CGC" tests/emu/models \
+        attention attention_scale tokens sequence conv_chain split_sums
+    SANITIZER_TOOLS=memcheck run_bg families_memcheck_cnn tests/gpu/sanitizer.sh "$CGC" models cnn
+    wait
+    for log in "$OUT"/families_*.log; do
+        [[ $log == *memcheck* ]] || echo "$(basename "$log" .log): $(tail -n 1 "$log")"
+    done | tee -a "$OUT/summary.txt"
     grep -h "cuDNN\|cudnn" "$OUT/devices.log" | head -2 | tee -a "$OUT/summary.txt"
-    SANITIZER_TOOLS=memcheck run families_memcheck tests/gpu/sanitizer.sh "$CGC" tests/emu/models \
-        attention tokens sequence conv_chain
-    SANITIZER_TOOLS=memcheck run families_memcheck_cnn tests/gpu/sanitizer.sh "$CGC" models cnn
     grep -h memcheck "$OUT"/families_memcheck*.log | tee -a "$OUT/summary.txt"
 fi
 if part tests; then
