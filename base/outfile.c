@@ -47,7 +47,7 @@ const OutKind out_generated = {NULL, NULL, false};
 typedef struct Known {
     char *key;            /* inode_key()'s or place_key()'s */
     const char *role;     /* the output's */
-    const char *what;     /* the input's, for messages */
+    const char *what;     /* the input's, for messages; an output's: its path as given */
     const OutKind *may;   /* the kind of output that may replace the input */
 } Known;
 
@@ -100,6 +100,22 @@ void out_protect(const char *path, const char *what, const OutKind *may)
     if (key) remember(key, NULL, what, may);
 }
 
+int out_protect_read(const char *path, const char *what)
+{
+    out_protect(path, what, NULL);
+    char *real = realpath(path, NULL), *place = real ? place_key(real) : NULL;
+    int rc = 0;
+    for (int i = 0; i < nknown && place && rc == 0; i++)
+        if (known[i].role && strcmp(known[i].key, place) == 0) {
+            cgc_error("cannot %s %s: it is %s (%s), which cgc would not write over; give another "
+                      "name", known[i].role, known[i].what, what, path);
+            rc = -1;
+        }
+    free(real);
+    free(place);
+    return rc;
+}
+
 /* Refuses TARGET (PATH for messages) when it is an input that KIND may not replace, or the
  * place of another role's output; with RESERVE, reserves its place for ROLE. 0 or -1. */
 static int check_known(const char *role, const char *path, const char *target,
@@ -123,7 +139,7 @@ static int check_known(const char *role, const char *path, const char *target,
         }
     }
     if (rc == 0 && reserve && !mine && place) {
-        remember(place, role, NULL, NULL);
+        remember(place, role, xstrdup(path), NULL);
         place = NULL;
     }
     free(inode);

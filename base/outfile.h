@@ -38,6 +38,11 @@ extern const OutKind out_generated;
  * land on it but one of kind MAY (NULL: none), as a run may save over the checkpoint it
  * resumed. A PATH that cannot be found protects nothing. */
 void out_protect(const char *path, const char *what, const OutKind *may);
+/* out_protect (no kind may replace it) for a file the run has opened to read once its
+ * outputs were reserved (a data file): -1, after an error, when an output's place is it. */
+int out_protect_read(const char *path, const char *what);
+/* WHAT for the data and rows a run reads. */
+#define OUT_READ_BY_RUN "a file this run reads"
 
 /* Whether an output of KIND can be written to PATH: the rules above, and a directory that
  * exists and can be written. 0, or -1 after an error. */

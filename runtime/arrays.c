@@ -21,6 +21,7 @@
 #include <zlib.h>
 
 #include "../base/diag.h"
+#include "../base/outfile.h"
 #include "../base/half.h"
 #include "safetensors.h"
 
@@ -131,6 +132,7 @@ static const uint8_t *map_file(ArraySet *s, const char *path, size_t *n)
     int fd = open_regular(path, &st);
     if (fd == -2) cgc_error("%s is %s, not a file of arrays", path, file_kind(st.st_mode));
     else if (fd < 0) cgc_error("%s: cannot open: %s", path, strerror(errno));
+    if (fd >= 0 && out_protect_read(path, OUT_READ_BY_RUN) != 0) close(fd), fd = -1;
     if (fd < 0) return NULL;
     *n = (size_t)st.st_size;
     void *p = *n ? mmap(NULL, *n, PROT_READ, MAP_PRIVATE, fd, 0) : (void *)"";

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../base/diag.h"
+#include "../base/outfile.h"
 
 /* What ended a field: a comma, the record's end, or an error (reported). */
 enum { ENDS_FIELD, ENDS_RECORD, ENDS_BADLY };
@@ -109,6 +110,7 @@ int csv_read(const char *path, CsvField on_field, CsvRecord on_record, void *ctx
     int fd = open_regular(path, &st);
     if (fd == -2) cgc_error("%s is %s, not a CSV file", path, file_kind(st.st_mode));
     else if (fd < 0) cgc_error("%s: cannot open: %s", path, strerror(errno));
+    if (fd >= 0 && out_protect_read(path, OUT_READ_BY_RUN) != 0) close(fd), fd = -1;
     if (fd < 0) return -1;
     size_t n = (size_t)st.st_size;
     void *map = n ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;

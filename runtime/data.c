@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "../base/outfile.h"
 #include "../base/rng.h"
 #include "../base/text.h"
 #include "arrays.h"
@@ -197,6 +198,10 @@ int idx_read(const char *path, int *rank, int64_t dims[IDX_MAX_RANK], uint8_t **
     if (fd == -2) {
         cgc_error("%s: is %s, not an IDX file; put the dataset's files there", path,
                   file_kind(st.st_mode));
+        return -1;
+    }
+    if (out_protect_read(path, OUT_READ_BY_RUN) != 0) {
+        close(fd);
         return -1;
     }
     errno = 0;
@@ -861,7 +866,7 @@ static int load_text(const IrProgram *p, Source *src, const char *net_path, Data
     int fd = open_regular(path, &st), rc = -1;
     if (fd == -2) cgc_error("%s is %s, not a text file", path, file_kind(st.st_mode));
     else if (fd < 0) cgc_error("%s: cannot open: %s", path, strerror(errno));
-    else rc = map_text(p, path, fd, &st, out);
+    else if (out_protect_read(path, OUT_READ_BY_RUN) == 0) rc = map_text(p, path, fd, &st, out);
     if (fd >= 0) close(fd);
     free(path);
     return rc;

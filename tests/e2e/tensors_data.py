@@ -32,7 +32,8 @@
    10 GB in a file of a few hundred bytes), a damaged archive member, an inflate bomb's
    claim, mismatched example counts, labels out of range or not integers, a missing
    array, big-endian and Fortran-ordered arrays, shapes that do not fit the inputs, a FIFO.
-   NaN features train with a warning that counts them.
+   NaN features train with a warning that counts them. --save onto the data file the run
+   reads (or a link to it) is refused before the first step, the data left as it was.
 
     /usr/bin/python3 tests/e2e/tensors_data.py build/cgc
 Needs numpy. Exits 77 without it.
@@ -53,7 +54,7 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from npfiles import DATA, ROOT, idx, load_safetensors, save_formats  # noqa: E402
+from npfiles import DATA, ROOT, idx, load_safetensors, save_formats, save_safetensors  # noqa: E402
 
 failures = 0
 
@@ -174,6 +175,25 @@ def refused(work, name, data, want, files):
     saved = os.path.exists(os.path.join(work, "out.st"))
     check(r.returncode == 1 and want in r.stderr and not saved,
           f"{name}: status {r.returncode}, '{want}' said{'' if want in r.stderr else ' NOT'}: {r.stderr.strip()[:240]}")
+
+
+def data_kept(work):
+    """--save onto the safetensors file the run trains from, as named and through a link:
+    refused before any step, the data as it was."""
+    with open(f"{work}/m.net", "w") as f:
+        f.write(MODEL)
+    rng = np.random.default_rng(2)
+    save_safetensors(f"{work}/d.safetensors", {"x": rng.standard_normal((64, 4)).astype(np.float32),
+                                               "y": (np.arange(64) % 3).astype(np.int32)})
+    os.symlink("d.safetensors", f"{work}/link.st")
+    before = open(f"{work}/d.safetensors", "rb").read()
+    for name in ("d.safetensors", "link.st"):
+        r = cgc(["m.net", "--device", "cpu", "--data", 'tensors("d.safetensors")', "--save", name], work)
+        kept = open(f"{work}/d.safetensors", "rb").read() == before
+        check(r.returncode == 1 and f"cannot save to {name}: it is a file this run reads" in r.stderr
+              and "step" not in r.stdout and kept,
+              f"--save {name} onto the data: refused before a step, the data kept "
+              f"(status {r.returncode}, kept {kept}): {r.stderr.strip()[:200]}")
 
 
 def zip_of(members):
@@ -607,6 +627,8 @@ def main():
         return 2
     with tempfile.TemporaryDirectory() as work:
         hostile(work)
+    with tempfile.TemporaryDirectory() as work:
+        data_kept(work)
     with tempfile.TemporaryDirectory() as work:
         table(work)
     with tempfile.TemporaryDirectory() as work:
