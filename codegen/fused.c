@@ -270,6 +270,16 @@ static void member_expr(const GroupKernel *f, int id, StrBuf *out)
     }
 }
 
+/* `const float VALUE = EXPR;` for member ID at INDENT, rounded to its dtype in the
+ * register (a gathered window's value is exact). */
+static void member_statement(GroupKernel *f, int id, const char *expr, const char *indent)
+{
+    const IrNode *n = &f->ctx->g->nodes[id];
+    const char *round = ir_node_fuse(n) == IR_FUSE_WINDOW ? NULL : fused_rounding(n->dtype);
+    sb_printf(&f->d->body, "%sconst float %s = %s%s%s%s;   /* %s */\n", indent, f->value[id],
+              round ? round : "", round ? "(" : "", expr, round ? ")" : "", ir_op_name(n->op));
+}
+
 /* Loads every outside value group K reads at work element i, with the coordinates the
  * loads need, each statement indented by INDENT. */
 static void render_loads(GroupKernel *f, int k, const char *indent)
@@ -322,10 +332,7 @@ static void render_element(GroupKernel *f, int k, const char *indent)
         snprintf(f->value[id], sizeof f->value[id], "v%d", local++);
         StrBuf e = { 0 };
         member_expr(f, id, &e);
-        const char *round = ir_node_fuse(n) == IR_FUSE_WINDOW ? NULL : fused_rounding(n->dtype);   /* exact */
-        sb_printf(&f->d->body, "%sconst float %s = %s%s%s%s;   /* %s */\n", indent,
-                  f->value[id], round ? round : "", round ? "(" : "", e.s, round ? ")" : "",
-                  ir_op_name(n->op));
+        member_statement(f, id, e.s, indent);
         sb_free(&e);
     }
     for (int id = span.first; id < span.end; id++) {
@@ -454,9 +461,7 @@ static void render_uniform(GroupKernel *f, int k, const char *indent)
         }
         f->uniform[id] = true;
         snprintf(f->value[id], sizeof f->value[id], "u%d", nu++);
-        const char *round = fused_rounding(n->dtype);
-        sb_printf(&f->d->body, "%sconst float %s = %s%s%s%s;   /* %s */\n", indent, f->value[id],
-                  round ? round : "", round ? "(" : "", e.s, round ? ")" : "", ir_op_name(n->op));
+        member_statement(f, id, e.s, indent);
         sb_free(&e);
     }
 }
