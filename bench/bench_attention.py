@@ -17,7 +17,9 @@ over it, in TFLOP/s: forward 4 N H T^2 D / 2 (causal: half the scores), backward
 that, FlashAttention's convention; the projection and the loss are in the step's time
 but not in that count (the projection is 2 N T C^2 per product, a sixth to a half of
 attention's FLOPs here). A second PyTorch row times SDPA's forward and backward alone
-(no projection, no optimizer), the number FlashAttention's papers report.
+(no projection, no optimizer), the number FlashAttention's papers report; beside it, cgc's
+attention kernels alone: the forward and backward launches of step 50 as `-v` times each
+(launch by launch, between events), from the default mode's run.
 
     python3 bench/bench_attention.py --cgc build-gpu/cgc --out OUT [--contexts 512,1024]
 Writes OUT/bench_attention.json and .md after each configuration. `--dry-run` runs every
@@ -26,6 +28,7 @@ path on the CPU at T = 64 with few steps (cgc --device cpu reports no step time)
 import argparse
 import json
 import os
+import re
 import sys
 
 import torch
@@ -61,6 +64,18 @@ train {{
 def attention_flops(n, t, d):
     forward = 4 * n * HEADS * t * t * d / 2
     return forward * 3.5
+
+
+def cgc_kernels_alone(log):
+    """The ms of the attention launches (forward and backward) in the launch-by-launch
+    lines of a -v run's LOG, or None where it has none (no GPU, or too few steps)."""
+    try:
+        text = open(log).read()
+    except OSError:
+        return None
+    us = [float(m.group(1)) for m in re.finditer(r"^cgc:\s+([\d.]+) us measured .* fused attention(_grad)?_line\d+",
+                                                  text, re.M)]
+    return {"step_ms": sum(us) / 1e3, "launches": len(us)} if len(us) == 2 else None
 
 
 def torch_step_ms(n, t, c, device, sizes, alone):
@@ -118,6 +133,8 @@ def main():
             for mode in ("default", "max-autotune"):
                 runs[f"cgc {mode}"] = bd.bench_cgc(a.cgc, net, mode, n, sizes.cgc_steps, device,
                                                    os.path.join(a.out, "none"), a.out, f"attn_{t}_{d}_{mode}")
+            alone = cgc_kernels_alone(os.path.join(a.out, f"attn_{t}_{d}_default.log"))
+            runs["cgc default: attention kernels alone"] = alone or {"error": "not measured: no launch-by-launch lines"}
             for runner, alone in (("torch SDPA step", False), ("torch SDPA fwd+bwd alone", True)):
                 try:
                     runs[runner] = torch_step_ms(n, t, c, device, sizes, alone)
