@@ -48,7 +48,8 @@ static const char usage_text[] =
     "                          (default: the first GPU's, else sm_90); none stops before\n"
     "                          NVRTC\n"
     "  --dump-ir[=GRAPH]       print the IR after all passes and exit; GRAPH is forward,\n"
-    "                          train, train_micro or eval (default: all of them)\n"
+    "                          train, train_micro, eval (default: all four) or decode\n"
+    "                          (a text model's, one position a step, as --generate runs)\n"
     "  --dump-ir-after PASS    print the IR after PASS and exit: sema, precision,\n"
     "                          training, checkpoint or fusion (with --dump-ir=GRAPH: one graph)\n"
     "  --explain               print what the passes decided (precision of every tensor and\n"
@@ -219,7 +220,7 @@ static int usage_error(const char *fmt, const char *arg)
 /* --dump-ir's GRAPH: every graph (""), or one of them by name. */
 static bool graph_name_ok(const char *which)
 {
-    const char *const names[] = {"", "forward", "train", "train_micro", "eval"};
+    const char *const names[] = {"", "forward", "train", "train_micro", "eval", "decode"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(which, names[i]) == 0) return true;
     return false;
@@ -664,7 +665,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
         return usage_error("--device takes auto, cpu, cuda or cuda:N (cgc --devices lists the "
                            "GPUs), not '%s'", diag_quote(cli->device, 40));
     if (cli->dump_ir && !graph_name_ok(cli->dump_ir))
-        return usage_error("--dump-ir=GRAPH takes forward, train, train_micro or eval, not '%s'",
+        return usage_error("--dump-ir=GRAPH takes forward, train, train_micro, eval or decode, not '%s'",
                            diag_quote(cli->dump_ir, 40));
     if (cli->run.tune_budget_s > 0 && cli->mode != PLAN_MAX_AUTOTUNE)
         return usage_error("%s", "--tune-budget goes with --mode max-autotune (the only mode that "
@@ -710,7 +711,7 @@ static int parse_args(int argc, char **argv, Cli *cli)
  * WHICH is "". */
 static void print_graphs(FILE *out, const IrProgram *p, const char *which)
 {
-    const IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval};
+    const IrGraph *graphs[] = {&p->forward, &p->train, &p->train_micro, &p->eval, &p->decode};
     for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
         const IrGraph *g = graphs[i];
         if (*which && strcmp(which, g->name) != 0) continue;
@@ -873,6 +874,15 @@ static int prepare_generate(IrProgram *p, const Cli *cli)
     return 0;
 }
 
+/* --dump-ir=decode: the graph --generate runs a position at a time, built as for it. */
+static int prepare_decode_dump(IrProgram *p, const Cli *cli)
+{
+    char why[256] = "it trains on no text(\"FILE\", context = T)";
+    if (p->cfg.data == DATA_TEXT && decode_lower(p, why, sizeof why) == 0) return 0;
+    cgc_error("%s: --dump-ir=decode: the model has no decode graph: %s", cli->path, why);
+    return -1;
+}
+
 /* --nproc N: what each rank would check alone, checked once, then the ranks. */
 static int launch(IrProgram *p, Source *src, Cli *cli, int argc, char **argv)
 {
@@ -1017,6 +1027,8 @@ static int cgc_main(int argc, char **argv)
     else if (cli.dump_after >= 0 && cli.dump_after <= PASS_TRAINING)
         rc = dump_ir(p, cli.dump_ir ? cli.dump_ir : "");
     else if (cli.generate && prepare_generate(p, &cli) != 0)
+        rc = 1;
+    else if (cli.dump_ir && strcmp(cli.dump_ir, "decode") == 0 && prepare_decode_dump(p, &cli) != 0)
         rc = 1;
     else {
         if (cli.predict.input) inference_lower(p);

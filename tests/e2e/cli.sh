@@ -164,7 +164,9 @@ expect "check no nvrtc" 0 "ok: model regression" -- "$root/models/regression.net
 expect "bad device" 2 "--device takes auto, cpu, cuda or cuda:N .*not 'tpu'" -- "$root/models/regression.net" --device tpu
 expect "gpu is no device name" 2 "--device takes auto, cpu, cuda or cuda:N .*not 'gpu'" -- "$root/models/regression.net" --device gpu
 expect "auto device" 0 "running on the CPU" -- "$root/models/regression.net" --device auto --steps 2
-expect "unknown graph" 2 "--dump-ir=GRAPH takes forward, train, train_micro or eval, not 'nope'" -- "$root/models/mlp.net" --dump-ir=nope
+expect "unknown graph" 2 "--dump-ir=GRAPH takes forward, train, train_micro, eval or decode, not 'nope'" -- "$root/models/mlp.net" --dump-ir=nope
+expect "decode graph" 0 "^tensor [0-9]+ cgc.cache.values.3: f32\[1, 4, 64, 32\] state" -- "$root/models/gpt.net" --dump-ir=decode
+expect "no decode graph" 1 "mlp.net: --dump-ir=decode: the model has no decode graph: it trains on no text" -- "$root/models/mlp.net" --dump-ir=decode
 expect "resume garbage" 1 "error: .*cli.sh" -- "$root/models/regression.net" --resume "$0" --steps 2
 expect "save dir missing" 1 "cannot save to /nonexistent/m.st: directory /nonexistent is missing" -- "$root/models/regression.net" --steps 2 --save /nonexistent/m.st
 expect "save to an empty path" 1 "cannot save to '': an empty path names no file" -- "$root/models/regression.net" --steps 2 --save ""
