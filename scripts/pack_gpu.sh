@@ -28,6 +28,13 @@ rm -rf build-gpu/lib
 cp -r /usr/share/datasets/fashion-mnist data/ 2>/dev/null || echo "note: no /usr/share/datasets/fashion-mnist to copy"
 mkdir -p data/fortunes
 cp /usr/share/games/fortunes/cookie data/fortunes/ 2>/dev/null || echo "note: no fortunes' cookie to copy (apt-get install fortunes)"
+# what the GPU machine does not run: objects, static libraries (linked in already), the
+# ThreadSanitizer and mutation programs; the carry and the tree must fit 64 MiB together
 find build-gpu -name '*.o' -delete
+rm -f build-gpu/*.a build-gpu/tests/*.a build-gpu/tests/*_tsan build-gpu/tests/fuzz_mutate \
+      build-gpu/tests/mutate_cli
+tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+total=$(( $(du -sb build-gpu | cut -f1) + $(du -sb data | cut -f1) + tree ))
 du -sh build-gpu data
-echo "carry: build-gpu data"
+echo "carry: build-gpu data ($(( total >> 20 )) MiB with the tree's $(( tree >> 20 )); the limit is 64)"
+[ "$total" -le $(( 64 << 20 )) ] || echo "pack_gpu.sh: over 64 MiB: carry less (data/fashion-mnist only where a part needs it)" >&2
