@@ -160,7 +160,8 @@ static void add_outputs(GroupKernel *f, int k)
         CGC_ASSERT(ir_op_is_reduction(n->op) || ir_shape_equal(shape, work));
         snprintf(f->param[id], sizeof f->param[id], "out%d", f->nout++);
         if (is_effect(n))
-            kernel_buffer(f, f->param[id], ctx->plan->tensor_buffer_base + n->index, DT_F32, false);
+            kernel_buffer(f, f->param[id], ctx->plan->tensor_buffer_base + n->index,
+                          ctx->p->tensors[n->index].dtype, false);
         else
             kernel_buffer(f, f->param[id], ctx->node_buffer[id], n->dtype, false);
     }

@@ -625,11 +625,12 @@ static bool assigned_in_place(const Builder *b, int tensor)
 }
 
 /* A copy kernel's name says what it copies, since tensors of one shape share it:
- * "assign_f32_from_f16_512x784", "assign_f32_scalar". */
-static void copy_name(char *name, size_t n, const char *verb, DType src_type, const Shape *shape)
+ * "assign_f32_from_f16_512x784", "assign_f32_scalar", "assign_bf16_512x784". */
+static void copy_name(char *name, size_t n, const char *verb, DType dst_type, DType src_type,
+                      const Shape *shape)
 {
-    int at = snprintf(name, n, "%s_f32", verb);
-    if (src_type != DT_F32) at += snprintf(name + at, n - (size_t)at, "_from_%s", ir_dtype_name(src_type));
+    int at = snprintf(name, n, "%s_%s", verb, ir_dtype_name(dst_type));
+    if (src_type != dst_type) at += snprintf(name + at, n - (size_t)at, "_from_%s", ir_dtype_name(src_type));
     if (shape->rank == 0) snprintf(name + at, n - (size_t)at, "_scalar");
     for (int i = 0; i < shape->rank && at < (int)n; i++)
         at += snprintf(name + at, n - (size_t)at, "%s%lld", i ? "x" : "_", (long long)shape->dim[i]);
@@ -639,11 +640,12 @@ static void copy_step(Builder *b, int id, const char *verb, int dst, int src, DT
                       const Shape *shape, const char *what, const char *op_words)
 {
     char name[DRAFT_NAME_MAX];
-    copy_name(name, sizeof name, verb, src_type, shape);
+    DType dst_type = b->plan->buffers[dst].dtype;
+    copy_name(name, sizeof name, verb, dst_type, src_type, shape);
     RenderCtx ctx = render_ctx(b);
     KernelDraft d;
     memset(&d, 0, sizeof d);
-    cuda_render_copy(&ctx, name, dst, DT_F32, shape, src, src_type, shape, &d);
+    cuda_render_copy(&ctx, name, dst, dst_type, shape, src, src_type, shape, &d);
     launch_draft(b, &d, &b->graph->ir->nodes[id], id, what, op_words);
 }
 
@@ -671,11 +673,12 @@ static void assign_steps(Builder *b)
                          "assigned in place", g->name, id, tensor);
         if (src[id] == dst) src[id] = -1;
         else if (is_tensor && assigned_in_graph(g, tensor)) {
-            int saved = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = DT_F32,
+            DType type = pl->buffers[src[id]].dtype;
+            int saved = add_buffer(b, (PlanBuffer){ .kind = PB_NODE, .dtype = type,
                                                     .shape = t->shape, .alias_of = -1, .index = id,
                                                     .graph = b->gid,
                                                     .what = ownf(b, "%%%d.saved", id) });
-            copy_step(b, id, "save", saved, src[id], DT_F32, &t->shape,
+            copy_step(b, id, "save", saved, src[id], type, &t->shape,
                       ownf(b, "save %s", plan_name(b, pl->p->tensors[tensor].name)),
                       "save before the assignments");
             src[id] = saved;
@@ -912,7 +915,7 @@ static void add_tables(Builder *b)
     CGC_ASSERT(p->ninputs <= IR_MAX_INPUTS && p->nsyms <= IR_MAX_SYMBOLS);
     pl->tensor_buffer_base = pl->nbuffers;
     for (int i = 0; i < p->ntensors; i++)
-        add_buffer(b, (PlanBuffer){ .kind = PB_TENSOR, .dtype = DT_F32, .shape = p->tensors[i].shape,
+        add_buffer(b, (PlanBuffer){ .kind = PB_TENSOR, .dtype = p->tensors[i].dtype, .shape = p->tensors[i].shape,
                                     .alias_of = -1, .index = i, .graph = -1,
                                     .what = plan_name(b, p->tensors[i].name) });
     for (int i = 0; i < p->ninputs; i++)

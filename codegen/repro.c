@@ -412,7 +412,7 @@ static void write_fills(Repro *r)
 {
     const Plan *pl = r->plan;
     const IrProgram *p = r->p;
-    fprintf(r->out, "/* ---- the fills: persistent tensors by their initialiser (f32), the plan's constants\n"
+    fprintf(r->out, "/* ---- the fills: persistent tensors by their initialiser (in their dtype), the plan's constants\n"
                     " * in their dtype, the program inputs at random (fill_arena) ---- */\n\n"
                     "static const Fill fills[] = {\n");
     int n = 0;
@@ -423,10 +423,10 @@ static void write_fills(Repro *r)
         int len = snprintf(why, sizeof why, "tensor %d%s", i, t->kind == IR_PARAM ? ", a parameter" : "");
         if (t->loc.line > 0) snprintf(why + len, sizeof why - (size_t)len, ", line %d", t->loc.line);
         if (t->init == IR_INIT_ZEROS) continue;
-        if (t->init == IR_INIT_UNIFORM) fill_row(r, b, DT_F32, "FILL_UNIFORM", t->init_value, why);
+        if (t->init == IR_INIT_UNIFORM) fill_row(r, b, t->dtype, "FILL_UNIFORM", t->init_value, why);
         else if (t->init == IR_INIT_NORMAL)   /* values to time: a uniform of its variance */
-            fill_row(r, b, DT_F32, "FILL_UNIFORM", 1.7320508075688772 * t->init_value, why);
-        else fill_row(r, b, DT_F32, "FILL_VALUE", t->init == IR_INIT_ONES ? 1.0 : t->init_value, why);
+            fill_row(r, b, t->dtype, "FILL_UNIFORM", 1.7320508075688772 * t->init_value, why);
+        else fill_row(r, b, t->dtype, "FILL_VALUE", t->init == IR_INIT_ONES ? 1.0 : t->init_value, why);
         n++;
     }
     for (int b = 0; b < pl->nbuffers; b++) {

@@ -385,7 +385,7 @@ int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, Ir
 {
     CGC_ASSERT(ir_find_tensor(p, name) < 0);
     for (int i = 0; i < s.rank; i++) CGC_ASSERT(!IR_DIM_IS_SYM(s.dim[i]));
-    CGC_ASSERT(kind == IR_STATE || param_of < 0);
+    CGC_ASSERT(kind == IR_STATE || kind == IR_COPY || param_of < 0);
     if (p->ntensors == p->captensors) {
         p->captensors = p->captensors ? 2 * p->captensors : 16;
         p->tensors = xrealloc(p->tensors, (size_t)p->captensors * sizeof *p->tensors);
@@ -394,13 +394,30 @@ int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, Ir
      * goes before the states (a batch norm's running statistics) and renumbers them. */
     int t = kind == IR_PARAM ? p->nparams : p->ntensors;
     if (t < p->ntensors) renumber_states(p);
-    p->tensors[t] = (IrTensor){ir_intern(p, name), kind, s, init, init_value, loc, param_of, false,
-                               IR_RANGE_FINITE};
+    p->tensors[t] = (IrTensor){.name = ir_intern(p, name), .kind = kind, .dtype = DT_F32, .shape = s,
+                               .init = init, .init_value = init_value, .loc = loc,
+                               .param_of = param_of, .range = IR_RANGE_FINITE};
     p->string_tensor[intern_index(p, name)] = t;
     if (kind == IR_PARAM) p->nparams++;
     p->ntensors++;
     return t;
 }
+
+int ir_add_copy(IrProgram *p, int param, DType t)
+{
+    CGC_ASSERT(param >= 0 && param < p->nparams && (t == DT_BF16 || t == DT_F16));
+    IrTensor w = p->tensors[param];
+    size_t len = strlen(w.name) + 16;   /* as long as it needs: names differ, copies' too */
+    char *name = xmalloc(len);
+    snprintf(name, len, "cgc.%s.%s", ir_dtype_name(t), w.name);
+    int c = ir_add_tensor(p, name, IR_COPY, w.shape, w.init, w.init_value, param, w.loc);
+    free(name);
+    p->tensors[c].dtype = t;
+    p->tensors[c].range = IR_RANGE_ANY;   /* fp16 holds a weight past 65504 as inf */
+    return c;
+}
+
+bool ir_tensor_saved(const IrTensor *t) { return t->kind == IR_PARAM || t->kind == IR_STATE; }
 
 const char *ir_range_text(IrRange r)
 {
@@ -735,7 +752,7 @@ int ir_input(IrGraph *g, const IrProgram *p, int input, SrcLoc loc)
 int ir_read(IrGraph *g, const IrProgram *p, int tensor, SrcLoc loc)
 {
     CGC_ASSERT(tensor >= 0 && tensor < p->ntensors);
-    IrNode n = make(IR_READ, DT_F32, p->tensors[tensor].shape, loc, 0, 0, 0, 0);
+    IrNode n = make(IR_READ, p->tensors[tensor].dtype, p->tensors[tensor].shape, loc, 0, 0, 0, 0);
     n.index = tensor;
     n.name = p->tensors[tensor].name;
     return ir_add_node(g, &n);
@@ -1175,7 +1192,7 @@ int ir_assign(IrGraph *g, const IrProgram *p, int tensor, int value, SrcLoc loc)
     CGC_ASSERT(tensor >= 0 && tensor < p->ntensors);
     const IrNode *v = node(g, value);
     CGC_ASSERT(ir_shape_equal(&v->shape, &p->tensors[tensor].shape));
-    CGC_ASSERT(v->dtype == DT_F32);
+    CGC_ASSERT(v->dtype == p->tensors[tensor].dtype);
     IrNode n = make(IR_ASSIGN, DT_F32, ir_shape0(), loc, 1, value, 0, 0);
     n.index = tensor;
     n.name = p->tensors[tensor].name;
@@ -1193,8 +1210,12 @@ int ir_assign(IrGraph *g, const IrProgram *p, int tensor, int value, SrcLoc loc)
  *
  * Numbers print with %.9g so that a dump is the same on every machine. */
 
-static const char *init_str(const IrTensor *t, char *buf, size_t n)
+static const char *init_str(const IrProgram *p, const IrTensor *t, char *buf, size_t n)
 {
+    if (t->kind == IR_COPY) {
+        snprintf(buf, n, "of %s", p->tensors[t->param_of].name);
+        return buf;
+    }
     switch (t->init) {
     case IR_INIT_ZEROS: return "zeros";
     case IR_INIT_ONES: return "ones";
@@ -1207,7 +1228,7 @@ static const char *init_str(const IrTensor *t, char *buf, size_t n)
 
 static void print_tables(FILE *out, const IrProgram *p)
 {
-    char sb[128], ib[64];
+    char sb[128], ib[300];
     fprintf(out, "symbols:");
     for (int i = 0; i < p->nsyms; i++) fprintf(out, " %s", p->syms[i].name);
     fputc('\n', out);
@@ -1216,8 +1237,9 @@ static void print_tables(FILE *out, const IrProgram *p)
                 ir_dtype_name(p->inputs[i].dtype), ir_shape_str(p, &p->inputs[i].shape, sb, sizeof sb));
     for (int i = 0; i < p->ntensors; i++) {
         const IrTensor *t = &p->tensors[i];
-        fprintf(out, "tensor %d %s: f32%s %s %s\n", i, t->name, ir_shape_str(p, &t->shape, sb, sizeof sb),
-                t->kind == IR_PARAM ? "param" : "state", init_str(t, ib, sizeof ib));
+        static const char *const kind[] = {"param", "state", "copy", "state"};
+        fprintf(out, "tensor %d %s: %s%s %s %s\n", i, t->name, ir_dtype_name(t->dtype),
+                ir_shape_str(p, &t->shape, sb, sizeof sb), kind[t->kind], init_str(p, t, ib, sizeof ib));
     }
 }
 

@@ -398,9 +398,13 @@ typedef struct IrInput {
                              * (values must be below it); 0 when no embedding reads it */
 } IrInput;
 
-/* IR_CACHE: the decode graph's keys and values of earlier positions (decode.c): zeros
- * when generation starts, after every other tensor, never saved. */
-typedef enum IrTensorKind { IR_PARAM, IR_STATE, IR_CACHE } IrTensorKind;
+/* IR_COPY: a parameter's value in the half type (param_of; precision.c), what the
+ * training graphs' matrix products read in place of a cast of it: written by the update
+ * beside the parameter, never saved, so made again from the parameter wherever the
+ * runtime sets parameters (cpu_copies_refresh). IR_CACHE: the decode graph's keys and values
+ * of earlier positions (decode.c): zeros when generation starts, after every other
+ * tensor, never saved. */
+typedef enum IrTensorKind { IR_PARAM, IR_STATE, IR_COPY, IR_CACHE } IrTensorKind;
 typedef enum IrInit {
     IR_INIT_ZEROS,
     IR_INIT_ONES,
@@ -428,16 +432,19 @@ bool ir_range_holds(IrRange r, float v);
 #define IR_TRAIN_STEP "cgc.train.step"
 #define IR_OPTIM_STEP "cgc.optim.step"
 
-/* A tensor that lives across steps: a parameter, or optimizer/training state. Always
- * f32 and of fixed (non-symbolic) shape. Saved by --save under `name`. */
+/* A tensor that lives across steps: a parameter, optimizer/training state, a parameter's
+ * half copy or a decode cache. Of fixed (non-symbolic) shape, f32 but for the copies.
+ * Parameters and state are saved by --save under `name` (ir_tensor_saved). */
 typedef struct IrTensor {
-    const char *name;       /* params: "h1.weight"; state: "cgc.adam.exp_avg.h1.weight" */
+    const char *name;       /* params: "h1.weight"; state: "cgc.adam.exp_avg.h1.weight";
+                             * copies: "cgc.bf16.h1.weight" */
     IrTensorKind kind;
+    DType dtype;
     Shape shape;
     IrInit init;
     double init_value;
     SrcLoc loc;
-    int param_of;           /* state tensors: the parameter they belong to, or -1 */
+    int param_of;           /* state tensors and copies: the parameter they belong to, or -1 */
     bool sharded;           /* shard = optimizer: state that holds this rank's slice of
                              * param_of's values (IR_SHARD's shape), not all of them */
     IrRange range;          /* the values it may hold between steps */
@@ -542,6 +549,11 @@ int ir_add_input(IrProgram *p, const char *name, DType t, Shape s, SrcLoc loc);
 int ir_add_tensor(IrProgram *p, const char *name, IrTensorKind kind, Shape s, IrInit init,
                   double init_value, int param_of, SrcLoc loc);
 int ir_find_tensor(const IrProgram *p, const char *name);   /* -1 when absent */
+/* Parameter PARAM's copy in half type T (IR_COPY): its initial values are the
+ * parameter's, rounded to T. */
+int ir_add_copy(IrProgram *p, int param, DType t);
+/* Whether a checkpoint holds T: parameters and state, not copies or caches. */
+bool ir_tensor_saved(const IrTensor *t);
 /* Removes the tensors after the first N (not parameters); their names name none again. */
 void ir_drop_tensors(IrProgram *p, int n);
 /* Keeps the tensors KEEP marks (in order; a state's parameter with it), renumbering what

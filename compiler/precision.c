@@ -23,7 +23,11 @@
  *                                                                  H stays H, H with f32 is f32
  *   the loss output                     f32    f32                 f32
  *
- * Parameters stay f32 (master weights); only their uses are cast. The graph is rebuilt
+ * Parameters stay f32 (master weights); only their uses are cast. The training graphs
+ * then read a parameter's cast from a copy of it in H (precision_copies), which the
+ * update writes beside the parameter: the same values, cast once a step by the kernel
+ * that has the new value in hand rather than by a kernel of their own at every
+ * micro-batch's forward. The graph is rebuilt
  * rather than edited, because casts are new nodes and ids must stay topological. Each
  * node records the rule that gave it its dtype (IrNode.dtype_why), which --explain
  * prints.
@@ -262,4 +266,54 @@ void precision_assign(IrProgram *p)
     free(ac.as_half);
     free(ac.as_f32);
     ir_verify(p, &p->forward);
+}
+
+/* The copy of parameter P in T, made once (COPY[P], -1 until then). */
+static int copy_of(IrProgram *p, int *copy, int param, DType t)
+{
+    if (copy[param] < 0) copy[param] = ir_add_copy(p, param, t);
+    CGC_ASSERT(p->tensors[copy[param]].dtype == t);
+    return copy[param];
+}
+
+/* Node ID of G, a cast of a parameter to a half type, reads the parameter's copy instead. */
+static void read_copy(IrProgram *p, IrGraph *g, int id, int *copy)
+{
+    IrNode *n = &g->nodes[id];
+    const IrNode *x = &g->nodes[n->in[0]];
+    if (n->op != IR_CAST || n->dtype == DT_F32 || x->op != IR_READ ||
+        p->tensors[x->index].kind != IR_PARAM)
+        return;
+    int c = copy_of(p, copy, x->index, n->dtype);
+    n->op = IR_READ;
+    n->nin = 0;
+    n->in[0] = 0;
+    n->index = c;
+    n->name = p->tensors[c].name;
+}
+
+/* After every ASSIGN of a parameter that has a copy, the copy's: the cast of the value. */
+static void assign_copies(IrProgram *p, IrGraph *g, const int *copy)
+{
+    int n = g->nnodes;
+    for (int id = 0; id < n; id++) {
+        IrNode a = g->nodes[id];
+        if (!ir_node_is_assign(&a) || a.index >= p->nparams || copy[a.index] < 0) continue;
+        int c = copy[a.index];
+        ir_assign(g, p, c, ir_cast(g, a.in[0], p->tensors[c].dtype, a.loc), a.loc);
+    }
+}
+
+void precision_copies(IrProgram *p)
+{
+    if (p->cfg.precision != PREC_BF16 && p->cfg.precision != PREC_FP16) return;
+    int *copy = filled(p->nparams ? p->nparams : 1, -1);
+    IrGraph *graphs[] = {&p->train, &p->train_micro};
+    for (int k = 0; k < 2; k++)
+        for (int id = 0; id < graphs[k]->nnodes; id++) read_copy(p, graphs[k], id, copy);
+    for (int k = 0; k < 2; k++) {
+        assign_copies(p, graphs[k], copy);
+        if (graphs[k]->nnodes) ir_verify(p, graphs[k]);
+    }
+    free(copy);
 }

@@ -733,4 +733,5 @@ void training_lower(IrProgram *p)
     free(L.exp_avg);
     free(L.exp_avg_sq);
     free(L.accum);
+    precision_copies(p);
 }

@@ -110,6 +110,14 @@ static const char *precision_reason(const IrProgram *p, const IrNode *n)
     return half ? "follows its inputs (f32 with anything is f32)" : "f32 model";
 }
 
+/* The type of P's half copies of its parameters (IR_COPY), or f32 when it keeps none. */
+static DType copy_type(const IrProgram *p)
+{
+    for (int i = 0; i < p->ntensors; i++)
+        if (p->tensors[i].kind == IR_COPY) return p->tensors[i].dtype;
+    return DT_F32;
+}
+
 static void explain_precision(const Compiled *c, FILE *out)
 {
     const IrProgram *p = c->p;
@@ -118,6 +126,10 @@ static void explain_precision(const Compiled *c, FILE *out)
     fprintf(out, "Precision (%s): parameters and optimizer state are f32 (master weights); "
                  "gradients follow the\nforward's types and reach the parameters as f32.\n",
             config_precision_name(p->cfg.precision));
+    if (copy_type(p) != DT_F32)
+        fprintf(out, "The training step reads the casts of its weights from %s copies of them, "
+                     "which the update\nwrites beside the weights (checkpoints hold none).\n",
+                ir_dtype_name(copy_type(p)));
     if (p->cfg.precision == PREC_FP16)
         fputs("fp16: the loss is scaled (GradScaler: 65536, x2 after 2000 good steps, x0.5 and the "
               "step skipped\non inf/nan gradients).\n", out);
@@ -513,7 +525,8 @@ static void explain_memory(const Compiled *c, FILE *out)
     fprintf(out, "\nMemory plan (batch %lld%s): peak %s = %s persistent (%s)\n  + %s for the %s's "
                  "activations and temporaries\n", (long long)c->symmax[0], ranks, peak, pers,
             infer ? "parameters and running statistics, inputs: no optimizer state"
-                  : "parameters, optimizer state, inputs, data",
+                  : copy_type(c->p) != DT_F32 ? "parameters, optimizer state, half copies, inputs, data"
+                                 : "parameters, optimizer state, inputs, data",
             act, infer ? "prediction" : "train step");
     if (!infer)
         fputs("  (a run with a test split lays the arena out for its evaluation batch too, up to\n"

@@ -434,30 +434,43 @@ static int tensor_buffer(const DevExec *e, int i)
     CGC_ASSERT(i >= 0 && i < e->p->ntensors);
     int b = e->plan->tensor_buffer_base + i;
     CGC_ASSERT(b < e->plan->nbuffers && e->plan->buffers[b].kind == PB_TENSOR &&
-               e->plan->buffers[b].dtype == DT_F32);
+               e->plan->buffers[b].dtype == e->p->tensors[i].dtype);
     return b;
 }
 
+/* Tensor I's elements and its bytes in the arena (a copy's are 16-bit). */
+static int64_t tensor_numel(const DevExec *e, int i) { return ir_numel(&e->p->tensors[i].shape, NULL); }
 static size_t tensor_bytes(const DevExec *e, int i)
 {
-    return (size_t)ir_numel(&e->p->tensors[i].shape, NULL) * sizeof(float);
+    return (size_t)tensor_numel(e, i) * ir_dtype_size(e->p->tensors[i].dtype);
 }
 
 int devexec_tensor_get(DevExec *e, int i, float *out)
 {
-    return e->d->ops->download(e->d, out, devexec_buffer(e, tensor_buffer(e, i)), tensor_bytes(e, i));
+    DType t = e->p->tensors[i].dtype;
+    void *raw = t == DT_F32 ? (void *)out : xmalloc(tensor_bytes(e, i) + 1);
+    int rc = e->d->ops->download(e->d, raw, devexec_buffer(e, tensor_buffer(e, i)), tensor_bytes(e, i));
+    if (raw != out) {
+        if (rc == 0) to_f32(t, raw, tensor_numel(e, i), out);
+        free(raw);
+    }
+    return rc;
 }
 
 int devexec_tensor_set(DevExec *e, int i, const float *in)
 {
-    return e->d->ops->upload(e->d, devexec_buffer(e, tensor_buffer(e, i)), in, tensor_bytes(e, i));
+    DType t = e->p->tensors[i].dtype;
+    void *raw = t == DT_F32 ? (void *)in : xmalloc(tensor_bytes(e, i) + 1);
+    if (raw != in) from_f32(t, in, tensor_numel(e, i), raw);
+    int rc = e->d->ops->upload(e->d, devexec_buffer(e, tensor_buffer(e, i)), raw, tensor_bytes(e, i));
+    if (raw != in) free(raw);
+    return rc;
 }
 
 int devexec_init_tensors(DevExec *e, uint64_t seed)
 {
     for (int i = 0; i < e->p->ntensors; i++) {
-        size_t bytes = tensor_bytes(e, i);
-        float *v = xmalloc(bytes ? bytes : 1);
+        float *v = xmalloc((size_t)tensor_numel(e, i) * sizeof(float) + 1);
         cpu_tensor_init_values(e->p, i, seed, v);
         int rc = devexec_tensor_set(e, i, v);
         free(v);

@@ -153,7 +153,8 @@ int devexec_timing_collect(DevExec *e, DevTimedFn fn, void *ctx);
  * outputs and views of tensors, inputs and constants keep theirs after the run: asking
  * for any other node is an internal error (use devexec_new_unshared). */
 int devexec_value(DevExec *e, const IrGraph *g, int id, float *out, int64_t *numel);
-/* Persistent tensor I to/from host f32 (waits). */
+/* Persistent tensor I to/from host f32 (waits); a copy's values are converted from and to
+ * its 16-bit type (rounded on the way in). */
 int devexec_tensor_get(DevExec *e, int i, float *out);
 int devexec_tensor_set(DevExec *e, int i, const float *in);
 

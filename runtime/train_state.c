@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/exec.h"
 #include "safetensors.h"
 #include "train.h"
 
@@ -100,26 +101,19 @@ static const Shape *stored_shape(const IrProgram *p, int i)
     return d->sharded ? &p->tensors[d->param_of].shape : &d->shape;
 }
 
-/* A checkpoint holds every tensor but the decode graph's caches, which come last. */
-static int saved_tensors(const IrProgram *p)
-{
-    int n = p->ntensors;
-    while (n > 0 && p->tensors[n - 1].kind == IR_CACHE) n--;
-    return n;
-}
-
 int train_state_save(const char *path, const IrProgram *p, float *const *tensors,
                     const TrainProgress *pr, int64_t total_steps)
 {
-    int n = saved_tensors(p);
-    StTensor *t = xcalloc((size_t)n, sizeof *t);
-    for (int i = 0; i < n; i++) {
+    int n = 0;
+    StTensor *t = xcalloc((size_t)(p->ntensors ? p->ntensors : 1), sizeof *t);
+    for (int i = 0; i < p->ntensors; i++) {
+        if (!ir_tensor_saved(&p->tensors[i])) continue;
         const Shape *shape = stored_shape(p, i);
-        t[i].name = p->tensors[i].name;
-        t[i].dtype = "F32";
-        t[i].rank = shape->rank;
-        memcpy(t[i].shape, shape->dim, sizeof(int64_t) * (size_t)shape->rank);
-        t[i].data = tensors[i];
+        t[n].name = p->tensors[i].name;
+        t[n].dtype = "F32";
+        t[n].rank = shape->rank;
+        memcpy(t[n].shape, shape->dim, sizeof(int64_t) * (size_t)shape->rank);
+        t[n++].data = tensors[i];
     }
     MetaBuf m = {0};
     Setting config[NUM_SETTINGS];
@@ -195,8 +189,9 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
                       diag_quote(st_get(f, i)->name, 60));
             return -1;
         }
-    for (int i = 0; i < saved_tensors(p); i++) {
+    for (int i = 0; i < p->ntensors; i++) {
         const IrTensor *d = &p->tensors[i];
+        if (!ir_tensor_saved(d)) continue;
         const Shape *want_shape = stored_shape(p, i);
         const StTensor *t = st_find(f, d->name);
         if (!t) {
@@ -215,6 +210,7 @@ static int load_tensors(const StFile *f, const char *path, const IrProgram *p,
         }
         memcpy(tensors[i], t->data, (size_t)ir_numel(want_shape, NULL) * sizeof(float));
     }
+    cpu_copies_refresh(p, tensors);   /* not saved: made from the parameters again */
     return 0;
 }
 
@@ -229,8 +225,9 @@ static float f32_count(int64_t n)
  * so a file that holds another was changed or damaged after it was saved. */
 static int check_values(const char *path, const IrProgram *p, float *const *tensors)
 {
-    for (int i = 0; i < saved_tensors(p); i++) {
+    for (int i = 0; i < p->ntensors; i++) {
         const IrTensor *d = &p->tensors[i];
+        if (!ir_tensor_saved(d)) continue;
         int64_t n = ir_numel(stored_shape(p, i), NULL);
         for (int64_t k = 0; k < n; k++) {
             if (ir_range_holds(d->range, tensors[i][k])) continue;

@@ -872,12 +872,23 @@ static double init_value(const IrTensor *t, int i, uint64_t seed, int64_t el)
     CGC_INTERNAL("tensor %s has an unknown init %d", t->name, (int)t->init);
 }
 
+/* The initial value of element EL of tensor I, in double (F64) or in float: a copy's is
+ * its parameter's as that type holds it, rounded to the copy's type, as the cast it
+ * stands for would round it. */
+static double init_element(const IrProgram *p, int i, uint64_t seed, int64_t el, bool f64)
+{
+    const IrTensor *t = &p->tensors[i];
+    if (t->kind != IR_COPY) return f64 ? init_value(t, i, seed, el) : (float)init_value(t, i, seed, el);
+    const HalfFormat *f = storage_format(t->dtype);
+    double w = init_value(&p->tensors[t->param_of], t->param_of, seed, el);
+    return f64 ? round_double(w, f) : round_float((float)w, f);
+}
+
 void cpu_tensor_init_values(const IrProgram *p, int i, uint64_t seed, float *out)
 {
     CGC_ASSERT(i >= 0 && i < p->ntensors);
-    const IrTensor *t = &p->tensors[i];
-    int64_t n = ir_numel(&t->shape, NULL);
-    for (int64_t el = 0; el < n; el++) out[el] = (float)init_value(t, i, seed, el);
+    int64_t n = ir_numel(&p->tensors[i].shape, NULL);
+    for (int64_t el = 0; el < n; el++) out[el] = (float)init_element(p, i, seed, el, false);
 }
 
 void cpu_exec_init_tensors(CpuExec *e, uint64_t seed)
@@ -888,9 +899,20 @@ void cpu_exec_init_tensors(CpuExec *e, uint64_t seed)
             continue;
         }
         /* f64 (gradient checks) keeps the draws' double precision. */
-        const IrTensor *t = &e->p->tensors[i];
+        int64_t n = ir_numel(&e->p->tensors[i].shape, NULL);
+        for (int64_t el = 0; el < n; el++) ((double *)e->tensors[i])[el] = init_element(e->p, i, seed, el, true);
+    }
+}
+
+void cpu_copies_refresh(const IrProgram *p, float *const *tensors)
+{
+    for (int i = 0; i < p->ntensors; i++) {
+        const IrTensor *t = &p->tensors[i];
+        if (t->kind != IR_COPY) continue;
+        const HalfFormat *f = storage_format(t->dtype);
+        const float *w = tensors[t->param_of];
         int64_t n = ir_numel(&t->shape, NULL);
-        for (int64_t el = 0; el < n; el++) ((double *)e->tensors[i])[el] = init_value(t, i, seed, el);
+        for (int64_t el = 0; el < n; el++) tensors[i][el] = round_float(w[el], f);
     }
 }
 

@@ -44,6 +44,12 @@ void cpu_exec_init_tensors(CpuExec *e, uint64_t seed);
  * CPU_F32) into OUT (ir_numel of its shape floats): the same bits for every backend. */
 void cpu_tensor_init_values(const IrProgram *p, int i, uint64_t seed, float *out);
 
+/* Every parameter's copy (IR_COPY) in TENSORS, per tensor f32 values (host arrays, or
+ * the CPU_F32 executor's own) := its parameter's values rounded to the copy's type: what
+ * the update would have written, after the parameters are set by other means (a
+ * checkpoint read). */
+void cpu_copies_refresh(const IrProgram *p, float *const *tensors);
+
 /* The storage of persistent tensor I: float * for CPU_F32, double * for CPU_F64;
  * ir_numel(&p->tensors[i].shape, NULL) elements. Writable (checkpoints, tests). */
 void *cpu_exec_tensor(CpuExec *e, int i);

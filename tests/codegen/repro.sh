@@ -227,8 +227,8 @@ done
 [ "$(grep -c '^    K_\(gemm_tc\|mlp_fused\)_' "$t/repro/repro.c")" = 2 ] ||
     fail "mlp_tuned: the kernel table holds generated kernels no choice names"
 
-# The narrow MLP with both fused kernels chosen: the forward pass's (steps 3-6) and the
-# backward pass's input gradients (steps 10, 13 and 16, launched at 10: the relu_grad
+# The narrow MLP with both fused kernels chosen: the forward pass's (steps 2-5) and the
+# backward pass's input gradients (steps 9, 12 and 15, launched at 9: the relu_grad
 # steps and the weight gradients' GEMMs between them still run).
 if "$CGC" "$ROOT/models/narrow_mlp.net" --mode max-autotune --check --arch none --emit "$OUT/nheur" -q \
         > "$OUT/nheur.log" 2>&1; then
@@ -240,12 +240,12 @@ else
 fi
 case_ narrow_tuned "$ROOT/models/narrow_mlp.net" --mode max-autotune --tune-file "$OUT/narrow.tune"
 t="$OUT/narrow_tuned"
-want narrow_tuned '/* 10, 13, 16/20, lines 12, 11, 10: 3 GEMM layers of a narrow MLP'"'"'s input gradients, m 256, in one'
+want narrow_tuned '/* 9, 12, 15/19, lines 12, 11, 10: 3 GEMM layers of a narrow MLP'"'"'s input gradients, m 256, in one'
 want narrow_tuned 'K_mlp_fused_bwd_bf16_10_128_128_128_rows16, 16, a, 11);'
 want narrow_tuned 'K_mlp_fused_bf16_784_128r_128r_128r_10_rows16, 16, a, 14);'
-for s in 13 16; do want narrow_tuned "/* $s/20: computed by the fused kernel launched at step 10 */"; done
-for s in 4 5 6; do want narrow_tuned "/* $s/20: computed by the fused kernel launched at step 3 */"; done
-want narrow_tuned "launch(\"train\", 12, 11, K_relu_grad_reduce_to_h3_bias,"
+for s in 12 15; do want narrow_tuned "/* $s/19: computed by the fused kernel launched at step 9 */"; done
+for s in 3 4 5; do want narrow_tuned "/* $s/19: computed by the fused kernel launched at step 2 */"; done
+want narrow_tuned "launch(\"train\", 11, 11, K_relu_grad_reduce_to_h3_bias,"
 [ "$(grep -c '^    run_gemm(&gemms' "$t/repro/repro.c")" = 4 ] ||
     fail "narrow_tuned: not 4 library GEMM calls (the weight gradients)"
 

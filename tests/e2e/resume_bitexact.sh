@@ -15,6 +15,7 @@ check() {  # check NAME MODEL ARGS...
   echo "$name: bit-identical after resume"
 }
 check mlp "$root/models/mlp.net"
+check mlp_bf16 "$root/models/mlp.net" --precision bf16 --accumulate 2   # the half copies remade
 check resmlp "$root/models/resmlp.net" --batch 32
 check regression "$root/models/regression.net" --accumulate 3 --clip-norm 0.5
 check adam "$root/models/regression.net" --optimizer "adam(lr = 1e-3, weight_decay = 1e-4)" --schedule "cosine(warmup = 5)"
