@@ -40,6 +40,8 @@ typedef unsigned long long uint64_t;
 
 #define CGC_INF __int_as_float(0x7f800000)
 #define CGC_NAN __int_as_float(0x7fffffff)
+#define CGC_LOG2E 1.44269504f
+#define CGC_LN2 0.693147181f
 
 /* Grid-stride loops: for (int64_t i = cgc_thread_index(); i < n; i += cgc_thread_count()) */
 __device__ __forceinline__ int64_t cgc_thread_index()
@@ -756,9 +758,10 @@ __device__ void cgc_attention_forward(TO *o, float *lse, const TI *q, const TI *
 }
 
 /* The forward on tensor cores, for f16 or bf16 operands (BF16 says which): four warps of 16 queries each (64 a tile), the queries' fragments kept in
- * registers for the whole tile; S = Q K^T by mma.sync, its accumulators masked and
- * scaled in place (a row's values spread over a quad of lanes: rows g and g + 8 of the
- * warp's 16), the online softmax on them, P rounded to the operands' type as the A
+ * registers for the whole tile; S = Q K^T by mma.sync, its accumulators scaled to log2
+ * units in place (a row's values spread over a quad of lanes: rows g and g + 8 of the
+ * warp's 16) and masked in the tiles that reach past T or across the diagonal only, the
+ * online softmax on them in exp2 (one MUFU instruction, where expf takes several), P rounded to the operands' type as the A
  * fragments of O += P V straight from those accumulators (the layouts agree), V's
  * fragments read transposed. The head width is padded to 16 with zeros. */
 template <int D, int BK, bool CAUSAL, bool BF16, typename TO>
@@ -767,6 +770,7 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
                                          CgcAttnHeads hs, int64_t bh, int64_t t, float scale)
 {
     enum { BQ = 64, DP = (D + 15) / 16 * 16, KS = DP / 16, NT = BK / 8, OT = DP / 8 };
+    const float scale2 = scale * CGC_LOG2E;   /* the scores in log2 units: exp2 is one instruction */
     /* two stages of keys and values where 48 KiB hold them: the next tile's copies run
      * while the warps compute on this one */
     enum { STAGES = (BQ + 4 * BK) * (DP + 8) * 2 <= 48 * 1024 ? 2 : 1 };
@@ -800,6 +804,8 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
                 cgc_tile_load_ld<BK, DP, 128>(vs[st ^ 1], vh.p, t, D, vh.ld, k0 + BK, 0);
                 cgc_cp_async_commit();
             }
+            /* only a tile past T or across the diagonal masks: the others' keys all count */
+            const bool edge = k0 + BK > t || (CAUSAL && k0 + BK - 1 > q0);
             float s[NT][4], top[2] = { -CGC_INF, -CGC_INF }, sum[2] = { 0, 0 };
             for (int j = 0; j < NT; j++) {
                 s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
@@ -809,21 +815,25 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
                     cgc_mma_16816(s[j], qa[kk], kb, BF16);
                 }
                 for (int e = 0; e < 4; e++) {
-                    const int64_t key = k0 + j * 8 + 2 * tq + e % 2;
-                    const bool keep = key < t && (!CAUSAL || key <= rows[e / 2]);
-                    s[j][e] = keep ? s[j][e] * scale : -CGC_INF;
-                    top[e / 2] = fmaxf(top[e / 2], s[j][e]);
+                    float x = s[j][e] * scale2;
+                    if (edge) {
+                        const int64_t key = k0 + j * 8 + 2 * tq + e % 2;
+                        x = key < t && (!CAUSAL || key <= rows[e / 2]) ? x : -CGC_INF;
+                    }
+                    s[j][e] = x;
+                    top[e / 2] = fmaxf(top[e / 2], x);
                 }
             }
-            float alpha[2];
+            float alpha[2], base[2];
             for (int h = 0; h < 2; h++) {
                 const float m_new = fmaxf(m[h], cgc_row_max<4>(top[h]));   /* -inf: no key yet */
-                alpha[h] = m_new == -CGC_INF ? 1.0f : expf(m[h] - m_new);
+                alpha[h] = m_new == -CGC_INF ? 1.0f : exp2f(m[h] - m_new);
+                base[h] = m_new == -CGC_INF ? 0.0f : m_new;   /* exp2(-inf - base) is 0 */
                 m[h] = m_new;
             }
             for (int j = 0; j < NT; j++)
                 for (int e = 0; e < 4; e++) {
-                    s[j][e] = s[j][e] == -CGC_INF ? 0.0f : expf(s[j][e] - m[e / 2]);
+                    s[j][e] = exp2f(s[j][e] - base[e / 2]);
                     sum[e / 2] += s[j][e];
                 }
             for (int h = 0; h < 2; h++) l[h] = l[h] * alpha[h] + cgc_row_sum<4>(sum[h]);
@@ -857,8 +867,8 @@ __device__ void cgc_attention_forward_tc(TO *o, float *lse, const unsigned short
                 const int col = dj * 8 + 2 * tq + e % 2;
                 if (row < t && col < D) cgc_store(&oh.p[row * oh.ld + col], acc[dj][e] / l[e / 2]);
             }
-        for (int h = 0; h < 2 && tq == 0; h++)
-            if (rows[h] < t) lse[b * t + rows[h]] = m[h] + logf(l[h]);
+        for (int h = 0; h < 2 && tq == 0; h++)   /* m in log2 units */
+            if (rows[h] < t) lse[b * t + rows[h]] = m[h] * CGC_LN2 + logf(l[h]);
     }
 }
 
@@ -875,13 +885,13 @@ __device__ void cgc_attention_forward_half(TO *o, float *lse, const TI *q, const
         t, scale);
 }
 
-/* The lse and delta (the sum of dO O, which is that of dP P: O = P V) of BT rows from
- * FIRST, zero past T: a warp a row, its lanes along the row (coalesced), then summed
- * across the warp. Every thread of the block takes part. */
+/* The lse (times UNIT: 1, or log2 e for exp2) and delta (the sum of dO O, which is that
+ * of dP P: O = P V) of BT rows from FIRST, zero past T: a warp a row, its lanes along the
+ * row (coalesced), then summed across the warp. Every thread of the block takes part. */
 template <int BT, int D, typename TO, typename TD>
 __device__ __forceinline__ void cgc_rows_stats(float *lses, float *deltas, const float *lse,
                                                CgcHead<const TO> o, CgcHead<const TD> dout,
-                                               int64_t first, int64_t t)
+                                               int64_t first, int64_t t, float unit)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int r = warp; r < BT; r += blockDim.x / 32) {
@@ -891,7 +901,7 @@ __device__ __forceinline__ void cgc_rows_stats(float *lses, float *deltas, const
             d += cgc_load(dout.p[row * dout.ld + e]) * cgc_load(o.p[row * o.ld + e]);
         d = cgc_row_sum<32>(d);
         if (lane == 0) {
-            lses[r] = row < t ? lse[row] : 0.0f;
+            lses[r] = row < t ? lse[row] * unit : 0.0f;
             deltas[r] = d;
         }
     }
@@ -944,7 +954,7 @@ __device__ void cgc_attention_backward(TG *dq, TG *dk, TG *dv, const TI *q, cons
         } else {
             cgc_rows_load<BT, D>(qs, qh, r0, t);
             cgc_rows_load<BT, D>(dos, doh, r0, t);
-            cgc_rows_stats<BT, D>(lses, deltas, lse + b * t, oh, doh, r0, t);
+            cgc_rows_stats<BT, D>(lses, deltas, lse + b * t, oh, doh, r0, t, 1.0f);
         }
         int64_t from, to;
         cgc_attention_backward_span<CAUSAL>(keys, r0, BT, t, &from, &to);
@@ -953,7 +963,7 @@ __device__ void cgc_attention_backward(TG *dq, TG *dk, TG *dv, const TI *q, cons
             if (keys) {
                 cgc_rows_load<BT, D>(qs, qh, c0, t);
                 cgc_rows_load<BT, D>(dos, doh, c0, t);
-                cgc_rows_stats<BT, D>(lses, deltas, lse + b * t, oh, doh, c0, t);
+                cgc_rows_stats<BT, D>(lses, deltas, lse + b * t, oh, doh, c0, t, 1.0f);
             } else {
                 cgc_rows_load<BT, D>(ks, kh, c0, t);
                 cgc_rows_load<BT, D>(vs, vh, c0, t);
@@ -1046,6 +1056,7 @@ __device__ void cgc_attention_backward_tc(TG *dq, TG *dk, TG *dv, const unsigned
                                           CgcAttnHeads hs, int64_t bh, int64_t t, float scale)
 {
     enum { BR = 64, DP = (D + 15) / 16 * 16, NT = BC / 8, OT = DP / 8 };
+    const float scale2 = scale * CGC_LOG2E;   /* exp2, one instruction, as the forward */
     __shared__ __align__(16) unsigned short own1[BR][DP + 8], own2[BR][DP + 8];
     __shared__ __align__(16) unsigned short oth1[BC][DP + 8], oth2[BC][DP + 8];
     __shared__ float lses[BR > BC ? BR : BC], deltas[BR > BC ? BR : BC];
@@ -1072,27 +1083,32 @@ __device__ void cgc_attention_backward_tc(TG *dq, TG *dk, TG *dv, const unsigned
         cgc_tile_load_ld<BR, DP, 128>(own1, mine1.p, t, D, mine1.ld, r0, 0);
         cgc_tile_load_ld<BR, DP, 128>(own2, mine2.p, t, D, mine2.ld, r0, 0);
         cgc_cp_async_commit();   /* waited for with the first tile of the other side */
-        if (!keys) cgc_rows_stats<BR, D>(lses, deltas, lse + b * t, oh, doh, r0, t);
+        if (!keys) cgc_rows_stats<BR, D>(lses, deltas, lse + b * t, oh, doh, r0, t, CGC_LOG2E);
         int64_t from, to;
         cgc_attention_backward_span<CAUSAL>(keys, r0, BR, t, &from, &to);
         for (int64_t c0 = from; c0 < to; c0 += BC) {
             __syncthreads();   /* the last tile is done with the other side's rows */
             cgc_tile_load_ld<BC, DP, 128>(oth1, other1.p, t, D, other1.ld, c0, 0);
             cgc_tile_load_ld<BC, DP, 128>(oth2, other2.p, t, D, other2.ld, c0, 0);
-            if (keys) cgc_rows_stats<BC, D>(lses, deltas, lse + b * t, oh, doh, c0, t);
+            if (keys) cgc_rows_stats<BC, D>(lses, deltas, lse + b * t, oh, doh, c0, t, CGC_LOG2E);
             cgc_cp_async_commit();
             cgc_cp_async_wait_all();
             __syncthreads();
             float s[NT][4], dp[NT][4];
             cgc_tc_rows_dot<DP, NT, BF16>(s, &own1[warp * 16], oth1);    /* S or S^T */
             cgc_tc_rows_dot<DP, NT, BF16>(dp, &own2[warp * 16], oth2);   /* dP or dP^T */
+            /* only a tile with rows past T or across the diagonal masks */
+            const bool edge = r0 + BR > t || c0 + BC > t ||
+                              (CAUSAL && (keys ? r0 + BR - 1 > c0 : c0 + BC - 1 > r0));
             for (int j = 0; j < NT; j++)
                 for (int e = 0; e < 4; e++) {
-                    const int64_t col = c0 + j * 8 + 2 * tq + e % 2, row = mine[e / 2];
-                    const int64_t query = keys ? col : row, key = keys ? row : col;
                     const int qi = keys ? j * 8 + 2 * tq + e % 2 : warp * 16 + g + e / 2 * 8;
-                    const bool keep = key < t && query < t && (!CAUSAL || key <= query);
-                    const float p = keep ? expf(s[j][e] * scale - lses[qi]) : 0.0f;
+                    float p = exp2f(s[j][e] * scale2 - lses[qi]);   /* lses in log2 units */
+                    if (edge) {
+                        const int64_t col = c0 + j * 8 + 2 * tq + e % 2, row = mine[e / 2];
+                        const int64_t query = keys ? col : row, key = keys ? row : col;
+                        p = key < t && query < t && (!CAUSAL || key <= query) ? p : 0.0f;
+                    }
                     s[j][e] = p;
                     dp[j][e] = p * (dp[j][e] - deltas[qi]);
                 }
