@@ -101,32 +101,47 @@ static void launch_cost(const Plan *plan, const PlanGraph *pg, const PlanStep *s
     out->threads = (double)out->blocks * (k->block > 0 ? k->block : 1);
 }
 
-enum { GEMM_TILE = 128 };   /* the tile of C a library's kernel takes, for the blocks it runs */
+/* The tile of C a library's kernel takes, for the blocks it runs; the least of K a part of
+ * a split GEMM sums. */
+enum { GEMM_TILE = 128, GEMM_SPLIT_K = 512 };
 
+/* The SMs of the largest part. */
+static int most_sms(void)
+{
+    int sms = 0;
+    for (int k = 0; k < perf_nparts; k++)
+        if (perf_parts[k].sms > sms) sms = perf_parts[k].sms;
+    return sms;
+}
+
+/* A GEMM whose tiles of C cannot fill the largest part is split along K, as cuBLAS's
+ * heuristics do (split-K): parts of GEMM_SPLIT_K of it at least, as many as fill the
+ * SMs, each writing its partial C in f32 and the last pass reading them back. */
 static void gemm_cost(const Plan *plan, const PlanGemm *g, const int64_t *symvals, PerfStep *out)
 {
     double batch = (double)ir_numel(&g->batch, symvals);
     double m = (double)plan_gemm_m(g, symvals), k = (double)plan_gemm_k(g, symvals);
     Shape ns = { 1, { g->n } };
     double n = (double)ir_numel(&ns, symvals);
+    double tiles = batch * ceil(m / GEMM_TILE) * ceil(n / GEMM_TILE);
+    double splits = fmin(floor(k / GEMM_SPLIT_K), ceil(most_sms() / tiles));
+    if (splits < 2) splits = 1;
     out->read = buffer_bytes(plan, g->a, symvals) + buffer_bytes(plan, g->b, symvals) +
                 (g->bias >= 0 ? buffer_bytes(plan, g->bias, symvals) : 0);
     out->written = buffer_bytes(plan, g->c, symvals) + (g->aux >= 0 ? buffer_bytes(plan, g->aux, symvals) : 0);
+    if (splits > 1) {
+        double partials = splits * batch * m * n * 4;
+        out->read += partials, out->written += partials;
+    }
     out->flops = 2 * batch * m * n * k;
-    out->blocks = (int64_t)(batch * ceil(m / GEMM_TILE) * ceil(n / GEMM_TILE));
+    out->blocks = (int64_t)(tiles * splits);
 }
 
 /* Threads an SM needs in flight for a streaming kernel to reach about the peak: half the
  * 2048 it holds (Little's law: the bytes in flight that hide memory's latency). */
 enum { FULL_THREADS_PER_SM = 1024 };
 
-int64_t perf_fill_threads(void)
-{
-    int sms = 0;
-    for (int k = 0; k < perf_nparts; k++)
-        if (perf_parts[k].sms > sms) sms = perf_parts[k].sms;
-    return (int64_t)sms * FULL_THREADS_PER_SM;
-}
+int64_t perf_fill_threads(void) { return (int64_t)most_sms() * FULL_THREADS_PER_SM; }
 
 /* The share of the part's peak step P can use: its threads against those that fill the
  * SMs; a GEMM, its tiles against the SMs (one tile an SM at a time). */

@@ -9,8 +9,9 @@
  * a time; the larger of the two says whether the step is bound by memory or by compute.
  * A step is bound by latency instead when it cannot take less than a launch takes, or
  * when it runs too few threads to keep the SMs' memory requests in flight (under half of
- * the 1024 an SM needs for that, or for a GEMM fewer tiles than SMs): its bandwidth and
- * throughput then scale with the threads it has. The parts' figures are the published ones (perf.c names
+ * the 1024 an SM needs for that, or for a GEMM fewer tiles than SMs, after a split along
+ * K where K is long enough, as cuBLAS splits): its bandwidth and throughput then scale
+ * with the threads it has. The parts' figures are the published ones (perf.c names
  * each source).
  */
 #ifndef CGC_PERF_H
@@ -44,7 +45,8 @@ typedef enum PerfBound { PERF_MEMORY, PERF_COMPUTE, PERF_LATENCY } PerfBound;
 typedef struct PerfStep {
     double read, written;       /* bytes */
     double flops;
-    int64_t blocks;             /* a launch's grid; a GEMM's 128 x 128 tiles of C */
+    int64_t blocks;             /* a launch's grid; a GEMM's 128 x 128 tiles of C, times its
+                                 * splits along K */
     double threads;             /* a launch's: blocks times the kernel's block */
     double seconds;             /* predicted, on the part */
     PerfBound bound;

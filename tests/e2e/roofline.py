@@ -3,7 +3,9 @@
 
 1. A two-layer model in eager mode at a batch of 65,536 rows, fp32: --stats' predicted
    launches hold the five GEMMs autodiff makes, each 2mnk FLOPs, the first reading its
-   operands and writing its product once (4 bytes an element); relu's launch reads and
+   operands and writing its product once (4 bytes an element), the first weight's
+   gradient (8 tiles of C) split along K to fill the SMs, its partials read and written
+   once more; relu's launch reads and
    writes [N, 512] once, its gradient reads two and writes one, the bias gradient sums
    [N, 512] into parts enough to fill the largest part's SMs, then those into [512]. Every launch's time on every part is the roofline's, computed
    here from the datasheets' figures typed again (bandwidth, f32 peak, SMs), the threads
@@ -85,6 +87,18 @@ def closed_forms(cgc, work):
               and l["blocks"] == (N // 128) * (512 // 128) for l in first),
           f"x @ W1^T reads x and W1 once, writes [N, 512] once, in 128 x 128 tiles: "
           f"{[(l['bytes_read'], l['bytes_written'], l['blocks']) for l in first]}")
+    # W1's gradient, [512, 256] summed over the batch: 8 tiles of C cannot fill 132 SMs,
+    # so K (65,536) is split as cuBLAS would, into 17 parts (8 x 17 tiles >= 132; each at
+    # least 512 long), the partial products written and read back once in f32
+    splits = min(N // 512, -(-132 // 8))
+    wgrad = [l for l in launches if l["kernel"] == "GEMM" and l["flops"] == 2 * N * 256 * 512 and l["line"] == 4
+             and l["bytes_written"] != 4 * N * 512]
+    partials = 4 * splits * 512 * 256
+    check(len(wgrad) == 1 and splits == 17 and wgrad[0]["blocks"] == 8 * splits
+          and wgrad[0]["bytes_read"] == 4 * (N * 512 + N * 256) + partials
+          and wgrad[0]["bytes_written"] == 4 * 512 * 256 + partials,
+          f"W1's gradient split along K in {splits} parts, {8 * splits} tiles, its partials once each way: "
+          f"{[(l['bytes_read'], l['bytes_written'], l['blocks']) for l in wgrad]}")
     relu = [l for l in launches if l["what"] == "relu h"]
     check(len(relu) == 1 and relu[0]["bytes_read"] == 4 * N * 512 and relu[0]["bytes_written"] == 4 * N * 512
           and relu[0]["flops"] == N * 512, f"relu reads and writes [N, 512] once, a FLOP an element: {relu}")
