@@ -399,9 +399,9 @@ typedef struct IrInput {
 } IrInput;
 
 /* IR_COPY: a parameter's value in the half type (param_of; precision.c), what the
- * training graphs' matrix products read in place of a cast of it: written by the update
- * beside the parameter, never saved, so made again from the parameter wherever the
- * runtime sets parameters (cpu_copies_refresh). IR_CACHE: the decode graph's keys and values
+ * training and evaluation graphs read in place of a cast of it: written by the update
+ * beside the parameter, never saved, so made again from the parameter by whatever sets
+ * parameters otherwise (a checkpoint read). IR_CACHE: the decode graph's keys and values
  * of earlier positions (decode.c): zeros when generation starts, after every other
  * tensor, never saved. */
 typedef enum IrTensorKind { IR_PARAM, IR_STATE, IR_COPY, IR_CACHE } IrTensorKind;

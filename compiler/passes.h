@@ -54,11 +54,11 @@ void autodiff(IrGraph *g, const IrProgram *p, int loss, int dloss, int *grads);
  * tensors it needs. */
 void training_lower(IrProgram *p);
 
-/* precision.c: under bf16 and fp16, P->train and P->train_micro read each parameter's
- * cast to the half type from a copy of the parameter in that type (a tensor of kind
- * IR_COPY, which it adds), and P->train assigns the copy the cast of the parameter's new
- * value after every update. The same values as the casts it replaces. training_lower
- * runs it last. */
+/* precision.c: under bf16 and fp16, P->train, P->train_micro and P->eval (and so the
+ * decode graph and --predict's cut of it) read each parameter's cast to the half type
+ * from a copy of the parameter in that type (a tensor of kind IR_COPY, which it adds),
+ * and P->train assigns the copy the cast of the parameter's new value after every
+ * update. The same values as the casts it replaces. training_lower runs it last. */
 void precision_copies(IrProgram *p);
 
 /* decode.c: P->decode, P->eval's prediction one position at a time for a text model, the

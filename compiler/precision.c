@@ -23,14 +23,13 @@
  *                                                                  H stays H, H with f32 is f32
  *   the loss output                     f32    f32                 f32
  *
- * Parameters stay f32 (master weights); only their uses are cast. The training graphs
- * then read a parameter's cast from a copy of it in H (precision_copies), which the
- * update writes beside the parameter: the same values, cast once a step by the kernel
- * that has the new value in hand rather than by a kernel of their own at every
- * micro-batch's forward. The graph is rebuilt
- * rather than edited, because casts are new nodes and ids must stay topological. Each
- * node records the rule that gave it its dtype (IrNode.dtype_why), which --explain
- * prints.
+ * Parameters stay f32 (master weights); only their uses are cast. The training and
+ * evaluation graphs then read a parameter's cast from a copy of it in H
+ * (precision_copies), which the update writes beside the parameter: the same values,
+ * cast once a step by the kernel that has the new value in hand rather than by a kernel
+ * of their own at every micro-batch's forward. The graph is rebuilt rather than edited,
+ * because casts are new nodes and ids must stay topological. Each node records the rule
+ * that gave it its dtype (IrNode.dtype_why), which --explain prints.
  */
 #include <stdlib.h>
 
@@ -308,10 +307,10 @@ void precision_copies(IrProgram *p)
 {
     if (p->cfg.precision != PREC_BF16 && p->cfg.precision != PREC_FP16) return;
     int *copy = filled(p->nparams ? p->nparams : 1, -1);
-    IrGraph *graphs[] = {&p->train, &p->train_micro};
-    for (int k = 0; k < 2; k++)
+    IrGraph *graphs[] = {&p->train, &p->train_micro, &p->eval};
+    for (int k = 0; k < 3; k++)
         for (int id = 0; id < graphs[k]->nnodes; id++) read_copy(p, graphs[k], id, copy);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         assign_copies(p, graphs[k], copy);
         if (graphs[k]->nnodes) ir_verify(p, graphs[k]);
     }

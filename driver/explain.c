@@ -127,8 +127,8 @@ static void explain_precision(const Compiled *c, FILE *out)
                  "gradients follow the\nforward's types and reach the parameters as f32.\n",
             config_precision_name(p->cfg.precision));
     if (copy_type(p) != DT_F32)
-        fprintf(out, "The training step reads the casts of its weights from %s copies of them, "
-                     "which the update\nwrites beside the weights (checkpoints hold none).\n",
+        fprintf(out, "Training and evaluation read the casts of the weights from %s copies of them, "
+                     "which the\nupdate writes beside the weights (checkpoints hold none).\n",
                 ir_dtype_name(copy_type(p)));
     if (p->cfg.precision == PREC_FP16)
         fputs("fp16: the loss is scaled (GradScaler: 65536, x2 after 2000 good steps, x0.5 and the "

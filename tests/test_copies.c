@@ -4,11 +4,12 @@
  * A model with a tied embedding, a layernorm and a linear layer trains in bf16 and in
  * fp16 (AdamW with weight decay, clipping, accumulation): before every step each copy
  * holds its parameter rounded to the copy's type, element for element, which is the cast
- * that the forward graph (reading the parameters) still makes; the train graph's loss,
- * computed from the copies, equals the forward graph's on the same rows bit for bit.
- * After the parameters are set by other means (a checkpoint's values), cpu_copies_refresh
- * makes the copies theirs again. And the structure: the train graphs cast no parameter
- * to a half type, and each parameter assigned is assigned its copy beside it. */
+ * that the forward graph (reading the parameters) still makes; the train and evaluation
+ * graphs' losses, computed from the copies, equal the forward graph's on the same rows
+ * bit for bit. After the parameters are set by other means (a checkpoint's values),
+ * cpu_copies_refresh makes the copies theirs again. And the structure: the train and
+ * evaluation graphs cast no parameter to a half type, and each parameter assigned is
+ * assigned its copy beside it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,15 +78,25 @@ static double loss_of(CpuExec *e, const IrGraph *g, const int32_t *x, const int3
     return cpu_exec_scalar(e, g->output[IR_OUT_LOSS]);
 }
 
-/* No graph but the forward and evaluation ones casts a parameter to a half type; every
- * ASSIGN of a parameter with a copy in P->train has the copy's ASSIGN after it. */
+/* GOT, GRAPH's loss at STEP from the copies, the bits of WANT, the forward's from the
+ * casts. */
+static bool same_loss(double got, double want, const char *precision, const char *graph, int step)
+{
+    if (memcmp(&got, &want, sizeof got) == 0) return true;
+    printf("%s step %d: %s's loss from the copies %.9g, the forward's from the casts %.9g\n",
+           precision, step, graph, got, want);
+    return false;
+}
+
+/* No graph but the forward casts a parameter to a half type; every ASSIGN of a parameter
+ * with a copy in P->train has the copy's ASSIGN after it. */
 static void check_structure(const IrProgram *p)
 {
-    const IrGraph *graphs[] = {&p->train, &p->train_micro};
+    const IrGraph *graphs[] = {&p->train, &p->train_micro, &p->eval};
     int copies = 0;
     for (int i = 0; i < p->ntensors; i++) copies += p->tensors[i].kind == IR_COPY;
     CHECK(copies >= 3);   /* tok.weight (the tied projection's), the linear's weight and bias */
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         for (int id = 0; id < graphs[k]->nnodes; id++) {
             const IrNode *n = &graphs[k]->nodes[id];
             if (n->op != IR_CAST || n->dtype == DT_F32) continue;
@@ -123,12 +134,9 @@ static void train_in(const char *precision, int accumulate)
             for (int i = 0; i < BATCH * T; i++)
                 x[i] = (i * 37 + micro * 11) % V, y[i] = (i * 13 + micro * 29 + 1) % V;
             double want = loss_of(e, &p->forward, x, y, micro);
+            CHECK(same_loss(loss_of(e, &p->eval, x, y, micro), want, precision, "eval", step));
             const IrGraph *g = a + 1 < accumulate ? &p->train_micro : &p->train;
-            double got = loss_of(e, g, x, y, micro);
-            if (memcmp(&got, &want, sizeof got) != 0)
-                printf("%s step %d: loss from the copies %.9g, from the casts %.9g\n", precision,
-                       step, got, want);
-            CHECK(memcmp(&got, &want, sizeof got) == 0);
+            CHECK(same_loss(loss_of(e, g, x, y, micro), want, precision, g->name, step));
         }
         CHECK_EQ_INT(stale_elements(e, p), 0);
     }
@@ -141,6 +149,8 @@ static void train_in(const char *precision, int accumulate)
     for (int i = 0; i < p->ntensors; i++) tensors[i] = cpu_exec_tensor(e, i);
     cpu_copies_refresh(p, tensors);
     CHECK_EQ_INT(stale_elements(e, p), 0);
+    CHECK(same_loss(loss_of(e, &p->eval, x, y, micro), loss_of(e, &p->forward, x, y, micro), precision,
+                    "eval after the refresh", STEPS));
     printf("%s, accumulate %d: copies equal their parameters' casts over %d steps\n", precision,
            accumulate, STEPS);
     free(tensors);
