@@ -291,7 +291,7 @@ static void read_copy(IrProgram *p, IrGraph *g, int id, int *copy)
     n->name = p->tensors[c].name;
 }
 
-/* After every ASSIGN of a parameter that has a copy, the copy's: the cast of the value. */
+/* After every ASSIGN of G to a parameter that has a copy, the copy's: the value's cast. */
 static void assign_copies(IrProgram *p, IrGraph *g, const int *copy)
 {
     int n = g->nnodes;
@@ -310,9 +310,8 @@ void precision_copies(IrProgram *p)
     IrGraph *graphs[] = {&p->train, &p->train_micro, &p->eval};
     for (int k = 0; k < 3; k++)
         for (int id = 0; id < graphs[k]->nnodes; id++) read_copy(p, graphs[k], id, copy);
-    for (int k = 0; k < 3; k++) {
-        assign_copies(p, graphs[k], copy);
+    assign_copies(p, &p->train, copy);   /* the one graph that updates parameters */
+    for (int k = 0; k < 3; k++)
         if (graphs[k]->nnodes) ir_verify(p, graphs[k]);
-    }
     free(copy);
 }

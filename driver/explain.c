@@ -126,7 +126,10 @@ static void explain_precision(const Compiled *c, FILE *out)
     fprintf(out, "Precision (%s): parameters and optimizer state are f32 (master weights); "
                  "gradients follow the\nforward's types and reach the parameters as f32.\n",
             config_precision_name(p->cfg.precision));
-    if (copy_type(p) != DT_F32)
+    if (copy_type(p) != DT_F32 && p->inference)
+        fprintf(out, "The prediction reads the casts of the weights from %s copies of them, made "
+                     "from the checkpoint's\nweights.\n", ir_dtype_name(copy_type(p)));
+    else if (copy_type(p) != DT_F32)
         fprintf(out, "Training and evaluation read the casts of the weights from %s copies of them, "
                      "which the\nupdate writes beside the weights (checkpoints hold none).\n",
                 ir_dtype_name(copy_type(p)));
