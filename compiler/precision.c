@@ -279,11 +279,10 @@ static int copy_of(IrProgram *p, int *copy, int param, DType t)
 static void read_copy(IrProgram *p, IrGraph *g, int id, int *copy)
 {
     IrNode *n = &g->nodes[id];
-    const IrNode *x = &g->nodes[n->in[0]];
-    if (n->op != IR_CAST || n->dtype == DT_F32 || x->op != IR_READ ||
-        p->tensors[x->index].kind != IR_PARAM)
-        return;
-    int c = copy_of(p, copy, x->index, n->dtype);
+    if (n->op != IR_CAST || n->dtype == DT_F32) return;
+    int w = ir_node_reads_tensor(&g->nodes[n->in[0]]);
+    if (w < 0 || p->tensors[w].kind != IR_PARAM) return;
+    int c = copy_of(p, copy, w, n->dtype);
     n->op = IR_READ;
     n->nin = 0;
     n->in[0] = 0;
