@@ -125,6 +125,7 @@ static void train_in(const char *precision, int accumulate)
     if (!p) return;
     check_structure(p);
     CpuExec *e = cpu_exec_new(p, CPU_F32);
+    cpu_exec_set_reuse(e, true);   /* as training runs: the update's values computed in place */
     cpu_exec_init_tensors(e, p->cfg.seed);
     CHECK_EQ_INT(stale_elements(e, p), 0);
     int32_t x[BATCH * T], y[BATCH * T];

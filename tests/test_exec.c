@@ -1065,8 +1065,12 @@ static void test_init(void)
 
 static double tensor_at(CpuExec *e, int t, int i) { return ((float *)cpu_exec_tensor(e, t))[i]; }
 
-/* Reads see the values from before the step, whatever the order of the ASSIGNs. */
-static void test_assign(void)
+/* Reads see the values from before the step, whatever the order of the ASSIGNs: an ASSIGN
+ * takes effect after the graph: a READ after an assigned value is computed sees
+ * the old values, swaps swap. REUSE on (as training runs), a value is computed in its
+ * tensor's storage where nothing reads the old values after it (exec.c, in_place_plan),
+ * a select of the new or the old element too; the results are the same. */
+static void check_assign(bool reuse)
 {
     IrProgram *p = new_program();
     IrGraph *g = &p->forward;
@@ -1074,26 +1078,44 @@ static void test_assign(void)
     int t1 = ir_add_tensor(p, "b", IR_STATE, shp(1, 3), IR_INIT_ZEROS, 0, -1, NOLOC);
     int t2 = ir_add_tensor(p, "c", IR_STATE, shp(1, 3), IR_INIT_ONES, 0, -1, NOLOC);
     int t3 = ir_add_tensor(p, "d", IR_STATE, shp(1, 3), IR_INIT_CONST, 7, -1, NOLOC);
-    int r0 = ir_read(g, p, t0, NOLOC);
-    ir_assign(g, p, t0, ir_binary(g, IR_ADD, r0, ir_const(g, 1, NOLOC), NOLOC), NOLOC);
+    int t4 = ir_add_tensor(p, "e", IR_STATE, shp(1, 3), IR_INIT_CONST, 5, -1, NOLOC);
+    int t5 = ir_add_tensor(p, "f", IR_STATE, shp(1, 3), IR_INIT_CONST, 3, -1, NOLOC);
+    int r0 = ir_read(g, p, t0, NOLOC), one = ir_const(g, 1, NOLOC);
+    ir_assign(g, p, t0, ir_binary(g, IR_ADD, r0, one, NOLOC), NOLOC);
     ir_assign(g, p, t1, r0, NOLOC);                       /* b := old a */
-    int late = ir_binary(g, IR_MUL, ir_read(g, p, t0, NOLOC), ir_const(g, 1, NOLOC), NOLOC);
+    int late = ir_binary(g, IR_MUL, ir_read(g, p, t0, NOLOC), one, NOLOC);
     ir_assign(g, p, t2, ir_read(g, p, t3, NOLOC), NOLOC); /* c and d swap */
     ir_assign(g, p, t3, ir_read(g, p, t2, NOLOC), NOLOC);
+    int r4 = ir_read(g, p, t4, NOLOC), r5 = ir_read(g, p, t5, NOLOC);   /* in place: e *= 3 */
+    ir_assign(g, p, t4, ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, r4, ir_const(g, 3, NOLOC), NOLOC),
+                                  ir_const(g, 0, NOLOC), NOLOC), NOLOC);
+    int keep = ir_binary(g, IR_LESS, r5, ir_const(g, 4, NOLOC), NOLOC);  /* f doubles while < 4 */
+    ir_assign(g, p, t5, ir_select(g, keep, ir_binary(g, IR_MUL, r5, ir_const(g, 2, NOLOC), NOLOC), r5,
+                                  NOLOC), NOLOC);
+    g->output[IR_OUT_PREDICTION] = late;
     CpuExec *e = cpu_exec_new(p, CPU_F32);
+    cpu_exec_set_reuse(e, reuse);
     cpu_exec_init_tensors(e, 0);
     CpuFeed feed = { .symvals = { 1 } };
     CHECK_EQ_INT(cpu_exec_run(e, g, &feed), 0);
-    CHECK_CLOSE(cpu_exec_value(e, late, NULL) ? ((const float *)cpu_exec_value(e, late, NULL))[1] : -1,
-                2, 0, 0);
+    CHECK_CLOSE(((const float *)cpu_exec_value(e, late, NULL))[1], 2, 0, 0);
     CHECK(tensor_at(e, t0, 0) == 3 && tensor_at(e, t1, 2) == 2);
     CHECK(tensor_at(e, t2, 0) == 7 && tensor_at(e, t3, 1) == 1);
+    CHECK(tensor_at(e, t4, 2) == 15 && tensor_at(e, t5, 0) == 6);
     CHECK_EQ_INT(cpu_exec_run(e, g, &feed), 0);
+    CHECK_CLOSE(((const float *)cpu_exec_value(e, late, NULL))[0], 3, 0, 0);
     CHECK(tensor_at(e, t0, 1) == 4 && tensor_at(e, t1, 0) == 3);
     CHECK(tensor_at(e, t2, 2) == 1 && tensor_at(e, t3, 0) == 7);
+    CHECK(tensor_at(e, t4, 0) == 45 && tensor_at(e, t5, 1) == 6);
     compared[IR_ASSIGN] = true;   /* against the values written above */
     cpu_exec_free(e);
     ir_program_free(p);
+}
+
+static void test_assign(void)
+{
+    check_assign(false);
+    check_assign(true);
 }
 
 /* --detect-anomaly: the run stops at the first node whose value is not finite, names it

@@ -5,7 +5,9 @@
  * thousand times with the same few shapes. READ and same-type RESHAPE nodes alias
  * storage instead of copying it. ASSIGNs are applied after the last node, so every
  * read of a step sees the values from before it; they copy into the tensors (rather
- * than swap buffers) so that cpu_exec_tensor's pointers stay put. One consequence:
+ * than swap buffers) so that cpu_exec_tensor's pointers stay put. In training (with
+ * reuse) an assigned value is computed in its tensor's storage instead, the copy saved,
+ * wherever no later node reads the old values (in_place_plan). One consequence:
  * after a run, a READ node's value shows what the ASSIGNs left there.
  *
  * The kernels exist twice, for float and for double, compiled from exec_impl.h
@@ -80,6 +82,7 @@ struct CpuExec {
     Buf *pool;              /* storage free for the next node that needs some */
     int npool, cappool;
     int *last, *next_dead, *first_dead;   /* per node of PLANNED: release_plan */
+    int *in_place;          /* per node of PLANNED: the tensor it is computed in, or -1 */
     const IrGraph *planned;     /* the graph the release plan is for (NULL: none) */
     CpuAnomaly anomaly;     /* the last run's, when it stopped at one */
     CpuCollectives coll;    /* several ranks (cpu_exec_set_collectives); start NULL: none */
@@ -846,7 +849,7 @@ void cpu_exec_free(CpuExec *e)
     free(e->slots);
     for (int i = 0; i < e->npool; i++) buf_free(&e->pool[i]);
     free(e->pool);
-    free(e->last), free(e->next_dead), free(e->first_dead);
+    free(e->last), free(e->next_dead), free(e->first_dead), free(e->in_place);
     for (int i = 0; i < 3; i++) buf_free(&e->scratch[i]);
     for (int i = 0; i < e->capbuckets; i++) buf_free(&e->buckets[i].buf);
     free(e->buckets);
@@ -946,7 +949,7 @@ static void apply_assigns(CpuExec *e, const IrGraph *g)
     for (int id = 0; id < g->nnodes; id++) {
         if (!ir_node_is_assign(&g->nodes[id])) continue;
         Slot *s = &e->slots[g->nodes[id].in[0]];
-        if (s->val == s->own.p) continue;
+        if (s->val == s->own.p || s->val == e->tensors[g->nodes[id].index]) continue;   /* in place */
         size_t bytes = (size_t)s->n * e->esize;
         memcpy(slot_reserve(e, &s->own, bytes), s->val, bytes);
         s->val = s->own.p;
@@ -982,10 +985,55 @@ static bool anomalous(CpuExec *e, const IrGraph *g, int id)
  * ASSIGN's value); the nodes whose storage dies after node i are the chain
  * FIRST_DEAD[i], NEXT_DEAD[...]. OWNER is scratch: the node that owns a node's storage,
  * -1 for a tensor's (READ). */
+/* Whether node V reads tensor T's storage (ALIAS: per node, the tensor whose storage it
+ * is) only element for element: a select (its span declares no restrict), each input
+ * that is T of V's own shape, as the fp16 update's select of the new value or the old. */
+static bool reads_in_step(const IrGraph *g, const int *alias, int v, int t)
+{
+    const IrNode *x = &g->nodes[v];
+    if (ir_op_info[x->op].cls != IR_CLASS_TERNARY) return false;
+    for (int k = 0; k < x->nin; k++)
+        if (alias[x->in[k]] == t && !ir_shape_equal(&g->nodes[x->in[k]].shape, &x->shape)) return false;
+    return true;
+}
+
+/* The value an ASSIGN copies into its tensor T is computed in T's storage instead, the
+ * copy saved, where that cannot change what the graph reads: it is an elementwise node,
+ * T is assigned once, and every other node reading T's old values (through a READ of T
+ * or a view of one) runs before it; it reads them itself only element for element
+ * (reads_in_step: the spans that declare restrict read elsewhere). Into E->in_place. */
+static void in_place_plan(CpuExec *e, const IrGraph *g)
+{
+    int n = g->nnodes, nt = e->p->ntensors;
+    int *alias = xmalloc((size_t)(n ? n : 1) * sizeof *alias);     /* per node: a tensor's storage */
+    int *late = xmalloc((size_t)(nt ? nt : 1) * sizeof *late);      /* per tensor: its last reader */
+    int *assigns = xcalloc((size_t)(nt ? nt : 1), sizeof *assigns);
+    for (int t = 0; t < nt; t++) late[t] = -1;
+    for (int i = 0; i < n; i++) {
+        const IrNode *x = &g->nodes[i];
+        bool view = ir_node_fuse(x) == IR_FUSE_VIEW && g->nodes[x->in[0]].dtype == x->dtype;
+        alias[i] = ir_node_reads_tensor(x) >= 0 ? ir_node_reads_tensor(x) : view ? alias[x->in[0]] : -1;
+        for (int k = 0; k < x->nin; k++)
+            if (alias[x->in[k]] >= 0) late[alias[x->in[k]]] = i;
+        if (ir_node_is_assign(x)) assigns[x->index]++;
+    }
+    e->in_place = xrealloc(e->in_place, (size_t)(n ? n : 1) * sizeof *e->in_place);
+    for (int i = 0; i < n; i++) e->in_place[i] = -1;
+    for (int i = 0; i < n; i++) {
+        const IrNode *a = &g->nodes[i];
+        if (!ir_node_is_assign(a)) continue;
+        int v = a->in[0], t = a->index;
+        bool before = late[t] < v || (late[t] == v && reads_in_step(g, alias, v, t));
+        if (assigns[t] == 1 && ir_op_is_elementwise(g->nodes[v].op) && before) e->in_place[v] = t;
+    }
+    free(alias), free(late), free(assigns);
+}
+
 static void release_plan(CpuExec *e, const IrGraph *g)
 {
     if (e->planned == g) return;   /* training runs the same few graphs, unchanged */
     e->planned = g;
+    in_place_plan(e, g);
     int n = g->nnodes;
     int *owner = xmalloc((size_t)(n ? n : 1) * sizeof *owner);
     e->last = xrealloc(e->last, (size_t)(n ? n : 1) * sizeof *e->last);

@@ -26,10 +26,13 @@ static const REAL *SFX(value)(CpuExec *e, const IrGraph *g, int id)
     return s->conv.p;
 }
 
-/* Where a node's REAL result is computed: its own buffer, or for an i32 node the
- * conversion buffer, from which SFX(finish) stores the integers. */
+/* Where a node's REAL result is computed: its own buffer, the storage of the tensor it is
+ * assigned to where in_place_plan allows (training, anomalies unchecked), or for an i32
+ * node the conversion buffer, from which SFX(finish) stores the integers. */
 static REAL *SFX(result)(CpuExec *e, const IrNode *node, Slot *s)
 {
+    int t = e->reuse && !e->detect_anomaly ? e->in_place[s - e->slots] : -1;
+    if (t >= 0) return s->val = e->tensors[t];
     if (node->dtype == DT_I32) {
         s->val = slot_reserve(e, &s->own, (size_t)s->n * sizeof(int32_t));
         s->conv_run = e->run;
