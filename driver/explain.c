@@ -118,24 +118,36 @@ static DType copy_type(const IrProgram *p)
     return DT_F32;
 }
 
+/* What the precision means for P's tensors: a prediction has no optimizer, gradients or
+ * loss scale. */
+static void explain_precision_rules(const IrProgram *p, FILE *out)
+{
+    const char *name = config_precision_name(p->cfg.precision);
+    DType copies = copy_type(p);
+    if (p->inference) {
+        fprintf(out, "Precision (%s): parameters are f32.\n", name);
+        if (copies != DT_F32)
+            fprintf(out, "The prediction reads the casts of the weights from %s copies of them, made "
+                         "from the checkpoint's\nweights.\n", ir_dtype_name(copies));
+        return;
+    }
+    fprintf(out, "Precision (%s): parameters and optimizer state are f32 (master weights); "
+                 "gradients follow the\nforward's types and reach the parameters as f32.\n", name);
+    if (copies != DT_F32)
+        fprintf(out, "Training and evaluation read the casts of the weights from %s copies of them, "
+                     "which the\nupdate writes beside the weights (checkpoints hold none).\n",
+                ir_dtype_name(copies));
+    if (p->cfg.precision == PREC_FP16)
+        fputs("fp16: the loss is scaled (GradScaler: 65536, x2 after 2000 good steps, x0.5 and the "
+              "step skipped\non inf/nan gradients).\n", out);
+}
+
 static void explain_precision(const Compiled *c, FILE *out)
 {
     const IrProgram *p = c->p;
     const IrGraph *g = &p->forward;
     char shape[96];
-    fprintf(out, "Precision (%s): parameters and optimizer state are f32 (master weights); "
-                 "gradients follow the\nforward's types and reach the parameters as f32.\n",
-            config_precision_name(p->cfg.precision));
-    if (copy_type(p) != DT_F32 && p->inference)
-        fprintf(out, "The prediction reads the casts of the weights from %s copies of them, made "
-                     "from the checkpoint's\nweights.\n", ir_dtype_name(copy_type(p)));
-    else if (copy_type(p) != DT_F32)
-        fprintf(out, "Training and evaluation read the casts of the weights from %s copies of them, "
-                     "which the\nupdate writes beside the weights (checkpoints hold none).\n",
-                ir_dtype_name(copy_type(p)));
-    if (p->cfg.precision == PREC_FP16)
-        fputs("fp16: the loss is scaled (GradScaler: 65536, x2 after 2000 good steps, x0.5 and the "
-              "step skipped\non inf/nan gradients).\n", out);
+    explain_precision_rules(p, out);
     for (int i = 0; i < p->ninputs; i++)
         fprintf(out, "  %-22s %-5s %-14s program input\n", p->inputs[i].name,
                 ir_dtype_name(p->inputs[i].dtype), ir_shape_str(p, &p->inputs[i].shape, shape, sizeof shape));

@@ -601,6 +601,10 @@ def predicting_half(work):
     check(abs(loss - test_loss) <= 2 ** -8 * abs(test_loss),
           f"--predict in bf16 on the test split: cross-entropy {loss:.9g}, the run's test loss {test_loss:.9g} "
           f"{r.stderr.strip()[:200]}")
+    r = cgc(["p.net", "--precision", "bf16", "--resume", "p.st", "--predict", "test.npy", "--explain"], work)
+    check(r.returncode == 0 and "Precision (bf16): parameters are f32.\nThe prediction reads the casts of the "
+          "weights from bf16 copies" in r.stdout and "gradients" not in r.stdout.split("Memory plan")[0],
+          f"--explain --predict in bf16: copies made from the checkpoint, no gradients {r.stdout[:400]}")
 
 
 def predicting_streams(work):
