@@ -11,7 +11,8 @@
  *     (runtime/cpu/exec.c); i32 stores truncate, NaN as 0, saturated (to_int32);
  *   - Philox-4x32-10, rng_uniform, rng_below and rng_dropout_keep exactly as
  *     base/rng.c, so a mask or a shuffle is the same on every backend;
- *   - the scalar functions of exec_impl.h (sigmoid, gelu, their gradients);
+ *   - the scalar functions of exec_impl.h (sigmoid, gelu, their gradients), gelu's
+ *     erf and exp from cgc_math.h, the text the CPU executor compiles too;
  *   - deterministic warp and block reductions: a fixed shuffle tree, then the warps'
  *     partials combined in warp order by warp 0. No atomics;
  *   - the tensor-core pieces of the generated GEMMs and fused MLPs (max-autotune): one
@@ -238,16 +239,24 @@ __device__ __forceinline__ float cgc_sigmoid(float x)
     return z / (1.0f + z);
 }
 
+/* erf and exp, as the CPU executor computes them (cgc_math.h, inlined here when the build
+ * embeds this file). */
+#define CGC_MATH_FN __device__ __forceinline__
+#define CGC_BITS __float_as_uint
+#define CGC_FLOAT __uint_as_float
+#define CGC_PICK(c, a, b) ((c) ? (a) : (b))
+#include "cgc_math.h"
+
 __device__ __forceinline__ float cgc_gelu(float x)
 {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    return 0.5f * x * (1.0f + cgc_erff(x * 0.70710678118654752f));
 }
 
 __device__ __forceinline__ float cgc_gelu_grad(float x)
 {
-    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-    float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;
-    return cdf + x * pdf;
+    float cdf = 0.5f * (1.0f + cgc_erff(x * 0.70710678118654752f));
+    float pdf = cgc_expf(-0.5f * x * x) * 0.39894228040143268f;
+    return fmaf(x, pdf, cdf);
 }
 
 __device__ __forceinline__ float cgc_gelu_tanh(float x)

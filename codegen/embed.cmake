@@ -1,7 +1,16 @@
-# embed.cmake: cmake -DIN=codegen/cgc_device.h -DOUT=.../plan_device_prelude.c -DNAME=plan_device_prelude -P embed.cmake
+# embed.cmake: cmake -DIN=codegen/cgc_device.h -DOUT=.../plan_device_prelude.c -DNAME=plan_device_prelude
+#              [-DINLINE=cgc_math.h] -P embed.cmake
 # Writes OUT, a C file defining `const char NAME[]` with IN's text, one string literal per
 # line, so that code cgc writes out is a real file in the tree and a string in the library.
 file(READ "${IN}" text)
+# INLINE: headers beside IN (comma-separated) whose `#include "NAME"` line is replaced by
+# their text, so that the string stands alone (NVRTC compiles it with no include path).
+get_filename_component(dir "${IN}" DIRECTORY)
+string(REPLACE "," ";" INLINE "${INLINE}")
+foreach(name ${INLINE})
+  file(READ "${dir}/${name}" body)
+  string(REPLACE "#include \"${name}\"\n" "${body}" text "${text}")
+endforeach()
 string(REPLACE "\\" "\\\\" text "${text}")
 string(REPLACE "\"" "\\\"" text "${text}")
 string(REPLACE "\t" "\\t" text "${text}")

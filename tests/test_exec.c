@@ -8,6 +8,7 @@
  * semantics, bad labels, determinism across thread counts, and buffer reuse across
  * batch sizes.
  */
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <omp.h>
@@ -859,6 +860,64 @@ static void test_rounding(void)
     CHECK_ROUND(cpu_round_tf32, 0x1.fffffep127f, INFINITY);
 }
 
+/* ---- the f32 executor's erf and exp (exec.c's polynomials) ---- */
+
+/* |GOT - WANT| in units in the last place of WANT as a float (subnormals: 2^-149). */
+static double ulps(float got, double want)
+{
+    int e;
+    frexp(want, &e);
+    return fabs((double)got - want) / ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+}
+
+/* The worst error of F against REF (libm in double) over X from LO's bits on, every
+ * STEP-th float, COUNT of them. */
+static double worst_ulps(float (*f)(float), double (*ref)(double), float lo, uint32_t step,
+                         uint32_t count, float *where)
+{
+    double worst = 0;
+    uint32_t u;
+    memcpy(&u, &lo, sizeof u);
+    for (uint32_t i = 0; i < count; i++, u += step) {
+        float x;
+        memcpy(&x, &u, sizeof x);
+        double want = ref(x);
+        if (isnan(x) || fabs(want) > FLT_MAX) continue;
+        double d = ulps(f(x), want);
+        if (d > worst) worst = d, *where = x;
+    }
+    return worst;
+}
+
+static void test_erf_exp(void)
+{
+    /* every 997th float of either sign, then every float near the seams: erf's two
+     * forms meet at 1 and it is clamped at 4; exp's results turn subnormal below -87.3 */
+    static const struct { float lo; uint32_t step, count; } erf_spans[] = {
+        {0.0f, 997, 4300000}, {0.99f, 1, 200000}, {3.9f, 1, 100000}, {-1.01f, 1, 200000},
+    }, exp_spans[] = {
+        {0.0f, 997, 1130000}, {-0.0f, 997, 1130000}, {-88.0f, 1, 300000},
+        {88.5f, 1, 100000}, {-103.5f, 1, 100000},
+    };
+    float where = 0;
+    for (size_t i = 0; i < sizeof erf_spans / sizeof erf_spans[0]; i++) {
+        double w = worst_ulps(cpu_erff, erf, erf_spans[i].lo, erf_spans[i].step, erf_spans[i].count, &where);
+        if (w > 1.0) fprintf(stderr, "erf: %.3f ulp at %a\n", w, where);
+        CHECK(w <= 1.0);
+    }
+    for (size_t i = 0; i < sizeof exp_spans / sizeof exp_spans[0]; i++) {
+        double w = worst_ulps(cpu_expf, exp, exp_spans[i].lo, exp_spans[i].step, exp_spans[i].count, &where);
+        if (w > 1.1) fprintf(stderr, "exp: %.3f ulp at %a\n", w, where);
+        CHECK(w <= 1.1);
+    }
+    CHECK(isnan(cpu_erff(NAN)) && isnan(cpu_expf(NAN)));
+    CHECK(cpu_erff(INFINITY) == 1.0f && cpu_erff(-INFINITY) == -1.0f);
+    CHECK(signbit(cpu_erff(-0.0f)) && cpu_erff(-0.0f) == 0.0f);
+    CHECK(cpu_expf(-INFINITY) == 0.0f && cpu_expf(-105.0f) == 0.0f);
+    CHECK(cpu_expf(INFINITY) == INFINITY && cpu_expf(88.73f) == INFINITY);
+    CHECK(cpu_expf(88.72f) < INFINITY && cpu_expf(0.0f) == 1.0f);
+}
+
 /* The f64 executor rounds doubles to f16 directly: 1 + 2^-11 + 2^-40 is above the
  * tie and must round up, where rounding through float would land on the tie. */
 static void test_no_double_rounding(void)
@@ -1343,6 +1402,7 @@ static void every_kernel_compared(void)
 int main(void)
 {
     test_rounding();
+    test_erf_exp();
     test_no_double_rounding();
     test_derivatives();
     test_dropout();

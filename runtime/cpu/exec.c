@@ -455,6 +455,17 @@ static const HalfFormat *node_format(const IrGraph *g, const IrNode *node)
     return storage_format(node->dtype);
 }
 
+/* ---- erf and exp of the f32 executor: the kernels' (codegen/cgc_math.h) ---- */
+
+#define CGC_MATH_FN static inline
+#define CGC_BITS f32_bits
+#define CGC_FLOAT f32_from
+#define CGC_PICK(c, a, b) f32_from(select32((c), f32_bits(a), f32_bits(b)))
+#include "../../codegen/cgc_math.h"
+
+float cpu_erff(float x) { return cgc_erff(x); }
+float cpu_expf(float x) { return cgc_expf(x); }
+
 /* ---- splitting GEMMs ---- */
 
 enum {
@@ -802,9 +813,20 @@ void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c)
     e->coll = c ? *c : (CpuCollectives){0};
 }
 
+/* The elementwise spans are compiled twice on x86-64, and the loader picks the one the
+ * processor runs: for x86-64-v3 (AVX2 and FMA: 8 floats a vector, fmaf one instruction)
+ * and for the baseline. Both round alike: exec.c is compiled with -ffp-contract=off. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPAN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SPAN_CLONES
+#endif
+
 #define REAL float
 #define SFX(name) name##_f32
 #define MATH(fn) fn##f
+#define GELU_ERF cgc_erff
+#define GELU_EXP cgc_expf
 #define GEMM blas.sgemm
 #define GEMV blas.sgemv
 #define ROUND(x, fmt) round_float((x), (fmt))
@@ -813,6 +835,8 @@ void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c)
 #define REAL double
 #define SFX(name) name##_f64
 #define MATH(fn) fn
+#define GELU_ERF erf
+#define GELU_EXP exp
 #define GEMM blas.dgemm
 #define GEMV blas.dgemv
 #define ROUND(x, fmt) round_double((x), (fmt))

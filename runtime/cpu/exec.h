@@ -119,5 +119,8 @@ float cpu_round_tf32(float x);
 /* The f32 executor's gelu_tanh (IR_GELU_TANH), for the emulated GEMM epilogue: one
  * definition, so that the two agree bit for bit. */
 float cpu_gelu_tanh(float x);
+/* The f32 executor's erf and exp, as its gelu and gelu_grad use them (exec.c). */
+float cpu_erff(float x);
+float cpu_expf(float x);
 
 #endif

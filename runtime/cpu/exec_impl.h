@@ -2,10 +2,11 @@
  *
  * exec.c includes this file twice: with REAL float and with REAL double. SFX(name)
  * gives each function its type suffix (_f32, _f64), MATH(fn) names the libm function
- * of that type (expf or exp), GEMM and GEMV the cblas routines and ROUND the rounding to a half
- * format. Everything here is static; the macros are undefined at the end, ready for
- * the next inclusion. Sums accumulate in double in both instances: the reference
- * should be the accurate one.
+ * of that type (expf or exp), GELU_ERF and GELU_EXP the erf and exp of gelu and its
+ * gradient (codegen/cgc_math.h's in f32, libm's in f64), GEMM and GEMV the cblas
+ * routines and ROUND the rounding to a half format. Everything here is static; the
+ * macros are undefined at the end, ready for the next inclusion. Sums accumulate in
+ * double in both instances: the reference should be the accurate one.
  *
  * No include guard, on purpose.
  */
@@ -104,15 +105,15 @@ static inline REAL SFX(sigmoid)(REAL x)
 
 static inline REAL SFX(gelu)(REAL x)
 {
-    return (REAL)0.5 * x * (1 + MATH(erf)(x * (REAL)0.70710678118654752));
+    return (REAL)0.5 * x * (1 + GELU_ERF(x * (REAL)0.70710678118654752));
 }
 
 /* d/dx x*Phi(x) = Phi(x) + x*phi(x). */
 static inline REAL SFX(gelu_grad)(REAL x)
 {
-    REAL cdf = (REAL)0.5 * (1 + MATH(erf)(x * (REAL)0.70710678118654752));
-    REAL pdf = MATH(exp)((REAL)-0.5 * x * x) * (REAL)0.39894228040143268;
-    return cdf + x * pdf;
+    REAL cdf = (REAL)0.5 * (1 + GELU_ERF(x * (REAL)0.70710678118654752));
+    REAL pdf = GELU_EXP((REAL)-0.5 * x * x) * (REAL)0.39894228040143268;
+    return MATH(fma)(x, pdf, cdf);
 }
 
 /* 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). */
@@ -158,8 +159,8 @@ typedef struct SFX(Elementwise) {
 
 /* A unary op's operand has the output's shape, so it is read contiguously. */
 #define SPAN_UNARY(name, ...)                                                              \
-    static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,                \
-                                 const int64_t *step, int64_t n)                          \
+    SPAN_CLONES static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,    \
+                                             const int64_t *step, int64_t n)              \
     {                                                                                      \
         const SFX(Elementwise) *c = ctx;                                                   \
         REAL *restrict out = c->out + o;                                                   \
@@ -185,8 +186,8 @@ typedef struct SFX(Elementwise) {
             out[i] = (__VA_ARGS__);                                                        \
         }                                                                                  \
     }                                                                                      \
-    static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,                \
-                                 const int64_t *step, int64_t n)                          \
+    SPAN_CLONES static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,    \
+                                             const int64_t *step, int64_t n)              \
     {                                                                                      \
         const SFX(Elementwise) *c = ctx;                                                   \
         REAL *out = c->out + o;                                                            \
@@ -199,8 +200,8 @@ typedef struct SFX(Elementwise) {
     }
 
 #define SPAN_TERNARY(name, ...)                                                            \
-    static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,                \
-                                 const int64_t *step, int64_t n)                          \
+    SPAN_CLONES static void SFX(span_##name)(void *ctx, int64_t o, const int64_t *off,    \
+                                             const int64_t *step, int64_t n)              \
     {                                                                                      \
         const SFX(Elementwise) *e = ctx;                                                   \
         REAL *out = e->out + o;                                                            \
@@ -926,6 +927,8 @@ static int SFX(exec_node)(CpuExec *e, const IrGraph *g, int id)
 #undef REAL
 #undef SFX
 #undef MATH
+#undef GELU_ERF
+#undef GELU_EXP
 #undef GEMM
 #undef GEMV
 #undef ROUND
