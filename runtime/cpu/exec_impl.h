@@ -698,6 +698,36 @@ static void SFX(fold)(const IrNode *node, REAL *out, const REAL *x, const Dims *
 
 /* ---- matrix products ---- */
 
+/* One BLAS call: C[m, n] (rows LDC apart) = op(A) op(B). A single row (one position's
+ * decode) is B times it, a GEMV, which does not pack B as GEMM would. */
+static void SFX(blas_product)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const REAL *a,
+                              int lda, const REAL *b, int ldb, REAL *c, int64_t ldc)
+{
+    if (m == 1)
+        GEMV(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (int)(tb ? n : k), (int)(tb ? k : n),
+             1, b, ldb, a, 1, 0, c, 1);
+    else
+        GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+             (int)m, (int)n, (int)k, 1, a, lda, b, ldb, 0, c, (int)ldc);
+}
+
+/* Whether BLAS can take C[m, n] = op(A) op(B): 0 when it can and there is work, 1 when C
+ * is empty or zero (done), -1 after an error. */
+static int SFX(gemm_check)(int64_t m, int64_t n, int64_t k, REAL *c)
+{
+    if (m == 0 || n == 0) return 1;
+    if (k == 0) {
+        memset(c, 0, (size_t)(m * n) * sizeof(REAL));
+        return 1;
+    }
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+        cgc_error("matrix product of %lld x %lld by %lld x %lld is too large for BLAS",
+                  (long long)m, (long long)k, (long long)k, (long long)n);
+        return -1;
+    }
+    return blas_load() ? 0 : -1;
+}
+
 /* C[m, n] = op(A) op(B) through cblas, timed. The larger of m and n is cut into parts
  * that a parallel loop hands to single-threaded BLAS calls: one thread pool (ours)
  * instead of OpenBLAS's and OpenMP's fighting over the cores. The parts depend on the
@@ -705,36 +735,46 @@ static void SFX(fold)(const IrNode *node, REAL *out, const REAL *x, const Dims *
 static int SFX(gemm)(CpuExec *e, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                      const REAL *a, const REAL *b, REAL *c)
 {
-    if (m == 0 || n == 0) return 0;
-    if (k == 0) {
-        memset(c, 0, (size_t)(m * n) * sizeof(REAL));
-        return 0;
-    }
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
-        cgc_error("matrix product of %lld x %lld by %lld x %lld is too large for BLAS",
-                  (long long)m, (long long)k, (long long)k, (long long)n);
-        return -1;
-    }
+    int ok = SFX(gemm_check)(m, n, k, c);
+    if (ok != 0) return ok < 0 ? -1 : 0;
     GemmSplit sp = gemm_split(m, n, k);
-    int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n), threads = blas_load();
-    if (threads == 0) return -1;
+    int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
     double t0 = clock_seconds();
-    if (m == 1 && sp.parts == 1) {   /* a row (one position's decode): B times it, unpacked */
-        GEMV(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (int)(tb ? n : k), (int)(tb ? k : n),
-             1, b, ldb, a, 1, 0, c, 1);
-        e->gemm_seconds += clock_seconds() - t0;
-        return 0;
-    }
-#pragma omp parallel for schedule(static) if (sp.parts > 1) num_threads(threads)
+#pragma omp parallel for schedule(static) if (sp.parts > 1) num_threads(blas.threads)
     for (int part = 0; part < sp.parts; part++) {
         int64_t lo = part * sp.size, hi = lo + sp.size < sp.total ? lo + sp.size : sp.total;
         /* a row block of C takes rows of op(A); a column block takes columns of op(B) */
         const REAL *pa = sp.rows ? a + (ta ? lo : lo * k) : a;
         const REAL *pb = sp.rows ? b : b + (tb ? lo * k : lo);
         REAL *pc = c + (sp.rows ? lo * n : lo);
-        GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-             (int)(sp.rows ? hi - lo : m), (int)(sp.rows ? n : hi - lo), (int)k, 1, pa, lda, pb,
-             ldb, 0, pc, (int)n);
+        SFX(blas_product)(ta, tb, sp.rows ? hi - lo : m, sp.rows ? n : hi - lo, k, pa, lda, pb,
+                          ldb, pc, n);
+    }
+    e->gemm_seconds += clock_seconds() - t0;
+    return 0;
+}
+
+/* BATCHES products of [m, k] by [k, n], each too small to cut (gemm_split), their
+ * operands where walk W puts them: the threads take whole products, one BLAS call each.
+ * Each product's bits are gemm's for it. */
+static int SFX(gemm_batches)(CpuExec *e, const Walk *w, int64_t batches, bool ta, bool tb,
+                             int64_t m, int64_t n, int64_t k, const REAL *a, const REAL *b,
+                             REAL *out)
+{
+    if (k == 0) {
+        memset(out, 0, (size_t)(batches * m * n) * sizeof(REAL));
+        return 0;
+    }
+    int ok = SFX(gemm_check)(m, n, k, out);
+    if (ok != 0) return ok < 0 ? -1 : 0;
+    int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
+    double t0 = clock_seconds();
+#pragma omp parallel for schedule(static) num_threads(blas.threads)
+    for (int64_t i = 0; i < batches; i++) {
+        int64_t off[IR_MAX_IN];
+        walk_offsets(w, i, off);
+        SFX(blas_product)(ta, tb, m, n, k, a + off[0] * m * k, lda, b + off[1] * k * n, ldb,
+                          out + i * m * n, n);
     }
     e->gemm_seconds += clock_seconds() - t0;
     return 0;
@@ -776,6 +816,8 @@ static int SFX(matmul)(CpuExec *e, const IrGraph *g, const IrNode *node, const D
         return SFX(gemm)(e, ta, tb, batches * m, n, k, a, b, out);
     Walk w;
     walk_plan(&w, &ob, 2, batch_dims);
+    if (gemm_split(m, n, k).parts == 1)
+        return SFX(gemm_batches)(e, &w, batches, ta, tb, m, n, k, a, b, out);
     for (int64_t i = 0; i < batches; i++) {
         int64_t off[IR_MAX_IN];
         walk_offsets(&w, i, off);
