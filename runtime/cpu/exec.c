@@ -44,7 +44,8 @@
 enum {
     PAR_MIN = 32768,    /* elements below which a loop stays serial */
     CHUNK = 4096,       /* elements per parallel task of elementwise work */
-    COL_CHUNK = 256,    /* columns per task when reducing over a non-last axis */
+    COL_CHUNK = 64,     /* columns per task when reducing over a non-last axis (a
+                         * gradient of 128 biases: two tasks) */
 };
 
 /* ---- buffers and slots ---- */

@@ -467,12 +467,14 @@ static int SFX(check_labels)(const IrNode *node, const int32_t *labels, int64_t 
     return 0;
 }
 
-static void SFX(cross_entropy)(REAL *out, const REAL *x, const int32_t *labels, int64_t n,
-                               int64_t c)
+/* The rows' terms are computed in parallel into TERMS (N of them) and added in order. */
+static void SFX(cross_entropy)(REAL *out, double *terms, const REAL *x, const int32_t *labels,
+                               int64_t n, int64_t c)
 {
+#pragma omp parallel for schedule(static) if (n * c >= PAR_MIN)
+    for (int64_t i = 0; i < n; i++) terms[i] = SFX(logsumexp)(x + i * c, c) - x[i * c + labels[i]];
     double total = 0;
-    for (int64_t i = 0; i < n; i++)
-        total += SFX(logsumexp)(x + i * c, c) - x[i * c + labels[i]];
+    for (int64_t i = 0; i < n; i++) total += terms[i];
     out[0] = (REAL)(total / (double)n);
 }
 
@@ -481,6 +483,7 @@ static void SFX(ce_grad)(REAL *out, REAL d, const REAL *x, const int32_t *labels
                          int64_t c)
 {
     double scale = (double)d / (double)n;
+#pragma omp parallel for schedule(static) if (n * c >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         const REAL *row = x + i * c;
         double lse = SFX(logsumexp)(row, c);
@@ -516,9 +519,14 @@ static int SFX(loss_op)(CpuExec *e, const IrGraph *g, const IrNode *node, REAL *
     const REAL *x = SFX(value)(e, g, logits);
     const int32_t *y = e->slots[labels].val;
     if (SFX(check_labels)(node, y, n, c) != 0) return -1;
-    if (node->op == IR_CROSS_ENTROPY) SFX(cross_entropy)(out, x, y, n, c);
-    else if (node->op == IR_CE_GRAD) SFX(ce_grad)(out, SFX(value)(e, g, node->in[0])[0], x, y, n, c);
-    else SFX(count_correct)(out, x, y, n, c);
+    if (node->op == IR_CROSS_ENTROPY) {
+        double *terms = buf_reserve(&e->scratch[2], (size_t)n * sizeof(double));
+        SFX(cross_entropy)(out, terms, x, y, n, c);
+    } else if (node->op == IR_CE_GRAD) {
+        SFX(ce_grad)(out, SFX(value)(e, g, node->in[0])[0], x, y, n, c);
+    } else {
+        SFX(count_correct)(out, x, y, n, c);
+    }
     return 0;
 }
 
