@@ -728,13 +728,14 @@ static void SFX(blas_product)(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
              (int)m, (int)n, (int)k, 1, a, lda, b, ldb, 0, c, (int)ldc);
 }
 
-/* Whether BLAS can take C[m, n] = op(A) op(B): 0 when it can and there is work, 1 when C
- * is empty or zero (done), -1 after an error. */
-static int SFX(gemm_check)(int64_t m, int64_t n, int64_t k, REAL *c)
+/* Whether BLAS can take COUNT products C[m, n] = op(A) op(B), the Cs one after another: 0
+ * when it can and there is work, 1 when the Cs are empty or zero (done), -1 after an
+ * error. */
+static int SFX(gemm_check)(int64_t count, int64_t m, int64_t n, int64_t k, REAL *c)
 {
     if (m == 0 || n == 0) return 1;
     if (k == 0) {
-        memset(c, 0, (size_t)(m * n) * sizeof(REAL));
+        memset(c, 0, (size_t)(count * m * n) * sizeof(REAL));
         return 1;
     }
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
@@ -752,7 +753,7 @@ static int SFX(gemm_check)(int64_t m, int64_t n, int64_t k, REAL *c)
 static int SFX(gemm)(CpuExec *e, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                      const REAL *a, const REAL *b, REAL *c)
 {
-    int ok = SFX(gemm_check)(m, n, k, c);
+    int ok = SFX(gemm_check)(1, m, n, k, c);
     if (ok != 0) return ok < 0 ? -1 : 0;
     GemmSplit sp = gemm_split(m, n, k);
     int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
@@ -778,11 +779,7 @@ static int SFX(gemm_batches)(CpuExec *e, const Walk *w, int64_t batches, bool ta
                              int64_t m, int64_t n, int64_t k, const REAL *a, const REAL *b,
                              REAL *out)
 {
-    if (k == 0) {
-        memset(out, 0, (size_t)(batches * m * n) * sizeof(REAL));
-        return 0;
-    }
-    int ok = SFX(gemm_check)(m, n, k, out);
+    int ok = SFX(gemm_check)(batches, m, n, k, out);
     if (ok != 0) return ok < 0 ? -1 : 0;
     int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
     double t0 = clock_seconds();
