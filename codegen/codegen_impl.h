@@ -48,6 +48,7 @@ typedef struct KernelDraft {
     StrBuf body;                /* the statements inside the braces, indented */
     StrBuf head;                /* device functions the body calls, before the kernel */
     int block;
+    bool any_block;             /* PlanKernel.any_block */
     Shape work;
     int64_t items_per_block, max_blocks;
 } KernelDraft;

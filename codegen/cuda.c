@@ -92,6 +92,7 @@ void cuda_float_literal(double v, char *buf, size_t n)
 void cuda_launch_elementwise(KernelDraft *d, const Shape *work)
 {
     d->block = CUDA_BLOCK;
+    d->any_block = true;        /* a grid-stride loop over WORK */
     d->work = *work;
     d->items_per_block = CUDA_BLOCK * CUDA_ITEMS_PER_THREAD;
     d->max_blocks = CUDA_MAX_BLOCKS;

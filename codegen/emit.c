@@ -95,8 +95,9 @@ static void print_launch(FILE *out, const Plan *pl, const PlanLaunch *l)
     const PlanKernel *k = &pl->kernels[l->kernel];
     char work[128];
     ir_shape_str(pl->p, &l->work, work, sizeof work);
-    fprintf(out, "launch %s: blocks = ceil(numel %s / %lld) in [1, %lld], %d threads\n", k->name,
-            work, (long long)l->items_per_block, (long long)l->max_blocks, k->block);
+    fprintf(out, "launch %s: blocks = ceil(numel %s / %lld) in [1, %lld], %d threads%s\n", k->name,
+            work, (long long)l->items_per_block, (long long)l->max_blocks, k->block,
+            k->any_block ? " (or fewer: a grid-stride loop)" : "");
     fprintf(out, "        (");
     for (int i = 0; i < l->nargs; i++) {
         char name[32];
@@ -415,7 +416,8 @@ void plan_emit_emu_thunks(FILE *out, const Plan *plan)
                  " * cgc_emu_argbytes_NAME lists the parameters' sizes, then 0 (what a graph\n"
                  " * capture copies); cgc_emu_noalias_NAME says of each parameter 2 (a\n"
                  " * __restrict__ pointer written), 1 (one read) or 0 (neither), so that a\n"
-                 " * launch aliasing them fails */\n");
+                 " * launch aliasing them fails; cgc_emu_block_NAME is its __launch_bounds__,\n"
+                 " * which no launch may pass */\n");
     for (int k = 0; k < plan->nkernels; k++) {
         const PlanKernel *kn = &plan->kernels[k];
         fprintf(out, "extern \"C\" void cgc_emu_thunk_%s(void **args)\n{\n    %s(", kn->name, kn->name);
@@ -430,5 +432,6 @@ void plan_emit_emu_thunks(FILE *out, const Plan *plan)
             fprintf(out, "%d, ", !kn->param_restrict[i] ? 0 : plan_param_written(kn->param_ctype[i]) ? 2 : 1);
         }
         fprintf(out, "0};\n");
+        fprintf(out, "extern \"C\" const unsigned cgc_emu_block_%s = %d;\n", kn->name, kn->block);
     }
 }

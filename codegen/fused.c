@@ -979,9 +979,12 @@ static void render_multi(GroupKernel *f, const int *all, int nall)
         start += nvb;
     }
     if (n) sb_puts(&d->body, "        }\n    }\n");
+    bool pointwise = n == nall;     /* `last` groups share their block's counter */
+    for (int i = 0; i < n; i++) pointwise &= group_of(f->ctx, groups[i])->kind == IR_GROUP_POINTWISE;
     if (n < nall) render_last_groups(f, groups + n, nall - n);
     free(groups);
     d->block = CUDA_BLOCK;
+    d->any_block = pointwise;       /* each segment strides by its blocks' threads */
     d->work = (Shape){ .rank = 1, .dim = { total } };
     d->items_per_block = 1;
     d->max_blocks = CUDA_MAX_BLOCKS;

@@ -216,14 +216,27 @@ static char *draft_signature(const KernelDraft *d, const bool *restrict_)
     return s.s ? s.s : xstrdup("");
 }
 
+/* Whether D's text holds anything a block shares: a barrier, shared memory or a
+ * block-wide sum, whose order follows the block's warps. */
+static bool block_wide(const KernelDraft *d)
+{
+    static const char *const shared[] = {"__syncthreads", "__shared__", "cgc_block_", "cgc_column_sum"};
+    for (int i = 0; i < (int)(sizeof shared / sizeof shared[0]); i++)
+        if ((d->body.s && strstr(d->body.s, shared[i])) || (d->head.s && strstr(d->head.s, shared[i])))
+            return true;
+    return false;
+}
+
 static int add_kernel(Builder *b, const KernelDraft *d)
 {
     Plan *pl = b->plan;
+    if (d->any_block && block_wide(d))
+        CGC_INTERNAL("kernel %s is marked for any block but shares values across its block", d->name);
     bool restrict_[PLAN_MAX_PARAMS];
     for (int i = 0; i < d->nparams; i++) restrict_[i] = d->param[i].type == PP_PTR && may_restrict(pl, d, i);
     char *sig = draft_signature(d, restrict_);
     StrBuf key = { 0 };
-    sb_printf(&key, "%s%d(%s){%s}", d->head.s ? d->head.s : "", d->block, sig,
+    sb_printf(&key, "%s%d%c(%s){%s}", d->head.s ? d->head.s : "", d->block, d->any_block ? '*' : ' ', sig,
               d->body.s ? d->body.s : "");
     for (int k = 0; k < pl->nkernels; k++) {
         if (b->info[k].key && strcmp(b->info[k].key, key.s) == 0) {
@@ -246,6 +259,7 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     plan_unique_kernel_name(pl, name, sizeof name);
     k->name = xstrdup(name);
     k->block = d->block;
+    k->any_block = d->any_block;
     k->nparams = d->nparams;
     for (int i = 0; i < d->nparams; i++) {
         k->param[i] = d->param[i].type;

@@ -113,6 +113,10 @@ typedef struct PlanKernel {
      * tensor in place through two parameters has neither restrict. */
     bool param_restrict[PLAN_MAX_PARAMS];
     int block;              /* threads per block; the kernel's __launch_bounds__ */
+    /* Whether any block of whole warps up to `block` computes the same values: a
+     * grid-stride loop with nothing shared across a block (no block-wide sum, barrier
+     * or shared memory), so that max-autotune may launch it with fewer threads. */
+    bool any_block;
 } PlanKernel;
 
 /* ---- steps ---- */
@@ -445,7 +449,8 @@ typedef struct Plan {
 
 /* ---- max-autotune's choices ----
  * A step's tunable choice: for a launch, the items per block of its kernel (0: the
- * plan's), which every launch of that kernel then takes; for a GEMM, the library's
+ * plan's) and its threads per block (0: the kernel's `block`; fewer only where the kernel
+ * is any_block), which every launch of that kernel then takes; for a GEMM, the library's
  * algorithm (0: its own; K >= 1: the K-th of cuBLASLt's heuristic list, best first) or,
  * with TILE >= 1, the plan's generated kernel of tile shape TILE - 1
  * (PlanGemm.tile_kernel) instead of the library. None changes what is computed: kernels
@@ -454,6 +459,7 @@ typedef struct Plan {
 enum { PLAN_GEMM_ALGOS = 8 };       /* cuBLASLt's algorithms a GEMM chooses among, at most */
 typedef struct PlanStepChoice {
     int64_t items;
+    int block;
     int algo;
     int tile;
 } PlanStepChoice;

@@ -94,6 +94,19 @@ static PlanStepChoice choice_at(const Repro *r, PlanGraphId gid, int i)
     return c ? c[i] : (PlanStepChoice){0};
 }
 
+/* Kernel K's threads per block as the runtime launches it: the choices' (they give every
+ * launch of a kernel one), else its own. */
+static int kernel_block(const Repro *r, int k)
+{
+    for (int gid = 0; gid < PG_NUM; gid++)
+        for (int i = 0; r->choices->step[gid] && i < r->plan->graph[gid].nsteps; i++) {
+            const PlanStep *s = &r->plan->graph[gid].steps[i];
+            if (s->kind == STEP_LAUNCH && s->launch.kernel == k && r->choices->step[gid][i].block > 0)
+                return r->choices->step[gid][i].block;
+        }
+    return r->plan->kernels[k].block;
+}
+
 /* The fused MLP run whose kernel is launched at step I of GID (its first layer's), or -1. */
 static int fused_run(const Repro *r, PlanGraphId gid, int i)
 {
@@ -329,13 +342,14 @@ static void write_kernels(Repro *r)
     for (int k = 0; k < pl->nkernels; k++) {
         if (!r->used[k]) continue;
         fprintf(o, "    K_%s,\n", pl->kernels[k].name);
-        block[n] = pl->kernels[k].block;
+        block[n] = kernel_block(r, k);
         module[n++] = k >= pl->gemm_kernels_from;
     }
     fprintf(o, "    NUM_KERNELS\n};\n\nstatic const char *const kernel_name[NUM_KERNELS] = {\n");
     for (int k = 0; k < pl->nkernels; k++)
         if (r->used[k]) fprintf(o, "    \"%s\",\n", pl->kernels[k].name);
-    fprintf(o, "};\n\n/* threads per block: each kernel's __launch_bounds__; and its module */\n"
+    fprintf(o, "};\n\n/* threads per block: each kernel's __launch_bounds__, or fewer where the autotune\n"
+               " * choices say; and its module */\n"
                "static const unsigned kernel_block[NUM_KERNELS] = {");
     write_numbers(o, block, n);
     fprintf(o, "\n};\nstatic const unsigned char kernel_module[NUM_KERNELS] = {");
@@ -599,9 +613,12 @@ static void write_launch(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
     FILE *o = r->out;
     fprintf(o, "    {   /* %d/%d", step, r->plan->graph[gid].nsteps);
     if (s->loc.line > 0) fprintf(o, ", line %d", s->loc.line);
-    fprintf(o, ": %s, %u block%s: ceil(%" PRId64 " / %" PRId64 ") in [1, %" PRId64 "]%s */\n",
-            k->name, grid, grid == 1 ? "" : "s", work, items, l->max_blocks,
+    int threads = choice_at(r, gid, step - 1).block;
+    fprintf(o, ": %s, %u block%s: ceil(%" PRId64 " / %" PRId64 ") in [1, %" PRId64 "]%s", k->name, grid,
+            grid == 1 ? "" : "s", work, items, l->max_blocks,
             tuned > 0 && tuned != l->items_per_block ? " (items per block: the autotune choice)" : "");
+    if (threads > 0) fprintf(o, ", of %d threads (the autotune choice)", threads);
+    fprintf(o, " */\n");
     fprintf(o, "        Arg a[] = {");
     for (int i = 0; i < l->nargs; i++) {
         arg_sep(o, i);

@@ -76,9 +76,12 @@ static void kernel_key(const char *name, char *buf, size_t len)
     snprintf(buf, len, "%.100s.%016llx", name, (unsigned long long)h);
 }
 
-static void items_choice(int64_t items, char *buf, size_t len)
+/* A launch's choice: "items:1024" (items per block, the kernel's own block), or
+ * "items:512,block:128" (and threads per block). */
+static void launch_choice(const PlanStepChoice *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "items:%lld", (long long)items);
+    int at = snprintf(buf, len, "items:%lld", (long long)c->items);
+    if (c->block > 0) snprintf(buf + at, len - (size_t)at, ",block:%d", c->block);
 }
 
 /* A GEMM's choice: "default" (the library's own algorithm), "lt_algo:K" (the K-th of
@@ -107,6 +110,21 @@ static bool parse_number(const char *s, const char *prefix, long long lo, long l
     long long v = strtoll(s + n, &end, 10);
     if (*end || errno || v < lo || v > hi) return false;
     *out = v;
+    return true;
+}
+
+/* The choice launch_choice wrote, for kernel K (a block it cannot take is refused: over
+ * its own, not whole warps, or other than its own where it is not any_block). */
+static bool parse_launch_choice(const char *s, const PlanKernel *k, PlanStepChoice *c)
+{
+    char items[TUNE_TOKEN_MAX + 1];
+    const char *comma = strchr(s, ',');
+    long long v, block = 0;
+    snprintf(items, sizeof items, "%.*s", comma ? (int)(comma - s) : (int)strlen(s), s);
+    if (!parse_number(items, "items:", 1, 1ll << 30, &v)) return false;
+    if (comma && !parse_number(comma + 1, "block:", 32, k->block - 1, &block)) return false;
+    if (block % 32 != 0 || (block > 0 && !k->any_block)) return false;
+    *c = (PlanStepChoice){.items = v, .block = (int)block};
     return true;
 }
 
@@ -397,28 +415,35 @@ static void add(Tuner *t, TuneKind kind, const char *key, const char *choice, do
         CGC_INTERNAL("autotune: %s", why);   /* keys and choices are made here, as tokens */
 }
 
-/* A launch: items per block x 1, 2, 4, 8, those that give distinct grids. */
+/* A launch: its kernel's block, and where the kernel is any_block a half and a quarter
+ * of it (of whole warps), each with the items per block that keep a thread's share, x 1,
+ * 2, 4, 8: those that give distinct grids. */
 static int tune_launch(Tuner *t, PlanGraphId gid, int i)
 {
     const PlanLaunch *l = &t->plan->graph[gid].steps[i].launch;
+    const PlanKernel *k = &t->plan->kernels[l->kernel];
     char key[TUNE_TOKEN_MAX + 1];
-    kernel_key(t->plan->kernels[l->kernel].name, key, sizeof key);
+    kernel_key(k->name, key, sizeof key);
     if (l->max_blocks == 1 || tune_find(t->out, TUNE_KERNEL, key)) return 0;
     int64_t per = l->items_per_block > 0 ? l->items_per_block : 1;    /* as plan_launch_grid */
-    PlanStepChoice c[AUTOTUNE_GRID_FACTORS], best = {.items = per};
+    PlanStepChoice c[AUTOTUNE_BLOCKS * AUTOTUNE_GRID_FACTORS], best = {.items = per};
     int n = 0;
-    unsigned last = 0;
-    for (int f = 0; f < AUTOTUNE_GRID_FACTORS; f++) {
-        int64_t items = per << f;
-        unsigned grid = devexec_grid(t->e, l, items);
-        if (n > 0 && grid == last) continue;
-        c[n++] = (PlanStepChoice){.items = items};
-        last = grid;
+    for (int b = 0; b < (k->any_block ? AUTOTUNE_BLOCKS : 1); b++) {
+        int block = k->block >> b;
+        if (block < 32 || block % 32 != 0) break;
+        int64_t items = per * block / k->block > 0 ? per * block / k->block : 1;
+        unsigned last = 0;
+        for (int f = 0; f < AUTOTUNE_GRID_FACTORS; f++) {
+            unsigned grid = devexec_grid(t->e, l, items << f);
+            if (f > 0 && grid == last) continue;
+            c[n++] = (PlanStepChoice){.items = items << f, .block = b ? block : 0};
+            last = grid;
+        }
     }
     double ms;
     char choice[64];
     if (choose(t, gid, i, c, n, &best, &ms, &t->report->kernels) != 0) return -1;
-    items_choice(best.items, choice, sizeof choice);
+    launch_choice(&best, choice, sizeof choice);
     add(t, TUNE_KERNEL, key, choice, ms);
     return 0;
 }
@@ -679,11 +704,9 @@ static int resolve_step(const Plan *plan, const PlanStep *s, const int64_t *symv
         if (s->launch.max_blocks == 1) return 0;    /* no choice: one block */
         kernel_key(plan->kernels[s->launch.kernel].name, key, sizeof key);
         const TuneChoice *ch = tune_find(t, TUNE_KERNEL, key);
-        long long items;
         if (!ch) return refuse(why, why_len, "no choice for kernel", key);
-        if (!parse_number(ch->choice, "items:", 1, 1ll << 30, &items))
-            return refuse(why, why_len, "not a launch shape the tuner writes:", ch->choice);
-        c->items = items;
+        if (!parse_launch_choice(ch->choice, &plan->kernels[s->launch.kernel], c))
+            return refuse(why, why_len, "not a launch shape the tuner writes for it:", ch->choice);
         return 0;
     }
     autotune_gemm_key(&s->gemm, symvals, key, sizeof key);
@@ -790,8 +813,8 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
             } else {
                 if (s->launch.max_blocks == 1) continue;
                 kernel_key(plan->kernels[s->launch.kernel].name, key, sizeof key);
-                items_choice(s->launch.items_per_block > 0 ? s->launch.items_per_block : 1, choice,
-                             sizeof choice);
+                PlanStepChoice c = {.items = s->launch.items_per_block > 0 ? s->launch.items_per_block : 1};
+                launch_choice(&c, choice, sizeof choice);
             }
             if (!tune_find(out, kind, key) && !tune_add(out, kind, key, choice, -1, why, sizeof why))
                 CGC_INTERNAL("autotune: %s", why);
@@ -815,6 +838,22 @@ void autotune_heuristics(const Plan *plan, const int64_t *symvals, TuneFile *out
     out->tuning_ms = -1;
 }
 
+/* The kernels of the tuned graphs' launches that have a choice and are any_block. */
+static int any_block_kernels(const Plan *plan)
+{
+    bool *seen = xcalloc((size_t)plan->nkernels + 1, sizeof *seen);
+    int n = 0;
+    for (int gid = 0; gid < PG_NUM; gid++)
+        for (int i = 0; tuned_graph((PlanGraphId)gid) && i < plan->graph[gid].nsteps; i++) {
+            const PlanStep *s = &plan->graph[gid].steps[i];
+            if (s->kind != STEP_LAUNCH || s->launch.max_blocks == 1 || seen[s->launch.kernel]) continue;
+            seen[s->launch.kernel] = true;
+            n += plan->kernels[s->launch.kernel].any_block;
+        }
+    free(seen);
+    return n;
+}
+
 void autotune_explain(const Plan *plan, FILE *out)
 {
     int64_t symvals[IR_MAX_SYMBOLS] = {plan->p->cfg.batch};
@@ -828,8 +867,10 @@ void autotune_explain(const Plan *plan, FILE *out)
     int generated = plan->mlp_kernels_from - plan->gemm_kernels_from;
     fprintf(out, "\nAutotune: %d kernels and %d GEMM shapes of the training step have a "
                  "choice. On a GPU\neach is timed and the fastest is kept in the cache "
-                 "(cgc/tune/): a launch's items per\nblock x 1, 2, 4, 8; a GEMM's cuBLAS "
-                 "algorithm, cuBLASLt's heuristic list", count[TUNE_KERNEL], count[TUNE_GEMM]);
+                 "(cgc/tune/): a launch's items per\nblock x 1, 2, 4, 8 (for the %d kernels "
+                 "that share nothing across a block, with\nall, half and a quarter of its "
+                 "threads); a GEMM's cuBLAS algorithm, cuBLASLt's\nheuristic list",
+            count[TUNE_KERNEL], count[TUNE_GEMM], any_block_kernels(plan));
     if (generated > 0)
         fprintf(out, " and, from\nsm_80, the plan's generated tensor-core kernels (%d here, "
                      "in %d tile shapes less\nthose a smaller one matches in blocks, the "

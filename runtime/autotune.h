@@ -4,6 +4,9 @@
  * The candidates, today:
  *   - a launch's grid: its kernel's items per block times 1, 2, 4 or 8 (fewer, fuller
  *     blocks; the kernels loop over their work, so every grid computes the same values);
+ *     where the kernel is PlanKernel.any_block (a grid-stride loop sharing nothing
+ *     across its block), also with a half and a quarter of its block's threads, the items
+ *     per block scaled alike (so 256 threads x 4 items, 128 x 4, 64 x 4, then fuller);
  *     single-block launches have no choice;
  *   - a plain GEMM's algorithm: cuBLAS's own (cublasGemmEx) or each of cuBLASLt's
  *     heuristic list (DeviceOps.gemm_algos); a GEMM with an epilogue chooses among the
@@ -31,7 +34,7 @@
  *     the steps (its FOLD added to them) and the implicit GEMMs; the key then also names
  *     the convolution, the choice is "cudnn:2+1+3" (an algorithm per reader). Untimed,
  *     such a run takes the library's own algorithms ("cudnn:0+0+0"), as other modes do.
- * Not yet: the kernels' own block sizes.
+ * Not yet: a kernel's vector width (a rendering of its own per width).
  *
  * Tuning runs on the arena before the tensors are initialised: each candidate is issued
  * a few times over whatever the buffers hold, which the initialisation then overwrites,
@@ -46,7 +49,10 @@
 #include "devexec.h"
 #include "tune.h"
 
-enum { AUTOTUNE_GRID_FACTORS = 4 };     /* items per block x 1, 2, 4, 8 */
+enum {
+    AUTOTUNE_GRID_FACTORS = 4,  /* items per block x 1, 2, 4, 8 */
+    AUTOTUNE_BLOCKS = 3,        /* a kernel's block, a half and a quarter of it */
+};
 
 typedef struct AutotuneReport {
     int kernels, gemms, mlps;   /* choices timed (mlps: fused MLP runs) */

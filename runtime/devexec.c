@@ -36,9 +36,11 @@ struct DevExec {
     size_t persistent_bytes;    /* of the arena: tensors, inputs, constants, outputs */
     size_t *offset;             /* per buffer, into the arena (views: their root's) */
     void **kernel;              /* per plan kernel: the device's handle */
-    /* max-autotune's choices: per plan kernel, the items per block its launches take
-     * (0: the plan's); per step of each graph, its GEMM's algorithm or generated kernel */
+    /* max-autotune's choices: per plan kernel, the items and threads per block its
+     * launches take (0: the plan's); per step of each graph, its GEMM's algorithm or
+     * generated kernel */
     int64_t *items;
+    int *block;
     PlanStepChoice *gemm[PG_NUM];
     int *mlp;                   /* per fused MLP run (Plan.mlps): its shape + 1, 0: its steps */
     int *window;                /* per implicit-GEMM run (Plan.windows), reader by reader
@@ -355,6 +357,7 @@ static DevExec *open_exec(const Plan *plan, Device *d, const int64_t *symmax, bo
     e->offset = xcalloc((size_t)(plan->nbuffers ? plan->nbuffers : 1), sizeof *e->offset);
     e->kernel = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->kernel);
     e->items = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->items);
+    e->block = xcalloc((size_t)(plan->nkernels ? plan->nkernels : 1), sizeof *e->block);
     for (int g = 0; g < PG_NUM; g++)
         e->gemm[g] = xcalloc((size_t)(plan->graph[g].nsteps + 1), sizeof *e->gemm[g]);
     e->mlp = xcalloc((size_t)plan->nmlps + 1, sizeof *e->mlp);
@@ -411,6 +414,7 @@ void devexec_free(DevExec *e)
     free(e->offset);
     free(e->kernel);
     free(e->items);
+    free(e->block);
     for (int g = 0; g < PG_NUM; g++) {
         free(e->gemm[g]);
         free(e->born[g]);
@@ -530,8 +534,8 @@ static int run_launch(DevExec *e, const PlanStep *s, const DevFeed *feed)
     void *args[PLAN_MAX_PARAMS];
     arg_values(e, l->arg, l->nargs, feed, vals, args);
     DeviceSite site = site_of(e, s, k->name);
-    return e->d->ops->launch(e->d, e->kernel[l->kernel], devexec_grid(e, l, 0), (unsigned)k->block,
-                             args, &site);
+    unsigned block = (unsigned)(e->block[l->kernel] > 0 ? e->block[l->kernel] : k->block);
+    return e->d->ops->launch(e->d, e->kernel[l->kernel], devexec_grid(e, l, 0), block, args, &site);
 }
 
 GemmCall devexec_gemm_call(const DevExec *e, const PlanStep *s)
@@ -860,17 +864,18 @@ int devexec_step(DevExec *e, PlanGraphId gid, int i, const DevFeed *feed, const 
 {
     const PlanStep *s = &e->plan->graph[gid].steps[i];
     if (s->kind == STEP_GEMM) return run_gemm(e, s, c ? c : &e->gemm[gid][i]);
-    int64_t saved = e->items[s->launch.kernel];
-    if (c) e->items[s->launch.kernel] = c->items;
+    PlanStepChoice saved = devexec_choice_of(e, gid, i);
+    if (c) devexec_choose(e, gid, i, c);
     int rc = run_launch(e, s, feed);
-    e->items[s->launch.kernel] = saved;
+    devexec_choose(e, gid, i, &saved);
     return rc;
 }
 
 PlanStepChoice devexec_choice_of(const DevExec *e, PlanGraphId gid, int i)
 {
     const PlanStep *s = &e->plan->graph[gid].steps[i];
-    return s->kind == STEP_GEMM ? e->gemm[gid][i] : (PlanStepChoice){.items = e->items[s->launch.kernel]};
+    int k = s->launch.kernel;
+    return s->kind == STEP_GEMM ? e->gemm[gid][i] : (PlanStepChoice){.items = e->items[k], .block = e->block[k]};
 }
 
 void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
@@ -880,8 +885,13 @@ void devexec_choose(DevExec *e, PlanGraphId gid, int i, const PlanStepChoice *c)
         CGC_ASSERT(c->tile == 0 || (c->tile <= PLAN_GEMM_TILES && s->gemm.tile_kernel[c->tile - 1] >= 0 &&
                                     e->gemm_kernels_loaded));
         e->gemm[gid][i] = *c;
+        return;
     }
-    else e->items[s->launch.kernel] = c->items;
+    const PlanKernel *k = &e->plan->kernels[s->launch.kernel];
+    CGC_ASSERT(c->block == 0 || c->block == k->block ||
+               (k->any_block && c->block % 32 == 0 && c->block > 0 && c->block < k->block));
+    e->items[s->launch.kernel] = c->items;
+    e->block[s->launch.kernel] = c->block;
 }
 
 /* What devexec_run issues for step I of GID with the choices in force: the step itself,

@@ -27,7 +27,9 @@
  *
  * A tuned file names the GPU on its device line, says `tuning T ms`, and gives each
  * timed choice its median in ms instead of '-'. The choices (autotune.c writes them and
- * refuses any other when reading back): a kernel's `items:N` (items per block); a GEMM's
+ * refuses any other when reading back): a kernel's `items:N` (items per block) or
+ * `items:N,block:B` (and B threads a block, a multiple of 32 under the kernel's own, for
+ * a kernel that is PlanKernel.any_block); a GEMM's
  * `default` (the library's own algorithm), `lt_algo:K` (the K-th of cuBLASLt's list,
  * 1 to 8) or `tile:BMxBNxBK` (a generated kernel the plan has for it); a fused MLP run's
  * `steps` or `fused:rowsR` (R = 16, 32 or 64).

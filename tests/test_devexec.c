@@ -911,22 +911,30 @@ static void check_streaming(const char *file, const Override *ov, int nov, int64
     model_close(&m);
 }
 
-/* Whether CHOICE is "items:N" with N the items per block of a launch of kernel NAME times
- * 1, 2, 4 or 8: a candidate the tuner times. */
-static bool grid_candidate(const Plan *plan, const char *name, const char *choice)
+/* The first launch of kernel NAME in the tuned graphs; NULL if none. */
+static const PlanStep *first_launch(const Plan *plan, const char *name)
 {
-    long long items;
-    char end;
-    if (sscanf(choice, "items:%lld%c", &items, &end) != 1) return false;
-    for (int gid = 0; gid < PG_NUM; gid++)
+    for (int gid = PG_TRAIN; gid <= PG_TRAIN_MICRO; gid++)
         for (int i = 0; i < plan->graph[gid].nsteps; i++) {
             const PlanStep *s = &plan->graph[gid].steps[i];
-            if (s->kind != STEP_LAUNCH || strcmp(plan->kernels[s->launch.kernel].name, name) != 0)
-                continue;
-            for (int f = 0; f < AUTOTUNE_GRID_FACTORS; f++)
-                if (items == s->launch.items_per_block << f) return true;
+            if (s->kind == STEP_LAUNCH && strcmp(plan->kernels[s->launch.kernel].name, name) == 0) return s;
         }
-    return false;
+    return NULL;
+}
+
+/* The choice of kernel NAME at BLOCK threads a block (or its own block, where it cannot
+ * take BLOCK): "items:N" with N its first launch's items per block scaled to the block,
+ * ",block:B" where B is not its own, as autotune.c writes it. */
+static void choice_at_block(const Plan *plan, const char *name, int block, char *buf, size_t len)
+{
+    const PlanStep *s = first_launch(plan, name);
+    CHECK(s != NULL);
+    if (!s) return;
+    const PlanKernel *k = &plan->kernels[s->launch.kernel];
+    if (!k->any_block || block >= k->block) block = k->block;
+    int64_t items = s->launch.items_per_block * block / k->block;
+    int at = snprintf(buf, len, "items:%lld", (long long)(items > 0 ? items : 1));
+    if (block != k->block) snprintf(buf + at, len - (size_t)at, ",block:%d", block);
 }
 
 static TuneLoad load_choices(const Model *m, TuneFile *have, char *path, size_t path_len)
@@ -1007,13 +1015,17 @@ static void check_checkpoint_exact(const char *file, const Override *ov, int nov
 }
 
 /* max-autotune on the emulation, which offers three GEMM algorithms (each the reference
- * GEMM): the first run times the candidates and writes the choices file, each choice one
- * of the candidates; the next runs read it back and run what it says (rewritten here:
- * every GEMM the third algorithm); a corrupt file is said, tuned again and replaced. Every
- * run trains bit for bit as the default mode does: grids and algorithms change no value. */
-static void check_autotune(const char *file, const Override *ov, int nov)
+ * GEMM): the first run times the candidates (launches of 128 threads modeled faster) and
+ * writes the choices file, each choice the fastest candidate; the next runs read it back
+ * and run what it says (rewritten here: every GEMM the third algorithm, every kernel that
+ * can take it a quarter of its block); a block a kernel cannot take and a corrupt file are
+ * said, tuned again and replaced. Every run trains bit for bit as the default mode does:
+ * grids, blocks and algorithms change no value. Returns how many kernels were tuned to
+ * fewer threads a block. */
+static int check_autotune(const char *file, const Override *ov, int nov)
 {
     printf("max-autotune on the emulation: the choices file, and training bit for bit\n");
+    int smaller = 0;    /* kernels tuned to fewer threads a block */
     char want[256], got[256], path[4200];
     snprintf(want, sizeof want, "%s", tmp_path("default.safetensors"));
     snprintf(got, sizeof got, "%s", tmp_path("tuned.safetensors"));
@@ -1028,6 +1040,7 @@ static void check_autotune(const char *file, const Override *ov, int nov)
          * launch slower than any GEMM; so each GEMM must choose algorithm 1 */
         double algo_ms[DEVICE_GEMM_ALGOS + 1] = {3.0, 1.0, 0.5, 2.0};
         emu_device_model_time(m.d, algo_ms, 5.0);
+        emu_device_favour_block(m.d, 128);   /* a launch of 128 threads costs half */
         capture_start();    /* a budget no loaded machine runs out of: every choice timed */
         CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .save = got, .tune_budget_s = 1e9}), 0);
         const char *err = capture_end();
@@ -1044,14 +1057,21 @@ static void check_autotune(const char *file, const Override *ov, int nov)
         int gemms = 0, kernels = 0;
         for (int i = 0; i < have.nchoices; i++) {
             TuneChoice *c = &have.choices[i];
+            char want_choice[64];
             if (c->kind == TUNE_GEMM) {
                 gemms++;
                 CHECK_STR(c->choice, "lt_algo:1");   /* the fastest; 2 was refused */
                 CHECK_CLOSE(c->ms, 1.0, 1e-3, 0);     /* as modeled: the median of one issue */
                 snprintf(c->choice, sizeof c->choice, "lt_algo:3");
             } else {
+                /* the fastest: 128 threads where the kernel can take them, the first grid */
                 kernels++;
-                CHECK(c->kind == TUNE_KERNEL && grid_candidate(m.plan, c->key, c->choice));
+                CHECK(c->kind == TUNE_KERNEL);
+                choice_at_block(m.plan, c->key, 128, want_choice, sizeof want_choice);
+                CHECK_STR(c->choice, want_choice);
+                smaller += strstr(c->choice, ",block:128") != NULL;
+                /* read back: a quarter of each block where it can be */
+                choice_at_block(m.plan, c->key, 64, c->choice, sizeof c->choice);
             }
         }
         CHECK(gemms > 0 && kernels > 0);
@@ -1060,8 +1080,10 @@ static void check_autotune(const char *file, const Override *ov, int nov)
         tune_free(&have);
         emu_device_gemm_algos(m.d, 3, 0);
         emu_device_model_time(m.d, NULL, 0);
+        emu_device_favour_block(m.d, 0);
 
-        /* read back: every training GEMM now runs the third algorithm */
+        /* read back: every training GEMM now runs the third algorithm, every kernel that
+         * can a quarter of its block's threads */
         int calls[4];
         for (int a = 0; a < 4; a++) calls[a] = emu_device_gemm_calls(m.d, a);
         capture_start();
@@ -1072,6 +1094,24 @@ static void check_autotune(const char *file, const Override *ov, int nov)
         CHECK_EQ_INT(emu_device_gemm_calls(m.d, 1), calls[1]);
         CHECK_EQ_INT(emu_device_gemm_calls(m.d, 2), calls[2]);
         compare_checkpoints(got, want, 0.0);
+
+        /* a smaller block for a kernel that shares values across its block is refused,
+         * and tuned again */
+        CHECK_EQ_INT(load_choices(&m, &have, path, sizeof path), TUNE_FOUND);
+        TuneChoice *shared = NULL;
+        for (int i = 0; i < have.nchoices && !shared; i++) {
+            const PlanStep *s = have.choices[i].kind == TUNE_KERNEL ? first_launch(m.plan, have.choices[i].key) : NULL;
+            if (s && !m.plan->kernels[s->launch.kernel].any_block) shared = &have.choices[i];
+        }
+        CHECK(shared != NULL);
+        if (shared) snprintf(shared->choice, sizeof shared->choice, "items:1,block:128");
+        CHECK_EQ_INT(tune_store(&have, path, sizeof path, why, sizeof why), 0);
+        tune_free(&have);
+        capture_start();
+        CHECK_EQ_INT(run(&m, &(RunSpec){.device = m.d, .tune_budget_s = 1e-9}), 0);
+        err = capture_end();
+        CHECK(strstr(err, "not a launch shape the tuner writes for it: items:1,block:128") != NULL);
+        CHECK(strstr(err, "timing the") != NULL);
 
         /* a file cut short is refused, tuned again and replaced; with a budget spent before
          * the first step, every choice is the plan's, untimed, and said so */
@@ -1097,6 +1137,7 @@ static void check_autotune(const char *file, const Override *ov, int nov)
     }
     model_close(&m);
     cache_end(saved_xdg);
+    return smaller;
 }
 
 /* FILE's bytes (at most 64 KiB), for comparing a file before and after. */
@@ -1854,8 +1895,9 @@ int main(int argc, char **argv)
                         {"batch", "batch", "128"}};
     check_profile("regression.net", prof, 3);
     /* max-autotune: reduce-overhead with its launch shapes and GEMM algorithms tuned */
-    check_autotune("mlp.net", mlp, 3);
-    check_autotune("regression.net", reg, 4);     /* accumulation: train_micro tuned too */
+    int smaller = check_autotune("mlp.net", mlp, 3);
+    smaller += check_autotune("regression.net", reg, 4);     /* accumulation: train_micro tuned too */
+    CHECK(smaller > 0);     /* some kernel took fewer threads a block */
     check_tune_file("regression.net", reg, 4);
     /* generated GEMMs: mlp in fp16 (nt with bias and relu, nt, nn, tn) */
     Override tiles[3] = {{"precision", "precision", "fp16"}, {"batch", "batch", "40"},

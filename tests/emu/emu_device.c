@@ -56,6 +56,7 @@ typedef struct EmuKernel {
     const unsigned char *argbytes;      /* parameter sizes, then 0; NULL if not exported */
     const unsigned char *noalias;       /* per parameter: 2 a __restrict__ pointer written,
                                          * 1 one read, 0 no such pointer; NULL: none */
+    const unsigned *bound;              /* its __launch_bounds__; NULL if not exported */
     char name[];
 } EmuKernel;
 
@@ -111,6 +112,7 @@ typedef struct EmuDevice {
     int gemm_algo_calls[DEVICE_GEMM_ALGOS + 1];   /* GEMMs run, per GemmCall.algo */
     double clock_ms;                    /* the modeled time so far (Device.clock_modeled) */
     double algo_ms[DEVICE_GEMM_ALGOS + 1], launch_ms;   /* what each GEMM and launch adds */
+    unsigned favoured_block;            /* a launch of this many threads adds half launch_ms */
     int loads;                          /* load_kernels calls */
     int conv_algos;                     /* emu_device_convs: 0, no convolution library */
     bool conv_none;                     /* emu_device_conv_none: it offers no algorithm */
@@ -447,6 +449,8 @@ static int emu_kernel(Device *d, const char *name, void **handle)
     k->argbytes = dlsym(impl(d)->so, sym);
     snprintf(sym, sizeof sym, "cgc_emu_noalias_%s", name);
     k->noalias = k->argbytes ? dlsym(impl(d)->so, sym) : NULL;
+    snprintf(sym, sizeof sym, "cgc_emu_block_%s", name);
+    k->bound = dlsym(impl(d)->so, sym);
     memcpy(k->name, name, len);
     k->next = impl(d)->kernels;
     impl(d)->kernels = k;
@@ -540,9 +544,15 @@ static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, vo
                         "asked: emu_device_refuse_kernels)\n", k->name, site_str(site, buf, sizeof buf));
         return -1;
     }
+    if (k->bound && block > *k->bound) {   /* the driver refuses it */
+        fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s: block %u, more threads "
+                        "than its __launch_bounds__ (%u)\n", k->name, site_str(site, buf, sizeof buf),
+                block, *k->bound);
+        return -1;
+    }
     if (impl(d)->recording) return record_launch(d, k, grid, block, args, site);
     if (!restrict_kept(k, args, site_str(site, buf, sizeof buf))) return -1;
-    impl(d)->clock_ms += impl(d)->launch_ms;
+    impl(d)->clock_ms += impl(d)->launch_ms * (block == impl(d)->favoured_block ? 0.5 : 1.0);
     int rc = impl(d)->counting ? counted_launch(impl(d), k, grid, block, args)
                                : impl(d)->launch(grid, block, k->thunk, args, k->name);
     if (rc == 0) return 0;
@@ -1278,6 +1288,12 @@ void emu_device_model_time(Device *d, const double *algo_ms, double launch_ms)
     d->clock_modeled = algo_ms != NULL;
     for (int a = 0; a <= DEVICE_GEMM_ALGOS; a++) e->algo_ms[a] = algo_ms ? algo_ms[a] : 0;
     e->launch_ms = algo_ms ? launch_ms : 0;
+}
+
+void emu_device_favour_block(Device *d, unsigned block)
+{
+    CGC_ASSERT(is_emu(d));
+    impl(d)->favoured_block = block;
 }
 
 void emu_device_refuse_kernels(Device *d, const char *prefix)

@@ -33,6 +33,8 @@ void emu_device_gemm_algos(Device *d, int count, int refused);
  * makes of them, are known in advance (and the tuner times one issue of a candidate:
  * Device.clock_modeled). ALGO_MS NULL: the wall clock again. */
 void emu_device_model_time(Device *d, const double *algo_ms, double launch_ms);
+/* On a modeled clock, a launch of BLOCK threads a block costs half the others (0: none). */
+void emu_device_favour_block(Device *d, unsigned block);
 /* Makes every later launch on D of a kernel whose name starts with PREFIX fail before it
  * runs, leaving the device usable, as a driver refuses a launch it cannot make (too many
  * registers or too much shared memory for the GPU). Up to 4 prefixes. */

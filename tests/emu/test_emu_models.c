@@ -13,7 +13,9 @@
  *            compared with the reference run on the same (fused, reordered) graphs;
  *   standin  fusion groups of this test's own making (standin_groups()), so that every
  *            path of the fused renderer runs whatever the fusion pass chooses: pointwise
- *            runs, reductions with their prologues, in-place ASSIGNs, multi launches.
+ *            runs, reductions with their prologues, in-place ASSIGNs, multi launches;
+ *            every kernel that may take fewer threads (PlanKernel.any_block) launched
+ *            with a quarter of its block, as max-autotune may choose.
  *
  * With --cuda the same comparisons run on the first CUDA device instead (kernels compiled
  * by NVRTC, GEMMs by cuBLAS): the `gpu` test, which exits 77 where there is none.
@@ -1124,6 +1126,28 @@ static void check_convs(const Plan *plan, Device *d)
     CHECK(runs > 0);     /* a case run with --convs has convolutions the library takes */
 }
 
+/* Every launch of a kernel that may take fewer threads a block, in every graph of PLAN,
+ * with a quarter of its block and of its items per block (max-autotune's smallest
+ * candidate); returns how many kernels. */
+static int quarter_blocks(const Plan *plan, DevExec *e)
+{
+    int n = 0;
+    bool *seen = calloc((size_t)plan->nkernels + 1, sizeof *seen);
+    for (int gid = 0; seen && gid < PG_NUM; gid++)
+        for (int i = 0; i < plan->graph[gid].nsteps; i++) {
+            const PlanStep *s = &plan->graph[gid].steps[i];
+            const PlanKernel *k = s->kind == STEP_LAUNCH ? &plan->kernels[s->launch.kernel] : NULL;
+            if (!k || !k->any_block || s->launch.max_blocks == 1) continue;
+            int64_t items = s->launch.items_per_block / 4;
+            devexec_choose(e, (PlanGraphId)gid, i, &(PlanStepChoice){.items = items > 0 ? items : 1,
+                                                                    .block = k->block / 4});
+            n += !seen[s->launch.kernel];
+            seen[s->launch.kernel] = true;
+        }
+    free(seen);
+    return n;
+}
+
 static void run_case(const Case *c, bool asan)
 {
     char path[4096 + sizeof c->model + 1], so[256];
@@ -1154,6 +1178,8 @@ static void run_case(const Case *c, bool asan)
     if (tf32_in_f32 && !on_cuda) emu_device_tf32_in_f32(d, true);
     r.dev = devexec_new_unshared(plan, d, symmax, path);
     CHECK(r.dev != NULL);
+    if (r.dev && c->mode == MODE_STANDIN)
+        printf("  %d kernels launched with a quarter of their block\n", quarter_blocks(plan, r.dev));
     if (r.dev) {
         r.cpu = cpu_exec_new(p, CPU_F32);
         r.buf = malloc(2 * (size_t)largest(p) * sizeof(float));
