@@ -816,7 +816,7 @@ Shape cuda_row_work(const Shape *rows, int split)
 }
 
 /* SOFTMAX and LOG_SOFTMAX: the row's maximum, the sum of exp(x - max) in double, then
- * the values (exec_impl.h's softmax_row). */
+ * the values (exec_impl.h's softmax_row); exp is cgc_expf, as the CPU executor's. */
 static void render_softmax(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     const IrNode *node = &ctx->g->nodes[id];
@@ -830,12 +830,12 @@ static void render_softmax(const RenderCtx *ctx, int id, KernelDraft *d)
             "        m = cgc_block_max(m, false);\n"
             "        double s = 0.0;\n"
             "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x)\n"
-            "            s += (double)expf(cgc_load(in_x[base + k * inner]) - m);\n"
+            "            s += (double)cgc_expf(cgc_load(in_x[base + k * inner]) - m);\n"
             "        s = cgc_block_sum(s);\n");
     if (node->op == IR_SOFTMAX)
         sb_puts(&d->body,
                 "        for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {\n"
-                "            const float z = expf(cgc_load(in_x[base + k * inner]) - m);\n"
+                "            const float z = cgc_expf(cgc_load(in_x[base + k * inner]) - m);\n"
                 "            cgc_store(&out[base + k * inner], (float)((double)z / s));\n"
                 "        }\n    }\n");
     else
@@ -872,7 +872,7 @@ static void render_softmax_grad(const RenderCtx *ctx, int id, KernelDraft *d)
               "        }\n    }\n",
               soft ? "(double)cgc_load(in_d[at]) * (double)cgc_load(in_y[at])"
                    : "(double)cgc_load(in_d[at])",
-              soft ? "y * (dv - sum)" : "dv - expf(y) * sum");
+              soft ? "y * (dv - sum)" : "dv - cgc_expf(y) * sum");
     cuda_launch_rows(d, a.rows);
 }
 
@@ -901,7 +901,7 @@ static void render_lse(KernelDraft *d)
             "        }\n"
             "        m = cgc_warp_max(m);\n"
             "        double s = 0.0;\n"
-            "        for (int64_t k = lane; k < c; k += 32) s += (double)expf(cgc_load(logits[r * c + k]) - m);\n"
+            "        for (int64_t k = lane; k < c; k += 32) s += (double)cgc_expf(cgc_load(logits[r * c + k]) - m);\n"
             "        s = cgc_warp_sum(s);\n"
             "        const double lse = (double)m + log(s);\n"
             "        const int32_t label = labels[r];\n");

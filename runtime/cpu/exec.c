@@ -826,8 +826,8 @@ void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c)
 #define REAL float
 #define SFX(name) name##_f32
 #define MATH(fn) fn##f
-#define GELU_ERF cgc_erff
-#define GELU_EXP cgc_expf
+#define KERNEL_ERF cgc_erff
+#define KERNEL_EXP cgc_expf
 #define GEMM blas.sgemm
 #define GEMV blas.sgemv
 #define ROUND(x, fmt) round_float((x), (fmt))
@@ -836,8 +836,8 @@ void cpu_exec_set_collectives(CpuExec *e, const CpuCollectives *c)
 #define REAL double
 #define SFX(name) name##_f64
 #define MATH(fn) fn
-#define GELU_ERF erf
-#define GELU_EXP exp
+#define KERNEL_ERF erf
+#define KERNEL_EXP exp
 #define GEMM blas.dgemm
 #define GEMV blas.dgemv
 #define ROUND(x, fmt) round_double((x), (fmt))

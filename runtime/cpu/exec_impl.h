@@ -2,11 +2,12 @@
  *
  * exec.c includes this file twice: with REAL float and with REAL double. SFX(name)
  * gives each function its type suffix (_f32, _f64), MATH(fn) names the libm function
- * of that type (expf or exp), GELU_ERF and GELU_EXP the erf and exp of gelu and its
- * gradient (codegen/cgc_math.h's in f32, libm's in f64), GEMM and GEMV the cblas
- * routines and ROUND the rounding to a half format. Everything here is static; the
- * macros are undefined at the end, ready for the next inclusion. Sums accumulate in
- * double in both instances: the reference should be the accurate one.
+ * of that type (expf or exp), KERNEL_ERF and KERNEL_EXP the erf and exp the kernels
+ * compute too, in gelu, softmax and logsumexp (codegen/cgc_math.h's in f32, libm's in
+ * f64), GEMM and GEMV the cblas routines and ROUND the rounding to a half format.
+ * Everything here is static; the macros are undefined at the end, ready for the next
+ * inclusion. Sums accumulate in double in both instances: the reference should be the
+ * accurate one.
  *
  * No include guard, on purpose.
  */
@@ -105,14 +106,14 @@ static inline REAL SFX(sigmoid)(REAL x)
 
 static inline REAL SFX(gelu)(REAL x)
 {
-    return (REAL)0.5 * x * (1 + GELU_ERF(x * (REAL)0.70710678118654752));
+    return (REAL)0.5 * x * (1 + KERNEL_ERF(x * (REAL)0.70710678118654752));
 }
 
 /* d/dx x*Phi(x) = Phi(x) + x*phi(x). */
 static inline REAL SFX(gelu_grad)(REAL x)
 {
-    REAL cdf = (REAL)0.5 * (1 + GELU_ERF(x * (REAL)0.70710678118654752));
-    REAL pdf = GELU_EXP((REAL)-0.5 * x * x) * (REAL)0.39894228040143268;
+    REAL cdf = (REAL)0.5 * (1 + KERNEL_ERF(x * (REAL)0.70710678118654752));
+    REAL pdf = KERNEL_EXP((REAL)-0.5 * x * x) * (REAL)0.39894228040143268;
     return MATH(fma)(x, pdf, cdf);
 }
 
@@ -397,16 +398,23 @@ static void SFX(reduce_to)(CpuExec *e, REAL *out, const REAL *x, const Dims *xd,
 
 /* ---- softmax along an axis: rows of LEN elements STRIDE apart ---- */
 
-static void SFX(softmax_row)(IrOp op, REAL *y, const REAL *x, int64_t len, int64_t stride)
+/* Cloned like the spans (KERNEL_EXP's fmaf wants the FMA unit): a contiguous softmax's
+ * values in a loop the compiler vectorizes, then their sum in order. */
+SPAN_CLONES static void SFX(softmax_row)(IrOp op, REAL *y, const REAL *x, int64_t len, int64_t stride)
 {
     REAL m = x[0];
     for (int64_t k = 1; k < len; k++)
         if (x[k * stride] > m) m = x[k * stride];
     double s = 0;
-    for (int64_t k = 0; k < len; k++) {
-        REAL z = MATH(exp)(x[k * stride] - m);
-        s += z;
-        if (op == IR_SOFTMAX) y[k * stride] = z;
+    if (op == IR_SOFTMAX && stride == 1) {
+        for (int64_t k = 0; k < len; k++) y[k] = KERNEL_EXP(x[k] - m);
+        for (int64_t k = 0; k < len; k++) s += y[k];
+    } else {
+        for (int64_t k = 0; k < len; k++) {
+            REAL z = KERNEL_EXP(x[k * stride] - m);
+            s += z;
+            if (op == IR_SOFTMAX) y[k * stride] = z;
+        }
     }
     if (op == IR_SOFTMAX) {
         for (int64_t k = 0; k < len; k++) y[k * stride] = (REAL)(y[k * stride] / s);
@@ -424,9 +432,13 @@ static void SFX(softmax_grad_row)(IrOp op, REAL *out, const REAL *d, const REAL 
     for (int64_t k = 0; k < len; k++)
         s += op == IR_SOFTMAX_GRAD ? (double)d[k * stride] * y[k * stride] : d[k * stride];
     REAL sr = (REAL)s;
-    for (int64_t k = 0; k < len; k++) {
+    for (int64_t k = 0; op == IR_SOFTMAX_GRAD && k < len; k++) {
         int64_t i = k * stride;
-        out[i] = op == IR_SOFTMAX_GRAD ? y[i] * (d[i] - sr) : d[i] - MATH(exp)(y[i]) * sr;
+        out[i] = y[i] * (d[i] - sr);
+    }
+    for (int64_t k = 0; op == IR_LOG_SOFTMAX_GRAD && k < len; k++) {    /* its own loop: no */
+        int64_t i = k * stride;                                         /* exp computed for */
+        out[i] = d[i] - KERNEL_EXP(y[i]) * sr;                          /* the other */
     }
 }
 
@@ -459,13 +471,19 @@ static void SFX(softmax_grad)(IrOp op, REAL *out, const REAL *d, const REAL *y, 
 
 /* ---- losses and metrics over logits [N, C] and labels [N] ---- */
 
-static double SFX(logsumexp)(const REAL *x, int64_t c)
+/* The exps a chunk at a time (a loop the compiler vectorizes), summed in order. */
+SPAN_CLONES static double SFX(logsumexp)(const REAL *x, int64_t c)
 {
-    REAL m = x[0];
+    enum { LSE_CHUNK = 64 };
+    REAL m = x[0], z[LSE_CHUNK];
     for (int64_t k = 1; k < c; k++)
         if (x[k] > m) m = x[k];
     double s = 0;
-    for (int64_t k = 0; k < c; k++) s += MATH(exp)(x[k] - m);
+    for (int64_t k0 = 0; k0 < c; k0 += LSE_CHUNK) {
+        int64_t n = c - k0 < LSE_CHUNK ? c - k0 : LSE_CHUNK;
+        for (int64_t k = 0; k < n; k++) z[k] = KERNEL_EXP(x[k0 + k] - m);
+        for (int64_t k = 0; k < n; k++) s += z[k];
+    }
     return m + log(s);
 }
 
@@ -983,8 +1001,8 @@ static int SFX(exec_node)(CpuExec *e, const IrGraph *g, int id)
 #undef REAL
 #undef SFX
 #undef MATH
-#undef GELU_ERF
-#undef GELU_EXP
+#undef KERNEL_ERF
+#undef KERNEL_EXP
 #undef GEMM
 #undef GEMV
 #undef ROUND

@@ -22,7 +22,7 @@ cross_entropy_train_24(
         }
         m = cgc_warp_max(m);
         double s = 0.0;
-        for (int64_t k = lane; k < c; k += 32) s += (double)expf(cgc_load(logits[r * c + k]) - m);
+        for (int64_t k = lane; k < c; k += 32) s += (double)cgc_expf(cgc_load(logits[r * c + k]) - m);
         s = cgc_warp_sum(s);
         const double lse = (double)m + log(s);
         const int32_t label = labels[r];
