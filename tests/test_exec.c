@@ -775,6 +775,10 @@ static void test_losses(void)
     ir_cross_entropy(g, seq, seq_lab, NOLOC);
     ir_ce_grad(g, d, seq, seq_lab, NOLOC);
     ir_count_correct(g, seq, seq_lab, NOLOC);
+    /* more classes than the logsumexp takes at once (64), and not a multiple of them */
+    int wide = input(p, "wide", DT_F32, shp(2, N, 130)), wide_lab = input(p, "wide_lab", DT_I32, shp(1, N));
+    ir_cross_entropy(g, wide, wide_lab, NOLOC);
+    ir_ce_grad(g, d, wide, wide_lab, NOLOC);
     check_program(p);
     ir_program_free(p);
 }
