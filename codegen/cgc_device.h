@@ -181,6 +181,34 @@ template <typename T> __device__ __forceinline__ void cgc_store4(T *p, const flo
     *reinterpret_cast<cgc_vec4<T> *>(p) = v;
 }
 
+/* Eight consecutive elements in 16-byte accesses (one of a half type, two of f32 or
+ * i32), as f32 values: the vector path of a pointwise kernel that touches half-type
+ * tensors. P must be 16-byte aligned (the memory plan's buffers are, from any element a
+ * multiple of eight); the emulation faults on a misaligned one, as the GPU does. */
+struct cgc_f8 { float x[8]; };
+template <typename T> struct alignas(16) cgc_vec8 { T e[8]; };
+
+template <typename T> __device__ __forceinline__ cgc_f8 cgc_load8(const T *p)
+{
+#ifdef CGC_EMULATE
+    if ((unsigned long long)p % 16 != 0) cgc_emu_fault("a vector load from an address not aligned to 16 bytes");
+#endif
+    const cgc_vec8<T> v = *reinterpret_cast<const cgc_vec8<T> *>(p);
+    cgc_f8 r;
+    for (int k = 0; k < 8; k++) r.x[k] = cgc_load(v.e[k]);
+    return r;
+}
+
+template <typename T> __device__ __forceinline__ void cgc_store8(T *p, const float *x)
+{
+#ifdef CGC_EMULATE
+    if ((unsigned long long)p % 16 != 0) cgc_emu_fault("a vector store to an address not aligned to 16 bytes");
+#endif
+    cgc_vec8<T> v;
+    for (int k = 0; k < 8; k++) cgc_store(&v.e[k], x[k]);
+    *reinterpret_cast<cgc_vec8<T> *>(p) = v;
+}
+
 /* A value rounded to a storage type but kept in a register: fused kernels round each
  * value where the CPU executor stores it, so that the next op sees the same number. */
 __device__ __forceinline__ float cgc_round_f16(float v) { return cgc_f16_value(cgc_f16_bits(v)); }

@@ -17,14 +17,16 @@
  *             each input element; several reductions of one group share the loop.
  *  multi      several static-shape groups in one launch. The grid walks "virtual blocks";
  *             each group owns a fixed range of them (pointwise: enough for its elements at
- *             CUDA_ITEMS_PER_THREAD per thread, capped; reduce: one per row), so any grid
+ *             pointwise_lanes per thread, capped; reduce: one per row), so any grid
  *             size stays correct and a block never straddles two groups (their barriers).
  *             Its `last` groups (ir.h) run after the loop, in the block that finishes last.
  *  vector     where every element a thread takes at once is a whole, aligned vector (a
  *             pointwise group; rows that four divide; a wide bias gradient's tile), four
- *             elements a thread: each buffer read or written at element i is one
- *             cgc_load4 before the element code and one cgc_store4 after, the code once
- *             per lane j (x<n> is lane j of vq<n>, a stored value goes to vs<n>[j]).
+ *             elements a thread (eight in a pointwise group of half-type tensors, so that
+ *             their accesses are 16 bytes): each buffer read or written at element i is
+ *             one cgc_load4 (cgc_load8) before the element code and one cgc_store4 after,
+ *             the code once per lane j (x<n> is lane j of vq<n>, a stored value goes to
+ *             vs<n>[j]).
  *  uniform    a pointwise group's values that are the same at every element (loads of
  *             single-element tensors, and members computed from those, runtime scalars
  *             and literals alone: an optimizer's step size, bias corrections, clipping
@@ -58,6 +60,7 @@ typedef struct GroupKernel {
      * stored at element i is lane j of a vector loaded before the loop over the four
      * lanes (vq<n>) or of an array stored after it (vs<n>), into these statements. */
     bool vector;
+    int lanes;                  /* of the vector path: CUDA_VEC, or 8 (pointwise_lanes) */
     StrBuf vloads, vdecls, vstores;
     int nvec;
 } GroupKernel;
@@ -305,7 +308,8 @@ static void render_loads(GroupKernel *f, int k, const char *indent)
             snprintf(f->value[in], sizeof f->value[in], "x%s", f->param[in] + 2);
             if (f->vector && strcmp(off, "i") == 0) {
                 int q = f->nvec++;
-                sb_printf(&f->vloads, "            const cgc_f4 vq%d = cgc_load4(%s + i0);\n", q, f->param[in]);
+                sb_printf(&f->vloads, "            const cgc_f%d vq%d = cgc_load%d(%s + i0);\n", f->lanes, q,
+                          f->lanes, f->param[in]);
                 sb_printf(&loads, "%sconst float %s = vq%d.x[j];\n", indent, f->value[in], q);
                 continue;
             }
@@ -344,8 +348,8 @@ static void render_element(GroupKernel *f, int k, const char *indent)
         const char *note = is_effect(n) ? "   /* in place */" : "";
         if (f->vector) {
             int q = f->nvec++;
-            sb_printf(&f->vdecls, "            float vs%d[%d];\n", q, CUDA_VEC);
-            sb_printf(&f->vstores, "            cgc_store4(%s + i0, vs%d);\n", f->param[id], q);
+            sb_printf(&f->vdecls, "            float vs%d[%d];\n", q, f->lanes);
+            sb_printf(&f->vstores, "            cgc_store%d(%s + i0, vs%d);\n", f->lanes, f->param[id], q);
             sb_printf(&f->d->body, "%svs%d[j] = %s;%s\n", indent, q, value, note);
         } else {
             sb_printf(&f->d->body, "%scgc_store(&%s[i], %s);%s\n", indent, f->param[id], value, note);
@@ -488,20 +492,39 @@ static void vector_state_free(GroupKernel *f)
 }
 
 /* The vector path from element i0 (its first lane): the vector loads, the code of LANE
- * (rendered with f->vector) for each of the four lanes j, the vector stores. Frees the
- * vector statements. */
+ * (rendered with f->vector) for each of the f->lanes lanes j, the vector stores. Frees
+ * the vector statements. */
 static void emit_lanes(GroupKernel *f, const char *lane)
 {
     StrBuf *body = &f->d->body;
     sb_printf(body, "%s%s#pragma unroll\n            for (int j = 0; j < %d; j++) {\n",
-              f->vloads.s ? f->vloads.s : "", f->vdecls.s ? f->vdecls.s : "", CUDA_VEC);
+              f->vloads.s ? f->vloads.s : "", f->vdecls.s ? f->vdecls.s : "", f->lanes);
     if (uses_identifier(lane, "i")) sb_puts(body, "                const int64_t i = i0 + j;\n");
     sb_printf(body, "%s            }\n%s", lane, f->vstores.s ? f->vstores.s : "");
     vector_state_free(f);
 }
 
-/* A pointwise group, four elements a thread at a time: one vector access for each
- * buffer it reads or writes at element i (aligned: plan.h, the memory plan) and the
+/* The lanes of pointwise group K's vector path: 8 where it reads or writes an f16 or
+ * bf16 tensor of its work's shape, so that those accesses are 16 bytes (an f32 one is
+ * then two), else CUDA_VEC. Its elements per thread, as launches size their grids. */
+static int pointwise_lanes(const RenderCtx *ctx, int k)
+{
+    const IrGraph *g = ctx->g;
+    const IrGroup *gr = group_of(ctx, k);
+    const IrSpan span = members(ctx, k);
+    for (int id = span.first; id < span.end; id++) {
+        const IrNode *n = &g->nodes[id];
+        for (int j = -1; computed_member(g, id, k) && j < n->nin; j++) {
+            const IrNode *x = j < 0 ? n : &g->nodes[n->in[j]];
+            if ((x->dtype == DT_F16 || x->dtype == DT_BF16) && ir_shape_equal(&x->shape, &gr->work))
+                return 8;
+        }
+    }
+    return CUDA_VEC;
+}
+
+/* A pointwise group, pointwise_lanes elements a thread at a time: one vector access for
+ * each buffer it reads or writes at element i (aligned: plan.h, the memory plan) and the
  * element code for each lane; in the tail, the element code one element at a time. A
  * group that reads and writes nothing at i is the plain loop. */
 static void render_pointwise(GroupKernel *f, int k, const char *first, const char *step)
@@ -511,6 +534,7 @@ static void render_pointwise(GroupKernel *f, int k, const char *first, const cha
     cuda_numel_expr(f->d, &group_of(f->ctx, k)->work, n, sizeof n);
     sb_printf(body, "    const int64_t n = %s;\n", n);
     render_uniform(f, k, "    ");
+    f->lanes = pointwise_lanes(f->ctx, k);
     f->vector = true;
     char *lane = element_text(f, k, "                ");
     f->vector = false;
@@ -521,8 +545,7 @@ static void render_pointwise(GroupKernel *f, int k, const char *first, const cha
     } else {
         char *one = element_text(f, k, "                ");
         sb_printf(body, "    for (int64_t i0 = (%s) * %d; i0 < n; i0 += (%s) * %d) {\n"
-                        "        if (i0 + %d <= n) {\n", first, CUDA_VEC, step, CUDA_VEC,
-                  CUDA_VEC);
+                        "        if (i0 + %d <= n) {\n", first, f->lanes, step, f->lanes, f->lanes);
         emit_lanes(f, lane);
         sb_printf(body, "        } else {\n"
                         "            for (int64_t i = i0; i < n; i++) {\n%s            }\n"
@@ -580,6 +603,7 @@ static void render_reduce_lanes(GroupKernel *f, int k, const char *index, bool t
 {
     StrBuf *body = &f->d->body;
     f->vector = true;
+    f->lanes = CUDA_VEC;
     size_t at = body->len;
     render_element(f, k, "                ");
     render_accumulate(f, k, "                ", tile_lanes);
@@ -756,7 +780,7 @@ static int64_t virtual_blocks(const RenderCtx *ctx, int k)
         n = ir_numel(&rows, NULL);
         return n > 0 ? n : 1;
     }
-    int64_t per = CUDA_BLOCK * CUDA_ITEMS_PER_THREAD, v = (n + per - 1) / per;
+    int64_t per = CUDA_BLOCK * pointwise_lanes(ctx, k), v = (n + per - 1) / per;
     return v < 1 ? 1 : v > MAX_POINTWISE_VBLOCKS ? MAX_POINTWISE_VBLOCKS : v;
 }
 
@@ -1010,6 +1034,7 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
         if (gr->kind == IR_GROUP_POINTWISE) {
             render_group(&f, groups[0], "cgc_thread_index()", "cgc_thread_count()");
             cuda_launch_elementwise(d, &gr->work);
+            d->items_per_block = CUDA_BLOCK * pointwise_lanes(ctx, groups[0]);
         } else {
             cuda_launch_rows(d, render_group(&f, groups[0], "blockIdx.x", "gridDim.x"));
         }

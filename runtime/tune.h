@@ -18,7 +18,7 @@
  *     device sm_90 none (heuristics: nothing timed)
  *     plan 7e6dbd6565eda5b8
  *     tuning none
- *     kernel cast_x items:1024 -
+ *     kernel cast_x items:2048 -
  *     gemm m64.n512.k784.b1.nt.f16.f16.f16.f32acc.relu_bias default -
  *     gemm m64.n10.k128.b1.nt.f16.f16.f16.f32acc.none default -
  *     ...

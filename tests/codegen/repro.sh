@@ -105,14 +105,15 @@ case_ resmlp_ro "$ROOT/models/resmlp.net" --mode reduce-overhead --precision bf1
 case_ regression_ma "$ROOT/models/regression.net" --mode max-autotune
 
 # max-autotune with tuned choices (--tune-file): the file a GPU run would have written,
-# made here from the heuristics' one by choosing, as the tuner may, a grid for cast_x,
-# a generated kernel for the first layer, cuBLASLt's 3rd and 2nd algorithms for two
-# plain GEMMs, and the fused MLP kernel of 32 rows for layers 2-3 (in both graphs).
+# made here from the heuristics' one by choosing, as the tuner may, a grid and a block
+# of 128 threads for cast_x, a generated kernel for the first layer, cuBLASLt's 3rd and
+# 2nd algorithms for two plain GEMMs, and the fused MLP kernel of 32 rows for layers 2-3
+# (in both graphs).
 TUNED_FLAGS="--mode max-autotune --precision fp16 --accumulate 2"
 # shellcheck disable=SC2086
 if "$CGC" "$ROOT/models/mlp.net" $TUNED_FLAGS --check --arch none --emit "$OUT/heur" -q > "$OUT/heur.log" 2>&1; then
     sed -e 's/^device sm_90 .*/device sm_90 NVIDIA H100 80GB HBM3/' -e 's/^tuning none$/tuning 1834.2 ms/' \
-        -e 's/^kernel cast_x items:1024 -$/kernel cast_x items:4096 0.0031/' \
+        -e 's/^kernel cast_x items:2048 -$/kernel cast_x items:4096,block:128 0.0031/' \
         -e 's/^\(gemm m64\.n512\.k784\.[^ ]*\) default -$/\1 tile:64x64x32 0.0121/' \
         -e 's/^\(gemm m128\.n512\.k64\.[^ ]*\) default -$/\1 lt_algo:3 0.0042/' \
         -e 's/^\(gemm m64\.n128\.k10\.[^ ]*\) default -$/\1 lt_algo:2 0.0041/' \
@@ -207,7 +208,7 @@ grep -v '^#' "$t/autotune.tune" | cmp -s - "$OUT/tuned.want" || fail "mlp_tuned:
 [ -s "$t/repro/gemm_module.cubin" ] || fail "mlp_tuned: no gemm_module.cubin"
 want mlp_tuned 'The autotune choices are those tuned on sm_90 (../autotune.tune), some of'
 want mlp_tuned 'enum { NUM_MODULES = 2 };'
-want mlp_tuned ': cast_x, 13 blocks: ceil(50176 / 4096) in [1, 65535] (items per block: the autotune choice) */'
+want mlp_tuned ': cast_x, 13 blocks: ceil(50176 / 4096) in [1, 65535] (items per block: the autotune choice), of 128 threads (the autotune choice) */'
 want mlp_tuned 'K_gemm_tc_nt_f16_to_f16_bias_relu_64x64x32, 8, a, 8);'
 want mlp_tuned 'of its fused kernel (the autotune choice): 2 blocks of 32 rows */'
 want mlp_tuned 'K_mlp_fused_f16_512_128r_10_rows32, 2, a, 8);'

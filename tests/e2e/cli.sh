@@ -148,7 +148,7 @@ fi
 if "$cgc" "$root/models/mlp.net" --mode max-autotune --check --arch none --emit "$tmp/ma" -q &&
    head -1 "$tmp/ma/autotune.tune" | grep -q "^# cgc autotune choices: model mlp on none (heuristics: nothing timed) (sm_90)\.$" &&
    grep -q "^tuning none$" "$tmp/ma/autotune.tune" &&
-   grep -q "^kernel cast_x items:1024 -$" "$tmp/ma/autotune.tune" &&
+   grep -q "^kernel cast_x items:2048 -$" "$tmp/ma/autotune.tune" &&
    [ "$(grep -c '^gemm ' "$tmp/ma/autotune.tune")" = 8 ] &&
    grep -q "^mlp m64\.f16_512_128r_10 steps -$" "$tmp/ma/autotune.tune" &&
    grep -q "^       steps 3 and 4 or one fused MLP forward kernel (max-autotune's candidates): mlp_fused_f16_512_128r_10_rows16, mlp_fused_f16_512_128r_10_rows32, mlp_fused_f16_512_128r_10_rows64$" "$tmp/ma/host_plan.txt" &&
