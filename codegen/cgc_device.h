@@ -148,66 +148,44 @@ __device__ __forceinline__ void cgc_store(int32_t *p, float v)
     else *p = (int32_t)v;
 }
 
-/* Four consecutive elements in one access (16 bytes of f32 or i32, 8 of a half type),
- * as f32 values: a pointwise kernel's vector path. P must be aligned to the four (the
- * memory plan's buffers are, from any element a multiple of four); the emulation faults
- * on a misaligned one, as the GPU does. */
-struct cgc_f4 { float x[4]; };
-template <typename T> struct alignas(4 * sizeof(T)) cgc_vec4 { T e[4]; };
+/* N consecutive elements (4 or 8) as f32 values, in accesses of N elements but at most
+ * 16 bytes each: four of f32 or i32 in one 16-byte access, four of a half type in one of
+ * 8 bytes, eight of a half type in one of 16, eight of f32 in two. The vector paths of
+ * fused kernels: cgc_load4 and cgc_store4, or cgc_load8 and cgc_store8 where a pointwise
+ * kernel touches half-type tensors. P must be aligned to an access (the memory plan's
+ * buffers are, from any element a multiple of N); the emulation faults on a misaligned
+ * one, as the GPU does. */
+template <int N> struct cgc_fv { float x[N]; };
+typedef cgc_fv<4> cgc_f4;
+typedef cgc_fv<8> cgc_f8;
+template <int N, typename T> struct alignas(N * sizeof(T) < 16 ? N * sizeof(T) : 16) cgc_vec { T e[N]; };
 
-template <typename T> __device__ __forceinline__ bool cgc_aligned4(const T *p)
-{
-    return (unsigned long long)p % (4 * sizeof(T)) == 0;
-}
-
-template <typename T> __device__ __forceinline__ cgc_f4 cgc_load4(const T *p)
+template <int N, typename T> __device__ __forceinline__ cgc_fv<N> cgc_loadv(const T *p)
 {
 #ifdef CGC_EMULATE
-    if (!cgc_aligned4(p)) cgc_emu_fault("a vector load from an address not aligned to its four elements");
+    if ((unsigned long long)p % alignof(cgc_vec<N, T>) != 0)
+        cgc_emu_fault("a vector load from an address not aligned to its access");
 #endif
-    const cgc_vec4<T> v = *reinterpret_cast<const cgc_vec4<T> *>(p);
-    cgc_f4 r;
-    for (int k = 0; k < 4; k++) r.x[k] = cgc_load(v.e[k]);
+    const cgc_vec<N, T> v = *reinterpret_cast<const cgc_vec<N, T> *>(p);
+    cgc_fv<N> r;
+    for (int k = 0; k < N; k++) r.x[k] = cgc_load(v.e[k]);
     return r;
 }
 
-template <typename T> __device__ __forceinline__ void cgc_store4(T *p, const float *x)
+template <int N, typename T> __device__ __forceinline__ void cgc_storev(T *p, const float *x)
 {
 #ifdef CGC_EMULATE
-    if (!cgc_aligned4(p)) cgc_emu_fault("a vector store to an address not aligned to its four elements");
+    if ((unsigned long long)p % alignof(cgc_vec<N, T>) != 0)
+        cgc_emu_fault("a vector store to an address not aligned to its access");
 #endif
-    cgc_vec4<T> v;
-    for (int k = 0; k < 4; k++) cgc_store(&v.e[k], x[k]);
-    *reinterpret_cast<cgc_vec4<T> *>(p) = v;
+    cgc_vec<N, T> v;
+    for (int k = 0; k < N; k++) cgc_store(&v.e[k], x[k]);
+    *reinterpret_cast<cgc_vec<N, T> *>(p) = v;
 }
-
-/* Eight consecutive elements in 16-byte accesses (one of a half type, two of f32 or
- * i32), as f32 values: the vector path of a pointwise kernel that touches half-type
- * tensors. P must be 16-byte aligned (the memory plan's buffers are, from any element a
- * multiple of eight); the emulation faults on a misaligned one, as the GPU does. */
-struct cgc_f8 { float x[8]; };
-template <typename T> struct alignas(16) cgc_vec8 { T e[8]; };
-
-template <typename T> __device__ __forceinline__ cgc_f8 cgc_load8(const T *p)
-{
-#ifdef CGC_EMULATE
-    if ((unsigned long long)p % 16 != 0) cgc_emu_fault("a vector load from an address not aligned to 16 bytes");
-#endif
-    const cgc_vec8<T> v = *reinterpret_cast<const cgc_vec8<T> *>(p);
-    cgc_f8 r;
-    for (int k = 0; k < 8; k++) r.x[k] = cgc_load(v.e[k]);
-    return r;
-}
-
-template <typename T> __device__ __forceinline__ void cgc_store8(T *p, const float *x)
-{
-#ifdef CGC_EMULATE
-    if ((unsigned long long)p % 16 != 0) cgc_emu_fault("a vector store to an address not aligned to 16 bytes");
-#endif
-    cgc_vec8<T> v;
-    for (int k = 0; k < 8; k++) cgc_store(&v.e[k], x[k]);
-    *reinterpret_cast<cgc_vec8<T> *>(p) = v;
-}
+#define cgc_load4 cgc_loadv<4>
+#define cgc_store4 cgc_storev<4>
+#define cgc_load8 cgc_loadv<8>
+#define cgc_store8 cgc_storev<8>
 
 /* A value rounded to a storage type but kept in a register: fused kernels round each
  * value where the CPU executor stores it, so that the next op sees the same number. */

@@ -402,21 +402,22 @@ static void SFX(reduce_to)(CpuExec *e, REAL *out, const REAL *x, const Dims *xd,
  * values in a loop the compiler vectorizes, then their sum in order. */
 SPAN_CLONES static void SFX(softmax_row)(IrOp op, REAL *y, const REAL *x, int64_t len, int64_t stride)
 {
+    bool soft = op == IR_SOFTMAX;   /* else LOG_SOFTMAX */
     REAL m = x[0];
     for (int64_t k = 1; k < len; k++)
         if (x[k * stride] > m) m = x[k * stride];
     double s = 0;
-    if (op == IR_SOFTMAX && stride == 1) {
+    if (soft && stride == 1) {
         for (int64_t k = 0; k < len; k++) y[k] = KERNEL_EXP(x[k] - m);
         for (int64_t k = 0; k < len; k++) s += y[k];
     } else {
         for (int64_t k = 0; k < len; k++) {
             REAL z = KERNEL_EXP(x[k * stride] - m);
             s += z;
-            if (op == IR_SOFTMAX) y[k * stride] = z;
+            if (soft) y[k * stride] = z;
         }
     }
-    if (op == IR_SOFTMAX) {
+    if (soft) {
         for (int64_t k = 0; k < len; k++) y[k * stride] = (REAL)(y[k * stride] / s);
     } else {
         REAL lse = m + (REAL)log(s);
@@ -424,21 +425,23 @@ SPAN_CLONES static void SFX(softmax_row)(IrOp op, REAL *y, const REAL *x, int64_
     }
 }
 
-/* SOFTMAX_GRAD: y (d - sum(d y)); LOG_SOFTMAX_GRAD: d - e^y sum(d). */
+/* SOFTMAX_GRAD: y (d - sum(d y)); LOG_SOFTMAX_GRAD: d - e^y sum(d), in a loop of its own
+ * (no exp computed for the other). */
 static void SFX(softmax_grad_row)(IrOp op, REAL *out, const REAL *d, const REAL *y,
                                   int64_t len, int64_t stride)
 {
+    bool soft = op == IR_SOFTMAX_GRAD;
     double s = 0;
     for (int64_t k = 0; k < len; k++)
-        s += op == IR_SOFTMAX_GRAD ? (double)d[k * stride] * y[k * stride] : d[k * stride];
+        s += soft ? (double)d[k * stride] * y[k * stride] : d[k * stride];
     REAL sr = (REAL)s;
-    for (int64_t k = 0; op == IR_SOFTMAX_GRAD && k < len; k++) {
+    for (int64_t k = 0; soft && k < len; k++) {
         int64_t i = k * stride;
         out[i] = y[i] * (d[i] - sr);
     }
-    for (int64_t k = 0; op == IR_LOG_SOFTMAX_GRAD && k < len; k++) {    /* its own loop: no */
-        int64_t i = k * stride;                                         /* exp computed for */
-        out[i] = d[i] - KERNEL_EXP(y[i]) * sr;                          /* the other */
+    for (int64_t k = 0; !soft && k < len; k++) {
+        int64_t i = k * stride;
+        out[i] = d[i] - KERNEL_EXP(y[i]) * sr;
     }
 }
 
