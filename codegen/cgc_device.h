@@ -51,6 +51,32 @@ __device__ __forceinline__ int64_t cgc_thread_index()
 }
 __device__ __forceinline__ int64_t cgc_thread_count() { return (int64_t)gridDim.x * blockDim.x; }
 
+/* ---- a multi-tensor kernel's parameters ---- */
+
+/* Its only parameter (PlanKernel.packed): N 8-byte slots, each a pointer, an integer or a
+ * float in its low 32 bits, read where the launch put them (__grid_constant__), so that
+ * a slot's index may be computed. The emulation passes the launch's array itself. */
+#ifdef CGC_EMULATE
+template <int N> struct cgc_slots { const uint64_t *v; };
+#else
+template <int N> struct cgc_slots { uint64_t v[N]; };
+#endif
+
+__device__ __forceinline__ float cgc_slot_float(uint64_t s) { return __uint_as_float((unsigned)s); }
+
+/* The row, of the N rows of STRIDE slots at T, that virtual block VB belongs to: each
+ * row starts with its first virtual block, ascending from the first row's, at most VB. */
+__device__ __forceinline__ const uint64_t *cgc_segment(const uint64_t *t, int n, int stride, int64_t vb)
+{
+    int lo = 0;
+    for (int hi = n; hi - lo > 1;) {
+        int mid = (lo + hi) / 2;
+        if (vb >= (int64_t)t[mid * stride]) lo = mid;
+        else hi = mid;
+    }
+    return t + lo * stride;
+}
+
 /* ---- 16-bit storage types ---- */
 
 typedef struct cgc_half { unsigned short bits; } cgc_half;

@@ -42,8 +42,9 @@ typedef struct DraftParam {
 
 typedef struct KernelDraft {
     char name[DRAFT_NAME_MAX];  /* the base name: op and what it computes */
-    DraftParam param[PLAN_MAX_PARAMS];
-    int nparams;
+    DraftParam *param;          /* [nparams], grown by draft_param; draft_free frees it */
+    int nparams, capparams;
+    bool packed;                /* PlanKernel.packed: the parameters are slots */
     unsigned symbols;           /* bit k: symbol k appears in the body (a sym<k> parameter) */
     StrBuf body;                /* the statements inside the braces, indented */
     StrBuf head;                /* device functions the body calls, before the kernel */
@@ -113,6 +114,8 @@ const char *cuda_storage_ctype(DType t, bool is_const);
 DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype, const char *name,
                         PlanArg arg);
 void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const);
+/* Frees D's text and parameters (D itself is the caller's). */
+void draft_free(KernelDraft *d);
 /* Every buffer D's arguments name resolved to the buffer that owns its memory. */
 void draft_root_args(const Plan *pl, KernelDraft *d);
 /* NAME, or the first of NAME_2, NAME_3, ... that no kernel of PL has yet (in place, in
@@ -280,17 +283,18 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
  * defines), where every value the group reads from buffer root FROM is VALUE (an f32
  * expression: that buffer's element i, as a load of it would give). */
 void fused_render_epilogue(const RenderCtx *ctx, int k, int from, const char *value, KernelDraft *d);
-/* How many of the groups of one multi-tensor launch, GROUPS[0..N) in its order, one
- * kernel takes from the front (at least one): as many as keep its parameters (those
- * the groups share counted once, and the counter of `last` groups) within
- * PLAN_MAX_PARAMS. The groups' shapes are static, so no symbol adds a parameter; each
- * group alone fits (IR_GROUP_MAX_OPERANDS). Counted as fused_render would add them, in
- * time proportional to the groups, so that a launch of any width splits cheaply. */
 /* Group K's REDUCE_TO (its only reduction then), or -1. */
 int fused_reduce_to_member(const RenderCtx *ctx, int k);
 /* The sum a launch of REDUCE group K alone may split (plan.c): its REDUCE_TO, or its one
  * reduction along its axis; -1 where it has several. */
 int fused_sum_member(const RenderCtx *ctx, int k);
+/* How many of the groups of one multi-tensor launch, GROUPS[0..N) in its order, one
+ * kernel takes from the front (at least one): as many as keep its slots (PlanKernel.packed:
+ * each group's parameters, those it shares with others counted again, and a segment's
+ * first virtual block, their count and its sizes; the counter of `last` groups) within
+ * PLAN_MAX_SLOTS. The groups' shapes are static, so no symbol adds a parameter; each
+ * group alone fits (IR_GROUP_MAX_OPERANDS). Counted as fused_render would add them, in
+ * time proportional to the groups, so that a launch of any width splits cheaply. */
 int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n);
 /* EXPR (cuda_elementwise_expr's locals x, a, b, c) over the given operand values. */
 void fused_substitute(StrBuf *out, const char *expr, const char *x, const char *a,

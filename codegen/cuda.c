@@ -1310,6 +1310,7 @@ void cuda_data_kernels(PlanKernel out[PDK_NUM])
         memset(k, 0, sizeof *k);
         k->name = xstrdup(spec->name);
         k->block = spec->block;
+        plan_kernel_params(k, PLAN_MAX_PARAMS);
         data_kernel_params(spec->params, k);
         for (int p = 0; p < k->nparams; p++)   /* as the parameter list says */
             k->param_restrict[p] = k->param[p] == PP_PTR && strstr(spec->params, "__restrict__");

@@ -75,13 +75,26 @@ const char *cuda_storage_ctype(DType t, bool is_const)
 DraftParam *draft_param(KernelDraft *d, PlanParamType type, const char *ctype,
                              const char *name, PlanArg arg)
 {
-    CGC_ASSERT(d->nparams < PLAN_MAX_PARAMS);
+    CGC_ASSERT(d->nparams < (d->packed ? PLAN_MAX_SLOTS : PLAN_MAX_PARAMS));
+    if (d->nparams == d->capparams) {
+        d->capparams = d->capparams ? d->capparams * 2 : 32;
+        d->param = xrealloc(d->param, (size_t)d->capparams * sizeof *d->param);
+    }
     DraftParam *p = &d->param[d->nparams++];
     p->type = type;
     p->ctype = ctype;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->arg = arg;
     return p;
+}
+
+void draft_free(KernelDraft *d)
+{
+    sb_free(&d->body);
+    sb_free(&d->head);
+    free(d->param);
+    d->param = NULL;
+    d->nparams = d->capparams = 0;
 }
 
 void draft_buffer(KernelDraft *d, const char *name, int buffer, DType t, bool is_const)
@@ -104,6 +117,20 @@ void draft_finish_symbols(KernelDraft *d)
 /* ---- names, uses and buffers ---- */
 
 bool plan_param_written(const char *ctype) { return !ctype || strncmp(ctype, "const ", 6) != 0; }
+
+void plan_kernel_params(PlanKernel *k, int n)
+{
+    size_t m = (size_t)(n > 0 ? n : 1);
+    k->param = xcalloc(m, sizeof *k->param);
+    k->param_ctype = xcalloc(m, sizeof *k->param_ctype);
+    k->param_restrict = xcalloc(m, sizeof *k->param_restrict);
+}
+
+void plan_kernel_free(PlanKernel *k)
+{
+    free(k->name), free(k->source);
+    free(k->param), free(k->param_ctype), free(k->param_restrict);
+}
 
 int plan_buffer_root(const Plan *pl, int b)
 {

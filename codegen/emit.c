@@ -101,7 +101,8 @@ static void print_launch(FILE *out, const Plan *pl, const PlanLaunch *l)
     fprintf(out, "        (");
     for (int i = 0; i < l->nargs; i++) {
         char name[32];
-        param_name(k, i, name, sizeof name);
+        if (k->packed) snprintf(name, sizeof name, "slot %d", i);   /* plan.h: one array */
+        else param_name(k, i, name, sizeof name);
         fprintf(out, "%s%s = ", i ? ", " : "", name);
         print_arg(out, pl, &l->arg[i]);
     }
@@ -417,13 +418,18 @@ void plan_emit_emu_thunks(FILE *out, const Plan *plan)
                  " * capture copies); cgc_emu_noalias_NAME says of each parameter 2 (a\n"
                  " * __restrict__ pointer written), 1 (one read) or 0 (neither), so that a\n"
                  " * launch aliasing them fails; cgc_emu_block_NAME is its __launch_bounds__,\n"
-                 " * which no launch may pass */\n");
+                 " * which no launch may pass; cgc_emu_slots_NAME, of a kernel whose parameters\n"
+                 " * are slots (plan.h), their count: args[0] points at their values, and the\n"
+                 " * tables above describe the slots */\n");
     for (int k = 0; k < plan->nkernels; k++) {
         const PlanKernel *kn = &plan->kernels[k];
         fprintf(out, "extern \"C\" void cgc_emu_thunk_%s(void **args)\n{\n    %s(", kn->name, kn->name);
-        for (int i = 0; i < kn->nparams; i++)
+        if (kn->packed)
+            fprintf(out, "cgc_slots<%d>{(const uint64_t *)args[0]}", kn->nparams);
+        for (int i = 0; i < kn->nparams && !kn->packed; i++)
             fprintf(out, "%s*(%s *)args[%d]", i ? ", " : "", kn->param_ctype[i], i);
         fprintf(out, ");\n}\n");
+        if (kn->packed) fprintf(out, "extern \"C\" const unsigned cgc_emu_slots_%s = %d;\n", kn->name, kn->nparams);
         fprintf(out, "extern \"C\" const unsigned char cgc_emu_argbytes_%s[] = {", kn->name);
         for (int i = 0; i < kn->nparams; i++) fprintf(out, "sizeof(%s), ", kn->param_ctype[i]);
         fprintf(out, "0};\n");

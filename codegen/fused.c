@@ -19,7 +19,10 @@
  *             each group owns a fixed range of them (pointwise: enough for its elements at
  *             pointwise_lanes per thread, capped; reduce: one per row), so any grid
  *             size stays correct and a block never straddles two groups (their barriers).
- *             Its `last` groups (ir.h) run after the loop, in the block that finishes last.
+ *             A group's code is a device function that groups differing only in tensors
+ *             and sizes share; its arguments are its row of the kernel's slots (plan.h,
+ *             PlanKernel.packed), found by the block. Its `last` groups (ir.h) run after
+ *             the loop, in the block that finishes last.
  *  vector     where every element a thread takes at once is a whole, aligned vector (a
  *             pointwise group; rows that four divide; a wide bias gradient's tile), four
  *             elements a thread (eight in a pointwise group of half-type tensors, so that
@@ -842,12 +845,34 @@ static int split_last(const RenderCtx *ctx, const int *groups, int n, int *order
 
 /* ---- a multi-tensor launch's segments as shared device functions ---- */
 
-/* D's parameter named by the LEN bytes at NAME, or -1; PLEN[j] is parameter j's name's
- * length. */
-static int param_named(const KernelDraft *d, const size_t *plen, const char *name, size_t len)
+/* A draft's parameters in the order of their names, for param_named. */
+typedef struct ParamName {
+    const char *name;
+    int index;
+} ParamName;
+
+static int compare_names(const void *a, const void *b)
 {
-    for (int j = 0; j < d->nparams; j++)
-        if (plen[j] == len && memcmp(d->param[j].name, name, len) == 0) return j;
+    return strcmp(((const ParamName *)a)->name, ((const ParamName *)b)->name);
+}
+
+static ParamName *param_names(const KernelDraft *d)
+{
+    ParamName *pn = xmalloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *pn);
+    for (int j = 0; j < d->nparams; j++) pn[j] = (ParamName){ d->param[j].name, j };
+    qsort(pn, (size_t)d->nparams, sizeof *pn, compare_names);
+    return pn;
+}
+
+/* The index of the parameter, of the N in PN, named by the LEN bytes at NAME, or -1. */
+static int param_named(const ParamName *pn, int n, const char *name, size_t len)
+{
+    for (int lo = 0, hi = n; lo < hi;) {
+        int mid = (lo + hi) / 2, c = strncmp(pn[mid].name, name, len);
+        if (c == 0 && pn[mid].name[len] == '\0') return pn[mid].index;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return -1;
 }
 
@@ -897,17 +922,15 @@ static const char *segment_sizes(const char *seg, SegmentSizes *z)
     return seg;
 }
 
-/* A segment's code SEG (naming D's parameters), after its sizes, as the body of a device
- * function, into OUT: every parameter it names becomes p0, p1, ... in order of first use
+/* A segment's code SEG (naming the NPN parameters PN), after its sizes, as the body of a
+ * device function, into OUT: every parameter it names becomes p0, p1, ... in order of first use
  * (their indices into USED, the count into *NUSED), and the locals its loads name after
  * them x0, x1, ... likewise. So segments that differ only in their tensors and sizes
  * have one text. */
-static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int *used,
+static void segment_body(const ParamName *pn, int npn, const char *seg, StrBuf *out, int *used,
                          int *nused)
 {
     *nused = 0;
-    size_t plen[PLAN_MAX_PARAMS];
-    for (int j = 0; j < d->nparams; j++) plen[j] = strlen(d->param[j].name);
     char locals[PLAN_MAX_PARAMS][16];
     int nlocals = 0;
     for (const char *c = seg; *c;) {
@@ -923,7 +946,7 @@ static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int
         const char *t = c;
         while (isalnum((unsigned char)*c) || *c == '_') c++;
         size_t len = (size_t)(c - t);
-        int j = param_named(d, plen, t, len), k = 0;
+        int j = param_named(pn, npn, t, len), k = 0;
         if (j >= 0) {
             while (k < *nused && used[k] != j) k++;
             if (k == *nused) used[(*nused)++] = j;
@@ -938,75 +961,156 @@ static void segment_body(const KernelDraft *d, const char *seg, StrBuf *out, int
     }
 }
 
-/* Segment SEG of D's multi-tensor kernel, its virtual blocks from START (NVB of them), as
- * a call of a __noinline__ device function in D's head (added there once, under a guard
- * named by its text's hash, so that the module holds each function once however many
- * kernels call it). The body of D gets the call. */
-static void add_segment_call(KernelDraft *d, const char *seg, int64_t start, int64_t nvb)
-{
-    int used[PLAN_MAX_PARAMS], nused;
+/* One group of a multi-tensor kernel: its code as a shared device function, the
+ * parameters of the draft that a call of it passes, and its virtual blocks. */
+typedef struct Segment {
+    char fn[32];                        /* cgc_seg_<hash of its text> */
     SegmentSizes z;
+    int used[PLAN_MAX_PARAMS], nused;   /* the draft's parameters, as p0, p1, ... */
+    int64_t nvb;
+} Segment;
+
+/* Segment code SEG (naming D's parameters) as a __noinline__ device function in D's head,
+ * added there once, under a guard named by its text's hash, so that the module holds each
+ * function once however many kernels call it; its name, sizes and parameters into *S. */
+static void segment_function(KernelDraft *d, const ParamName *pn, const char *seg, Segment *s)
+{
     StrBuf body = { 0 }, decl = { 0 };
-    segment_body(d, segment_sizes(seg, &z), &body, used, &nused);
+    segment_body(pn, d->nparams, segment_sizes(seg, &s->z), &body, s->used, &s->nused);
     sb_puts(&decl, "const int64_t b, const int64_t nvb");
-    for (int k = 0; k < z.n; k++) sb_printf(&decl, ", const int64_t %s", z.name[k]);
-    for (int k = 0; k < nused; k++) {
-        const DraftParam *p = &d->param[used[k]];
+    for (int k = 0; k < s->z.n; k++) sb_printf(&decl, ", const int64_t %s", s->z.name[k]);
+    for (int k = 0; k < s->nused; k++) {
+        const DraftParam *p = &d->param[s->used[k]];
         sb_printf(&decl, ", %s%sp%d", p->ctype, p->type == PP_PTR ? "" : " ", k);
     }
     uint64_t h = fnv1a(fnv1a(FNV_BASIS, decl.s, strlen(decl.s)), body.s, strlen(body.s));
-    char name[32];
-    snprintf(name, sizeof name, "cgc_seg_%016llx", (unsigned long long)h);
-    if (!d->head.s || !strstr(d->head.s, name))
+    snprintf(s->fn, sizeof s->fn, "cgc_seg_%016llx", (unsigned long long)h);
+    if (!d->head.s || !strstr(d->head.s, s->fn))
         sb_printf(&d->head, "#ifndef %s_DEFINED\n#define %s_DEFINED\n"
                             "__device__ __noinline__ void %s(%s)\n{\n%s}\n#endif\n\n",
-                  name, name, name, decl.s, body.s);
-    sb_printf(&d->body, "            %s(vb - %lld, %lld", name, (long long)start, (long long)nvb);
-    for (int k = 0; k < z.n; k++) sb_printf(&d->body, ", %lld", z.value[k]);
-    for (int k = 0; k < nused; k++) sb_printf(&d->body, ", %s", d->param[used[k]].name);
-    sb_puts(&d->body, ");\n");
+                  s->fn, s->fn, s->fn, decl.s, body.s);
     sb_free(&body);
     sb_free(&decl);
 }
 
-/* The groups of one launch as one kernel: each segment's virtual blocks call its group's
- * code, a device function shared by the segments (and kernels) whose code differs only
- * in its tensors and sizes, the `last` groups after them (render_last_groups). */
+/* The C expression of slot J of the slots at T (`const uint64_t *`) as parameter P's
+ * type. */
+static void slot_value(char *buf, size_t len, const DraftParam *p, const char *t, int j)
+{
+    switch (p->type) {
+    case PP_PTR: snprintf(buf, len, "(%s)%s[%d]", p->ctype, t, j); break;
+    case PP_I64: snprintf(buf, len, "(int64_t)%s[%d]", t, j); break;
+    case PP_U64: snprintf(buf, len, "%s[%d]", t, j); break;
+    case PP_F32: snprintf(buf, len, "cgc_slot_float(%s[%d])", t, j); break;
+    }
+}
+
+/* Whether TEXT names identifier NAME. */
+static bool names(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *c = text; (c = strstr(c, name)) != NULL; c += len) {
+        bool start = c == text || !(isalnum((unsigned char)c[-1]) || c[-1] == '_');
+        if (start && !isalnum((unsigned char)c[len]) && c[len] != '_') return true;
+    }
+    return false;
+}
+
+/* D's parameters become slots (PlanKernel.packed): first those of OLD[0..NOLD) that the
+ * kernel's own text LAST names (declared as locals of the same name), then the table of
+ * the N segments SEG in ORDER: a row each, of the segment's first virtual block, their
+ * count, its sizes and its parameters. The rows of segments of one function are
+ * consecutive, their virtual blocks too (in that order from 0), so that a block finds
+ * its row by a binary search (cgc_segment). Writes the declarations into DECLS and the
+ * loop over the virtual blocks into LOOP. */
+static void segment_table(KernelDraft *d, const DraftParam *old, int nold, const char *last,
+                          const Segment *seg, const int *order, int n, StrBuf *decls, StrBuf *loop)
+{
+    for (int j = 0; j < nold; j++) {
+        if (!names(last, old[j].name)) continue;
+        char v[96];
+        slot_value(v, sizeof v, &old[j], "slots.v", d->nparams);
+        sb_printf(decls, "    %s%sconst %s = %s;\n", old[j].ctype, old[j].type == PP_PTR ? "" : " ",
+                  old[j].name, v);
+        draft_param(d, old[j].type, old[j].ctype, old[j].name, old[j].arg);
+    }
+    int64_t start = 0;
+    for (int i = 0; i < n;) {
+        const Segment *first = &seg[order[i]];
+        int run = 0, stride = 2 + first->z.n + first->nused, base = d->nparams;
+        for (; i + run < n && strcmp(seg[order[i + run]].fn, first->fn) == 0; run++) {
+            const Segment *s = &seg[order[i + run]];
+            draft_param(d, PP_I64, "int64_t", "vb", (PlanArg){ .kind = ARG_I64, .value = (double)start });
+            draft_param(d, PP_I64, "int64_t", "nvb", (PlanArg){ .kind = ARG_I64, .value = (double)s->nvb });
+            for (int k = 0; k < s->z.n; k++)
+                draft_param(d, PP_I64, "int64_t", s->z.name[k], (PlanArg){ .kind = ARG_I64, .value = (double)s->z.value[k] });
+            for (int k = 0; k < s->nused; k++) {
+                const DraftParam *p = &old[s->used[k]];
+                draft_param(d, p->type, p->ctype, p->name, p->arg);
+            }
+            start += s->nvb;
+        }
+        sb_printf(loop, "        %sif (vb < %lld) {   /* %d segment%s of %s: rows of %d slots from slot %d */\n"
+                        "            const uint64_t *s = cgc_segment(slots.v + %d, %d, %d, vb);\n"
+                        "            %s(vb - (int64_t)s[0], (int64_t)s[1]",
+                  i ? "} else " : "", (long long)start, run, run == 1 ? "" : "s", first->fn, stride, base,
+                  base, run, stride, first->fn);
+        for (int k = 0; k < first->z.n; k++) sb_printf(loop, ", (int64_t)s[%d]", 2 + k);
+        for (int k = 0; k < first->nused; k++) {
+            char v[96];
+            slot_value(v, sizeof v, &old[first->used[k]], "s", 2 + first->z.n + k);
+            sb_printf(loop, ", %s", v);
+        }
+        sb_puts(loop, ");\n");
+        i += run;
+    }
+}
+
+/* The groups of one launch as one kernel (PlanKernel.packed): each group's code a device
+ * function shared by the groups (and kernels) whose code differs only in its tensors and
+ * sizes, called with the arguments of its row of the parameters' table; the `last`
+ * groups after them (render_last_groups). */
 static void render_multi(GroupKernel *f, const int *all, int nall)
 {
     KernelDraft *d = f->d;
     int *groups = xmalloc((size_t)nall * sizeof *groups);
     int n = split_last(f->ctx, all, nall, groups);
+    Segment *seg = xcalloc((size_t)(n ? n : 1), sizeof *seg);
+    int *order = xmalloc((size_t)(n ? n : 1) * sizeof *order), norder = 0;
     int64_t total = 0;
-    for (int i = 0; i < n; i++) total += virtual_blocks(f->ctx, groups[i]);
-    if (n) sb_printf(&d->body, "    for (int64_t vb = blockIdx.x; vb < %lld; vb += gridDim.x) {\n",
-                     (long long)total);
-    StrBuf outer = d->body;
-    int64_t start = 0;
+    ParamName *pn = param_names(d);
     for (int i = 0; i < n; i++) {
         const IrGroup *gr = group_of(f->ctx, groups[i]);
-        int64_t nvb = virtual_blocks(f->ctx, groups[i]);
         bool pointwise = gr->kind == IR_GROUP_POINTWISE;
-        d->body = (StrBuf){ 0 };
         render_group(f, groups[i], pointwise ? "b * blockDim.x + threadIdx.x" : "b",
                      pointwise ? "nvb * (int64_t)blockDim.x" : "nvb");
-        StrBuf seg = d->body;
-        d->body = outer;
-        char name[DRAFT_NAME_MAX];
-        codegen_mangle(name, sizeof name, gr->name ? gr->name : "group");
-        sb_printf(&d->body, "        %sif (vb < %lld) {   /* %s: virtual blocks %lld..%lld */\n",
-                  i ? "} else " : "", (long long)(start + nvb), name, (long long)start,
-                  (long long)(start + nvb - 1));
-        add_segment_call(d, seg.s ? seg.s : "", start, nvb);
-        sb_free(&seg);
-        outer = d->body;
-        start += nvb;
+        segment_function(d, pn, d->body.s ? d->body.s : "", &seg[i]);
+        sb_free(&d->body);
+        seg[i].nvb = virtual_blocks(f->ctx, groups[i]);
+        total += seg[i].nvb;
     }
-    if (n) sb_puts(&d->body, "        }\n    }\n");
+    for (int i = 0; i < n; i++) {   /* by function, in order of first use */
+        int first = 0;
+        while (strcmp(seg[first].fn, seg[i].fn) != 0) first++;
+        for (int j = i; j < n && first == i; j++)
+            if (strcmp(seg[j].fn, seg[i].fn) == 0) order[norder++] = j;
+    }
+    if (n < nall) render_last_groups(f, groups + n, nall - n);
+    StrBuf last = d->body, decls = { 0 }, loop = { 0 };
+    d->body = (StrBuf){ 0 };
+    DraftParam *old = d->param;
+    int nold = d->nparams;
+    d->param = NULL, d->nparams = d->capparams = 0;
+    segment_table(d, old, nold, last.s ? last.s : "", seg, order, n, &decls, &loop);
+    if (decls.s) sb_puts(&d->body, decls.s);
+    if (n)
+        sb_printf(&d->body, "    for (int64_t vb = blockIdx.x; vb < %lld; vb += gridDim.x) {\n%s        }\n    }\n",
+                  (long long)total, loop.s);
+    if (last.s) sb_puts(&d->body, last.s);
     bool pointwise = n == nall;     /* `last` groups share their block's counter */
     for (int i = 0; i < n; i++) pointwise &= group_of(f->ctx, groups[i])->kind == IR_GROUP_POINTWISE;
-    if (n < nall) render_last_groups(f, groups + n, nall - n);
-    free(groups);
+    free(old), free(seg), free(order), free(groups), free(pn);
+    sb_free(&last), sb_free(&decls), sb_free(&loop);
     d->block = CUDA_BLOCK;
     d->any_block = pointwise;       /* each segment strides by its blocks' threads */
     d->work = (Shape){ .rank = 1, .dim = { total } };
@@ -1026,6 +1130,7 @@ void fused_render(const RenderCtx *ctx, const int *groups, int n, KernelDraft *d
     GroupKernel f = { .ctx = ctx, .d = d, .param = ctx->scratch->param, .value = ctx->scratch->value,
                       .uniform = ctx->scratch->uniform };
     kernel_name(ctx, groups, n, d);
+    d->packed = n > 1;
     add_params(&f, groups, n);
     if (n > 1) {
         render_multi(&f, groups, n);
@@ -1070,13 +1175,17 @@ int fused_groups_that_fit(const RenderCtx *ctx, const int *groups, int n)
     GroupKernel f = { .ctx = ctx, .counting = true, .param = ctx->scratch->param };
     bool counter = false;
     int fit = 0;
-    for (; fit < n; fit++) {
+    for (int slots = 0; fit < n; fit++) {
+        int before = f.counted;
         add_outputs(&f, groups[fit]);
         add_inputs(&f, groups[fit]);
         add_scalars(&f, groups[fit]);
-        if (group_of(ctx, groups[fit])->last && !counter) counter = true, f.counted++;
-        if (fit > 0 && f.counted > PLAN_MAX_PARAMS) break;
+        render_scratch_clean(ctx, groups[fit]);
+        f.seed = f.rank_row = false;
+        bool last = group_of(ctx, groups[fit])->last;
+        slots += f.counted - before + (last ? !counter : 2 + MAX_SEGMENT_SIZES);
+        counter |= last;
+        if (fit > 0 && slots > PLAN_MAX_SLOTS) break;
     }
-    for (int i = 0; i < fit + (fit < n); i++) render_scratch_clean(ctx, groups[i]);
     return fit;
 }

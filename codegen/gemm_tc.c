@@ -400,6 +400,7 @@ typedef struct GemmKernel {
 
 static void set_params(PlanKernel *k, const GemmSpec *s)
 {
+    plan_kernel_params(k, PLAN_MAX_PARAMS);
     DType bias = s->epilogue != GEMM_EPI_NONE ? s->bias_type : s->c_type;
     const char *ct[] = { cuda_storage_ctype(s->c_type, false), cuda_storage_ctype(s->in_type, true),
                          cuda_storage_ctype(s->in_type, true), cuda_storage_ctype(bias, true),
@@ -875,7 +876,7 @@ static KernelDraft *epilogue_draft(const Plan *plan, const RenderCtx *ctx, PlanW
     KernelDraft *d = xcalloc(1, sizeof *d);
     fused_render_epilogue(ctx, plan->graph[w->graph].steps[e].group, w->store, "product", d);
     if (d->nparams > PLAN_MAX_PARAMS - 8) {     /* after the GEMM ABI's eight */
-        sb_free(&d->body);
+        draft_free(d);
         free(d);
         w->epilogue = -1;
         return NULL;
@@ -973,7 +974,7 @@ void plan_add_window_kernels(Plan *plan)
     }
     add_kernels(plan, &set);
     for (int k = 0; k < nepi; k++) {
-        sb_free(&epi[k]->body);
+        draft_free(epi[k]);
         free(epi[k]);
     }
     free(epi);

@@ -610,6 +610,7 @@ typedef struct MlpKernel {
 
 static void set_params(PlanKernel *k, const MlpSpec *s)
 {
+    plan_kernel_params(k, PLAN_MAX_PARAMS);
     int n = 0;
     for (int j = 0; j < s->nlayers; j++) k->param_ctype[n++] = cuda_storage_ctype(s->layer[j].c_type, false);
     k->param_ctype[n++] = cuda_storage_ctype(s->in_type, true);

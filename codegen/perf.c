@@ -90,8 +90,12 @@ static void launch_cost(const Plan *plan, const PlanGraph *pg, const PlanStep *s
     const PlanKernel *k = &plan->kernels[l->kernel];
     for (int i = 0; i < l->nargs; i++) {
         if (k->param[i] != PP_PTR || l->arg[i].kind != ARG_BUFFER) continue;
-        double bytes = buffer_bytes(plan, l->arg[i].index, symvals);
-        if (plan_param_written(k->param_ctype[i])) out->written += bytes;
+        bool written = plan_param_written(k->param_ctype[i]), again = false;
+        for (int j = 0; j < i && k->packed && !again; j++)   /* a slot may repeat a tensor */
+            again = k->param[j] == PP_PTR && l->arg[j].kind == ARG_BUFFER && l->arg[j].index == l->arg[i].index &&
+                    plan_param_written(k->param_ctype[j]) == written;
+        double bytes = again ? 0 : buffer_bytes(plan, l->arg[i].index, symvals);
+        if (written) out->written += bytes;
         else out->read += bytes;
     }
     out->flops = launch_flops(pg, s, symvals);

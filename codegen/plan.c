@@ -204,10 +204,15 @@ static bool may_restrict(const Plan *pl, const KernelDraft *d, int i)
     return true;
 }
 
-/* D's parameter list; RESTRICT[i]: parameter i is __restrict__ (may_restrict). */
+/* D's parameter list; RESTRICT[i]: parameter i is __restrict__ (may_restrict). A packed
+ * kernel's is its slots (plan.h). */
 static char *draft_signature(const KernelDraft *d, const bool *restrict_)
 {
     StrBuf s = { 0 };
+    if (d->packed) {
+        sb_printf(&s, "const __grid_constant__ cgc_slots<%d> slots", d->nparams);
+        return s.s;
+    }
     for (int i = 0; i < d->nparams; i++) {
         const DraftParam *p = &d->param[i];
         const char *qual = p->type != PP_PTR ? " " : restrict_[i] ? "__restrict__ " : "";
@@ -232,15 +237,16 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     Plan *pl = b->plan;
     if (d->any_block && block_wide(d))
         CGC_INTERNAL("kernel %s is marked for any block but shares values across its block", d->name);
-    bool restrict_[PLAN_MAX_PARAMS];
-    for (int i = 0; i < d->nparams; i++) restrict_[i] = d->param[i].type == PP_PTR && may_restrict(pl, d, i);
+    bool *restrict_ = xcalloc((size_t)(d->nparams ? d->nparams : 1), sizeof *restrict_);
+    for (int i = 0; i < d->nparams && !d->packed; i++)
+        restrict_[i] = d->param[i].type == PP_PTR && may_restrict(pl, d, i);
     char *sig = draft_signature(d, restrict_);
     StrBuf key = { 0 };
     sb_printf(&key, "%s%d%c(%s){%s}", d->head.s ? d->head.s : "", d->block, d->any_block ? '*' : ' ', sig,
               d->body.s ? d->body.s : "");
     for (int k = 0; k < pl->nkernels; k++) {
         if (b->info[k].key && strcmp(b->info[k].key, key.s) == 0) {
-            free(sig);
+            free(restrict_), free(sig);
             sb_free(&key);
             return k;
         }
@@ -260,12 +266,15 @@ static int add_kernel(Builder *b, const KernelDraft *d)
     k->name = xstrdup(name);
     k->block = d->block;
     k->any_block = d->any_block;
+    k->packed = d->packed;
     k->nparams = d->nparams;
+    plan_kernel_params(k, d->nparams);
     for (int i = 0; i < d->nparams; i++) {
         k->param[i] = d->param[i].type;
         k->param_ctype[i] = d->param[i].ctype;
         k->param_restrict[i] = restrict_[i];
     }
+    free(restrict_);
     info->key = key.s;
     info->signature = sig;
     info->body = xstrdup(d->body.s ? d->body.s : "");
@@ -374,7 +383,7 @@ static PlanStep *add_step(Builder *b, PlanStepKind kind, const IrNode *n, int id
     return s;
 }
 
-/* A step launching kernel K as draft D describes, for node ID (N). Frees D's text. */
+/* A step launching kernel K as draft D describes, for node ID (N). Frees D (draft_free). */
 static PlanStep *add_launch(Builder *b, int k, KernelDraft *d, const IrNode *n, int id,
                             const char *what)
 {
@@ -386,13 +395,12 @@ static PlanStep *add_launch(Builder *b, int k, KernelDraft *d, const IrNode *n, 
     s->launch.nargs = d->nparams;
     s->launch.arg = own_block(b, xmalloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *s->launch.arg));
     for (int i = 0; i < d->nparams; i++) s->launch.arg[i] = d->param[i].arg;
-    sb_free(&d->body);
-    sb_free(&d->head);
+    draft_free(d);
     return s;
 }
 
 /* A launch of draft D for node ID (N), described as WHAT in the host plan and as
- * OP_WORDS in the kernel's comment. Frees D's body. */
+ * OP_WORDS in the kernel's comment. Frees D (draft_free). */
 static void launch_draft(Builder *b, KernelDraft *d, const IrNode *n, int id, const char *what,
                          const char *op_words)
 {
@@ -1044,10 +1052,7 @@ void plan_free(Plan *plan)
 {
     if (!plan) return;
     PlanOwner *owner = (PlanOwner *)plan;
-    for (int k = 0; k < plan->nkernels; k++) {
-        free(plan->kernels[k].name);
-        free(plan->kernels[k].source);
-    }
+    for (int k = 0; k < plan->nkernels; k++) plan_kernel_free(&plan->kernels[k]);
     free(plan->kernels);
     free(plan->buffers);
     free(plan->mlps);

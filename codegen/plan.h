@@ -42,14 +42,17 @@
 
 #include "../compiler/ir.h"
 
-/* Parameters of one kernel at most: 256 of 8 bytes keep within CUDA's 4 KB of kernel
- * parameters, and let a model's optimizer updates share one multi-tensor launch. A
- * fusion group's kernel takes its operands (the fusion pass keeps them within
- * IR_GROUP_MAX_OPERANDS), a sym<k> per symbol and a counter; a multi-tensor launch
- * with more is split into several kernels (plan.c), and an eager kernel takes a few. */
-enum { PLAN_MAX_PARAMS = 256 };
+/* Parameters of one kernel at most: a fusion group's kernel takes its operands (the
+ * fusion pass keeps them within IR_GROUP_MAX_OPERANDS), a sym<k> per symbol and a
+ * counter, an eager kernel a few. A multi-tensor kernel (PlanKernel.packed) takes up to
+ * PLAN_MAX_SLOTS 8-byte slots instead: CUDA's 32,764 bytes of kernel parameters (since
+ * CUDA 12.1, on sm_70 and later), so that a model's optimizer updates share one launch;
+ * one with more is split into several kernels (plan.c). */
+enum { PLAN_MAX_PARAMS = 256, PLAN_MAX_SLOTS = 4094, PLAN_MAX_PARAM_BYTES = 32764 };
 _Static_assert(PLAN_MAX_PARAMS >= IR_GROUP_MAX_OPERANDS + IR_MAX_SYMBOLS + 1,
                "a fusion group's kernel fits its parameters");
+_Static_assert(PLAN_MAX_SLOTS * 8 <= PLAN_MAX_PARAM_BYTES && PLAN_MAX_PARAMS <= PLAN_MAX_SLOTS,
+               "a packed kernel's slots fit CUDA's kernel parameters");
 
 typedef enum PlanMode {
     PLAN_EAGER,             /* one kernel or GEMM per IR op */
@@ -105,13 +108,18 @@ typedef struct PlanKernel {
     char *name;             /* C identifier, unique in the plan, stable across runs */
     char *source;           /* the kernel's definition, without the prelude: a .cu file of
                              * its own is `#include "cgc_device.h"` then this text */
-    int nparams;
-    PlanParamType param[PLAN_MAX_PARAMS];
-    const char *param_ctype[PLAN_MAX_PARAMS];   /* "float *", "const cgc_half *", "int64_t" */
+    int nparams;            /* at most PLAN_MAX_PARAMS, or PLAN_MAX_SLOTS when packed */
+    PlanParamType *param;   /* [nparams] (plan_kernel_params allocates the three) */
+    const char **param_ctype;   /* "float *", "const cgc_half *", "int64_t" */
     /* Which pointer parameters are __restrict__: no two of them may overlap where one
      * is written (the emulation checks each launch). A kernel that reads and writes one
      * tensor in place through two parameters has neither restrict. */
-    bool param_restrict[PLAN_MAX_PARAMS];
+    bool *param_restrict;
+    /* Whether the parameters are passed as one: a `const __grid_constant__ cgc_slots<N>`
+     * (cgc_device.h) whose 8-byte slot i holds parameter i (a pointer, an integer, or a
+     * float in its low 32 bits), so that the kernel may index them. A launch passes the
+     * address of its N values, one after another, as the kernel's only parameter. */
+    bool packed;
     int block;              /* threads per block; the kernel's __launch_bounds__ */
     /* Whether any block of whole warps up to `block` computes the same values: a
      * grid-stride loop with nothing shared across a block (no block-wide sum, barrier
@@ -569,6 +577,10 @@ int plan_buffer_root(const Plan *plan, int b);
 /* Whether a kernel writes through a parameter of C type CTYPE: a pointer without const
  * (NULL counts as written). */
 bool plan_param_written(const char *ctype);
+/* Room for N parameters in K's tables (zeroed); plan_kernel_free frees them. */
+void plan_kernel_params(PlanKernel *k, int n);
+/* Frees what K holds (its name, source and parameter tables), not K. */
+void plan_kernel_free(PlanKernel *k);
 /* Bytes of buffer B when symbol k is at most SYMMAX[k]; 0 for views. */
 size_t plan_buffer_bytes(const Plan *plan, int b, const int64_t *symmax);
 

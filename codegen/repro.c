@@ -333,6 +333,7 @@ static void write_kernels(Repro *r)
     FILE *o = r->out;
     int n = 0, *block = xcalloc((size_t)pl->nkernels + 1, sizeof *block);
     int *module = xcalloc((size_t)pl->nkernels + 1, sizeof *module);
+    int *packed = xcalloc((size_t)pl->nkernels + 1, sizeof *packed);
     fprintf(o, "/* ---- kernels: every kernel the step launches, looked up once in its module:\n"
                " * module.cubin, or gemm_module.cubin for the generated GEMM and fused MLP kernels\n"
                " * that max-autotune's choices name ---- */\n\n"
@@ -343,6 +344,7 @@ static void write_kernels(Repro *r)
         if (!r->used[k]) continue;
         fprintf(o, "    K_%s,\n", pl->kernels[k].name);
         block[n] = kernel_block(r, k);
+        packed[n] = pl->kernels[k].packed;
         module[n++] = k >= pl->gemm_kernels_from;
     }
     fprintf(o, "    NUM_KERNELS\n};\n\nstatic const char *const kernel_name[NUM_KERNELS] = {\n");
@@ -354,9 +356,13 @@ static void write_kernels(Repro *r)
     write_numbers(o, block, n);
     fprintf(o, "\n};\nstatic const unsigned char kernel_module[NUM_KERNELS] = {");
     write_numbers(o, module, n);
+    fprintf(o, "\n};\n/* 1: its parameters are one, the array of its arguments (cgc_slots) */\n"
+               "static const unsigned char kernel_packed[NUM_KERNELS] = {");
+    write_numbers(o, packed, n);
     fprintf(o, "\n};\n\nstatic CUfunction kernel[NUM_KERNELS];\n\n");
     free(block);
     free(module);
+    free(packed);
 }
 
 /* ---- the arena ---- */
@@ -606,7 +612,7 @@ static void write_launch(Repro *r, PlanGraphId gid, int step, const PlanStep *s)
 {
     const PlanLaunch *l = &s->launch;
     const PlanKernel *k = &r->plan->kernels[l->kernel];
-    CGC_ASSERT(l->nargs == k->nparams && l->nargs <= PLAN_MAX_PARAMS);
+    CGC_ASSERT(l->nargs == k->nparams && l->nargs <= (k->packed ? PLAN_MAX_SLOTS : PLAN_MAX_PARAMS));
     int64_t work = ir_numel(&l->work, r->symvals), tuned = choice_at(r, gid, step - 1).items;
     int64_t items = tuned > 0 ? tuned : l->items_per_block;
     unsigned grid = plan_launch_grid_items(l, items, r->symvals);   /* as the runtime launches it */

@@ -73,6 +73,7 @@ typedef union ArgValue {
     uint64_t u64;
     float f32;
 } ArgValue;
+_Static_assert(sizeof(ArgValue) == 8, "an array of ArgValue is a packed kernel's slots");
 
 /* ---- host conversions of 16-bit storage ---- */
 
@@ -515,6 +516,7 @@ static void arg_value(const DevExec *e, const PlanArg *a, const DevFeed *feed, A
 static void arg_values(const DevExec *e, const PlanArg *a, int n, const DevFeed *feed, ArgValue *vals, void **args)
 {
     for (int i = 0; i < n; i++) {
+        vals[i].u64 = 0;    /* a float's slot: its high bytes too */
         arg_value(e, &a[i], feed, &vals[i]);
         args[i] = &vals[i];
     }
@@ -530,9 +532,9 @@ static int run_launch(DevExec *e, const PlanStep *s, const DevFeed *feed)
 {
     const PlanLaunch *l = &s->launch;
     const PlanKernel *k = &e->plan->kernels[l->kernel];
-    ArgValue vals[PLAN_MAX_PARAMS];
-    void *args[PLAN_MAX_PARAMS];
-    arg_values(e, l->arg, l->nargs, feed, vals, args);
+    ArgValue vals[PLAN_MAX_SLOTS];
+    void *args[PLAN_MAX_SLOTS];
+    arg_values(e, l->arg, l->nargs, feed, vals, args);   /* packed: args[0] is vals, the slots */
     DeviceSite site = site_of(e, s, k->name);
     unsigned block = (unsigned)(e->block[l->kernel] > 0 ? e->block[l->kernel] : k->block);
     return e->d->ops->launch(e->d, e->kernel[l->kernel], devexec_grid(e, l, 0), block, args, &site);

@@ -510,10 +510,22 @@ static int count_launches(const Plan *pl, PlanGraphId g, const char *prefix, con
     return n;
 }
 
-/* 200 layers: 402 parameters, whose updates take more parameters than one kernel has
- * (PLAN_MAX_PARAMS). The updates' multi-tensor launch is split into several kernels,
- * each within the limit, and every step passes what its kernel takes; max-autotune's
- * fused MLP runs stop at PLAN_MLP_MAX_LAYERS. */
+/* Bytes of kernel K's parameters as CUDA lays them out: each at its size's alignment; a
+ * packed kernel's one array of 8-byte slots. */
+static size_t param_bytes(const PlanKernel *k)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < k->nparams; i++) {
+        size_t size = k->packed || strchr(k->param_ctype[i], '*') ? 8 : k->param[i] == PP_F32 ? 4 : 8;
+        bytes = (bytes + size - 1) / size * size + size;
+    }
+    return bytes;
+}
+
+/* 200 layers: 402 parameters, whose updates take more slots than one kernel has
+ * (PLAN_MAX_SLOTS). The updates' multi-tensor launch is split into several packed
+ * kernels, each within CUDA's bytes of parameters, and every step passes what its
+ * kernel takes; max-autotune's fused MLP runs stop at PLAN_MLP_MAX_LAYERS. */
 static void test_wide_plan(void)
 {
     char *text = deep_net(200);
@@ -525,7 +537,11 @@ static void test_wide_plan(void)
     const PlanMode modes[] = { PLAN_DEFAULT, PLAN_MAX_AUTOTUNE };
     for (int m = 0; m < 2; m++) {
         Plan *pl = plan_build(p, modes[m], "deep.net", NULL);
-        for (int k = 0; k < pl->nkernels; k++) CHECK(pl->kernels[k].nparams <= PLAN_MAX_PARAMS);
+        for (int k = 0; k < pl->nkernels; k++) {
+            const PlanKernel *kn = &pl->kernels[k];
+            CHECK(kn->nparams <= (kn->packed ? PLAN_MAX_SLOTS : PLAN_MAX_PARAMS));
+            CHECK(param_bytes(kn) <= PLAN_MAX_PARAM_BYTES);
+        }
         for (int g = 0; g < PG_NUM; g++)
             for (int i = 0; i < pl->graph[g].nsteps; i++) {
                 const PlanStep *st = &pl->graph[g].steps[i];

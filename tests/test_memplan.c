@@ -61,7 +61,7 @@ static bool outlives_runs(const Plan *pl, int b)
 
 /* The root buffers step S names, into OUT (room for STEP_BUFFERS); the count. A GEMM
  * reads its epilogue's bias and writes its aux output as well as A, B and C. */
-enum { STEP_BUFFERS = 5 + PLAN_MAX_PARAMS };
+enum { STEP_BUFFERS = 5 + PLAN_MAX_SLOTS };
 static int step_buffers(const Plan *pl, const PlanStep *s, int *out)
 {
     int n = 0;
@@ -287,10 +287,7 @@ static void test_model(const char *file, const char *precision, const char *accu
  * (0-based; -1: the first such run), or NULL. */
 static const PlanMlp *find_runs_again(Plan *pl, int at)
 {
-    for (int k = pl->mlp_kernels_from; k < pl->nkernels; k++) {
-        free(pl->kernels[k].name);
-        free(pl->kernels[k].source);
-    }
+    for (int k = pl->mlp_kernels_from; k < pl->nkernels; k++) plan_kernel_free(&pl->kernels[k]);
     pl->nkernels = pl->mlp_kernels_from;
     free(pl->mlps);
     pl->mlps = NULL;

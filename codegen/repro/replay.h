@@ -304,8 +304,8 @@ static void run_gemm(Gemm *g)
 
 static void launch(const char *graph, int step, int line, int k, unsigned grid, Arg *arg, int nargs)
 {
-    void *params[MAX_PARAMS];
-    for (int i = 0; i < nargs; i++) params[i] = &arg[i];
+    void *params[MAX_PARAMS] = { arg };     /* a packed kernel's: the array itself */
+    for (int i = 0; i < nargs && !kernel_packed[k]; i++) params[i] = &arg[i];
     check_cu(cuLaunchKernel(kernel[k], grid, 1, 1, kernel_block[k], 1, 1, 0, stream, params, NULL),
              "cuLaunchKernel", graph, step, kernel_name[k], line);
     settle(graph, step, kernel_name[k], line);

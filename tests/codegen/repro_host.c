@@ -27,6 +27,7 @@ enum { K_scale, NUM_KERNELS };
 static const char *const kernel_name[NUM_KERNELS] = { "scale" };
 static const unsigned kernel_block[NUM_KERNELS] = { 256 };
 static const unsigned char kernel_module[NUM_KERNELS] = { 0 };
+static const unsigned char kernel_packed[NUM_KERNELS] = { 0 };
 static CUfunction kernel[NUM_KERNELS];
 
 /* write_arena */

@@ -36,6 +36,7 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 /* Blocks run one at a time, so a function-local static is per block. */
 #define __shared__ static

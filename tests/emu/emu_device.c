@@ -57,6 +57,8 @@ typedef struct EmuKernel {
     const unsigned char *noalias;       /* per parameter: 2 a __restrict__ pointer written,
                                          * 1 one read, 0 no such pointer; NULL: none */
     const unsigned *bound;              /* its __launch_bounds__; NULL if not exported */
+    const unsigned *slots;              /* its parameters are slots (plan.h): how many;
+                                         * NULL if not */
     char name[];
 } EmuKernel;
 
@@ -451,6 +453,8 @@ static int emu_kernel(Device *d, const char *name, void **handle)
     k->noalias = k->argbytes ? dlsym(impl(d)->so, sym) : NULL;
     snprintf(sym, sizeof sym, "cgc_emu_block_%s", name);
     k->bound = dlsym(impl(d)->so, sym);
+    snprintf(sym, sizeof sym, "cgc_emu_slots_%s", name);
+    k->slots = dlsym(impl(d)->so, sym);
     memcpy(k->name, name, len);
     k->next = impl(d)->kernels;
     impl(d)->kernels = k;
@@ -527,6 +531,44 @@ static bool restrict_kept(const EmuKernel *k, void **args, const char *where)
     return true;
 }
 
+/* Launch of K (checked) with ARGS, as cuLaunchKernel's kernelParams; EACH: a pointer to
+ * each parameter's value (ARGS itself, but for a packed kernel: to each slot). */
+static int launch_checked(Device *d, EmuKernel *k, unsigned grid, unsigned block, void **args,
+                          void **each, const DeviceSite *site)
+{
+    char buf[512];
+    if (impl(d)->recording) return record_launch(d, k, grid, block, each, site);
+    if (!restrict_kept(k, each, site_str(site, buf, sizeof buf))) return -1;
+    impl(d)->clock_ms += impl(d)->launch_ms * (block == impl(d)->favoured_block ? 0.5 : 1.0);
+    int rc = impl(d)->counting ? counted_launch(impl(d), k, grid, block, args)
+                               : impl(d)->launch(grid, block, k->thunk, args, k->name);
+    if (rc == 0) return 0;
+    fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s failed (see above)\n",
+            k->name, site_str(site, buf, sizeof buf));
+    return -1;
+}
+
+/* A packed kernel's launch (plan.h): ARGS[0] points at its slots, one after another. The
+ * driver refuses more than PLAN_MAX_PARAM_BYTES of parameters. */
+static int launch_slots(Device *d, EmuKernel *k, unsigned grid, unsigned block, void **args,
+                        const DeviceSite *site)
+{
+    char buf[512];
+    size_t n = *k->slots;
+    if (n * sizeof(uint64_t) > PLAN_MAX_PARAM_BYTES) {
+        fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s: %zu bytes of parameters, "
+                        "more than CUDA's %d (CUDA_ERROR_INVALID_VALUE)\n",
+                k->name, site_str(site, buf, sizeof buf), n * sizeof(uint64_t), PLAN_MAX_PARAM_BYTES);
+        return -1;
+    }
+    void **each = malloc((n ? n : 1) * sizeof *each);
+    if (!each) return -1;
+    for (size_t i = 0; i < n; i++) each[i] = (uint64_t *)args[0] + i;
+    int rc = launch_checked(d, k, grid, block, args, each, site);
+    free(each);
+    return rc;
+}
+
 static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, void **args,
                       const DeviceSite *site)
 {
@@ -550,15 +592,8 @@ static int emu_launch(Device *d, void *kernel, unsigned grid, unsigned block, vo
                 block, *k->bound);
         return -1;
     }
-    if (impl(d)->recording) return record_launch(d, k, grid, block, args, site);
-    if (!restrict_kept(k, args, site_str(site, buf, sizeof buf))) return -1;
-    impl(d)->clock_ms += impl(d)->launch_ms * (block == impl(d)->favoured_block ? 0.5 : 1.0);
-    int rc = impl(d)->counting ? counted_launch(impl(d), k, grid, block, args)
-                               : impl(d)->launch(grid, block, k->thunk, args, k->name);
-    if (rc == 0) return 0;
-    fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s failed (see above)\n",
-            k->name, site_str(site, buf, sizeof buf));
-    return -1;
+    return k->slots ? launch_slots(d, k, grid, block, args, site)
+                    : launch_checked(d, k, grid, block, args, args, site);
 }
 
 /* ---- the reference GEMM ---- */
@@ -969,8 +1004,9 @@ static int emu_graph_launch(Device *d, DeviceGraph *g)
             continue;
         }
         void *args[EMU_MAX_ARGS];
-        CGC_ASSERT(n->nargs <= EMU_MAX_ARGS);
-        for (int a = 0; a < n->nargs; a++) args[a] = &n->args[a];
+        CGC_ASSERT(n->kernel->slots || n->nargs <= EMU_MAX_ARGS);
+        if (n->kernel->slots) args[0] = n->args;    /* the slots, one after another */
+        else for (int a = 0; a < n->nargs; a++) args[a] = &n->args[a];
         if (emu_launch(d, n->kernel, n->grid, n->block, args, &n->site) != 0) return -1;
     }
     return 0;
