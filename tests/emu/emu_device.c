@@ -557,7 +557,7 @@ static int launch_slots(Device *d, EmuKernel *k, unsigned grid, unsigned block, 
     size_t n = *k->slots;
     if (n * sizeof(uint64_t) > PLAN_MAX_PARAM_BYTES) {
         fprintf(stderr, "cgc: error: CUDA emulation: launch of %s for %s: %zu bytes of parameters, "
-                        "more than CUDA's %d (CUDA_ERROR_INVALID_VALUE)\n",
+                        "more than the %d CUDA takes; the launch fails\n",
                 k->name, site_str(site, buf, sizeof buf), n * sizeof(uint64_t), PLAN_MAX_PARAM_BYTES);
         return -1;
     }

@@ -310,6 +310,25 @@ void cgc_emu_thunk_restrict_scale(void **args)
 }
 extern const unsigned char cgc_emu_argbytes_restrict_scale[] = {8, 8, 8, 0};
 extern const unsigned char cgc_emu_noalias_restrict_scale[] = {2, 1, 0};
+// A kernel whose parameters are slots (codegen/plan.h, PlanKernel.packed), read as the
+// emulation's cgc_slots (codegen/cgc_device.h) reads them: args[0] points at the launch's
+// values. Slot 0 is OUT, 1 IN, 2 N, 3 a float factor in its low 32 bits.
+extern "C" __global__ void slots_scale(const uint64_t *v)
+{
+    float *out = (float *)v[0];
+    const float *in = (const float *)v[1];
+    float a = __uint_as_float((unsigned)v[3]);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (int64_t)v[2];
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = a * in[i];
+}
+void cgc_emu_thunk_slots_scale(void **args) { slots_scale((const uint64_t *)args[0]); }
+extern const unsigned char cgc_emu_argbytes_slots_scale[] = {8, 8, 8, 4, 0};
+extern const unsigned char cgc_emu_noalias_slots_scale[] = {0, 0, 0, 0};
+extern const unsigned cgc_emu_slots_slots_scale = 4;
+// The same with more slots than CUDA's 32,764 bytes of parameters hold.
+void cgc_emu_thunk_slots_too_many(void **args) { slots_scale((const uint64_t *)args[0]); }
+extern const unsigned cgc_emu_slots_slots_too_many = 4096;
 void cgc_emu_thunk_racy(void **args)
 {
     racy(THUNK_ARG(0, float *), THUNK_ARG(1, const float *), THUNK_ARG(2, int));

@@ -347,6 +347,42 @@ static void test_restrict_alias(void)
     dev->ops->free(dev, dy);
 }
 
+/* A kernel whose parameters are slots, one array that args[0] points at: it reads them
+ * there, live and when replayed from a graph (which copied them when it was recorded);
+ * more than CUDA's bytes of parameters, the launch fails. */
+static void test_packed_slots(void)
+{
+    float x[SCALED], y[SCALED], a = 2.5f;
+    DevPtr dx, dy;
+    scale_operands(x, 9, &dx, &dy);
+    uint32_t bits;
+    memcpy(&bits, &a, sizeof bits);
+    uint64_t slots[4] = { dy, dx, SCALED, bits };
+    void *args[] = { slots };
+    CHECK_EQ_INT(launch("slots_scale", 2, 32, args), 0);
+    dev->ops->download(dev, y, dy, sizeof y);
+    int bad = 0;
+    for (int i = 0; i < SCALED; i++) bad += y[i] != a * x[i];
+    CHECK_EQ_INT(bad, 0);
+    DeviceGraph *g = NULL;
+    int nodes = 0;
+    CHECK_EQ_INT(dev->ops->capture_begin(dev), 0);
+    CHECK_EQ_INT(launch("slots_scale", 2, 32, args), 0);
+    CHECK_EQ_INT(dev->ops->capture_end(dev, &g, &nodes), 0);
+    slots[3] = 0;                   /* after the recording: the graph keeps 2.5 */
+    float zero[SCALED] = { 0 };
+    dev->ops->upload(dev, dy, zero, sizeof zero);
+    CHECK(g && dev->ops->graph_launch(dev, g) == 0);
+    dev->ops->download(dev, y, dy, sizeof y);
+    bad = 0;
+    for (int i = 0; i < SCALED; i++) bad += y[i] != a * x[i];
+    CHECK_EQ_INT(bad, 0);
+    if (g) dev->ops->graph_free(dev, g);
+    expect_fault("slots_too_many", 32, args, "32768 bytes of parameters, more than the 32764");
+    dev->ops->free(dev, dx);
+    dev->ops->free(dev, dy);
+}
+
 /* mark_undefined: memory a run has not written yet reads as NaN (0xFF bytes), so a
  * kernel that reads it before writing computes NaN; written, it reads as written. */
 static void test_mark_undefined(void)
@@ -560,6 +596,7 @@ int main(int argc, char **argv)
     test_shuffle_rules();
     test_cp_async_alignment();
     test_restrict_alias();
+    test_packed_slots();
     test_mark_undefined();
     test_intrinsics();
     test_bad_launch();
