@@ -1005,17 +1005,6 @@ static void slot_value(char *buf, size_t len, const DraftParam *p, const char *t
     }
 }
 
-/* Whether TEXT names identifier NAME. */
-static bool names(const char *text, const char *name)
-{
-    size_t len = strlen(name);
-    for (const char *c = text; (c = strstr(c, name)) != NULL; c += len) {
-        bool start = c == text || !(isalnum((unsigned char)c[-1]) || c[-1] == '_');
-        if (start && !isalnum((unsigned char)c[len]) && c[len] != '_') return true;
-    }
-    return false;
-}
-
 /* D's parameters become slots (PlanKernel.packed): first those of OLD[0..NOLD) that the
  * kernel's own text LAST names (declared as locals of the same name), then the table of
  * the N segments SEG in ORDER: a row each, of the segment's first virtual block, their
@@ -1027,7 +1016,7 @@ static void segment_table(KernelDraft *d, const DraftParam *old, int nold, const
                           const Segment *seg, const int *order, int n, StrBuf *decls, StrBuf *loop)
 {
     for (int j = 0; j < nold; j++) {
-        if (!names(last, old[j].name)) continue;
+        if (!uses_identifier(last, old[j].name)) continue;
         char v[96];
         slot_value(v, sizeof v, &old[j], "slots.v", d->nparams);
         sb_printf(decls, "    %s%sconst %s = %s;\n", old[j].ctype, old[j].type == PP_PTR ? "" : " ",
