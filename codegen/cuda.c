@@ -986,6 +986,7 @@ static void render_ce_grad_rows(const RenderCtx *ctx, int grad, const char *row_
 static void render_ce_grad(const RenderCtx *ctx, int id, KernelDraft *d)
 {
     render_ce_grad_rows(ctx, id, "", d);
+    d->any_block = true;        /* a warp a row, grid-stride: no block shares anything */
 }
 
 void cuda_render_last_block(KernelDraft *d, const Plan *plan)
