@@ -18,8 +18,12 @@ bad() {  # bad DESCRIPTION OUTPUT
   fails=$((fails + 1))
 }
 # LeakSanitizer's exit-time tracer now and then dies of SIGSEGV while Open MPI's threads wind
-# down (google/sanitizers#1353): a failure of the tool, not a finding, so such a run is run
-# once more. A leak it finds ("detected memory leaks") is never retried.
+# down (google/sanitizers#1353; with log_threads=1 it shows reading a dynamic TLS block of a
+# component Open MPI has unloaded, "DTLS 8 at 0x000000004cd0-0x000400005dd2"): a failure of
+# the tool, not a finding, so such a run is run again; where it dies three times (on a
+# 2-core machine, in one three-rank job of some runs of this script) the job runs once more
+# without the leak check, AddressSanitizer's other checks still on, and says so. A leak it
+# finds ("detected memory leaks") is never retried.
 tracer_died='LeakSanitizer has encountered a fatal error'
 # run DESCRIPTION STATUS PATTERN -- COMMAND...: the command's status (nonzero: any but 0)
 # and output (stdout and stderr) as expected.
@@ -27,10 +31,13 @@ run() {
   local what=$1 want=$2 pattern=$3; shift 4
   local out status
   out=$(timeout "${limit:-300}" "$@" 2>&1); status=$?
-  if [ "$status" -ne 0 ] && grep -qF -- "$tracer_died" <<<"$out"; then
-    echo "note: $what: LeakSanitizer's tracer died; run again"
-    out=$(timeout "${limit:-300}" "$@" 2>&1); status=$?
-  fi
+  for again in 1 2 3; do
+    [ "$status" -ne 0 ] && grep -qF -- "$tracer_died" <<<"$out" || break
+    local lsan=$LSAN_OPTIONS say="run again"
+    [ "$again" = 3 ] && lsan="$lsan:detect_leaks=0" say="run again without the leak check"
+    echo "note: $what: LeakSanitizer's tracer died; $say"
+    out=$(LSAN_OPTIONS=$lsan timeout "${limit:-300}" "$@" 2>&1); status=$?
+  done
   local good=$([ "$want" = nonzero ] && [ "$status" -ne 0 ] || [ "$status" = "$want" ] && echo 1)
   if [ -z "$good" ] || ! grep -qE -- "$pattern" <<<"$out"; then
     bad "$what: status $status (want $want)" "$out"
